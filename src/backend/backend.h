@@ -1,0 +1,94 @@
+// The backend interface: what the executor needs from a device (docs/ARCHITECTURE.md, "Backends").
+//
+// A backend owns memory on its device and runs one node at a time with pointers into that memory.
+// Every backend implements every op of the op table (its kernel table is generated from
+// graph/ops.def, so a missing kernel is a link error) and says per node, from the dtypes, whether
+// it supports it; the executor checks that for the whole schedule when a program is built, never
+// in the middle of a step. Kernels are pure functions of (attributes, inputs, outputs, run context):
+// they may assume the shape rule in graph/ops/ accepted the node.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "graph/graph.h"
+
+namespace loom {
+
+struct TensorArg {
+  void* data = nullptr;
+  Shape shape;
+  DType dtype = DType::f32;
+  template <class T>
+  T* as() const { return static_cast<T*>(data); }
+};
+
+// Per-run coordinates that key the counter-based RNG (dropout masks).
+struct RunCtx {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  uint32_t minibatch = 0;
+};
+
+struct KernelArgs {
+  const Node& node;
+  std::span<const TensorArg> in;
+  std::span<const TensorArg> out;
+  RunCtx run;
+};
+
+using KernelFn = void (*)(const KernelArgs&);
+
+// One parameter tensor as the fused optimizer sees it (all fp32, `n` elements each).
+struct OptimTensor {
+  float* param = nullptr;
+  float* grad = nullptr;
+  float* mu = nullptr;  // first moment (nullptr for plain sgd)
+  float* nu = nullptr;  // second moment
+  int64_t n = 0;
+  float weight_decay = 0.f;  // decoupled (AdamW) decay for this tensor; 0 where the mask excludes it
+};
+
+// Optax adam / adamw semantics (REFERENCE.md §4.3 and optax's scale_by_adam):
+//   g  = grad · grad_scale               (1/loss-scale and clipping folded into one factor)
+//   mu = b1·mu + (1−b1)·g;  nu = b2·nu + (1−b2)·g²
+//   u  = (mu / (1−b1^count)) / (sqrt(nu / (1−b2^count) + eps_root) + eps)  + wd·param
+//   param −= lr · u
+struct AdamHyper {
+  float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, eps_root = 0.f;
+  int64_t count = 1;  // step number after increment (1 on the first update)
+  float grad_scale = 1.f;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // Device memory. allocate returns nullptr on failure (a resource failure, reported as Status
+  // by the caller); memory is aligned to at least 64 bytes.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p) = 0;
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+
+  // Whether run() can execute node `n` of `g` (op and dtype combination).
+  virtual bool supports(const Graph& g, const Node& n) const = 0;
+  // Executes one node. Inputs and outputs are device pointers with their shapes and dtypes.
+  virtual void run(const KernelArgs& a) = 0;
+  // Waits for queued work (a no-op on synchronous host backends).
+  virtual void synchronize() = 0;
+  // Monotonic clock in microseconds, for the profiler.
+  virtual double now_us() const = 0;
+
+  // Σ over tensors of Σ grad² (global norm², for clipping and the fp16 finite check: a
+  // non-finite gradient makes the result non-finite).
+  virtual double grad_sq_norm(std::span<const OptimTensor> ts) = 0;
+  // Fused optimizer: one pass over params, grads and moments, updating in place.
+  virtual void adam_update(std::span<const OptimTensor> ts, const AdamHyper& h) = 0;
+};
+
+}  // namespace loom

@@ -1,0 +1,49 @@
+// Scalar formulas shared by every backend's kernels, templated on the arithmetic type (double in
+// the reference backend, float in the CPU backend). One definition per formula, so the oracle and
+// the fast kernels cannot drift apart in what they compute, only in how.
+#pragma once
+#include <cmath>
+
+#include "core/rng.h"
+
+namespace loom::kmath {
+
+// sqrt(2/pi), the constant of the tanh approximation used by jax.nn.gelu(approximate=True).
+inline constexpr double kSqrt2OverPi = 0.7978845608028654;
+inline constexpr double kGeluCoeff = 0.044715;
+
+template <class T>
+T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
+template <class T>
+T silu(T x) {
+  return x * sigmoid(x);
+}
+// d/dx [x·σ(x)] = σ(x)·(1 + x·(1 − σ(x)))
+template <class T>
+T silu_grad(T x, T dy) {
+  const T s = sigmoid(x);
+  return dy * s * (T(1) + x * (T(1) - s));
+}
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+template <class T>
+T gelu(T x) {
+  const T u = T(kSqrt2OverPi) * (x + T(kGeluCoeff) * x * x * x);
+  return x * (T(0.5) * (T(1) + std::tanh(u)));
+}
+// d/dx = 0.5·(1 + t) + 0.5·x·(1 − t²)·√(2/π)·(1 + 3·0.044715·x²), t = tanh(u)
+template <class T>
+T gelu_grad(T x, T dy) {
+  const T u = T(kSqrt2OverPi) * (x + T(kGeluCoeff) * x * x * x);
+  const T t = std::tanh(u);
+  const T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCoeff) * x * x);
+  return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+}
+
+// Dropout keeps element i when its uniform draw is below keep = 1 − rate (Flax: bernoulli(keep)),
+// and scales kept elements by 1/keep. The draw is rng_uniform(key, i) with
+// key = rng_key(seed, step, minibatch, stream): identical on every backend and on recompute.
+inline bool dropout_keep(float u, float keep) { return u < keep; }
+
+}  // namespace loom::kmath

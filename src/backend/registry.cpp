@@ -1,0 +1,27 @@
+#include "backend/registry.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/reference/reference.h"
+#include "core/error.h"
+
+namespace loom {
+
+std::unique_ptr<Backend> make_backend(const std::string& device) {
+  if (device == "auto" || device == "cpu") return std::make_unique<CpuBackend>();
+  if (device == "reference") return std::make_unique<ReferenceBackend>();
+  throw UserError("device '" + device + "'", "unknown device", "use auto, cpu or reference");
+}
+
+void set_num_threads(int n) {
+  if (n <= 0) n = omp_get_num_procs();
+  omp_set_num_threads(n);
+  // OpenBLAS's OpenMP build runs in the same libgomp pool; keep its cap in step.
+  openblas_set_num_threads(n);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+}  // namespace loom

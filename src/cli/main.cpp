@@ -1,0 +1,120 @@
+// The loom command: `loom params`, `loom train`. Parses flags and prints; the work is in train/.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/registry.h"
+#include "core/error.h"
+#include "nn/summary.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "train/trainer.h"
+
+namespace {
+
+using namespace loom;
+
+constexpr const char* kDefaultConfig = "configs/mlp_classifier.toml";
+
+Config load(const std::string& path, const std::vector<std::string>& overrides) {
+  return load_config(path.empty() ? kDefaultConfig : path, overrides);
+}
+
+int cmd_params(const std::string& path, const std::vector<std::string>& overrides) {
+  const Config c = load(path, overrides);
+  const nn::ModelGraph m = build_model(c, c.data.batch_size, /*train=*/false);
+  fmt::print("{}", nn::summarize(m));
+  return 0;
+}
+
+int cmd_train(const std::string& path, const std::vector<std::string>& overrides, int64_t steps, int64_t log_every) {
+  Config c = load(path, overrides);
+  if (steps >= 0) c.train.steps = steps;
+  if (log_every > 0) c.train.log_every = log_every;
+  validate_config(c);
+  set_num_threads(static_cast<int>(c.threads));
+  auto be = make_backend(c.device);
+  fmt::print("loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {} minibatch{}\n", c.source,
+             c.model.kind, be->name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
+             c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es");
+  Trainer t(c, *be);
+  const MemoryPlan& p = t.plan();
+  fmt::print("program: {} nodes, activation arena {:.1f} KiB (lower bound {:.1f} KiB), params {:.1f} KiB\n",
+             p.schedule.size(), p.arena_bytes / 1024.0, p.lower_bound_bytes / 1024.0, p.param_bytes / 1024.0);
+  const Batch batch = random_classification_batch(c);
+  Metrics total;
+  for (int64_t s = 0; s < c.train.steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Metrics m = t.step(batch);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    add_metrics(total, m);
+    if ((s + 1) % c.train.log_every == 0 || s + 1 == c.train.steps)
+      fmt::print("step {}/{}  loss {:.6f}  accuracy {:.6f}  {:.2f} ms/step  {:.0f} examples/s\n", s + 1,
+                 c.train.steps, m.at("loss").mean(), m.at("accuracy").mean(), ms, c.data.batch_size / (ms / 1e3));
+  }
+  std::fflush(stdout);
+  fmt::print("{}", format_metrics(total, fmt::format("Minibatch {}", c.optimizer.num_minibatches)));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"loom: train Transformer language models (and small MLPs) on one device, with every memory and speed "
+               "technique measurable.\nConfigs are TOML; any key can be overridden as section.key=value."};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every subcommand");
+
+  std::string config;
+  std::vector<std::string> overrides;
+  int64_t steps = -1, log_every = 0;
+
+  auto* params = app.add_subcommand("params", "print the parameter table and count of a model (runs nothing)");
+  params->add_option("config", config, "config file (TOML)")->required();
+  params->add_option("overrides", overrides, "section.key=value overrides");
+
+  auto* train = app.add_subcommand("train", "train a model");
+  train->add_option("config", config, std::string("config file (TOML); default ") + kDefaultConfig);
+  train->add_option("overrides", overrides, "section.key=value overrides, e.g. optimizer.num_minibatches=4");
+  train->add_option("--steps", steps, "optimizer steps (overrides train.steps)");
+  train->add_option("--log-every", log_every, "log every N steps (overrides train.log_every)");
+  bool help_config = false;
+  train->add_flag("--help-config", help_config, "list every configuration key with its type and default");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  // A first positional that looks like an override (has '=') is an override, not a config path.
+  if (config.find('=') != std::string::npos) {
+    overrides.insert(overrides.begin(), config);
+    config.clear();
+  }
+  try {
+    if (help_config) {
+      fmt::print("configuration keys:\n{}", config_help());
+      return 0;
+    }
+    if (params->parsed()) return cmd_params(config, overrides);
+    if (train->parsed()) return cmd_train(config, overrides, steps, log_every);
+  } catch (const UserError& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "loom: error: {}\n", e.what());
+    if (!e.hint().empty()) fmt::print(stderr, "  fix: {}\n", e.hint());
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "loom: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "loom: failed: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

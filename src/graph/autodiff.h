@@ -1,0 +1,41 @@
+// Reverse-mode autodiff over the graph IR (docs/ARCHITECTURE.md, "Autodiff").
+//
+// build_backward walks the forward nodes in reverse from a scalar loss. Each op's VJP rule
+// (beside the op in graph/ops/<family>.cpp) emits ordinary nodes with phase `backward`, in the
+// forward node's scope and remat region. Cotangents reaching the same activation are summed
+// with `add`; cotangents reaching a parameter go straight into its persistent fp32 gradient
+// buffer with `grad_accumulate` (add-or-set in place), so accumulating over minibatches costs
+// no memory beyond the gradients themselves.
+#pragma once
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace loom {
+
+// Context handed to a VJP rule for one forward node.
+struct VjpCtx {
+  Graph& g;
+  NodeId fwd;                   // the forward node
+  Node node;                    // a copy: emitting nodes may grow the graph's storage
+  std::vector<ValueId> out_ct;  // cotangent per output, kNoValue where it is zero
+  std::vector<bool> needs;      // per input: whether a cotangent is wanted
+  std::vector<ValueId> in_ct;   // filled by the rule; kNoValue = zero / not needed
+
+  const Value& in(int i) const { return g.value(node.in.at(i)); }
+  ValueId in_id(int i) const { return node.in.at(i); }
+  ValueId out_id(int i) const { return node.out.at(i); }
+  // Emits a backward node in the forward node's scope and region.
+  std::vector<ValueId> emit(OpKind op, std::vector<ValueId> in, Attrs attrs = NoAttrs{});
+  ValueId emit1(OpKind op, std::vector<ValueId> in, Attrs attrs = NoAttrs{}) {
+    return emit(op, std::move(in), std::move(attrs)).at(0);
+  }
+};
+
+// Appends the backward program for `loss` (a scalar f32 value). `seed` is the cotangent of the
+// loss: a persistent scalar input the trainer sets each step (1/(tokens·minibatches) × loss
+// scale), so changing the loss scale never changes the program.
+// Returns the forward node count (nodes [0, n) are the forward program).
+NodeId build_backward(Graph& g, ValueId loss, ValueId seed);
+
+}  // namespace loom

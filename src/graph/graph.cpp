@@ -1,0 +1,125 @@
+#include "graph/graph.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "graph/ops/rules.h"
+
+namespace loom {
+
+const char* value_kind_name(ValueKind k) {
+  switch (k) {
+    case ValueKind::activation: return "activation";
+    case ValueKind::param: return "param";
+    case ValueKind::grad: return "grad";
+    case ValueKind::input: return "input";
+  }
+  return "?";
+}
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::forward: return "forward";
+    case Phase::backward: return "backward";
+    case Phase::recompute: return "recompute";
+    case Phase::optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+ValueId Graph::new_value(Value v) {
+  values_.push_back(std::move(v));
+  return static_cast<ValueId>(values_.size() - 1);
+}
+
+ValueId Graph::add_param(const std::string& path, Shape shape, ParamInit init) {
+  if (names_.count(path)) throw std::invalid_argument("parameter '" + path + "' created twice");
+  Value p{shape, DType::f32, ValueKind::param, -1, 0, path, false};
+  const ValueId pv = new_value(p);
+  Value gv{shape, DType::f32, ValueKind::grad, -1, 0, path + "@grad", false};
+  const ValueId gid = new_value(gv);
+  param_index_[pv] = params_.size();
+  params_.push_back(Param{pv, gid, init});
+  names_[path] = pv;
+  return pv;
+}
+
+ValueId Graph::add_input(const std::string& name, Shape shape, DType dtype) {
+  if (names_.count(name)) throw std::invalid_argument("input '" + name + "' created twice");
+  const ValueId v = new_value(Value{shape, dtype, ValueKind::input, -1, 0, name, false});
+  names_[name] = v;
+  return v;
+}
+
+const Param* Graph::param_of(ValueId v) const {
+  auto it = param_index_.find(v);
+  return it == param_index_.end() ? nullptr : &params_[it->second];
+}
+
+ValueId Graph::grad_of(ValueId v) const {
+  const Param* p = param_of(v);
+  return p ? p->grad : kNoValue;
+}
+
+ValueId Graph::input_by_name(const std::string& name) const {
+  auto it = names_.find(name);
+  return it == names_.end() ? kNoValue : it->second;
+}
+
+NodeId Graph::add_node(OpKind op, std::vector<ValueId> in, Attrs attrs, const std::string& scope,
+                       Phase phase, int32_t region) {
+  const OpInfo& info = op_info(op);
+  Node n;
+  n.op = op;
+  n.in = std::move(in);
+  n.attrs = std::move(attrs);
+  n.scope = scope;
+  n.phase = phase;
+  n.region = region;
+  for (ValueId v : n.in)
+    if (v < 0 || static_cast<size_t>(v) >= values_.size()) op_fail(*this, n, "input is not a value of this graph");
+  if (static_cast<int>(n.in.size()) < info.min_inputs || static_cast<int>(n.in.size()) > info.max_inputs)
+    op_fail(*this, n, "takes " + std::to_string(info.min_inputs) + ".." + std::to_string(info.max_inputs) +
+                          " inputs, got " + std::to_string(n.in.size()));
+  if (n.attrs.index() != info.attr_index) op_fail(*this, n, "wrong attribute struct for this op");
+  ValueDesc outs[4];
+  LOOM_ASSERT(info.num_outputs <= 4);
+  info.infer(*this, n, outs);
+  const NodeId id = static_cast<NodeId>(nodes_.size());
+  for (int i = 0; i < info.num_outputs; ++i)
+    n.out.push_back(new_value(Value{outs[i].shape, outs[i].dtype, ValueKind::activation, id, i, {}, false}));
+  nodes_.push_back(std::move(n));
+  return id;
+}
+
+std::string Graph::dump() const {
+  std::ostringstream os;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    os << i << " " << phase_name(n.phase) << " " << op_name(n.op) << " @" << n.scope;
+    if (n.region >= 0) os << " region=" << n.region;
+    os << " (";
+    for (size_t j = 0; j < n.in.size(); ++j) {
+      const Value& v = values_[n.in[j]];
+      os << (j ? ", " : "") << "%" << n.in[j] << ":" << v.shape.str() << dtype_name(v.dtype);
+    }
+    os << ") -> (";
+    for (size_t j = 0; j < n.out.size(); ++j) {
+      const Value& v = values_[n.out[j]];
+      os << (j ? ", " : "") << "%" << n.out[j] << ":" << v.shape.str() << dtype_name(v.dtype);
+    }
+    os << ")\n";
+  }
+  return os.str();
+}
+
+ValueId Scope::param(const std::string& name, Shape shape, ParamInit init) const {
+  return g_->add_param(path_.empty() ? name : path_ + "/" + name, shape, init);
+}
+
+std::vector<ValueId> Scope::op(OpKind op, std::vector<ValueId> in, Attrs attrs) const {
+  const NodeId id = g_->add_node(op, std::move(in), std::move(attrs), path_, Phase::forward, region_);
+  return g_->node(id).out;
+}
+
+}  // namespace loom

@@ -1,0 +1,39 @@
+#include "graph/op.h"
+
+#include "graph/ops/rules.h"
+
+namespace loom {
+
+namespace {
+
+#define LOOM_RULE_PTR_vjp(name) &vjp_##name
+#define LOOM_RULE_PTR_none(name) nullptr
+constexpr OpInfo kOpTable[] = {
+#define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) \
+  {#name, min_in, max_in, n_out, flags, attr_index_of<attr>(), &infer_##name, LOOM_RULE_PTR_##grad(name)},
+#include "graph/ops.def"
+#undef LOOM_OP
+};
+#undef LOOM_RULE_PTR_vjp
+#undef LOOM_RULE_PTR_none
+static_assert(sizeof(kOpTable) / sizeof(kOpTable[0]) == kNumOps);
+
+}  // namespace
+
+const OpInfo& op_info(OpKind k) {
+  const auto i = static_cast<size_t>(k);
+  LOOM_ASSERT(i < static_cast<size_t>(kNumOps), "bad op kind");
+  return kOpTable[i];
+}
+
+void op_fail(const Graph& g, const Node& n, const std::string& msg) {
+  std::ostringstream os;
+  os << "[" << op_name(n.op) << "] at '" << n.scope << "': " << msg << "; inputs:";
+  for (size_t i = 0; i < n.in.size(); ++i) {
+    const Value& v = g.value(n.in[i]);
+    os << (i ? ", " : " ") << v.shape.str() << " " << dtype_name(v.dtype);
+  }
+  throw std::invalid_argument(os.str());
+}
+
+}  // namespace loom

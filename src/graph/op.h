@@ -1,0 +1,96 @@
+// Op kinds, their typed attributes, and the static op table generated from ops.def.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <variant>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+
+namespace loom {
+
+enum OpFlags : uint32_t {
+  kOpNone = 0,
+  kOpWritesInput0 = 1u << 0,
+  kOpView = 1u << 1,
+};
+
+// Typed attributes, validated by each op's shape rule when the node is built.
+struct NoAttrs {
+  bool operator==(const NoAttrs&) const = default;
+};
+struct DenseAttrs {
+  DType compute = DType::f32;  // dtype inputs and kernel are cast to; accumulation is fp32
+  bool operator==(const DenseAttrs&) const = default;
+};
+struct DenseGradAttrs {
+  DType compute = DType::f32;
+  DType out_dtype = DType::f32;  // dtype of dx (the dtype of the forward input x)
+  bool operator==(const DenseGradAttrs&) const = default;
+};
+struct DTypeAttrs {
+  DType dtype = DType::f32;
+  bool operator==(const DTypeAttrs&) const = default;
+};
+struct ReduceAttrs {
+  int32_t keep_dims = 1;
+  DType dtype = DType::f32;
+  bool operator==(const ReduceAttrs&) const = default;
+};
+struct ShapeAttrs {
+  Shape shape;
+  bool operator==(const ShapeAttrs&) const = default;
+};
+struct LayerNormAttrs {
+  float eps = 1e-6f;          // Flax's default epsilon
+  DType dtype = DType::f32;   // output dtype; statistics are always fp32
+  bool operator==(const LayerNormAttrs&) const = default;
+};
+struct DropoutAttrs {
+  float rate = 0.f;
+  uint32_t stream = 0;  // RNG stream: the forward node's id, shared by its VJP and recompute
+  bool operator==(const DropoutAttrs&) const = default;
+};
+
+using Attrs = std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DTypeAttrs, ReduceAttrs,
+                           ShapeAttrs, LayerNormAttrs, DropoutAttrs>;
+
+enum class OpKind : uint16_t {
+#define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) name,
+#include "graph/ops.def"
+#undef LOOM_OP
+};
+
+inline constexpr int kNumOps = 0
+#define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) +1
+#include "graph/ops.def"
+#undef LOOM_OP
+    ;
+
+class Graph;
+struct Node;
+struct VjpCtx;
+struct ValueDesc;
+
+struct OpInfo {
+  const char* name;
+  int min_inputs, max_inputs, num_outputs;
+  uint32_t flags;
+  size_t attr_index;  // index of the attribute struct in Attrs
+  // Checks attributes, input shapes and dtypes; returns output descriptions or throws
+  // std::invalid_argument naming the op, the scope and the offending shapes.
+  void (*infer)(const Graph&, const Node&, ValueDesc* outs);
+  // Emits the backward nodes (nullptr where the table says `none`).
+  void (*vjp)(VjpCtx&);
+};
+
+const OpInfo& op_info(OpKind);
+inline const char* op_name(OpKind k) { return op_info(k).name; }
+
+template <class T>
+constexpr size_t attr_index_of() {
+  return Attrs(T{}).index();
+}
+
+}  // namespace loom

@@ -1,0 +1,69 @@
+// Dense (matmul + bias) and its backward ops: shape rules and VJP.
+#include "graph/ops/rules.h"
+
+namespace loom {
+
+namespace {
+void require_float(const Graph& g, const Node& n, int i, const char* what) {
+  if (!dtype_is_float(in_val(g, n, i).dtype)) op_fail(g, n, std::string(what) + " must be a float dtype");
+}
+}  // namespace
+
+void infer_dense(const Graph& g, const Node& n, ValueDesc* out) {
+  const auto& a = attrs_of<DenseAttrs>(n);
+  const Value& x = in_val(g, n, 0);
+  const Value& w = in_val(g, n, 1);
+  if (!dtype_is_float(a.compute)) op_fail(g, n, "compute dtype must be a float dtype");
+  require_float(g, n, 0, "x");
+  if (w.shape.rank != 2 || w.dtype != DType::f32) op_fail(g, n, "kernel must be a [K, N] float32 parameter");
+  if (x.shape.rank < 1 || x.shape.last() != w.shape[0])
+    op_fail(g, n, "last dim of x (" + std::to_string(x.shape.last()) + ") must equal the kernel's first dim (" +
+                      std::to_string(w.shape[0]) + ")");
+  if (n.in.size() == 3) {
+    const Value& b = in_val(g, n, 2);
+    if (b.shape != Shape{w.shape[1]} || b.dtype != DType::f32) op_fail(g, n, "bias must be a [N] float32 parameter");
+  }
+  out[0] = {x.shape.with_last(w.shape[1]), a.compute};
+}
+
+// y = x·W + b  ⇒  dx = dy·Wᵀ (M×N · (K×N)ᵀ → M×K), dW = xᵀ·dy (K×M · M×N → K×N), db = Σ_rows dy.
+void vjp_dense(VjpCtx& c) {
+  const auto a = std::get<DenseAttrs>(c.node.attrs);
+  const ValueId dy = c.out_ct[0];
+  if (c.needs[0]) c.in_ct[0] = c.emit1(OpKind::dense_grad_input, {dy, c.in_id(1)}, DenseGradAttrs{a.compute, c.in(0).dtype});
+  if (c.needs[1]) c.in_ct[1] = c.emit1(OpKind::dense_grad_weight, {c.in_id(0), dy}, a);
+  if (c.node.in.size() == 3 && c.needs[2]) {
+    // JAX reduces the bias cotangent in the compute dtype, then the f32 cast's VJP widens it.
+    ValueId db = c.emit1(OpKind::sum_leading, {dy}, ReduceAttrs{1, a.compute});
+    if (a.compute != DType::f32) db = c.emit1(OpKind::cast, {db}, DTypeAttrs{DType::f32});
+    c.in_ct[2] = db;
+  }
+}
+
+void infer_dense_grad_input(const Graph& g, const Node& n, ValueDesc* out) {
+  const auto& a = attrs_of<DenseGradAttrs>(n);
+  const Value& dy = in_val(g, n, 0);
+  const Value& w = in_val(g, n, 1);
+  if (w.shape.rank != 2 || dy.shape.last() != w.shape[1]) op_fail(g, n, "dy's last dim must equal the kernel's N");
+  if (!dtype_is_float(a.out_dtype)) op_fail(g, n, "out_dtype must be a float dtype");
+  out[0] = {dy.shape.with_last(w.shape[0]), a.out_dtype};
+}
+
+void infer_dense_grad_weight(const Graph& g, const Node& n, ValueDesc* out) {
+  const Value& x = in_val(g, n, 0);
+  const Value& dy = in_val(g, n, 1);
+  if (x.shape.rows() != dy.shape.rows()) op_fail(g, n, "x and dy must have the same number of rows");
+  out[0] = {Shape{x.shape.last(), dy.shape.last()}, DType::f32};
+}
+
+void infer_sum_leading(const Graph& g, const Node& n, ValueDesc* out) {
+  const auto& a = attrs_of<ReduceAttrs>(n);
+  const Value& x = in_val(g, n, 0);
+  if (a.keep_dims < 0 || a.keep_dims > x.shape.rank) op_fail(g, n, "keep_dims out of range");
+  if (!dtype_is_float(a.dtype) || !dtype_is_float(x.dtype)) op_fail(g, n, "float dtypes only");
+  Shape s;
+  for (int i = x.shape.rank - a.keep_dims; i < x.shape.rank; ++i) s.push_back(x.shape[i]);
+  out[0] = {s, a.dtype};
+}
+
+}  // namespace loom

@@ -1,0 +1,52 @@
+// log_softmax, softmax cross-entropy with integer labels, and accuracy.
+#include "graph/ops/rules.h"
+
+namespace loom {
+
+void infer_log_softmax(const Graph& g, const Node& n, ValueDesc* out) {
+  const Value& x = in_val(g, n, 0);
+  if (!dtype_is_float(x.dtype) || x.shape.rank < 1) op_fail(g, n, "x must be a float tensor of rank >= 1");
+  out[0] = {x.shape, x.dtype};
+}
+
+// y = x − logsumexp(x)  ⇒  dx = dy − exp(y)·Σ dy (per row).
+void vjp_log_softmax(VjpCtx& c) { c.in_ct[0] = c.emit1(OpKind::log_softmax_grad, {c.out_id(0), c.out_ct[0]}); }
+
+void infer_log_softmax_grad(const Graph& g, const Node& n, ValueDesc* out) {
+  const Value& y = in_val(g, n, 0);
+  if (y.shape != in_val(g, n, 1).shape) op_fail(g, n, "y and dy must have the same shape");
+  out[0] = {y.shape, y.dtype};
+}
+
+namespace {
+void check_logits_labels(const Graph& g, const Node& n) {
+  const Value& logits = in_val(g, n, 0);
+  const Value& labels = in_val(g, n, 1);
+  if (logits.dtype != DType::f32 || logits.shape.rank < 1) op_fail(g, n, "logits must be float32 [..., V]");
+  if (labels.dtype != DType::i32 || labels.shape != logits.shape.drop_last())
+    op_fail(g, n, "labels must be int32 with the logits' shape minus the last dim");
+}
+}  // namespace
+
+void infer_cross_entropy(const Graph& g, const Node& n, ValueDesc* out) {
+  check_logits_labels(g, n);
+  out[0] = {Shape{}, DType::f32};
+}
+
+void vjp_cross_entropy(VjpCtx& c) {
+  c.in_ct[0] = c.emit1(OpKind::cross_entropy_grad, {c.in_id(0), c.in_id(1), c.out_ct[0]});
+}
+
+void infer_cross_entropy_grad(const Graph& g, const Node& n, ValueDesc* out) {
+  check_logits_labels(g, n);
+  const Value& d = in_val(g, n, 2);
+  if (d.shape.numel() != 1 || d.dtype != DType::f32) op_fail(g, n, "dloss must be a float32 scalar");
+  out[0] = {in_val(g, n, 0).shape, DType::f32};
+}
+
+void infer_accuracy(const Graph& g, const Node& n, ValueDesc* out) {
+  check_logits_labels(g, n);
+  out[0] = {Shape{}, DType::i32};
+}
+
+}  // namespace loom

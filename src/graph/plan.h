@@ -1,0 +1,56 @@
+// Schedule and memory plan (docs/ARCHITECTURE.md, "Memory plan").
+//
+// The plan is data: for every value of the program it records where the value lives (the
+// activation arena at an offset, or a persistent buffer), its size and its live range over the
+// schedule. The executor allocates exactly `arena_bytes` and replays these offsets every step;
+// `loom memory` and the memory viewer print the same table without running anything.
+//
+// Rules (after ggml-alloc and tinygrad's memory planner):
+//   - only ValueKind::activation values are placed; params, grads, inputs are persistent;
+//   - a value is live from the step that produces it to the last step that reads it (outputs
+//     marked with Graph::mark_output stay live to the end);
+//   - a view (kOpView) gets no storage: it aliases its root and extends the root's live range;
+//   - offsets are chosen greedily by size, each buffer in the best-fitting gap among buffers
+//     whose live ranges overlap its own; two buffers live at the same step never overlap.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace loom {
+
+inline constexpr int64_t kArenaAlignment = 64;
+
+struct BufferInfo {
+  ValueId value = kNoValue;   // the value owning the storage (a view's root)
+  int64_t offset = -1;        // in the arena
+  int64_t bytes = 0;          // aligned size
+  int32_t first = 0, last = 0;  // live range in schedule steps, inclusive
+};
+
+struct MemoryPlan {
+  std::vector<NodeId> schedule;        // node execution order
+  std::vector<int64_t> value_offset;   // per value: byte offset in the arena, -1 if persistent
+  std::vector<ValueId> value_root;     // per value: the value whose storage it uses (itself unless a view)
+  std::vector<BufferInfo> buffers;     // one per storage-owning activation, in allocation order
+  std::vector<int64_t> live_bytes;     // per step: Σ bytes of buffers live at that step
+  int64_t arena_bytes = 0;             // the arena's size: activation memory
+  int64_t lower_bound_bytes = 0;       // max over steps of live bytes (no allocator can do better)
+  int32_t peak_step = 0;               // a step where live bytes reach the lower bound
+  // Persistent memory by kind (not in the arena).
+  int64_t param_bytes = 0, grad_bytes = 0, input_bytes = 0;
+};
+
+// The default schedule: nodes in graph order (forward, then backward with recompute inserted
+// by the remat pass), which is a topological order by construction.
+std::vector<NodeId> default_schedule(const Graph& g);
+
+MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule);
+
+// Checks the plan's invariants (no two overlapping live buffers share bytes; every activation
+// read has storage; peak >= lower bound). Returns an empty string when they hold. Used by tests
+// and, in debug builds, after every plan.
+std::string verify_plan(const Graph& g, const MemoryPlan& p);
+
+}  // namespace loom

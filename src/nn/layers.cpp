@@ -1,0 +1,41 @@
+#include "nn/layers.h"
+
+#include <cmath>
+
+namespace loom::nn {
+
+ParamInit lecun_normal(int64_t fan_in) {
+  // jax.nn.initializers.variance_scaling(1, "fan_in", "truncated_normal"): the standard normal
+  // truncated to [-2, 2] has stddev .87962566103423978, so the draw is divided by it.
+  return ParamInit{ParamInit::truncated_normal,
+                   static_cast<float>(std::sqrt(1.0 / static_cast<double>(fan_in)) / .87962566103423978)};
+}
+
+ValueId dense(const Scope& s, ValueId x, int64_t features, DType dtype, bool use_bias) {
+  const int64_t in = s.graph().value(x).shape.last();
+  const ValueId w = s.param("kernel", Shape{in, features}, lecun_normal(in));
+  if (!use_bias) return s.op1(OpKind::dense, {x, w}, DenseAttrs{dtype});
+  const ValueId b = s.param("bias", Shape{features}, ParamInit{ParamInit::zeros, 0});
+  return s.op1(OpKind::dense, {x, w, b}, DenseAttrs{dtype});
+}
+
+ValueId layer_norm(const Scope& s, ValueId x, DType dtype, float eps) {
+  const int64_t c = s.graph().value(x).shape.last();
+  const ValueId scale = s.param("scale", Shape{c}, ParamInit{ParamInit::ones, 0});
+  const ValueId bias = s.param("bias", Shape{c}, ParamInit{ParamInit::zeros, 0});
+  return s.op(OpKind::layer_norm, {x, scale, bias}, LayerNormAttrs{eps, dtype}).at(0);
+}
+
+ValueId dropout(const Scope& s, ValueId x, float rate, bool train) {
+  if (rate == 0.f || !train) return x;
+  // The stream is this node's id: unique in the graph, shared by the VJP and any recompute.
+  const auto stream = static_cast<uint32_t>(s.graph().nodes().size());
+  return s.op1(OpKind::dropout, {x}, DropoutAttrs{rate, stream});
+}
+
+ValueId cast(const Scope& s, ValueId x, DType dtype) {
+  if (s.graph().value(x).dtype == dtype) return x;
+  return s.op1(OpKind::cast, {x}, DTypeAttrs{dtype});
+}
+
+}  // namespace loom::nn

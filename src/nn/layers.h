@@ -1,0 +1,21 @@
+// Flax-like layers over a Scope: each creates its parameters by path under the scope and records
+// forward nodes. Layers build graphs; they never run them.
+#pragma once
+#include <cstdint>
+
+#include "graph/graph.h"
+
+namespace loom::nn {
+
+// Flax's lecun_normal(): truncated normal (±2σ) with variance 1/fan_in, corrected for truncation.
+ParamInit lecun_normal(int64_t fan_in);
+
+// nn.Dense(features, dtype): kernel [in, features] (lecun_normal), bias [features] (zeros).
+ValueId dense(const Scope& s, ValueId x, int64_t features, DType dtype, bool use_bias = true);
+// nn.LayerNorm(dtype): scale (ones) and bias (zeros) of [C], fp32 statistics, output in dtype.
+ValueId layer_norm(const Scope& s, ValueId x, DType dtype, float eps);
+// nn.Dropout(rate): identity when rate is 0 or not training (Flax returns its input unchanged).
+ValueId dropout(const Scope& s, ValueId x, float rate, bool train);
+ValueId cast(const Scope& s, ValueId x, DType dtype);
+
+}  // namespace loom::nn

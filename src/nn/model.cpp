@@ -1,0 +1,14 @@
+#include "nn/model.h"
+
+namespace loom::nn {
+
+void add_classification_loss(ModelGraph& m, const Scope& s, ValueId logits) {
+  m.output = logits;
+  m.loss_sum = s.op1(OpKind::cross_entropy, {logits, m.labels});
+  m.correct = s.op1(OpKind::accuracy, {logits, m.labels});
+  m.graph.mark_output(m.loss_sum);
+  m.graph.mark_output(m.correct);
+  m.examples = m.graph.value(m.labels).shape.numel();
+}
+
+}  // namespace loom::nn

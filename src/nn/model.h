@@ -1,0 +1,25 @@
+// A model as the trainer sees it: one minibatch's forward graph with its loss and metrics, ready
+// for autodiff. Built per (config, minibatch size, train/eval); planned once; run every minibatch.
+#pragma once
+#include <string>
+
+#include "graph/graph.h"
+
+namespace loom::nn {
+
+struct ModelGraph {
+  Graph graph;
+  std::string name;             // "MLPClassifier"
+  ValueId inputs = kNoValue;    // persistent input: features or token ids
+  ValueId labels = kNoValue;    // persistent input: int32 labels
+  ValueId output = kNoValue;    // the model's output (log-probs or logits), before the loss
+  ValueId loss_sum = kNoValue;  // f32 scalar: Σ over the minibatch of the per-example loss
+  ValueId correct = kNoValue;   // i32 scalar: examples whose argmax equals the label
+  int64_t examples = 0;         // rows the loss is summed over (the metric's count)
+};
+
+// Adds the softmax cross-entropy loss and accuracy on `logits` (f32 [..., V]) against `labels`,
+// marks both as program outputs, and fills the loss fields of `m`.
+void add_classification_loss(ModelGraph& m, const Scope& s, ValueId logits);
+
+}  // namespace loom::nn

@@ -1,0 +1,82 @@
+#include "runtime/executor.h"
+
+namespace loom {
+
+Status check_coverage(const Backend& be, const Graph& g, const std::vector<NodeId>& schedule) {
+  for (NodeId id : schedule) {
+    const Node& n = g.node(id);
+    if (!be.supports(g, n)) {
+      std::string dts;
+      for (ValueId v : n.in) dts += std::string(dts.empty() ? "" : ", ") + dtype_name(g.value(v).dtype);
+      return Status::error(std::string("backend '") + be.name() + "' has no kernel for " + op_name(n.op) + " at '" +
+                           n.scope + "' with input dtypes (" + dts + ")");
+    }
+  }
+  return Status::ok();
+}
+
+Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out) {
+  if (Status s = check_coverage(be, g, plan.schedule); !s) return s;
+  std::unique_ptr<Executor> e(new Executor(be, g, std::move(plan)));
+  const MemoryPlan& p = e->plan_;
+  e->arena_bytes_ = p.arena_bytes;
+  if (p.arena_bytes > 0) {
+    e->arena_ = be.allocate(static_cast<size_t>(p.arena_bytes));
+    if (!e->arena_)
+      return Status::error("could not allocate the " + std::to_string(p.arena_bytes) + "-byte activation arena on " +
+                           be.name());
+  }
+  const size_t nv = g.values().size();
+  e->ptrs_.assign(nv, nullptr);
+  for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v) {
+    const Value& val = g.value(v);
+    if (val.kind == ValueKind::activation) {
+      if (p.value_offset[v] >= 0) e->ptrs_[v] = static_cast<char*>(e->arena_) + p.value_offset[v];
+      continue;
+    }
+    void* m = be.allocate(static_cast<size_t>(val.bytes()));
+    if (!m) return Status::error("could not allocate " + std::to_string(val.bytes()) + " bytes for '" + val.name + "'");
+    be.fill_zero(m, static_cast<size_t>(val.bytes()));
+    e->persistent_.push_back(m);
+    e->ptrs_[v] = m;
+  }
+  for (NodeId id : p.schedule) {
+    const Node& n = g.node(id);
+    std::vector<TensorArg> in, o;
+    for (ValueId v : n.in) in.push_back(e->arg(v));
+    for (ValueId v : n.out) o.push_back(e->arg(v));
+    e->ins_.push_back(std::move(in));
+    e->outs_.push_back(std::move(o));
+  }
+  *out = std::move(e);
+  return Status::ok();
+}
+
+Executor::~Executor() {
+  for (void* m : persistent_) be_.deallocate(m);
+  if (arena_) be_.deallocate(arena_);
+}
+
+TensorArg Executor::arg(ValueId v) const {
+  const Value& val = g_.value(v);
+  return TensorArg{ptrs_[v], val.shape, val.dtype};
+}
+
+void Executor::run(const RunCtx& rc) { run_steps(rc, 0, plan_.schedule.size()); }
+
+void Executor::run_steps(const RunCtx& rc, size_t begin, size_t end) {
+  for (size_t s = begin; s < end; ++s) {
+    const Node& n = g_.node(plan_.schedule[s]);
+    be_.run(KernelArgs{n, ins_[s], outs_[s], rc});
+  }
+}
+
+void Executor::upload(ValueId v, const void* host) {
+  be_.copy_to_device(ptrs_[v], host, static_cast<size_t>(g_.value(v).bytes()));
+}
+void Executor::download(ValueId v, void* host) const {
+  be_.copy_to_host(host, ptrs_[v], static_cast<size_t>(g_.value(v).bytes()));
+}
+void Executor::zero(ValueId v) { be_.fill_zero(ptrs_[v], static_cast<size_t>(g_.value(v).bytes())); }
+
+}  // namespace loom

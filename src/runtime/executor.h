@@ -1,0 +1,62 @@
+// The executor: runs a planned program on a backend (docs/ARCHITECTURE.md, "Executor").
+//
+// Built once per program: it checks that the backend supports every node of the schedule,
+// allocates exactly the planned arena plus one block per persistent value (params, grads,
+// inputs), and then replays the schedule every run with the planned offsets — no allocation
+// in the step.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "graph/plan.h"
+
+namespace loom {
+
+class Executor {
+ public:
+  // Builds an executor or returns a Status naming the unsupported node / failed allocation.
+  static Status create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Runs the whole schedule.
+  void run(const RunCtx& rc);
+  // Runs schedule steps [begin, end) (used by the profiler and by tests that stop early).
+  void run_steps(const RunCtx& rc, size_t begin, size_t end);
+
+  // Device pointer of any value (arena or persistent).
+  void* ptr(ValueId v) const { return ptrs_[v]; }
+  TensorArg arg(ValueId v) const;
+
+  // Host <-> device helpers for persistent values and outputs.
+  void upload(ValueId v, const void* host);
+  void download(ValueId v, void* host) const;
+  void zero(ValueId v);
+
+  const Graph& graph() const { return g_; }
+  const MemoryPlan& plan() const { return plan_; }
+  Backend& backend() const { return be_; }
+  int64_t arena_bytes_allocated() const { return arena_bytes_; }
+
+ private:
+  Executor(Backend& be, const Graph& g, MemoryPlan plan) : be_(be), g_(g), plan_(std::move(plan)) {}
+  Backend& be_;
+  const Graph& g_;
+  MemoryPlan plan_;
+  void* arena_ = nullptr;
+  int64_t arena_bytes_ = 0;
+  std::vector<void*> persistent_;
+  std::vector<void*> ptrs_;
+  // Per scheduled node, the argument arrays, resolved once.
+  std::vector<std::vector<TensorArg>> ins_, outs_;
+};
+
+// Checks that `be` supports every scheduled node; returns a Status naming the first one that is
+// not (op, scope, dtypes).
+Status check_coverage(const Backend& be, const Graph& g, const std::vector<NodeId>& schedule);
+
+}  // namespace loom

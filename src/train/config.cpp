@@ -1,0 +1,285 @@
+#include "train/config.h"
+
+#include <toml++/toml.h>
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace loom {
+
+namespace {
+
+enum class KeyType { integer, number, string, dtype };
+
+const char* type_name(KeyType t) {
+  switch (t) {
+    case KeyType::integer: return "an integer";
+    case KeyType::number: return "a number";
+    case KeyType::string: return "a string";
+    case KeyType::dtype: return "a dtype name (float32, bfloat16, float16)";
+  }
+  return "?";
+}
+
+// One configuration key: where it lives in Config and how to read and print it.
+struct KeySpec {
+  const char* key;
+  KeyType type;
+  const char* help;
+  std::function<void(Config&, const toml::node&)> set_toml;  // throws std::invalid_argument
+  std::function<void(Config&, const std::string&)> set_text;
+  std::function<std::string(const Config&)> get;
+};
+
+std::string fmt_double(double v) {
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  std::string s = os.str();
+  if (s.find_first_of(".eE") == std::string::npos && s.find("inf") == std::string::npos && s != "nan") s += ".0";
+  return s;
+}
+
+int64_t parse_int(const std::string& s) {
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) throw std::invalid_argument("not an integer");
+  return v;
+}
+double parse_number(const std::string& s) {
+  size_t used = 0;
+  double v;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    throw std::invalid_argument("not a number");
+  }
+  if (used != s.size() || !std::isfinite(v)) throw std::invalid_argument("not a finite number");
+  return v;
+}
+DType parse_dtype(const std::string& s) {
+  auto d = dtype_from_name(s);
+  if (!d || *d == DType::i32) throw std::invalid_argument("not a float dtype");
+  return *d;
+}
+
+template <class Get>
+KeySpec make_int(const char* key, const char* help, Get ref) {
+  return {key, KeyType::integer, help,
+          [ref](Config& c, const toml::node& n) {
+            auto v = n.value<int64_t>();
+            if (!n.is_integer() || !v) throw std::invalid_argument("not an integer");
+            ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(*v);
+          },
+          [ref](Config& c, const std::string& s) { ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(parse_int(s)); },
+          [ref](const Config& c) { return std::to_string(ref(const_cast<Config&>(c))); }};
+}
+template <class Get>
+KeySpec make_number(const char* key, const char* help, Get ref) {
+  return {key, KeyType::number, help,
+          [ref](Config& c, const toml::node& n) {
+            if (!n.is_number()) throw std::invalid_argument("not a number");
+            ref(c) = *n.value<double>();
+          },
+          [ref](Config& c, const std::string& s) { ref(c) = parse_number(s); },
+          [ref](const Config& c) { return fmt_double(ref(const_cast<Config&>(c))); }};
+}
+template <class Get>
+KeySpec make_string(const char* key, const char* help, Get ref) {
+  return {key, KeyType::string, help,
+          [ref](Config& c, const toml::node& n) {
+            if (!n.is_string()) throw std::invalid_argument("not a string");
+            ref(c) = *n.value<std::string>();
+          },
+          [ref](Config& c, const std::string& s) { ref(c) = s; },
+          [ref](const Config& c) { return "\"" + ref(const_cast<Config&>(c)) + "\""; }};
+}
+template <class Get>
+KeySpec make_dtype(const char* key, const char* help, Get ref) {
+  return {key, KeyType::dtype, help,
+          [ref](Config& c, const toml::node& n) {
+            if (!n.is_string()) throw std::invalid_argument("not a string");
+            ref(c) = parse_dtype(*n.value<std::string>());
+          },
+          [ref](Config& c, const std::string& s) { ref(c) = parse_dtype(s); },
+          [ref](const Config& c) { return std::string("\"") + dtype_name(ref(const_cast<Config&>(c))) + "\""; }};
+}
+
+#define LOOM_REF(member) [](Config& c) -> auto& { return c.member; }
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> keys = {
+      make_int("seed", "seed of every random stream (init, data, dropout)", LOOM_REF(seed)),
+      make_string("device", "where to run: auto (the best available), cpu, or reference (slow oracle)", LOOM_REF(device)),
+      make_int("threads", "CPU threads (0 = all cores)", LOOM_REF(threads)),
+      make_string("model.kind", "model family: mlp_classifier", LOOM_REF(model.kind)),
+      make_dtype("model.dtype", "compute dtype of activations; params and optimizer state stay float32", LOOM_REF(model.dtype)),
+      make_int("model.hidden_size", "hidden width", LOOM_REF(model.hidden_size)),
+      make_int("model.num_classes", "output classes of the classifier", LOOM_REF(model.num_classes)),
+      make_number("model.dropout_rate", "dropout rate in [0, 1)", LOOM_REF(model.dropout_rate)),
+      make_number("model.layer_norm_eps", "LayerNorm epsilon (Flax default 1e-6)", LOOM_REF(model.layer_norm_eps)),
+      make_string("optimizer.name", "optimizer: adam", LOOM_REF(optimizer.name)),
+      make_number("optimizer.learning_rate", "learning rate", LOOM_REF(optimizer.learning_rate)),
+      make_number("optimizer.b1", "Adam beta1", LOOM_REF(optimizer.b1)),
+      make_number("optimizer.b2", "Adam beta2", LOOM_REF(optimizer.b2)),
+      make_number("optimizer.eps", "Adam epsilon", LOOM_REF(optimizer.eps)),
+      make_int("optimizer.num_minibatches", "gradient accumulation: minibatches per step (divides data.batch_size)",
+               LOOM_REF(optimizer.num_minibatches)),
+      make_string("data.kind", "data source: random_classification (the tutorial's fixed random batch)", LOOM_REF(data.kind)),
+      make_int("data.batch_size", "examples per optimizer step (all minibatches together)", LOOM_REF(data.batch_size)),
+      make_int("data.num_inputs", "input features of random_classification data", LOOM_REF(data.num_inputs)),
+      make_int("train.steps", "optimizer steps to run", LOOM_REF(train.steps)),
+      make_int("train.log_every", "log every N steps", LOOM_REF(train.log_every)),
+  };
+  return keys;
+}
+#undef LOOM_REF
+
+const KeySpec* find_key(const std::string& key) {
+  for (const KeySpec& k : schema())
+    if (key == k.key) return &k;
+  return nullptr;
+}
+
+std::string known_keys_near(const std::string& key) {
+  const std::string section = key.find('.') == std::string::npos ? "" : key.substr(0, key.find('.') + 1);
+  std::string out;
+  for (const KeySpec& k : schema()) {
+    const std::string name = k.key;
+    const bool same_section = section.empty() ? name.find('.') == std::string::npos : name.rfind(section, 0) == 0;
+    if (same_section) out += (out.empty() ? "" : ", ") + name;
+  }
+  if (out.empty())
+    for (const KeySpec& k : schema()) out += (out.empty() ? "" : ", ") + std::string(k.key);
+  return out;
+}
+
+void walk(Config& c, const toml::table& t, const std::string& prefix, const std::string& file) {
+  for (const auto& [k, node] : t) {
+    const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const toml::table* sub = node.as_table()) {
+      walk(c, *sub, key, file);
+      continue;
+    }
+    const KeySpec* spec = find_key(key);
+    if (!spec)
+      throw UserError(file + ": " + key, "unknown configuration key", "known keys here: " + known_keys_near(key) +
+                                                                          " (loom train --help-config lists all)");
+    try {
+      spec->set_toml(c, node);
+    } catch (const std::invalid_argument& e) {
+      throw UserError(file + ": " + key, std::string("expected ") + type_name(spec->type) + " (" + e.what() + ")",
+                      "write e.g. " + key + " = " + spec->get(Config{}));
+    }
+  }
+}
+
+}  // namespace
+
+void apply_override(Config& c, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw UserError("override '" + assignment + "'", "expected section.key=value", "for example optimizer.num_minibatches=4");
+  const std::string key = assignment.substr(0, eq);
+  const std::string val = assignment.substr(eq + 1);
+  const KeySpec* spec = find_key(key);
+  if (!spec) throw UserError("override " + key, "unknown configuration key", "known keys here: " + known_keys_near(key));
+  try {
+    spec->set_text(c, val);
+  } catch (const std::invalid_argument& e) {
+    throw UserError("override " + key, "'" + val + "' is not " + type_name(spec->type) + " (" + e.what() + ")",
+                    "write e.g. " + key + "=" + spec->get(Config{}));
+  }
+}
+
+void validate_config(const Config& c) {
+  const std::string& f = c.source.empty() ? std::string("config") : c.source;
+  auto need = [&](bool ok, const std::string& key, const std::string& problem, const std::string& hint) {
+    if (!ok) throw UserError(f + ": " + key, problem, hint);
+  };
+  need(c.device == "auto" || c.device == "cpu" || c.device == "reference", "device",
+       "unknown device '" + c.device + "'", "use auto, cpu or reference");
+  need(c.threads >= 0, "threads", "must be >= 0", "0 uses all cores");
+  need(c.model.kind == "mlp_classifier", "model.kind", "unknown model kind '" + c.model.kind + "'", "use mlp_classifier");
+  need(c.model.hidden_size >= 1, "model.hidden_size", "must be >= 1", "e.g. 256");
+  need(c.model.num_classes >= 1, "model.num_classes", "must be >= 1", "e.g. 100");
+  need(c.model.dropout_rate >= 0 && c.model.dropout_rate < 1, "model.dropout_rate", "must be in [0, 1)", "e.g. 0.1");
+  need(c.model.layer_norm_eps > 0, "model.layer_norm_eps", "must be positive", "Flax uses 1e-6");
+  need(c.optimizer.name == "adam", "optimizer.name", "unknown optimizer '" + c.optimizer.name + "'", "use adam");
+  need(c.optimizer.learning_rate >= 0, "optimizer.learning_rate", "must be >= 0", "e.g. 1e-3");
+  need(c.optimizer.b1 >= 0 && c.optimizer.b1 < 1, "optimizer.b1", "must be in [0, 1)", "Adam's default is 0.9");
+  need(c.optimizer.b2 >= 0 && c.optimizer.b2 < 1, "optimizer.b2", "must be in [0, 1)", "Adam's default is 0.999");
+  need(c.optimizer.eps >= 0, "optimizer.eps", "must be >= 0", "Adam's default is 1e-8");
+  need(c.optimizer.num_minibatches >= 1, "optimizer.num_minibatches", "must be >= 1", "1 means no accumulation");
+  need(c.data.kind == "random_classification", "data.kind", "unknown data kind '" + c.data.kind + "'",
+       "use random_classification");
+  need(c.data.batch_size >= 1, "data.batch_size", "must be >= 1", "e.g. 512");
+  need(c.data.batch_size % c.optimizer.num_minibatches == 0, "data.batch_size",
+       "batch size " + std::to_string(c.data.batch_size) + " is not divisible by optimizer.num_minibatches = " +
+           std::to_string(c.optimizer.num_minibatches),
+       "choose num_minibatches among the divisors of the batch size");
+  need(c.data.num_inputs >= 1, "data.num_inputs", "must be >= 1", "e.g. 128");
+  need(c.train.steps >= 0, "train.steps", "must be >= 0", "e.g. 5");
+  need(c.train.log_every >= 1, "train.log_every", "must be >= 1", "e.g. 1");
+}
+
+Config default_config(const std::vector<std::string>& overrides) {
+  Config c;
+  for (const std::string& o : overrides) apply_override(c, o);
+  validate_config(c);
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  Config c;
+  c.source = path;
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    const std::string desc(e.description());
+    if (desc.find("File could not be opened") != std::string::npos || desc.find("could not be opened") != std::string::npos)
+      throw UserError(path, "cannot open the config file", "check the path; example configs are in configs/");
+    throw UserError(path + ":" + std::to_string(where.line) + ":" + std::to_string(where.column),
+                    "invalid TOML: " + desc, "fix the syntax at that line");
+  }
+  walk(c, t, "", path);
+  for (const std::string& o : overrides) apply_override(c, o);
+  validate_config(c);
+  return c;
+}
+
+std::string config_to_toml(const Config& c) {
+  std::string out, section;
+  for (const KeySpec& k : schema()) {
+    const std::string key = k.key;
+    const size_t dot = key.find('.');
+    const std::string sec = dot == std::string::npos ? "" : key.substr(0, dot);
+    if (sec != section) {
+      out += "\n[" + sec + "]\n";
+      section = sec;
+    }
+    out += (dot == std::string::npos ? key : key.substr(dot + 1)) + " = " + k.get(c) + "\n";
+  }
+  return out;
+}
+
+std::string config_help() {
+  std::string out;
+  const Config d;
+  for (const KeySpec& k : schema()) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-28s %-10s default %-22s %s\n", k.key,
+                  k.type == KeyType::integer ? "int" : k.type == KeyType::number ? "number" : k.type == KeyType::dtype ? "dtype" : "string",
+                  k.get(d).c_str(), k.help);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace loom
