@@ -127,7 +127,8 @@ std::string verify_plan(const Graph& g, const MemoryPlan& p) {
   }
   for (NodeId n : p.schedule)
     for (ValueId v : g.node(n).in)
-      if (g.value(v).kind == ValueKind::activation && p.value_offset[v] < 0) return "an activation read has no storage";
+      if (g.value(p.value_root[v]).kind == ValueKind::activation && p.value_offset[v] < 0)
+        return "an activation read has no storage";
   if (p.arena_bytes < p.lower_bound_bytes) return "arena smaller than the live-bytes lower bound";
   return {};
 }

@@ -30,6 +30,10 @@ Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::uniqu
   e->ptrs_.assign(nv, nullptr);
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v) {
     const Value& val = g.value(v);
+    if (p.value_root[v] != v) {  // a view: its root (an earlier value) already has storage
+      e->ptrs_[v] = e->ptrs_[p.value_root[v]];
+      continue;
+    }
     if (val.kind == ValueKind::activation) {
       if (p.value_offset[v] >= 0) e->ptrs_[v] = static_cast<char*>(e->arena_) + p.value_offset[v];
       continue;

@@ -44,7 +44,8 @@ void infer_dense_grad_input(const Graph& g, const Node& n, ValueDesc* out) {
   const auto& a = attrs_of<DenseGradAttrs>(n);
   const Value& dy = in_val(g, n, 0);
   const Value& w = in_val(g, n, 1);
-  if (w.shape.rank != 2 || dy.shape.last() != w.shape[1]) op_fail(g, n, "dy's last dim must equal the kernel's N");
+  if (w.shape.rank != 2 || dy.shape.rank < 1 || dy.shape.last() != w.shape[1])
+    op_fail(g, n, "dy's last dim must equal the kernel's N");
   if (!dtype_is_float(a.out_dtype)) op_fail(g, n, "out_dtype must be a float dtype");
   out[0] = {dy.shape.with_last(w.shape[0]), a.out_dtype};
 }

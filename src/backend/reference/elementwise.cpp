@@ -1,0 +1,74 @@
+// Reference kernels for the elementwise structure ops (graph/ops/elementwise.cpp): dropout,
+// reshape, cast, add and in-place gradient accumulation.
+#include "backend/kernel_math.h"
+#include "backend/reference/util.h"
+#include "core/rng.h"
+#include "graph/graph.h"
+
+namespace loom {
+
+using refk::ld;
+using refk::st;
+
+// Inverted dropout: element i is kept iff kmath::dropout_keep(rng_uniform(key, i), keep) with
+// key = rng_key(seed, step, minibatch, stream) and keep = 1 − rate; kept elements are x / keep,
+// dropped ones 0. rate 0 is an exact copy.
+void ref_dropout(const KernelArgs& a) {
+  const auto& at = std::get<DropoutAttrs>(a.node.attrs);
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  const int64_t n = x.shape.numel();
+  LOOM_ASSERT(y.shape.numel() == n && y.dtype == x.dtype);
+  if (at.rate == 0.f) {
+    convert(x.data, x.dtype, y.data, y.dtype, static_cast<size_t>(n));
+    return;
+  }
+  const float keep = 1.f - at.rate;
+  const PhiloxKey key = rng_key(a.run.seed, a.run.step, a.run.minibatch, at.stream);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool kept = kmath::dropout_keep(rng_uniform(key, static_cast<uint64_t>(i)), keep);
+    st(y, i, kept ? ld(x, i) / static_cast<double>(keep) : 0.0);
+  }
+}
+
+// A view: the planner aliases the output to the input's storage, so there is nothing to do.
+void ref_reshape(const KernelArgs& a) {
+  LOOM_ASSERT(a.in[0].data == a.out[0].data, "reshape's output must alias its input");
+  LOOM_ASSERT(a.in[0].shape.numel() == a.out[0].shape.numel());
+}
+
+// Element-wise conversion with the core rounding rules (one correct rounding per element).
+void ref_cast(const KernelArgs& a) {
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  LOOM_ASSERT(x.shape.numel() == y.shape.numel());
+  convert(x.data, x.dtype, y.data, y.dtype, static_cast<size_t>(x.shape.numel()));
+}
+
+// y[i] = round(a[i] + b[i mod numel(b)]): b's shape is a suffix of a's. Floats add in double and
+// round once; int32 adds exactly with two's-complement wraparound.
+void ref_add(const KernelArgs& a) {
+  const TensorArg& x = a.in[0];
+  const TensorArg& b = a.in[1];
+  const TensorArg& y = a.out[0];
+  const int64_t n = x.shape.numel(), nb = b.shape.numel();
+  LOOM_ASSERT(y.shape.numel() == n && (nb > 0 || n == 0));
+  if (y.dtype == DType::i32) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t s = static_cast<uint32_t>(refk::ld_i32(x, i)) + static_cast<uint32_t>(refk::ld_i32(b, i % nb));
+      refk::st_i32(y, i, static_cast<int32_t>(s));
+    }
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) st(y, i, ld(x, i) + ld(b, i % nb));
+}
+
+// grad[i] += ct[i], in place in the persistent fp32 gradient buffer (input 0); no outputs.
+void ref_grad_accumulate(const KernelArgs& a) {
+  const TensorArg& acc = a.in[0];
+  const TensorArg& ct = a.in[1];
+  LOOM_ASSERT(acc.dtype == DType::f32 && acc.shape.numel() == ct.shape.numel());
+  for (int64_t i = 0; i < acc.shape.numel(); ++i) st(acc, i, ld(acc, i) + ld(ct, i));
+}
+
+}  // namespace loom

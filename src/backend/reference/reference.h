@@ -1,0 +1,27 @@
+// The reference backend: the oracle every fast kernel is checked against.
+//
+// Written for clarity, not speed: naive loops, every accumulation in double, elements read with
+// load_as_f32 and written with store_from_f32 (round to nearest even to the output dtype). It
+// supports every node the shape rules accept, in every dtype combination. Kernels live in one
+// file per op family (dense.cpp, norm.cpp, activation.cpp, elementwise.cpp, loss.cpp), mirroring
+// graph/ops/; the table that dispatches to them is generated from graph/ops.def in kernels.cpp;
+// the fused optimizer entry points are in optimizer.cpp.
+#pragma once
+#include "backend/host.h"
+
+namespace loom {
+
+// Indexed by OpKind, generated from graph/ops.def (kernels.cpp).
+extern const KernelFn kReferenceKernels[];
+
+class ReferenceBackend final : public HostBackend {
+ public:
+  ReferenceBackend() : HostBackend(kReferenceKernels) {}
+  const char* name() const override { return "reference"; }
+  // Every node the shape rules accept: a node only exists once its rule accepted it.
+  bool supports(const Graph&, const Node&) const override { return true; }
+  double grad_sq_norm(std::span<const OptimTensor> ts) override;
+  void adam_update(std::span<const OptimTensor> ts, const AdamHyper& h) override;
+};
+
+}  // namespace loom
