@@ -23,6 +23,10 @@ struct VjpCtx {
   std::vector<ValueId> in_ct;   // filled by the rule; kNoValue = zero / not needed
 
   const Value& in(int i) const { return g.value(node.in.at(i)); }
+  // The persistent gradient buffer of input i when it is a parameter, else kNoValue. A rule may
+  // accumulate into it directly with a kOpWritesInput0 op (e.g. embedding's scatter-add, which
+  // would otherwise need a dense [V, C] cotangent) and leave in_ct[i] as kNoValue.
+  ValueId param_grad(int i) const { return g.grad_of(node.in.at(i)); }
   ValueId in_id(int i) const { return node.in.at(i); }
   ValueId out_id(int i) const { return node.out.at(i); }
   // Emits a backward node in the forward node's scope and region.

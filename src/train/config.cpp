@@ -13,7 +13,7 @@ namespace loom {
 
 namespace {
 
-enum class KeyType { integer, number, string, dtype };
+enum class KeyType { integer, number, string, dtype, boolean };
 
 const char* type_name(KeyType t) {
   switch (t) {
@@ -21,6 +21,7 @@ const char* type_name(KeyType t) {
     case KeyType::number: return "a number";
     case KeyType::string: return "a string";
     case KeyType::dtype: return "a dtype name (float32, bfloat16, float16)";
+    case KeyType::boolean: return "true or false";
   }
   return "?";
 }
@@ -35,11 +36,11 @@ struct KeySpec {
   std::function<std::string(const Config&)> get;
 };
 
+// Shortest text that reads back as the same double (std::to_chars), so "0.9" stays "0.9".
 std::string fmt_double(double v) {
-  std::ostringstream os;
-  os.precision(17);
-  os << v;
-  std::string s = os.str();
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, ec == std::errc() ? end : buf);
   if (s.find_first_of(".eE") == std::string::npos && s.find("inf") == std::string::npos && s != "nan") s += ".0";
   return s;
 }
@@ -109,6 +110,21 @@ KeySpec make_dtype(const char* key, const char* help, Get ref) {
           [ref](const Config& c) { return std::string("\"") + dtype_name(ref(const_cast<Config&>(c))) + "\""; }};
 }
 
+template <class Get>
+KeySpec make_bool(const char* key, const char* help, Get ref) {
+  return {key, KeyType::boolean, help,
+          [ref](Config& c, const toml::node& n) {
+            if (!n.is_boolean()) throw std::invalid_argument("not a boolean");
+            ref(c) = *n.value<bool>();
+          },
+          [ref](Config& c, const std::string& s) {
+            if (s == "true" || s == "1") ref(c) = true;
+            else if (s == "false" || s == "0") ref(c) = false;
+            else throw std::invalid_argument("not a boolean");
+          },
+          [ref](const Config& c) { return std::string(ref(const_cast<Config&>(c)) ? "true" : "false"); }};
+}
+
 #define LOOM_REF(member) [](Config& c) -> auto& { return c.member; }
 
 const std::vector<KeySpec>& schema() {
@@ -116,28 +132,70 @@ const std::vector<KeySpec>& schema() {
       make_int("seed", "seed of every random stream (init, data, dropout)", LOOM_REF(seed)),
       make_string("device", "where to run: auto (the best available), cpu, or reference (slow oracle)", LOOM_REF(device)),
       make_int("threads", "CPU threads (0 = all cores)", LOOM_REF(threads)),
-      make_string("model.kind", "model family: mlp_classifier", LOOM_REF(model.kind)),
+      make_string("model.kind", "model family: mlp_classifier | transformer", LOOM_REF(model.kind)),
       make_dtype("model.dtype", "compute dtype of activations; params and optimizer state stay float32", LOOM_REF(model.dtype)),
       make_int("model.hidden_size", "hidden width", LOOM_REF(model.hidden_size)),
       make_int("model.num_classes", "output classes of the classifier", LOOM_REF(model.num_classes)),
       make_number("model.dropout_rate", "dropout rate in [0, 1)", LOOM_REF(model.dropout_rate)),
       make_number("model.layer_norm_eps", "LayerNorm epsilon (Flax default 1e-6)", LOOM_REF(model.layer_norm_eps)),
-      make_string("optimizer.name", "optimizer: adam", LOOM_REF(optimizer.name)),
-      make_number("optimizer.learning_rate", "learning rate", LOOM_REF(optimizer.learning_rate)),
+      make_int("model.num_layers", "transformer blocks", LOOM_REF(model.num_layers)),
+      make_int("model.head_dim", "attention head width; num_heads = hidden_size / head_dim", LOOM_REF(model.head_dim)),
+      make_int("model.mlp_expansion", "MLP hidden width = mlp_expansion × hidden_size", LOOM_REF(model.mlp_expansion)),
+      make_int("model.vocab_size", "token embedding rows", LOOM_REF(model.vocab_size)),
+      make_int("model.num_outputs", "output logits per position (the vocabulary for a language model)", LOOM_REF(model.num_outputs)),
+      make_int("model.max_seq_len", "rows of the learned position embedding", LOOM_REF(model.max_seq_len)),
+      make_dtype("model.softmax_dtype", "dtype of the attention logits and softmax", LOOM_REF(model.softmax_dtype)),
+      make_bool("model.causal_mask", "causal attention mask", LOOM_REF(model.causal_mask)),
+      make_string("model.remat", "remat regions: none, or comma-separated MLP, Attn, Block", LOOM_REF(model.remat)),
+      make_string("model.remat_policy", "what a remat region saves: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable, everything_saveable, save_only_these_names", LOOM_REF(model.remat_policy)),
+      make_string("model.remat_save_names", "save_only_these_names: comma-separated scope patterns, e.g. */attn/qkv", LOOM_REF(model.remat_save_names)),
+      make_bool("model.scan_layers", "parameter layout of files: stacked [num_layers, ...] (the tutorial's nn.scan); execution is the same", LOOM_REF(model.scan_layers)),
+      make_string("model.block_order", "mlp_first (the tutorial: x + mlp(x), then x + attn(x)) or attn_first (GPT-2)", LOOM_REF(model.block_order)),
+      make_string("optimizer.name", "optimizer: sgd, adam or adamw (Optax semantics)", LOOM_REF(optimizer.name)),
+      make_number("optimizer.learning_rate", "learning rate (the peak value when a warmup schedule is set)", LOOM_REF(optimizer.learning_rate)),
       make_number("optimizer.b1", "Adam beta1", LOOM_REF(optimizer.b1)),
       make_number("optimizer.b2", "Adam beta2", LOOM_REF(optimizer.b2)),
       make_number("optimizer.eps", "Adam epsilon", LOOM_REF(optimizer.eps)),
+      make_number("optimizer.eps_root", "Adam epsilon inside the square root", LOOM_REF(optimizer.eps_root)),
+      make_number("optimizer.momentum", "sgd momentum (0 = none)", LOOM_REF(optimizer.momentum)),
+      make_bool("optimizer.nesterov", "sgd Nesterov momentum", LOOM_REF(optimizer.nesterov)),
+      make_number("optimizer.weight_decay", "adamw decoupled weight decay", LOOM_REF(optimizer.weight_decay)),
+      make_string("optimizer.weight_decay_mask", "which params adamw decays: all, kernels (no biases, norms, embeddings), ndim2 (every tensor with 2+ dims, nanoGPT)", LOOM_REF(optimizer.weight_decay_mask)),
+      make_number("optimizer.clip_norm", "clip_by_global_norm before the optimizer (0 = off)", LOOM_REF(optimizer.clip_norm)),
+      make_string("optimizer.schedule", "learning-rate schedule: constant, warmup_cosine_decay, warmup_exponential_decay", LOOM_REF(optimizer.schedule.kind)),
+      make_number("optimizer.init_value", "schedule: value at step 0 (warmup start)", LOOM_REF(optimizer.schedule.init_value)),
+      make_int("optimizer.warmup_steps", "schedule: linear warmup steps", LOOM_REF(optimizer.schedule.warmup_steps)),
+      make_int("optimizer.decay_steps", "warmup_cosine_decay: total steps including warmup", LOOM_REF(optimizer.schedule.decay_steps)),
+      make_number("optimizer.end_value", "schedule: final value (cosine) or bound (exponential; 0 = none)", LOOM_REF(optimizer.schedule.end_value)),
+      make_number("optimizer.exponent", "warmup_cosine_decay exponent", LOOM_REF(optimizer.schedule.exponent)),
+      make_int("optimizer.transition_steps", "warmup_exponential_decay: steps per decay", LOOM_REF(optimizer.schedule.transition_steps)),
+      make_number("optimizer.decay_rate", "warmup_exponential_decay rate", LOOM_REF(optimizer.schedule.decay_rate)),
+      make_int("optimizer.transition_begin", "warmup_exponential_decay: steps after warmup before decay starts", LOOM_REF(optimizer.schedule.transition_begin)),
+      make_bool("optimizer.staircase", "warmup_exponential_decay: decay in discrete steps", LOOM_REF(optimizer.schedule.staircase)),
+      make_string("optimizer.loss_scale", "float16 loss scaling: dynamic (GradScaler), static, or none", LOOM_REF(optimizer.loss_scale)),
+      make_number("optimizer.loss_scale_init", "initial (or static) loss scale", LOOM_REF(optimizer.loss_scale_init)),
+      make_number("optimizer.loss_scale_growth", "dynamic: factor after loss_scale_interval finite steps", LOOM_REF(optimizer.loss_scale_growth)),
+      make_number("optimizer.loss_scale_backoff", "dynamic: factor after a non-finite step", LOOM_REF(optimizer.loss_scale_backoff)),
+      make_int("optimizer.loss_scale_interval", "dynamic: finite steps before growing", LOOM_REF(optimizer.loss_scale_interval)),
       make_int("optimizer.num_minibatches", "gradient accumulation: minibatches per step (divides data.batch_size)",
                LOOM_REF(optimizer.num_minibatches)),
-      make_string("data.kind", "data source: random_classification (the tutorial's fixed random batch)", LOOM_REF(data.kind)),
+      make_string("data.kind", "data source: random_classification or random_tokens (the tutorials' fixed random batches)", LOOM_REF(data.kind)),
       make_int("data.batch_size", "examples per optimizer step (all minibatches together)", LOOM_REF(data.batch_size)),
       make_int("data.num_inputs", "input features of random_classification data", LOOM_REF(data.num_inputs)),
+      make_int("data.seq_len", "tokens per sequence", LOOM_REF(data.seq_len)),
+      make_int("data.vocab_size", "random_tokens: tokens drawn from [1, vocab_size)", LOOM_REF(data.vocab_size)),
       make_int("train.steps", "optimizer steps to run", LOOM_REF(train.steps)),
       make_int("train.log_every", "log every N steps", LOOM_REF(train.log_every)),
+      make_string("train.metrics_file", "JSONL file with one object per logged step (empty = none)", LOOM_REF(train.metrics_file)),
   };
   return keys;
 }
 #undef LOOM_REF
+
+const Config& defaults() {
+  static const Config d;
+  return d;
+}
 
 const KeySpec* find_key(const std::string& key) {
   for (const KeySpec& k : schema())
@@ -173,7 +231,7 @@ void walk(Config& c, const toml::table& t, const std::string& prefix, const std:
       spec->set_toml(c, node);
     } catch (const std::invalid_argument& e) {
       throw UserError(file + ": " + key, std::string("expected ") + type_name(spec->type) + " (" + e.what() + ")",
-                      "write e.g. " + key + " = " + spec->get(Config{}));
+                      "write e.g. " + key + " = " + spec->get(defaults()));
     }
   }
 }
@@ -192,7 +250,7 @@ void apply_override(Config& c, const std::string& assignment) {
     spec->set_text(c, val);
   } catch (const std::invalid_argument& e) {
     throw UserError("override " + key, "'" + val + "' is not " + type_name(spec->type) + " (" + e.what() + ")",
-                    "write e.g. " + key + "=" + spec->get(Config{}));
+                    "write e.g. " + key + "=" + spec->get(defaults()));
   }
 }
 
@@ -204,19 +262,67 @@ void validate_config(const Config& c) {
   need(c.device == "auto" || c.device == "cpu" || c.device == "reference", "device",
        "unknown device '" + c.device + "'", "use auto, cpu or reference");
   need(c.threads >= 0, "threads", "must be >= 0", "0 uses all cores");
-  need(c.model.kind == "mlp_classifier", "model.kind", "unknown model kind '" + c.model.kind + "'", "use mlp_classifier");
+  need(c.model.kind == "mlp_classifier" || c.model.kind == "transformer", "model.kind",
+       "unknown model kind '" + c.model.kind + "'", "use mlp_classifier or transformer");
   need(c.model.hidden_size >= 1, "model.hidden_size", "must be >= 1", "e.g. 256");
   need(c.model.num_classes >= 1, "model.num_classes", "must be >= 1", "e.g. 100");
   need(c.model.dropout_rate >= 0 && c.model.dropout_rate < 1, "model.dropout_rate", "must be in [0, 1)", "e.g. 0.1");
   need(c.model.layer_norm_eps > 0, "model.layer_norm_eps", "must be positive", "Flax uses 1e-6");
-  need(c.optimizer.name == "adam", "optimizer.name", "unknown optimizer '" + c.optimizer.name + "'", "use adam");
+  need(c.optimizer.name == "adam" || c.optimizer.name == "adamw" || c.optimizer.name == "sgd", "optimizer.name",
+       "unknown optimizer '" + c.optimizer.name + "'", "use sgd, adam or adamw");
+  need(c.optimizer.weight_decay_mask == "all" || c.optimizer.weight_decay_mask == "kernels" ||
+           c.optimizer.weight_decay_mask == "ndim2",
+       "optimizer.weight_decay_mask", "unknown mask '" + c.optimizer.weight_decay_mask + "'", "use all, kernels or ndim2");
+  need(c.optimizer.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", "e.g. 0.1");
+  need(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1, "optimizer.momentum", "must be in [0, 1)", "e.g. 0.9");
+  need(c.optimizer.clip_norm >= 0, "optimizer.clip_norm", "must be >= 0", "0 disables clipping; GPT-2 uses 1.0");
+  need(c.optimizer.loss_scale == "dynamic" || c.optimizer.loss_scale == "static" || c.optimizer.loss_scale == "none",
+       "optimizer.loss_scale", "unknown loss scaling '" + c.optimizer.loss_scale + "'", "use dynamic, static or none");
+  need(c.optimizer.loss_scale_init > 0, "optimizer.loss_scale_init", "must be positive", "GradScaler's default is 65536");
+  need(c.optimizer.loss_scale_growth >= 1, "optimizer.loss_scale_growth", "must be >= 1", "GradScaler's default is 2");
+  need(c.optimizer.loss_scale_backoff > 0 && c.optimizer.loss_scale_backoff < 1, "optimizer.loss_scale_backoff",
+       "must be in (0, 1)", "GradScaler's default is 0.5");
+  need(c.optimizer.loss_scale_interval >= 1, "optimizer.loss_scale_interval", "must be >= 1", "GradScaler's default is 2000");
+  {
+    ScheduleSpec s = c.optimizer.schedule;
+    s.value = c.optimizer.learning_rate;
+    try {
+      validate_schedule(s, "optimizer.");
+    } catch (const UserError& e) {
+      throw UserError(f + ": " + e.subject(), std::string(e.what()).substr(e.subject().size() + 2), e.hint());
+    }
+  }
   need(c.optimizer.learning_rate >= 0, "optimizer.learning_rate", "must be >= 0", "e.g. 1e-3");
   need(c.optimizer.b1 >= 0 && c.optimizer.b1 < 1, "optimizer.b1", "must be in [0, 1)", "Adam's default is 0.9");
   need(c.optimizer.b2 >= 0 && c.optimizer.b2 < 1, "optimizer.b2", "must be in [0, 1)", "Adam's default is 0.999");
   need(c.optimizer.eps >= 0, "optimizer.eps", "must be >= 0", "Adam's default is 1e-8");
   need(c.optimizer.num_minibatches >= 1, "optimizer.num_minibatches", "must be >= 1", "1 means no accumulation");
-  need(c.data.kind == "random_classification", "data.kind", "unknown data kind '" + c.data.kind + "'",
-       "use random_classification");
+  need(c.data.kind == "random_classification" || c.data.kind == "random_tokens", "data.kind",
+       "unknown data kind '" + c.data.kind + "'", "use random_classification or random_tokens");
+  if (c.model.kind == "transformer") {
+    need(c.model.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
+    need(c.model.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");
+    need(c.model.hidden_size % c.model.head_dim == 0, "model.hidden_size",
+         "hidden_size " + std::to_string(c.model.hidden_size) + " is not a multiple of model.head_dim " +
+             std::to_string(c.model.head_dim),
+         "num_heads = hidden_size / head_dim must be whole: change either");
+    need(c.model.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
+    need(c.model.vocab_size >= 2, "model.vocab_size", "must be >= 2", "e.g. 2048");
+    need(c.model.num_outputs >= 1, "model.num_outputs", "must be >= 1", "usually the vocabulary size");
+    need(c.model.max_seq_len >= 1, "model.max_seq_len", "must be >= 1", "e.g. 512");
+    need(c.data.seq_len >= 1 && c.data.seq_len <= c.model.max_seq_len, "data.seq_len",
+         "seq_len " + std::to_string(c.data.seq_len) + " is outside [1, model.max_seq_len = " +
+             std::to_string(c.model.max_seq_len) + "]",
+         "raise model.max_seq_len or shorten data.seq_len");
+    need(c.model.block_order == "mlp_first" || c.model.block_order == "attn_first", "model.block_order",
+         "unknown block order '" + c.model.block_order + "'", "use mlp_first or attn_first");
+    need(c.data.kind == "random_tokens", "data.kind", "a transformer needs token data", "use random_tokens");
+    need(c.data.vocab_size >= 2 && c.data.vocab_size <= c.model.vocab_size, "data.vocab_size",
+         "must be in [2, model.vocab_size]", "tokens must be valid embedding rows");
+  } else {
+    need(c.data.kind == "random_classification", "data.kind", "the mlp_classifier needs random_classification data",
+         "use random_classification");
+  }
   need(c.data.batch_size >= 1, "data.batch_size", "must be >= 1", "e.g. 512");
   need(c.data.batch_size % c.optimizer.num_minibatches == 0, "data.batch_size",
        "batch size " + std::to_string(c.data.batch_size) + " is not divisible by optimizer.num_minibatches = " +
@@ -271,11 +377,15 @@ std::string config_to_toml(const Config& c) {
 
 std::string config_help() {
   std::string out;
-  const Config d;
+  const Config& d = defaults();
   for (const KeySpec& k : schema()) {
     char line[256];
     std::snprintf(line, sizeof line, "  %-28s %-10s default %-22s %s\n", k.key,
-                  k.type == KeyType::integer ? "int" : k.type == KeyType::number ? "number" : k.type == KeyType::dtype ? "dtype" : "string",
+                  k.type == KeyType::integer  ? "int"
+                  : k.type == KeyType::number ? "number"
+                  : k.type == KeyType::dtype  ? "dtype"
+                  : k.type == KeyType::boolean ? "bool"
+                                              : "string",
                   k.get(d).c_str(), k.help);
     out += line;
   }

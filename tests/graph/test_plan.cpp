@@ -19,7 +19,8 @@ Graph random_graph(uint32_t seed, int nodes) {
   Graph g;
   std::vector<ValueId> pool;
   const int64_t rows = 1 + rng() % 8;
-  for (int i = 0; i < 3; ++i) pool.push_back(g.add_input("x" + std::to_string(i), Shape{rows, 1 + int64_t(rng() % 64)}, DType::f32));
+  for (const char* name : {"x0", "x1", "x2"})
+    pool.push_back(g.add_input(name, Shape{rows, 1 + int64_t(rng() % 64)}, DType::f32));
   for (int i = 0; i < nodes; ++i) {
     const ValueId a = pool[rng() % pool.size()];
     const Value av = g.value(a);
@@ -91,7 +92,9 @@ TEST(MemoryPlan, ViewsAliasTheirRootAndExtendItsLife) {
   EXPECT_NE(p.value_offset[a], p.value_offset[b]);
   for (const BufferInfo& bi : p.buffers) {
     EXPECT_NE(bi.value, v) << "a view must not own storage";
-    if (bi.value == a) EXPECT_EQ(bi.last, 3);
+    if (bi.value == a) {
+      EXPECT_EQ(bi.last, 3);
+    }
   }
 }
 

@@ -1,0 +1,56 @@
+// safetensors files (huggingface/safetensors "Format"; docs: shared/REFERENCE.md section 7):
+// loom's checkpoints and the JAX golden files in tests/golden/ both use it.
+//
+// Layout: an unsigned little-endian u64 N, then N bytes of UTF-8 JSON that begins with '{'
+// (padded at the end with spaces), then the byte buffer. The header maps each tensor name to
+// {"dtype", "shape", "data_offsets": [begin, end)} (offsets relative to the buffer), plus an
+// optional "__metadata__" string->string object. Tensor data is little-endian, row-major, and
+// the tensors cover the buffer exactly: no holes, no overlaps, nothing after the last one.
+//
+// loom reads and writes the dtypes it has: F32, BF16, F16, I32. Any other dtype in a file
+// (I64, F64, ...) is reported as an error rather than converted.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+
+namespace loom {
+
+struct StTensor {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  // shape.numel() * dtype_size(dtype) bytes, little-endian, row-major.
+  std::vector<unsigned char> bytes;
+};
+
+// The safetensors dtype string: "F32", "BF16", "F16", "I32".
+const char* safetensors_dtype_name(DType dt);
+
+// Reads and validates a whole file. Tensors come back in the order of their data in the file
+// (for a file written by write_safetensors: the order they were given in). When `metadata` is
+// non-null it is replaced by the file's "__metadata__" (empty if the file has none).
+//
+// Every problem with the file (missing or unreadable, header length, JSON, a bad entry, an
+// unsupported dtype, offsets outside the buffer, a size that does not match dtype x shape,
+// overlapping tensors, holes, a truncated buffer) throws loom::UserError whose subject is
+// `path`, whose message names the tensor and what is wrong, and whose hint says what to do.
+std::vector<StTensor> read_safetensors(const std::string& path,
+                                       std::map<std::string, std::string>* metadata = nullptr);
+
+// Writes `tensors` in the given order, with `metadata` as "__metadata__" (omitted when empty).
+// The header is padded with spaces to a multiple of 8 bytes. The data goes to `path + ".tmp"`,
+// which is fsync'ed and then renamed over `path` (and the directory fsync'ed), so a crash or a
+// full disk leaves either the old file or the new one, never a broken one. On failure the
+// temporary file is removed, `path` is left as it was, and std::runtime_error names the path
+// and the errno text.
+//
+// Bad arguments (an empty, duplicate or "__metadata__" name, bytes that do not match dtype x
+// shape, a negative dimension) throw std::invalid_argument before anything is written.
+void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace loom
