@@ -51,13 +51,21 @@ struct OptimTensor {
   float weight_decay = 0.f;  // decoupled (AdamW) decay for this tensor; 0 where the mask excludes it
 };
 
-// Optax adam / adamw semantics (REFERENCE.md §4.3 and optax's scale_by_adam):
-//   g  = grad · grad_scale               (1/loss-scale and clipping folded into one factor)
-//   mu = b1·mu + (1−b1)·g;  nu = b2·nu + (1−b2)·g²
-//   u  = (mu / (1−b1^count)) / (sqrt(nu / (1−b2^count) + eps_root) + eps)  + wd·param
+enum class OptimKind : uint8_t { sgd, adam };
+
+// One fused optimizer update with Optax's semantics. For every element, g = grad · grad_scale
+// (1/loss-scale and the clip factor folded into one multiplier), then:
+//   adam / adamw (optax scale_by_adam + add_decayed_weights + scale_by_learning_rate):
+//     mu = b1·mu + (1−b1)·g;  nu = b2·nu + (1−b2)·g²
+//     u  = (mu / (1−b1^count)) / (sqrt(nu / (1−b2^count) + eps_root) + eps) + wd·param
+//   sgd (optax trace + scale_by_learning_rate; mu is the trace, used when momentum > 0):
+//     mu = g + momentum·mu;  u = nesterov ? g + momentum·mu : mu      (u = g without momentum)
 //   param −= lr · u
-struct AdamHyper {
+struct OptimHyper {
+  OptimKind kind = OptimKind::adam;
   float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, eps_root = 0.f;
+  float momentum = 0.f;
+  bool nesterov = false;
   int64_t count = 1;  // step number after increment (1 on the first update)
   float grad_scale = 1.f;
 };
@@ -88,7 +96,7 @@ class Backend {
   // non-finite gradient makes the result non-finite).
   virtual double grad_sq_norm(std::span<const OptimTensor> ts) = 0;
   // Fused optimizer: one pass over params, grads and moments, updating in place.
-  virtual void adam_update(std::span<const OptimTensor> ts, const AdamHyper& h) = 0;
+  virtual void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) = 0;
 };
 
 }  // namespace loom

@@ -2,7 +2,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <chrono>
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "nn/summary.h"
 #include "train/config.h"
 #include "train/data.h"
+#include "train/loop.h"
 #include "train/trainer.h"
 
 namespace {
@@ -43,21 +45,19 @@ int cmd_train(const std::string& path, const std::vector<std::string>& overrides
              c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es");
   Trainer t(c, *be);
   const MemoryPlan& p = t.plan();
-  fmt::print("program: {} nodes, activation arena {:.1f} KiB (lower bound {:.1f} KiB), params {:.1f} KiB\n",
-             p.schedule.size(), p.arena_bytes / 1024.0, p.lower_bound_bytes / 1024.0, p.param_bytes / 1024.0);
-  const Batch batch = random_classification_batch(c);
-  Metrics total;
-  for (int64_t s = 0; s < c.train.steps; ++s) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const Metrics m = t.step(batch);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    add_metrics(total, m);
-    if ((s + 1) % c.train.log_every == 0 || s + 1 == c.train.steps)
-      fmt::print("step {}/{}  loss {:.6f}  accuracy {:.6f}  {:.2f} ms/step  {:.0f} examples/s\n", s + 1,
-                 c.train.steps, m.at("loss").mean(), m.at("accuracy").mean(), ms, c.data.batch_size / (ms / 1e3));
-  }
-  std::fflush(stdout);
-  fmt::print("{}", format_metrics(total, fmt::format("Minibatch {}", c.optimizer.num_minibatches)));
+  fmt::print("program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
+             p.schedule.size(), p.param_bytes / 4, p.arena_bytes / 1048576.0, p.lower_bound_bytes / 1048576.0);
+  const Batch batch = make_batch(c);
+  LoopOptions o;
+  o.steps = c.train.steps;
+  o.log_every = c.train.log_every;
+  o.metrics_file = c.train.metrics_file;
+  o.progress_bar = isatty(STDOUT_FILENO);
+  const Metrics total = run_training(t, batch, o);
+  const std::string title = c.model.kind == "mlp_classifier"
+                                ? fmt::format("Minibatch {}", c.optimizer.num_minibatches)
+                                : fmt::format("Final metrics - {}", t.model().name);
+  fmt::print("{}", format_metrics(total, title));
   return 0;
 }
 

@@ -53,8 +53,14 @@ struct DropoutAttrs {
   bool operator==(const DropoutAttrs&) const = default;
 };
 
+struct AttentionAttrs {
+  bool causal = false;                 // mask key j > query i (nn.make_causal_mask)
+  DType softmax_dtype = DType::f32;    // dtype of the logits and the softmax (the tutorial's softmax_dtype)
+  bool operator==(const AttentionAttrs&) const = default;
+};
+
 using Attrs = std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DTypeAttrs, ReduceAttrs,
-                           ShapeAttrs, LayerNormAttrs, DropoutAttrs>;
+                           ShapeAttrs, LayerNormAttrs, DropoutAttrs, AttentionAttrs>;
 
 enum class OpKind : uint16_t {
 #define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) name,

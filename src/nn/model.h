@@ -2,6 +2,8 @@
 // for autodiff. Built per (config, minibatch size, train/eval); planned once; run every minibatch.
 #pragma once
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -16,6 +18,8 @@ struct ModelGraph {
   ValueId loss_sum = kNoValue;  // f32 scalar: Σ over the minibatch of the per-example loss
   ValueId correct = kNoValue;   // i32 scalar: examples whose argmax equals the label
   int64_t examples = 0;         // rows the loss is summed over (the metric's count)
+  // Inputs whose contents never change (e.g. position ids), uploaded once by the trainer.
+  std::vector<std::pair<ValueId, std::vector<unsigned char>>> constants;
 };
 
 // Adds the softmax cross-entropy loss and accuracy on `logits` (f32 [..., V]) against `labels`,

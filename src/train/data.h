@@ -18,4 +18,11 @@ struct Batch {
 // uniform in [0, num_classes), drawn from the seed. The same batch every step, as in the tutorial.
 Batch random_classification_batch(const Config& c);
 
+// The tutorial's language-model batch: tokens [batch, seq_len] uniform in [1, vocab_size) from
+// the seed; inputs are the tokens shifted right with a 0 in front, labels are the tokens.
+Batch random_tokens_batch(const Config& c);
+
+// The configured data source's batch (both kinds are one fixed batch, as in the tutorials).
+Batch make_batch(const Config& c);
+
 }  // namespace loom

@@ -1,13 +1,35 @@
 #include "train/trainer.h"
 
+#include <chrono>
 #include <stdexcept>
 
 #include "core/error.h"
 #include "graph/autodiff.h"
 #include "nn/mlp_classifier.h"
+#include "nn/transformer.h"
 #include "train/init.h"
 
 namespace loom {
+
+namespace {
+// model.remat: "", "none", or a comma-separated subset of MLP, Attn, Block.
+void parse_remat(const std::string& s, nn::TransformerSpec& t) {
+  if (s.empty() || s == "none") return;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(start, end - start);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    if (item == "MLP") t.remat_mlp = true;
+    else if (item == "Attn") t.remat_attn = true;
+    else if (item == "Block") t.remat_block = true;
+    else throw UserError("model.remat", "unknown remat region '" + item + "'", "use none, or a comma-separated subset of MLP, Attn, Block");
+    start = end + 1;
+  }
+}
+}  // namespace
 
 nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train) {
   if (c.model.kind == "mlp_classifier") {
@@ -20,7 +42,25 @@ nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train) {
     s.layer_norm_eps = static_cast<float>(c.model.layer_norm_eps);
     return nn::build_mlp_classifier(s, minibatch, train);
   }
-  throw UserError("model.kind", "unknown model kind '" + c.model.kind + "'", "use mlp_classifier");
+  if (c.model.kind == "transformer") {
+    nn::TransformerSpec s;
+    s.dtype = c.model.dtype;
+    s.softmax_dtype = c.model.softmax_dtype;
+    s.hidden_size = c.model.hidden_size;
+    s.num_layers = c.model.num_layers;
+    s.head_dim = c.model.head_dim;
+    s.mlp_expansion = c.model.mlp_expansion;
+    s.vocab_size = c.model.vocab_size;
+    s.num_outputs = c.model.num_outputs;
+    s.max_seq_len = c.model.max_seq_len;
+    s.dropout_rate = static_cast<float>(c.model.dropout_rate);
+    s.layer_norm_eps = static_cast<float>(c.model.layer_norm_eps);
+    s.causal_mask = c.model.causal_mask;
+    s.attn_first = c.model.block_order == "attn_first";
+    parse_remat(c.model.remat, s);
+    return nn::build_transformer(s, minibatch, c.data.seq_len, train);
+  }
+  throw UserError("model.kind", "unknown model kind '" + c.model.kind + "'", "use mlp_classifier or transformer");
 }
 
 Trainer::Trainer(const Config& c, Backend& be) : cfg_(c), be_(be) {
@@ -31,42 +71,31 @@ Trainer::Trainer(const Config& c, Backend& be) : cfg_(c), be_(be) {
   build_backward(g, model_.loss_sum, dloss_);
   MemoryPlan plan = plan_memory(g, default_schedule(g));
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
-
+  for (const auto& [v, bytes] : model_.constants) exec_->upload(v, bytes.data());
   std::vector<float> host;
   for (const Param& p : g.params()) {
     init_param(g, p, c.seed, host);
     exec_->upload(p.value, host.data());
-    OptimTensor t;
-    t.param = static_cast<float*>(exec_->ptr(p.value));
-    t.grad = static_cast<float*>(exec_->ptr(p.grad));
-    t.n = g.value(p.value).shape.numel();
-    for (float** m : {&t.mu, &t.nu}) {
-      void* buf = be.allocate(static_cast<size_t>(t.n) * sizeof(float));
-      if (!buf) throw std::runtime_error("could not allocate optimizer state for '" + g.value(p.value).name + "'");
-      be.fill_zero(buf, static_cast<size_t>(t.n) * sizeof(float));
-      opt_state_.push_back(buf);
-      *m = static_cast<float*>(buf);
-    }
-    opt_.push_back(t);
   }
+  opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_);
 }
 
-Trainer::~Trainer() {
-  for (void* m : opt_state_) be_.deallocate(m);
-}
+Trainer::~Trainer() = default;
 
-Metrics Trainer::step(const Batch& batch) {
+StepReport Trainer::step(const Batch& batch) {
+  const auto t0 = std::chrono::steady_clock::now();
   const Graph& g = model_.graph;
   const int64_t nmb = cfg_.optimizer.num_minibatches;
   LOOM_ASSERT(batch.batch_size == cfg_.data.batch_size, "batch size differs from the configured one");
   for (const Param& p : g.params()) exec_->zero(p.grad);
-  // d(loss_sum)/d(loss) for loss = mean over the whole batch: each minibatch's mean, averaged
-  // over minibatches, is Σ/batch_size.
-  const float seed = 1.0f / static_cast<float>(batch.batch_size);
+  // Seed of d(loss_sum): the loss is the mean over every example (token) of the batch — each
+  // minibatch's mean, averaged over minibatches, is Σ / (examples per minibatch × minibatches) —
+  // times the fp16 loss scale.
+  const auto seed = static_cast<float>(opt_->loss_scale() / static_cast<double>(model_.examples * nmb));
   exec_->upload(dloss_, &seed);
   const size_t in_bytes = static_cast<size_t>(g.value(model_.inputs).bytes());
   const size_t lab_count = static_cast<size_t>(g.value(model_.labels).shape.numel());
-  Metrics m;
+  StepReport r;
   for (int64_t i = 0; i < nmb; ++i) {
     exec_->upload(model_.inputs, batch.inputs.data() + static_cast<size_t>(i) * in_bytes);
     exec_->upload(model_.labels, batch.labels.data() + static_cast<size_t>(i) * lab_count);
@@ -75,25 +104,20 @@ Metrics Trainer::step(const Batch& batch) {
     int32_t correct = 0;
     exec_->download(model_.loss_sum, &loss);
     exec_->download(model_.correct, &correct);
-    m["loss"].sum += loss;
-    m["loss"].count += model_.examples;
-    m["accuracy"].sum += correct;
-    m["accuracy"].count += model_.examples;
+    r.metrics["loss"].sum += loss;
+    r.metrics["loss"].count += model_.examples;
+    r.metrics["accuracy"].sum += correct;
+    r.metrics["accuracy"].count += model_.examples;
   }
-  AdamHyper h;
-  h.lr = static_cast<float>(cfg_.optimizer.learning_rate);
-  h.b1 = static_cast<float>(cfg_.optimizer.b1);
-  h.b2 = static_cast<float>(cfg_.optimizer.b2);
-  h.eps = static_cast<float>(cfg_.optimizer.eps);
-  h.count = step_ + 1;
-  be_.adam_update(opt_, h);
+  r.opt = opt_->step();
   ++step_;
-  return m;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
 }
 
 std::vector<float> Trainer::param(const std::string& path) const {
   const ValueId v = model_.graph.input_by_name(path);
-  LOOM_ASSERT(v != kNoValue, "no parameter " + path);
+  if (v == kNoValue || !model_.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
   std::vector<float> out(static_cast<size_t>(model_.graph.value(v).shape.numel()));
   exec_->download(v, out.data());
   return out;
@@ -101,11 +125,18 @@ std::vector<float> Trainer::param(const std::string& path) const {
 
 std::vector<float> Trainer::grad(const std::string& path) const {
   const ValueId v = model_.graph.input_by_name(path);
-  LOOM_ASSERT(v != kNoValue, "no parameter " + path);
-  const ValueId gid = model_.graph.grad_of(v);
-  std::vector<float> out(static_cast<size_t>(model_.graph.value(gid).shape.numel()));
-  exec_->download(gid, out.data());
+  if (v == kNoValue || !model_.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
+  std::vector<float> out(static_cast<size_t>(model_.graph.value(v).shape.numel()));
+  exec_->download(model_.graph.grad_of(v), out.data());
   return out;
+}
+
+void Trainer::set_param(const std::string& path, const std::vector<float>& values) {
+  const ValueId v = model_.graph.input_by_name(path);
+  if (v == kNoValue || !model_.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
+  if (static_cast<int64_t>(values.size()) != model_.graph.value(v).shape.numel())
+    throw std::invalid_argument("wrong element count for parameter '" + path + "'");
+  exec_->upload(v, values.data());
 }
 
 }  // namespace loom

@@ -1,7 +1,8 @@
 // The training step (docs/ARCHITECTURE.md, "Train step"):
-//   zero grads; for each minibatch: upload its slice, set the loss seed 1/batch_size, run the
-//   forward+backward program (gradients accumulate in place), read loss and accuracy;
-//   then one fused optimizer pass updates params and moments in place.
+//   zero grads; for each minibatch: upload its slice, set the loss seed (loss scale / batch
+//   size), run the forward+backward program (gradients accumulate in place), read the loss sum
+//   and correct count; then the optimizer (train/optimizer.h) clips, checks and updates params
+//   and moments in one fused pass.
 // Params, grads and optimizer state are persistent fp32 buffers on the backend: never copied,
 // never duplicated (the tutorial's buffer donation).
 #pragma once
@@ -15,30 +16,38 @@
 #include "train/config.h"
 #include "train/data.h"
 #include "train/metrics.h"
+#include "train/optimizer.h"
 
 namespace loom {
 
 // Builds the configured model for one minibatch (train: dropout on).
 nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train);
 
+struct StepReport {
+  Metrics metrics;      // this step's (sum, count) pairs
+  OptimizerReport opt;  // lr, grad norm, loss scale, skipped
+  double seconds = 0;   // wall time of the step
+};
+
 class Trainer {
  public:
   // Builds, differentiates and plans the program and initialises the train state.
-  // Throws UserError for configuration problems; a Status failure (allocation) becomes a
-  // std::runtime_error with the message.
+  // Throws UserError for configuration problems and std::runtime_error for resource failures.
   Trainer(const Config& c, Backend& be);
   ~Trainer();
 
-  // One optimizer step on `batch`; returns the step's metrics.
-  Metrics step(const Batch& batch);
+  StepReport step(const Batch& batch);
 
   int64_t steps_done() const { return step_; }
+  const Config& config() const { return cfg_; }
   const nn::ModelGraph& model() const { return model_; }
   const MemoryPlan& plan() const { return exec_->plan(); }
   Executor& executor() { return *exec_; }
-  // Host copies of parameters (by path) and their gradients from the last step.
+  Optimizer& optimizer() { return *opt_; }
+  // Host copies of a parameter (by path) and of its gradient from the last step.
   std::vector<float> param(const std::string& path) const;
   std::vector<float> grad(const std::string& path) const;
+  void set_param(const std::string& path, const std::vector<float>& values);
 
  private:
   Config cfg_;
@@ -46,8 +55,7 @@ class Trainer {
   nn::ModelGraph model_;
   ValueId dloss_ = kNoValue;
   std::unique_ptr<Executor> exec_;
-  std::vector<OptimTensor> opt_;
-  std::vector<void*> opt_state_;
+  std::unique_ptr<Optimizer> opt_;
   int64_t step_ = 0;
 };
 

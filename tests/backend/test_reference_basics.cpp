@@ -243,10 +243,10 @@ TEST(ReferenceBasics, AdamFirstStep) {
   ReferenceBackend be;
   std::vector<float> p{1.f, -2.f}, g{0.5f, -4.f}, mu{0, 0}, nu{0, 0};
   const OptimTensor t[] = {{p.data(), g.data(), mu.data(), nu.data(), 2, 0.f}};
-  AdamHyper h;
+  OptimHyper h;
   h.lr = 0.1f;
   h.eps = 1e-8f;
-  be.adam_update(t, h);
+  be.optimizer_update(t, h);
   EXPECT_FLOAT_EQ(p[0], 0.9f);
   EXPECT_FLOAT_EQ(p[1], -1.9f);
   EXPECT_FLOAT_EQ(mu[0], 0.05f);
@@ -266,7 +266,7 @@ TEST(ReferenceBasics, AdamWThirdStepWithScale) {
   ReferenceBackend be;
   std::vector<float> p{2.f}, g{-1.f}, mu{0.1f}, nu{0.01f};
   const OptimTensor t[] = {{p.data(), g.data(), mu.data(), nu.data(), 1, 0.01f}};
-  AdamHyper h;
+  OptimHyper h;
   h.lr = 0.05f;
   h.b1 = 0.9f;
   h.b2 = 0.99f;
@@ -274,7 +274,7 @@ TEST(ReferenceBasics, AdamWThirdStepWithScale) {
   h.eps_root = 1e-4f;
   h.count = 3;
   h.grad_scale = 0.5f;
-  be.adam_update(t, h);
+  be.optimizer_update(t, h);
   EXPECT_FLOAT_EQ(mu[0], 0.04f);
   EXPECT_FLOAT_EQ(nu[0], 0.0124f);
   const double mhat = 0.04 / 0.271, vhat = 0.0124 / 0.029701;

@@ -27,7 +27,7 @@ RunResult train_mlp(const std::string& device, const std::string& dtype, int min
   const Batch b = random_classification_batch(c);
   RunResult r;
   for (int s = 0; s < 5; ++s) {
-    const Metrics m = t.step(b);
+    const Metrics m = t.step(b).metrics;
     r.first_loss_per_step.push_back(static_cast<float>(m.at("loss").mean()));
     add_metrics(r.metrics, m);
   }

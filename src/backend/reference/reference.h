@@ -21,7 +21,7 @@ class ReferenceBackend final : public HostBackend {
   // Every node the shape rules accept: a node only exists once its rule accepted it.
   bool supports(const Graph&, const Node&) const override { return true; }
   double grad_sq_norm(std::span<const OptimTensor> ts) override;
-  void adam_update(std::span<const OptimTensor> ts, const AdamHyper& h) override;
+  void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override;
 };
 
 }  // namespace loom

@@ -1,0 +1,33 @@
+// The CPU backend: the fast host kernels (OpenMP + OpenBLAS sgemm), checked op by op against the
+// reference backend (tests/backend/test_ops.cpp).
+//
+// Numerics follow the reference backend's definitions (backend/reference/), with f32 instead of
+// double accumulation: dense rounds its operands to the compute dtype and runs fp32 sgemm on the
+// widened values, activations evaluate the shared kmath formulas in float, and every
+// reduction uses a fixed partition and order, so results are bitwise independent of the
+// thread count. Kernels live in one file per op family (dense.cpp, norm.cpp, activation.cpp,
+// elementwise.cpp, loss.cpp); kernels.cpp holds the table generated from graph/ops.def;
+// optimizer.cpp the fused optimizer passes.
+#pragma once
+#include "backend/host.h"
+
+namespace loom {
+
+// Indexed by OpKind, generated from graph/ops.def (kernels.cpp).
+extern const KernelFn kCpuKernels[];
+
+class CpuBackend final : public HostBackend {
+ public:
+  CpuBackend() : HostBackend(kCpuKernels) {}
+  const char* name() const override { return "cpu"; }
+  // Every node the shape rules accept: each kernel handles every dtype combination its rule
+  // lets through (16-bit floats via block conversion, int32 through core/dtype.h's convert).
+  bool supports(const Graph&, const Node&) const override { return true; }
+  // One parallel pass over all gradients; per-chunk double partial sums added in a fixed order.
+  double grad_sq_norm(std::span<const OptimTensor> ts) override;
+  // One parallel pass over param/grad/mu/nu of all tensors (optax sgd/adam/adamw, float arithmetic,
+  // bias corrections 1 − b^count computed once in float).
+  void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override;
+};
+
+}  // namespace loom

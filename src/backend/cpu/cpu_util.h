@@ -1,0 +1,200 @@
+// Helpers shared by the CPU kernels (header-only, internal to backend/cpu/): block conversions
+// between storage dtypes and f32, rounding to a compute dtype, fixed-order sums, parallel
+// thresholds and grow-only scratch buffers.
+//
+// Determinism: every reduction here has a summation order that depends only on the length of
+// what it sums, never on the thread count or the schedule.
+#pragma once
+#include <omp.h>
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace loom::cpuk {
+
+// Below this many elements an elementwise kernel runs on the calling thread: waking the pool
+// costs more than the work.
+inline constexpr int64_t kParallelMin = int64_t{1} << 15;
+// Elements per block in the elementwise kernels (the f32 staging buffer lives on the stack).
+inline constexpr int64_t kBlock = 2048;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- conversions -------------------------------------------------------------------------
+
+// dst[k] = float(src[off + k]) for k in [0, n); src holds elements of type dt. Exact for the
+// float dtypes (f16 widening uses F16C, which the dtype contract mirrors bit for bit).
+inline void load_f32(const void* src, DType dt, int64_t off, float* dst, int64_t n) {
+  switch (dt) {
+    case DType::f32:
+      std::memcpy(dst, static_cast<const float*>(src) + off, static_cast<size_t>(n) * 4);
+      return;
+    case DType::bf16: {
+      const auto* s = static_cast<const uint16_t*>(src) + off;
+      for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(s[i]) << 16);
+      return;
+    }
+    case DType::f16: {
+      const auto* s = static_cast<const uint16_t*>(src) + off;
+      int64_t i = 0;
+#if defined(__F16C__)
+      for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+#endif
+      for (; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::i32:
+      convert(static_cast<const int32_t*>(src) + off, DType::i32, dst, DType::f32, static_cast<size_t>(n));
+      return;
+  }
+  LOOM_ASSERT(false, "invalid dtype");
+}
+
+// dst[off + k] = round_dt(src[k]) for k in [0, n) (round to nearest even; the dtype.h contract).
+inline void store_f32(const float* src, void* dst, DType dt, int64_t off, int64_t n) {
+  switch (dt) {
+    case DType::f32:
+      std::memcpy(static_cast<float*>(dst) + off, src, static_cast<size_t>(n) * 4);
+      return;
+    case DType::bf16: {
+      auto* d = static_cast<uint16_t*>(dst) + off;
+      // f32_to_bf16, written branch-free so it vectorises.
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t u = std::bit_cast<uint32_t>(src[i]);
+        const uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        const uint32_t nan = (u >> 16) | 0x0040u;
+        d[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rne);
+      }
+      return;
+    }
+    case DType::f16: {
+      auto* d = static_cast<uint16_t*>(dst) + off;
+      int64_t i = 0;
+#if defined(__F16C__)
+      for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+      for (; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case DType::i32:
+      convert(src, DType::f32, static_cast<int32_t*>(dst) + off, DType::i32, static_cast<size_t>(n));
+      return;
+  }
+  LOOM_ASSERT(false, "invalid dtype");
+}
+
+// p[k] = round_to(dt, p[k]): the value after a store to dt and a load back.
+inline void round_inplace(float* p, int64_t n, DType dt) {
+  switch (dt) {
+    case DType::f32:
+      return;
+    case DType::bf16:
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t u = std::bit_cast<uint32_t>(p[i]);
+        const uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        const uint32_t nan = (u | 0x00400000u) & 0xffff0000u;
+        p[i] = std::bit_cast<float>((u & 0x7fffffffu) > 0x7f800000u ? nan : rne);
+      }
+      return;
+    case DType::f16: {
+      int64_t i = 0;
+#if defined(__F16C__)
+      for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(p + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(p + i),
+                                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+#endif
+      for (; i < n; ++i) p[i] = f16_to_f32(f32_to_f16(p[i]));
+      return;
+    }
+    case DType::i32:
+      for (int64_t i = 0; i < n; ++i) p[i] = round_to(DType::i32, p[i]);
+      return;
+  }
+  LOOM_ASSERT(false, "invalid dtype");
+}
+
+// Whether round_to(c, v) can change a value v that was loaded from dtype `from`.
+inline bool rounding_changes(DType from, DType c) { return c != DType::f32 && c != from; }
+
+// ---- fixed-order reductions ----------------------------------------------------------------
+
+// Σ p[k] in f32 with 8 interleaved partial sums combined in a fixed order: vectorisable, and
+// the result depends only on n and the values.
+inline float sum_f32(const float* p, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += p[i + l];
+  for (int l = 0; i < n; ++i, ++l) acc[l] += p[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// Σ a[k]·b[k] in f32, same fixed order as sum_f32.
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// ---- scratch -------------------------------------------------------------------------------
+
+// Grow-only per-thread scratch, `slot` selecting one of a few independent buffers. A stopgap
+// until the memory plan reserves kernel workspace: it keeps the step allocation-free after the
+// first run, but is invisible to `loom memory`. Pointers stay valid until the same thread asks
+// the same slot for more. Slots [0, kOuterSlot) are for row buffers used inside parallel
+// regions, slots [kOuterSlot, kNumSlots) for whole-tensor buffers the calling thread fills
+// before a parallel region (the calling thread is also a worker in that region).
+inline constexpr int kOuterSlot = 4;
+inline constexpr int kNumSlots = 8;
+inline float* scratch(int slot, int64_t n) {
+  thread_local std::vector<float> bufs[kNumSlots];
+  LOOM_ASSERT(slot >= 0 && slot < kNumSlots);
+  std::vector<float>& b = bufs[slot];
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+// t as f32, with every element rounded to compute dtype c: t's own memory when that needs no
+// conversion, otherwise a converted copy in scratch `slot` (converted in parallel).
+inline const float* f32_rounded(const TensorArg& t, DType c, int slot) {
+  const int64_t n = t.shape.numel();
+  const bool round = rounding_changes(t.dtype, c);
+  if (t.dtype == DType::f32 && !round) return t.as<float>();
+  float* s = scratch(slot, n);
+  const int64_t nb = ceil_div(n, kBlock);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * kBlock, len = n - off < kBlock ? n - off : kBlock;
+    load_f32(t.data, t.dtype, off, s + off, len);
+    if (round) round_inplace(s + off, len, c);
+  }
+  return s;
+}
+
+// A row of t (elements [off, off + n)) as f32: a pointer into t when it is f32, otherwise a
+// converted copy in this thread's row buffer `slot` (use distinct slots for rows needed at once).
+inline const float* row_f32(const TensorArg& t, int64_t off, int64_t n, int slot) {
+  if (t.dtype == DType::f32) return t.as<float>() + off;
+  float* s = scratch(slot, n);
+  load_f32(t.data, t.dtype, off, s, n);
+  return s;
+}
+
+}  // namespace loom::cpuk

@@ -1,0 +1,171 @@
+// CPU kernels for dense and its backward ops (graph/ops/dense.cpp): fp32 OpenBLAS sgemm.
+//
+// 16-bit operands are rounded to the compute dtype and widened to f32 first. bf16/f16 values are
+// exact in f32 and their products exact too, so sgemm on the widened copies is exactly "fp32
+// accumulation of the compute-dtype products"; the f32 result is then rounded to the compute
+// dtype, as the reference backend does in double.
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "backend/cpu/cpu_util.h"
+#include "graph/graph.h"
+
+namespace loom {
+
+using namespace cpuk;
+
+namespace {
+
+// C[M, N] = op(A) · op(B) in row-major f32 (A is [M, K], or [K, M] when ta; B is [K, N], or
+// [N, K] when tb); K == 0 gives zeros (sgemm rejects ld 0).
+//
+// OpenBLAS's own threading is not bitwise reproducible across thread counts (its partition and
+// kernel choice depend on the thread count), so we split C into a fixed grid of tiles chosen from
+// the shape alone and call a single-threaded sgemm per tile from our own OpenMP loop. Each
+// element's result then depends only on the shape.
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    std::fill(C, C + M * N, 0.f);
+    return;
+  }
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  // Tiles of at least kMinRows × kMinCols (packing each operand panel costs one pass over it,
+  // small next to the tile's multiply), at most kMaxTiles of them; rows are split first.
+  constexpr int64_t kMinRows = 128, kMinCols = 256, kMaxTiles = 16, kMinFlops = int64_t{1} << 21;
+  int64_t tr = 1, tc = 1;
+  if (M * N * K >= kMinFlops) {
+    tr = std::clamp<int64_t>(M / kMinRows, 1, kMaxTiles);
+    tc = std::clamp<int64_t>(N / kMinCols, 1, kMaxTiles / tr);
+  }
+  const int64_t ntiles = tr * tc;
+#pragma omp parallel for schedule(dynamic, 1) if (ntiles > 1)
+  for (int64_t t = 0; t < ntiles; ++t) {
+    // Inside the region nthreads-var is this implicit task's own copy: OpenBLAS (OpenMP build)
+    // reads it and runs single-threaded, whatever the team size.
+    omp_set_num_threads(1);
+    const int64_t i = t / tc, j = t % tc;
+    const int64_t m0 = i * M / tr, m1 = (i + 1) * M / tr, n0 = j * N / tc, n1 = (j + 1) * N / tc;
+    const float* a = ta ? A + m0 : A + m0 * lda;
+    const float* b = tb ? B + n0 * ldb : B + n0;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                static_cast<blasint>(m1 - m0), static_cast<blasint>(n1 - n0), static_cast<blasint>(K), 1.f, a,
+                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.f, C + m0 * N + n0,
+                static_cast<blasint>(N));
+  }
+}
+
+// Rows [0, M) of the f32 matrix acc[M, N]: acc = round_c(acc) (when round_first), then stored to
+// out (dtype of out) with one more rounding. Parallel over rows.
+void epilogue_store(float* acc, int64_t M, int64_t N, DType c, bool round_first, const TensorArg& out) {
+  const bool in_place = out.dtype == DType::f32 && out.data == acc;
+  if (in_place && !round_first) return;
+#pragma omp parallel for schedule(static) if (M * N >= kParallelMin)
+  for (int64_t m = 0; m < M; ++m) {
+    float* row = acc + m * N;
+    if (round_first) round_inplace(row, N, c);
+    if (!in_place) store_f32(row, out.data, out.dtype, m * N, N);
+  }
+}
+
+}  // namespace
+
+// y[m, n] = round_c(Σ_k round_c(x[m, k]) · round_c(W[k, n]))  (+ bias: round_c(y + round_c(b[n]))).
+void cpu_dense(const KernelArgs& a) {
+  const DType c = std::get<DenseAttrs>(a.node.attrs).compute;
+  const TensorArg& x = a.in[0];
+  const TensorArg& w = a.in[1];
+  const TensorArg& y = a.out[0];
+  const int64_t K = w.shape[0], N = w.shape[1], M = x.shape.rows();
+  LOOM_ASSERT(x.shape.last() == K && y.shape.rows() == M && y.shape.last() == N && y.dtype == c);
+  const float* xs = f32_rounded(x, c, kOuterSlot + 0);
+  const float* ws = f32_rounded(w, c, kOuterSlot + 1);
+  float* acc = y.dtype == DType::f32 ? y.as<float>() : scratch(kOuterSlot + 2, M * N);
+  sgemm(false, false, M, N, K, xs, ws, acc);
+  if (a.in.size() < 3) {
+    epilogue_store(acc, M, N, c, false, y);
+    return;
+  }
+  const float* bs = f32_rounded(a.in[2], c, kOuterSlot + 3);
+#pragma omp parallel for schedule(static) if (M * N >= kParallelMin)
+  for (int64_t m = 0; m < M; ++m) {
+    float* row = acc + m * N;
+    round_inplace(row, N, c);  // round_c(Σ) (a no-op for f32)
+    for (int64_t n = 0; n < N; ++n) row[n] += bs[n];
+    if (y.data != acc) store_f32(row, y.data, y.dtype, m * N, N);  // the final round_c
+  }
+}
+
+// dx[m, k] = round_out(round_c(Σ_n dy[m, n] · round_c(W[k, n]))): sgemm NT.
+void cpu_dense_grad_input(const KernelArgs& a) {
+  const auto& at = std::get<DenseGradAttrs>(a.node.attrs);
+  const TensorArg& dy = a.in[0];
+  const TensorArg& w = a.in[1];
+  const TensorArg& dx = a.out[0];
+  const int64_t K = w.shape[0], N = w.shape[1], M = dy.shape.rows();
+  LOOM_ASSERT(dy.shape.last() == N && dx.shape.rows() == M && dx.shape.last() == K && dx.dtype == at.out_dtype);
+  const float* dys = f32_rounded(dy, DType::f32, kOuterSlot + 0);  // dy as is (normally in c already)
+  const float* ws = f32_rounded(w, at.compute, kOuterSlot + 1);
+  float* acc = dx.dtype == DType::f32 ? dx.as<float>() : scratch(kOuterSlot + 2, M * K);
+  sgemm(false, true, M, K, N, dys, ws, acc);
+  // round_c first unless the store to out_dtype is that same rounding (or c is f32).
+  epilogue_store(acc, M, K, at.compute, rounding_changes(at.out_dtype, at.compute), dx);
+}
+
+// dW[k, n] = round_c(Σ_m round_c(x[m, k]) · dy[m, n]), stored as f32: sgemm TN.
+void cpu_dense_grad_weight(const KernelArgs& a) {
+  const DType c = std::get<DenseAttrs>(a.node.attrs).compute;
+  const TensorArg& x = a.in[0];
+  const TensorArg& dy = a.in[1];
+  const TensorArg& dw = a.out[0];
+  const int64_t K = x.shape.last(), N = dy.shape.last(), M = x.shape.rows();
+  LOOM_ASSERT(dy.shape.rows() == M && dw.shape == (Shape{K, N}) && dw.dtype == DType::f32);
+  const float* xs = f32_rounded(x, c, kOuterSlot + 0);
+  const float* dys = f32_rounded(dy, DType::f32, kOuterSlot + 1);
+  sgemm(true, false, K, N, M, xs, dys, dw.as<float>());
+  epilogue_store(dw.as<float>(), K, N, c, c != DType::f32, dw);
+}
+
+// out[j] = round_dtype(Σ_i x[i·J + j]), J = numel of the kept trailing dims, f32 accumulation.
+// The rows are split into a number of chunks that depends only on I (the row count); each chunk
+// sums its rows in order into its own partial row, and the partials are added in chunk order.
+// Columns are processed in fixed blocks so the row reads stay contiguous.
+void cpu_sum_leading(const KernelArgs& a) {
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  const int64_t J = y.shape.numel();
+  if (J == 0) return;
+  const int64_t I = x.shape.numel() / J;
+  LOOM_ASSERT(I * J == x.shape.numel());
+  constexpr int64_t kColBlock = 512;
+  constexpr int64_t kRowsPerChunk = 256, kMaxChunks = 32;
+  const int64_t nchunks = std::clamp<int64_t>(I / kRowsPerChunk, 1, kMaxChunks);
+  const int64_t ncb = ceil_div(J, kColBlock);
+  float* part = scratch(kOuterSlot + 0, nchunks * J);
+#pragma omp parallel for schedule(static) collapse(2) if (I * J >= kParallelMin)
+  for (int64_t ch = 0; ch < nchunks; ++ch)
+    for (int64_t cb = 0; cb < ncb; ++cb) {
+      const int64_t i0 = ch * I / nchunks, i1 = (ch + 1) * I / nchunks;
+      const int64_t j0 = cb * kColBlock, w = std::min(kColBlock, J - j0);
+      float acc[kColBlock];
+      float buf[kColBlock];
+      std::fill(acc, acc + w, 0.f);
+      for (int64_t i = i0; i < i1; ++i) {
+        const float* r;
+        if (x.dtype == DType::f32) {
+          r = x.as<float>() + i * J + j0;
+        } else {
+          load_f32(x.data, x.dtype, i * J + j0, buf, w);
+          r = buf;
+        }
+        for (int64_t j = 0; j < w; ++j) acc[j] += r[j];
+      }
+      std::copy(acc, acc + w, part + ch * J + j0);
+    }
+  for (int64_t ch = 1; ch < nchunks; ++ch)
+    for (int64_t j = 0; j < J; ++j) part[j] += part[ch * J + j];
+  store_f32(part, y.data, y.dtype, 0, J);
+}
+
+}  // namespace loom

@@ -1,0 +1,138 @@
+// CPU kernels for the elementwise structure ops (graph/ops/elementwise.cpp): dropout, reshape,
+// cast, add and in-place gradient accumulation. OpenMP over fixed blocks of elements.
+#include <algorithm>
+
+#include "backend/cpu/cpu_util.h"
+#include "backend/kernel_math.h"
+#include "core/rng.h"
+#include "graph/graph.h"
+
+namespace loom {
+
+using namespace cpuk;
+
+namespace {
+
+// convert() over n elements, in parallel blocks.
+void convert_par(const void* src, DType sdt, void* dst, DType ddt, int64_t n) {
+  const size_t ss = dtype_size(sdt), ds = dtype_size(ddt);
+  const int64_t nb = ceil_div(n, kBlock);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * kBlock, len = std::min(kBlock, n - off);
+    convert(static_cast<const unsigned char*>(src) + static_cast<size_t>(off) * ss, sdt,
+            static_cast<unsigned char*>(dst) + static_cast<size_t>(off) * ds, ddt, static_cast<size_t>(len));
+  }
+}
+
+}  // namespace
+
+// Inverted dropout: element i is kept iff kmath::dropout_keep(rng_uniform(key, i), keep) with
+// key = rng_key(seed, step, minibatch, stream) and keep = 1 − rate (float); kept elements are
+// x / keep (one float division, then the dtype rounding: the same value as the reference's
+// double division, since double rounding through f32 is innocuous for one operation), dropped
+// ones 0. rate 0 is an exact copy. Uniforms are drawn per block with rng_uniform_fill.
+void cpu_dropout(const KernelArgs& a) {
+  const auto& at = std::get<DropoutAttrs>(a.node.attrs);
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  const int64_t n = x.shape.numel();
+  LOOM_ASSERT(y.shape.numel() == n && y.dtype == x.dtype);
+  if (at.rate == 0.f) {
+    convert_par(x.data, x.dtype, y.data, y.dtype, n);
+    return;
+  }
+  const float keep = 1.f - at.rate;
+  const PhiloxKey key = rng_key(a.run.seed, a.run.step, a.run.minibatch, at.stream);
+  const int64_t nb = ceil_div(n, kBlock);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin / 4)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * kBlock, len = std::min(kBlock, n - off);
+    float u[kBlock], v[kBlock];
+    rng_uniform_fill(key, static_cast<uint64_t>(off), static_cast<size_t>(len), u);
+    load_f32(x.data, x.dtype, off, v, len);
+    for (int64_t i = 0; i < len; ++i) v[i] = kmath::dropout_keep(u[i], keep) ? v[i] / keep : 0.f;
+    store_f32(v, y.data, y.dtype, off, len);
+  }
+}
+
+// A view: the planner aliases the output to the input's storage, so there is nothing to do.
+void cpu_reshape(const KernelArgs& a) {
+  LOOM_ASSERT(a.in[0].data == a.out[0].data, "reshape's output must alias its input");
+  LOOM_ASSERT(a.in[0].shape.numel() == a.out[0].shape.numel());
+}
+
+// Element-wise conversion with the core rounding rules (one correct rounding per element).
+void cpu_cast(const KernelArgs& a) {
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  LOOM_ASSERT(x.shape.numel() == y.shape.numel());
+  convert_par(x.data, x.dtype, y.data, y.dtype, x.shape.numel());
+}
+
+// y[i] = round(a[i] + b[i mod numel(b)]): b's shape is a suffix of a's. Floats add in f32 and
+// round once to the dtype (for 16-bit inputs the f32 sum rounds to the same value as the exact
+// sum would); int32 adds exactly with two's-complement wraparound, like the reference.
+void cpu_add(const KernelArgs& a) {
+  const TensorArg& x = a.in[0];
+  const TensorArg& bt = a.in[1];
+  const TensorArg& y = a.out[0];
+  const int64_t n = x.shape.numel(), nb = bt.shape.numel();
+  LOOM_ASSERT(y.shape.numel() == n && y.dtype == x.dtype && bt.dtype == x.dtype && (nb > 0 || n == 0));
+  if (n == 0) return;
+  const int64_t nblk = ceil_div(n, kBlock);
+  if (y.dtype == DType::i32) {
+    const auto* xs = x.as<const uint32_t>();
+    const auto* bs = bt.as<const uint32_t>();
+    auto* ys = y.as<uint32_t>();
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+    for (int64_t blk = 0; blk < nblk; ++blk) {
+      const int64_t off = blk * kBlock, end = std::min(n, off + kBlock);
+      for (int64_t i = off, j = off % nb; i < end;) {
+        const int64_t len = std::min(end - i, nb - j);
+        for (int64_t k = 0; k < len; ++k) ys[i + k] = xs[i + k] + bs[j + k];
+        i += len;
+        j = 0;
+      }
+    }
+    return;
+  }
+  const float* bs = f32_rounded(bt, DType::f32, kOuterSlot + 0);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t blk = 0; blk < nblk; ++blk) {
+    const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
+    float v[kBlock];
+    load_f32(x.data, x.dtype, off, v, len);
+    for (int64_t i = 0, j = off % nb; i < len;) {
+      const int64_t seg = std::min(len - i, nb - j);
+      for (int64_t k = 0; k < seg; ++k) v[i + k] += bs[j + k];
+      i += seg;
+      j = 0;
+    }
+    store_f32(v, y.data, y.dtype, off, len);
+  }
+}
+
+// grad[i] += ct[i], in place in the persistent fp32 gradient buffer (input 0); no outputs.
+void cpu_grad_accumulate(const KernelArgs& a) {
+  const TensorArg& acc = a.in[0];
+  const TensorArg& ct = a.in[1];
+  const int64_t n = acc.shape.numel();
+  LOOM_ASSERT(acc.dtype == DType::f32 && ct.shape.numel() == n);
+  float* g = acc.as<float>();
+  const int64_t nb = ceil_div(n, kBlock);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * kBlock, len = std::min(kBlock, n - off);
+    if (ct.dtype == DType::f32) {
+      const float* c = ct.as<float>() + off;
+      for (int64_t i = 0; i < len; ++i) g[off + i] += c[i];
+    } else {
+      float c[kBlock];
+      load_f32(ct.data, ct.dtype, off, c, len);
+      for (int64_t i = 0; i < len; ++i) g[off + i] += c[i];
+    }
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,144 @@
+// CPU kernels for log_softmax, softmax cross-entropy and accuracy (graph/ops/loss.cpp). One row
+// per iteration in f32, OpenMP over rows; the scalar outputs are summed in a fixed order.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_util.h"
+#include "graph/graph.h"
+
+namespace loom {
+
+using namespace cpuk;
+
+namespace {
+
+// e[c] = expf(x[c] − max) for a row of C elements; returns {max, Σ e} (fixed-order sum).
+// max ignores NaNs (like fmax); a row of NaNs or −inf propagates NaN through the exps.
+struct RowExp {
+  float max, sum;
+};
+RowExp row_exp(const float* x, int64_t C, float* e) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < C; ++c) mx = std::fmax(mx, x[c]);
+  for (int64_t c = 0; c < C; ++c) e[c] = std::exp(x[c] - mx);
+  return {mx, sum_f32(e, C)};
+}
+
+int32_t label_at(const TensorArg& labels, int64_t r, int64_t V) {
+  const int32_t l = labels.as<const int32_t>()[r];
+  LOOM_ASSERT(l >= 0 && l < V, "label " + std::to_string(l) + " out of range [0, " + std::to_string(V) + ")");
+  return l;
+}
+
+// Rows whose work (C elements each) is worth a thread.
+bool par_rows(int64_t R, int64_t C) { return R > 1 && R * C >= kParallelMin / 4; }
+
+}  // namespace
+
+// y = (x − max) − log Σ exp(x − max) over the last dim.
+void cpu_log_softmax(const KernelArgs& a) {
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  const int64_t C = x.shape.last(), R = x.shape.rows();
+  LOOM_ASSERT(y.shape == x.shape);
+#pragma omp parallel for schedule(static) if (par_rows(R, C))
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = row_f32(x, r * C, C, 0);
+    float* e = scratch(1, C);
+    const RowExp s = row_exp(xr, C, e);
+    const float log_sum = std::log(s.sum);
+    for (int64_t c = 0; c < C; ++c) e[c] = (xr[c] - s.max) - log_sum;
+    store_f32(e, y.data, y.dtype, r * C, C);
+  }
+}
+
+// (y, dy) -> dx = dy − exp(y)·Σ_row dy; dx has y's dtype.
+void cpu_log_softmax_grad(const KernelArgs& a) {
+  const TensorArg& y = a.in[0];
+  const TensorArg& dy = a.in[1];
+  const TensorArg& dx = a.out[0];
+  const int64_t C = y.shape.last(), R = y.shape.rows();
+  LOOM_ASSERT(dy.shape == y.shape && dx.shape == y.shape);
+#pragma omp parallel for schedule(static) if (par_rows(R, C))
+  for (int64_t r = 0; r < R; ++r) {
+    const float* yr = row_f32(y, r * C, C, 0);
+    const float* dyr = row_f32(dy, r * C, C, 1);
+    float* t = scratch(2, C);
+    const float s = sum_f32(dyr, C);
+    for (int64_t c = 0; c < C; ++c) t[c] = dyr[c] - std::exp(yr[c]) * s;
+    store_f32(t, dx.data, dx.dtype, r * C, C);
+  }
+}
+
+// Σ_rows (logsumexp(row) − row[label]), an f32 scalar: per-row losses (max − x[label]) +
+// log Σ exp(x − max) in f32, then summed in row order in double.
+void cpu_cross_entropy(const KernelArgs& a) {
+  const TensorArg& logits = a.in[0];
+  const TensorArg& labels = a.in[1];
+  const int64_t V = logits.shape.last(), R = logits.shape.rows();
+  LOOM_ASSERT(logits.dtype == DType::f32 && labels.shape.numel() == R && a.out[0].shape.numel() == 1);
+  float* loss = scratch(kOuterSlot + 0, R);
+#pragma omp parallel for schedule(static) if (par_rows(R, V))
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = logits.as<const float>() + r * V;
+    const int32_t l = label_at(labels, r, V);
+    const RowExp s = row_exp(xr, V, scratch(0, V));
+    loss[r] = (s.max - xr[l]) + std::log(s.sum);
+  }
+  double total = 0;
+  for (int64_t r = 0; r < R; ++r) total += static_cast<double>(loss[r]);
+  a.out[0].as<float>()[0] = static_cast<float>(total);
+}
+
+// (logits, labels, dloss) -> dloss·(softmax(row) − onehot(label)).
+void cpu_cross_entropy_grad(const KernelArgs& a) {
+  const TensorArg& logits = a.in[0];
+  const TensorArg& labels = a.in[1];
+  const TensorArg& dl = a.out[0];
+  const int64_t V = logits.shape.last(), R = logits.shape.rows();
+  LOOM_ASSERT(logits.dtype == DType::f32 && dl.dtype == DType::f32);
+  LOOM_ASSERT(labels.shape.numel() == R && a.in[2].shape.numel() == 1 && dl.shape == logits.shape);
+  const float dloss = load_as_f32(a.in[2].data, a.in[2].dtype, 0);
+#pragma omp parallel for schedule(static) if (par_rows(R, V))
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = logits.as<const float>() + r * V;
+    float* out = dl.as<float>() + r * V;
+    const int32_t l = label_at(labels, r, V);
+    const RowExp s = row_exp(xr, V, out);  // out holds exp(x − max) until scaled
+    const float p_label = out[l] / s.sum;
+    for (int64_t c = 0; c < V; ++c) out[c] = dloss * (out[c] / s.sum);
+    out[l] = dloss * (p_label - 1.f);
+  }
+}
+
+// Number of rows whose argmax equals the label, an i32 scalar. The first maximum wins ties; a
+// NaN counts as the maximum (numpy / jnp.argmax semantics), the first NaN winning.
+void cpu_accuracy(const KernelArgs& a) {
+  const TensorArg& logits = a.in[0];
+  const TensorArg& labels = a.in[1];
+  const int64_t V = logits.shape.last(), R = logits.shape.rows();
+  LOOM_ASSERT(logits.dtype == DType::f32 && labels.shape.numel() == R && a.out[0].shape.numel() == 1);
+  const int32_t* lab = labels.as<const int32_t>();
+  int64_t correct = 0;
+  if (V > 0) {
+#pragma omp parallel for schedule(static) reduction(+ : correct) if (par_rows(R, V))
+    for (int64_t r = 0; r < R; ++r) {
+      const float* xr = logits.as<const float>() + r * V;
+      int64_t best = 0;
+      float best_v = xr[0];
+      for (int64_t c = 1; c < V && !std::isnan(best_v); ++c)
+        if (std::isnan(xr[c]) || xr[c] > best_v) {
+          best = c;
+          best_v = xr[c];
+        }
+      if (best == lab[r]) ++correct;
+    }
+  }
+  const auto c32 = static_cast<int32_t>(correct);
+  std::memcpy(a.out[0].data, &c32, 4);
+}
+
+}  // namespace loom

@@ -1,0 +1,177 @@
+// Reference kernels for attention and its backward op (graph/ops/attention.cpp has the formulas).
+//
+// Literal transcriptions, one (batch, head) pair at a time: every sum in double, the [T, T]
+// logits held in a local buffer, masked logits set to finfo(softmax_dtype).min exactly as the
+// tutorial's jnp.where does. round_s (rs below) is the identity for softmax_dtype f32: the double
+// oracle keeps those intermediates exact; round_d (rnd(d, ·)) always rounds, d being the dtype of
+// qkv and of every stored result.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/reference/util.h"
+#include "graph/graph.h"
+
+namespace loom {
+
+using refk::ld;
+using refk::rnd;
+using refk::st;
+
+namespace {
+
+// jnp.finfo(dt).min: the most negative finite value.
+double finfo_min(DType dt) {
+  switch (dt) {
+    case DType::bf16: return -static_cast<double>(bf16_to_f32(0x7f7f));
+    case DType::f16: return -static_cast<double>(f16_to_f32(0x7bff));
+    default: return -static_cast<double>(std::numeric_limits<float>::max());
+  }
+}
+
+// The dims and the index maps of qkv [B, T, H, 3D], out [B, T, H, D], lse [B, H, T].
+struct Dims {
+  int64_t B, T, H, D;
+  explicit Dims(const Shape& qkv) : B(qkv[0]), T(qkv[1]), H(qkv[2]), D(qkv[3] / 3) {}
+  // Element d of part (0 = q, 1 = k, 2 = v) of row (b, t, h) of qkv.
+  int64_t qkv(int64_t b, int64_t t, int64_t h, int part, int64_t d) const {
+    return ((b * T + t) * H + h) * 3 * D + part * D + d;
+  }
+  int64_t out(int64_t b, int64_t t, int64_t h, int64_t d) const { return ((b * T + t) * H + h) * D + d; }
+  int64_t lse(int64_t b, int64_t h, int64_t t) const { return (b * H + h) * T + t; }
+};
+
+// One (b, h) pair's operands: qs = round_s(round_d(q·scale)), ks = round_s(k), and the logits
+// round_s(qs·ksᵀ) with the mask applied, all [T, D] / [T, T] row-major.
+struct Operands {
+  std::vector<double> qs, ks, logits;
+};
+
+Operands operands(const TensorArg& qkv, const Dims& n, int64_t b, int64_t h, const AttentionAttrs& at) {
+  const DType d = qkv.dtype, s = at.softmax_dtype;
+  auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
+  // JAX: query * D**-0.5 with the Python scalar cast to the query's dtype.
+  const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));
+  const auto T = static_cast<size_t>(n.T), D = static_cast<size_t>(n.D);
+  Operands o{std::vector<double>(T * D), std::vector<double>(T * D), std::vector<double>(T * T)};
+  for (int64_t t = 0; t < n.T; ++t)
+    for (int64_t e = 0; e < n.D; ++e) {
+      const auto k = static_cast<size_t>(t * n.D + e);
+      o.qs[k] = rs(rnd(d, ld(qkv, n.qkv(b, t, h, 0, e)) * scale));
+      o.ks[k] = rs(ld(qkv, n.qkv(b, t, h, 1, e)));
+    }
+  for (int64_t i = 0; i < n.T; ++i)
+    for (int64_t j = 0; j < n.T; ++j) {
+      double acc = 0;
+      for (int64_t e = 0; e < n.D; ++e)
+        acc += o.qs[static_cast<size_t>(i * n.D + e)] * o.ks[static_cast<size_t>(j * n.D + e)];
+      o.logits[static_cast<size_t>(i * n.T + j)] = at.causal && j > i ? finfo_min(s) : rs(acc);
+    }
+  return o;
+}
+
+}  // namespace
+
+// out = round_d(round_d(softmax(logits))·v), lse = log Σ exp(logits), per (b, h) and query row.
+void ref_attention(const KernelArgs& a) {
+  const auto& at = std::get<AttentionAttrs>(a.node.attrs);
+  const TensorArg& qkv = a.in[0];
+  const TensorArg& out = a.out[0];
+  const TensorArg& lse = a.out[1];
+  const Dims n(qkv.shape);
+  const DType d = qkv.dtype, s = at.softmax_dtype;
+  LOOM_ASSERT(out.shape == (Shape{n.B, n.T, n.H, n.D}) && out.dtype == d);
+  LOOM_ASSERT(lse.shape == (Shape{n.B, n.H, n.T}) && lse.dtype == DType::f32);
+  std::vector<double> w(static_cast<size_t>(n.T));
+  for (int64_t b = 0; b < n.B; ++b)
+    for (int64_t h = 0; h < n.H; ++h) {
+      const Operands o = operands(qkv, n, b, h, at);
+      for (int64_t i = 0; i < n.T; ++i) {
+        const double* l = o.logits.data() + i * n.T;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < n.T; ++j) mx = std::fmax(mx, l[j]);
+        double sum = 0;
+        for (int64_t j = 0; j < n.T; ++j) sum += std::exp(l[j] - mx);
+        for (int64_t j = 0; j < n.T; ++j) {
+          double p = std::exp(l[j] - mx) / sum;
+          if (s != DType::f32) p = rnd(s, p);
+          w[static_cast<size_t>(j)] = rnd(d, p);
+        }
+        for (int64_t e = 0; e < n.D; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j < n.T; ++j) acc += w[static_cast<size_t>(j)] * ld(qkv, n.qkv(b, j, h, 2, e));
+          st(out, n.out(b, i, h, e), acc);
+        }
+        st(lse, n.lse(b, h, i), mx + std::log(sum));
+      }
+    }
+}
+
+// (qkv, lse, dout) -> dqkv, JAX's VJP with p recomputed from the saved lse:
+//   p = round_s(exp(logits − lse)) (masked: 0), w = round_d(p)
+//   dv = round_d(wᵀ·dout), dp = round_s(round_d(dout·vᵀ)), ds = round_s(p·(dp − rowsum(p·dp)))
+//   dk = round_d(round_s(dsᵀ·qs)), dq = round_d(round_d(round_s(ds·ks))·scale)
+void ref_attention_grad(const KernelArgs& a) {
+  const auto& at = std::get<AttentionAttrs>(a.node.attrs);
+  const TensorArg& qkv = a.in[0];
+  const TensorArg& lse = a.in[1];
+  const TensorArg& dout = a.in[2];
+  const TensorArg& dqkv = a.out[0];
+  const Dims n(qkv.shape);
+  const DType d = qkv.dtype, s = at.softmax_dtype;
+  auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
+  LOOM_ASSERT(lse.shape == (Shape{n.B, n.H, n.T}) && lse.dtype == DType::f32);
+  LOOM_ASSERT(dout.shape == (Shape{n.B, n.T, n.H, n.D}) && dqkv.shape == qkv.shape && dqkv.dtype == d);
+  const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));
+  const auto TT = static_cast<size_t>(n.T * n.T);
+  std::vector<double> p(TT), ds(TT);
+  for (int64_t b = 0; b < n.B; ++b)
+    for (int64_t h = 0; h < n.H; ++h) {
+      const Operands o = operands(qkv, n, b, h, at);
+      for (int64_t i = 0; i < n.T; ++i) {
+        const double l_i = ld(lse, n.lse(b, h, i));
+        for (int64_t j = 0; j < n.T; ++j) {
+          const auto k = static_cast<size_t>(i * n.T + j);
+          p[k] = at.causal && j > i ? 0.0 : rs(std::exp(o.logits[k] - l_i));
+        }
+      }
+      // dv[j] = round_d(Σ_i w[i, j]·dout[i])
+      for (int64_t j = 0; j < n.T; ++j)
+        for (int64_t e = 0; e < n.D; ++e) {
+          double acc = 0;
+          for (int64_t i = 0; i < n.T; ++i)
+            acc += rnd(d, p[static_cast<size_t>(i * n.T + j)]) * ld(dout, n.out(b, i, h, e));
+          st(dqkv, n.qkv(b, j, h, 2, e), acc);
+        }
+      // dp, then ds row by row.
+      for (int64_t i = 0; i < n.T; ++i) {
+        double* dsr = ds.data() + i * n.T;
+        const double* pr = p.data() + i * n.T;
+        for (int64_t j = 0; j < n.T; ++j) {
+          double acc = 0;
+          for (int64_t e = 0; e < n.D; ++e) acc += ld(dout, n.out(b, i, h, e)) * ld(qkv, n.qkv(b, j, h, 2, e));
+          dsr[j] = rs(rnd(d, acc));  // dp, for now
+        }
+        double row = 0;
+        for (int64_t j = 0; j < n.T; ++j) row += pr[j] * dsr[j];
+        for (int64_t j = 0; j < n.T; ++j) dsr[j] = rs(pr[j] * (dsr[j] - row));
+      }
+      // dk[j] = round_d(round_s(Σ_i ds[i, j]·qs[i])), dq[i] = round_d(round_d(round_s(Σ_j ds[i, j]·ks[j]))·scale)
+      for (int64_t j = 0; j < n.T; ++j)
+        for (int64_t e = 0; e < n.D; ++e) {
+          double acc = 0;
+          for (int64_t i = 0; i < n.T; ++i)
+            acc += ds[static_cast<size_t>(i * n.T + j)] * o.qs[static_cast<size_t>(i * n.D + e)];
+          st(dqkv, n.qkv(b, j, h, 1, e), rs(acc));
+        }
+      for (int64_t i = 0; i < n.T; ++i)
+        for (int64_t e = 0; e < n.D; ++e) {
+          double acc = 0;
+          for (int64_t j = 0; j < n.T; ++j)
+            acc += ds[static_cast<size_t>(i * n.T + j)] * o.ks[static_cast<size_t>(j * n.D + e)];
+          st(dqkv, n.qkv(b, i, h, 0, e), rnd(d, rs(acc)) * scale);
+        }
+    }
+}
+
+}  // namespace loom

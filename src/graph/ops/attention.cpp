@@ -1,0 +1,75 @@
+// Fused multi-head dot-product attention on the packed qkv projection: shape rules and VJP.
+//
+// Semantics: the tutorial's dot_product_attention(q, k, v, mask, softmax_dtype) applied to
+// q, k, v = jnp.split(qkv, 3, axis=-1), qkv being the DenseGeneral output [B, T, H, 3D]. With
+// d = qkv.dtype, s = softmax_dtype, round_x = round to nearest even to x, and
+// scale = round_d(float(D^-0.5)) (JAX casts the Python scalar D**-0.5 to the weakly typed
+// operand's dtype: 0.353515625 for bf16 and D = 8; exact for D a power of 4):
+//
+//   qs[i] = round_s(round_d(q[i]·scale))            ks[j] = round_s(k[j])
+//   logits[i, j] = round_s(Σ_d qs[i, d]·ks[j, d])   causal and j > i: finfo(s).min
+//   p[i, j] = softmax_j(logits[i, :])                computed in f32/double, round_s'd when s is 16-bit
+//   w = round_d(p)                                   out[i] = round_d(Σ_j w[i, j]·v[j])
+//   lse[i] = log Σ_j exp(logits[i, j])               f32, saved for the backward
+//
+// Backward (JAX's VJP of the above; the round_s steps are identities for s = f32, and are where
+// JAX converts to s: the transposes of the astype(s) casts and the einsums in s):
+//
+//   p = round_s(exp(logits − lse)) (masked: 0)       w = round_d(p)
+//   dv[j] = round_d(Σ_i w[i, j]·dout[i])             dp[i, j] = round_s(round_d(Σ_d dout[i, d]·v[j, d]))
+//   ds[i, j] = round_s(p[i, j]·(dp[i, j] − Σ_j' p[i, j']·dp[i, j']))
+//   dk[j] = round_d(round_s(Σ_i ds[i, j]·qs[i]))     dq[i] = round_d(round_d(round_s(Σ_j ds[i, j]·ks[j]))·scale)
+//
+// Memory: only out and lse are saved. The [T, T] logits / weights exist only inside a kernel's
+// scratch (flash-attention style), so the plan never holds a B·H·T² buffer.
+// FLOPs: forward 4·B·H·T²·D (QKᵀ and PV); backward 8·B·H·T²·D (dV, dP, dQ, dK) plus 2·B·H·T²·D
+// to recompute the logits.
+#include "graph/ops/rules.h"
+
+namespace loom {
+
+namespace {
+
+void check_qkv(const Graph& g, const Node& n, const Value& qkv) {
+  const auto& a = attrs_of<AttentionAttrs>(n);
+  if (!dtype_is_float(a.softmax_dtype)) op_fail(g, n, "softmax_dtype must be a float dtype");
+  if (!dtype_is_float(qkv.dtype)) op_fail(g, n, "qkv must be a float dtype");
+  if (qkv.shape.rank != 4) op_fail(g, n, "qkv must have rank 4: [batch, length, heads, 3·head_dim]");
+  if (qkv.shape[3] % 3 != 0 || qkv.shape[3] == 0) {
+    std::string msg = "qkv's last dim (";
+    msg += std::to_string(qkv.shape[3]);
+    msg += ") must be 3·head_dim, a positive multiple of 3";
+    op_fail(g, n, msg);
+  }
+}
+
+}  // namespace
+
+void infer_attention(const Graph& g, const Node& n, ValueDesc* out) {
+  const Value& qkv = in_val(g, n, 0);
+  check_qkv(g, n, qkv);
+  const int64_t B = qkv.shape[0], T = qkv.shape[1], H = qkv.shape[2], D = qkv.shape[3] / 3;
+  out[0] = {Shape{B, T, H, D}, qkv.dtype};
+  out[1] = {Shape{B, H, T}, DType::f32};
+}
+
+// lse is a saved statistic, not a model output: its cotangent is ignored, and when only lse has
+// one there is nothing to emit.
+void vjp_attention(VjpCtx& c) {
+  if (c.out_ct[0] == kNoValue || !c.needs[0]) return;
+  c.in_ct[0] = c.emit1(OpKind::attention_grad, {c.in_id(0), c.out_id(1), c.out_ct[0]}, c.node.attrs);
+}
+
+void infer_attention_grad(const Graph& g, const Node& n, ValueDesc* out) {
+  const Value& qkv = in_val(g, n, 0);
+  const Value& lse = in_val(g, n, 1);
+  const Value& dout = in_val(g, n, 2);
+  check_qkv(g, n, qkv);
+  const int64_t B = qkv.shape[0], T = qkv.shape[1], H = qkv.shape[2], D = qkv.shape[3] / 3;
+  if (lse.shape != Shape{B, H, T} || lse.dtype != DType::f32) op_fail(g, n, "lse must be [B, H, T] float32");
+  if (dout.shape != Shape{B, T, H, D} || dout.dtype != qkv.dtype)
+    op_fail(g, n, "dout must be [B, T, H, head_dim] in qkv's dtype");
+  out[0] = {qkv.shape, qkv.dtype};
+}
+
+}  // namespace loom

@@ -1,0 +1,55 @@
+// Token embedding (a gather of table rows) and its scatter-add backward: shape rules and VJP.
+#include "graph/ops/rules.h"
+
+namespace loom {
+
+void infer_embedding(const Graph& g, const Node& n, ValueDesc* out) {
+  const auto& a = attrs_of<DTypeAttrs>(n);
+  const Value& ids = in_val(g, n, 0);
+  const Value& table = in_val(g, n, 1);
+  if (ids.dtype != DType::i32) op_fail(g, n, "ids must be int32");
+  if (table.shape.rank != 2 || table.dtype != DType::f32) op_fail(g, n, "table must be a [V, C] float32 value");
+  if (!dtype_is_float(a.dtype)) op_fail(g, n, "dtype must be a float dtype");
+  if (ids.shape.rank + 1 > kMaxRank) op_fail(g, n, "ids have too many dims for an output with one more");
+  Shape s = ids.shape;
+  s.push_back(table.shape[1]);
+  out[0] = {s, a.dtype};
+}
+
+// out = take(cast(table), ids) ⇒ dtable = scatter-add of dy rows at ids. The dense [V, C]
+// cotangent would cost a vocabulary-sized buffer per use, so the rule accumulates straight into
+// the table's persistent gradient (VjpCtx::param_grad) and reports no cotangent for it.
+// Ids are integers: never differentiable.
+void vjp_embedding(VjpCtx& c) {
+  if (!c.needs[1]) return;
+  const ValueId grad = c.param_grad(1);
+  if (grad == kNoValue) {
+    std::string msg = "[embedding] at '";
+    msg += c.node.scope;
+    msg += "': the table must be a parameter to be differentiated (embedding_grad scatter-adds into its "
+           "gradient buffer); it is a value computed from one";
+    throw std::invalid_argument(msg);
+  }
+  c.emit(OpKind::embedding_grad, {grad, c.in_id(0), c.out_ct[0]});
+}
+
+void infer_embedding_grad(const Graph& g, const Node& n, ValueDesc*) {
+  const Value& acc = in_val(g, n, 0);
+  const Value& ids = in_val(g, n, 1);
+  const Value& dy = in_val(g, n, 2);
+  if (acc.kind != ValueKind::grad || acc.shape.rank != 2 || acc.dtype != DType::f32)
+    op_fail(g, n, "input 0 must be a persistent [V, C] float32 gradient buffer");
+  if (ids.dtype != DType::i32) op_fail(g, n, "ids must be int32");
+  if (!dtype_is_float(dy.dtype)) op_fail(g, n, "dy must be a float dtype");
+  if (ids.shape.rank + 1 > kMaxRank) op_fail(g, n, "ids have too many dims");
+  Shape s = ids.shape;
+  s.push_back(acc.shape[1]);
+  if (dy.shape != s) {
+    std::string msg = "dy must have shape ";
+    msg += s.str();
+    msg += " (ids' shape + [C])";
+    op_fail(g, n, msg);
+  }
+}
+
+}  // namespace loom

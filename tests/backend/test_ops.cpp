@@ -1,0 +1,884 @@
+// Op-by-op comparison of the CPU backend against the reference backend: every op of the table,
+// every applicable dtype, odd shapes, fresh random inputs per case (testing::OpCase runs each op
+// through the real graph -> plan -> executor pipeline and checks the sentinel bytes around every
+// output). Also: the fused optimizer passes, and bitwise independence from the OpenMP thread
+// count for the kernels that reduce.
+//
+// Tolerances (per output dtype, NMSE = Σ(cpu − ref)² / Σ ref², on outputs of ≥ 32 elements):
+//   f32  1e-10   (f32 vs double accumulation)
+//   bf16 1e-4    (outputs carry 8 significant bits: an occasional 1-ulp difference from a
+//   f16  1e-6     different rounding of the f32 vs double intermediate; 11 bits for f16)
+// Smaller outputs: per element |cpu − ref| ≤ sqrt(tol)·(|ref| + 1) (expect_close).
+// Reductions (dense family, sum_leading, layer_norm_grad): additionally per element within
+// 1e-5·A + 2 ulp of the rounding dtype at A, A = the same sum over |terms| (expect_bounded).
+// 16-bit results additionally: at most 10% of elements not bit-identical (kMaxMismatch).
+// Elementwise activations in bf16/f16 additionally: at most 1 ulp apart in the output dtype,
+// except where the kmath formula itself cancels in float (see kActivationAbsSlack).
+// Bit-exact: dropout, cast, add, grad_accumulate, accuracy, reshape (single correctly rounded
+// operations, or no arithmetic at all).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu.h"
+#include "backend/reference/reference.h"
+#include "core/rng.h"
+#include "support/op_harness.h"
+
+namespace loom {
+namespace {
+
+using testing::HostTensor;
+using testing::nmse;
+using testing::OpCase;
+
+constexpr DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
+constexpr int64_t kRows[] = {1, 7, 33};
+constexpr int64_t kWidths[] = {1, 5, 64, 130};
+
+double nmse_tol(DType dt) {
+  switch (dt) {
+    case DType::f32:
+      return 1e-10;
+    case DType::bf16:
+      return 1e-4;
+    case DType::f16:
+      return 1e-6;
+    case DType::i32:
+      return 0;
+  }
+  return 0;
+}
+
+// A distinct seed per case, so no two cases share inputs. LOOM_TEST_SEED (environment) moves the
+// whole sequence, for stress runs over many input draws.
+uint64_t next_seed() {
+  static uint64_t s = [] {
+    const char* e = std::getenv("LOOM_TEST_SEED");
+    return e ? std::strtoull(e, nullptr, 10) * 1000003u : uint64_t{1000};
+  }();
+  return ++s;
+}
+
+std::string dn(DType dt) { return dtype_name(dt); }
+
+// Bit patterns mapped to a monotonic integer line (−0 and +0 coincide): the ulp distance of two
+// values of the same dtype is the difference of their positions.
+int64_t ordered(const HostTensor& t, int64_t i) {
+  if (t.dtype == DType::f32 || t.dtype == DType::i32) {
+    uint32_t u;
+    std::memcpy(&u, t.bytes.data() + i * 4, 4);
+    const int64_t mag = u & 0x7fffffffu;
+    return (u >> 31) ? -mag : mag;
+  }
+  uint16_t h;
+  std::memcpy(&h, t.bytes.data() + i * 2, 2);
+  const int64_t mag = h & 0x7fffu;
+  return (h >> 15) ? -mag : mag;
+}
+
+struct Outputs {
+  std::vector<HostTensor> cpu, ref;
+};
+
+Outputs run_both(OpCase& c, const RunCtx& rc = {}) {
+  CpuBackend cpu;
+  ReferenceBackend ref;
+  EXPECT_TRUE(cpu.supports(c.graph(), c.node()));
+  Outputs o;
+  o.cpu = c.run(cpu, rc);
+  o.ref = c.run(ref, rc);
+  return o;
+}
+
+void expect_nmse(const HostTensor& cpu, const HostTensor& ref, double tol, const std::string& what) {
+  ASSERT_EQ(cpu.shape, ref.shape) << what;
+  ASSERT_EQ(cpu.dtype, ref.dtype) << what;
+  const double e = nmse(cpu, ref);
+  EXPECT_LE(e, tol) << what << ": nmse " << e << " > " << tol;
+}
+
+void expect_bytes_equal(const HostTensor& cpu, const HostTensor& ref, const std::string& what) {
+  ASSERT_EQ(cpu.shape, ref.shape) << what;
+  ASSERT_EQ(cpu.dtype, ref.dtype) << what;
+  ASSERT_EQ(cpu.bytes.size(), ref.bytes.size()) << what;
+  for (int64_t i = 0; i < cpu.numel(); ++i) {
+    const size_t sz = dtype_size(cpu.dtype);
+    if (std::memcmp(cpu.bytes.data() + i * sz, ref.bytes.data() + i * sz, sz) != 0) {
+      ADD_FAILURE() << what << ": element " << i << " differs: cpu " << cpu.get(i) << " ref " << ref.get(i);
+      return;
+    }
+  }
+}
+
+// NMSE is only meaningful over enough elements: a single output that happens to be near zero
+// (cancellation) has a large relative error however accurate it is. Below this many elements,
+// each element is checked instead: |cpu − ref| ≤ sqrt(tol)·(|ref| + 1), the inputs being ~N(0, 1).
+constexpr int64_t kNmseMinElems = 32;
+
+// With the same rounding steps, CPU and reference round almost the same intermediate values, so
+// their 16-bit results rarely differ at all (≤ 4% of elements in 200 seeded runs, mostly 1 ulp);
+// a missed or extra rounding step makes a third or more differ while its NMSE can stay within
+// the bf16 tolerance. So 16-bit results (outputs of ≥ 32 elements) must also match bit for bit
+// on all but kMaxMismatch of their elements.
+constexpr double kMaxMismatch = 0.10;
+
+void expect_few_mismatches(const HostTensor& cpu, const HostTensor& ref, const std::string& what) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) n += ordered(cpu, i) != ordered(ref, i);
+  EXPECT_LE(static_cast<double>(n), kMaxMismatch * static_cast<double>(ref.numel()))
+      << what << ": " << n << " of " << ref.numel() << " elements differ from the reference";
+}
+
+void expect_close(const HostTensor& cpu, const HostTensor& ref, DType prec, const std::string& what) {
+  ASSERT_EQ(cpu.shape, ref.shape) << what;
+  ASSERT_EQ(cpu.dtype, ref.dtype) << what;
+  const double tol = nmse_tol(prec);
+  if (ref.numel() >= kNmseMinElems) {
+    expect_nmse(cpu, ref, tol, what);
+    if (prec != DType::f32) expect_few_mismatches(cpu, ref, what);
+    return;
+  }
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = cpu.get(i), b = ref.get(i);
+    if (std::isnan(a) && std::isnan(b)) continue;
+    if (!(std::fabs(a - b) <= std::sqrt(tol) * (std::fabs(b) + 1))) {
+      ADD_FAILURE() << what << ": element " << i << " cpu " << a << " ref " << b;
+      return;
+    }
+  }
+}
+
+// Compares every output with the tolerance of its dtype (exact for int32 outputs).
+void expect_outputs_close(const Outputs& o, const std::string& what) {
+  ASSERT_EQ(o.cpu.size(), o.ref.size()) << what;
+  for (size_t k = 0; k < o.cpu.size(); ++k) {
+    const std::string w = what + " out" + std::to_string(k);
+    if (o.ref[k].dtype == DType::i32)
+      expect_bytes_equal(o.cpu[k], o.ref[k], w);
+    else
+      expect_close(o.cpu[k], o.ref[k], o.ref[k].dtype, w);
+  }
+}
+
+// ---- reductions: error bounds relative to the magnitude of the terms --------------------------
+//
+// f32 accumulation error is bounded relative to Σ|term|, not to |Σ term|: an output that
+// cancels (a one-element output, a column of a few rows) can have a large relative error that
+// is still perfectly accurate. So reductions are checked element by element against
+//   |cpu − ref| ≤ kAccumRel·A + 2·ulp_prec(A),   A = the same computation on |terms|,
+// (2 ulps of the coarsest rounding dtype involved: the compute-dtype rounding of the sum and
+// that of the output), plus NMSE where the output has enough elements for it to be meaningful.
+constexpr double kAccumRel = 1e-5;
+
+// The coarser of two float dtypes (the one with fewer significand bits).
+DType coarser(DType a, DType b) {
+  auto bits = [](DType d) { return d == DType::bf16 ? 8 : d == DType::f16 ? 11 : 24; };
+  return bits(a) <= bits(b) ? a : b;
+}
+
+// Spacing of dtype dt's values at magnitude v (f16: never below its smallest subnormal).
+double ulp_at(DType dt, double v) {
+  const int bits = dt == DType::bf16 ? 8 : dt == DType::f16 ? 11 : 24;
+  if (v == 0) return dt == DType::f16 ? std::ldexp(1.0, -24) : 0.0;
+  double u = std::ldexp(1.0, std::ilogb(v) - (bits - 1));
+  if (dt == DType::f16) u = std::max(u, std::ldexp(1.0, -24));
+  return u;
+}
+
+void expect_bounded(const HostTensor& cpu, const HostTensor& ref, const std::vector<double>& mag, DType prec,
+                    const std::string& what) {
+  ASSERT_EQ(cpu.shape, ref.shape) << what;
+  ASSERT_EQ(cpu.dtype, ref.dtype) << what;
+  ASSERT_EQ(static_cast<int64_t>(mag.size()), ref.numel()) << what;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = mag[static_cast<size_t>(i)];
+    const double err = std::fabs(static_cast<double>(cpu.get(i)) - ref.get(i));
+    const double bound = kAccumRel * a + 2 * ulp_at(prec, a);
+    if (!(err <= bound)) {
+      ADD_FAILURE() << what << ": element " << i << " cpu " << cpu.get(i) << " ref " << ref.get(i)
+                    << " |err| " << err << " > bound " << bound << " (magnitude " << a << ")";
+      return;
+    }
+  }
+  if (ref.numel() >= kNmseMinElems) expect_close(cpu, ref, prec, what);
+}
+
+// Runs a multilinear op (dense family, sum_leading) on both backends, and the reference once more
+// on |inputs| for the magnitudes A; checks output 0 with expect_bounded.
+void check_multilinear(OpKind op, const std::vector<ValueDesc>& ins, const Attrs& attrs, DType prec,
+                       const std::string& what) {
+  OpCase oc(op, ins, attrs);
+  oc.fill_random(next_seed());
+  OpCase abs_case(op, ins, attrs);
+  for (size_t k = 0; k < ins.size(); ++k)
+    for (int64_t i = 0; i < oc.input(k).numel(); ++i) abs_case.input(k).set(i, std::fabs(oc.input(k).get(i)));
+  ReferenceBackend ref;
+  const HostTensor m = abs_case.run(ref).at(0);
+  std::vector<double> mag(static_cast<size_t>(m.numel()));
+  for (int64_t i = 0; i < m.numel(); ++i) mag[static_cast<size_t>(i)] = m.get(i);
+  const Outputs o = run_both(oc);
+  expect_bounded(o.cpu.at(0), o.ref.at(0), mag, prec, what);
+}
+
+// ---- dense family ------------------------------------------------------------------------
+
+struct MKN {
+  Shape x_lead;  // leading dims of x (rows)
+  int64_t K, N;
+};
+const std::vector<MKN> kDenseShapes = {
+    {Shape{1}, 1, 1}, {Shape{7}, 5, 64}, {Shape{33}, 130, 5}, {Shape{7}, 64, 130}, {Shape{2, 3}, 130, 7},
+    {Shape{1}, 64, 1}, {Shape{600}, 70, 300},  // the last one is big enough for several GEMM tiles
+};
+
+// {f32} or {f32, dt}: the dtype pairs worth testing once each.
+std::vector<DType> f32_and(DType dt) {
+  if (dt == DType::f32) return {DType::f32};
+  return {DType::f32, dt};
+}
+
+Shape with_last(Shape lead, int64_t d) {
+  lead.push_back(d);
+  return lead;
+}
+
+TEST(CpuOps, Dense) {
+  for (DType c : kFloatTypes)
+    for (DType xdt : f32_and(c))
+      for (bool bias : {false, true})
+        for (const MKN& s : kDenseShapes) {
+          const std::string what = "dense c=" + dn(c) + " x=" + dn(xdt) + (bias ? " bias " : " ") +
+                                   with_last(s.x_lead, s.K).str() + "x[" + std::to_string(s.K) + "," +
+                                   std::to_string(s.N) + "]";
+          std::vector<ValueDesc> ins = {{with_last(s.x_lead, s.K), xdt}, {Shape{s.K, s.N}, DType::f32}};
+          if (bias) ins.push_back({Shape{s.N}, DType::f32});
+          check_multilinear(OpKind::dense, ins, DenseAttrs{c}, c, what);
+        }
+}
+
+TEST(CpuOps, DenseGradInput) {
+  for (DType c : kFloatTypes)
+    for (DType out : {DType::f32, DType::bf16, DType::f16})
+      for (const MKN& s : kDenseShapes) {
+        const std::string what = "dense_grad_input c=" + dn(c) + " out=" + dn(out) + " " +
+                                 with_last(s.x_lead, s.N).str() + " K=" + std::to_string(s.K);
+        // dx is rounded to c, then to out: the coarser of the two sets the precision.
+        check_multilinear(OpKind::dense_grad_input, {{with_last(s.x_lead, s.N), c}, {Shape{s.K, s.N}, DType::f32}},
+                          DenseGradAttrs{c, out}, coarser(c, out), what);
+      }
+}
+
+TEST(CpuOps, DenseGradWeight) {
+  for (DType c : kFloatTypes)
+    for (DType xdt : f32_and(c))
+      for (const MKN& s : kDenseShapes) {
+        const std::string what = "dense_grad_weight c=" + dn(c) + " x=" + dn(xdt) + " " +
+                                 with_last(s.x_lead, s.K).str() + " N=" + std::to_string(s.N);
+        // dW is stored as f32 but rounded to the compute dtype: c sets the precision.
+        check_multilinear(OpKind::dense_grad_weight, {{with_last(s.x_lead, s.K), xdt}, {with_last(s.x_lead, s.N), c}},
+                          DenseAttrs{c}, c, what);
+      }
+}
+
+TEST(CpuOps, SumLeading) {
+  const std::vector<Shape> shapes = {Shape{1}, Shape{130}, Shape{1, 1}, Shape{7, 5}, Shape{33, 130},
+                                     Shape{3, 7, 64}, Shape{600, 70}, Shape{5000, 3}};
+  for (DType xdt : kFloatTypes)
+    for (DType out : f32_and(xdt))
+      for (const Shape& s : shapes)
+        for (int keep = 0; keep <= s.rank; ++keep) {
+          const std::string what = "sum_leading x=" + dn(xdt) + " out=" + dn(out) + " " + s.str() +
+                                   " keep=" + std::to_string(keep);
+          check_multilinear(OpKind::sum_leading, {{s, xdt}}, ReduceAttrs{keep, out}, out, what);
+        }
+}
+
+// ---- layer norm --------------------------------------------------------------------------
+
+TEST(CpuOps, LayerNorm) {
+  for (DType xdt : kFloatTypes)
+    for (DType out : f32_and(xdt))
+      for (int64_t R : kRows)
+        for (int64_t C : kWidths)
+          for (float eps : {1e-6f, 1e-5f}) {
+            const std::string what = "layer_norm x=" + dn(xdt) + " out=" + dn(out) + " R=" + std::to_string(R) +
+                                     " C=" + std::to_string(C) + " eps=" + std::to_string(eps);
+            OpCase oc(OpKind::layer_norm, {{Shape{R, C}, xdt}, {Shape{C}, DType::f32}, {Shape{C}, DType::f32}},
+                      LayerNormAttrs{eps, out});
+            oc.fill_random(next_seed());
+            expect_outputs_close(run_both(oc), what);
+          }
+}
+
+TEST(CpuOps, LayerNormRank3) {
+  OpCase oc(OpKind::layer_norm, {{Shape{3, 5, 64}, DType::bf16}, {Shape{64}, DType::f32}, {Shape{64}, DType::f32}},
+            LayerNormAttrs{1e-6f, DType::bf16});
+  oc.fill_random(next_seed());
+  expect_outputs_close(run_both(oc), "layer_norm [3,5,64] bf16");
+}
+
+// Inputs for layer_norm_grad with consistent statistics: mean/rstd as the forward would save.
+void set_ln_stats(OpCase& oc, int64_t R, int64_t C) {
+  HostTensor& x = oc.input(1);
+  for (int64_t r = 0; r < R; ++r) {
+    double s = 0, sq = 0;
+    for (int64_t c = 0; c < C; ++c) s += x.get(r * C + c);
+    const double mean = s / static_cast<double>(C);
+    for (int64_t c = 0; c < C; ++c) sq += (x.get(r * C + c) - mean) * (x.get(r * C + c) - mean);
+    oc.input(3).set(r, static_cast<float>(mean));
+    oc.input(4).set(r, static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(C) + 1e-6)));
+  }
+}
+
+// Magnitudes of the terms of each layer_norm_grad output (see expect_bounded), in double:
+// dx: |rstd|·(|g| + mean|g| + |xhat|·mean|g·xhat|), dscale: Σ_rows |dy·xhat|, dbias: Σ_rows |dy|.
+struct LnGradMagnitudes {
+  std::vector<double> dx, dscale, dbias;
+};
+LnGradMagnitudes ln_grad_magnitudes(OpCase& oc, int64_t R, int64_t C) {
+  LnGradMagnitudes m;
+  m.dx.resize(static_cast<size_t>(R * C));
+  m.dscale.assign(static_cast<size_t>(C), 0.0);
+  m.dbias.assign(static_cast<size_t>(C), 0.0);
+  const HostTensor &dy = oc.input(0), &x = oc.input(1), &scale = oc.input(2), &mean = oc.input(3),
+                   &rstd = oc.input(4);
+  for (int64_t r = 0; r < R; ++r) {
+    double g_abs = 0, gx_abs = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const double xhat = (x.get(r * C + c) - static_cast<double>(mean.get(r))) * rstd.get(r);
+      const double d = dy.get(r * C + c);
+      g_abs += std::fabs(d * scale.get(c));
+      gx_abs += std::fabs(d * scale.get(c) * xhat);
+      m.dscale[static_cast<size_t>(c)] += std::fabs(d * xhat);
+      m.dbias[static_cast<size_t>(c)] += std::fabs(d);
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      const double xhat = (x.get(r * C + c) - static_cast<double>(mean.get(r))) * rstd.get(r);
+      m.dx[static_cast<size_t>(r * C + c)] =
+          std::fabs(rstd.get(r)) * (std::fabs(dy.get(r * C + c) * scale.get(c)) + g_abs / static_cast<double>(C) +
+                                    std::fabs(xhat) * gx_abs / static_cast<double>(C));
+    }
+  }
+  return m;
+}
+
+TEST(CpuOps, LayerNormGrad) {
+  for (DType xdt : kFloatTypes)
+    for (DType ydt : f32_and(xdt))
+      for (int64_t R : kRows)
+        for (int64_t C : kWidths)
+          for (bool real_stats : {false, true}) {
+            const std::string what = "layer_norm_grad x=" + dn(xdt) + " dy=" + dn(ydt) + " R=" + std::to_string(R) +
+                                     " C=" + std::to_string(C) + (real_stats ? " stats" : " random");
+            OpCase oc(OpKind::layer_norm_grad,
+                      {{Shape{R, C}, ydt},
+                       {Shape{R, C}, xdt},
+                       {Shape{C}, DType::f32},
+                       {Shape{R}, DType::f32},
+                       {Shape{R}, DType::f32}},
+                      LayerNormAttrs{1e-6f, ydt});
+            oc.fill_random(next_seed());
+            if (real_stats) set_ln_stats(oc, R, C);
+            const Outputs o = run_both(oc);
+            const LnGradMagnitudes m = ln_grad_magnitudes(oc, R, C);
+            expect_bounded(o.cpu[0], o.ref[0], m.dx, xdt, what + " dx");
+            expect_bounded(o.cpu[1], o.ref[1], m.dscale, DType::f32, what + " dscale");
+            expect_bounded(o.cpu[2], o.ref[2], m.dbias, DType::f32, what + " dbias");
+          }
+}
+
+// ---- activations ---------------------------------------------------------------------------
+
+// The kmath formulas cancel in float in a few places (1 + tanh(u) for very negative x in gelu and
+// gelu_grad, 1 + x·(1 − σ(x)) near x ≈ −1.28 in silu_grad): there the float result carries an
+// absolute error of a few 2^-24 times the size of the terms, which can be more than one ulp of a
+// tiny 16-bit result (bf16 has f32's exponent range: float gives −0 where double gives −4e-16).
+// Beyond 1 ulp we therefore accept |cpu − ref| ≤ kActivationAbsSlack·(1 + |x|)·(1 + |dy|).
+constexpr double kActivationAbsSlack = 1e-6;
+
+void expect_ulp(const HostTensor& cpu, const HostTensor& ref, const HostTensor& x, const HostTensor* dy,
+                const std::string& what) {
+  int64_t worst = 0, beyond = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const int64_t d = std::llabs(ordered(cpu, i) - ordered(ref, i));
+    worst = std::max(worst, d);
+    if (d <= 1) continue;
+    const double scale = (1.0 + std::fabs(x.get(i))) * (1.0 + (dy ? std::fabs(dy->get(i)) : 0.0));
+    if (std::fabs(static_cast<double>(cpu.get(i)) - ref.get(i)) > kActivationAbsSlack * scale) {
+      ++beyond;
+      if (beyond == 1)
+        ADD_FAILURE() << what << ": element " << i << " (x = " << x.get(i) << ") is " << d << " ulp off: cpu "
+                      << cpu.get(i) << " ref " << ref.get(i);
+    }
+  }
+  EXPECT_EQ(beyond, 0) << what << " (max ulp distance " << worst << ")";
+}
+
+const std::vector<Shape> kElemShapes = {Shape{1}, Shape{7, 5}, Shape{33, 130}, Shape{3, 7, 64}, Shape{300, 130}};
+
+TEST(CpuOps, Activations) {
+  for (OpKind op : {OpKind::silu, OpKind::gelu})
+    for (DType dt : kFloatTypes)
+      for (const Shape& s : kElemShapes) {
+        const std::string what = std::string(op_name(op)) + " " + dn(dt) + " " + s.str();
+        OpCase oc(op, {{s, dt}});
+        oc.fill_random(next_seed());
+        const Outputs o = run_both(oc);
+        expect_outputs_close(o, what);
+        if (dt != DType::f32) expect_ulp(o.cpu[0], o.ref[0], oc.input(0), nullptr, what);
+      }
+}
+
+TEST(CpuOps, ActivationGrads) {
+  for (OpKind op : {OpKind::silu_grad, OpKind::gelu_grad})
+    for (DType dt : kFloatTypes)
+      for (const Shape& s : kElemShapes) {
+        const std::string what = std::string(op_name(op)) + " " + dn(dt) + " " + s.str();
+        OpCase oc(op, {{s, dt}, {s, dt}});
+        oc.fill_random(next_seed());
+        const Outputs o = run_both(oc);
+        expect_outputs_close(o, what);
+        if (dt != DType::f32) expect_ulp(o.cpu[0], o.ref[0], oc.input(0), &oc.input(1), what);
+      }
+}
+
+// Wide-range inputs (|x| up to ~12) reach the saturated tails of the activations.
+TEST(CpuOps, ActivationTails) {
+  for (OpKind op : {OpKind::silu, OpKind::gelu, OpKind::silu_grad, OpKind::gelu_grad})
+    for (DType dt : kFloatTypes) {
+      const bool grad = op == OpKind::silu_grad || op == OpKind::gelu_grad;
+      std::vector<ValueDesc> ins = {{Shape{4001}, dt}};
+      if (grad) ins.push_back({Shape{4001}, dt});
+      OpCase oc(op, ins);
+      oc.fill_random(next_seed());
+      for (int64_t i = 0; i < 4001; ++i) oc.input(0).set(i, -12.f + 24.f * static_cast<float>(i) / 4000.f);
+      const std::string what = std::string(op_name(op)) + " tails " + dn(dt);
+      const Outputs o = run_both(oc);
+      // Many tail values are tiny and differ in low bits (see kActivationAbsSlack): NMSE and ulps
+      // only, no mismatch count.
+      expect_nmse(o.cpu[0], o.ref[0], nmse_tol(dt), what);
+      if (dt != DType::f32) expect_ulp(o.cpu[0], o.ref[0], oc.input(0), grad ? &oc.input(1) : nullptr, what);
+    }
+}
+
+// ---- structure ops ---------------------------------------------------------------------------
+
+TEST(CpuOps, DropoutBitExact) {
+  const std::vector<Shape> shapes = {Shape{1}, Shape{7, 5}, Shape{33, 130}, Shape{257, 130}};
+  for (DType dt : kFloatTypes)
+    for (float rate : {0.f, 0.1f, 0.5f, 0.9f})
+      for (const Shape& s : shapes) {
+        const std::string what = "dropout " + dn(dt) + " rate=" + std::to_string(rate) + " " + s.str();
+        OpCase oc(OpKind::dropout, {{s, dt}}, DropoutAttrs{rate, 17});
+        oc.fill_random(next_seed());
+        const RunCtx rc{1234, 7, 2};
+        const Outputs o = run_both(oc, rc);
+        expect_bytes_equal(o.cpu[0], o.ref[0], what);
+        if (rate == 0.5f && s.numel() > 1000) {
+          int64_t zeros = 0;
+          for (int64_t i = 0; i < s.numel(); ++i) zeros += o.cpu[0].get(i) == 0.f;
+          EXPECT_GT(zeros, s.numel() / 3) << what;
+          EXPECT_LT(zeros, 2 * s.numel() / 3) << what;
+        }
+      }
+}
+
+TEST(CpuOps, DropoutMaskIsKeyedByRunAndStream) {
+  auto zeros_of = [](const HostTensor& t) {
+    std::vector<bool> z;
+    for (int64_t i = 0; i < t.numel(); ++i) z.push_back(t.get(i) == 0.f);
+    return z;
+  };
+  CpuBackend cpu;
+  OpCase a(OpKind::dropout, {{Shape{4096}, DType::f32}}, DropoutAttrs{0.5f, 3});
+  OpCase b(OpKind::dropout, {{Shape{4096}, DType::f32}}, DropoutAttrs{0.5f, 4});
+  a.fill_random(next_seed());
+  b.input(0) = a.input(0);
+  const auto m0 = zeros_of(a.run(cpu, {1, 2, 0})[0]);
+  EXPECT_EQ(m0, zeros_of(a.run(cpu, {1, 2, 0})[0])) << "recompute must reproduce the mask";
+  EXPECT_NE(m0, zeros_of(a.run(cpu, {1, 2, 1})[0])) << "minibatch must change the mask";
+  EXPECT_NE(m0, zeros_of(a.run(cpu, {1, 3, 0})[0])) << "step must change the mask";
+  EXPECT_NE(m0, zeros_of(b.run(cpu, {1, 2, 0})[0])) << "stream must change the mask";
+}
+
+TEST(CpuOps, CastBitExact) {
+  const DType all[] = {DType::f32, DType::bf16, DType::f16, DType::i32};
+  for (DType from : all)
+    for (DType to : all)
+      for (const Shape& s : {Shape{7}, Shape{33, 130}, Shape{300, 130}}) {
+        const std::string what = "cast " + dn(from) + "->" + dn(to) + " " + s.str();
+        OpCase oc(OpKind::cast, {{s, from}}, DTypeAttrs{to});
+        oc.fill_random(next_seed(), 1 << 26);  // int32 inputs beyond 2^24 exercise rounding
+        if (from == DType::f32)  // some values beyond the f16 range and tiny ones (subnormals)
+          for (int64_t i = 0; i < s.numel(); i += 3) oc.input(0).set(i, oc.input(0).get(i) * (i % 2 ? 1e5f : 1e-6f));
+        const Outputs o = run_both(oc);
+        expect_bytes_equal(o.cpu[0], o.ref[0], what);
+      }
+}
+
+TEST(CpuOps, AddBitExact) {
+  struct AB {
+    Shape a, b;
+  };
+  const std::vector<AB> shapes = {{Shape{1}, Shape{1}},          {Shape{7, 5}, Shape{5}},
+                                  {Shape{7, 5}, Shape{7, 5}},    {Shape{33, 130}, Shape{130}},
+                                  {Shape{3, 7, 64}, Shape{7, 64}}, {Shape{300, 130}, Shape{130}},
+                                  {Shape{300, 1}, Shape{1}},     {Shape{5, 3}, Shape{}}};
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i32})
+    for (const AB& s : shapes) {
+      const std::string what = "add " + dn(dt) + " " + s.a.str() + "+" + s.b.str();
+      OpCase oc(OpKind::add, {{s.a, dt}, {s.b, dt}});
+      oc.fill_random(next_seed(), int32_t{1} << 30);  // int32 sums up to 2^31 wrap around
+      const Outputs o = run_both(oc);
+      expect_bytes_equal(o.cpu[0], o.ref[0], what);
+    }
+}
+
+TEST(CpuOps, GradAccumulateBitExact) {
+  for (const Shape& s : {Shape{1}, Shape{7, 5}, Shape{33, 130}, Shape{300, 130}}) {
+    OpCase oc(OpKind::grad_accumulate, {{s, DType::f32}, {s, DType::f32}});
+    oc.fill_random(next_seed());
+    const Outputs o = run_both(oc);
+    ASSERT_EQ(o.cpu.size(), 1u);
+    expect_bytes_equal(o.cpu[0], o.ref[0], "grad_accumulate " + s.str());
+    EXPECT_EQ(o.cpu[0].get(0), oc.input(0).get(0) + oc.input(1).get(0));
+  }
+}
+
+// reshape is a view: run it inside a small program (silu -> reshape -> silu) so the planner
+// aliases it to an arena buffer, and check both backends agree on the result read through it.
+TEST(CpuOps, ReshapeView) {
+  for (DType dt : kFloatTypes) {
+    Graph g;
+    const ValueId x = g.add_input("x", Shape{6, 35}, dt);
+    const NodeId n0 = g.add_node(OpKind::silu, {x}, NoAttrs{}, "a", Phase::forward);
+    const ValueId h = g.node(n0).out[0];
+    const NodeId n1 = g.add_node(OpKind::reshape, {h}, ShapeAttrs{Shape{7, 2, 15}}, "r", Phase::forward);
+    const ValueId v = g.node(n1).out[0];
+    const NodeId n2 = g.add_node(OpKind::silu, {v}, NoAttrs{}, "b", Phase::forward);
+    const ValueId y = g.node(n2).out[0];
+    g.mark_output(v);
+    g.mark_output(y);
+    HostTensor in(Shape{6, 35}, dt);
+    const PhiloxKey key = rng_key(next_seed(), 0, 0, 0);
+    for (int64_t i = 0; i < in.numel(); ++i) in.set(i, rng_normal(key, static_cast<uint64_t>(i)));
+    std::vector<HostTensor> results;
+    CpuBackend cpu;
+    ReferenceBackend ref;
+    for (Backend* be : {static_cast<Backend*>(&cpu), static_cast<Backend*>(&ref)}) {
+      const MemoryPlan plan = plan_memory(g, default_schedule(g));
+      ASSERT_EQ(plan.value_root[v], h);
+      std::unique_ptr<Executor> ex;
+      const Status st = Executor::create(*be, g, plan, &ex);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      EXPECT_EQ(ex->ptr(v), ex->ptr(h));
+      ex->upload(x, in.bytes.data());
+      ex->run({});
+      for (ValueId o : {v, y}) {
+        HostTensor t(g.value(o).shape, dt);
+        ex->download(o, t.bytes.data());
+        results.push_back(std::move(t));
+      }
+    }
+    expect_nmse(results[0], results[2], nmse_tol(dt), "reshape view " + dn(dt));
+    expect_nmse(results[1], results[3], nmse_tol(dt), "silu after reshape " + dn(dt));
+  }
+}
+
+// ---- log_softmax and losses -----------------------------------------------------------------
+
+TEST(CpuOps, LogSoftmax) {
+  for (DType dt : kFloatTypes)
+    for (int64_t R : kRows)
+      for (int64_t C : kWidths) {
+        const std::string what = "log_softmax " + dn(dt) + " [" + std::to_string(R) + "," + std::to_string(C) + "]";
+        OpCase oc(OpKind::log_softmax, {{Shape{R, C}, dt}});
+        oc.fill_random(next_seed());
+        expect_outputs_close(run_both(oc), what);
+      }
+}
+
+TEST(CpuOps, LogSoftmaxGrad) {
+  for (DType dt : kFloatTypes)
+    for (int64_t R : kRows)
+      for (int64_t C : kWidths) {
+        const std::string what =
+            "log_softmax_grad " + dn(dt) + " [" + std::to_string(R) + "," + std::to_string(C) + "]";
+        OpCase oc(OpKind::log_softmax_grad, {{Shape{R, C}, dt}, {Shape{R, C}, dt}});
+        oc.fill_random(next_seed());
+        // y as a real log_softmax output (≤ 0), so exp(y) is a probability.
+        for (int64_t i = 0; i < R * C; ++i) oc.input(0).set(i, -std::fabs(oc.input(0).get(i)) * 3.f);
+        expect_outputs_close(run_both(oc), what);
+      }
+}
+
+std::vector<Shape> logit_shapes() {
+  std::vector<Shape> s;
+  for (int64_t R : kRows)
+    for (int64_t V : kWidths) s.push_back(Shape{R, V});
+  s.push_back(Shape{3, 7, 130});
+  s.push_back(Shape{64, 1000});
+  return s;
+}
+
+TEST(CpuOps, CrossEntropy) {
+  for (const Shape& s : logit_shapes()) {
+    OpCase oc(OpKind::cross_entropy, {{s, DType::f32}, {s.drop_last(), DType::i32}});
+    oc.fill_random(next_seed(), static_cast<int32_t>(s.last()));
+    const Outputs o = run_both(oc);
+    // A scalar: NMSE 1e-12 is a relative error of 1e-6.
+    expect_nmse(o.cpu[0], o.ref[0], 1e-12, "cross_entropy " + s.str());
+  }
+}
+
+TEST(CpuOps, CrossEntropyGrad) {
+  for (const Shape& s : logit_shapes()) {
+    OpCase oc(OpKind::cross_entropy_grad,
+              {{s, DType::f32}, {s.drop_last(), DType::i32}, {Shape{}, DType::f32}});
+    oc.fill_random(next_seed(), static_cast<int32_t>(s.last()));
+    expect_outputs_close(run_both(oc), "cross_entropy_grad " + s.str());
+  }
+}
+
+TEST(CpuOps, Accuracy) {
+  for (const Shape& s : logit_shapes()) {
+    OpCase oc(OpKind::accuracy, {{s, DType::f32}, {s.drop_last(), DType::i32}});
+    oc.fill_random(next_seed(), static_cast<int32_t>(s.last()));
+    const Outputs o = run_both(oc);
+    expect_bytes_equal(o.cpu[0], o.ref[0], "accuracy " + s.str());
+  }
+}
+
+// Ties (the first maximum wins) and NaNs (a NaN is the maximum, the first one winning).
+TEST(CpuOps, AccuracyTiesAndNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> logits = {1, 3, 3, 0,  // tie: argmax 1
+                                     2, 2, 2, 2,  // all equal: 0
+                                     0, nan, 5, nan,  // first NaN: 1
+                                     -1, -2, -3, -4};
+  const std::vector<int32_t> labels = {1, 0, 1, 0};  // all correct
+  for (int flip = 0; flip < 2; ++flip) {
+    OpCase oc(OpKind::accuracy, {{Shape{4, 4}, DType::f32}, {Shape{4}, DType::i32}});
+    for (int64_t i = 0; i < 16; ++i) oc.input(0).set(i, logits[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < 4; ++i) oc.input(1).set_i32(i, labels[static_cast<size_t>(i)] + flip);
+    const Outputs o = run_both(oc);
+    EXPECT_EQ(o.cpu[0].get_i32(0), flip ? 0 : 4);
+    expect_bytes_equal(o.cpu[0], o.ref[0], "accuracy ties/NaN");
+  }
+}
+
+// ---- fused optimizer ------------------------------------------------------------------------
+
+struct OptState {
+  std::vector<std::vector<float>> p, g, m, v;
+  std::vector<float> wd;
+  std::vector<OptimTensor> tensors() {
+    std::vector<OptimTensor> ts;
+    for (size_t i = 0; i < p.size(); ++i)
+      ts.push_back({p[i].data(), g[i].data(), m[i].data(), v[i].data(), static_cast<int64_t>(p[i].size()), wd[i]});
+    return ts;
+  }
+};
+
+OptState make_opt_state(uint64_t seed) {
+  OptState s;
+  const PhiloxKey key = rng_key(seed, 0, 0, 0);
+  uint64_t k = 0;
+  const int64_t sizes[] = {1, 7, 33, 130, 0, 20000, 40001};
+  for (size_t t = 0; t < std::size(sizes); ++t) {
+    const auto n = static_cast<size_t>(sizes[t]);
+    s.p.emplace_back(n);
+    s.g.emplace_back(n);
+    s.m.emplace_back(n);
+    s.v.emplace_back(n);
+    for (size_t i = 0; i < n; ++i) {
+      s.p[t][i] = rng_normal(key, k++);
+      s.g[t][i] = rng_normal(key, k++) * 0.1f;
+      s.m[t][i] = rng_normal(key, k++) * 0.01f;
+      s.v[t][i] = std::fabs(rng_normal(key, k++)) * 1e-4f;
+    }
+    s.wd.push_back(t % 2 ? 0.01f : 0.f);
+  }
+  return s;
+}
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+TEST(CpuOptimizer, GradSqNorm) {
+  OptState s = make_opt_state(next_seed());
+  CpuBackend cpu;
+  ReferenceBackend ref;
+  const auto ts = s.tensors();
+  const double a = cpu.grad_sq_norm(ts), b = ref.grad_sq_norm(ts);
+  EXPECT_NEAR(a, b, 1e-6 * b);
+  // A non-finite gradient makes the norm non-finite.
+  s.g[5][123] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(std::isfinite(cpu.grad_sq_norm(s.tensors())));
+  s.g[5][123] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(std::isfinite(cpu.grad_sq_norm(s.tensors())));
+}
+
+TEST(CpuOptimizer, AdamMatchesReference) {
+  for (float eps_root : {0.f, 1e-8f})
+    for (float grad_scale : {1.f, 0.25f}) {
+      OptState a = make_opt_state(next_seed());
+      OptState b = a;
+      CpuBackend cpu;
+      ReferenceBackend ref;
+      for (int64_t count = 1; count <= 4; ++count) {
+        OptimHyper h;
+        h.lr = 1e-2f;
+        h.eps_root = eps_root;
+        h.grad_scale = grad_scale;
+        h.count = count;
+        cpu.optimizer_update(a.tensors(), h);
+        ref.optimizer_update(b.tensors(), h);
+      }
+      for (size_t t = 0; t < a.p.size(); ++t) {
+        const std::string what = "tensor " + std::to_string(t) + " eps_root=" + std::to_string(eps_root) +
+                                 " scale=" + std::to_string(grad_scale);
+        EXPECT_LE(rel_err(a.p[t], b.p[t]), 1e-6) << "param " << what;
+        EXPECT_LE(rel_err(a.m[t], b.m[t]), 1e-6) << "mu " << what;
+        EXPECT_LE(rel_err(a.v[t], b.v[t]), 1e-6) << "nu " << what;
+      }
+    }
+}
+
+// ---- thread-count independence ---------------------------------------------------------------
+
+class ThreadCount {
+ public:
+  explicit ThreadCount(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ThreadCount() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+// Runs `oc` on the CPU backend with 1, 2 and 3 OpenMP threads; the outputs must be bitwise equal.
+void expect_thread_invariant(OpCase& oc, const std::string& what) {
+  std::vector<std::vector<HostTensor>> runs;
+  for (int threads : {1, 2, 3}) {
+    ThreadCount tc(threads);
+    CpuBackend cpu;
+    runs.push_back(oc.run(cpu));
+  }
+  for (size_t r = 1; r < runs.size(); ++r)
+    for (size_t k = 0; k < runs[0].size(); ++k)
+      expect_bytes_equal(runs[r][k], runs[0][k],
+                         what + " out" + std::to_string(k) + ": " + std::to_string(r + 1) + " threads vs 1");
+}
+
+TEST(CpuThreads, LayerNormGrad) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    OpCase oc(OpKind::layer_norm_grad,
+              {{Shape{300, 256}, dt}, {Shape{300, 256}, dt}, {Shape{256}, DType::f32}, {Shape{300}, DType::f32},
+               {Shape{300}, DType::f32}},
+              LayerNormAttrs{1e-6f, dt});
+    oc.fill_random(next_seed());
+    expect_thread_invariant(oc, "layer_norm_grad " + dn(dt));
+  }
+}
+
+TEST(CpuThreads, SumLeading) {
+  for (const Shape& s : {Shape{2000, 100}, Shape{100000}, Shape{64, 2048}}) {
+    OpCase oc(OpKind::sum_leading, {{s, DType::f32}}, ReduceAttrs{1, DType::f32});
+    oc.fill_random(next_seed());
+    expect_thread_invariant(oc, "sum_leading " + s.str());
+  }
+}
+
+TEST(CpuThreads, CrossEntropy) {
+  OpCase oc(OpKind::cross_entropy, {{Shape{512, 100}, DType::f32}, {Shape{512}, DType::i32}});
+  oc.fill_random(next_seed(), 100);
+  expect_thread_invariant(oc, "cross_entropy");
+}
+
+TEST(CpuThreads, Dense) {
+  for (DType c : kFloatTypes) {
+    OpCase oc(OpKind::dense, {{Shape{256, 300}, c}, {Shape{300, 200}, DType::f32}, {Shape{200}, DType::f32}},
+              DenseAttrs{c});
+    oc.fill_random(next_seed());
+    expect_thread_invariant(oc, "dense " + dn(c));
+    OpCase gi(OpKind::dense_grad_input, {{Shape{256, 200}, c}, {Shape{300, 200}, DType::f32}}, DenseGradAttrs{c, c});
+    gi.fill_random(next_seed());
+    expect_thread_invariant(gi, "dense_grad_input " + dn(c));
+    OpCase gw(OpKind::dense_grad_weight, {{Shape{256, 300}, c}, {Shape{256, 200}, c}}, DenseAttrs{c});
+    gw.fill_random(next_seed());
+    expect_thread_invariant(gw, "dense_grad_weight " + dn(c));
+  }
+  // Few rows, many columns: the tile grid splits N.
+  OpCase wide(OpKind::dense, {{Shape{64, 300}, DType::f32}, {Shape{300, 1100}, DType::f32}}, DenseAttrs{DType::f32});
+  wide.fill_random(next_seed());
+  expect_thread_invariant(wide, "dense wide");
+}
+
+// The GEMM tiles run OpenBLAS single-threaded by lowering nthreads-var inside our own parallel
+// region; that must not leak out to the caller, for one tile (inactive region) or many.
+TEST(CpuThreads, DenseLeavesThreadCountAlone) {
+  ThreadCount tc(2);
+  for (const Shape& xs : {Shape{4, 8}, Shape{512, 300}}) {
+    OpCase oc(OpKind::dense, {{xs, DType::f32}, {Shape{xs[1], 300}, DType::f32}}, DenseAttrs{DType::f32});
+    oc.fill_random(next_seed());
+    CpuBackend cpu;
+    oc.run(cpu);
+    EXPECT_EQ(omp_get_max_threads(), 2) << xs.str();
+  }
+}
+
+TEST(CpuThreads, Optimizer) {
+  std::vector<OptState> states;
+  std::vector<double> norms;
+  const OptState init = make_opt_state(next_seed());
+  for (int threads : {1, 2, 3}) {
+    ThreadCount tc(threads);
+    CpuBackend cpu;
+    OptState s = init;
+    norms.push_back(cpu.grad_sq_norm(s.tensors()));
+    OptimHyper h;
+    h.count = 3;
+    cpu.optimizer_update(s.tensors(), h);
+    states.push_back(std::move(s));
+  }
+  for (size_t r = 1; r < states.size(); ++r) {
+    EXPECT_EQ(std::bit_cast<uint64_t>(norms[0]), std::bit_cast<uint64_t>(norms[r]));
+    EXPECT_EQ(states[0].p, states[r].p);
+    EXPECT_EQ(states[0].m, states[r].m);
+    EXPECT_EQ(states[0].v, states[r].v);
+  }
+}
+
+// Every op of the table has a test above; this guards against adding an op without one.
+TEST(CpuOps, TableCoverage) {
+  const std::vector<std::string> tested = {
+      "dense",       "dense_grad_input", "dense_grad_weight", "sum_leading",   "layer_norm",
+      "layer_norm_grad", "silu",         "silu_grad",         "gelu",          "gelu_grad",
+      "dropout",     "reshape",          "cast",              "add",           "log_softmax",
+      "log_softmax_grad", "cross_entropy", "cross_entropy_grad", "accuracy",   "grad_accumulate"};
+  for (int i = 0; i < kNumOps; ++i) {
+    const std::string name = op_name(static_cast<OpKind>(i));
+    EXPECT_NE(std::find(tested.begin(), tested.end(), name), tested.end())
+        << "op '" << name << "' has no CPU-vs-reference case in this file";
+  }
+}
+
+}  // namespace
+}  // namespace loom

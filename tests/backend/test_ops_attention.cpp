@@ -1,0 +1,348 @@
+// CPU backend vs reference backend for the embedding and attention op families (testing::OpCase
+// runs each op through the real graph -> plan -> executor pipeline and checks the sentinel bytes
+// around every output), plus bitwise independence from the OpenMP thread count.
+//
+// Tolerances, NMSE = Σ(cpu − ref)² / Σ ref² over outputs of ≥ 32 elements, by the coarsest
+// dtype the op rounds through (attention: the coarser of qkv's dtype and softmax_dtype, since a
+// 1-ulp difference in a rounded logit or weight moves every output that depends on it):
+//   f32 1e-10 (f32 vs double accumulation), bf16 1e-4, f16 1e-5 (occasional 1-ulp differences
+//   in intermediates rounded from an f32 vs a double sum).
+// Smaller outputs: per element |cpu − ref| ≤ sqrt(tol)·(|ref| + 1).
+// Bit-exact: embedding (one rounding of one value, no arithmetic).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu.h"
+#include "backend/reference/reference.h"
+#include "support/op_harness.h"
+
+namespace loom {
+namespace {
+
+using testing::HostTensor;
+using testing::nmse;
+using testing::OpCase;
+
+constexpr DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
+
+uint64_t next_seed() {
+  static uint64_t s = [] {
+    const char* e = std::getenv("LOOM_TEST_SEED");
+    return e ? std::strtoull(e, nullptr, 10) * 1000003u + 500000u : uint64_t{500000};
+  }();
+  return ++s;
+}
+
+std::string dn(DType dt) { return dtype_name(dt); }
+
+double nmse_tol(DType dt) {
+  switch (dt) {
+    case DType::bf16: return 1e-4;
+    case DType::f16: return 1e-5;
+    default: return 1e-10;
+  }
+}
+
+DType coarser(DType a, DType b) {
+  auto bits = [](DType d) { return d == DType::bf16 ? 8 : d == DType::f16 ? 11 : 24; };
+  return bits(a) <= bits(b) ? a : b;
+}
+
+struct Outputs {
+  std::vector<HostTensor> cpu, ref;
+};
+
+Outputs run_both(OpCase& c) {
+  CpuBackend cpu;
+  ReferenceBackend ref;
+  Outputs o;
+  o.cpu = c.run(cpu);
+  o.ref = c.run(ref);
+  return o;
+}
+
+void expect_close(const HostTensor& cpu, const HostTensor& ref, DType prec, const std::string& what) {
+  ASSERT_EQ(cpu.shape, ref.shape) << what;
+  ASSERT_EQ(cpu.dtype, ref.dtype) << what;
+  const double tol = nmse_tol(prec);
+  for (int64_t i = 0; i < ref.numel(); ++i)
+    ASSERT_TRUE(std::isfinite(cpu.get(i)) && std::isfinite(ref.get(i)))
+        << what << ": element " << i << " cpu " << cpu.get(i) << " ref " << ref.get(i);
+  if (ref.numel() >= 32) {
+    const double e = nmse(cpu, ref);
+    if (std::getenv("STATS")) printf("STAT %s nmse %g\n", what.c_str(), e);
+    EXPECT_LE(e, tol) << what << ": nmse " << e << " > " << tol;
+    return;
+  }
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double a = cpu.get(i), b = ref.get(i);
+    if (!(std::fabs(a - b) <= std::sqrt(tol) * (std::fabs(b) + 1))) {
+      ADD_FAILURE() << what << ": element " << i << " cpu " << a << " ref " << b;
+      return;
+    }
+  }
+}
+
+void expect_bytes_equal(const HostTensor& a, const HostTensor& b, const std::string& what) {
+  ASSERT_EQ(a.shape, b.shape) << what;
+  ASSERT_EQ(a.dtype, b.dtype) << what;
+  const size_t sz = dtype_size(a.dtype);
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (std::memcmp(a.bytes.data() + i * sz, b.bytes.data() + i * sz, sz) != 0) {
+      ADD_FAILURE() << what << ": element " << i << " differs: " << a.get(i) << " vs " << b.get(i);
+      return;
+    }
+}
+
+class ThreadCount {
+ public:
+  explicit ThreadCount(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ThreadCount() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+// Runs `oc` on the CPU backend with 1, 2 and 3 OpenMP threads; the outputs must be bitwise equal.
+void expect_thread_invariant(OpCase& oc, const std::string& what) {
+  std::vector<std::vector<HostTensor>> runs;
+  for (int threads : {1, 2, 3}) {
+    ThreadCount tc(threads);
+    CpuBackend cpu;
+    runs.push_back(oc.run(cpu));
+  }
+  for (size_t r = 1; r < runs.size(); ++r) {
+    ASSERT_EQ(runs[r].size(), runs[0].size());
+    for (size_t k = 0; k < runs[0].size(); ++k)
+      expect_bytes_equal(runs[r][k], runs[0][k],
+                         what + " out" + std::to_string(k) + ": " + std::to_string(r + 1) + " threads vs 1");
+  }
+}
+
+Shape with_last(Shape lead, int64_t d) {
+  lead.push_back(d);
+  return lead;
+}
+
+// ---- embedding -----------------------------------------------------------------------------
+
+const std::vector<Shape> kIdShapes = {Shape{}, Shape{1}, Shape{7}, Shape{2, 33}};
+constexpr int64_t kVocab = 11;  // small: random ids repeat
+constexpr int64_t kEmbedWidths[] = {1, 5, 16, 64, 130};
+
+TEST(CpuOpsAttention, EmbeddingBitExact) {
+  for (DType dt : kFloatTypes)
+    for (const Shape& ids : kIdShapes)
+      for (int64_t C : kEmbedWidths) {
+        const std::string what = "embedding " + dn(dt) + " ids" + ids.str() + " C=" + std::to_string(C);
+        OpCase oc(OpKind::embedding, {{ids, DType::i32}, {Shape{kVocab, C}, DType::f32}}, DTypeAttrs{dt});
+        oc.fill_random(next_seed(), static_cast<int32_t>(kVocab));
+        const Outputs o = run_both(oc);
+        ASSERT_EQ(o.cpu.size(), 1u);
+        EXPECT_EQ(o.cpu[0].shape, with_last(ids, C)) << what;
+        expect_bytes_equal(o.cpu[0], o.ref[0], what);
+        // And it is the table row, rounded once.
+        const HostTensor& t = oc.input(1);
+        for (int64_t n = 0; n < ids.numel(); ++n)
+          for (int64_t c = 0; c < C; ++c)
+            ASSERT_EQ(o.ref[0].get(n * C + c), round_to(dt, t.get(oc.input(0).get_i32(n) * C + c))) << what;
+      }
+}
+
+TEST(CpuOpsAttention, EmbeddingGrad) {
+  for (DType dt : kFloatTypes)
+    for (const Shape& ids : kIdShapes)
+      for (int64_t C : kEmbedWidths) {
+        const std::string what = "embedding_grad dy=" + dn(dt) + " ids" + ids.str() + " C=" + std::to_string(C);
+        OpCase oc(OpKind::embedding_grad,
+                  {{Shape{kVocab, C}, DType::f32}, {ids, DType::i32}, {with_last(ids, C), dt}});
+        oc.fill_random(next_seed(), static_cast<int32_t>(kVocab));  // grad starts non-zero
+        const Outputs o = run_both(oc);
+        ASSERT_EQ(o.cpu.size(), 1u);
+        expect_close(o.cpu[0], o.ref[0], DType::f32, what);
+      }
+}
+
+// Rows whose id never occurs are untouched, and a repeated id gets the sum of its rows.
+TEST(CpuOpsAttention, EmbeddingGradScatterAdd) {
+  OpCase oc(OpKind::embedding_grad, {{Shape{4, 3}, DType::f32}, {Shape{5}, DType::i32}, {Shape{5, 3}, DType::f32}});
+  const int32_t ids[5] = {2, 0, 2, 2, 0};
+  for (int64_t i = 0; i < 12; ++i) oc.input(0).set(i, 100.f + static_cast<float>(i));
+  for (int64_t n = 0; n < 5; ++n) oc.input(1).set_i32(n, ids[n]);
+  for (int64_t i = 0; i < 15; ++i) oc.input(2).set(i, static_cast<float>(i + 1));
+  for (Backend* be : std::initializer_list<Backend*>{new CpuBackend, new ReferenceBackend}) {
+    const HostTensor g = oc.run(*be).at(0);
+    for (int64_t c = 0; c < 3; ++c) {
+      EXPECT_EQ(g.get(0 * 3 + c), 100.f + c + (4 + c) + (13 + c)) << be->name();       // tokens 1, 4
+      EXPECT_EQ(g.get(1 * 3 + c), 103.f + c) << be->name();                           // never used
+      EXPECT_EQ(g.get(2 * 3 + c), 106.f + c + (1 + c) + (7 + c) + (10 + c)) << be->name();  // tokens 0, 2, 3
+      EXPECT_EQ(g.get(3 * 3 + c), 109.f + c) << be->name();
+    }
+    delete be;
+  }
+}
+
+TEST(CpuOpsAttentionDeathTest, EmbeddingIdOutOfRange) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (int32_t bad : {11, -1}) {
+    OpCase fwd(OpKind::embedding, {{Shape{3}, DType::i32}, {Shape{kVocab, 4}, DType::f32}}, DTypeAttrs{DType::f32});
+    fwd.fill_random(next_seed(), static_cast<int32_t>(kVocab));
+    fwd.input(0).set_i32(1, bad);
+    const std::string re = "embedding id " + std::to_string(bad) + " out of range \\[0, V = 11\\)";
+    EXPECT_DEATH({ CpuBackend be; fwd.run(be); }, re);
+    EXPECT_DEATH({ ReferenceBackend be; fwd.run(be); }, re);
+    OpCase bwd(OpKind::embedding_grad,
+               {{Shape{kVocab, 4}, DType::f32}, {Shape{3}, DType::i32}, {Shape{3, 4}, DType::bf16}});
+    bwd.fill_random(next_seed(), static_cast<int32_t>(kVocab));
+    bwd.input(1).set_i32(2, bad);
+    EXPECT_DEATH({ CpuBackend be; bwd.run(be); }, re);
+    EXPECT_DEATH({ ReferenceBackend be; bwd.run(be); }, re);
+  }
+}
+
+TEST(CpuThreadsAttention, EmbeddingGrad) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    // Many tokens over few ids (long same-element add chains), width spanning many column blocks.
+    OpCase oc(OpKind::embedding_grad,
+              {{Shape{50, 300}, DType::f32}, {Shape{16, 40}, DType::i32}, {Shape{16, 40, 300}, dt}});
+    oc.fill_random(next_seed(), 50);
+    expect_thread_invariant(oc, "embedding_grad " + dn(dt));
+  }
+  OpCase fwd(OpKind::embedding, {{Shape{16, 40}, DType::i32}, {Shape{50, 300}, DType::f32}}, DTypeAttrs{DType::bf16});
+  fwd.fill_random(next_seed(), 50);
+  expect_thread_invariant(fwd, "embedding bf16");
+}
+
+// ---- attention -----------------------------------------------------------------------------
+
+struct DtypePair {
+  DType d, s;  // qkv dtype, softmax dtype
+};
+// Every qkv dtype with an f32 softmax (the tutorial's setting), and 16-bit softmaxes.
+const DtypePair kAttnDtypes[] = {{DType::f32, DType::f32},   {DType::bf16, DType::f32}, {DType::f16, DType::f32},
+                                 {DType::f32, DType::bf16},  {DType::bf16, DType::bf16}, {DType::f16, DType::f16},
+                                 {DType::f16, DType::bf16}};
+
+struct AttnShape {
+  int64_t B, T, H, D;
+  std::string str() const {
+    std::string s = "B=";
+    s += std::to_string(B);
+    s += " T=";
+    s += std::to_string(T);
+    s += " H=";
+    s += std::to_string(H);
+    s += " D=";
+    s += std::to_string(D);
+    return s;
+  }
+};
+
+std::vector<AttnShape> attn_shapes() {
+  std::vector<AttnShape> v;
+  for (int64_t T : {1, 7, 33})
+    for (int64_t H : {1, 3})
+      for (int64_t D : {4, 16}) v.push_back({2, T, H, D});
+  v.push_back({1, 5, 2, 8});  // D^-0.5 not a power of two: the scale itself is rounded to d
+  return v;
+}
+
+std::string attn_what(const char* op, const DtypePair& p, bool causal, const AttnShape& s) {
+  std::string w = op;
+  w += " d=";
+  w += dn(p.d);
+  w += " s=";
+  w += dn(p.s);
+  w += causal ? " causal " : " full ";
+  w += s.str();
+  return w;
+}
+
+// The forward case, and the backward case fed with the forward's qkv, its (reference) lse and a
+// random dout: a random lse would make exp(logits − lse) meaningless.
+struct AttnCases {
+  OpCase fwd, bwd;
+};
+
+AttnCases make_attention_cases(const DtypePair& p, bool causal, const AttnShape& s) {
+  const AttentionAttrs at{causal, p.s};
+  const Shape qkv{s.B, s.T, s.H, 3 * s.D}, out{s.B, s.T, s.H, s.D}, lse{s.B, s.H, s.T};
+  AttnCases c{OpCase(OpKind::attention, {{qkv, p.d}}, at),
+              OpCase(OpKind::attention_grad, {{qkv, p.d}, {lse, DType::f32}, {out, p.d}}, at)};
+  c.fwd.fill_random(next_seed());
+  c.bwd.fill_random(next_seed());
+  c.bwd.input(0) = c.fwd.input(0);
+  ReferenceBackend ref;
+  c.bwd.input(1) = c.fwd.run(ref).at(1);
+  return c;
+}
+
+TEST(CpuOpsAttention, Attention) {
+  for (const DtypePair& p : kAttnDtypes)
+    for (bool causal : {false, true})
+      for (const AttnShape& s : attn_shapes()) {
+        AttnCases c = make_attention_cases(p, causal, s);
+        const std::string what = attn_what("attention", p, causal, s);
+        const Outputs o = run_both(c.fwd);
+        ASSERT_EQ(o.cpu.size(), 2u) << what;
+        expect_close(o.cpu[0], o.ref[0], coarser(p.d, p.s), what + " out");
+        expect_close(o.cpu[1], o.ref[1], coarser(p.d, p.s), what + " lse");
+        const Outputs g = run_both(c.bwd);
+        ASSERT_EQ(g.cpu.size(), 1u) << what;
+        expect_close(g.cpu[0], g.ref[0], coarser(p.d, p.s), attn_what("attention_grad", p, causal, s));
+      }
+}
+
+// Exact properties of the definition, on the reference: a single key gives out = round_d(v) and
+// lse = the one logit; causal row 0 sees only key 0; causal dq/dk of row 0 come only from key 0.
+TEST(CpuOpsAttention, AttentionDefinitionSpotChecks) {
+  for (DType d : kFloatTypes) {
+    AttnCases c = make_attention_cases({d, DType::f32}, true, {1, 4, 1, 4});
+    for (Backend* be : std::initializer_list<Backend*>{new CpuBackend, new ReferenceBackend}) {
+      const std::vector<HostTensor> o = c.fwd.run(*be);
+      const HostTensor& qkv = c.fwd.input(0);
+      double l0 = 0;
+      for (int e = 0; e < 4; ++e) {
+        // row 0: softmax over one key is exactly 1, so out = v[0] (already in d).
+        EXPECT_EQ(o[0].get(e), qkv.get(8 + e)) << be->name() << " " << dn(d);
+        l0 += static_cast<double>(round_to(d, qkv.get(e) * 0.5f)) * qkv.get(4 + e);
+      }
+      EXPECT_NEAR(o[1].get(0), l0, 1e-5 * (1 + std::fabs(l0))) << be->name() << " " << dn(d);
+      delete be;
+    }
+  }
+}
+
+TEST(CpuThreadsAttention, Attention) {
+  for (const DtypePair& p : {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32},
+                             DtypePair{DType::f16, DType::bf16}})
+    for (bool causal : {false, true}) {
+      AttnCases c = make_attention_cases(p, causal, {2, 33, 3, 16});
+      expect_thread_invariant(c.fwd, attn_what("attention", p, causal, {2, 33, 3, 16}));
+      expect_thread_invariant(c.bwd, attn_what("attention_grad", p, causal, {2, 33, 3, 16}));
+    }
+}
+
+// The pair loop lowers nthreads-var inside its own region for OpenBLAS; that must not leak out,
+// whether the region is active (many pairs) or not (one pair).
+TEST(CpuThreadsAttention, LeavesThreadCountAlone) {
+  ThreadCount tc(2);
+  for (const AttnShape& s : {AttnShape{1, 3, 1, 4}, AttnShape{2, 64, 4, 16}}) {
+    AttnCases c = make_attention_cases({DType::f32, DType::f32}, true, s);
+    CpuBackend cpu;
+    c.fwd.run(cpu);
+    EXPECT_EQ(omp_get_max_threads(), 2) << s.str();
+    c.bwd.run(cpu);
+    EXPECT_EQ(omp_get_max_threads(), 2) << s.str();
+  }
+}
+
+}  // namespace
+}  // namespace loom
