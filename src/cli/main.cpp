@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "train/config.h"
 #include "train/data.h"
 #include "train/loop.h"
+#include "train/memory_report.h"
 #include "train/trainer.h"
 
 namespace {
@@ -61,6 +63,73 @@ int cmd_train(const std::string& path, const std::vector<std::string>& overrides
   return 0;
 }
 
+// --sweep key=v1,v2 (repeatable): every combination, one row each.
+int cmd_memory(const std::string& path, const std::vector<std::string>& overrides, bool json,
+               const std::vector<std::string>& sweeps, const std::string& budget_text) {
+  const int64_t budget = budget_text.empty() ? 0 : parse_bytes(budget_text, "--budget");
+  if (sweeps.empty()) {
+    const MemoryReport r = memory_report(load(path, overrides));
+    if (json) {
+      nlohmann::json j = memory_report_json(r);
+      if (budget) j["fits_budget"] = r.total_bytes <= budget;
+      fmt::print("{}\n", j.dump(2));
+    } else {
+      fmt::print("{}", format_memory_report(r));
+      if (budget) fmt::print("\nbudget {}: {}\n", gib(budget), r.total_bytes <= budget ? "fits" : "does NOT fit");
+    }
+    return 0;
+  }
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+  for (const std::string& s : sweeps) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+      throw UserError("--sweep " + s, "expected key=v1,v2,...", "e.g. --sweep model.remat=none,MLP,Block");
+    std::vector<std::string> vals;
+    for (size_t a = eq + 1; a <= s.size();) {
+      size_t b = s.find(',', a);
+      if (b == std::string::npos) b = s.size();
+      vals.push_back(s.substr(a, b - a));
+      a = b + 1;
+    }
+    axes.emplace_back(s.substr(0, eq), vals);
+  }
+  // Values may themselves contain commas (model.remat=MLP,Attn): write them with '+' instead.
+  std::vector<size_t> idx(axes.size(), 0);
+  nlohmann::json rows = nlohmann::json::array();
+  std::string header;
+  for (const auto& [k, v] : axes) header += fmt::format("{:<26} ", k);
+  if (!json)
+    fmt::print("{}{:>11} {:>11} {:>11} {:>11} {:>9}{}\n", header, "total", "activations", "params+grad", "optimizer",
+               "plan ms", budget ? "  fits " + gib(budget) : "");
+  while (true) {
+    std::vector<std::string> ov = overrides;
+    std::string cols;
+    nlohmann::json row;
+    for (size_t a = 0; a < axes.size(); ++a) {
+      std::string v = axes[a].second[idx[a]];
+      std::replace(v.begin(), v.end(), '+', ',');
+      ov.push_back(axes[a].first + "=" + v);
+      cols += fmt::format("{:<26} ", v);
+      row[axes[a].first] = v;
+    }
+    const MemoryReport r = memory_report(load(path, ov));
+    if (json) {
+      row["report"] = memory_report_json(r);
+      if (budget) row["fits_budget"] = r.total_bytes <= budget;
+      rows.push_back(row);
+    } else {
+      fmt::print("{}{:>11} {:>11} {:>11} {:>11} {:>9.1f}{}\n", cols, gib(r.total_bytes), gib(r.activations_bytes),
+                 gib(r.params_bytes + r.grads_bytes), gib(r.optimizer_bytes), r.plan_ms,
+                 budget ? (r.total_bytes <= budget ? "  yes" : "  NO") : "");
+    }
+    size_t a = 0;
+    while (a < axes.size() && ++idx[a] == axes[a].second.size()) idx[a++] = 0;
+    if (a == axes.size()) break;
+  }
+  if (json) fmt::print("{}\n", rows.dump(2));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,6 +154,19 @@ int main(int argc, char** argv) {
   bool help_config = false;
   train->add_flag("--help-config", help_config, "list every configuration key with its type and default");
 
+  auto* memory = app.add_subcommand(
+      "memory", "plan a training run and print its device memory, without running anything");
+  memory->add_option("config", config, std::string("config file (TOML); default ") + kDefaultConfig);
+  memory->add_option("overrides", overrides, "section.key=value overrides, e.g. model.remat=none");
+  bool mem_json = false;
+  std::vector<std::string> sweeps;
+  std::string budget;
+  memory->add_flag("--json", mem_json, "print the report as JSON");
+  memory->add_option("--sweep", sweeps,
+                     "key=v1,v2,... : one row per combination (repeatable); write commas inside a value as '+', "
+                     "e.g. model.remat=none,MLP+Attn,Block");
+  memory->add_option("--budget", budget, "device memory to fit in, e.g. 24GiB: marks which rows fit");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -102,6 +184,7 @@ int main(int argc, char** argv) {
     }
     if (params->parsed()) return cmd_params(config, overrides);
     if (train->parsed()) return cmd_train(config, overrides, steps, log_every);
+    if (memory->parsed()) return cmd_memory(config, overrides, mem_json, sweeps, budget);
   } catch (const UserError& e) {
     std::fflush(stdout);
     fmt::print(stderr, "loom: error: {}\n", e.what());

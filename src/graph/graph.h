@@ -94,12 +94,21 @@ class Graph {
   ValueId grad_of(ValueId param_value) const;
   ValueId input_by_name(const std::string& name) const;
 
-  // Remat regions: name (scope path) per region id.
-  int32_t add_region(const std::string& scope) {
-    regions_.push_back(scope);
+  // Remat regions: a scope path and the enclosing region (-1 at top level) per region id.
+  struct Region {
+    std::string scope;
+    int32_t parent = -1;
+  };
+  int32_t add_region(const std::string& scope, int32_t parent) {
+    regions_.push_back(Region{scope, parent});
     return static_cast<int32_t>(regions_.size() - 1);
   }
-  const std::vector<std::string>& regions() const { return regions_; }
+  const std::vector<Region>& regions() const { return regions_; }
+  // The outermost region enclosing region r (nested remat: the outer region recomputes all).
+  int32_t outermost_region(int32_t r) const {
+    while (r >= 0 && regions_[r].parent >= 0) r = regions_[r].parent;
+    return r;
+  }
 
   // Text dump for debugging and golden tests: one node per line with typed attributes.
   std::string dump() const;
@@ -111,7 +120,7 @@ class Graph {
   std::vector<Param> params_;
   std::unordered_map<ValueId, size_t> param_index_;
   std::unordered_map<std::string, ValueId> names_;
-  std::vector<std::string> regions_;
+  std::vector<Region> regions_;
 };
 
 // Scope: Flax-like path builder. `s / "mlp"` extends the path; parameters are created by path
@@ -124,8 +133,8 @@ class Scope {
     return Scope(*g_, path_.empty() ? name : path_ + "/" + name, region_);
   }
   // Opens a remat region named by this scope's path: nodes built through the returned scope
-  // belong to it (innermost region wins).
-  Scope remat_region() const { return Scope(*g_, path_, g_->add_region(path_)); }
+  // belong to it (nested inside the current region, if any).
+  Scope remat_region() const { return Scope(*g_, path_, g_->add_region(path_, region_)); }
 
   ValueId param(const std::string& name, Shape shape, ParamInit init) const;
   // Builds a forward node in this scope; returns its outputs.

@@ -14,6 +14,7 @@ enum OpFlags : uint32_t {
   kOpNone = 0,
   kOpWritesInput0 = 1u << 0,
   kOpView = 1u << 1,
+  kOpInplace = 1u << 2,
 };
 
 // Typed attributes, validated by each op's shape rule when the node is built.

@@ -16,7 +16,7 @@ std::vector<NodeId> default_schedule(const Graph& g) {
   return s;
 }
 
-MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule) {
+MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions opts) {
   MemoryPlan p;
   p.schedule = std::move(schedule);
   const size_t nv = g.values().size();
@@ -31,26 +31,55 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule) {
     if (v.kind == ValueKind::input) p.input_bytes += v.bytes();
   }
 
-  // Live ranges of storage roots.
+  // Live ranges of storage roots (views share their source's storage).
   std::vector<int32_t> first(nv, -1), last(nv, -1);
+  auto compute_ranges = [&] {
+    std::fill(first.begin(), first.end(), -1);
+    std::fill(last.begin(), last.end(), -1);
+    for (int32_t s = 0; s < nsteps; ++s) {
+      const Node& n = g.node(p.schedule[s]);
+      for (ValueId o : n.out) {
+        const ValueId r = p.value_root[o];
+        if (first[r] < 0) first[r] = s;
+        last[r] = std::max(last[r], s);
+      }
+      for (ValueId i : n.in) {
+        const ValueId r = p.value_root[i];
+        LOOM_ASSERT(g.value(r).kind != ValueKind::activation || first[r] >= 0,
+                    "schedule reads a value before it is produced");
+        last[r] = std::max(last[r], s);
+      }
+    }
+    for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
+      if (g.value(v).is_output && first[p.value_root[v]] >= 0) last[p.value_root[v]] = nsteps - 1;
+  };
   for (int32_t s = 0; s < nsteps; ++s) {
     const Node& n = g.node(p.schedule[s]);
-    const bool view = op_info(n.op).flags & kOpView;
-    for (ValueId o : n.out) {
-      if (view) p.value_root[o] = p.value_root[n.in[0]];
-      const ValueId r = p.value_root[o];
-      if (first[r] < 0) first[r] = s;
-      last[r] = std::max(last[r], s);
-    }
-    for (ValueId i : n.in) {
-      const ValueId r = p.value_root[i];
-      LOOM_ASSERT(g.value(r).kind != ValueKind::activation || first[r] >= 0,
-                  "schedule reads a value before it is produced");
-      last[r] = std::max(last[r], s);
-    }
+    if (op_info(n.op).flags & kOpView) p.value_root[n.out[0]] = p.value_root[n.in[0]];
   }
-  for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
-    if (g.value(v).is_output && first[p.value_root[v]] >= 0) last[p.value_root[v]] = nsteps - 1;
+  compute_ranges();
+  if (opts.inplace) {
+    // An in-place output joins the dying input's storage; that storage then lives as long as
+    // the output does. Walking in schedule order makes chains (a -> b -> c in place) work.
+    for (int32_t s = 0; s < nsteps; ++s) {
+      const Node& n = g.node(p.schedule[s]);
+      if (!(op_info(n.op).flags & kOpInplace)) continue;
+      const ValueId o = n.out[0];
+      if (g.value(o).is_output) continue;
+      for (ValueId i : n.in) {
+        const ValueId r = p.value_root[i];
+        if (g.value(r).kind != ValueKind::activation || last[r] != s || g.value(r).is_output) continue;
+        if (g.value(r).bytes() != g.value(o).bytes()) continue;
+        if (std::count(n.in.begin(), n.in.end(), i) > 1) continue;  // add(x, x): x is read twice
+        // Every value rooted at o (o and its views, which come later) moves to r.
+        for (ValueId v = o; v < static_cast<ValueId>(nv); ++v)
+          if (p.value_root[v] == o) p.value_root[v] = r;
+        last[r] = std::max(last[r], last[o]);
+        break;
+      }
+    }
+    compute_ranges();
+  }
 
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
     if (g.value(v).kind == ValueKind::activation && p.value_root[v] == v && first[v] >= 0)
@@ -64,6 +93,13 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule) {
     if (p.buffers[a].bytes != p.buffers[b].bytes) return p.buffers[a].bytes > p.buffers[b].bytes;
     return p.buffers[a].first < p.buffers[b].first;
   });
+  if (!opts.reuse) {  // the unplanned baseline: buffers laid end to end, none shares a byte
+    for (BufferInfo& b : p.buffers) {
+      b.offset = p.arena_bytes;
+      p.arena_bytes += b.bytes;
+    }
+    order.clear();
+  }
   std::vector<size_t> placed;  // kept sorted by offset
   std::vector<const BufferInfo*> overlap;
   for (size_t idx : order) {

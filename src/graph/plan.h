@@ -10,6 +10,9 @@
 //   - a value is live from the step that produces it to the last step that reads it (outputs
 //     marked with Graph::mark_output stay live to the end);
 //   - a view (kOpView) gets no storage: it aliases its root and extends the root's live range;
+//   - in place (kOpInplace ops, when PlanOptions::inplace): output 0 takes over the buffer of an
+//     input of the same byte size whose last use is this node (ggml-alloc's rule), so an
+//     elementwise chain needs one buffer, not two;
 //   - offsets are chosen greedily by size, each buffer in the best-fitting gap among buffers
 //     whose live ranges overlap its own; two buffers live at the same step never overlap.
 #pragma once
@@ -32,7 +35,8 @@ struct BufferInfo {
 struct MemoryPlan {
   std::vector<NodeId> schedule;        // node execution order
   std::vector<int64_t> value_offset;   // per value: byte offset in the arena, -1 if persistent
-  std::vector<ValueId> value_root;     // per value: the value whose storage it uses (itself unless a view)
+  std::vector<ValueId> value_root;     // per value: the value whose storage it uses (itself unless a
+                                       // view or an in-place output)
   std::vector<BufferInfo> buffers;     // one per storage-owning activation, in allocation order
   std::vector<int64_t> live_bytes;     // per step: Σ bytes of buffers live at that step
   int64_t arena_bytes = 0;             // the arena's size: activation memory
@@ -46,7 +50,12 @@ struct MemoryPlan {
 // by the remat pass), which is a topological order by construction.
 std::vector<NodeId> default_schedule(const Graph& g);
 
-MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule);
+struct PlanOptions {
+  bool inplace = true;  // let kOpInplace outputs reuse a dying input's buffer
+  bool reuse = true;    // false: every buffer gets bytes of its own (the unplanned baseline for tests)
+};
+
+MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions opts = {});
 
 // Checks the plan's invariants (no two overlapping live buffers share bytes; every activation
 // read has storage; peak >= lower bound). Returns an empty string when they hold. Used by tests

@@ -1,6 +1,7 @@
 // The MLP classifier of the Part 1.1 tutorial (seed 004):
 //   Dense(hidden) -> LayerNorm -> SiLU -> Dropout -> Dense(classes) -> cast f32 -> log_softmax
-// with params in float32 and the compute dtype from the config.
+// with params in float32 and the compute dtype from the config. With remat, the hidden block
+// (Dense_0 through Dropout, the tutorial's remat example on an activation) is recomputed.
 #pragma once
 #include <cstdint>
 
@@ -15,6 +16,7 @@ struct MlpClassifierSpec {
   int64_t num_classes = 100;
   float dropout_rate = 0.f;
   float layer_norm_eps = 1e-6f;
+  bool remat = false;  // model.remat = MLP: the hidden block (Dense_0 .. Dropout) is a remat region
 };
 
 ModelGraph build_mlp_classifier(const MlpClassifierSpec& spec, int64_t batch, bool train);

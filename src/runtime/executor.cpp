@@ -28,12 +28,11 @@ Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::uniqu
   }
   const size_t nv = g.values().size();
   e->ptrs_.assign(nv, nullptr);
+  // Storage roots first; then views and in-place outputs take their root's pointer (a root may
+  // have a larger id than its alias: remat clones are created after the backward that reads them).
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v) {
     const Value& val = g.value(v);
-    if (p.value_root[v] != v) {  // a view: its root (an earlier value) already has storage
-      e->ptrs_[v] = e->ptrs_[p.value_root[v]];
-      continue;
-    }
+    if (p.value_root[v] != v) continue;
     if (val.kind == ValueKind::activation) {
       if (p.value_offset[v] >= 0) e->ptrs_[v] = static_cast<char*>(e->arena_) + p.value_offset[v];
       continue;
@@ -44,6 +43,8 @@ Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::uniqu
     e->persistent_.push_back(m);
     e->ptrs_[v] = m;
   }
+  for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
+    if (p.value_root[v] != v) e->ptrs_[v] = e->ptrs_[p.value_root[v]];
   for (NodeId id : p.schedule) {
     const Node& n = g.node(id);
     std::vector<TensorArg> in, o;

@@ -314,6 +314,14 @@ void validate_config(const Config& c) {
          "seq_len " + std::to_string(c.data.seq_len) + " is outside [1, model.max_seq_len = " +
              std::to_string(c.model.max_seq_len) + "]",
          "raise model.max_seq_len or shorten data.seq_len");
+    const std::string& rp = c.model.remat_policy;
+    need(rp == "nothing_saveable" || rp == "everything_saveable" || rp == "dots_saveable" ||
+             rp == "dots_with_no_batch_dims_saveable" || rp == "save_only_these_names",
+         "model.remat_policy", "unknown remat policy '" + rp + "'",
+         "use nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable, everything_saveable or "
+         "save_only_these_names (with model.remat_save_names)");
+    need(rp != "save_only_these_names" || !c.model.remat_save_names.empty(), "model.remat_save_names",
+         "save_only_these_names needs at least one pattern", "e.g. model.remat_save_names=*/attn/qkv");
     need(c.model.block_order == "mlp_first" || c.model.block_order == "attn_first", "model.block_order",
          "unknown block order '" + c.model.block_order + "'", "use mlp_first or attn_first");
     need(c.data.kind == "random_tokens", "data.kind", "a transformer needs token data", "use random_tokens");

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "graph/autodiff.h"
+#include "graph/remat.h"
 #include "nn/mlp_classifier.h"
 #include "nn/transformer.h"
 #include "train/init.h"
@@ -40,6 +41,12 @@ nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train) {
     s.num_classes = c.model.num_classes;
     s.dropout_rate = static_cast<float>(c.model.dropout_rate);
     s.layer_norm_eps = static_cast<float>(c.model.layer_norm_eps);
+    if (!c.model.remat.empty() && c.model.remat != "none") {
+      if (c.model.remat != "MLP")
+        throw UserError("model.remat", "the mlp_classifier has one remat region, 'MLP' (its hidden block)",
+                        "use model.remat=MLP or none");
+      s.remat = true;
+    }
     return nn::build_mlp_classifier(s, minibatch, train);
   }
   if (c.model.kind == "transformer") {
@@ -63,15 +70,29 @@ nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train) {
   throw UserError("model.kind", "unknown model kind '" + c.model.kind + "'", "use mlp_classifier or transformer");
 }
 
-Trainer::Trainer(const Config& c, Backend& be) : cfg_(c), be_(be) {
-  const int64_t mb = c.data.batch_size / c.optimizer.num_minibatches;
-  model_ = build_model(c, mb, /*train=*/true);
-  Graph& g = model_.graph;
-  dloss_ = g.add_input("loss_seed", Shape{}, DType::f32);
-  build_backward(g, model_.loss_sum, dloss_);
-  MemoryPlan plan = plan_memory(g, default_schedule(g));
+TrainProgram build_train_program(const Config& c) {
+  TrainProgram p;
+  p.model = build_model(c, c.data.batch_size / c.optimizer.num_minibatches, /*train=*/true);
+  Graph& g = p.model.graph;
+  p.dloss = g.add_input("loss_seed", Shape{}, DType::f32);
+  p.num_forward = build_backward(g, p.model.loss_sum, p.dloss);
+  RematPolicy policy{c.model.remat_policy, {}};
+  for (size_t start = 0; start < c.model.remat_save_names.size();) {
+    size_t end = c.model.remat_save_names.find(',', start);
+    if (end == std::string::npos) end = c.model.remat_save_names.size();
+    if (end > start) policy.save_names.push_back(c.model.remat_save_names.substr(start, end - start));
+    start = end + 1;
+  }
+  p.schedule = apply_remat(g, p.num_forward, policy);
+  return p;
+}
+
+Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options)
+    : cfg_(c), be_(be), prog_(build_train_program(c)) {
+  const Graph& g = prog_.model.graph;
+  MemoryPlan plan = plan_memory(g, prog_.schedule, plan_options);
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
-  for (const auto& [v, bytes] : model_.constants) exec_->upload(v, bytes.data());
+  for (const auto& [v, bytes] : prog_.model.constants) exec_->upload(v, bytes.data());
   std::vector<float> host;
   for (const Param& p : g.params()) {
     init_param(g, p, c.seed, host);
@@ -84,30 +105,30 @@ Trainer::~Trainer() = default;
 
 StepReport Trainer::step(const Batch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
-  const Graph& g = model_.graph;
+  const Graph& g = prog_.model.graph;
   const int64_t nmb = cfg_.optimizer.num_minibatches;
   LOOM_ASSERT(batch.batch_size == cfg_.data.batch_size, "batch size differs from the configured one");
   for (const Param& p : g.params()) exec_->zero(p.grad);
   // Seed of d(loss_sum): the loss is the mean over every example (token) of the batch — each
   // minibatch's mean, averaged over minibatches, is Σ / (examples per minibatch × minibatches) —
   // times the fp16 loss scale.
-  const auto seed = static_cast<float>(opt_->loss_scale() / static_cast<double>(model_.examples * nmb));
-  exec_->upload(dloss_, &seed);
-  const size_t in_bytes = static_cast<size_t>(g.value(model_.inputs).bytes());
-  const size_t lab_count = static_cast<size_t>(g.value(model_.labels).shape.numel());
+  const auto seed = static_cast<float>(opt_->loss_scale() / static_cast<double>(prog_.model.examples * nmb));
+  exec_->upload(prog_.dloss, &seed);
+  const size_t in_bytes = static_cast<size_t>(g.value(prog_.model.inputs).bytes());
+  const size_t lab_count = static_cast<size_t>(g.value(prog_.model.labels).shape.numel());
   StepReport r;
   for (int64_t i = 0; i < nmb; ++i) {
-    exec_->upload(model_.inputs, batch.inputs.data() + static_cast<size_t>(i) * in_bytes);
-    exec_->upload(model_.labels, batch.labels.data() + static_cast<size_t>(i) * lab_count);
+    exec_->upload(prog_.model.inputs, batch.inputs.data() + static_cast<size_t>(i) * in_bytes);
+    exec_->upload(prog_.model.labels, batch.labels.data() + static_cast<size_t>(i) * lab_count);
     exec_->run(RunCtx{cfg_.seed, static_cast<uint64_t>(step_), static_cast<uint32_t>(i)});
     float loss = 0;
     int32_t correct = 0;
-    exec_->download(model_.loss_sum, &loss);
-    exec_->download(model_.correct, &correct);
+    exec_->download(prog_.model.loss_sum, &loss);
+    exec_->download(prog_.model.correct, &correct);
     r.metrics["loss"].sum += loss;
-    r.metrics["loss"].count += model_.examples;
+    r.metrics["loss"].count += prog_.model.examples;
     r.metrics["accuracy"].sum += correct;
-    r.metrics["accuracy"].count += model_.examples;
+    r.metrics["accuracy"].count += prog_.model.examples;
   }
   r.opt = opt_->step();
   ++step_;
@@ -116,25 +137,25 @@ StepReport Trainer::step(const Batch& batch) {
 }
 
 std::vector<float> Trainer::param(const std::string& path) const {
-  const ValueId v = model_.graph.input_by_name(path);
-  if (v == kNoValue || !model_.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
-  std::vector<float> out(static_cast<size_t>(model_.graph.value(v).shape.numel()));
+  const ValueId v = prog_.model.graph.input_by_name(path);
+  if (v == kNoValue || !prog_.model.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
+  std::vector<float> out(static_cast<size_t>(prog_.model.graph.value(v).shape.numel()));
   exec_->download(v, out.data());
   return out;
 }
 
 std::vector<float> Trainer::grad(const std::string& path) const {
-  const ValueId v = model_.graph.input_by_name(path);
-  if (v == kNoValue || !model_.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
-  std::vector<float> out(static_cast<size_t>(model_.graph.value(v).shape.numel()));
-  exec_->download(model_.graph.grad_of(v), out.data());
+  const ValueId v = prog_.model.graph.input_by_name(path);
+  if (v == kNoValue || !prog_.model.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
+  std::vector<float> out(static_cast<size_t>(prog_.model.graph.value(v).shape.numel()));
+  exec_->download(prog_.model.graph.grad_of(v), out.data());
   return out;
 }
 
 void Trainer::set_param(const std::string& path, const std::vector<float>& values) {
-  const ValueId v = model_.graph.input_by_name(path);
-  if (v == kNoValue || !model_.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
-  if (static_cast<int64_t>(values.size()) != model_.graph.value(v).shape.numel())
+  const ValueId v = prog_.model.graph.input_by_name(path);
+  if (v == kNoValue || !prog_.model.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
+  if (static_cast<int64_t>(values.size()) != prog_.model.graph.value(v).shape.numel())
     throw std::invalid_argument("wrong element count for parameter '" + path + "'");
   exec_->upload(v, values.data());
 }

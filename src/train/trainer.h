@@ -23,6 +23,16 @@ namespace loom {
 // Builds the configured model for one minibatch (train: dropout on).
 nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train);
 
+// The per-minibatch training program, ready to plan: the model, its backward (autodiff), the
+// remat pass and the resulting schedule. Pure graph work: nothing is allocated or run.
+struct TrainProgram {
+  nn::ModelGraph model;
+  ValueId dloss = kNoValue;  // the loss seed input
+  NodeId num_forward = 0;
+  std::vector<NodeId> schedule;
+};
+TrainProgram build_train_program(const Config& c);
+
 struct StepReport {
   Metrics metrics;      // this step's (sum, count) pairs
   OptimizerReport opt;  // lr, grad norm, loss scale, skipped
@@ -33,14 +43,14 @@ class Trainer {
  public:
   // Builds, differentiates and plans the program and initialises the train state.
   // Throws UserError for configuration problems and std::runtime_error for resource failures.
-  Trainer(const Config& c, Backend& be);
+  Trainer(const Config& c, Backend& be, PlanOptions plan_options = {});
   ~Trainer();
 
   StepReport step(const Batch& batch);
 
   int64_t steps_done() const { return step_; }
   const Config& config() const { return cfg_; }
-  const nn::ModelGraph& model() const { return model_; }
+  const nn::ModelGraph& model() const { return prog_.model; }
   const MemoryPlan& plan() const { return exec_->plan(); }
   Executor& executor() { return *exec_; }
   Optimizer& optimizer() { return *opt_; }
@@ -52,8 +62,7 @@ class Trainer {
  private:
   Config cfg_;
   Backend& be_;
-  nn::ModelGraph model_;
-  ValueId dloss_ = kNoValue;
+  TrainProgram prog_;
   std::unique_ptr<Executor> exec_;
   std::unique_ptr<Optimizer> opt_;
   int64_t step_ = 0;

@@ -110,6 +110,34 @@ TEST(MemoryPlan, DeadBuffersAreReused) {
   EXPECT_EQ(p.arena_bytes, 2 * 1024 * 4);
 }
 
+TEST(MemoryPlan, InplaceOpsReuseTheirDyingInput) {
+  // x -> silu -> gelu -> cast(bf16) -> cast(f32)... : in place, the f32 chain needs one buffer.
+  Graph g;
+  const ValueId x = g.add_input("x", Shape{256}, DType::f32);
+  ValueId a = g.node(g.add_node(OpKind::dense, {g.add_input("x2", Shape{1, 256}, DType::f32),
+                                                 g.add_input("w", Shape{256, 256}, DType::f32)},
+                                DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
+  a = g.node(g.add_node(OpKind::silu, {a}, NoAttrs{}, "", Phase::forward)).out[0];
+  a = g.node(g.add_node(OpKind::gelu, {a}, NoAttrs{}, "", Phase::forward)).out[0];
+  const ValueId shared = g.node(g.add_node(OpKind::silu, {a}, NoAttrs{}, "", Phase::forward)).out[0];
+  const ValueId y = g.node(g.add_node(OpKind::add, {shared, shared}, NoAttrs{}, "", Phase::forward)).out[0];
+  g.mark_output(y);
+  (void)x;
+  const MemoryPlan in = plan_memory(g, default_schedule(g), PlanOptions{true, true});
+  const MemoryPlan out = plan_memory(g, default_schedule(g), PlanOptions{false, true});
+  EXPECT_EQ(verify_plan(g, in), "");
+  // In place, dense -> silu -> gelu -> silu is one buffer; add(s, s) reads s twice, so it may
+  // not write over it. Without in-place reuse every step of the chain needs a second buffer.
+  EXPECT_EQ(in.value_root[shared], g.node(0).out[0]);
+  EXPECT_NE(in.value_root[y], in.value_root[shared]);
+  EXPECT_EQ(in.arena_bytes, 2 * 1024);
+  EXPECT_EQ(out.arena_bytes, 2 * 1024);
+  for (size_t s = 1; s + 1 < in.live_bytes.size(); ++s) {
+    EXPECT_EQ(in.live_bytes[s], 1024) << "step " << s;  // one buffer through the unary chain
+    EXPECT_EQ(out.live_bytes[s], 2048) << "step " << s;
+  }
+}
+
 TEST(MemoryPlan, PersistentValuesStayOutOfTheArena) {
   Graph g;
   const ValueId x = g.add_input("x", Shape{2, 3}, DType::f32);

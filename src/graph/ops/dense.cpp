@@ -30,8 +30,10 @@ void infer_dense(const Graph& g, const Node& n, ValueDesc* out) {
 void vjp_dense(VjpCtx& c) {
   const auto a = std::get<DenseAttrs>(c.node.attrs);
   const ValueId dy = c.out_ct[0];
-  if (c.needs[0]) c.in_ct[0] = c.emit1(OpKind::dense_grad_input, {dy, c.in_id(1)}, DenseGradAttrs{a.compute, c.in(0).dtype});
+  // dW first: it is the last reader of x, so x is freed before dx is allocated (x and dx have
+  // the same size; in the other order both are live at once — a whole activation at the peak).
   if (c.needs[1]) c.in_ct[1] = c.emit1(OpKind::dense_grad_weight, {c.in_id(0), dy}, a);
+  if (c.needs[0]) c.in_ct[0] = c.emit1(OpKind::dense_grad_input, {dy, c.in_id(1)}, DenseGradAttrs{a.compute, c.in(0).dtype});
   if (c.node.in.size() == 3 && c.needs[2]) {
     // JAX reduces the bias cotangent in the compute dtype, then the f32 cast's VJP widens it.
     ValueId db = c.emit1(OpKind::sum_leading, {dy}, ReduceAttrs{1, a.compute});
