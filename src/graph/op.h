@@ -23,11 +23,13 @@ struct NoAttrs {
 };
 struct DenseAttrs {
   DType compute = DType::f32;  // dtype inputs and kernel are cast to; accumulation is fp32
+  bool transpose_w = false;    // the kernel is stored [N, K] (tied embeddings: logits = x · Eᵀ)
   bool operator==(const DenseAttrs&) const = default;
 };
 struct DenseGradAttrs {
   DType compute = DType::f32;
   DType out_dtype = DType::f32;  // dtype of dx (the dtype of the forward input x)
+  bool transpose_w = false;      // as DenseAttrs::transpose_w
   bool operator==(const DenseGradAttrs&) const = default;
 };
 struct DTypeAttrs {

@@ -102,7 +102,7 @@ struct CpRange {
   uint32_t lo, hi;
 };
 
-// \p{L} and \p{N} above ASCII, as the Python `regex` module 2026.5.9 (Unicode 16) classifies
+// \p{L} and \p{N} above ASCII, as the Python `regex` module 2026.5.9 (Unicode 17) classifies
 // code points; generated with:
 //   r = regex.compile(r"\p{L}")  # and r"\p{N}"
 //   ranges of c in [0x80, 0x10FFFF] (surrogates excluded) with r.fullmatch(chr(c))

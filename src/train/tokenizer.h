@@ -123,7 +123,7 @@ class Gpt2Tokenizer final : public Tokenizer {
 //   \s     Unicode White_Space: U+0009-000D, 0020, 0085, 00A0, 1680, 2000-200A, 2028, 2029,
 //          202F, 205F, 3000;
 //   \p{L}  general category L* and \p{N} category N*: exact range tables generated from the
-//          `regex` module 2026.5.9 (Unicode 16), so no approximation for assigned code points.
+//          `regex` module 2026.5.9 (Unicode 17), so no approximation for assigned code points.
 // Bytes that are not valid UTF-8 count as one "other" character each (neither letter, number
 // nor space), so any byte string splits and round-trips.
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text);

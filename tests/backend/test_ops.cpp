@@ -253,42 +253,49 @@ Shape with_last(Shape lead, int64_t d) {
   return lead;
 }
 
+// Kernel shape for transpose_w (stored [N, K], the tied-embedding layout) or not.
+Shape kernel_shape(const MKN& s, bool wt) { return wt ? Shape{s.N, s.K} : Shape{s.K, s.N}; }
+
 TEST(CpuOps, Dense) {
   for (DType c : kFloatTypes)
     for (DType xdt : f32_and(c))
       for (bool bias : {false, true})
-        for (const MKN& s : kDenseShapes) {
-          const std::string what = "dense c=" + dn(c) + " x=" + dn(xdt) + (bias ? " bias " : " ") +
-                                   with_last(s.x_lead, s.K).str() + "x[" + std::to_string(s.K) + "," +
-                                   std::to_string(s.N) + "]";
-          std::vector<ValueDesc> ins = {{with_last(s.x_lead, s.K), xdt}, {Shape{s.K, s.N}, DType::f32}};
-          if (bias) ins.push_back({Shape{s.N}, DType::f32});
-          check_multilinear(OpKind::dense, ins, DenseAttrs{c}, c, what);
-        }
+        for (bool wt : {false, true})
+          for (const MKN& s : kDenseShapes) {
+            const std::string what = "dense c=" + dn(c) + " x=" + dn(xdt) + (bias ? " bias " : " ") +
+                                     (wt ? "wT " : "") + with_last(s.x_lead, s.K).str() + "x[" +
+                                     std::to_string(s.K) + "," + std::to_string(s.N) + "]";
+            std::vector<ValueDesc> ins = {{with_last(s.x_lead, s.K), xdt}, {kernel_shape(s, wt), DType::f32}};
+            if (bias) ins.push_back({Shape{s.N}, DType::f32});
+            check_multilinear(OpKind::dense, ins, DenseAttrs{c, wt}, c, what);
+          }
 }
 
 TEST(CpuOps, DenseGradInput) {
   for (DType c : kFloatTypes)
     for (DType out : {DType::f32, DType::bf16, DType::f16})
-      for (const MKN& s : kDenseShapes) {
-        const std::string what = "dense_grad_input c=" + dn(c) + " out=" + dn(out) + " " +
-                                 with_last(s.x_lead, s.N).str() + " K=" + std::to_string(s.K);
-        // dx is rounded to c, then to out: the coarser of the two sets the precision.
-        check_multilinear(OpKind::dense_grad_input, {{with_last(s.x_lead, s.N), c}, {Shape{s.K, s.N}, DType::f32}},
-                          DenseGradAttrs{c, out}, coarser(c, out), what);
-      }
+      for (bool wt : {false, true})
+        for (const MKN& s : kDenseShapes) {
+          const std::string what = "dense_grad_input c=" + dn(c) + " out=" + dn(out) + (wt ? " wT " : " ") +
+                                   with_last(s.x_lead, s.N).str() + " K=" + std::to_string(s.K);
+          // dx is rounded to c, then to out: the coarser of the two sets the precision.
+          check_multilinear(OpKind::dense_grad_input, {{with_last(s.x_lead, s.N), c}, {kernel_shape(s, wt), DType::f32}},
+                            DenseGradAttrs{c, out, wt}, coarser(c, out), what);
+        }
 }
 
 TEST(CpuOps, DenseGradWeight) {
   for (DType c : kFloatTypes)
     for (DType xdt : f32_and(c))
-      for (const MKN& s : kDenseShapes) {
-        const std::string what = "dense_grad_weight c=" + dn(c) + " x=" + dn(xdt) + " " +
-                                 with_last(s.x_lead, s.K).str() + " N=" + std::to_string(s.N);
-        // dW is stored as f32 but rounded to the compute dtype: c sets the precision.
-        check_multilinear(OpKind::dense_grad_weight, {{with_last(s.x_lead, s.K), xdt}, {with_last(s.x_lead, s.N), c}},
-                          DenseAttrs{c}, c, what);
-      }
+      for (bool wt : {false, true})
+        for (const MKN& s : kDenseShapes) {
+          const std::string what = "dense_grad_weight c=" + dn(c) + " x=" + dn(xdt) + (wt ? " wT " : " ") +
+                                   with_last(s.x_lead, s.K).str() + " N=" + std::to_string(s.N);
+          // dW is stored as f32 but rounded to the compute dtype: c sets the precision.
+          check_multilinear(OpKind::dense_grad_weight,
+                            {{with_last(s.x_lead, s.K), xdt}, {with_last(s.x_lead, s.N), c}}, DenseAttrs{c, wt}, c,
+                            what);
+        }
 }
 
 TEST(CpuOps, SumLeading) {
@@ -679,10 +686,12 @@ TEST(CpuOps, InPlaceAliasing) {
     got.bytes = bufs[c.alias];
     expect_bytes_equal(got, expected, what);
   }
-  for (int i = 0; i < kNumOps; ++i)
-    if (op_info(static_cast<OpKind>(i)).flags & kOpInplace)
-      EXPECT_NE(std::find(covered.begin(), covered.end(), static_cast<OpKind>(i)), covered.end())
-          << op_name(static_cast<OpKind>(i)) << " is kOpInplace but has no aliasing case here";
+  for (int i = 0; i < kNumOps; ++i) {
+    const auto op = static_cast<OpKind>(i);
+    if (!(op_info(op).flags & kOpInplace)) continue;
+    EXPECT_NE(std::find(covered.begin(), covered.end(), op), covered.end())
+        << op_name(op) << " is kOpInplace but has no aliasing case here";
+  }
 }
 
 // ---- log_softmax and losses -----------------------------------------------------------------

@@ -174,6 +174,15 @@ TEST(VjpFd, DenseNoBias) {
   });
 }
 
+TEST(VjpFd, DenseTransposedKernel) {
+  // Tied embeddings: logits = x · Eᵀ with E stored [N, K].
+  check_vjp([](const Scope& s) {
+    const ValueId x = s.param("x", Shape{3, 4}, {});
+    const ValueId e = s.param("embedding", Shape{5, 4}, {});
+    return s.op1(OpKind::dense, {x, e}, DenseAttrs{DType::f32, true});
+  });
+}
+
 TEST(VjpFd, DenseWithBiasRank3) {
   check_vjp([](const Scope& s) {
     const ValueId x = s.param("x", Shape{2, 3, 4}, {});

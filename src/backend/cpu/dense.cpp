@@ -74,15 +74,16 @@ void epilogue_store(float* acc, int64_t M, int64_t N, DType c, bool round_first,
 // y[m, n] = round_c(Σ_k round_c(x[m, k]) · round_c(W[k, n]))  (+ bias: round_c(y + round_c(b[n]))).
 void cpu_dense(const KernelArgs& a) {
   const DType c = std::get<DenseAttrs>(a.node.attrs).compute;
+  const bool wt = std::get<DenseAttrs>(a.node.attrs).transpose_w;  // W stored [N, K]
   const TensorArg& x = a.in[0];
   const TensorArg& w = a.in[1];
   const TensorArg& y = a.out[0];
-  const int64_t K = w.shape[0], N = w.shape[1], M = x.shape.rows();
+  const int64_t K = w.shape[wt ? 1 : 0], N = w.shape[wt ? 0 : 1], M = x.shape.rows();
   LOOM_ASSERT(x.shape.last() == K && y.shape.rows() == M && y.shape.last() == N && y.dtype == c);
   const float* xs = f32_rounded(x, c, kOuterSlot + 0);
   const float* ws = f32_rounded(w, c, kOuterSlot + 1);
   float* acc = y.dtype == DType::f32 ? y.as<float>() : scratch(kOuterSlot + 2, M * N);
-  sgemm(false, false, M, N, K, xs, ws, acc);
+  sgemm(false, wt, M, N, K, xs, ws, acc);
   if (a.in.size() < 3) {
     epilogue_store(acc, M, N, c, false, y);
     return;
@@ -103,12 +104,13 @@ void cpu_dense_grad_input(const KernelArgs& a) {
   const TensorArg& dy = a.in[0];
   const TensorArg& w = a.in[1];
   const TensorArg& dx = a.out[0];
-  const int64_t K = w.shape[0], N = w.shape[1], M = dy.shape.rows();
+  const bool wt = at.transpose_w;
+  const int64_t K = w.shape[wt ? 1 : 0], N = w.shape[wt ? 0 : 1], M = dy.shape.rows();
   LOOM_ASSERT(dy.shape.last() == N && dx.shape.rows() == M && dx.shape.last() == K && dx.dtype == at.out_dtype);
   const float* dys = f32_rounded(dy, DType::f32, kOuterSlot + 0);  // dy as is (normally in c already)
   const float* ws = f32_rounded(w, at.compute, kOuterSlot + 1);
   float* acc = dx.dtype == DType::f32 ? dx.as<float>() : scratch(kOuterSlot + 2, M * K);
-  sgemm(false, true, M, K, N, dys, ws, acc);
+  sgemm(false, !wt, M, K, N, dys, ws, acc);  // dy[M, N] · Wᵀ, or · W when W is stored [N, K]
   // round_c first unless the store to out_dtype is that same rounding (or c is f32).
   epilogue_store(acc, M, K, at.compute, rounding_changes(at.out_dtype, at.compute), dx);
 }
@@ -116,15 +118,19 @@ void cpu_dense_grad_input(const KernelArgs& a) {
 // dW[k, n] = round_c(Σ_m round_c(x[m, k]) · dy[m, n]), stored as f32: sgemm TN.
 void cpu_dense_grad_weight(const KernelArgs& a) {
   const DType c = std::get<DenseAttrs>(a.node.attrs).compute;
+  const bool wt = std::get<DenseAttrs>(a.node.attrs).transpose_w;  // dW stored [N, K]
   const TensorArg& x = a.in[0];
   const TensorArg& dy = a.in[1];
   const TensorArg& dw = a.out[0];
   const int64_t K = x.shape.last(), N = dy.shape.last(), M = x.shape.rows();
-  LOOM_ASSERT(dy.shape.rows() == M && dw.shape == (Shape{K, N}) && dw.dtype == DType::f32);
+  LOOM_ASSERT(dy.shape.rows() == M && dw.shape == (wt ? Shape{N, K} : Shape{K, N}) && dw.dtype == DType::f32);
   const float* xs = f32_rounded(x, c, kOuterSlot + 0);
   const float* dys = f32_rounded(dy, DType::f32, kOuterSlot + 1);
-  sgemm(true, false, K, N, M, xs, dys, dw.as<float>());
-  epilogue_store(dw.as<float>(), K, N, c, c != DType::f32, dw);
+  if (wt)
+    sgemm(true, false, N, K, M, dys, xs, dw.as<float>());  // dyᵀ · x
+  else
+    sgemm(true, false, K, N, M, xs, dys, dw.as<float>());  // xᵀ · dy
+  epilogue_store(dw.as<float>(), wt ? N : K, wt ? K : N, c, c != DType::f32, dw);
 }
 
 // out[j] = round_dtype(Σ_i x[i·J + j]), J = numel of the kept trailing dims, f32 accumulation.

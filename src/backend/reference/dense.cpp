@@ -13,17 +13,18 @@ using refk::st;
 // y[m, n] = round_c(Σ_k round_c(x[m, k]) · round_c(W[k, n]))  (+ bias: round_c(y + round_c(b[n]))).
 void ref_dense(const KernelArgs& a) {
   const DType c = std::get<DenseAttrs>(a.node.attrs).compute;
+  const bool wt = std::get<DenseAttrs>(a.node.attrs).transpose_w;  // W stored [N, K]
   const TensorArg& x = a.in[0];
   const TensorArg& w = a.in[1];
   const TensorArg& y = a.out[0];
-  const int64_t K = w.shape[0], N = w.shape[1], M = x.shape.rows();
+  const int64_t K = w.shape[wt ? 1 : 0], N = w.shape[wt ? 0 : 1], M = x.shape.rows();
   LOOM_ASSERT(x.shape.last() == K && y.shape.rows() == M && y.shape.last() == N);
   LOOM_ASSERT(y.dtype == c);
   const bool has_bias = a.in.size() == 3;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       double acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += rnd(c, ld(x, m * K + k)) * rnd(c, ld(w, k * N + n));
+      for (int64_t k = 0; k < K; ++k) acc += rnd(c, ld(x, m * K + k)) * rnd(c, ld(w, wt ? n * K + k : k * N + n));
       double v = rnd(c, acc);
       if (has_bias) v = rnd(c, v + rnd(c, ld(a.in[2], n)));
       st(y, m * N + n, v);
@@ -36,13 +37,14 @@ void ref_dense_grad_input(const KernelArgs& a) {
   const TensorArg& dy = a.in[0];
   const TensorArg& w = a.in[1];
   const TensorArg& dx = a.out[0];
-  const int64_t K = w.shape[0], N = w.shape[1], M = dy.shape.rows();
+  const bool wt = at.transpose_w;
+  const int64_t K = w.shape[wt ? 1 : 0], N = w.shape[wt ? 0 : 1], M = dy.shape.rows();
   LOOM_ASSERT(dy.shape.last() == N && dx.shape.rows() == M && dx.shape.last() == K);
   LOOM_ASSERT(dx.dtype == at.out_dtype);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) {
       double acc = 0;
-      for (int64_t n = 0; n < N; ++n) acc += ld(dy, m * N + n) * rnd(at.compute, ld(w, k * N + n));
+      for (int64_t n = 0; n < N; ++n) acc += ld(dy, m * N + n) * rnd(at.compute, ld(w, wt ? n * K + k : k * N + n));
       st(dx, m * K + k, rnd(at.compute, acc));
     }
 }
@@ -50,16 +52,17 @@ void ref_dense_grad_input(const KernelArgs& a) {
 // dW[k, n] = round_c(Σ_m round_c(x[m, k]) · dy[m, n]), stored as f32.
 void ref_dense_grad_weight(const KernelArgs& a) {
   const DType c = std::get<DenseAttrs>(a.node.attrs).compute;
+  const bool wt = std::get<DenseAttrs>(a.node.attrs).transpose_w;  // dW stored [N, K]
   const TensorArg& x = a.in[0];
   const TensorArg& dy = a.in[1];
   const TensorArg& dw = a.out[0];
   const int64_t K = x.shape.last(), N = dy.shape.last(), M = x.shape.rows();
-  LOOM_ASSERT(dy.shape.rows() == M && dw.shape == (Shape{K, N}) && dw.dtype == DType::f32);
+  LOOM_ASSERT(dy.shape.rows() == M && dw.shape == (wt ? Shape{N, K} : Shape{K, N}) && dw.dtype == DType::f32);
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) {
       double acc = 0;
       for (int64_t m = 0; m < M; ++m) acc += rnd(c, ld(x, m * K + k)) * ld(dy, m * N + n);
-      st(dw, k * N + n, rnd(c, acc));
+      st(dw, wt ? n * K + k : k * N + n, rnd(c, acc));
     }
 }
 

@@ -15,15 +15,19 @@ void infer_dense(const Graph& g, const Node& n, ValueDesc* out) {
   const Value& w = in_val(g, n, 1);
   if (!dtype_is_float(a.compute)) op_fail(g, n, "compute dtype must be a float dtype");
   require_float(g, n, 0, "x");
-  if (w.shape.rank != 2 || w.dtype != DType::f32) op_fail(g, n, "kernel must be a [K, N] float32 parameter");
-  if (x.shape.rank < 1 || x.shape.last() != w.shape[0])
-    op_fail(g, n, "last dim of x (" + std::to_string(x.shape.last()) + ") must equal the kernel's first dim (" +
-                      std::to_string(w.shape[0]) + ")");
+  if (w.shape.rank != 2 || w.dtype != DType::f32)
+    op_fail(g, n, a.transpose_w ? "kernel must be an [N, K] float32 parameter" : "kernel must be a [K, N] float32 parameter");
+  const int64_t K = w.shape[a.transpose_w ? 1 : 0], N = w.shape[a.transpose_w ? 0 : 1];
+  if (x.shape.rank < 1 || x.shape.last() != K) {
+    std::string msg = "last dim of x (";
+    msg += std::to_string(x.shape.last()) + ") must equal the kernel's K (" + std::to_string(K) + ")";
+    op_fail(g, n, msg);
+  }
   if (n.in.size() == 3) {
     const Value& b = in_val(g, n, 2);
-    if (b.shape != Shape{w.shape[1]} || b.dtype != DType::f32) op_fail(g, n, "bias must be a [N] float32 parameter");
+    if (b.shape != Shape{N} || b.dtype != DType::f32) op_fail(g, n, "bias must be a [N] float32 parameter");
   }
-  out[0] = {x.shape.with_last(w.shape[1]), a.compute};
+  out[0] = {x.shape.with_last(N), a.compute};
 }
 
 // y = x·W + b  ⇒  dx = dy·Wᵀ (M×N · (K×N)ᵀ → M×K), dW = xᵀ·dy (K×M · M×N → K×N), db = Σ_rows dy.
@@ -33,7 +37,7 @@ void vjp_dense(VjpCtx& c) {
   // dW first: it is the last reader of x, so x is freed before dx is allocated (x and dx have
   // the same size; in the other order both are live at once — a whole activation at the peak).
   if (c.needs[1]) c.in_ct[1] = c.emit1(OpKind::dense_grad_weight, {c.in_id(0), dy}, a);
-  if (c.needs[0]) c.in_ct[0] = c.emit1(OpKind::dense_grad_input, {dy, c.in_id(1)}, DenseGradAttrs{a.compute, c.in(0).dtype});
+  if (c.needs[0]) c.in_ct[0] = c.emit1(OpKind::dense_grad_input, {dy, c.in_id(1)}, DenseGradAttrs{a.compute, c.in(0).dtype, a.transpose_w});
   if (c.node.in.size() == 3 && c.needs[2]) {
     // JAX reduces the bias cotangent in the compute dtype, then the f32 cast's VJP widens it.
     ValueId db = c.emit1(OpKind::sum_leading, {dy}, ReduceAttrs{1, a.compute});
@@ -46,17 +50,19 @@ void infer_dense_grad_input(const Graph& g, const Node& n, ValueDesc* out) {
   const auto& a = attrs_of<DenseGradAttrs>(n);
   const Value& dy = in_val(g, n, 0);
   const Value& w = in_val(g, n, 1);
-  if (w.shape.rank != 2 || dy.shape.rank < 1 || dy.shape.last() != w.shape[1])
-    op_fail(g, n, "dy's last dim must equal the kernel's N");
+  if (w.shape.rank != 2 || dy.shape.rank < 1) op_fail(g, n, "needs dy of rank >= 1 and a rank-2 kernel");
+  const int64_t K = w.shape[a.transpose_w ? 1 : 0], N = w.shape[a.transpose_w ? 0 : 1];
+  if (dy.shape.last() != N) op_fail(g, n, "dy's last dim must equal the kernel's N");
   if (!dtype_is_float(a.out_dtype)) op_fail(g, n, "out_dtype must be a float dtype");
-  out[0] = {dy.shape.with_last(w.shape[0]), a.out_dtype};
+  out[0] = {dy.shape.with_last(K), a.out_dtype};
 }
 
 void infer_dense_grad_weight(const Graph& g, const Node& n, ValueDesc* out) {
   const Value& x = in_val(g, n, 0);
   const Value& dy = in_val(g, n, 1);
   if (x.shape.rows() != dy.shape.rows()) op_fail(g, n, "x and dy must have the same number of rows");
-  out[0] = {Shape{x.shape.last(), dy.shape.last()}, DType::f32};
+  const bool t = attrs_of<DenseAttrs>(n).transpose_w;
+  out[0] = {t ? Shape{dy.shape.last(), x.shape.last()} : Shape{x.shape.last(), dy.shape.last()}, DType::f32};
 }
 
 void infer_sum_leading(const Graph& g, const Node& n, ValueDesc* out) {
