@@ -91,6 +91,12 @@ class Backend {
   virtual void synchronize() = 0;
   // Monotonic clock in microseconds, for the profiler.
   virtual double now_us() const = 0;
+  // Whether run() may return before the kernel finished (a GPU stream): the profiler then
+  // synchronizes around every timed node. Host backends run synchronously.
+  virtual bool asynchronous() const { return false; }
+  // This device's dense matmul ceiling in GFLOP/s, measured now (a large square f32 matmul, best
+  // of a few runs; takes about a second). The profiler divides achieved FLOP/s by it. 0 = unknown.
+  virtual double measure_matmul_gflops() { return 0; }
 
   // Σ over tensors of Σ grad² (global norm², for clipping and the fp16 finite check: a
   // non-finite gradient makes the result non-finite).

@@ -15,7 +15,12 @@
 #include "train/config.h"
 #include "train/data.h"
 #include "train/loop.h"
+#include "train/prepare.h"
+#include "train/run.h"
+#include "train/sample.h"
+#include "train/memory_html.h"
 #include "train/memory_report.h"
+#include "train/profile.h"
 #include "train/trainer.h"
 
 namespace {
@@ -32,34 +37,6 @@ int cmd_params(const std::string& path, const std::vector<std::string>& override
   const Config c = load(path, overrides);
   const nn::ModelGraph m = build_model(c, c.data.batch_size, /*train=*/false);
   fmt::print("{}", nn::summarize(m));
-  return 0;
-}
-
-int cmd_train(const std::string& path, const std::vector<std::string>& overrides, int64_t steps, int64_t log_every) {
-  Config c = load(path, overrides);
-  if (steps >= 0) c.train.steps = steps;
-  if (log_every > 0) c.train.log_every = log_every;
-  validate_config(c);
-  set_num_threads(static_cast<int>(c.threads));
-  auto be = make_backend(c.device);
-  fmt::print("loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {} minibatch{}\n", c.source,
-             c.model.kind, be->name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
-             c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es");
-  Trainer t(c, *be);
-  const MemoryPlan& p = t.plan();
-  fmt::print("program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
-             p.schedule.size(), p.param_bytes / 4, p.arena_bytes / 1048576.0, p.lower_bound_bytes / 1048576.0);
-  const Batch batch = make_batch(c);
-  LoopOptions o;
-  o.steps = c.train.steps;
-  o.log_every = c.train.log_every;
-  o.metrics_file = c.train.metrics_file;
-  o.progress_bar = isatty(STDOUT_FILENO);
-  const Metrics total = run_training(t, batch, o);
-  const std::string title = c.model.kind == "mlp_classifier"
-                                ? fmt::format("Minibatch {}", c.optimizer.num_minibatches)
-                                : fmt::format("Final metrics - {}", t.model().name);
-  fmt::print("{}", format_metrics(total, title));
   return 0;
 }
 
@@ -151,8 +128,27 @@ int main(int argc, char** argv) {
   train->add_option("overrides", overrides, "section.key=value overrides, e.g. optimizer.num_minibatches=4");
   train->add_option("--steps", steps, "optimizer steps (overrides train.steps)");
   train->add_option("--log-every", log_every, "log every N steps (overrides train.log_every)");
+  RunOptions run;
+  train->add_option("--out", run.out_dir,
+                    "run directory for config.toml, metrics.jsonl and checkpoints (default runs/<config name> for "
+                    "token data)");
+  train->add_flag("--overwrite", run.overwrite, "replace the run already in --out");
+  train->add_option("--resume", run.resume, "continue the run in this directory (or ckpt_<step> directory)");
+  train->add_option("--profile", run.profile_dir, "profile a window of steps into DIR (trace.json, summary.json, memory.html)");
+  train->add_option("--profile-steps", run.profile_steps, "the window for --profile: FIRST:LAST, 1-based, inclusive (default 2:4)");
   bool help_config = false;
   train->add_flag("--help-config", help_config, "list every configuration key with its type and default");
+
+  auto* prepare = app.add_subcommand("prepare", "tokenize a text file into train.bin, val.bin and meta.json (nanoGPT layout)");
+  std::string prep_kind, prep_input, prep_out, prep_vocab;
+  double val_fraction = 0.1;
+  prepare->add_option("tokenizer", prep_kind, "char (sorted unique characters) or gpt2 (byte-level BPE)")
+      ->required()
+      ->check(CLI::IsMember({"char", "gpt2"}));
+  prepare->add_option("input", prep_input, "UTF-8 text file")->required();
+  prepare->add_option("outdir", prep_out, "output directory")->required();
+  prepare->add_option("--val-fraction", val_fraction, "fraction of the text held out for validation (default 0.1)");
+  prepare->add_option("--vocab", prep_vocab, "gpt2: directory with encoder.json and vocab.bpe");
 
   auto* memory = app.add_subcommand(
       "memory", "plan a training run and print its device memory, without running anything");
@@ -166,6 +162,31 @@ int main(int argc, char** argv) {
                      "key=v1,v2,... : one row per combination (repeatable); write commas inside a value as '+', "
                      "e.g. model.remat=none,MLP+Attn,Block");
   memory->add_option("--budget", budget, "device memory to fit in, e.g. 24GiB: marks which rows fit");
+  std::string mem_html;
+  memory->add_option("--html", mem_html, "also write the memory viewer (one self-contained HTML page) to FILE");
+
+  auto* profile = app.add_subcommand("profile", "run a few training steps and write a trace, a summary and the memory viewer");
+  profile->add_option("config", config, std::string("config file (TOML); default ") + kDefaultConfig);
+  profile->add_option("overrides", overrides, "section.key=value overrides, e.g. model.dtype=bfloat16");
+  ProfileCommand prof;
+  profile->add_option("--steps", prof.steps, "profiled steps (default 3)");
+  profile->add_option("--warmup", prof.warmup, "steps run first and not recorded (default 1)");
+  profile->add_option("--out", prof.out_dir, "output directory (default profile)");
+  profile->add_flag("--no-ceiling", prof.no_ceiling, "skip measuring the matmul ceiling (about a second)");
+  profile->add_option("--overhead", prof.overhead_pairs,
+                      "instead of profiling, time N steps with recording off and N with it on, alternating");
+
+  auto* sample = app.add_subcommand("sample", "generate text from a checkpoint, streaming it as it is produced (KV cache)");
+  SampleOptions samp;
+  sample->add_option("checkpoint", samp.checkpoint, "a ckpt_<step> directory, or a run directory (its latest checkpoint)")
+      ->required();
+  sample->add_option("--prompt", samp.prompt, "text to continue (default: a newline, or <|endoftext|> for GPT-2)");
+  sample->add_option("--tokens", samp.tokens, "tokens to generate (default 256)");
+  sample->add_option("--temperature", samp.temperature, "softmax temperature; 0 = greedy (default 1.0)");
+  sample->add_option("--top-k", samp.top_k, "sample among the k most likely tokens; 0 = all (default 0)");
+  sample->add_option("--seed", samp.seed, "random seed (default 0)");
+  sample->add_option("--threads", samp.threads, "CPU threads (default: the checkpoint's `threads`; 0 = all cores)");
+  sample->add_flag("--stats", samp.stats, "print prefill and per-token decode times to stderr");
 
   try {
     app.parse(argc, argv);
@@ -183,8 +204,19 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (params->parsed()) return cmd_params(config, overrides);
-    if (train->parsed()) return cmd_train(config, overrides, steps, log_every);
+    if (train->parsed()) {
+      run.config_path = config;
+      run.overrides = overrides;
+      run.steps = steps;
+      run.log_every = log_every;
+      run.progress_bar = isatty(STDOUT_FILENO);
+      return run_train(run);
+    }
+    if (prepare->parsed()) return run_prepare(prep_kind, prep_input, prep_out, val_fraction, prep_vocab);
+    if (memory->parsed() && !mem_html.empty()) write_memory_html(load(config, overrides), mem_html);
     if (memory->parsed()) return cmd_memory(config, overrides, mem_json, sweeps, budget);
+    if (profile->parsed()) return profile_command(load(config, overrides), prof);
+    if (sample->parsed()) return run_sample(samp);
   } catch (const UserError& e) {
     std::fflush(stdout);
     fmt::print(stderr, "loom: error: {}\n", e.what());

@@ -10,7 +10,8 @@ namespace {
 #define LOOM_RULE_PTR_none(name) nullptr
 constexpr OpInfo kOpTable[] = {
 #define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) \
-  {#name, min_in, max_in, n_out, flags, attr_index_of<attr>(), &infer_##name, LOOM_RULE_PTR_##grad(name)},
+  {#name, min_in, max_in, n_out, flags, attr_index_of<attr>(), &infer_##name, LOOM_RULE_PTR_##grad(name), \
+   &cost_##name},
 #include "graph/ops.def"
 #undef LOOM_OP
 };
@@ -24,6 +25,19 @@ const OpInfo& op_info(OpKind k) {
   const auto i = static_cast<size_t>(k);
   LOOM_ASSERT(i < static_cast<size_t>(kNumOps), "bad op kind");
   return kOpTable[i];
+}
+
+OpCost node_cost(const Graph& g, const Node& n) { return op_info(n.op).cost(g, n); }
+
+int64_t io_bytes(const Graph& g, const Node& n) {
+  int64_t b = 0;
+  for (ValueId v : n.in) b += g.value(v).bytes();
+  for (ValueId v : n.out) b += g.value(v).bytes();
+  return b;
+}
+
+OpCost elementwise_cost(const Graph& g, const Node& n, int64_t flops_per_element) {
+  return OpCost{flops_per_element * g.value(n.out.at(0)).shape.numel(), io_bytes(g, n)};
 }
 
 void op_fail(const Graph& g, const Node& n, const std::string& msg) {

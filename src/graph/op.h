@@ -15,6 +15,7 @@ enum OpFlags : uint32_t {
   kOpWritesInput0 = 1u << 0,
   kOpView = 1u << 1,
   kOpInplace = 1u << 2,
+  kOpWritesCache = 1u << 3,  // also writes inputs 1 and 2 in place (persistent inputs: a KV cache)
 };
 
 // Typed attributes, validated by each op's shape rule when the node is built.
@@ -82,6 +83,15 @@ struct Node;
 struct VjpCtx;
 struct ValueDesc;
 
+// What one execution of a node costs, from its shapes alone (the profiler's achieved GFLOP/s and
+// GB/s). flops: floating-point operations, a multiply-add counting 2 (matmuls 2·M·K·N); bytes:
+// every input read plus every output written at their dtypes, the traffic of a kernel that
+// streams each operand once (gathers and scatters count the rows they touch, views nothing).
+struct OpCost {
+  int64_t flops = 0;
+  int64_t bytes = 0;
+};
+
 struct OpInfo {
   const char* name;
   int min_inputs, max_inputs, num_outputs;
@@ -92,10 +102,14 @@ struct OpInfo {
   void (*infer)(const Graph&, const Node&, ValueDesc* outs);
   // Emits the backward nodes (nullptr where the table says `none`).
   void (*vjp)(VjpCtx&);
+  // FLOPs and bytes moved by one execution (cost_<op>, beside the shape rule).
+  OpCost (*cost)(const Graph&, const Node&);
 };
 
 const OpInfo& op_info(OpKind);
 inline const char* op_name(OpKind k) { return op_info(k).name; }
+// The cost of one execution of node `n` of `g` (op_info(n.op).cost).
+OpCost node_cost(const Graph& g, const Node& n);
 
 template <class T>
 constexpr size_t attr_index_of() {

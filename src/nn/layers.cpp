@@ -19,10 +19,13 @@ ValueId dense(const Scope& s, ValueId x, int64_t features, DType dtype, bool use
   return s.op1(OpKind::dense, {x, w, b}, DenseAttrs{dtype});
 }
 
-ValueId layer_norm(const Scope& s, ValueId x, DType dtype, float eps) {
+ValueId layer_norm(const Scope& s, ValueId x, DType dtype, float eps, bool use_bias) {
   const int64_t c = s.graph().value(x).shape.last();
   const ValueId scale = s.param("scale", Shape{c}, ParamInit{ParamInit::ones, 0});
-  const ValueId bias = s.param("bias", Shape{c}, ParamInit{ParamInit::zeros, 0});
+  // Without a bias the op gets a constant zero input: persistent inputs start zeroed and this one
+  // is never written, so no parameter, gradient or optimizer state exists for it.
+  const ValueId bias = use_bias ? s.param("bias", Shape{c}, ParamInit{ParamInit::zeros, 0})
+                                : s.graph().add_input(s.path() + "/zero_bias", Shape{c}, DType::f32);
   return s.op(OpKind::layer_norm, {x, scale, bias}, LayerNormAttrs{eps, dtype}).at(0);
 }
 

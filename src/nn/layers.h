@@ -13,7 +13,8 @@ ParamInit lecun_normal(int64_t fan_in);
 // nn.Dense(features, dtype): kernel [in, features] (lecun_normal), bias [features] (zeros).
 ValueId dense(const Scope& s, ValueId x, int64_t features, DType dtype, bool use_bias = true);
 // nn.LayerNorm(dtype): scale (ones) and bias (zeros) of [C], fp32 statistics, output in dtype.
-ValueId layer_norm(const Scope& s, ValueId x, DType dtype, float eps);
+// use_bias = false: no bias parameter (nanoGPT's LayerNorm(bias=False)).
+ValueId layer_norm(const Scope& s, ValueId x, DType dtype, float eps, bool use_bias = true);
 // nn.Dropout(rate): identity when rate is 0 or not training (Flax returns its input unchanged).
 ValueId dropout(const Scope& s, ValueId x, float rate, bool train);
 ValueId cast(const Scope& s, ValueId x, DType dtype);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "nn/layers.h"
@@ -13,46 +14,114 @@ namespace {
 // Reshape (a view: no copy, no memory).
 ValueId view(const Scope& s, ValueId x, Shape shape) { return s.op1(OpKind::reshape, {x}, ShapeAttrs{shape}); }
 
+// Kernel init: Flax's lecun_normal(fan_in), or GPT-2's normal(0.02) (scaled by 1/sqrt(2·layers)
+// on the projections that write into the residual stream).
+ParamInit kernel_init(const TransformerSpec& c, int64_t fan_in, bool residual_proj) {
+  if (!c.gpt2_init) return lecun_normal(fan_in);
+  const double std = residual_proj ? 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_layers)) : 0.02;
+  return ParamInit{ParamInit::normal, static_cast<float>(std)};
+}
+
+// A Dense / DenseGeneral layer with the variant's bias and init choices: the kernel's first
+// `in_dims` dims are contracted with x's last dim (flattened), the rest are the output features;
+// the bias has the output features' shape.
+ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const TransformerSpec& c, bool residual_proj,
+               int in_dims = 1) {
+  const int64_t fan_in = s.graph().value(x).shape.last();
+  const int64_t out = kernel_shape.numel() / fan_in;
+  const ValueId w = s.param("kernel", kernel_shape, kernel_init(c, fan_in, residual_proj));
+  const ValueId wv = kernel_shape.rank == 2 ? w : view(s, w, Shape{fan_in, out});
+  if (!c.use_bias) return s.op1(OpKind::dense, {x, wv}, DenseAttrs{c.dtype});
+  Shape bias_shape;
+  for (int i = in_dims; i < kernel_shape.rank; ++i) bias_shape.push_back(kernel_shape[i]);
+  const ValueId b = s.param("bias", bias_shape, ParamInit{ParamInit::zeros, 0});
+  const ValueId bv = bias_shape.rank == 1 ? b : view(s, b, Shape{out});
+  return s.op1(OpKind::dense, {x, wv, bv}, DenseAttrs{c.dtype});
+}
+
 // MLPBlock: [B, T, C] -> [B, T, C]
 ValueId mlp_block(const Scope& s, ValueId x, const TransformerSpec& c, bool train) {
   const int64_t features = s.graph().value(x).shape.last();
-  ValueId h = layer_norm(s / "pre_norm", x, c.dtype, c.layer_norm_eps);
-  h = dense(s / "input_layer", h, c.mlp_expansion * features, c.dtype);  // [B, T, 4C]
+  ValueId h = layer_norm(s / "pre_norm", x, c.dtype, c.layer_norm_eps, c.use_bias);
+  h = linear(s / "input_layer", h, Shape{features, c.mlp_expansion * features}, c, false);  // [B, T, 4C]
   h = s.op1(OpKind::gelu, {h});
-  h = dense(s / "output_layer", h, features, c.dtype);  // [B, T, C]
+  h = linear(s / "output_layer", h, Shape{c.mlp_expansion * features, features}, c, true);  // [B, T, C]
   return dropout(s, h, c.dropout_rate, train);
 }
 
-// AttentionBlock: [B, T, C] -> [B, T, C]
-ValueId attention_block(const Scope& s, ValueId x, const TransformerSpec& c, bool train) {
+// The one-token decoding graph's attention (build_transformer_decoder): this layer's key/value
+// caches and the current position.
+struct Decode {
+  int64_t max_len = 0;      // cache rows
+  ValueId pos = kNoValue;   // int32 scalar: the current token's position
+};
+
+// attention_decode of one token against this layer's persistent caches "<scope>/k_cache" and
+// "<scope>/v_cache" [B, max_len, H, D] (in the compute dtype), which it updates at row pos.
+ValueId cached_attention(const Scope& s, ValueId qkv, const TransformerSpec& c, const Decode& d) {
+  Graph& g = s.graph();
+  const Shape q = g.value(qkv).shape;
+  const Shape cache{q[0], d.max_len, q[2], q[3] / 3};
+  const ValueId k = g.add_input(s.path() + "/k_cache", cache, c.dtype);
+  const ValueId v = g.add_input(s.path() + "/v_cache", cache, c.dtype);
+  return s.op1(OpKind::attention_decode, {qkv, k, v, d.pos}, AttentionAttrs{true, c.softmax_dtype});
+}
+
+// AttentionBlock: [B, T, C] -> [B, T, C] (with `dec`: T = 1, attending over the KV cache)
+ValueId attention_block(const Scope& s, ValueId x, const TransformerSpec& c, bool train, const Decode* dec) {
   Graph& g = s.graph();
   const Shape xs = g.value(x).shape;
   const int64_t B = xs[0], T = xs[1], C = xs[2];
   const int64_t H = c.hidden_size / c.head_dim, D = c.head_dim;
-  ValueId h = layer_norm(s / "pre_norm", x, c.dtype, c.layer_norm_eps);
+  ValueId h = layer_norm(s / "pre_norm", x, c.dtype, c.layer_norm_eps, c.use_bias);
   // DenseGeneral(features=(H, 3D)): kernel [C, H, 3D] and bias [H, 3D], used as a [C, H·3D] dense.
   const Scope qs = s / "qkv";
-  const ValueId wq = qs.param("kernel", Shape{C, H, 3 * D}, lecun_normal(C));
-  const ValueId bq = qs.param("bias", Shape{H, 3 * D}, ParamInit{ParamInit::zeros, 0});
-  ValueId qkv = qs.op1(OpKind::dense, {h, view(qs, wq, Shape{C, H * 3 * D}), view(qs, bq, Shape{H * 3 * D})},
-                       DenseAttrs{c.dtype});                                          // [B, T, H·3D]
-  qkv = view(qs, qkv, Shape{B, T, H, 3 * D});                                         // [B, T, H, 3D]
-  const ValueId att = s.op(OpKind::attention, {qkv}, AttentionAttrs{c.causal_mask, c.softmax_dtype}).at(0);  // [B, T, H, D]
+  ValueId qkv = linear(qs, h, Shape{C, H, 3 * D}, c, false);  // [B, T, H·3D]
+  qkv = view(qs, qkv, Shape{B, T, H, 3 * D});                 // [B, T, H, 3D]
+  const ValueId att = dec ? cached_attention(s, qkv, c, *dec)
+                          : s.op(OpKind::attention, {qkv}, AttentionAttrs{c.causal_mask, c.softmax_dtype}).at(0);  // [B, T, H, D]
   // DenseGeneral(features=C, axis=(-2, -1)): kernel [H, D, C] (fan_in H·D), bias [C].
   const Scope os = s / "output_layer";
-  const ValueId wo = os.param("kernel", Shape{H, D, C}, lecun_normal(H * D));
-  const ValueId bo = os.param("bias", Shape{C}, ParamInit{ParamInit::zeros, 0});
-  ValueId o = os.op1(OpKind::dense, {view(os, att, Shape{B, T, H * D}), view(os, wo, Shape{H * D, C}), bo},
-                     DenseAttrs{c.dtype});  // [B, T, C]
+  ValueId o = linear(os, view(os, att, Shape{B, T, H * D}), Shape{H, D, C}, c, true, 2);  // [B, T, C]
   return dropout(s, o, c.dropout_rate, train);
 }
 
-ValueId transformer_block(const Scope& s, ValueId x, const TransformerSpec& c, bool train) {
+ValueId transformer_block(const Scope& s, ValueId x, const TransformerSpec& c, bool train, const Decode* dec) {
   const Scope mlp_s = c.remat_mlp ? (s / "mlp").remat_region() : s / "mlp";
   const Scope attn_s = c.remat_attn ? (s / "attn").remat_region() : s / "attn";
   auto mlp = [&](ValueId v) { return s.op1(OpKind::add, {v, mlp_block(mlp_s, v, c, train)}); };
-  auto attn = [&](ValueId v) { return s.op1(OpKind::add, {v, attention_block(attn_s, v, c, train)}); };
+  auto attn = [&](ValueId v) { return s.op1(OpKind::add, {v, attention_block(attn_s, v, c, train, dec)}); };
   return c.attn_first ? mlp(attn(x)) : attn(mlp(x));
+}
+
+// Embeddings, blocks and head, shared by the training graph and the decoder: the f32 logits
+// [B, T, V] of tokens [B, T] at positions [T].
+ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const TransformerSpec& c, bool train,
+                           const Decode* dec) {
+  const Scope root(g);
+  const int64_t C = c.hidden_size;
+  // nn.Embed's default init: variance_scaling(1, fan_in, normal, out_axis=0) -> N(0, 1/C).
+  const Scope es = root / "embed";
+  const float embed_std = c.gpt2_init ? 0.02f : static_cast<float>(1.0 / std::sqrt(double(C)));
+  const ValueId table = es.param("embedding", Shape{c.vocab_size, C}, ParamInit{ParamInit::normal, embed_std});
+  ValueId x = es.op1(OpKind::embedding, {tokens, table}, DTypeAttrs{c.dtype});  // [B, T, C]
+  // pos_emb.astype(dtype)[:T]: a gather of rows 0..T-1 rounds exactly like the cast-then-slice.
+  const ValueId pos_emb = root.param("pos_emb", Shape{c.max_seq_len, C}, ParamInit{ParamInit::normal, 0.02f});
+  const ValueId pos = root.op1(OpKind::embedding, {positions, pos_emb}, DTypeAttrs{c.dtype});  // [T, C]
+  x = root.op1(OpKind::add, {x, pos});
+  if (c.embed_dropout) x = dropout(root, x, c.dropout_rate, train);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    std::string name = "block_";
+    name += std::to_string(l);
+    const Scope bs = root / name;
+    x = transformer_block(c.remat_block ? bs.remat_region() : bs, x, c, train, dec);
+  }
+  x = layer_norm(root / "post_norm", x, c.dtype, c.layer_norm_eps, c.use_bias);
+  if (c.tie_embeddings)  // wte.attend(x): the embedding table, transposed, is the output layer
+    x = es.op1(OpKind::dense, {x, table}, DenseAttrs{c.dtype, /*transpose_w=*/true});  // [B, T, V]
+  else
+    x = linear(root / "output_layer", x, Shape{C, c.num_outputs}, c, false);  // [B, T, V]
+  return cast(root, x, DType::f32);
 }
 
 }  // namespace
@@ -67,28 +136,24 @@ ModelGraph build_transformer(const TransformerSpec& c, int64_t batch, int64_t se
   std::vector<unsigned char> pos_bytes(static_cast<size_t>(seq_len) * 4);
   for (int32_t t = 0; t < seq_len; ++t) std::memcpy(pos_bytes.data() + t * 4, &t, 4);
   m.constants.emplace_back(positions, std::move(pos_bytes));
+  add_classification_loss(m, Scope(g), transformer_logits(g, m.inputs, positions, c, train, nullptr));
+  return m;
+}
 
-  const Scope root(g);
-  const int64_t C = c.hidden_size;
-  // nn.Embed's default init: variance_scaling(1, fan_in, normal, out_axis=0) -> N(0, 1/C).
-  const Scope es = root / "embed";
-  const ValueId table = es.param("embedding", Shape{c.vocab_size, C},
-                                 ParamInit{ParamInit::normal, static_cast<float>(1.0 / std::sqrt(double(C)))});
-  ValueId x = es.op1(OpKind::embedding, {m.inputs, table}, DTypeAttrs{c.dtype});  // [B, T, C]
-  // pos_emb.astype(dtype)[:T]: a gather of rows 0..T-1 rounds exactly like the cast-then-slice.
-  const ValueId pos_emb = root.param("pos_emb", Shape{c.max_seq_len, C}, ParamInit{ParamInit::normal, 0.02f});
-  const ValueId pos = root.op1(OpKind::embedding, {positions, pos_emb}, DTypeAttrs{c.dtype});  // [T, C]
-  x = root.op1(OpKind::add, {x, pos});
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    std::string name = "block_";
-    name += std::to_string(l);
-    const Scope bs = root / name;
-    x = transformer_block(c.remat_block ? bs.remat_region() : bs, x, c, train);
-  }
-  x = layer_norm(root / "post_norm", x, c.dtype, c.layer_norm_eps);
-  x = dense(root / "output_layer", x, c.num_outputs, c.dtype);  // [B, T, V]
-  x = cast(root, x, DType::f32);
-  add_classification_loss(m, root, x);
+ModelGraph build_transformer_decoder(const TransformerSpec& spec, int64_t batch, int64_t max_len) {
+  if (!spec.causal_mask) throw std::invalid_argument("build_transformer_decoder: the model must be causal");
+  if (max_len < 1 || max_len > spec.max_seq_len)
+    throw std::invalid_argument("build_transformer_decoder: max_len must be in [1, max_seq_len]");
+  TransformerSpec c = spec;
+  c.remat_mlp = c.remat_attn = c.remat_block = false;  // no backward: nothing to recompute
+  ModelGraph m;
+  m.name = "TransformerDecoder";
+  Graph& g = m.graph;
+  m.inputs = g.add_input("inputs", Shape{batch, 1}, DType::i32);         // [B, 1] the current tokens
+  const ValueId positions = g.add_input("positions", Shape{1}, DType::i32);  // [1] their position
+  const Decode dec{max_len, view(Scope(g), positions, Shape{})};         // the same int, as a scalar
+  m.output = transformer_logits(g, m.inputs, positions, c, /*train=*/false, &dec);  // [B, 1, V]
+  g.mark_output(m.output);
   return m;
 }
 

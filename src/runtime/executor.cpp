@@ -15,7 +15,8 @@ Status check_coverage(const Backend& be, const Graph& g, const std::vector<NodeI
   return Status::ok();
 }
 
-Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out) {
+Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out,
+                        const External* external) {
   if (Status s = check_coverage(be, g, plan.schedule); !s) return s;
   std::unique_ptr<Executor> e(new Executor(be, g, std::move(plan)));
   const MemoryPlan& p = e->plan_;
@@ -36,6 +37,13 @@ Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::uniqu
     if (val.kind == ValueKind::activation) {
       if (p.value_offset[v] >= 0) e->ptrs_[v] = static_cast<char*>(e->arena_) + p.value_offset[v];
       continue;
+    }
+    if (external) {
+      auto it = external->find(val.name);
+      if (it != external->end()) {
+        e->ptrs_[v] = it->second;
+        continue;
+      }
     }
     void* m = be.allocate(static_cast<size_t>(val.bytes()));
     if (!m) return Status::error("could not allocate " + std::to_string(val.bytes()) + " bytes for '" + val.name + "'");
@@ -70,9 +78,27 @@ TensorArg Executor::arg(ValueId v) const {
 void Executor::run(const RunCtx& rc) { run_steps(rc, 0, plan_.schedule.size()); }
 
 void Executor::run_steps(const RunCtx& rc, size_t begin, size_t end) {
+  if (recorder_) [[unlikely]] {
+    run_steps_recorded(rc, begin, end);
+    return;
+  }
   for (size_t s = begin; s < end; ++s) {
     const Node& n = g_.node(plan_.schedule[s]);
     be_.run(KernelArgs{n, ins_[s], outs_[s], rc});
+  }
+}
+
+// The same loop with a clock reading before and after each node (OpRecorder::now_us synchronizes
+// an asynchronous backend, so the interval is the kernel's execution).
+void Executor::run_steps_recorded(const RunCtx& rc, size_t begin, size_t end) {
+  OpRecorder& r = *recorder_;
+  double t0 = r.now_us();
+  for (size_t s = begin; s < end; ++s) {
+    const Node& n = g_.node(plan_.schedule[s]);
+    be_.run(KernelArgs{n, ins_[s], outs_[s], rc});
+    const double t1 = r.now_us();
+    r.record_op(static_cast<int32_t>(s), t0, t1);
+    t0 = r.now_us();
   }
 }
 

@@ -7,18 +7,25 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/error.h"
 #include "graph/plan.h"
+#include "runtime/recorder.h"
 
 namespace loom {
 
 class Executor {
  public:
+  // Persistent values to bind to existing device buffers instead of allocating (by value name):
+  // an evaluation program shares the training program's parameters this way.
+  using External = std::unordered_map<std::string, void*>;
+
   // Builds an executor or returns a Status naming the unsupported node / failed allocation.
-  static Status create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out);
+  static Status create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out,
+                       const External* external = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -27,6 +34,12 @@ class Executor {
   void run(const RunCtx& rc);
   // Runs schedule steps [begin, end) (used by the profiler and by tests that stop early).
   void run_steps(const RunCtx& rc, size_t begin, size_t end);
+
+  // Profiling: with a recorder set, every node's execution is timed into it (one OpEvent per
+  // node, no allocation); with none (the default) running costs one branch per run_steps call.
+  // The recorder must outlive its use; set nullptr to stop recording.
+  void set_recorder(OpRecorder* r) { recorder_ = r; }
+  OpRecorder* recorder() const { return recorder_; }
 
   // Device pointer of any value (arena or persistent).
   void* ptr(ValueId v) const { return ptrs_[v]; }
@@ -53,6 +66,8 @@ class Executor {
   std::vector<void*> ptrs_;
   // Per scheduled node, the argument arrays, resolved once.
   std::vector<std::vector<TensorArg>> ins_, outs_;
+  OpRecorder* recorder_ = nullptr;
+  void run_steps_recorded(const RunCtx& rc, size_t begin, size_t end);
 };
 
 // Checks that `be` supports every scheduled node; returns a Status naming the first one that is

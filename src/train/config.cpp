@@ -151,6 +151,10 @@ const std::vector<KeySpec>& schema() {
       make_string("model.remat_save_names", "save_only_these_names: comma-separated scope patterns, e.g. */attn/qkv", LOOM_REF(model.remat_save_names)),
       make_bool("model.scan_layers", "parameter layout of files: stacked [num_layers, ...] (the tutorial's nn.scan); execution is the same", LOOM_REF(model.scan_layers)),
       make_string("model.block_order", "mlp_first (the tutorial: x + mlp(x), then x + attn(x)) or attn_first (GPT-2)", LOOM_REF(model.block_order)),
+      make_bool("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", LOOM_REF(model.use_bias)),
+      make_bool("model.tie_embeddings", "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)", LOOM_REF(model.tie_embeddings)),
+      make_string("model.init", "parameter init: flax (the tutorial's Flax defaults) or gpt2 (normal 0.02, residual projections / sqrt(2·layers))", LOOM_REF(model.init)),
+      make_bool("model.embed_dropout", "dropout after the token + position embedding (GPT-2)", LOOM_REF(model.embed_dropout)),
       make_string("optimizer.name", "optimizer: sgd, adam or adamw (Optax semantics)", LOOM_REF(optimizer.name)),
       make_number("optimizer.learning_rate", "learning rate (the peak value when a warmup schedule is set)", LOOM_REF(optimizer.learning_rate)),
       make_number("optimizer.b1", "Adam beta1", LOOM_REF(optimizer.b1)),
@@ -184,9 +188,15 @@ const std::vector<KeySpec>& schema() {
       make_int("data.num_inputs", "input features of random_classification data", LOOM_REF(data.num_inputs)),
       make_int("data.seq_len", "tokens per sequence", LOOM_REF(data.seq_len)),
       make_int("data.vocab_size", "random_tokens: tokens drawn from [1, vocab_size)", LOOM_REF(data.vocab_size)),
+      make_string("data.dir", "tokens: directory written by `loom prepare` (train.bin, val.bin, meta.json)", LOOM_REF(data.dir)),
       make_int("train.steps", "optimizer steps to run", LOOM_REF(train.steps)),
       make_int("train.log_every", "log every N steps", LOOM_REF(train.log_every)),
-      make_string("train.metrics_file", "JSONL file with one object per logged step (empty = none)", LOOM_REF(train.metrics_file)),
+      make_string("train.metrics_file", "JSONL file with one object per logged step (empty: RUN/metrics.jsonl for runs with --out)", LOOM_REF(train.metrics_file)),
+      make_int("train.eval_interval", "evaluate the validation loss every N steps (0 = never)", LOOM_REF(train.eval_interval)),
+      make_int("train.eval_iters", "validation batches per evaluation", LOOM_REF(train.eval_iters)),
+      make_int("train.checkpoint_interval", "save a checkpoint every N steps (0 = at evaluations and at the end)", LOOM_REF(train.checkpoint_interval)),
+      make_int("train.keep_last", "checkpoints to keep (the best one is kept apart)", LOOM_REF(train.keep_last)),
+      make_int("train.sample_tokens", "after training, print a sample of this many tokens (0 = none)", LOOM_REF(train.sample_tokens)),
   };
   return keys;
 }
@@ -297,8 +307,15 @@ void validate_config(const Config& c) {
   need(c.optimizer.b2 >= 0 && c.optimizer.b2 < 1, "optimizer.b2", "must be in [0, 1)", "Adam's default is 0.999");
   need(c.optimizer.eps >= 0, "optimizer.eps", "must be >= 0", "Adam's default is 1e-8");
   need(c.optimizer.num_minibatches >= 1, "optimizer.num_minibatches", "must be >= 1", "1 means no accumulation");
-  need(c.data.kind == "random_classification" || c.data.kind == "random_tokens", "data.kind",
-       "unknown data kind '" + c.data.kind + "'", "use random_classification or random_tokens");
+  need(c.data.kind == "random_classification" || c.data.kind == "random_tokens" || c.data.kind == "tokens",
+       "data.kind", "unknown data kind '" + c.data.kind + "'", "use random_classification, random_tokens or tokens");
+  need(c.data.kind != "tokens" || !c.data.dir.empty(), "data.dir", "data.kind = tokens needs a data directory",
+       "prepare one with `loom prepare char data/tinyshakespeare.txt data/shakespeare_char` and set data.dir");
+  need(c.train.eval_interval >= 0, "train.eval_interval", "must be >= 0", "0 disables evaluation");
+  need(c.train.eval_iters >= 1, "train.eval_iters", "must be >= 1", "e.g. 20");
+  need(c.train.checkpoint_interval >= 0, "train.checkpoint_interval", "must be >= 0", "0 saves at evaluations");
+  need(c.train.keep_last >= 1, "train.keep_last", "must be >= 1", "e.g. 3");
+  need(c.train.sample_tokens >= 0, "train.sample_tokens", "must be >= 0", "e.g. 200");
   if (c.model.kind == "transformer") {
     need(c.model.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
     need(c.model.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");
@@ -322,11 +339,16 @@ void validate_config(const Config& c) {
          "save_only_these_names (with model.remat_save_names)");
     need(rp != "save_only_these_names" || !c.model.remat_save_names.empty(), "model.remat_save_names",
          "save_only_these_names needs at least one pattern", "e.g. model.remat_save_names=*/attn/qkv");
+    need(c.model.init == "flax" || c.model.init == "gpt2", "model.init", "unknown init '" + c.model.init + "'",
+         "use flax or gpt2");
+    need(!c.model.tie_embeddings || c.model.num_outputs == c.model.vocab_size, "model.tie_embeddings",
+         "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
     need(c.model.block_order == "mlp_first" || c.model.block_order == "attn_first", "model.block_order",
          "unknown block order '" + c.model.block_order + "'", "use mlp_first or attn_first");
-    need(c.data.kind == "random_tokens", "data.kind", "a transformer needs token data", "use random_tokens");
-    need(c.data.vocab_size >= 2 && c.data.vocab_size <= c.model.vocab_size, "data.vocab_size",
-         "must be in [2, model.vocab_size]", "tokens must be valid embedding rows");
+    need(c.data.kind == "random_tokens" || c.data.kind == "tokens", "data.kind", "a transformer needs token data",
+         "use random_tokens or tokens");
+    need(c.data.kind != "random_tokens" || (c.data.vocab_size >= 2 && c.data.vocab_size <= c.model.vocab_size),
+         "data.vocab_size", "must be in [2, model.vocab_size]", "tokens must be valid embedding rows");
   } else {
     need(c.data.kind == "random_classification", "data.kind", "the mlp_classifier needs random_classification data",
          "use random_classification");
@@ -363,6 +385,24 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
                     "invalid TOML: " + desc, "fix the syntax at that line");
   }
   walk(c, t, "", path);
+  for (const std::string& o : overrides) apply_override(c, o);
+  validate_config(c);
+  return c;
+}
+
+Config config_from_toml_text(const std::string& text, const std::string& source,
+                             const std::vector<std::string>& overrides) {
+  Config c;
+  c.source = source;
+  toml::table t;
+  try {
+    t = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    throw UserError(source + ":" + std::to_string(where.line) + ":" + std::to_string(where.column),
+                    "invalid TOML: " + std::string(e.description()), "the stored configuration is corrupted");
+  }
+  walk(c, t, "", source);
   for (const std::string& o : overrides) apply_override(c, o);
   validate_config(c);
   return c;

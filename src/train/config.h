@@ -33,6 +33,10 @@ struct ModelConfig {
   std::string remat_save_names;       // save_only_these_names: comma-separated scope patterns
   bool scan_layers = false;           // parameter layout only: stacked [num_layers, ...] in files
   std::string block_order = "mlp_first";  // mlp_first (the tutorial) | attn_first (GPT-2)
+  bool use_bias = true;
+  bool tie_embeddings = false;
+  std::string init = "flax";  // flax (the tutorial) | gpt2
+  bool embed_dropout = false;
 };
 
 // optax.chain(clip_by_global_norm(clip_norm), <name>(schedule)) — clipping first when
@@ -57,7 +61,8 @@ struct OptimizerConfig {
 };
 
 struct DataConfig {
-  std::string kind = "random_classification";  // random_classification | random_tokens
+  std::string kind = "random_classification";  // random_classification | random_tokens | tokens
+  std::string dir;            // tokens: a directory written by `loom prepare`
   int64_t batch_size = 512;
   int64_t num_inputs = 128;   // random_classification
   int64_t seq_len = 512;      // random_tokens
@@ -67,7 +72,12 @@ struct DataConfig {
 struct TrainConfig {
   int64_t steps = 5;
   int64_t log_every = 1;
-  std::string metrics_file;  // JSONL, one object per logged step ("" = none)
+  std::string metrics_file;  // JSONL, one object per logged step ("" = none; runs write RUN/metrics.jsonl)
+  int64_t eval_interval = 0;  // evaluate every N steps (0 = never; needs data.kind = tokens)
+  int64_t eval_iters = 20;    // validation batches per evaluation
+  int64_t checkpoint_interval = 0;  // save every N steps (0 = at evaluations and at the end)
+  int64_t keep_last = 3;      // checkpoints kept (plus best/)
+  int64_t sample_tokens = 0;  // print a sample of this many tokens at the end (0 = none)
 };
 
 struct Config {
@@ -83,6 +93,9 @@ struct Config {
 
 // Loads `path` (TOML), applies `overrides` ("section.key=value"), validates. Throws UserError.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// A configuration from TOML text (a checkpoint's stored config); `source` names it in messages.
+Config config_from_toml_text(const std::string& text, const std::string& source,
+                             const std::vector<std::string>& overrides = {});
 // The defaults with overrides applied (no file).
 Config default_config(const std::vector<std::string>& overrides = {});
 // Applies one override to `c` (exposed for tests).

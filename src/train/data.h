@@ -2,7 +2,10 @@
 // examples laid out row-major, so minibatch i is a contiguous slice.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "train/config.h"
 
@@ -22,7 +25,33 @@ Batch random_classification_batch(const Config& c);
 // the seed; inputs are the tokens shifted right with a 0 in front, labels are the tokens.
 Batch random_tokens_batch(const Config& c);
 
-// The configured data source's batch (both kinds are one fixed batch, as in the tutorials).
+// The configured data source's batch for the fixed-batch kinds (as in the tutorials).
 Batch make_batch(const Config& c);
+
+class TokenFile;
+class TokenBatcher;
+
+// Where training and validation batches come from. random_classification / random_tokens: one
+// fixed batch every step, no validation split. tokens: data.dir prepared by `loom prepare`;
+// training batch k is a pure function of (seed, k) (random windows), so a resumed run sees the
+// same batches; validation walks val.bin deterministically from a position that is checkpointed.
+class DataSource {
+ public:
+  explicit DataSource(const Config& c);  // throws UserError for missing or invalid data
+  ~DataSource();
+  Batch train_batch(int64_t step) const;
+  bool has_val() const { return val_batcher_ != nullptr; }
+  Batch val_batch();  // the next validation batch (data.batch_size / num_minibatches rows)
+  int64_t val_position() const;
+  void set_val_position(int64_t p);
+  // The tokenizer description from the data's meta.json (nullptr for the random kinds).
+  const nlohmann::json* tokenizer_json() const { return tokenizer_.is_null() ? nullptr : &tokenizer_; }
+
+ private:
+  Batch fixed_;
+  std::unique_ptr<TokenFile> train_file_, val_file_;
+  std::unique_ptr<TokenBatcher> train_batcher_, val_batcher_;
+  nlohmann::json tokenizer_;
+};
 
 }  // namespace loom

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -16,7 +17,7 @@ std::string format_duration(double s) {
   return fmt::format("{}h{:02d}m", total / 3600, (total % 3600) / 60);
 }
 
-Metrics run_training(Trainer& t, const Batch& batch, const LoopOptions& o) {
+Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
   std::ofstream jsonl;
   if (!o.metrics_file.empty()) {
     jsonl.open(o.metrics_file, std::ios::app);
@@ -27,13 +28,15 @@ Metrics run_training(Trainer& t, const Batch& batch, const LoopOptions& o) {
   const double items_per_step = static_cast<double>(t.model().examples * t.config().optimizer.num_minibatches);
   Metrics total;
   double elapsed = 0;
-  for (int64_t s = 0; s < o.steps; ++s) {
-    const StepReport r = t.step(batch);
+  const int64_t first = t.steps_done();
+  for (int64_t s = first; s < o.steps; ++s) {
+    if (o.before_step) o.before_step(s + 1);
+    const StepReport r = t.step(data.train_batch(s));
     add_metrics(total, r.metrics);
     // The first step includes one-time costs (page faults, BLAS warm-up): leave it out of the
     // throughput estimate once there is a second step.
     elapsed += r.seconds;
-    const double rate_time = s == 0 ? r.seconds : elapsed / static_cast<double>(s + 1);
+    const double rate_time = s == first ? r.seconds : elapsed / static_cast<double>(s - first + 1);
     const double items_per_s = items_per_step / r.seconds;
     const double eta = rate_time * static_cast<double>(o.steps - s - 1);
     const int64_t step = t.steps_done();
@@ -43,7 +46,7 @@ Metrics run_training(Trainer& t, const Batch& batch, const LoopOptions& o) {
     if (r.opt.skipped) extra += fmt::format("  skipped (non-finite grads, scale -> {:g})", t.optimizer().scaler().scale);
     if (o.progress_bar) {
       const int width = 24;
-      const int filled = static_cast<int>(width * (s + 1) / o.steps);
+      const int filled = static_cast<int>(width * (s + 1) / std::max<int64_t>(o.steps, 1));
       fmt::print(o.out, "\r[{}{}] step {}/{}  loss {:.4f}  {:.0f} {}  ETA {}\x1b[K", std::string(filled, '#'),
                  std::string(width - filled, '.'), s + 1, o.steps, loss, items_per_s, unit, format_duration(eta));
       if (log) fmt::print(o.out, "\n");
@@ -61,6 +64,7 @@ Metrics run_training(Trainer& t, const Batch& batch, const LoopOptions& o) {
       jsonl << j.dump() << "\n";
       jsonl.flush();
     }
+    if (o.after_step) o.after_step(s + 1);
   }
   return total;
 }

@@ -3,6 +3,7 @@
 // final print_metrics block.
 #pragma once
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "train/data.h"
@@ -17,10 +18,14 @@ struct LoopOptions {
   std::string metrics_file;  // JSONL; "" = none
   bool progress_bar = false;  // redraw one line per step (for a terminal)
   FILE* out = stdout;
+  // Called before and after every step with its 1-based number in this run (loom train --profile).
+  std::function<void(int64_t step)> before_step, after_step;
 };
 
-// Runs `steps` steps on `batch`; returns the metrics summed over all of them.
-Metrics run_training(Trainer& t, const Batch& batch, const LoopOptions& o);
+// Runs steps until t.steps_done() == o.steps, batch k = data.train_batch(k), calling the
+// options' step hooks (evaluation, checkpoints, profiling). Returns the metrics summed over the
+// steps it ran.
+Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o);
 
 // "1h02m", "3m07s", "12.3s"
 std::string format_duration(double seconds);

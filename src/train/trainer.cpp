@@ -49,25 +49,31 @@ nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train) {
     }
     return nn::build_mlp_classifier(s, minibatch, train);
   }
-  if (c.model.kind == "transformer") {
-    nn::TransformerSpec s;
-    s.dtype = c.model.dtype;
-    s.softmax_dtype = c.model.softmax_dtype;
-    s.hidden_size = c.model.hidden_size;
-    s.num_layers = c.model.num_layers;
-    s.head_dim = c.model.head_dim;
-    s.mlp_expansion = c.model.mlp_expansion;
-    s.vocab_size = c.model.vocab_size;
-    s.num_outputs = c.model.num_outputs;
-    s.max_seq_len = c.model.max_seq_len;
-    s.dropout_rate = static_cast<float>(c.model.dropout_rate);
-    s.layer_norm_eps = static_cast<float>(c.model.layer_norm_eps);
-    s.causal_mask = c.model.causal_mask;
-    s.attn_first = c.model.block_order == "attn_first";
-    parse_remat(c.model.remat, s);
-    return nn::build_transformer(s, minibatch, c.data.seq_len, train);
-  }
+  if (c.model.kind == "transformer") return nn::build_transformer(transformer_spec(c), minibatch, c.data.seq_len, train);
   throw UserError("model.kind", "unknown model kind '" + c.model.kind + "'", "use mlp_classifier or transformer");
+}
+
+nn::TransformerSpec transformer_spec(const Config& c) {
+  nn::TransformerSpec s;
+  s.dtype = c.model.dtype;
+  s.softmax_dtype = c.model.softmax_dtype;
+  s.hidden_size = c.model.hidden_size;
+  s.num_layers = c.model.num_layers;
+  s.head_dim = c.model.head_dim;
+  s.mlp_expansion = c.model.mlp_expansion;
+  s.vocab_size = c.model.vocab_size;
+  s.num_outputs = c.model.num_outputs;
+  s.max_seq_len = c.model.max_seq_len;
+  s.dropout_rate = static_cast<float>(c.model.dropout_rate);
+  s.layer_norm_eps = static_cast<float>(c.model.layer_norm_eps);
+  s.causal_mask = c.model.causal_mask;
+  s.attn_first = c.model.block_order == "attn_first";
+  s.use_bias = c.model.use_bias;
+  s.tie_embeddings = c.model.tie_embeddings;
+  s.gpt2_init = c.model.init == "gpt2";
+  s.embed_dropout = c.model.embed_dropout;
+  parse_remat(c.model.remat, s);
+  return s;
 }
 
 TrainProgram build_train_program(const Config& c) {
@@ -105,6 +111,7 @@ Trainer::~Trainer() = default;
 
 StepReport Trainer::step(const Batch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
+  ScopedSpan step_span(recorder_, SpanKind::train_step, step_ + 1);
   const Graph& g = prog_.model.graph;
   const int64_t nmb = cfg_.optimizer.num_minibatches;
   LOOM_ASSERT(batch.batch_size == cfg_.data.batch_size, "batch size differs from the configured one");
@@ -118,6 +125,7 @@ StepReport Trainer::step(const Batch& batch) {
   const size_t lab_count = static_cast<size_t>(g.value(prog_.model.labels).shape.numel());
   StepReport r;
   for (int64_t i = 0; i < nmb; ++i) {
+    ScopedSpan minibatch_span(recorder_, SpanKind::minibatch, i);
     exec_->upload(prog_.model.inputs, batch.inputs.data() + static_cast<size_t>(i) * in_bytes);
     exec_->upload(prog_.model.labels, batch.labels.data() + static_cast<size_t>(i) * lab_count);
     exec_->run(RunCtx{cfg_.seed, static_cast<uint64_t>(step_), static_cast<uint32_t>(i)});
@@ -130,10 +138,28 @@ StepReport Trainer::step(const Batch& batch) {
     r.metrics["accuracy"].sum += correct;
     r.metrics["accuracy"].count += prog_.model.examples;
   }
-  r.opt = opt_->step();
+  {
+    ScopedSpan optimizer_span(recorder_, SpanKind::optimizer, step_ + 1);
+    r.opt = opt_->step();
+  }
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+void Trainer::restore_progress(int64_t step, int64_t opt_count, double loss_scale, int64_t scaler_tracker,
+                               int64_t scaler_skipped) {
+  step_ = step;
+  opt_->set_count(opt_count);
+  LossScaler& sc = opt_->scaler();
+  if (sc.enabled) sc.scale = loss_scale;
+  sc.tracker = scaler_tracker;
+  sc.skipped = scaler_skipped;
+}
+
+void Trainer::set_recorder(OpRecorder* r) {
+  recorder_ = r;
+  exec_->set_recorder(r);
 }
 
 std::vector<float> Trainer::param(const std::string& path) const {

@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "nn/model.h"
+#include "nn/transformer.h"
 #include "runtime/executor.h"
 #include "train/config.h"
 #include "train/data.h"
@@ -22,6 +23,8 @@ namespace loom {
 
 // Builds the configured model for one minibatch (train: dropout on).
 nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train);
+// The transformer of c.model (whatever c.model.kind says), e.g. for nn::build_transformer_decoder.
+nn::TransformerSpec transformer_spec(const Config& c);
 
 // The per-minibatch training program, ready to plan: the model, its backward (autodiff), the
 // remat pass and the resulting schedule. Pure graph work: nothing is allocated or run.
@@ -52,12 +55,21 @@ class Trainer {
   const Config& config() const { return cfg_; }
   const nn::ModelGraph& model() const { return prog_.model; }
   const MemoryPlan& plan() const { return exec_->plan(); }
+  const TrainProgram& program() const { return prog_; }
   Executor& executor() { return *exec_; }
+  const Executor& executor() const { return *exec_; }
   Optimizer& optimizer() { return *opt_; }
+  const Optimizer& optimizer() const { return *opt_; }
+  // Continues a run from a checkpoint (after its params and moments are loaded).
+  void restore_progress(int64_t step, int64_t opt_count, double loss_scale, int64_t scaler_tracker,
+                        int64_t scaler_skipped);
   // Host copies of a parameter (by path) and of its gradient from the last step.
   std::vector<float> param(const std::string& path) const;
   std::vector<float> grad(const std::string& path) const;
   void set_param(const std::string& path, const std::vector<float>& values);
+  // Profiling (train/profile.h): with a recorder set, step() marks its spans (train step,
+  // minibatches, optimizer) and the executor times every node; nullptr turns recording off.
+  void set_recorder(OpRecorder* r);
 
  private:
   Config cfg_;
@@ -66,6 +78,7 @@ class Trainer {
   std::unique_ptr<Executor> exec_;
   std::unique_ptr<Optimizer> opt_;
   int64_t step_ = 0;
+  OpRecorder* recorder_ = nullptr;
 };
 
 }  // namespace loom

@@ -1,6 +1,8 @@
 // CPU backend vs reference backend for the embedding and attention op families (testing::OpCase
 // runs each op through the real graph -> plan -> executor pipeline and checks the sentinel bytes
-// around every output), plus bitwise independence from the OpenMP thread count.
+// around every output), plus bitwise independence from the OpenMP thread count. attention_decode
+// (one KV-cached decoding step) is checked against attention itself: decoding positions 0..T-1
+// must reproduce causal attention row by row (bit for bit on the reference backend).
 //
 // Tolerances, NMSE = Σ(cpu − ref)² / Σ ref² over outputs of ≥ 32 elements, by the coarsest
 // dtype the op rounds through (attention: the coarser of qkv's dtype and softmax_dtype, since a
@@ -16,11 +18,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu.h"
 #include "backend/reference/reference.h"
+#include "graph/plan.h"
+#include "runtime/executor.h"
 #include "support/op_harness.h"
 
 namespace loom {
@@ -369,6 +374,142 @@ TEST(CpuThreadsAttention, LeavesThreadCountAlone) {
     EXPECT_EQ(omp_get_max_threads(), 2) << s.str();
     c.bwd.run(cpu);
     EXPECT_EQ(omp_get_max_threads(), 2) << s.str();
+  }
+}
+
+// ---- attention_decode ----------------------------------------------------------------------
+
+// Runs attention_decode on `be` for positions 0..T-1 of `qkv` [B, T, H, 3D] (one token per run,
+// the caches [B, Tmax, H, D] persisting between runs and starting as NaN, so reading a row that
+// was not written yet poisons the output). Returns the outputs stacked as [B, T, H, D] and the
+// final caches.
+struct DecodeResult {
+  HostTensor out, k_cache, v_cache;
+};
+
+DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype, int64_t Tmax) {
+  const int64_t B = qkv.shape[0], T = qkv.shape[1], H = qkv.shape[2], D3 = qkv.shape[3], D = D3 / 3;
+  const DType d = qkv.dtype;
+  Graph g;
+  const ValueId x = g.add_input("qkv", Shape{B, 1, H, D3}, d);
+  const ValueId kc = g.add_input("k_cache", Shape{B, Tmax, H, D}, d);
+  const ValueId vc = g.add_input("v_cache", Shape{B, Tmax, H, D}, d);
+  const ValueId pos = g.add_input("pos", Shape{}, DType::i32);
+  const NodeId id = g.add_node(OpKind::attention_decode, {x, kc, vc, pos}, AttentionAttrs{true, softmax_dtype},
+                               "test", Phase::forward);
+  const ValueId out = g.node(id).out.at(0);
+  g.mark_output(out);
+  std::unique_ptr<Executor> ex;
+  const Status st = Executor::create(be, g, plan_memory(g, default_schedule(g)), &ex);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  DecodeResult r{HostTensor(Shape{B, T, H, D}, d), HostTensor(Shape{B, Tmax, H, D}, d),
+                 HostTensor(Shape{B, Tmax, H, D}, d)};
+  if (!st.is_ok()) return r;
+  HostTensor nan(Shape{B, Tmax, H, D}, d);
+  for (int64_t i = 0; i < nan.numel(); ++i) nan.set(i, NAN);
+  ex->upload(kc, nan.bytes.data());
+  ex->upload(vc, nan.bytes.data());
+  HostTensor step(Shape{B, 1, H, D3}, d), o(Shape{B, 1, H, D}, d);
+  for (int32_t t = 0; t < T; ++t) {
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < H * D3; ++i) step.set(b * H * D3 + i, qkv.get((b * T + t) * H * D3 + i));
+    ex->upload(x, step.bytes.data());
+    ex->upload(pos, &t);
+    ex->run(RunCtx{});
+    ex->download(out, o.bytes.data());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < H * D; ++i) r.out.set((b * T + t) * H * D + i, o.get(b * H * D + i));
+  }
+  ex->download(kc, r.k_cache.bytes.data());
+  ex->download(vc, r.v_cache.bytes.data());
+  return r;
+}
+
+// Decoding positions 0..T-1 one at a time reproduces causal attention row by row: bit for bit on
+// the reference backend (the masked keys add exact zeros to its double sums), to the dtype
+// tolerance on the CPU (dot products instead of sgemm change f32 summation orders); CPU decode
+// vs reference decode likewise. The caches hold exactly the tokens' k and v in rows [0, T) and
+// rows [T, Tmax) are never touched (nor read: they are NaN).
+TEST(CpuOpsAttention, AttentionDecodeMatchesAttention) {
+  for (const DtypePair& p : kAttnDtypes)
+    for (const AttnShape& s : attn_shapes()) {
+      const std::string what = attn_what("attention_decode", p, true, s);
+      OpCase full(OpKind::attention, {{Shape{s.B, s.T, s.H, 3 * s.D}, p.d}}, AttentionAttrs{true, p.s});
+      full.fill_random(next_seed());
+      const HostTensor& qkv = full.input(0);
+      const Outputs att = run_both(full);
+      const int64_t Tmax = s.T + 3;
+      CpuBackend cpu;
+      ReferenceBackend ref;
+      const DecodeResult dc = run_decode(cpu, qkv, p.s, Tmax);
+      const DecodeResult dr = run_decode(ref, qkv, p.s, Tmax);
+      expect_bytes_equal(dr.out, att.ref[0], what + " ref decode vs ref attention");
+      expect_close(dc.out, att.cpu[0], coarser(p.d, p.s), what + " cpu decode vs cpu attention");
+      expect_close(dc.out, dr.out, coarser(p.d, p.s), what + " cpu decode vs ref decode");
+      for (const DecodeResult* r : {&dc, &dr})
+        for (int64_t b = 0; b < s.B; ++b)
+          for (int64_t t = 0; t < Tmax; ++t)
+            for (int64_t i = 0; i < s.H * s.D; ++i) {
+              const int64_t h = i / s.D, e = i % s.D, c = ((b * Tmax + t) * s.H) * s.D + i;
+              const int64_t q = ((b * s.T + t) * s.H + h) * 3 * s.D + e;
+              if (t < s.T) {
+                ASSERT_EQ(r->k_cache.get(c), qkv.get(q + s.D)) << what << " k_cache row " << t;
+                ASSERT_EQ(r->v_cache.get(c), qkv.get(q + 2 * s.D)) << what << " v_cache row " << t;
+              } else {
+                ASSERT_TRUE(std::isnan(r->k_cache.get(c)) && std::isnan(r->v_cache.get(c))) << what << " row " << t;
+              }
+            }
+    }
+}
+
+TEST(CpuOpsAttention, AttentionDecodeShapeRule) {
+  auto build = [](Shape qkv, Shape cache, DType cache_dt, bool causal, bool cache_is_input, Shape pos_shape) {
+    Graph g;
+    const ValueId x = g.add_input("qkv", qkv, DType::f32);
+    ValueId kc = g.add_input("k_cache", cache, cache_dt);
+    if (!cache_is_input) kc = g.node(g.add_node(OpKind::cast, {kc}, DTypeAttrs{cache_dt}, "c", Phase::forward)).out[0];
+    const ValueId vc = g.add_input("v_cache", cache, cache_dt);
+    const ValueId pos = g.add_input("pos", pos_shape, DType::i32);
+    g.add_node(OpKind::attention_decode, {x, kc, vc, pos}, AttentionAttrs{causal, DType::f32}, "dec", Phase::forward);
+  };
+  const Shape qkv{2, 1, 3, 12}, cache{2, 9, 3, 4};
+  EXPECT_NO_THROW(build(qkv, cache, DType::f32, true, true, Shape{}));
+  EXPECT_THROW(build(qkv, cache, DType::f32, false, true, Shape{}), std::invalid_argument);       // not causal
+  EXPECT_THROW(build(Shape{2, 2, 3, 12}, cache, DType::f32, true, true, Shape{}), std::invalid_argument);  // 2 tokens
+  EXPECT_THROW(build(qkv, Shape{2, 9, 3, 5}, DType::f32, true, true, Shape{}), std::invalid_argument);     // head dim
+  EXPECT_THROW(build(qkv, cache, DType::bf16, true, true, Shape{}), std::invalid_argument);       // cache dtype
+  EXPECT_THROW(build(qkv, cache, DType::f32, true, false, Shape{}), std::invalid_argument);       // not persistent
+  EXPECT_THROW(build(qkv, cache, DType::f32, true, true, Shape{1}), std::invalid_argument);       // pos not scalar
+}
+
+TEST(CpuOpsAttentionDeathTest, AttentionDecodePosOutOfRange) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (int32_t bad : {4, -1}) {
+    OpCase oc(OpKind::attention_decode,
+              {{Shape{1, 1, 2, 12}, DType::f32}, {Shape{1, 4, 2, 4}, DType::f32}, {Shape{1, 4, 2, 4}, DType::f32},
+               {Shape{}, DType::i32}},
+              AttentionAttrs{true, DType::f32});
+    oc.fill_random(next_seed());
+    oc.input(3).set_i32(0, bad);
+    const std::string re = "attention_decode pos " + std::to_string(bad) + " out of range \\[0, Tmax = 4\\)";
+    EXPECT_DEATH({ CpuBackend be; oc.run(be); }, re);
+    EXPECT_DEATH({ ReferenceBackend be; oc.run(be); }, re);
+  }
+}
+
+// Enough (b, h) pairs and keys for the pair loop to go parallel: bitwise the same on 1-3 threads.
+TEST(CpuThreadsAttention, AttentionDecode) {
+  for (const DtypePair& p : {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32}}) {
+    OpCase full(OpKind::attention, {{Shape{4, 40, 8, 3 * 64}, p.d}}, AttentionAttrs{true, p.s});
+    full.fill_random(next_seed());
+    std::vector<DecodeResult> runs;
+    for (int threads : {1, 2, 3}) {
+      ThreadCount tc(threads);
+      CpuBackend cpu;
+      runs.push_back(run_decode(cpu, full.input(0), p.s, 40));
+    }
+    for (size_t r = 1; r < runs.size(); ++r)
+      expect_bytes_equal(runs[r].out, runs[0].out, "attention_decode " + dn(p.d) + " threads");
   }
 }
 

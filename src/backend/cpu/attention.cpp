@@ -22,7 +22,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <string>
 
 #include "backend/cpu/cpu_util.h"
 #include "graph/graph.h"
@@ -244,6 +246,67 @@ void cpu_attention_grad(const KernelArgs& a) {
       store_f32(dk, dqkv.data, g.d, g.qkv_at(b, t, h, 1), D);
       store_f32(dV + t * D, dqkv.data, g.d, g.qkv_at(b, t, h, 2), D);
     }
+  }
+}
+
+// One decoding step (KV cache): copy the token's k, v into cache row pos, then per (b, h) one
+// query against rows [0, pos]: logits by dot products (f32, fixed order), the same softmax and
+// roundings as cpu_attention, out = round_d(Σ_j w_j·v_j) accumulated over j in order. The work is
+// tiny (B·H·(pos+1)·D multiply-adds), so pairs go parallel only when there are enough of them.
+void cpu_attention_decode(const KernelArgs& a) {
+  const auto& at = std::get<AttentionAttrs>(a.node.attrs);
+  const TensorArg& qkv = a.in[0];
+  const TensorArg& kc = a.in[1];
+  const TensorArg& vc = a.in[2];
+  const TensorArg& out = a.out[0];
+  const Geometry g(qkv, at);  // T = 1
+  const int64_t Tmax = kc.shape[1], D = g.D;
+  const int32_t pos = *a.in[3].as<const int32_t>();
+  LOOM_ASSERT(pos >= 0 && pos < Tmax, "attention_decode pos " + std::to_string(pos) + " out of range [0, Tmax = " +
+                                          std::to_string(Tmax) + ")");
+  const size_t esz = dtype_size(g.d);
+  auto cache_at = [&](int64_t b, int64_t t, int64_t h) { return ((b * Tmax + t) * g.H + h) * D; };
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t h = 0; h < g.H; ++h) {  // exact copies: the caches have qkv's dtype
+      const auto* src = static_cast<const char*>(qkv.data) + g.qkv_at(b, 0, h, 1) * static_cast<int64_t>(esz);
+      std::memcpy(static_cast<char*>(kc.data) + cache_at(b, pos, h) * static_cast<int64_t>(esz), src, D * esz);
+      std::memcpy(static_cast<char*>(vc.data) + cache_at(b, pos, h) * static_cast<int64_t>(esz), src + D * esz, D * esz);
+    }
+  const int64_t n = int64_t{pos} + 1, pairs = g.B * g.H;
+  const bool round_q_d = g.d != DType::f32, round_s = rounding_changes(g.d, g.s);
+#pragma omp parallel for schedule(static) if (pairs > 1 && pairs * n * D >= (int64_t{1} << 16))
+  for (int64_t pr = 0; pr < pairs; ++pr) {
+    const int64_t b = pr / g.H, h = pr % g.H;
+    float* q = scratch(0, 3 * D + n);
+    float* k = q + D;
+    float* o = k + D;
+    float* w = o + D;
+    load_f32(qkv.data, g.d, g.qkv_at(b, 0, h, 0), q, D);
+    for (int64_t e = 0; e < D; ++e) q[e] *= g.scale;
+    if (round_q_d) round_inplace(q, D, g.d);
+    if (round_s) round_inplace(q, D, g.s);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* kj = row_f32(kc, cache_at(b, j, h), D, 1);
+      if (round_s) {
+        std::copy(kj, kj + D, k);
+        round_inplace(k, D, g.s);
+        kj = k;
+      }
+      w[j] = dot_f32(q, kj, D);
+    }
+    if (g.s != DType::f32) round_inplace(w, n, g.s);
+    const float mx = max_f32(w, n);
+    for (int64_t j = 0; j < n; ++j) w[j] = exp_f32(w[j] - mx);
+    const float sum = sum_f32(w, n);
+    for (int64_t j = 0; j < n; ++j) w[j] /= sum;
+    if (g.s != DType::f32) round_inplace(w, n, g.s);
+    if (rounding_changes(g.s, g.d)) round_inplace(w, n, g.d);
+    std::fill(o, o + D, 0.f);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* vj = row_f32(vc, cache_at(b, j, h), D, 1);
+      for (int64_t e = 0; e < D; ++e) o[e] += w[j] * vj[e];
+    }
+    store_f32(o, out.data, g.d, g.out_at(b, 0, h), D);
   }
 }
 

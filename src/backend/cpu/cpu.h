@@ -28,6 +28,8 @@ class CpuBackend final : public HostBackend {
   // One parallel pass over param/grad/mu/nu of all tensors (optax sgd/adam/adamw, float arithmetic,
   // bias corrections 1 − b^count computed once in float).
   void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override;
+  // A 2048³ f32 cblas_sgemm on all threads (OpenBLAS's own threading), best of 3 (ceiling.cpp).
+  double measure_matmul_gflops() override;
 };
 
 }  // namespace loom

@@ -7,6 +7,7 @@
 // qkv and of every stored result.
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "backend/reference/util.h"
@@ -171,6 +172,55 @@ void ref_attention_grad(const KernelArgs& a) {
             acc += ds[static_cast<size_t>(i * n.T + j)] * o.ks[static_cast<size_t>(j * n.D + e)];
           st(dqkv, n.qkv(b, i, h, 0, e), rnd(d, rs(acc)) * scale);
         }
+    }
+}
+
+// Writes k, v of the token into cache row pos, then the attention of its query over rows [0, pos]:
+// ref_attention's row pos (masked keys contribute exp(finfo_min − max) = 0 there, exactly).
+void ref_attention_decode(const KernelArgs& a) {
+  const auto& at = std::get<AttentionAttrs>(a.node.attrs);
+  const TensorArg& qkv = a.in[0];
+  const TensorArg& kc = a.in[1];
+  const TensorArg& vc = a.in[2];
+  const TensorArg& out = a.out[0];
+  const Dims n(qkv.shape);  // T = 1
+  const int64_t Tmax = kc.shape[1];
+  const int32_t pos = refk::ld_i32(a.in[3], 0);
+  LOOM_ASSERT(pos >= 0 && pos < Tmax, "attention_decode pos " + std::to_string(pos) + " out of range [0, Tmax = " +
+                                          std::to_string(Tmax) + ")");
+  const DType d = qkv.dtype, s = at.softmax_dtype;
+  auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
+  const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));
+  auto cache = [&](int64_t b, int64_t t, int64_t h, int64_t e) { return ((b * Tmax + t) * n.H + h) * n.D + e; };
+  for (int64_t b = 0; b < n.B; ++b)
+    for (int64_t h = 0; h < n.H; ++h)
+      for (int64_t e = 0; e < n.D; ++e) {  // exact copies: the caches have qkv's dtype
+        st(kc, cache(b, pos, h, e), ld(qkv, n.qkv(b, 0, h, 1, e)));
+        st(vc, cache(b, pos, h, e), ld(qkv, n.qkv(b, 0, h, 2, e)));
+      }
+  std::vector<double> l(static_cast<size_t>(pos) + 1);
+  for (int64_t b = 0; b < n.B; ++b)
+    for (int64_t h = 0; h < n.H; ++h) {
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j <= pos; ++j) {
+        double acc = 0;
+        for (int64_t e = 0; e < n.D; ++e)
+          acc += rs(rnd(d, ld(qkv, n.qkv(b, 0, h, 0, e)) * scale)) * rs(ld(kc, cache(b, j, h, e)));
+        l[static_cast<size_t>(j)] = rs(acc);
+        mx = std::fmax(mx, rs(acc));
+      }
+      double sum = 0;
+      for (int64_t j = 0; j <= pos; ++j) sum += std::exp(l[static_cast<size_t>(j)] - mx);
+      for (int64_t j = 0; j <= pos; ++j) {
+        double p = std::exp(l[static_cast<size_t>(j)] - mx) / sum;
+        if (s != DType::f32) p = rnd(s, p);
+        l[static_cast<size_t>(j)] = rnd(d, p);  // w
+      }
+      for (int64_t e = 0; e < n.D; ++e) {
+        double acc = 0;
+        for (int64_t j = 0; j <= pos; ++j) acc += l[static_cast<size_t>(j)] * ld(vc, cache(b, j, h, e));
+        st(out, n.out(b, 0, h, e), acc);
+      }
     }
 }
 

@@ -22,6 +22,8 @@ class ReferenceBackend final : public HostBackend {
   bool supports(const Graph&, const Node&) const override { return true; }
   double grad_sq_norm(std::span<const OptimTensor> ts) override;
   void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override;
+  // A naive double-accumulating 192³ matmul in its kernels' style (dense.cpp).
+  double measure_matmul_gflops() override;
 };
 
 }  // namespace loom

@@ -22,6 +22,13 @@ void infer_gelu(const Graph& g, const Node& n, ValueDesc* out) { infer_unary_flo
 void infer_silu_grad(const Graph& g, const Node& n, ValueDesc* out) { infer_unary_grad(g, n, out); }
 void infer_gelu_grad(const Graph& g, const Node& n, ValueDesc* out) { infer_unary_grad(g, n, out); }
 
+// FLOPs per element (exp and tanh counted as one): silu x·σ(x) 4; its grad dy·σ·(1 + x·(1 − σ)) 8;
+// tanh-GELU 0.5·x·(1 + tanh(c·(x + 0.044715·x³))) 10; its grad 18.
+OpCost cost_silu(const Graph& g, const Node& n) { return elementwise_cost(g, n, 4); }
+OpCost cost_silu_grad(const Graph& g, const Node& n) { return elementwise_cost(g, n, 8); }
+OpCost cost_gelu(const Graph& g, const Node& n) { return elementwise_cost(g, n, 10); }
+OpCost cost_gelu_grad(const Graph& g, const Node& n) { return elementwise_cost(g, n, 18); }
+
 void vjp_silu(VjpCtx& c) { c.in_ct[0] = c.emit1(OpKind::silu_grad, {c.in_id(0), c.out_ct[0]}); }
 void vjp_gelu(VjpCtx& c) { c.in_ct[0] = c.emit1(OpKind::gelu_grad, {c.in_id(0), c.out_ct[0]}); }
 

@@ -53,6 +53,21 @@ void infer_attention(const Graph& g, const Node& n, ValueDesc* out) {
   out[1] = {Shape{B, H, T}, DType::f32};
 }
 
+namespace {
+// B·H·(query, key) pairs·D: the unit of attention's FLOPs. Causal attention counts only the
+// T·(T+1)/2 unmasked pairs (about half).
+int64_t attention_units(const Node& n, const Value& qkv) {
+  const int64_t B = qkv.shape[0], T = qkv.shape[1], H = qkv.shape[2], D = qkv.shape[3] / 3;
+  const int64_t pairs = attrs_of<AttentionAttrs>(n).causal ? T * (T + 1) / 2 : T * T;
+  return B * H * pairs * D;
+}
+}  // namespace
+
+// QKᵀ and P·V: 2 FLOPs per pair and head dim each. The softmax (a few per pair) is not counted.
+OpCost cost_attention(const Graph& g, const Node& n) {
+  return OpCost{4 * attention_units(n, in_val(g, n, 0)), io_bytes(g, n)};
+}
+
 // lse is a saved statistic, not a model output: its cotangent is ignored, and when only lse has
 // one there is nothing to emit.
 void vjp_attention(VjpCtx& c) {
@@ -70,6 +85,37 @@ void infer_attention_grad(const Graph& g, const Node& n, ValueDesc* out) {
   if (dout.shape != Shape{B, T, H, D} || dout.dtype != qkv.dtype)
     op_fail(g, n, "dout must be [B, T, H, head_dim] in qkv's dtype");
   out[0] = {qkv.shape, qkv.dtype};
+}
+
+// dV, dP, dQ, dK (8 per pair and head dim) plus QKᵀ again to recompute the probabilities (2).
+OpCost cost_attention_grad(const Graph& g, const Node& n) {
+  return OpCost{10 * attention_units(n, in_val(g, n, 0)), io_bytes(g, n)};
+}
+
+// qkv [B, 1, H, 3D] (the current token), k_cache and v_cache [B, Tmax, H, D] in qkv's dtype and
+// persistent inputs (the op writes row pos of both), pos an int32 scalar. Causal by definition.
+void infer_attention_decode(const Graph& g, const Node& n, ValueDesc* out) {
+  const Value& qkv = in_val(g, n, 0);
+  check_qkv(g, n, qkv);
+  if (!attrs_of<AttentionAttrs>(n).causal) op_fail(g, n, "decoding is causal: attrs.causal must be true");
+  const int64_t B = qkv.shape[0], H = qkv.shape[2], D = qkv.shape[3] / 3;
+  if (qkv.shape[1] != 1) op_fail(g, n, "qkv must be one token: [batch, 1, heads, 3·head_dim]");
+  for (int i : {1, 2}) {
+    const Value& c = in_val(g, n, i);
+    if (c.shape.rank != 4 || c.shape[0] != B || c.shape[1] < 1 || c.shape[2] != H || c.shape[3] != D ||
+        c.dtype != qkv.dtype || c.shape != in_val(g, n, 1).shape)
+      op_fail(g, n, "k_cache and v_cache must both be [batch, max_len >= 1, heads, head_dim] in qkv's dtype");
+    if (c.kind != ValueKind::input) op_fail(g, n, "k_cache and v_cache must be persistent inputs (the op updates them)");
+  }
+  const Value& pos = in_val(g, n, 3);
+  if (pos.shape.rank != 0 || pos.dtype != DType::i32) op_fail(g, n, "pos must be an int32 scalar");
+  out[0] = {Shape{B, 1, H, D}, qkv.dtype};
+}
+
+// At the last position (pos = Tmax − 1, the most expensive step): 4·B·H·Tmax·D, and every cache row read.
+OpCost cost_attention_decode(const Graph& g, const Node& n) {
+  const Value& kc = in_val(g, n, 1);
+  return OpCost{4 * kc.shape.numel(), io_bytes(g, n)};
 }
 
 }  // namespace loom

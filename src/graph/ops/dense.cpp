@@ -30,6 +30,13 @@ void infer_dense(const Graph& g, const Node& n, ValueDesc* out) {
   out[0] = {x.shape.with_last(N), a.compute};
 }
 
+// 2·M·K·N (M = rows of x); the bias add and the roundings are not counted. Bytes: x, the f32
+// kernel (and bias) as stored, y.
+OpCost cost_dense(const Graph& g, const Node& n) {
+  const Value& x = in_val(g, n, 0);
+  return OpCost{2 * x.shape.rows() * x.shape.last() * g.value(n.out[0]).shape.last(), io_bytes(g, n)};
+}
+
 // y = x·W + b  ⇒  dx = dy·Wᵀ (M×N · (K×N)ᵀ → M×K), dW = xᵀ·dy (K×M · M×N → K×N), db = Σ_rows dy.
 void vjp_dense(VjpCtx& c) {
   const auto a = std::get<DenseAttrs>(c.node.attrs);
@@ -57,12 +64,24 @@ void infer_dense_grad_input(const Graph& g, const Node& n, ValueDesc* out) {
   out[0] = {dy.shape.with_last(K), a.out_dtype};
 }
 
+// dx[M, K] = dy[M, N]·Wᵀ: 2·M·K·N.
+OpCost cost_dense_grad_input(const Graph& g, const Node& n) {
+  const Value& dy = in_val(g, n, 0);
+  return OpCost{2 * dy.shape.rows() * dy.shape.last() * g.value(n.out[0]).shape.last(), io_bytes(g, n)};
+}
+
 void infer_dense_grad_weight(const Graph& g, const Node& n, ValueDesc* out) {
   const Value& x = in_val(g, n, 0);
   const Value& dy = in_val(g, n, 1);
   if (x.shape.rows() != dy.shape.rows()) op_fail(g, n, "x and dy must have the same number of rows");
   const bool t = attrs_of<DenseAttrs>(n).transpose_w;
   out[0] = {t ? Shape{dy.shape.last(), x.shape.last()} : Shape{x.shape.last(), dy.shape.last()}, DType::f32};
+}
+
+// dW[K, N] = xᵀ[K, M]·dy[M, N]: 2·M·K·N.
+OpCost cost_dense_grad_weight(const Graph& g, const Node& n) {
+  const Value& x = in_val(g, n, 0);
+  return OpCost{2 * x.shape.rows() * x.shape.last() * in_val(g, n, 1).shape.last(), io_bytes(g, n)};
 }
 
 void infer_sum_leading(const Graph& g, const Node& n, ValueDesc* out) {
@@ -73,6 +92,11 @@ void infer_sum_leading(const Graph& g, const Node& n, ValueDesc* out) {
   Shape s;
   for (int i = x.shape.rank - a.keep_dims; i < x.shape.rank; ++i) s.push_back(x.shape[i]);
   out[0] = {s, a.dtype};
+}
+
+// One add per input element.
+OpCost cost_sum_leading(const Graph& g, const Node& n) {
+  return OpCost{in_val(g, n, 0).shape.numel(), io_bytes(g, n)};
 }
 
 }  // namespace loom

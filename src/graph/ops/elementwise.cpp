@@ -14,6 +14,8 @@ void infer_dropout(const Graph& g, const Node& n, ValueDesc* out) {
 // The mask depends only on (seed, step, minibatch, stream), so dropout of dy with the same
 // attributes multiplies by the same mask / keep: the op is its own VJP.
 void vjp_dropout(VjpCtx& c) { c.in_ct[0] = c.emit1(OpKind::dropout, {c.out_ct[0]}, c.node.attrs); }
+// A compare and a multiply per element (the integer Philox draws are not FLOPs).
+OpCost cost_dropout(const Graph& g, const Node& n) { return elementwise_cost(g, n, 2); }
 
 void infer_reshape(const Graph& g, const Node& n, ValueDesc* out) {
   const auto& a = attrs_of<ShapeAttrs>(n);
@@ -24,11 +26,16 @@ void infer_reshape(const Graph& g, const Node& n, ValueDesc* out) {
 }
 
 void vjp_reshape(VjpCtx& c) { c.in_ct[0] = c.emit1(OpKind::reshape, {c.out_ct[0]}, ShapeAttrs{c.in(0).shape}); }
+// A view: no kernel work, no traffic.
+OpCost cost_reshape(const Graph&, const Node&) { return OpCost{}; }
 
 void infer_cast(const Graph& g, const Node& n, ValueDesc* out) {
   const auto& a = attrs_of<DTypeAttrs>(n);
   out[0] = {in_val(g, n, 0).shape, a.dtype};
 }
+
+// A conversion per element: traffic only.
+OpCost cost_cast(const Graph& g, const Node& n) { return elementwise_cost(g, n, 0); }
 
 void vjp_cast(VjpCtx& c) {
   const Value& x = c.in(0);
@@ -44,6 +51,8 @@ void infer_add(const Graph& g, const Node& n, ValueDesc* out) {
   out[0] = {a.shape, a.dtype};
 }
 
+OpCost cost_add(const Graph& g, const Node& n) { return elementwise_cost(g, n, 1); }
+
 void vjp_add(VjpCtx& c) {
   const ValueId dy = c.out_ct[0];
   if (c.needs[0]) c.in_ct[0] = dy;
@@ -58,6 +67,12 @@ void infer_grad_accumulate(const Graph& g, const Node& n, ValueDesc*) {
   const Value& ct = in_val(g, n, 1);
   if (acc.kind != ValueKind::grad) op_fail(g, n, "input 0 must be a persistent gradient buffer");
   if (acc.shape != ct.shape || ct.dtype != DType::f32) op_fail(g, n, "cotangent must be float32 with the gradient's shape");
+}
+
+// grad += ct: reads both, writes grad back.
+OpCost cost_grad_accumulate(const Graph& g, const Node& n) {
+  const Value& acc = in_val(g, n, 0);
+  return OpCost{acc.shape.numel(), io_bytes(g, n) + acc.bytes()};
 }
 
 }  // namespace loom

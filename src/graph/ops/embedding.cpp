@@ -16,6 +16,12 @@ void infer_embedding(const Graph& g, const Node& n, ValueDesc* out) {
   out[0] = {s, a.dtype};
 }
 
+// A gather: the ids, the f32 table rows they name (not the whole table), the output.
+OpCost cost_embedding(const Graph& g, const Node& n) {
+  const int64_t elems = g.value(n.out[0]).shape.numel();
+  return OpCost{0, in_val(g, n, 0).bytes() + elems * 4 + g.value(n.out[0]).bytes()};
+}
+
 // out = take(cast(table), ids) ⇒ dtable = scatter-add of dy rows at ids. The dense [V, C]
 // cotangent would cost a vocabulary-sized buffer per use, so the rule accumulates straight into
 // the table's persistent gradient (VjpCtx::param_grad) and reports no cotangent for it.
@@ -50,6 +56,12 @@ void infer_embedding_grad(const Graph& g, const Node& n, ValueDesc*) {
     msg += " (ids' shape + [C])";
     op_fail(g, n, msg);
   }
+}
+
+// A scatter-add: the ids and dy, and a read-modify-write of the f32 gradient rows they name.
+OpCost cost_embedding_grad(const Graph& g, const Node& n) {
+  const Value& dy = in_val(g, n, 2);
+  return OpCost{dy.shape.numel(), in_val(g, n, 1).bytes() + dy.bytes() + 2 * dy.shape.numel() * 4};
 }
 
 }  // namespace loom

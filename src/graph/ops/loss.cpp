@@ -9,6 +9,9 @@ void infer_log_softmax(const Graph& g, const Node& n, ValueDesc* out) {
   out[0] = {x.shape, x.dtype};
 }
 
+// Per element: max, subtract, exp, sum (the per-row log is not counted).
+OpCost cost_log_softmax(const Graph& g, const Node& n) { return elementwise_cost(g, n, 4); }
+
 // y = x − logsumexp(x)  ⇒  dx = dy − exp(y)·Σ dy (per row).
 void vjp_log_softmax(VjpCtx& c) { c.in_ct[0] = c.emit1(OpKind::log_softmax_grad, {c.out_id(0), c.out_ct[0]}); }
 
@@ -17,6 +20,9 @@ void infer_log_softmax_grad(const Graph& g, const Node& n, ValueDesc* out) {
   if (y.shape != in_val(g, n, 1).shape) op_fail(g, n, "y and dy must have the same shape");
   out[0] = {y.shape, y.dtype};
 }
+
+// dx = dy − exp(y)·Σdy: sum, exp, multiply, subtract per element.
+OpCost cost_log_softmax_grad(const Graph& g, const Node& n) { return elementwise_cost(g, n, 4); }
 
 namespace {
 void check_logits_labels(const Graph& g, const Node& n) {
@@ -33,6 +39,11 @@ void infer_cross_entropy(const Graph& g, const Node& n, ValueDesc* out) {
   out[0] = {Shape{}, DType::f32};
 }
 
+// A log-sum-exp per row: max, subtract, exp, sum per logit.
+OpCost cost_cross_entropy(const Graph& g, const Node& n) {
+  return OpCost{4 * in_val(g, n, 0).shape.numel(), io_bytes(g, n)};
+}
+
 void vjp_cross_entropy(VjpCtx& c) {
   c.in_ct[0] = c.emit1(OpKind::cross_entropy_grad, {c.in_id(0), c.in_id(1), c.out_ct[0]});
 }
@@ -44,9 +55,15 @@ void infer_cross_entropy_grad(const Graph& g, const Node& n, ValueDesc* out) {
   out[0] = {in_val(g, n, 0).shape, DType::f32};
 }
 
+// The softmax again (4 per logit) and dloss·(p − onehot) (1).
+OpCost cost_cross_entropy_grad(const Graph& g, const Node& n) { return elementwise_cost(g, n, 5); }
+
 void infer_accuracy(const Graph& g, const Node& n, ValueDesc* out) {
   check_logits_labels(g, n);
   out[0] = {Shape{}, DType::i32};
 }
+
+// One compare per logit (argmax).
+OpCost cost_accuracy(const Graph& g, const Node& n) { return OpCost{in_val(g, n, 0).shape.numel(), io_bytes(g, n)}; }
 
 }  // namespace loom

@@ -18,6 +18,9 @@ void infer_layer_norm(const Graph& g, const Node& n, ValueDesc* out) {
   out[2] = {x.shape.drop_last(), DType::f32};  // rstd = 1/sqrt(var + eps)
 }
 
+// Per element: mean and variance sums (3), normalise (2), scale and shift (2), the cast (1): ~8.
+OpCost cost_layer_norm(const Graph& g, const Node& n) { return elementwise_cost(g, n, 8); }
+
 // Only y carries a cotangent: mean and rstd are saved statistics for the backward, not model outputs.
 void vjp_layer_norm(VjpCtx& c) {
   if (c.out_ct[0] == kNoValue) return;
@@ -40,6 +43,11 @@ void infer_layer_norm_grad(const Graph& g, const Node& n, ValueDesc* out) {
   out[0] = {x.shape, x.dtype};
   out[1] = {Shape{x.shape.last()}, DType::f32};
   out[2] = {Shape{x.shape.last()}, DType::f32};
+}
+
+// Per element: x̂ (2), g·dy (1), the two row sums (3), dx (4), dscale and dbias (2): ~12.
+OpCost cost_layer_norm_grad(const Graph& g, const Node& n) {
+  return OpCost{12 * in_val(g, n, 1).shape.numel(), io_bytes(g, n)};
 }
 
 }  // namespace loom

@@ -1,0 +1,24 @@
+// Validation loss: the model's forward program in eval mode (no dropout), sharing the trainer's
+// parameter buffers (no copy), run over `eval_iters` validation batches.
+#pragma once
+#include <memory>
+
+#include "train/data.h"
+#include "train/trainer.h"
+
+namespace loom {
+
+class Evaluator {
+ public:
+  Evaluator(const Trainer& t, Backend& be);
+  ~Evaluator();
+  // Mean loss per token over `iters` batches from `data` (validation split).
+  double run(DataSource& data, int64_t iters);
+
+ private:
+  const Config& cfg_;
+  nn::ModelGraph model_;
+  std::unique_ptr<Executor> exec_;
+};
+
+}  // namespace loom

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The memory viewer in a real browser: writes memory.html for a tiny Transformer with
+# `loom memory --html`, loads it in headless Chromium, and checks that
+#   - the page's script ran to the end without an error (body[data-rendered], no data-error, no
+#     "Uncaught" or console error on Chromium's log),
+#   - it drew the plot (phase polygons, the peak marker) and filled the buffer table,
+#   - a screenshot can be taken (1400x900).
+# Installs Debian's chromium package when missing and running as root. Without a browser (no
+# network, not root) it prints SKIP and passes. LOOM_CHROMIUM=/path/to/browser picks the browser;
+# LOOM_CHROMIUM=none forces the SKIP path.
+#
+#   tests/profile/check_memory_html.sh LOOM_BINARY [SOURCE_DIR] [OUT_DIR]
+set -u
+loom=${1:?usage: check_memory_html.sh LOOM_BINARY [SOURCE_DIR] [OUT_DIR]}
+src=${2:-$(cd "$(dirname "$0")/../.." && pwd)}
+out=${3:-}
+keep=1
+if [ -z "$out" ]; then
+  out=$(mktemp -d /tmp/loom_memory_html.XXXXXX)
+  keep=0  # a temporary directory: removed when the check passes
+fi
+mkdir -p "$out"
+
+find_browser() {
+  if [ -n "${LOOM_CHROMIUM:-}" ]; then
+    [ "$LOOM_CHROMIUM" != none ] && command -v "$LOOM_CHROMIUM"
+    return
+  fi
+  for b in chromium chromium-browser google-chrome; do
+    if command -v "$b" >/dev/null 2>&1; then
+      command -v "$b"
+      return 0
+    fi
+  done
+  return 1
+}
+
+browser=$(find_browser)
+if [ -z "$browser" ]; then
+  if [ "${LOOM_CHROMIUM:-}" != none ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "chromium not found: installing Debian's chromium package (apt-get install -y chromium)"
+    export DEBIAN_FRONTEND=noninteractive
+    timeout 300 apt-get install -y chromium >"$out/apt.log" 2>&1 ||
+      { timeout 120 apt-get update >>"$out/apt.log" 2>&1 && timeout 300 apt-get install -y chromium >>"$out/apt.log" 2>&1; }
+    browser=$(find_browser)
+  fi
+fi
+if [ -z "$browser" ]; then
+  echo "SKIP: no chromium and it could not be installed (see $out/apt.log); memory.html was not checked in a browser"
+  exit 0
+fi
+
+fail=0
+check() {  # check CONDITION_RESULT MESSAGE
+  if [ "$1" != 0 ]; then
+    echo "FAIL: $2"
+    fail=1
+  else
+    echo "ok: $2"
+  fi
+}
+
+html="$out/memory.html"
+(cd "$src" && "$loom" memory model.kind=transformer model.hidden_size=32 model.num_layers=2 model.head_dim=8 \
+  model.vocab_size=31 model.num_outputs=31 model.max_seq_len=16 data.kind=random_tokens data.batch_size=4 \
+  data.seq_len=16 data.vocab_size=31 optimizer.num_minibatches=2 'model.remat=MLP,Attn' --html "$html" >"$out/memory.txt" 2>&1)
+check $? "loom memory --html wrote $html"
+[ -s "$html" ] || { echo "FAIL: no memory.html"; exit 1; }
+
+flags=(--headless --disable-gpu --no-sandbox --user-data-dir="$out/chromium-profile" --window-size=1400,900)
+timeout 120 "$browser" "${flags[@]}" --screenshot="$out/memory.png" "file://$html" >"$out/screenshot.log" 2>&1
+[ -s "$out/memory.png" ]
+check $? "screenshot $out/memory.png"
+
+timeout 120 "$browser" "${flags[@]}" --enable-logging=stderr --v=0 --dump-dom "file://$html" >"$out/dom.html" 2>"$out/dom.log"
+check $? "chromium --dump-dom ran"
+
+rendered=$(grep -o 'data-rendered="[0-9]*"' "$out/dom.html" | grep -o '[0-9]\+')
+[ -n "$rendered" ] && [ "$rendered" -gt 0 ]
+check $? "the page's script ran to the end (data-rendered=${rendered:-missing})"
+! grep -q 'data-error=' "$out/dom.html"
+check $? "no script error on the page ($(grep -o 'data-error="[^"]*"' "$out/dom.html"))"
+! grep -E 'Uncaught|:CONSOLE[^]]*\] "[^"]*(Error|error)' "$out/dom.log"
+check $? "no console errors in Chromium's log"
+polygons=$(grep -o '<polygon class="area" data-phase="[a-z]*"' "$out/dom.html" | wc -l)
+[ "$polygons" -gt 0 ]
+check $? "plot drawn: $polygons phase areas"
+for phase in forward backward recompute; do
+  grep -q "<polygon class=\"area\" data-phase=\"$phase\"" "$out/dom.html"
+  check $? "plot has $phase areas"
+done
+grep -q '<circle id="peak"' "$out/dom.html"
+check $? "peak marked"
+rows=$(grep -o '<tr class="buf-row" data-id=' "$out/dom.html" | wc -l)
+[ "$rows" -gt 0 ]
+check $? "buffer table filled: $rows rows"
+
+# Hover: a copy of the page that moves the mouse over the peak step once it has rendered; the
+# tooltip must show that step's op and the largest buffers live there.
+hover="$out/memory_hover.html"
+sed 's|</body>|<script>(function () {\
+  var hit = document.getElementById("hit"), r = hit.getBoundingClientRect();\
+  var D = JSON.parse(document.getElementById("plan-data").textContent);\
+  hit.dispatchEvent(new MouseEvent("mousemove", { bubbles: true, clientX: r.left + (D.peak_step + 0.5) / D.live.length * r.width, clientY: r.top + r.height / 2 }));\
+  document.body.setAttribute("data-hover", document.getElementById("tip").style.display);\
+})();</script></body>|' "$html" >"$hover"
+timeout 120 "$browser" "${flags[@]}" --enable-logging=stderr --v=0 --dump-dom "file://$hover" >"$out/dom_hover.html" 2>"$out/dom_hover.log"
+grep -q 'data-hover="block"' "$out/dom_hover.html"
+check $? "hovering the plot shows the tooltip"
+tip=$(grep -o '<div id="tip"[^>]*>.*</table></div>' "$out/dom_hover.html" | head -1)
+echo "$tip" | grep -q 'peak' && [ "$(echo "$tip" | grep -o '<tr>' | wc -l)" -gt 0 ]
+check $? "the tooltip names the peak step and lists the buffers live there"
+timeout 120 "$browser" "${flags[@]}" --screenshot="$out/memory_hover.png" "file://$hover" >>"$out/screenshot.log" 2>&1
+
+if [ "$fail" != 0 ]; then
+  echo "memory.html check FAILED (files in $out)"
+  exit 1
+fi
+echo "memory.html renders in $("$browser" --version 2>/dev/null | head -1)"
+if [ "$keep" = 0 ]; then rm -rf "$out"; else echo "files in $out"; fi

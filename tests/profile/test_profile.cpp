@@ -1,0 +1,431 @@
+// The profiler (docs/profiling.md), on a tiny Transformer:
+//   - trace.json is Chrome Trace Event format with process/thread names; every complete event
+//     nests inside its parent chain train_step > minibatch > forward|backward > scopes > op, the
+//     optimizer span sits in its train step, recompute is grouped in rematted_computation spans
+//     inside the backward (only with remat on); ops carry scope, shapes, dtypes, bytes and FLOPs;
+//     the two counter tracks have one sample per op and peak at the plan's live-bytes peak;
+//   - summary.json has the step time, phases, top ops, per-kind rates and the ceiling fraction;
+//   - memory.html is self-contained and holds the plot and the table;
+//   - the cost rules, the recorder (off by default, bounded) and the commands.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "backend/registry.h"
+#include "graph/plan.h"
+#include "runtime/profiler.h"
+#include "train/config.h"
+#include "train/data.h"
+#include "train/memory_html.h"
+#include "train/profile.h"
+#include "train/trainer.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::vector<std::string> tiny(const std::string& remat, int minibatches = 2, const std::string& dtype = "float32") {
+  return {"model.kind=transformer", "model.dtype=" + dtype, "model.hidden_size=32", "model.num_layers=2",
+          "model.head_dim=8", "model.vocab_size=31", "model.num_outputs=31", "model.max_seq_len=16",
+          "model.dropout_rate=0.1", "data.kind=random_tokens", "data.batch_size=4", "data.seq_len=16",
+          "data.vocab_size=31", "optimizer.num_minibatches=" + std::to_string(minibatches), "model.remat=" + remat};
+}
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / "loom_test_profile" / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct Profiled {
+  Config config;
+  TrainProgram prog;
+  MemoryPlan plan;
+  ProfileOutput out;
+  json trace, summary;
+  std::string html;
+};
+
+Profiled profile(const std::vector<std::string>& ov, const std::string& name, int steps = 2, bool ceiling = false) {
+  Profiled p;
+  p.config = default_config(ov);
+  p.prog = build_train_program(p.config);
+  p.plan = plan_memory(p.prog.model.graph, p.prog.schedule);
+  auto be = make_backend("cpu");
+  DataSource data(p.config);
+  ProfileOptions o;
+  o.steps = steps;
+  o.warmup = 1;
+  o.out_dir = temp_dir(name).string();
+  o.measure_ceiling = ceiling;
+  o.log = nullptr;
+  p.out = run_profile(p.config, *be, data, o);
+  p.trace = json::parse(read(p.out.trace_path));
+  p.summary = json::parse(read(p.out.summary_path));
+  p.html = read(p.out.html_path);
+  return p;
+}
+
+int64_t to_ns(double us) { return std::llround(us * 1000.0); }
+
+// Complete events rebuilt into a tree: each event's ancestors, outermost first.
+struct XNode {
+  const json* ev;
+  int64_t b, e;
+  std::vector<const json*> chain;
+};
+
+std::vector<XNode> nest(const json& trace) {
+  std::vector<XNode> xs;
+  for (const json& ev : trace.at("traceEvents"))
+    if (ev.at("ph") == "X") xs.push_back({&ev, to_ns(ev.at("ts")), to_ns(ev.at("ts")) + to_ns(ev.at("dur")), {}});
+  std::stable_sort(xs.begin(), xs.end(), [](const XNode& a, const XNode& b) { return a.b != b.b ? a.b < b.b : a.e > b.e; });
+  std::vector<const XNode*> stack;
+  for (XNode& x : xs) {
+    while (!stack.empty() && !(stack.back()->b <= x.b && x.e <= stack.back()->e)) {
+      // Popping is only right when the open span ended before this one begins: anything else is
+      // a partial overlap, which no viewer can draw as nesting.
+      EXPECT_LE(stack.back()->e, x.b) << "'" << (*x.ev)["name"] << "' overlaps '" << (*stack.back()->ev)["name"]
+                                      << "' without nesting";
+      stack.pop_back();
+    }
+    for (const XNode* s : stack) x.chain.push_back(s->ev);
+    stack.push_back(&x);
+  }
+  return xs;
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+void check_trace(const Profiled& p, bool remat) {
+  const json& t = p.trace;
+  ASSERT_TRUE(t.contains("traceEvents"));
+  // Metadata: the process and thread names.
+  bool process = false, thread = false;
+  for (const json& ev : t["traceEvents"]) {
+    if (ev["ph"] != "M") continue;
+    if (ev["name"] == "process_name") process = starts_with(ev["args"]["name"], "loom");
+    if (ev["name"] == "thread_name") thread = !ev["args"]["name"].get<std::string>().empty();
+  }
+  EXPECT_TRUE(process && thread) << "process_name and thread_name metadata";
+
+  const int64_t steps = 2, nmb = p.config.optimizer.num_minibatches;
+  const auto nodes = static_cast<int64_t>(p.plan.schedule.size());
+  int64_t ops = 0, remat_spans = 0, recompute_ops = 0, step_spans = 0, mb_spans = 0, opt_spans = 0;
+  for (const XNode& x : nest(t)) {
+    const json& ev = *x.ev;
+    const std::string name = ev["name"];
+    const std::string cat = ev["cat"];
+    std::vector<std::string> chain;
+    for (const json* a : x.chain) chain.push_back((*a)["name"]);
+    if (cat == "train_step") {
+      ++step_spans;
+      EXPECT_TRUE(chain.empty()) << name;
+      EXPECT_TRUE(starts_with(name, "train_step ")) << name;
+    } else if (cat == "minibatch") {
+      ++mb_spans;
+      ASSERT_EQ(chain.size(), 1u) << name;
+      EXPECT_TRUE(starts_with(chain[0], "train_step ")) << name;
+      EXPECT_TRUE(starts_with(name, "minibatch_")) << name;
+    } else if (cat == "optimizer") {
+      ++opt_spans;
+      ASSERT_EQ(chain.size(), 1u) << name;
+      EXPECT_TRUE(starts_with(chain[0], "train_step ")) << name;
+    } else if (cat == "remat") {
+      ++remat_spans;
+      EXPECT_EQ(name, "rematted_computation");
+      ASSERT_GE(chain.size(), 3u);
+      EXPECT_EQ(chain[2], "backward") << "recompute runs inside the backward";
+    } else if (cat == "op") {
+      ++ops;
+      ASSERT_GE(chain.size(), 3u) << name << " at " << ev["args"]["scope"];
+      EXPECT_TRUE(starts_with(chain[0], "train_step ")) << name;
+      EXPECT_TRUE(starts_with(chain[1], "minibatch_")) << name;
+      const std::string phase = ev["args"]["phase"];
+      EXPECT_EQ(chain[2], phase == "forward" ? "forward" : "backward") << name << " (" << phase << ")";
+      // Below the phase: the scope prefixes, with rematted_computation inserted for recompute.
+      std::vector<std::string> below(chain.begin() + 3, chain.end());
+      const auto it = std::find(below.begin(), below.end(), "rematted_computation");
+      EXPECT_EQ(it != below.end(), phase == "recompute") << name << " at " << ev["args"]["scope"];
+      if (phase == "recompute") {
+        ++recompute_ops;
+        below.erase(it);
+      }
+      EXPECT_EQ(below, scope_prefixes(ev["args"]["scope"])) << name;
+      // Args: shapes and dtypes of inputs and outputs, bytes, FLOPs.
+      const json& a = ev["args"];
+      for (const char* k : {"scope", "inputs", "outputs", "bytes", "flops", "schedule_step"})
+        EXPECT_TRUE(a.contains(k)) << name << " lacks " << k;
+      EXPECT_FALSE(a["inputs"].empty()) << name;
+      for (const json& d : a["inputs"]) EXPECT_NE(d.get<std::string>().find(']'), std::string::npos) << d;
+      if (name == "dense") {
+        EXPECT_GT(a["flops"].get<int64_t>(), 0);
+        EXPECT_GT(a["bytes"].get<int64_t>(), 0);
+        EXPECT_NE(a["outputs"][0].get<std::string>().find(dtype_name(p.config.model.dtype)), std::string::npos)
+            << a["outputs"];
+      }
+    } else {
+      // phase and scope spans
+      EXPECT_TRUE(cat == "phase" || cat == "scope") << cat;
+      if (cat == "phase") {
+        EXPECT_TRUE(name == "forward" || name == "backward") << name;
+        ASSERT_EQ(chain.size(), 2u) << name;
+        EXPECT_TRUE(starts_with(chain[1], "minibatch_"));
+      }
+    }
+  }
+  EXPECT_EQ(step_spans, steps);
+  EXPECT_EQ(mb_spans, steps * nmb);
+  EXPECT_EQ(opt_spans, steps);
+  EXPECT_EQ(ops, steps * nmb * nodes) << "one op span per executed node";
+  if (remat) {
+    EXPECT_GT(remat_spans, 0);
+    EXPECT_GT(recompute_ops, 0);
+  } else {
+    EXPECT_EQ(remat_spans, 0);
+    EXPECT_EQ(recompute_ops, 0);
+  }
+
+  // Counter tracks: one sample per op; the arena's peaks at the plan's live-bytes peak; the total
+  // adds the persistent memory.
+  int64_t arena_samples = 0, total_samples = 0, arena_max = 0, total_max = 0;
+  for (const json& ev : t["traceEvents"]) {
+    if (ev["ph"] != "C") continue;
+    if (ev["name"] == "arena") {
+      ++arena_samples;
+      arena_max = std::max(arena_max, ev["args"]["live_bytes"].get<int64_t>());
+    } else if (ev["name"] == "memory") {
+      ++total_samples;
+      total_max = std::max(total_max, ev["args"]["total_bytes"].get<int64_t>());
+    }
+  }
+  EXPECT_EQ(arena_samples, ops);
+  EXPECT_EQ(total_samples, ops);
+  EXPECT_EQ(arena_max, p.plan.lower_bound_bytes);
+  EXPECT_LE(arena_max, p.plan.arena_bytes);
+  const int64_t opt_bytes = 2 * p.plan.param_bytes;  // adam: mu and nu
+  EXPECT_EQ(total_max, arena_max + p.plan.param_bytes + p.plan.grad_bytes + p.plan.input_bytes + opt_bytes);
+}
+
+void check_summary(const json& s, bool remat) {
+  for (const char* k : {"median_step_ms", "step_ms", "phase_ms_per_step", "top_ops", "op_kinds", "achieved_gflop_per_s",
+                        "matmul_ceiling_gflop_per_s", "fraction_of_ceiling", "step_gflop"})
+    EXPECT_TRUE(s.contains(k)) << k;
+  EXPECT_EQ(s["steps"], 2);
+  EXPECT_GT(s["median_step_ms"].get<double>(), 0);
+  for (const char* k : {"forward", "backward", "recompute", "optimizer"}) EXPECT_TRUE(s["phase_ms_per_step"].contains(k)) << k;
+  EXPECT_GT(s["phase_ms_per_step"]["forward"].get<double>(), 0);
+  EXPECT_GT(s["phase_ms_per_step"]["backward"].get<double>(), 0);
+  EXPECT_GT(s["phase_ms_per_step"]["optimizer"].get<double>(), 0);
+  if (remat) EXPECT_GT(s["phase_ms_per_step"]["recompute"].get<double>(), 0);
+  else EXPECT_EQ(s["phase_ms_per_step"]["recompute"].get<double>(), 0);
+  ASSERT_FALSE(s["top_ops"].empty());
+  EXPECT_LE(s["top_ops"].size(), 15u);
+  double prev = 1e300;
+  for (const json& r : s["top_ops"]) {
+    for (const char* k : {"op", "scope", "phase", "count", "total_ms"}) EXPECT_TRUE(r.contains(k)) << k;
+    EXPECT_GT(r["count"].get<int64_t>(), 0);
+    EXPECT_LE(r["total_ms"].get<double>(), prev) << "sorted by total time";
+    prev = r["total_ms"];
+  }
+  bool dense = false;
+  for (const json& r : s["op_kinds"]) {
+    EXPECT_TRUE(r.contains("gflop_per_s") && r.contains("gb_per_s"));
+    if (r["op"] == "dense") dense = r["gflop_per_s"].get<double>() > 0 && r["gb_per_s"].get<double>() > 0;
+  }
+  EXPECT_TRUE(dense) << "dense achieves some GFLOP/s and GB/s";
+  EXPECT_GT(s["step_gflop"].get<double>(), 0);
+  EXPECT_GT(s["achieved_gflop_per_s"].get<double>(), 0);
+}
+
+void check_html(const std::string& html) {
+  for (const char* bad : {"http://", "https://", "src=", "<link"})
+    EXPECT_EQ(html.find(bad), std::string::npos) << "memory.html must be self-contained; found " << bad;
+  for (const char* need : {"<svg id=\"plot\"", "<table class=\"bufs\" id=\"buffers\"", "id=\"buffer-rows\"",
+                           "id=\"plan-data\"", "<script>", "<style>"})
+    EXPECT_NE(html.find(need), std::string::npos) << need;
+}
+
+TEST(Profile, TraceWithRemat) {
+  const Profiled p = profile(tiny("MLP,Attn"), "remat");
+  check_trace(p, /*remat=*/true);
+  check_summary(p.summary, true);
+  check_html(p.html);
+}
+
+TEST(Profile, TraceWithoutRemat) {
+  const Profiled p = profile(tiny("none", 1), "noremat");
+  check_trace(p, /*remat=*/false);
+  check_summary(p.summary, false);
+}
+
+TEST(Profile, Bfloat16AndCeiling) {
+  const Profiled p = profile(tiny("MLP", 2, "bfloat16"), "bf16", 2, /*ceiling=*/true);
+  check_trace(p, true);
+  EXPECT_GT(p.summary["matmul_ceiling_gflop_per_s"].get<double>(), 0);
+  const double f = p.summary["fraction_of_ceiling"];
+  EXPECT_GT(f, 0);
+  EXPECT_LT(f, 1.5);
+  // bf16 activations show up in the op args.
+  bool bf16 = false;
+  for (const json& ev : p.trace["traceEvents"])
+    if (ev["ph"] == "X" && ev["name"] == "dense" && ev["args"]["outputs"][0].get<std::string>().find("bfloat16") != std::string::npos)
+      bf16 = true;
+  EXPECT_TRUE(bf16);
+}
+
+TEST(Profile, MemoryHtmlFromThePlanAlone) {
+  const Config c = default_config(tiny("MLP,Attn"));
+  const TrainProgram prog = build_train_program(c);
+  const MemoryPlan plan = plan_memory(prog.model.graph, prog.schedule);
+  const std::string html = memory_html(prog, plan, "tiny <transformer> & co", 1234);
+  check_html(html);
+  EXPECT_NE(html.find("tiny &lt;transformer&gt; &amp; co"), std::string::npos) << "the title is escaped";
+  // Every buffer is in the embedded data.
+  const size_t a = html.find("id=\"plan-data\">") + 15, b = html.find("</script>", a);
+  const json d = json::parse(html.substr(a, b - a));
+  EXPECT_EQ(d["buffers"].size(), plan.buffers.size());
+  EXPECT_EQ(d["live"].size(), plan.schedule.size());
+  EXPECT_EQ(d["optimizer_bytes"], 1234);
+}
+
+TEST(Profile, CostRules) {
+  const Config c = default_config(tiny("none", 1));
+  const TrainProgram prog = build_train_program(c);
+  const Graph& g = prog.model.graph;
+  bool dense = false, attn = false, attn_grad = false, reshape = false;
+  for (const Node& n : g.nodes()) {
+    const OpCost cost = node_cost(g, n);
+    int64_t io = 0;
+    for (ValueId v : n.in) io += g.value(v).bytes();
+    for (ValueId v : n.out) io += g.value(v).bytes();
+    EXPECT_GE(cost.flops, 0) << op_name(n.op);
+    if (n.op == OpKind::dense) {
+      const Shape& x = g.value(n.in[0]).shape;
+      EXPECT_EQ(cost.flops, 2 * x.rows() * x.last() * g.value(n.out[0]).shape.last());
+      EXPECT_EQ(cost.bytes, io);
+      dense = true;
+    } else if (n.op == OpKind::attention || n.op == OpKind::attention_grad) {
+      const Shape& q = g.value(n.in[0]).shape;  // [B, T, H, 3D], causal
+      const int64_t units = q[0] * q[2] * (q[1] * (q[1] + 1) / 2) * (q[3] / 3);
+      EXPECT_EQ(cost.flops, (n.op == OpKind::attention ? 4 : 10) * units);
+      (n.op == OpKind::attention ? attn : attn_grad) = true;
+    } else if (n.op == OpKind::reshape) {
+      EXPECT_EQ(cost.flops, 0);
+      EXPECT_EQ(cost.bytes, 0);
+      reshape = true;
+    } else if (n.op == OpKind::dense_grad_weight || n.op == OpKind::dense_grad_input) {
+      EXPECT_GT(cost.flops, 0);
+    }
+  }
+  EXPECT_TRUE(dense && attn && attn_grad);
+  (void)reshape;
+}
+
+TEST(Profile, RecorderOffByDefaultAndBounded) {
+  const Config c = default_config(tiny("none", 1));
+  auto be = make_backend("cpu");
+  Trainer t(c, *be);
+  EXPECT_EQ(t.executor().recorder(), nullptr);
+  const Batch b = make_batch(c);
+  OpRecorder small(*be, 5, 1);
+  t.set_recorder(&small);
+  t.step(b);
+  t.set_recorder(nullptr);
+  EXPECT_EQ(small.ops().size(), 5u);
+  EXPECT_EQ(small.spans().size(), 1u);
+  EXPECT_EQ(small.dropped(), t.plan().schedule.size() - 5 + 2) << "1 minibatch and 1 optimizer span dropped";
+  for (size_t i = 0; i < small.ops().size(); ++i) {
+    EXPECT_EQ(small.ops()[i].step, static_cast<int32_t>(i));
+    EXPECT_LE(small.ops()[i].t_begin_us, small.ops()[i].t_end_us);
+  }
+  t.step(b);  // detached: nothing more recorded
+  EXPECT_EQ(small.ops().size(), 5u);
+  EXPECT_EQ(small.dropped(), t.plan().schedule.size() - 5 + 2);
+}
+
+TEST(Profile, StepWindow) {
+  EXPECT_EQ(parse_step_window("3:5").first, 3);
+  EXPECT_EQ(parse_step_window("3:5").last, 5);
+  EXPECT_EQ(parse_step_window("4").last, 4);
+  EXPECT_THROW(parse_step_window("5:3"), UserError);
+  EXPECT_THROW(parse_step_window("0:2"), UserError);
+  EXPECT_THROW(parse_step_window("a:b"), UserError);
+}
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string("cd ") + LOOM_SOURCE_DIR + " && " + LOOM_BINARY + " " + args + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
+  const int st = pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+std::string joined(const std::vector<std::string>& ov) {
+  std::string s;
+  for (const std::string& o : ov) {
+    s += " '";
+    s += o;
+    s += "'";
+  }
+  return s;
+}
+
+TEST(ProfileCli, ProfileCommand) {
+  const fs::path d = temp_dir("cli_profile");
+  const Result r = run("profile" + joined(tiny("MLP,Attn")) + " --steps 2 --warmup 1 --no-ceiling --out " + d.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("median step"), std::string::npos) << r.out;
+  for (const char* f : {"trace.json", "summary.json", "memory.html"}) EXPECT_TRUE(fs::exists(d / f)) << f;
+  const json s = json::parse(read(d / "summary.json"));
+  EXPECT_EQ(s["steps"], 2);
+}
+
+TEST(ProfileCli, TrainWindow) {
+  const fs::path d = temp_dir("cli_train");
+  const Result r = run("train" + joined(tiny("MLP")) + " --steps 4 --profile " + d.string() + " --profile-steps 2:3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json s = json::parse(read(d / "summary.json"));
+  EXPECT_EQ(s["steps"], 2);
+  const json t = json::parse(read(d / "trace.json"));
+  std::vector<std::string> steps;
+  for (const json& ev : t["traceEvents"])
+    if (ev["ph"] == "X" && ev["cat"] == "train_step") steps.push_back(ev["name"]);
+  EXPECT_EQ(steps, (std::vector<std::string>{"train_step 2", "train_step 3"}));
+}
+
+TEST(ProfileCli, MemoryHtmlFlag) {
+  const fs::path d = temp_dir("cli_memory");
+  const Result r = run("memory" + joined(tiny("MLP,Attn")) + " --html " + (d / "m.html").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  check_html(read(d / "m.html"));
+}
+
+}  // namespace
+}  // namespace loom
