@@ -106,6 +106,51 @@ TEST(Cli, TrainsAndPrintsTutorialMetrics) {
   EXPECT_NE(r.out.find("\nloss: "), std::string::npos) << r.out;
 }
 
+// The Transformer's configuration mistakes (issue: bad input), each named by its key.
+TEST(Cli, TransformerConfigErrorsNameTheKey) {
+  const std::string tf = "train configs/tutorial_transformer.toml ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model.hidden_size=1000", "model.hidden_size"},  // not a multiple of head_dim 128
+      {"data.seq_len=1024", "data.seq_len"},            // above max_seq_len 512
+      {"model.num_outputs=0", "model.num_outputs"},
+      {"model.dtype=float64", "model.dtype"},
+      {"model.softmax_dtype=int8", "model.softmax_dtype"},
+      {"optimizer.schedule=linear_warmup", "optimizer.schedule"},
+      {"optimizer.learning_rate=fast", "optimizer.learning_rate"},
+      {"optimizer.learning_rate=nan", "optimizer.learning_rate"},
+      {"model.remat=Everything", "model.remat"},
+      {"model.remat_policy=save_some", "model.remat_policy"},
+      {"optimizer.decay_steps=5 optimizer.schedule=warmup_cosine_decay optimizer.warmup_steps=10", "optimizer.decay_steps"},
+  };
+  for (const auto& [ov, key] : cases) {
+    const Result r = run(tf + ov + " --steps 0");
+    EXPECT_EQ(r.status, 2) << ov << ": " << r.out;
+    EXPECT_NE(r.out.find(key), std::string::npos) << ov << ": " << r.out;
+    EXPECT_NE(r.out.find("fix:"), std::string::npos) << ov << " gives no fix: " << r.out;
+  }
+}
+
+TEST(Cli, TutorialTransformerHasTheTutorialsParameterCount) {
+  const Result r = run("params configs/tutorial_transformer.toml");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("155,877,376"), std::string::npos) << r.out;
+  const Result g = run("params configs/gpt2_124m.toml");
+  ASSERT_EQ(g.status, 0) << g.out;
+  EXPECT_NE(g.out.find("124,439,808"), std::string::npos) << g.out;
+}
+
+TEST(Cli, MemoryReportJsonHasTheDocumentedKeys) {
+  const Result r = run("memory configs/tutorial_transformer.toml --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* k : {"total_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+                        "workspace_bytes", "lower_bound_bytes", "plan_ms", "largest_at_peak"})
+    EXPECT_NE(r.out.find(std::string("\"") + k + "\""), std::string::npos) << k;
+  const Result s = run("memory configs/tutorial_transformer.toml --sweep model.remat=none,MLP+Attn --budget 3GiB");
+  ASSERT_EQ(s.status, 0) << s.out;
+  EXPECT_NE(s.out.find("NO"), std::string::npos) << "no remat does not fit in 3 GiB: " << s.out;
+  EXPECT_NE(s.out.find("yes"), std::string::npos) << "MLP+Attn remat fits in 3 GiB: " << s.out;
+}
+
 TEST(Cli, ParamsTableCountsTheTutorialMlp) {
   const Result r = run("params configs/mlp_classifier.toml");
   ASSERT_EQ(r.status, 0) << r.out;
