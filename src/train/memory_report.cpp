@@ -35,12 +35,12 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   return static_cast<int64_t>(v * mult);
 }
 
-MemoryReport memory_report(const Config& c, size_t top) {
+MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
   MemoryReport r;
   const auto t0 = std::chrono::steady_clock::now();
   TrainProgram prog = build_train_program(c);
   const Graph& g = prog.model.graph;
-  const MemoryPlan p = plan_memory(g, prog.schedule);
+  const MemoryPlan p = plan_memory(g, prog.schedule, opts);
   r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   r.params_bytes = p.param_bytes;

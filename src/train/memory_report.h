@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "graph/plan.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -33,7 +34,7 @@ struct MemoryReport {
 };
 
 // Builds and plans the configured training program (timed) and summarises it.
-MemoryReport memory_report(const Config& c, size_t top = 15);
+MemoryReport memory_report(const Config& c, size_t top = 15, PlanOptions opts = {});
 std::string format_memory_report(const MemoryReport& r);
 nlohmann::json memory_report_json(const MemoryReport& r);
 
