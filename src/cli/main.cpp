@@ -27,7 +27,6 @@ namespace {
 
 using namespace loom;
 
-constexpr const char* kDefaultConfig = "configs/mlp_classifier.toml";
 
 Config load(const std::string& path, const std::vector<std::string>& overrides) {
   return load_config(path.empty() ? kDefaultConfig : path, overrides);

@@ -20,8 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kDefaultConfig = "configs/mlp_classifier.toml";
-
 bool holds_run(const fs::path& dir) {
   if (!fs::exists(dir)) return false;
   if (fs::exists(dir / "config.toml") || fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "best")) return true;

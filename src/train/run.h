@@ -13,6 +13,10 @@
 
 namespace loom {
 
+// The default main job: nanoGPT's CPU recipe on tiny Shakespeare (needs `loom prepare char
+// data/tinyshakespeare.txt data/shakespeare_char` first; scripts/main.sh does it).
+inline constexpr const char* kDefaultConfig = "configs/shakespeare_char.toml";
+
 struct RunOptions {
   std::string config_path;  // "" with resume: the checkpoint's own configuration
   std::vector<std::string> overrides;
