@@ -95,13 +95,16 @@ class OpCase {
     const Status st = Executor::create(be, g_, plan, &ex);
     EXPECT_TRUE(st.is_ok()) << st.message();
     if (!st.is_ok()) return {};
-    // Fill the whole arena with the sentinel, then upload inputs.
+    // Fill the whole arena with the sentinel, then upload inputs. The arena's base is found from
+    // an output that owns arena storage (a view of a persistent input has none).
     std::vector<unsigned char> pattern(static_cast<size_t>(plan.arena_bytes), kSentinel);
-    void* arena_base = static_cast<char*>(ex->ptr(g_.node(node_).out.empty() ? in_ids_[0] : g_.node(node_).out[0]));
-    if (!g_.node(node_).out.empty()) {
-      arena_base = static_cast<char*>(arena_base) - plan.value_offset[g_.node(node_).out[0]];
-      be.copy_to_device(arena_base, pattern.data(), pattern.size());
-    }
+    void* arena_base = nullptr;
+    for (ValueId o : g_.node(node_).out)
+      if (plan.value_root[o] == o && plan.value_offset[o] >= 0) {
+        arena_base = static_cast<char*>(ex->ptr(o)) - plan.value_offset[o];
+        break;
+      }
+    if (arena_base) be.copy_to_device(arena_base, pattern.data(), pattern.size());
     for (size_t i = 0; i < in_ids_.size(); ++i) ex->upload(in_ids_[i], inputs_[i].bytes.data());
     ex->run(rc);
     be.synchronize();
@@ -112,8 +115,8 @@ class OpCase {
       outs.push_back(std::move(t));
       return outs;
     }
-    std::vector<unsigned char> arena(static_cast<size_t>(plan.arena_bytes));
-    be.copy_to_host(arena.data(), arena_base, arena.size());
+    std::vector<unsigned char> arena(arena_base ? static_cast<size_t>(plan.arena_bytes) : 0);
+    if (arena_base) be.copy_to_host(arena.data(), arena_base, arena.size());
     std::vector<bool> owned(arena.size(), false);
     for (ValueId o : g_.node(node_).out) {
       const Value& v = g_.value(o);
