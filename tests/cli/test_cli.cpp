@@ -2,6 +2,8 @@
 // message naming the key or file, and a nonzero exit status.
 #include <gtest/gtest.h>
 
+#include "support/run_loom.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -10,20 +12,9 @@
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out;  // stdout and stderr together
-};
+using Result = loom::testing::RunResult;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string("cd ") + LOOM_SOURCE_DIR + " && " + LOOM_BINARY + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
-  const int st = pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+Result run(const std::string& args) { return loom::testing::run_loom(args, LOOM_SOURCE_DIR); }
 
 std::string write_config(const std::string& name, const std::string& text) {
   const auto dir = std::filesystem::temp_directory_path() / "loom_test_cli";

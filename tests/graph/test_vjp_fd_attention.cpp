@@ -12,151 +12,14 @@
 // Difference from test_vjp_fd.cpp's structure check: a parameter's gradient may also be written
 // by embedding_grad (the scatter-add that accumulates straight into the table's gradient), so
 // each differentiable use of a parameter must be matched by one grad_accumulate or embedding_grad.
-#include <gtest/gtest.h>
-
-#include <cmath>
-#include <functional>
-#include <map>
-#include <memory>
-#include <stdexcept>
-#include <string>
-#include <vector>
-
-#include "backend/reference/reference.h"
-#include "core/rng.h"
-#include "graph/autodiff.h"
-#include "graph/graph.h"
-#include "graph/plan.h"
-#include "runtime/executor.h"
+#include "support/vjp_check.h"
 
 namespace loom {
 namespace {
 
-constexpr int64_t kHeadClasses = 3;
-constexpr double kRelTol = 1e-2;
-constexpr double kAbsTol = 5e-4;
-
-struct Options {
-  // Values of int32 inputs the builder created, by name (token ids).
-  std::map<std::string, std::vector<int32_t>> int_inputs;
-  // Value of element i of the parameter at `path`; `dflt` is a N(0, 1) draw.
-  std::function<float(const std::string& path, int64_t i, float dflt)> init;
-};
-
-using Grads = std::map<std::string, std::vector<float>>;  // analytic, by parameter path
-
-bool writes_grad(const Node& n, ValueId grad) {
-  return (n.op == OpKind::grad_accumulate || n.op == OpKind::embedding_grad) && n.in[0] == grad;
-}
-
-Grads check_vjp(const std::function<ValueId(const Scope&)>& build, const Options& opt = {}) {
-  Graph g;
-  Scope root(g);
-  ValueId logits = build(root / "op");
-  {
-    const Value& out = g.value(logits);
-    EXPECT_EQ(out.dtype, DType::f32);
-    const ValueId w = (root / "head").param("kernel", Shape{out.shape.last(), kHeadClasses}, {});
-    logits = (root / "head").op1(OpKind::dense, {logits, w}, DenseAttrs{DType::f32});
-  }
-  const Shape label_shape = g.value(logits).shape.drop_last();
-  const ValueId labels = g.add_input("labels", label_shape, DType::i32);
-  const ValueId loss = (root / "loss").op1(OpKind::cross_entropy, {logits, labels});
-  g.mark_output(loss);
-  const ValueId seed = g.add_input("seed", Shape{}, DType::f32);
-  const NodeId num_fwd = build_backward(g, loss, seed);
-
-  for (NodeId i = num_fwd; i < static_cast<NodeId>(g.nodes().size()); ++i)
-    EXPECT_EQ(g.node(i).phase, Phase::backward);
-  for (const Param& p : g.params()) {
-    int uses = 0, writes = 0;
-    for (NodeId i = 0; i < num_fwd; ++i)
-      if (op_info(g.node(i).op).vjp)
-        for (ValueId v : g.node(i).in) uses += v == p.value;
-    for (NodeId i = num_fwd; i < static_cast<NodeId>(g.nodes().size()); ++i) {
-      const Node& n = g.node(i);
-      writes += writes_grad(n, p.grad);
-      for (size_t k = 0; k < n.in.size(); ++k) EXPECT_TRUE(n.in[k] != p.grad || (k == 0 && writes_grad(n, p.grad)));
-    }
-    EXPECT_EQ(writes, uses) << g.value(p.value).name << "\n" << g.dump();
-  }
-
-  MemoryPlan plan = plan_memory(g, default_schedule(g));
-  EXPECT_EQ(verify_plan(g, plan), "");
-  ReferenceBackend be;
-  std::unique_ptr<Executor> ex;
-  const Status st = Executor::create(be, g, plan, &ex);
-  EXPECT_TRUE(st.is_ok()) << st.message();
-  if (!st.is_ok()) return {};
-
-  std::vector<int32_t> lab(static_cast<size_t>(label_shape.numel()));
-  for (size_t r = 0; r < lab.size(); ++r) lab[r] = static_cast<int32_t>((r * 7 + 1) % kHeadClasses);
-  ex->upload(labels, lab.data());
-  for (const auto& [name, vals] : opt.int_inputs) {
-    const ValueId v = g.input_by_name(name);
-    EXPECT_NE(v, kNoValue) << name;
-    EXPECT_EQ(static_cast<int64_t>(vals.size()), g.value(v).shape.numel()) << name;
-    ex->upload(v, vals.data());
-  }
-  const float one = 1.f;
-  ex->upload(seed, &one);
-  std::vector<std::vector<float>> theta;
-  for (size_t k = 0; k < g.params().size(); ++k) {
-    const Value& pv = g.value(g.params()[k].value);
-    const PhiloxKey key = rng_key(2025, k, 0, 0);
-    std::vector<float> v(static_cast<size_t>(pv.shape.numel()));
-    for (size_t i = 0; i < v.size(); ++i) {
-      const float d = rng_normal(key, i);
-      v[i] = opt.init ? opt.init(pv.name, static_cast<int64_t>(i), d) : d;
-    }
-    ex->upload(g.params()[k].value, v.data());
-    theta.push_back(std::move(v));
-  }
-
-  Grads res;
-  ex->run({});
-  float l0 = 0;
-  ex->download(loss, &l0);
-  EXPECT_TRUE(std::isfinite(l0));
-  for (const Param& p : g.params()) {
-    std::vector<float> gr(static_cast<size_t>(g.value(p.grad).shape.numel()));
-    ex->download(p.grad, gr.data());
-    res[g.value(p.value).name] = gr;
-  }
-
-  auto eval = [&](size_t k) {
-    ex->upload(g.params()[k].value, theta[k].data());
-    ex->run_steps({}, 0, static_cast<size_t>(num_fwd));
-    float l = 0;
-    ex->download(loss, &l);
-    return static_cast<double>(l);
-  };
-  for (size_t k = 0; k < g.params().size(); ++k) {
-    const std::string& name = g.value(g.params()[k].value).name;
-    const std::vector<float>& an = res[name];
-    double max_an = 0;
-    for (size_t i = 0; i < theta[k].size(); ++i) {
-      const float t0 = theta[k][i];
-      const float eps = 1e-2f * std::max(1.f, std::fabs(t0));
-      const float tp = t0 + eps, tm = t0 - eps;
-      theta[k][i] = tp;
-      const double lp = eval(k);
-      theta[k][i] = tm;
-      const double lm = eval(k);
-      theta[k][i] = t0;
-      const double fd = (lp - lm) / (static_cast<double>(tp) - static_cast<double>(tm));
-      const double a = an[i];
-      max_an = std::max(max_an, std::fabs(a));
-      EXPECT_LE(std::fabs(fd - a), kRelTol * std::max(std::fabs(fd), std::fabs(a)) + kAbsTol)
-          << name << "[" << i << "]: analytic " << a << " vs finite difference " << fd;
-    }
-    eval(k);
-    EXPECT_GT(max_an, 20 * kAbsTol) << name << ": gradients too small for the check to mean anything";
-  }
-  return res;
-}
-
-// ---- attention -----------------------------------------------------------------------------
+using testing::check_vjp;
+using testing::Options;
+using testing::Result;
 
 TEST(VjpFdAttention, QkvParameter) {
   for (bool causal : {false, true})
@@ -248,14 +111,14 @@ TEST(VjpFdAttention, PlanHasNoTxTBuffer) {
 TEST(VjpFdAttention, EmbeddingTable) {
   Options o;
   o.int_inputs["ids"] = {1, 4, 1, 0, 4, 4};  // repeated ids; rows 2, 3 and 5 unused
-  const Grads gr = check_vjp(
+  const auto gr = check_vjp(
       [](const Scope& s) {
         const ValueId ids = s.graph().add_input("ids", Shape{2, 3}, DType::i32);
         const ValueId table = s.param("embedding", Shape{6, 4}, {});
         return s.op1(OpKind::embedding, {ids, table}, DTypeAttrs{DType::f32});
       },
       o);
-  const std::vector<float>& t = gr.at("op/embedding");
+  const std::vector<float>& t = gr.grad.at("op/embedding");
   for (int64_t row : {2, 3, 5})
     for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(t[static_cast<size_t>(row * 4 + c)], 0.f) << row;
 }

@@ -12,26 +12,16 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/run_loom.h"
 #include "train/safetensors.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out;
-};
+using Result = loom::testing::RunResult;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(LOOM_BINARY) + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
-  const int st = pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+Result run(const std::string& args) { return loom::testing::run_loom(args); }
 
 fs::path scratch(const std::string& name) {
   const fs::path p = fs::temp_directory_path() / "loom_test_run" / name;
