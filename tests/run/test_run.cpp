@@ -3,6 +3,7 @@
 // a full disk) stops with a clear message and leaves what was on disk intact.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -23,8 +24,9 @@ using Result = loom::testing::RunResult;
 
 Result run(const std::string& args) { return loom::testing::run_loom(args); }
 
+// ctest runs each test case as its own process, two at a time: every process gets its own root.
 fs::path scratch(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / "loom_test_run" / name;
+  const fs::path p = fs::temp_directory_path() / ("loom_test_run_" + std::to_string(getpid())) / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p;
