@@ -187,7 +187,10 @@ void TrainProfiler::finish() {
 
 std::unique_ptr<TrainProfiler> attach_train_profiler(Trainer& t, const std::string& dir, const std::string& window,
                                                      LoopOptions& lo, FILE* log) {
-  if (dir.empty()) return nullptr;
+  if (dir.empty()) {
+    if (!window.empty()) throw UserError("--profile-steps " + window, "needs --profile DIR", "add --profile prof/");
+    return nullptr;
+  }
   auto p = std::make_unique<TrainProfiler>(t, dir, window.empty() ? StepWindow{} : parse_step_window(window), log);
   TrainProfiler* raw = p.get();
   lo.before_step = [raw, prev = std::move(lo.before_step)](int64_t step) {

@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -23,6 +22,7 @@
 #include "backend/registry.h"
 #include "graph/plan.h"
 #include "runtime/profiler.h"
+#include "support/run_loom.h"
 #include "train/config.h"
 #include "train/data.h"
 #include "train/memory_html.h"
@@ -372,20 +372,7 @@ TEST(Profile, StepWindow) {
   EXPECT_THROW(parse_step_window("a:b"), UserError);
 }
 
-struct Result {
-  int status;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string("cd ") + LOOM_SOURCE_DIR + " && " + LOOM_BINARY + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
-  const int st = pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+testing::RunResult run(const std::string& args) { return testing::run_loom(args, LOOM_SOURCE_DIR); }
 
 std::string joined(const std::vector<std::string>& ov) {
   std::string s;
@@ -399,7 +386,7 @@ std::string joined(const std::vector<std::string>& ov) {
 
 TEST(ProfileCli, ProfileCommand) {
   const fs::path d = temp_dir("cli_profile");
-  const Result r = run("profile" + joined(tiny("MLP,Attn")) + " --steps 2 --warmup 1 --no-ceiling --out " + d.string());
+  const testing::RunResult r = run("profile" + joined(tiny("MLP,Attn")) + " --steps 2 --warmup 1 --no-ceiling --out " + d.string());
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("median step"), std::string::npos) << r.out;
   for (const char* f : {"trace.json", "summary.json", "memory.html"}) EXPECT_TRUE(fs::exists(d / f)) << f;
@@ -409,7 +396,7 @@ TEST(ProfileCli, ProfileCommand) {
 
 TEST(ProfileCli, TrainWindow) {
   const fs::path d = temp_dir("cli_train");
-  const Result r = run("train" + joined(tiny("MLP")) + " --steps 4 --profile " + d.string() + " --profile-steps 2:3");
+  const testing::RunResult r = run("train" + joined(tiny("MLP")) + " --steps 4 --profile " + d.string() + " --profile-steps 2:3");
   ASSERT_EQ(r.status, 0) << r.out;
   const json s = json::parse(read(d / "summary.json"));
   EXPECT_EQ(s["steps"], 2);
@@ -422,7 +409,7 @@ TEST(ProfileCli, TrainWindow) {
 
 TEST(ProfileCli, MemoryHtmlFlag) {
   const fs::path d = temp_dir("cli_memory");
-  const Result r = run("memory" + joined(tiny("MLP,Attn")) + " --html " + (d / "m.html").string());
+  const testing::RunResult r = run("memory" + joined(tiny("MLP,Attn")) + " --html " + (d / "m.html").string());
   ASSERT_EQ(r.status, 0) << r.out;
   check_html(read(d / "m.html"));
 }
