@@ -1,6 +1,8 @@
 // Scalar formulas shared by every backend's kernels, templated on the arithmetic type (double in
-// the reference backend, float in the CPU backend). One definition per formula, so the oracle and
-// the fast kernels cannot drift apart in what they compute, only in how.
+// the reference backend, float in the CPU backend) and on the elementary functions M::exp and
+// M::tanh (std's by default; the CPU backend passes branch-free vectorisable ones). One definition
+// per formula, so the oracle and the fast kernels cannot drift apart in what they compute, only in
+// how.
 #pragma once
 #include <cmath>
 
@@ -12,31 +14,42 @@ namespace loom::kmath {
 inline constexpr double kSqrt2OverPi = 0.7978845608028654;
 inline constexpr double kGeluCoeff = 0.044715;
 
-template <class T>
+struct StdMath {
+  template <class T>
+  static T exp(T x) {
+    return std::exp(x);
+  }
+  template <class T>
+  static T tanh(T x) {
+    return std::tanh(x);
+  }
+};
+
+template <class T, class M = StdMath>
 T sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
+  return T(1) / (T(1) + M::exp(-x));
 }
-template <class T>
+template <class T, class M = StdMath>
 T silu(T x) {
-  return x * sigmoid(x);
+  return x * sigmoid<T, M>(x);
 }
 // d/dx [x·σ(x)] = σ(x)·(1 + x·(1 − σ(x)))
-template <class T>
+template <class T, class M = StdMath>
 T silu_grad(T x, T dy) {
-  const T s = sigmoid(x);
+  const T s = sigmoid<T, M>(x);
   return dy * s * (T(1) + x * (T(1) - s));
 }
 // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-template <class T>
+template <class T, class M = StdMath>
 T gelu(T x) {
   const T u = T(kSqrt2OverPi) * (x + T(kGeluCoeff) * x * x * x);
-  return x * (T(0.5) * (T(1) + std::tanh(u)));
+  return x * (T(0.5) * (T(1) + M::tanh(u)));
 }
 // d/dx = 0.5·(1 + t) + 0.5·x·(1 − t²)·√(2/π)·(1 + 3·0.044715·x²), t = tanh(u)
-template <class T>
+template <class T, class M = StdMath>
 T gelu_grad(T x, T dy) {
   const T u = T(kSqrt2OverPi) * (x + T(kGeluCoeff) * x * x * x);
-  const T t = std::tanh(u);
+  const T t = M::tanh(u);
   const T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCoeff) * x * x);
   return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
 }

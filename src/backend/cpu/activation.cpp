@@ -1,5 +1,6 @@
 // CPU kernels for the elementwise activations (graph/ops/activation.cpp): the shared kmath
-// formulas evaluated in float, one rounding to the output dtype. Blocks of kBlock elements are
+// formulas evaluated in float with the branch-free exp/tanh of cpu_util.h, one rounding to the
+// output dtype. Blocks of kBlock elements are
 // widened to f32 on the stack, mapped and narrowed back; OpenMP over blocks.
 #include <algorithm>
 
@@ -52,9 +53,14 @@ void unary_grad(const KernelArgs& a, F f) {
 
 }  // namespace
 
-void cpu_silu(const KernelArgs& a) { unary(a, [](float x) { return kmath::silu(x); }); }
-void cpu_gelu(const KernelArgs& a) { unary(a, [](float x) { return kmath::gelu(x); }); }
-void cpu_silu_grad(const KernelArgs& a) { unary_grad(a, [](float x, float dy) { return kmath::silu_grad(x, dy); }); }
-void cpu_gelu_grad(const KernelArgs& a) { unary_grad(a, [](float x, float dy) { return kmath::gelu_grad(x, dy); }); }
+// FastMath: libm's scalar tanhf/expf made these ops a third of a training step (docs/profiling.md).
+void cpu_silu(const KernelArgs& a) { unary(a, [](float x) { return kmath::silu<float, FastMath>(x); }); }
+void cpu_gelu(const KernelArgs& a) { unary(a, [](float x) { return kmath::gelu<float, FastMath>(x); }); }
+void cpu_silu_grad(const KernelArgs& a) {
+  unary_grad(a, [](float x, float dy) { return kmath::silu_grad<float, FastMath>(x, dy); });
+}
+void cpu_gelu_grad(const KernelArgs& a) {
+  unary_grad(a, [](float x, float dy) { return kmath::gelu_grad<float, FastMath>(x, dy); });
+}
 
 }  // namespace loom

@@ -43,29 +43,6 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
               static_cast<blasint>(lda), B, static_cast<blasint>(ldb), 0.f, C, static_cast<blasint>(ldc));
 }
 
-// exp(x) in f32 within ~1 ulp for x in [−87.3, 88] (Cody–Waite reduction x = n·ln2 + r, Cephes'
-// degree-6 polynomial for exp(r), 2^n by exponent bits): written branch-free so a row of them
-// vectorises. Below −87.3 it returns 0 (glibc would give a subnormal: immaterial next to the row
-// sum, which is ≥ 1), above 88 +inf; NaN propagates. The softmax's exponents dominate this
-// kernel's time otherwise (scalar expf costs as much as the two sgemms at D = 64).
-inline float exp_f32(float x) {
-  constexpr float kLo = -87.33654475f, kHi = 88.f;
-  float c = x > kHi ? kHi : x;
-  c = c < kLo ? kLo : c;
-  const float n = (c * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(c / ln2)
-  float r = c - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.f;
-  const float v = y * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x < kLo ? 0.f : (x > kHi ? std::numeric_limits<float>::infinity() : v);
-}
-
 // max of p[0, n) (n ≥ 1), NaNs ignored like std::fmax; 8 lanes so it vectorises.
 inline float max_f32(const float* p, int64_t n) {
   float acc[8];

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #if defined(__F16C__)
@@ -196,5 +197,46 @@ inline const float* row_f32(const TensorArg& t, int64_t off, int64_t n, int slot
   load_f32(t.data, t.dtype, off, s, n);
   return s;
 }
+
+// exp(x) in f32 within ~1 ulp for x in [−87.3, 88] (Cody–Waite reduction x = n·ln2 + r, Cephes'
+// degree-6 polynomial for exp(r), 2^n by exponent bits): written branch-free so a row of them
+// vectorises. Below −87.3 it returns 0 (glibc would give a subnormal: immaterial next to the row
+// sum, which is ≥ 1), above 88 +inf; NaN propagates. The softmax's exponents dominate this
+// attention kernel's time otherwise (scalar expf costs as much as its two sgemms at D = 64).
+inline float exp_f32(float x) {
+  constexpr float kLo = -87.33654475f, kHi = 88.f;
+  float c = x > kHi ? kHi : x;
+  c = c < kLo ? kLo : c;
+  const float n = (c * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(c / ln2)
+  float r = c - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * r * r + r + 1.f;
+  const float v = y * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return x < kLo ? 0.f : (x > kHi ? std::numeric_limits<float>::infinity() : v);
+}
+
+// tanh(x) in f32 within a few ulp, branch-free so it vectorises (Cephes tanhf): an odd
+// polynomial for |x| < 0.625, where 1 − 2/(e^{2|x|} + 1) would cancel, and that expression above.
+// ±1 beyond |x| ≈ 9 (exp_f32 saturates there without overflow); NaN propagates.
+inline float tanh_f32(float x) {
+  const float a = x < 0.f ? -x : x;
+  const float s = x * x;
+  const float small = ((((-5.70498872745e-3f * s + 2.06390887954e-2f) * s - 5.37397155531e-2f) * s +
+                        1.33314422036e-1f) * s - 3.33332819422e-1f) * s * x + x;
+  const float big = 1.f - 2.f / (exp_f32(2.f * (a > 44.f ? 44.f : a)) + 1.f);  // NaN stays NaN
+  return a < 0.625f ? small : (x < 0.f ? -big : big);
+}
+
+// The elementary functions the shared formulas (backend/kernel_math.h) use on this backend.
+struct FastMath {
+  static float exp(float x) { return exp_f32(x); }
+  static float tanh(float x) { return tanh_f32(x); }
+};
 
 }  // namespace loom::cpuk
