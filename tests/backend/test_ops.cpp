@@ -33,6 +33,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/reference/reference.h"
 #include "core/rng.h"
+#include "support/cpu_checks.h"
 #include "support/op_harness.h"
 
 namespace loom {
@@ -41,6 +42,9 @@ namespace {
 using testing::HostTensor;
 using testing::nmse;
 using testing::OpCase;
+using testing::ThreadCount;
+using testing::expect_bytes_equal;
+using testing::expect_thread_invariant;
 
 constexpr DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
 constexpr int64_t kRows[] = {1, 7, 33};
@@ -106,19 +110,6 @@ void expect_nmse(const HostTensor& cpu, const HostTensor& ref, double tol, const
   ASSERT_EQ(cpu.dtype, ref.dtype) << what;
   const double e = nmse(cpu, ref);
   EXPECT_LE(e, tol) << what << ": nmse " << e << " > " << tol;
-}
-
-void expect_bytes_equal(const HostTensor& cpu, const HostTensor& ref, const std::string& what) {
-  ASSERT_EQ(cpu.shape, ref.shape) << what;
-  ASSERT_EQ(cpu.dtype, ref.dtype) << what;
-  ASSERT_EQ(cpu.bytes.size(), ref.bytes.size()) << what;
-  for (int64_t i = 0; i < cpu.numel(); ++i) {
-    const size_t sz = dtype_size(cpu.dtype);
-    if (std::memcmp(cpu.bytes.data() + i * sz, ref.bytes.data() + i * sz, sz) != 0) {
-      ADD_FAILURE() << what << ": element " << i << " differs: cpu " << cpu.get(i) << " ref " << ref.get(i);
-      return;
-    }
-  }
 }
 
 // NMSE is only meaningful over enough elements: a single output that happens to be near zero
@@ -903,29 +894,6 @@ TEST(CpuOptimizer, SgdMatchesReference) {
 }
 
 // ---- thread-count independence ---------------------------------------------------------------
-
-class ThreadCount {
- public:
-  explicit ThreadCount(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~ThreadCount() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
-// Runs `oc` on the CPU backend with 1, 2 and 3 OpenMP threads; the outputs must be bitwise equal.
-void expect_thread_invariant(OpCase& oc, const std::string& what) {
-  std::vector<std::vector<HostTensor>> runs;
-  for (int threads : {1, 2, 3}) {
-    ThreadCount tc(threads);
-    CpuBackend cpu;
-    runs.push_back(oc.run(cpu));
-  }
-  for (size_t r = 1; r < runs.size(); ++r)
-    for (size_t k = 0; k < runs[0].size(); ++k)
-      expect_bytes_equal(runs[r][k], runs[0][k],
-                         what + " out" + std::to_string(k) + ": " + std::to_string(r + 1) + " threads vs 1");
-}
 
 TEST(CpuThreads, LayerNormGrad) {
   for (DType dt : {DType::f32, DType::bf16}) {

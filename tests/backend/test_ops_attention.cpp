@@ -26,6 +26,7 @@
 #include "backend/reference/reference.h"
 #include "graph/plan.h"
 #include "runtime/executor.h"
+#include "support/cpu_checks.h"
 #include "support/op_harness.h"
 
 namespace loom {
@@ -34,6 +35,9 @@ namespace {
 using testing::HostTensor;
 using testing::nmse;
 using testing::OpCase;
+using testing::ThreadCount;
+using testing::expect_bytes_equal;
+using testing::expect_thread_invariant;
 
 constexpr DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
 
@@ -96,42 +100,6 @@ void expect_close(const HostTensor& cpu, const HostTensor& ref, double tol, cons
 
 void expect_close(const HostTensor& cpu, const HostTensor& ref, DType prec, const std::string& what) {
   expect_close(cpu, ref, nmse_tol(prec), what);
-}
-
-void expect_bytes_equal(const HostTensor& a, const HostTensor& b, const std::string& what) {
-  ASSERT_EQ(a.shape, b.shape) << what;
-  ASSERT_EQ(a.dtype, b.dtype) << what;
-  const size_t sz = dtype_size(a.dtype);
-  for (int64_t i = 0; i < a.numel(); ++i)
-    if (std::memcmp(a.bytes.data() + i * sz, b.bytes.data() + i * sz, sz) != 0) {
-      ADD_FAILURE() << what << ": element " << i << " differs: " << a.get(i) << " vs " << b.get(i);
-      return;
-    }
-}
-
-class ThreadCount {
- public:
-  explicit ThreadCount(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~ThreadCount() { omp_set_num_threads(saved_); }
-
- private:
-  int saved_;
-};
-
-// Runs `oc` on the CPU backend with 1, 2 and 3 OpenMP threads; the outputs must be bitwise equal.
-void expect_thread_invariant(OpCase& oc, const std::string& what) {
-  std::vector<std::vector<HostTensor>> runs;
-  for (int threads : {1, 2, 3}) {
-    ThreadCount tc(threads);
-    CpuBackend cpu;
-    runs.push_back(oc.run(cpu));
-  }
-  for (size_t r = 1; r < runs.size(); ++r) {
-    ASSERT_EQ(runs[r].size(), runs[0].size());
-    for (size_t k = 0; k < runs[0].size(); ++k)
-      expect_bytes_equal(runs[r][k], runs[0][k],
-                         what + " out" + std::to_string(k) + ": " + std::to_string(r + 1) + " threads vs 1");
-  }
 }
 
 Shape with_last(Shape lead, int64_t d) {
