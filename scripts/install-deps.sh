@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(
   g++ cmake ninja-build pkg-config
-  libopenblas-openmp-dev   # BLAS (OpenMP build: one thread pool shared with our kernels; docs/blas.md)
+  libdnnl-dev              # oneDNN sgemm (runs on libgomp: one thread pool with our kernels; docs/blas.md)
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev
   libgtest-dev
 )

@@ -1,6 +1,5 @@
 #include "backend/registry.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include "backend/cpu/cpu.h"
@@ -17,9 +16,8 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
 
 void set_num_threads(int n) {
   if (n <= 0) n = omp_get_num_procs();
+  // oneDNN runs in the same libgomp pool and follows this count: one set of threads, not two.
   omp_set_num_threads(n);
-  // OpenBLAS's OpenMP build runs in the same libgomp pool; keep its cap in step.
-  openblas_set_num_threads(n);
 }
 
 int num_threads() { return omp_get_max_threads(); }

@@ -17,6 +17,14 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* kModelFile = "model.safetensors";
+
+// ".<name><suffix>" beside `dir`: where a checkpoint is staged or moved aside.
+fs::path sibling(const fs::path& dir, const char* suffix) {
+  std::string name = ".";
+  name += dir.filename().string();
+  name += suffix;
+  return dir.parent_path() / name;
+}
 const char* kStateFile = "state.json";
 
 std::string read_text(const std::string& path) {
@@ -56,7 +64,7 @@ std::vector<StTensor> export_moments(const Trainer& t) {
 void save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
                      const nlohmann::json* tokenizer) {
   const fs::path final_dir(dir);
-  const fs::path tmp = final_dir.parent_path() / ("." + final_dir.filename().string() + ".tmp");
+  const fs::path tmp = sibling(final_dir, ".tmp");
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
@@ -72,7 +80,7 @@ void save_checkpoint(const Trainer& t, const CheckpointState& s, const std::stri
     write_text((tmp / kStateFile).string(), j.dump(2));
     if (tokenizer) write_text((tmp / "tokenizer.json").string(), tokenizer->dump());
     // Replace atomically: an existing directory of the same name (best/) is moved aside first.
-    const fs::path old = final_dir.parent_path() / ("." + final_dir.filename().string() + ".old");
+    const fs::path old = sibling(final_dir, ".old");
     fs::remove_all(old, ec);
     if (fs::exists(final_dir)) fs::rename(final_dir, old);
     fs::rename(tmp, final_dir);

@@ -87,7 +87,7 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   nlohmann::json j = profile_summary_json(out.summary);
   j["config"] = title;
   j["backend"] = be.name();
-  j["matmul_ceiling_method"] = std::string(be.name()) == "cpu" ? "best of 3 runs of a 2048^3 float32 cblas_sgemm, all threads"
+  j["matmul_ceiling_method"] = std::string(be.name()) == "cpu" ? "best of 3 runs of a 2048^3 float32 sgemm (oneDNN), all threads"
                                                                : "Backend::measure_matmul_gflops";
   j["memory"] = {{"arena_bytes", plan.arena_bytes},       {"live_bytes_peak", plan.lower_bound_bytes},
                  {"param_bytes", plan.param_bytes},       {"grad_bytes", plan.grad_bytes},

@@ -2,7 +2,7 @@
 //
 // One (batch, head) pair per iteration of an OpenMP loop. Each pair packs its operands into
 // contiguous f32 [T, D] matrices in per-thread scratch (Q scaled and rounded, K rounded to the
-// softmax dtype, V, dO), forms the [T, T] logits with a single-threaded cblas_sgemm, runs the
+// softmax dtype, V, dO), forms the [T, T] logits with a single-threaded sgemm, runs the
 // masked softmax row by row in f32 and multiplies by V with another sgemm. The [T, T] matrices
 // never leave the thread's scratch: only out and the f32 row statistics lse are stored, and the
 // backward recomputes the logits from qkv and lse (flash-attention style memory).
@@ -17,7 +17,6 @@
 // float for any finite row max (the diagonal is never masked).
 //
 // FLOPs: forward 4·B·H·T²·D; backward 8·B·H·T²·D plus 2·B·H·T²·D to recompute the logits.
-#include <cblas.h>
 
 #include <algorithm>
 #include <bit>
@@ -38,9 +37,7 @@ namespace {
 // Row-major C[M, N] = op(A)·op(B), single-threaded (called inside our own parallel loop).
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
           int64_t ldb, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), 1.f, A,
-              static_cast<blasint>(lda), B, static_cast<blasint>(ldb), 0.f, C, static_cast<blasint>(ldc));
+  sgemm_rm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
 }
 
 // max of p[0, n) (n ≥ 1), NaNs ignored like std::fmax; 8 lanes so it vectorises.
@@ -113,7 +110,7 @@ void cpu_attention(const KernelArgs& a) {
   if (pairs == 0 || T == 0) return;
 #pragma omp parallel for schedule(dynamic, 1) if (g.parallel())
   for (int64_t pr = 0; pr < pairs; ++pr) {
-    omp_set_num_threads(1);  // this implicit task's copy: OpenBLAS runs single-threaded
+    omp_set_num_threads(1);  // this implicit task's copy: the sgemm runs single-threaded
     const int64_t b = pr / g.H, h = pr % g.H;
     float* Q = scratch(0, 4 * T * D + T * T);
     float* K = Q + T * D;

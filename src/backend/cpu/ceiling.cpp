@@ -1,14 +1,13 @@
-// The CPU backend's matmul ceiling for the profiler (Backend::measure_matmul_gflops): what
-// OpenBLAS's sgemm reaches on this machine with every thread, the yardstick for the achieved
-// FLOP/s of a training step.
-#include <cblas.h>
-
+// The CPU backend's matmul ceiling for the profiler (Backend::measure_matmul_gflops): what the
+// backend's sgemm (oneDNN) reaches on this machine with every thread, the yardstick for the
+// achieved FLOP/s of a training step.
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <vector>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_util.h"
 
 namespace loom {
 
@@ -22,9 +21,9 @@ double CpuBackend::measure_matmul_gflops() {
     b[i] = static_cast<float>(i % 241) * (1.f / 241.f) - 0.5f;
   }
   auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    cpuk::sgemm_rm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
   };
-  run();  // warm-up: page faults, OpenBLAS buffers, thread start
+  run();  // warm-up: page faults, BLAS buffers, thread start
   double best = 1e30;
   for (int r = 0; r < kRuns; ++r) {
     const auto t0 = std::chrono::steady_clock::now();

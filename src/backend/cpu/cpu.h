@@ -1,4 +1,4 @@
-// The CPU backend: the fast host kernels (OpenMP + OpenBLAS sgemm), checked op by op against the
+// The CPU backend: the fast host kernels (OpenMP + oneDNN sgemm), checked op by op against the
 // reference backend (tests/backend/test_ops.cpp).
 //
 // Numerics follow the reference backend's definitions (backend/reference/), with f32 instead of
@@ -28,7 +28,7 @@ class CpuBackend final : public HostBackend {
   // One parallel pass over param/grad/mu/nu of all tensors (optax sgd/adam/adamw, float arithmetic,
   // bias corrections 1 − b^count computed once in float).
   void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override;
-  // A 2048³ f32 cblas_sgemm on all threads (OpenBLAS's own threading), best of 3 (ceiling.cpp).
+  // A 2048³ f32 sgemm on all threads (the BLAS's own threading), best of 3 (ceiling.cpp).
   double measure_matmul_gflops() override;
 };
 

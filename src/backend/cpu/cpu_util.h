@@ -16,6 +16,7 @@
 
 #if defined(__F16C__)
 #include <immintrin.h>
+#include <oneapi/dnnl/dnnl.h>
 #endif
 
 #include "backend/backend.h"
@@ -23,6 +24,17 @@
 #include "core/error.h"
 
 namespace loom::cpuk {
+
+// Row-major C[M, N] = alpha·op(A)·op(B) + beta·C with op = transpose when ta/tb; A is [M, K] (or
+// [K, M] when ta), B is [K, N] (or [N, K] when tb). oneDNN's sgemm (docs/blas.md: the fastest of
+// OpenBLAS, BLIS and oneDNN at our shapes, and it picks AVX-512 kernels at run time). It uses the
+// OpenMP thread count in effect: inside our own parallel loops that is 1.
+inline void sgemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                     const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  LOOM_ASSERT(st == dnnl_success, "dnnl_sgemm rejected its arguments");
+}
+
 
 // Below this many elements an elementwise kernel runs on the calling thread: waking the pool
 // costs more than the work.

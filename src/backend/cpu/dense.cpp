@@ -1,11 +1,9 @@
-// CPU kernels for dense and its backward ops (graph/ops/dense.cpp): fp32 OpenBLAS sgemm.
+// CPU kernels for dense and its backward ops (graph/ops/dense.cpp): fp32 sgemm (oneDNN).
 //
 // 16-bit operands are rounded to the compute dtype and widened to f32 first. bf16/f16 values are
 // exact in f32 and their products exact too, so sgemm on the widened copies is exactly "fp32
 // accumulation of the compute-dtype products"; the f32 result is then rounded to the compute
 // dtype, as the reference backend does in double.
-#include <cblas.h>
-
 #include <algorithm>
 
 #include "backend/cpu/cpu_util.h"
@@ -20,7 +18,7 @@ namespace {
 // C[M, N] = op(A) · op(B) in row-major f32 (A is [M, K], or [K, M] when ta; B is [K, N], or
 // [N, K] when tb); K == 0 gives zeros (sgemm rejects ld 0).
 //
-// OpenBLAS's own threading is not bitwise reproducible across thread counts (its partition and
+// A BLAS's own threading is not bitwise reproducible across thread counts (its partition and
 // kernel choice depend on the thread count), so we split C into a fixed grid of tiles chosen from
 // the shape alone and call a single-threaded sgemm per tile from our own OpenMP loop. Each
 // element's result then depends only on the shape.
@@ -42,17 +40,14 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, co
   const int64_t ntiles = tr * tc;
 #pragma omp parallel for schedule(dynamic, 1) if (ntiles > 1)
   for (int64_t t = 0; t < ntiles; ++t) {
-    // Inside the region nthreads-var is this implicit task's own copy: OpenBLAS (OpenMP build)
-    // reads it and runs single-threaded, whatever the team size.
+    // Inside the region nthreads-var is this implicit task's own copy: the sgemm reads it and
+    // runs single-threaded, whatever the team size.
     omp_set_num_threads(1);
     const int64_t i = t / tc, j = t % tc;
     const int64_t m0 = i * M / tr, m1 = (i + 1) * M / tr, n0 = j * N / tc, n1 = (j + 1) * N / tc;
     const float* a = ta ? A + m0 : A + m0 * lda;
     const float* b = tb ? B + n0 * ldb : B + n0;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                static_cast<blasint>(m1 - m0), static_cast<blasint>(n1 - n0), static_cast<blasint>(K), 1.f, a,
-                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), 0.f, C + m0 * N + n0,
-                static_cast<blasint>(N));
+    sgemm_rm(ta, tb, m1 - m0, n1 - n0, K, 1.f, a, lda, b, ldb, 0.f, C + m0 * N + n0, N);
   }
 }
 
