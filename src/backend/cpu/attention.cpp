@@ -40,18 +40,6 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int
   sgemm_rm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
 }
 
-// max of p[0, n) (n ≥ 1), NaNs ignored like std::fmax; 8 lanes so it vectorises.
-inline float max_f32(const float* p, int64_t n) {
-  float acc[8];
-  for (int l = 0; l < 8; ++l) acc[l] = p[0];
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] = std::fmax(acc[l], p[i + l]);
-  for (int l = 0; i < n; ++i, ++l) acc[l] = std::fmax(acc[l], p[i]);
-  return std::fmax(std::fmax(std::fmax(acc[0], acc[4]), std::fmax(acc[1], acc[5])),
-                   std::fmax(std::fmax(acc[2], acc[6]), std::fmax(acc[3], acc[7])));
-}
-
 struct Geometry {
   int64_t B, T, H, D;
   DType d, s;     // qkv dtype, softmax dtype

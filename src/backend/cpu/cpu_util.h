@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -164,6 +165,21 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
     for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
   for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// max of p[0, n) (n ≥ 1) ignoring NaNs like std::fmax (NaN only when every element is NaN), in
+// 8 lanes. fmax itself does not vectorise (x86's max instructions treat NaN differently), so the
+// lanes use fmax's rule written as a compare and a select: take x when it is larger or the lane
+// still holds a NaN.
+inline float max_f32(const float* p, int64_t n) {
+  auto fmax = [](float acc, float x) { return (x > acc || acc != acc) ? x : acc; };
+  float acc[8];
+  for (int l = 0; l < 8; ++l) acc[l] = p[0];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] = fmax(acc[l], p[i + l]);
+  for (int l = 0; i < n; ++i, ++l) acc[l] = fmax(acc[l], p[i]);
+  return fmax(fmax(fmax(acc[0], acc[4]), fmax(acc[1], acc[5])), fmax(fmax(acc[2], acc[6]), fmax(acc[3], acc[7])));
 }
 
 // ---- scratch -------------------------------------------------------------------------------

@@ -29,14 +29,17 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, co
     return;
   }
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-  // Tiles of at least kMinRows × kMinCols (packing each operand panel costs one pass over it,
-  // small next to the tile's multiply), at most kMaxTiles of them; rows are split first.
-  constexpr int64_t kMinRows = 128, kMinCols = 256, kMaxTiles = 16, kMinFlops = int64_t{1} << 21;
+  // Tiles of at least 128 × 256 (packing each operand panel costs one pass over it, small next
+  // to the tile's multiply), at most kMaxTiles of them; rows are split first. A C too small for
+  // 4 such tiles (a weight gradient of a 128-wide layer is one) is split into smaller tiles,
+  // down to 32 × 64, so that both cores get work.
+  constexpr int64_t kMaxTiles = 16, kMinFlops = int64_t{1} << 21;
   int64_t tr = 1, tc = 1;
-  if (M * N * K >= kMinFlops) {
-    tr = std::clamp<int64_t>(M / kMinRows, 1, kMaxTiles);
-    tc = std::clamp<int64_t>(N / kMinCols, 1, kMaxTiles / tr);
-  }
+  if (M * N * K >= kMinFlops)
+    for (int64_t min_rows = 128, min_cols = 256; tr * tc < 4 && min_rows >= 32; min_rows /= 2, min_cols /= 2) {
+      tr = std::clamp<int64_t>(M / min_rows, 1, kMaxTiles);
+      tc = std::clamp<int64_t>(N / min_cols, 1, kMaxTiles / tr);
+    }
   const int64_t ntiles = tr * tc;
 #pragma omp parallel for schedule(dynamic, 1) if (ntiles > 1)
   for (int64_t t = 0; t < ntiles; ++t) {

@@ -15,15 +15,15 @@ using namespace cpuk;
 
 namespace {
 
-// e[c] = expf(x[c] − max) for a row of C elements; returns {max, Σ e} (fixed-order sum).
-// max ignores NaNs (like fmax); a row of NaNs or −inf propagates NaN through the exps.
+// e[c] = exp(x[c] − max) for a row of C elements; returns {max, Σ e} (fixed-order sum).
+// max ignores NaNs (like fmax); a row of NaNs or −inf propagates NaN through the exps. exp_f32,
+// not libm's scalar expf: the logits are the largest tensor of a GPT-2 step (50257 per token).
 struct RowExp {
   float max, sum;
 };
 RowExp row_exp(const float* x, int64_t C, float* e) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t c = 0; c < C; ++c) mx = std::fmax(mx, x[c]);
-  for (int64_t c = 0; c < C; ++c) e[c] = std::exp(x[c] - mx);
+  const float mx = C > 0 ? max_f32(x, C) : -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < C; ++c) e[c] = exp_f32(x[c] - mx);
   return {mx, sum_f32(e, C)};
 }
 
@@ -68,7 +68,7 @@ void cpu_log_softmax_grad(const KernelArgs& a) {
     const float* dyr = row_f32(dy, r * C, C, 1);
     float* t = scratch(2, C);
     const float s = sum_f32(dyr, C);
-    for (int64_t c = 0; c < C; ++c) t[c] = dyr[c] - std::exp(yr[c]) * s;
+    for (int64_t c = 0; c < C; ++c) t[c] = dyr[c] - exp_f32(yr[c]) * s;
     store_f32(t, dx.data, dx.dtype, r * C, C);
   }
 }
