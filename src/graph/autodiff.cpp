@@ -58,7 +58,7 @@ NodeId build_backward(Graph& g, ValueId loss, ValueId seed) {
                   std::string("VJP of ") + op_name(c.node.op) + " at '" + c.node.scope + "' gave " +
                       dv.shape.str() + dtype_name(dv.dtype) + " for input " + xv.shape.str() + dtype_name(xv.dtype));
       if (const Param* p = g.param_of(x)) {
-        g.add_node(OpKind::grad_accumulate, {p->grad, d}, NoAttrs{}, c.node.scope, Phase::backward, c.node.region);
+        g.add_node(OpKind::grad_accumulate, {p->grad, d}, GradAccumulateAttrs{}, c.node.scope, Phase::backward, c.node.region);
       } else if (ct[x] == kNoValue) {
         ct[x] = d;
       } else {
@@ -67,6 +67,27 @@ NodeId build_backward(Graph& g, ValueId loss, ValueId seed) {
     }
   }
   return num_fwd;
+}
+
+std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>& schedule) {
+  // Per gradient buffer: whether its first writer in the schedule assigns (a grad_accumulate).
+  enum class First : uint8_t { none, assigns, scatters };
+  std::vector<First> first(g.values().size(), First::none);
+  for (NodeId id : schedule) {
+    Node& n = g.node_mut(id);
+    if (n.op != OpKind::grad_accumulate && n.op != OpKind::embedding_grad) continue;
+    if (first[n.in[0]] != First::none) continue;
+    if (n.op == OpKind::grad_accumulate) {
+      std::get<GradAccumulateAttrs>(n.attrs).assign_in_first_minibatch = true;
+      first[n.in[0]] = First::assigns;
+    } else {
+      first[n.in[0]] = First::scatters;
+    }
+  }
+  std::vector<ValueId> to_zero;
+  for (const Param& p : g.params())
+    if (first[p.grad] != First::assigns) to_zero.push_back(p.grad);
+  return to_zero;
 }
 
 }  // namespace loom

@@ -42,4 +42,10 @@ struct VjpCtx {
 // Returns the forward node count (nodes [0, n) are the forward program).
 NodeId build_backward(Graph& g, ValueId loss, ValueId seed);
 
+// Once the schedule is final (after remat): marks the first grad_accumulate of each gradient
+// buffer in schedule order to assign in minibatch 0 (GradAccumulateAttrs), and returns the
+// gradient buffers a step must still zero before its first minibatch: those whose first writer is
+// embedding_grad's scatter-add, or that nothing writes.
+std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>& schedule);
+
 }  // namespace loom

@@ -57,6 +57,14 @@ struct DropoutAttrs {
   bool operator==(const DropoutAttrs&) const = default;
 };
 
+// grad_accumulate: the first writer of a gradient buffer in the schedule (mark_first_grad_writes
+// in graph/autodiff.h) stores ct in minibatch 0 instead of adding it, so a step does not have to
+// zero that buffer first (one pass over every gradient saved, two on the first minibatch).
+struct GradAccumulateAttrs {
+  bool assign_in_first_minibatch = false;
+  bool operator==(const GradAccumulateAttrs&) const = default;
+};
+
 struct AttentionAttrs {
   bool causal = false;                 // mask key j > query i (nn.make_causal_mask)
   DType softmax_dtype = DType::f32;    // dtype of the logits and the softmax (the tutorial's softmax_dtype)
@@ -64,7 +72,7 @@ struct AttentionAttrs {
 };
 
 using Attrs = std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DTypeAttrs, ReduceAttrs,
-                           ShapeAttrs, LayerNormAttrs, DropoutAttrs, AttentionAttrs>;
+                           ShapeAttrs, LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs>;
 
 enum class OpKind : uint16_t {
 #define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) name,

@@ -90,6 +90,7 @@ TrainProgram build_train_program(const Config& c) {
     start = end + 1;
   }
   p.schedule = apply_remat(g, p.num_forward, policy);
+  p.zero_grads = mark_first_grad_writes(g, p.schedule);
   return p;
 }
 
@@ -115,7 +116,7 @@ StepReport Trainer::step(const Batch& batch) {
   const Graph& g = prog_.model.graph;
   const int64_t nmb = cfg_.optimizer.num_minibatches;
   LOOM_ASSERT(batch.batch_size == cfg_.data.batch_size, "batch size differs from the configured one");
-  for (const Param& p : g.params()) exec_->zero(p.grad);
+  for (ValueId grad : prog_.zero_grads) exec_->zero(grad);  // the others are assigned in minibatch 0
   // Seed of d(loss_sum): the loss is the mean over every example (token) of the batch — each
   // minibatch's mean, averaged over minibatches, is Σ / (examples per minibatch × minibatches) —
   // times the fp16 loss scale.

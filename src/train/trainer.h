@@ -33,6 +33,7 @@ struct TrainProgram {
   ValueId dloss = kNoValue;  // the loss seed input
   NodeId num_forward = 0;
   std::vector<NodeId> schedule;
+  std::vector<ValueId> zero_grads;  // gradients to zero before each step (mark_first_grad_writes)
 };
 TrainProgram build_train_program(const Config& c);
 

@@ -543,15 +543,22 @@ TEST(CpuOps, AddBitExact) {
     }
 }
 
+// Adds, except that a first writer assigns in minibatch 0 (and adds in later minibatches).
 TEST(CpuOps, GradAccumulateBitExact) {
-  for (const Shape& s : {Shape{1}, Shape{7, 5}, Shape{33, 130}, Shape{300, 130}}) {
-    OpCase oc(OpKind::grad_accumulate, {{s, DType::f32}, {s, DType::f32}});
-    oc.fill_random(next_seed());
-    const Outputs o = run_both(oc);
-    ASSERT_EQ(o.cpu.size(), 1u);
-    expect_bytes_equal(o.cpu[0], o.ref[0], "grad_accumulate " + s.str());
-    EXPECT_EQ(o.cpu[0].get(0), oc.input(0).get(0) + oc.input(1).get(0));
-  }
+  for (const Shape& s : {Shape{1}, Shape{7, 5}, Shape{33, 130}, Shape{300, 130}})
+    for (const bool first : {false, true})
+      for (const uint32_t mb : {0u, 1u}) {
+        OpCase oc(OpKind::grad_accumulate, {{s, DType::f32}, {s, DType::f32}}, GradAccumulateAttrs{first});
+        oc.fill_random(next_seed());
+        const Outputs o = run_both(oc, RunCtx{1, 2, mb});
+        ASSERT_EQ(o.cpu.size(), 1u);
+        const std::string what = "grad_accumulate " + s.str() + (first ? " first" : "") + " minibatch " +
+                                 std::to_string(mb);
+        expect_bytes_equal(o.cpu[0], o.ref[0], what);
+        const int64_t last = s.numel() - 1;
+        const float want = first && mb == 0 ? oc.input(1).get(last) : oc.input(0).get(last) + oc.input(1).get(last);
+        EXPECT_EQ(o.cpu[0].get(last), want) << what;
+      }
 }
 
 // reshape is a view: run it inside a small program (silu -> reshape -> silu) so the planner

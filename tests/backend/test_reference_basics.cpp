@@ -221,7 +221,7 @@ TEST(ReferenceBasics, AccuracyTiesGoToTheFirstMax) {
 
 TEST(ReferenceBasics, GradAccumulate) {
   ReferenceBackend be;
-  OpCase c(OpKind::grad_accumulate, {{Shape{2}, DType::f32}, {Shape{2}, DType::f32}});
+  OpCase c(OpKind::grad_accumulate, {{Shape{2}, DType::f32}, {Shape{2}, DType::f32}}, GradAccumulateAttrs{});
   set_all(c.input(0), {1, 2});
   set_all(c.input(1), {0.5f, 0.25f});
   EXPECT_EQ(values(c.run(be)[0]), (std::vector<float>{1.5f, 2.25f}));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "backend/registry.h"
 #include "train/config.h"
@@ -75,6 +76,36 @@ TEST(Accumulation, DropoutIsDeterministicAndActive) {
   const RunResult off = train_mlp("cpu", "float32", 2, 0.0);
   EXPECT_EQ(a.kernel0, b.kernel0) << "same seed must give bit-identical training";
   EXPECT_NE(a.kernel0, off.kernel0) << "dropout 0.3 must change training";
+}
+
+// A step zeroes only the gradients whose first writer does not assign: the ones scatter-added by
+// embedding_grad first (token and position tables). With tied embeddings the output layer's dense
+// grad writes the token table's gradient before the embedding's scatter-add, so that one is
+// assigned, not zeroed. Every other gradient's first writer is a grad_accumulate marked to assign.
+TEST(Accumulation, OnlyScatterAddedGradientsAreZeroedBeforeAStep) {
+  auto zeroed = [](bool tied) {
+    const TrainProgram p = build_train_program(default_config(
+        {"model.kind=transformer", "model.hidden_size=32", "model.num_layers=2", "model.head_dim=8",
+         "model.vocab_size=31", "model.num_outputs=31", "model.max_seq_len=16", "data.kind=random_tokens",
+         "data.batch_size=4", "data.seq_len=16", "data.vocab_size=31", "model.block_order=attn_first",
+         std::string("model.tie_embeddings=") + (tied ? "true" : "false")}));
+    const Graph& g = p.model.graph;
+    std::set<ValueId> first_seen;
+    for (NodeId id : p.schedule) {
+      const Node& n = g.node(id);
+      if (n.op != OpKind::grad_accumulate && n.op != OpKind::embedding_grad) continue;
+      const bool first = first_seen.insert(n.in[0]).second;
+      if (n.op == OpKind::grad_accumulate) {
+        EXPECT_EQ(std::get<GradAccumulateAttrs>(n.attrs).assign_in_first_minibatch, first) << n.scope;
+      }
+    }
+    EXPECT_EQ(first_seen.size(), g.params().size()) << "every parameter gets a gradient";
+    std::set<std::string> names;
+    for (ValueId v : p.zero_grads) names.insert(g.value(v).name);
+    return names;
+  };
+  EXPECT_EQ(zeroed(false), (std::set<std::string>{"embed/embedding@grad", "pos_emb@grad"}));
+  EXPECT_EQ(zeroed(true), (std::set<std::string>{"pos_emb@grad"}));
 }
 
 }  // namespace

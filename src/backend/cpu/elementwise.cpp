@@ -113,25 +113,25 @@ void cpu_add(const KernelArgs& a) {
   }
 }
 
-// grad[i] += ct[i], in place in the persistent fp32 gradient buffer (input 0); no outputs.
+// grad[i] += ct[i] (grad[i] = ct[i] in minibatch 0 when the attrs say so), in place in the
+// persistent fp32 gradient buffer (input 0); no outputs.
 void cpu_grad_accumulate(const KernelArgs& a) {
   const TensorArg& acc = a.in[0];
   const TensorArg& ct = a.in[1];
   const int64_t n = acc.shape.numel();
-  LOOM_ASSERT(acc.dtype == DType::f32 && ct.shape.numel() == n);
+  LOOM_ASSERT(acc.dtype == DType::f32 && ct.dtype == DType::f32 && ct.shape.numel() == n);
+  const bool assign = std::get<GradAccumulateAttrs>(a.node.attrs).assign_in_first_minibatch && a.run.minibatch == 0;
   float* g = acc.as<float>();
   const int64_t nb = ceil_div(n, kBlock);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t off = b * kBlock, len = std::min(kBlock, n - off);
-    if (ct.dtype == DType::f32) {
-      const float* c = ct.as<float>() + off;
-      for (int64_t i = 0; i < len; ++i) g[off + i] += c[i];
-    } else {
-      float c[kBlock];
-      load_f32(ct.data, ct.dtype, off, c, len);
-      for (int64_t i = 0; i < len; ++i) g[off + i] += c[i];
+    if (assign) {
+      std::copy_n(ct.as<float>() + off, len, g + off);
+      continue;
     }
+    const float* c = ct.as<float>() + off;  // ct is f32 (the op's shape rule)
+    for (int64_t i = 0; i < len; ++i) g[off + i] += c[i];
   }
 }
 

@@ -63,12 +63,14 @@ void ref_add(const KernelArgs& a) {
   for (int64_t i = 0; i < n; ++i) st(y, i, ld(x, i) + ld(b, i % nb));
 }
 
-// grad[i] += ct[i], in place in the persistent fp32 gradient buffer (input 0); no outputs.
+// grad[i] += ct[i] (grad[i] = ct[i] in minibatch 0 when the attrs say so), in place in the
+// persistent fp32 gradient buffer (input 0); no outputs.
 void ref_grad_accumulate(const KernelArgs& a) {
   const TensorArg& acc = a.in[0];
   const TensorArg& ct = a.in[1];
   LOOM_ASSERT(acc.dtype == DType::f32 && acc.shape.numel() == ct.shape.numel());
-  for (int64_t i = 0; i < acc.shape.numel(); ++i) st(acc, i, ld(acc, i) + ld(ct, i));
+  const bool assign = std::get<GradAccumulateAttrs>(a.node.attrs).assign_in_first_minibatch && a.run.minibatch == 0;
+  for (int64_t i = 0; i < acc.shape.numel(); ++i) st(acc, i, assign ? ld(ct, i) : ld(acc, i) + ld(ct, i));
 }
 
 }  // namespace loom
