@@ -227,6 +227,10 @@ std::vector<AttnShape> attn_shapes() {
     for (int64_t H : {1, 3})
       for (int64_t D : {4, 16}) v.push_back({2, T, H, D});
   v.push_back({1, 5, 2, 8});  // D^-0.5 not a power of two: the scale itself is rounded to d
+  // Several of the CPU kernel's causal row blocks (64 rows): one row past a block, and a partial
+  // last block.
+  v.push_back({1, 65, 2, 8});
+  v.push_back({2, 150, 2, 16});
   return v;
 }
 
@@ -324,11 +328,12 @@ TEST(CpuOpsAttention, AttentionDefinitionSpotChecks) {
 TEST(CpuThreadsAttention, Attention) {
   for (const DtypePair& p : {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32},
                              DtypePair{DType::f16, DType::bf16}})
-    for (bool causal : {false, true}) {
-      AttnCases c = make_attention_cases(p, causal, {2, 33, 3, 16});
-      expect_thread_invariant(c.fwd, attn_what("attention", p, causal, {2, 33, 3, 16}));
-      expect_thread_invariant(c.bwd, attn_what("attention_grad", p, causal, {2, 33, 3, 16}));
-    }
+    for (bool causal : {false, true})
+      for (const AttnShape& s : {AttnShape{2, 33, 3, 16}, AttnShape{2, 150, 3, 16}}) {
+        AttnCases c = make_attention_cases(p, causal, s);
+        expect_thread_invariant(c.fwd, attn_what("attention", p, causal, s));
+        expect_thread_invariant(c.bwd, attn_what("attention_grad", p, causal, s));
+      }
 }
 
 // The pair loop lowers nthreads-var inside its own region for OpenBLAS; that must not leak out,

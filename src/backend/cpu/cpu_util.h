@@ -167,19 +167,15 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-// max of p[0, n) (n ≥ 1) ignoring NaNs like std::fmax (NaN only when every element is NaN), in
-// 8 lanes. fmax itself does not vectorise (x86's max instructions treat NaN differently), so the
-// lanes use fmax's rule written as a compare and a select: take x when it is larger or the lane
-// still holds a NaN.
+// max of the non-NaN elements of p[0, n), −inf when there are none (an all-NaN row then gives NaN
+// downstream anyway: x − (−inf) is NaN). `omp simd` with a max reduction: GCC will not vectorise
+// std::fmax or a compare-and-select reduction on its own (x86's max instructions treat NaN
+// differently); max is exact in any order, so the lanes change nothing.
 inline float max_f32(const float* p, int64_t n) {
-  auto fmax = [](float acc, float x) { return (x > acc || acc != acc) ? x : acc; };
-  float acc[8];
-  for (int l = 0; l < 8; ++l) acc[l] = p[0];
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] = fmax(acc[l], p[i + l]);
-  for (int l = 0; i < n; ++i, ++l) acc[l] = fmax(acc[l], p[i]);
-  return fmax(fmax(fmax(acc[0], acc[4]), fmax(acc[1], acc[5])), fmax(fmax(acc[2], acc[6]), fmax(acc[3], acc[7])));
+  float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = p[i] > m ? p[i] : m;
+  return m;
 }
 
 // ---- scratch -------------------------------------------------------------------------------

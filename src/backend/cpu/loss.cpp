@@ -22,7 +22,7 @@ struct RowExp {
   float max, sum;
 };
 RowExp row_exp(const float* x, int64_t C, float* e) {
-  const float mx = C > 0 ? max_f32(x, C) : -std::numeric_limits<float>::infinity();
+  const float mx = max_f32(x, C);
   for (int64_t c = 0; c < C; ++c) e[c] = exp_f32(x[c] - mx);
   return {mx, sum_f32(e, C)};
 }
