@@ -15,15 +15,6 @@ using namespace cpuk;
 
 namespace {
 
-// C[M, N] = op(A) · op(B) in row-major f32 (A is [M, K], or [K, M] when ta; B is [K, N], or
-// [N, K] when tb); K == 0 gives zeros (sgemm rejects ld 0).
-//
-// A BLAS's own threading is not bitwise reproducible across thread counts (its partition and
-// kernel choice depend on the thread count), so we split C into a fixed grid of tiles chosen from
-// the shape and the machine (tile_count()), never from the `threads` setting, and call a
-// single-threaded sgemm per tile from our own OpenMP loop. Each element's result then depends
-// only on the shape, the machine and the values.
-
 // Tiles per GEMM: the machine's processor count rounded up to a power of two, 4 to 16. Each tile
 // packs its own A rows and B columns, so tiles beyond what the cores need only add packing: on a
 // 2-core machine 4 tiles were within 3 % of the best of 4, 8 and 16 on 12 of the 13 benchmark
@@ -61,10 +52,41 @@ void tile_grid(int64_t M, int64_t N, int64_t K, int64_t& tr, int64_t& tc) {
   }
 }
 
-void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C) {
+// What happens to each tile of C right after its sgemm, while it is still in cache: C = round_c(C)
+// (when round_first), + bias[n] (when bias), then a store to out (out's dtype, one more rounding)
+// unless out is C itself. The same per-element operations as a separate pass, without the pass.
+struct Epilogue {
+  DType c = DType::f32;
+  bool round_first = false;
+  const float* bias = nullptr;  // [N] f32, already round_c'd
+  const TensorArg* out = nullptr;
+  void operator()(float* C, int64_t N, int64_t m0, int64_t m1, int64_t n0, int64_t n1) const {
+    const bool store = !(out->dtype == DType::f32 && out->data == C);
+    if (!store && !round_first && !bias) return;
+    for (int64_t m = m0; m < m1; ++m) {
+      float* row = C + m * N + n0;
+      if (round_first) round_inplace(row, n1 - n0, c);
+      if (bias)
+        for (int64_t n = n0; n < n1; ++n) row[n - n0] += bias[n];
+      if (store) store_f32(row, out->data, out->dtype, m * N + n0, n1 - n0);
+    }
+  }
+};
+
+// C[M, N] = op(A) · op(B) in row-major f32 (A is [M, K], or [K, M] when ta; B is [K, N], or
+// [N, K] when tb), each tile finished by `epi`; K == 0 gives zeros (sgemm rejects ld 0).
+//
+// A BLAS's own threading is not bitwise reproducible across thread counts (its partition and
+// kernel choice depend on the thread count), so we split C into a grid of tiles chosen from the
+// shape and the machine (tile_grid), never from the `threads` setting, and call a single-threaded
+// sgemm per tile from our own OpenMP loop. Each element's result then depends only on the shape,
+// the machine and the values.
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C,
+           const Epilogue& epi) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     std::fill(C, C + M * N, 0.f);
+    epi(C, N, 0, M, 0, N);
     return;
   }
   const int64_t lda = ta ? M : K, ldb = tb ? K : N;
@@ -81,19 +103,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, co
     const float* a = ta ? A + m0 : A + m0 * lda;
     const float* b = tb ? B + n0 * ldb : B + n0;
     sgemm_rm(ta, tb, m1 - m0, n1 - n0, K, 1.f, a, lda, b, ldb, 0.f, C + m0 * N + n0, N);
-  }
-}
-
-// Rows [0, M) of the f32 matrix acc[M, N]: acc = round_c(acc) (when round_first), then stored to
-// out (dtype of out) with one more rounding. Parallel over rows.
-void epilogue_store(float* acc, int64_t M, int64_t N, DType c, bool round_first, const TensorArg& out) {
-  const bool in_place = out.dtype == DType::f32 && out.data == acc;
-  if (in_place && !round_first) return;
-#pragma omp parallel for schedule(static) if (M * N >= kParallelMin)
-  for (int64_t m = 0; m < M; ++m) {
-    float* row = acc + m * N;
-    if (round_first) round_inplace(row, N, c);
-    if (!in_place) store_f32(row, out.data, out.dtype, m * N, N);
+    epi(C, N, m0, m1, n0, n1);
   }
 }
 
@@ -111,19 +121,9 @@ void cpu_dense(const KernelArgs& a) {
   const float* xs = f32_rounded(x, c, kOuterSlot + 0);
   const float* ws = f32_rounded(w, c, kOuterSlot + 1);
   float* acc = y.dtype == DType::f32 ? y.as<float>() : scratch(kOuterSlot + 2, M * N);
-  sgemm(false, wt, M, N, K, xs, ws, acc);
-  if (a.in.size() < 3) {
-    epilogue_store(acc, M, N, c, false, y);
-    return;
-  }
-  const float* bs = f32_rounded(a.in[2], c, kOuterSlot + 3);
-#pragma omp parallel for schedule(static) if (M * N >= kParallelMin)
-  for (int64_t m = 0; m < M; ++m) {
-    float* row = acc + m * N;
-    round_inplace(row, N, c);  // round_c(Σ) (a no-op for f32)
-    for (int64_t n = 0; n < N; ++n) row[n] += bs[n];
-    if (y.data != acc) store_f32(row, y.data, y.dtype, m * N, N);  // the final round_c
-  }
+  // With a bias: round_c(Σ) (a no-op for f32), + round_c(b), and the final round_c by the store.
+  const float* bs = a.in.size() < 3 ? nullptr : f32_rounded(a.in[2], c, kOuterSlot + 3);
+  sgemm(false, wt, M, N, K, xs, ws, acc, Epilogue{c, bs != nullptr, bs, &y});
 }
 
 // dx[m, k] = round_out(round_c(Σ_n dy[m, n] · round_c(W[k, n]))): sgemm NT.
@@ -138,9 +138,10 @@ void cpu_dense_grad_input(const KernelArgs& a) {
   const float* dys = f32_rounded(dy, DType::f32, kOuterSlot + 0);  // dy as is (normally in c already)
   const float* ws = f32_rounded(w, at.compute, kOuterSlot + 1);
   float* acc = dx.dtype == DType::f32 ? dx.as<float>() : scratch(kOuterSlot + 2, M * K);
-  sgemm(false, !wt, M, K, N, dys, ws, acc);  // dy[M, N] · Wᵀ, or · W when W is stored [N, K]
-  // round_c first unless the store to out_dtype is that same rounding (or c is f32).
-  epilogue_store(acc, M, K, at.compute, rounding_changes(at.out_dtype, at.compute), dx);
+  // dy[M, N] · Wᵀ, or · W when W is stored [N, K]; round_c first unless the store to out_dtype
+  // is that same rounding (or c is f32).
+  sgemm(false, !wt, M, K, N, dys, ws, acc,
+        Epilogue{at.compute, rounding_changes(at.out_dtype, at.compute), nullptr, &dx});
 }
 
 // dW[k, n] = round_c(Σ_m round_c(x[m, k]) · dy[m, n]), stored as f32: sgemm TN.
@@ -154,11 +155,11 @@ void cpu_dense_grad_weight(const KernelArgs& a) {
   LOOM_ASSERT(dy.shape.rows() == M && dw.shape == (wt ? Shape{N, K} : Shape{K, N}) && dw.dtype == DType::f32);
   const float* xs = f32_rounded(x, c, kOuterSlot + 0);
   const float* dys = f32_rounded(dy, DType::f32, kOuterSlot + 1);
+  const Epilogue round_c{c, c != DType::f32, nullptr, &dw};
   if (wt)
-    sgemm(true, false, N, K, M, dys, xs, dw.as<float>());  // dyᵀ · x
+    sgemm(true, false, N, K, M, dys, xs, dw.as<float>(), round_c);  // dyᵀ · x
   else
-    sgemm(true, false, K, N, M, xs, dys, dw.as<float>());  // xᵀ · dy
-  epilogue_store(dw.as<float>(), wt ? N : K, wt ? K : N, c, c != DType::f32, dw);
+    sgemm(true, false, K, N, M, xs, dys, dw.as<float>(), round_c);  // xᵀ · dy
 }
 
 // out[j] = round_dtype(Σ_i x[i·J + j]), J = numel of the kept trailing dims, f32 accumulation.
