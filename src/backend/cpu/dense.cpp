@@ -18,7 +18,7 @@ namespace {
 // Tiles per GEMM: the machine's processor count rounded up to a power of two, 4 to 16. Each tile
 // packs its own A rows and B columns, so tiles beyond what the cores need only add packing: on a
 // 2-core machine 4 tiles were within 3 % of the best of 4, 8 and 16 on 12 of the 13 benchmark
-// GEMMs, and 2-15 % faster than the earlier rows-first grid on 9 (bench/blas/tiles.cpp).
+// GEMMs, and 4-15 % faster than the earlier rows-first grid on 8 (bench/blas/tiles.cpp).
 int64_t tile_count() {
   static const int64_t n = [] {
     int64_t t = 4;
