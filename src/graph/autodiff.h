@@ -4,8 +4,9 @@
 // (beside the op in graph/ops/<family>.cpp) emits ordinary nodes with phase `backward`, in the
 // forward node's scope and remat region. Cotangents reaching the same activation are summed
 // with `add`; cotangents reaching a parameter go straight into its persistent fp32 gradient
-// buffer with `grad_accumulate` (add-or-set in place), so accumulating over minibatches costs
-// no memory beyond the gradients themselves.
+// buffer with `grad_accumulate` (add-or-set in place), or are accumulated there by the VJP's own
+// op (dense_grad_weight, embedding_grad), so accumulating over minibatches costs no memory
+// beyond the gradients themselves.
 #pragma once
 #include <vector>
 
@@ -42,8 +43,8 @@ struct VjpCtx {
 // Returns the forward node count (nodes [0, n) are the forward program).
 NodeId build_backward(Graph& g, ValueId loss, ValueId seed);
 
-// Once the schedule is final (after remat): marks the first grad_accumulate of each gradient
-// buffer in schedule order to assign in minibatch 0 (GradAccumulateAttrs), and returns the
+// Once the schedule is final (after remat): marks the first grad_accumulate or dense_grad_weight
+// of each gradient buffer in schedule order to assign in minibatch 0, and returns the
 // gradient buffers a step must still zero before its first minibatch: those whose first writer is
 // embedding_grad's scatter-add, or that nothing writes.
 std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>& schedule);

@@ -33,6 +33,14 @@ struct DenseGradAttrs {
   bool transpose_w = false;      // as DenseAttrs::transpose_w
   bool operator==(const DenseGradAttrs&) const = default;
 };
+// dense_grad_weight accumulates straight into the kernel's persistent gradient; like
+// grad_accumulate it assigns instead in minibatch 0 when it is the buffer's first writer.
+struct DenseGradWeightAttrs {
+  DType compute = DType::f32;
+  bool transpose_w = false;                 // as DenseAttrs::transpose_w: the gradient is [N, K]
+  bool assign_in_first_minibatch = false;   // set by mark_first_grad_writes
+  bool operator==(const DenseGradWeightAttrs&) const = default;
+};
 struct DTypeAttrs {
   DType dtype = DType::f32;
   bool operator==(const DTypeAttrs&) const = default;
@@ -71,7 +79,7 @@ struct AttentionAttrs {
   bool operator==(const AttentionAttrs&) const = default;
 };
 
-using Attrs = std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DTypeAttrs, ReduceAttrs,
+using Attrs = std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DenseGradWeightAttrs, DTypeAttrs, ReduceAttrs,
                            ShapeAttrs, LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs>;
 
 enum class OpKind : uint16_t {

@@ -275,18 +275,23 @@ TEST(CpuOps, DenseGradInput) {
         }
 }
 
+// grad (+)= round_c(xᵀ·dy): assigning (the first writer in minibatch 0) and accumulating onto a
+// random gradient; input 0 is the gradient buffer.
 TEST(CpuOps, DenseGradWeight) {
   for (DType c : kFloatTypes)
     for (DType xdt : f32_and(c))
       for (bool wt : {false, true})
-        for (const MKN& s : kDenseShapes) {
-          const std::string what = "dense_grad_weight c=" + dn(c) + " x=" + dn(xdt) + (wt ? " wT " : " ") +
-                                   with_last(s.x_lead, s.K).str() + " N=" + std::to_string(s.N);
-          // dW is stored as f32 but rounded to the compute dtype: c sets the precision.
-          check_multilinear(OpKind::dense_grad_weight,
-                            {{with_last(s.x_lead, s.K), xdt}, {with_last(s.x_lead, s.N), c}}, DenseAttrs{c, wt}, c,
-                            what);
-        }
+        for (bool assign : {true, false})
+          for (const MKN& s : kDenseShapes) {
+            const std::string what = "dense_grad_weight c=" + dn(c) + " x=" + dn(xdt) + (wt ? " wT " : " ") +
+                                     (assign ? "assign " : "accumulate ") + with_last(s.x_lead, s.K).str() +
+                                     " N=" + std::to_string(s.N);
+            // dW is rounded to the compute dtype before it is added: c sets the precision.
+            check_multilinear(OpKind::dense_grad_weight,
+                              {{kernel_shape(s, wt), DType::f32}, {with_last(s.x_lead, s.K), xdt},
+                               {with_last(s.x_lead, s.N), c}},
+                              DenseGradWeightAttrs{c, wt, assign}, c, what);
+          }
 }
 
 TEST(CpuOps, SumLeading) {
@@ -936,9 +941,12 @@ TEST(CpuThreads, Dense) {
     OpCase gi(OpKind::dense_grad_input, {{Shape{256, 200}, c}, {Shape{300, 200}, DType::f32}}, DenseGradAttrs{c, c});
     gi.fill_random(next_seed());
     expect_thread_invariant(gi, "dense_grad_input " + dn(c));
-    OpCase gw(OpKind::dense_grad_weight, {{Shape{256, 300}, c}, {Shape{256, 200}, c}}, DenseAttrs{c});
-    gw.fill_random(next_seed());
-    expect_thread_invariant(gw, "dense_grad_weight " + dn(c));
+    for (bool assign : {true, false}) {
+      OpCase gw(OpKind::dense_grad_weight, {{Shape{300, 200}, DType::f32}, {Shape{256, 300}, c}, {Shape{256, 200}, c}},
+                DenseGradWeightAttrs{c, false, assign});
+      gw.fill_random(next_seed());
+      expect_thread_invariant(gw, "dense_grad_weight " + dn(c) + (assign ? " assign" : " accumulate"));
+    }
   }
   // Few rows, many columns: the tile grid splits N.
   OpCase wide(OpKind::dense, {{Shape{64, 300}, DType::f32}, {Shape{300, 1100}, DType::f32}}, DenseAttrs{DType::f32});

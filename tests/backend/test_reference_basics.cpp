@@ -68,11 +68,16 @@ TEST(ReferenceBasics, DenseGrads) {
   set_all(gi.input(0), {1, 2});
   set_all(gi.input(1), {1, 2, 3, 4, 5, 6});
   EXPECT_EQ(values(gi.run(be)[0]), (std::vector<float>{5, 11, 17}));
-  // dW = xᵀ · dy: x = [[1], [2]], dy = [[3, 4], [5, 6]] -> [[1·3+2·5, 1·4+2·6]] = [[13, 16]].
-  OpCase gw(OpKind::dense_grad_weight, {{Shape{2, 1}, DType::f32}, {Shape{2, 2}, DType::f32}}, DenseAttrs{DType::f32});
-  set_all(gw.input(0), {1, 2});
-  set_all(gw.input(1), {3, 4, 5, 6});
-  EXPECT_EQ(values(gw.run(be)[0]), (std::vector<float>{13, 16}));
+  // grad += xᵀ · dy: x = [[1], [2]], dy = [[3, 4], [5, 6]] -> [[1·3+2·5, 1·4+2·6]] = [[13, 16]],
+  // added to grad = [[100, 200]], or stored when assigning in minibatch 0.
+  for (bool assign : {false, true}) {
+    OpCase gw(OpKind::dense_grad_weight, {{Shape{1, 2}, DType::f32}, {Shape{2, 1}, DType::f32}, {Shape{2, 2}, DType::f32}},
+              DenseGradWeightAttrs{DType::f32, false, assign});
+    set_all(gw.input(0), {100, 200});
+    set_all(gw.input(1), {1, 2});
+    set_all(gw.input(2), {3, 4, 5, 6});
+    EXPECT_EQ(values(gw.run(be)[0]), assign ? (std::vector<float>{13, 16}) : (std::vector<float>{113, 216}));
+  }
 }
 
 TEST(ReferenceBasics, SumLeading) {

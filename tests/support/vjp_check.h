@@ -58,9 +58,10 @@ struct Result {
   double loss = 0;
 };
 
-// A node that writes a parameter's gradient: grad_accumulate, or embedding_grad's scatter-add.
+// A node that writes a parameter's gradient in place: grad_accumulate, dense_grad_weight, or
+// embedding_grad's scatter-add (the kOpWritesInput0 ops).
 inline bool writes_grad(const Node& n, ValueId grad) {
-  return (n.op == OpKind::grad_accumulate || n.op == OpKind::embedding_grad) && n.in[0] == grad;
+  return (op_info(n.op).flags & kOpWritesInput0) && n.in[0] == grad;
 }
 
 // Builds the graph with `build` (returns the op's output), checks the backward graph's

@@ -79,9 +79,10 @@ TEST(Accumulation, DropoutIsDeterministicAndActive) {
 }
 
 // A step zeroes only the gradients whose first writer does not assign: the ones scatter-added by
-// embedding_grad first (token and position tables). With tied embeddings the output layer's dense
-// grad writes the token table's gradient before the embedding's scatter-add, so that one is
-// assigned, not zeroed. Every other gradient's first writer is a grad_accumulate marked to assign.
+// embedding_grad first (token and position tables). With tied embeddings the output layer's
+// dense_grad_weight writes the token table's gradient before the embedding's scatter-add, so that
+// one is assigned, not zeroed. Every other gradient's first writer is a grad_accumulate or a
+// dense_grad_weight marked to assign, and no later writer assigns.
 TEST(Accumulation, OnlyScatterAddedGradientsAreZeroedBeforeAStep) {
   auto zeroed = [](bool tied) {
     const TrainProgram p = build_train_program(default_config(
@@ -93,11 +94,12 @@ TEST(Accumulation, OnlyScatterAddedGradientsAreZeroedBeforeAStep) {
     std::set<ValueId> first_seen;
     for (NodeId id : p.schedule) {
       const Node& n = g.node(id);
-      if (n.op != OpKind::grad_accumulate && n.op != OpKind::embedding_grad) continue;
+      if (!(op_info(n.op).flags & kOpWritesInput0)) continue;
       const bool first = first_seen.insert(n.in[0]).second;
-      if (n.op == OpKind::grad_accumulate) {
+      if (n.op == OpKind::grad_accumulate)
         EXPECT_EQ(std::get<GradAccumulateAttrs>(n.attrs).assign_in_first_minibatch, first) << n.scope;
-      }
+      if (n.op == OpKind::dense_grad_weight)
+        EXPECT_EQ(std::get<DenseGradWeightAttrs>(n.attrs).assign_in_first_minibatch, first) << n.scope;
     }
     EXPECT_EQ(first_seen.size(), g.params().size()) << "every parameter gets a gradient";
     std::set<std::string> names;

@@ -54,12 +54,14 @@ void tile_grid(int64_t M, int64_t N, int64_t K, int64_t& tr, int64_t& tc) {
 
 // What happens to each tile of C right after its sgemm, while it is still in cache: C = round_c(C)
 // (when round_first), + bias[n] (when bias), then a store to out (out's dtype, one more rounding)
-// unless out is C itself. The same per-element operations as a separate pass, without the pass.
+// unless out is C itself, or with accumulate out += C (out f32, laid out like C). The same
+// per-element operations as a separate pass, without the pass.
 struct Epilogue {
   DType c = DType::f32;
   bool round_first = false;
   const float* bias = nullptr;  // [N] f32, already round_c'd
   const TensorArg* out = nullptr;
+  bool accumulate = false;
   void operator()(float* C, int64_t N, int64_t m0, int64_t m1, int64_t n0, int64_t n1) const {
     const bool store = !(out->dtype == DType::f32 && out->data == C);
     if (!store && !round_first && !bias) return;
@@ -68,7 +70,12 @@ struct Epilogue {
       if (round_first) round_inplace(row, n1 - n0, c);
       if (bias)
         for (int64_t n = n0; n < n1; ++n) row[n - n0] += bias[n];
-      if (store) store_f32(row, out->data, out->dtype, m * N + n0, n1 - n0);
+      if (accumulate) {
+        float* o = out->as<float>() + m * N + n0;
+        for (int64_t n = 0; n < n1 - n0; ++n) o[n] += row[n];
+      } else if (store) {
+        store_f32(row, out->data, out->dtype, m * N + n0, n1 - n0);
+      }
     }
   }
 };
@@ -144,22 +151,29 @@ void cpu_dense_grad_input(const KernelArgs& a) {
         Epilogue{at.compute, rounding_changes(at.out_dtype, at.compute), nullptr, &dx});
 }
 
-// dW[k, n] = round_c(Σ_m round_c(x[m, k]) · dy[m, n]), stored as f32: sgemm TN.
+// grad[k, n] += round_c(Σ_m round_c(x[m, k]) · dy[m, n]): sgemm TN. When this assigns (the
+// buffer's first writer, minibatch 0) the sgemm writes the gradient buffer itself; otherwise into
+// scratch, each tile added to the gradient by the epilogue while it is in cache. Either way the
+// values are those of the unfused dW followed by grad_accumulate, bit for bit.
+// grad is [K, N] ([N, K] with transpose_w) in row-major order, whatever its shape.
 void cpu_dense_grad_weight(const KernelArgs& a) {
-  const DType c = std::get<DenseAttrs>(a.node.attrs).compute;
-  const bool wt = std::get<DenseAttrs>(a.node.attrs).transpose_w;  // dW stored [N, K]
-  const TensorArg& x = a.in[0];
-  const TensorArg& dy = a.in[1];
-  const TensorArg& dw = a.out[0];
+  const auto& at = std::get<DenseGradWeightAttrs>(a.node.attrs);
+  const DType c = at.compute;
+  const bool wt = at.transpose_w;  // grad stored [N, K]
+  const bool assign = at.assign_in_first_minibatch && a.run.minibatch == 0;
+  const TensorArg& grad = a.in[0];
+  const TensorArg& x = a.in[1];
+  const TensorArg& dy = a.in[2];
   const int64_t K = x.shape.last(), N = dy.shape.last(), M = x.shape.rows();
-  LOOM_ASSERT(dy.shape.rows() == M && dw.shape == (wt ? Shape{N, K} : Shape{K, N}) && dw.dtype == DType::f32);
+  LOOM_ASSERT(dy.shape.rows() == M && grad.shape.numel() == K * N && grad.dtype == DType::f32);
   const float* xs = f32_rounded(x, c, kOuterSlot + 0);
   const float* dys = f32_rounded(dy, DType::f32, kOuterSlot + 1);
-  const Epilogue round_c{c, c != DType::f32, nullptr, &dw};
+  float* acc = assign ? grad.as<float>() : scratch(kOuterSlot + 2, K * N);
+  const Epilogue epi{c, c != DType::f32, nullptr, &grad, !assign};
   if (wt)
-    sgemm(true, false, N, K, M, dys, xs, dw.as<float>(), round_c);  // dyᵀ · x
+    sgemm(true, false, N, K, M, dys, xs, acc, epi);  // dyᵀ · x
   else
-    sgemm(true, false, K, N, M, xs, dys, dw.as<float>(), round_c);  // xᵀ · dy
+    sgemm(true, false, K, N, M, xs, dys, acc, epi);  // xᵀ · dy
 }
 
 // out[j] = round_dtype(Σ_i x[i·J + j]), J = numel of the kept trailing dims, f32 accumulation.

@@ -52,20 +52,24 @@ void ref_dense_grad_input(const KernelArgs& a) {
     }
 }
 
-// dW[k, n] = round_c(Σ_m round_c(x[m, k]) · dy[m, n]), stored as f32.
+// grad[k, n] += round_c(Σ_m round_c(x[m, k]) · dy[m, n]) in f32 (= instead of += in minibatch 0
+// when the attrs say so); grad is [N, K] with transpose_w.
 void ref_dense_grad_weight(const KernelArgs& a) {
-  const DType c = std::get<DenseAttrs>(a.node.attrs).compute;
-  const bool wt = std::get<DenseAttrs>(a.node.attrs).transpose_w;  // dW stored [N, K]
-  const TensorArg& x = a.in[0];
-  const TensorArg& dy = a.in[1];
-  const TensorArg& dw = a.out[0];
+  const auto& at = std::get<DenseGradWeightAttrs>(a.node.attrs);
+  const bool wt = at.transpose_w;
+  const bool assign = at.assign_in_first_minibatch && a.run.minibatch == 0;
+  const TensorArg& grad = a.in[0];
+  const TensorArg& x = a.in[1];
+  const TensorArg& dy = a.in[2];
   const int64_t K = x.shape.last(), N = dy.shape.last(), M = x.shape.rows();
-  LOOM_ASSERT(dy.shape.rows() == M && dw.shape == (wt ? Shape{N, K} : Shape{K, N}) && dw.dtype == DType::f32);
+  LOOM_ASSERT(dy.shape.rows() == M && grad.shape.numel() == K * N && grad.dtype == DType::f32);
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) {
       double acc = 0;
-      for (int64_t m = 0; m < M; ++m) acc += rnd(c, ld(x, m * K + k)) * ld(dy, m * N + n);
-      st(dw, wt ? n * K + k : k * N + n, rnd(c, acc));
+      for (int64_t m = 0; m < M; ++m) acc += rnd(at.compute, ld(x, m * K + k)) * ld(dy, m * N + n);
+      const int64_t i = wt ? n * K + k : k * N + n;
+      const double dw = rnd(at.compute, acc);
+      st(grad, i, assign ? dw : ld(grad, i) + dw);  // one f32 rounding of the exact sum
     }
 }
 

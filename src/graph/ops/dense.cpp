@@ -1,4 +1,6 @@
 // Dense (matmul + bias) and its backward ops: shape rules and VJP.
+#include <stdexcept>
+
 #include "graph/ops/rules.h"
 
 namespace loom {
@@ -37,13 +39,32 @@ OpCost cost_dense(const Graph& g, const Node& n) {
   return OpCost{2 * x.shape.rows() * x.shape.last() * g.value(n.out[0]).shape.last(), io_bytes(g, n)};
 }
 
+// The gradient buffer behind a kernel: its own when it is a parameter, or that of the parameter
+// it is a chain of reshapes of (DenseGeneral's [H, D, C] kernels). A reshape keeps row-major
+// order, so the [K, N] gradient is written into that buffer as it is. kNoValue otherwise.
+ValueId kernel_grad(const Graph& g, ValueId w) {
+  for (;;) {
+    if (const ValueId grad = g.grad_of(w); grad != kNoValue) return grad;
+    const NodeId p = g.value(w).producer;
+    if (p < 0 || g.node(p).op != OpKind::reshape) return kNoValue;
+    w = g.node(p).in[0];
+  }
+}
+
 // y = x·W + b  ⇒  dx = dy·Wᵀ (M×N · (K×N)ᵀ → M×K), dW = xᵀ·dy (K×M · M×N → K×N), db = Σ_rows dy.
 void vjp_dense(VjpCtx& c) {
   const auto a = std::get<DenseAttrs>(c.node.attrs);
   const ValueId dy = c.out_ct[0];
   // dW first: it is the last reader of x, so x is freed before dx is allocated (x and dx have
   // the same size; in the other order both are live at once — a whole activation at the peak).
-  if (c.needs[1]) c.in_ct[1] = c.emit1(OpKind::dense_grad_weight, {c.in_id(0), dy}, a);
+  // The kernel's gradient goes straight into its persistent buffer (dense_grad_weight accumulates).
+  if (c.needs[1]) {
+    const ValueId grad = kernel_grad(c.g, c.in_id(1));
+    if (grad == kNoValue)
+      throw std::invalid_argument("dense at '" + c.node.scope +
+                                  "': only a parameter kernel (or a reshape of one) can be differentiated");
+    c.emit(OpKind::dense_grad_weight, {grad, c.in_id(0), dy}, DenseGradWeightAttrs{a.compute, a.transpose_w});
+  }
   if (c.needs[0]) c.in_ct[0] = c.emit1(OpKind::dense_grad_input, {dy, c.in_id(1)}, DenseGradAttrs{a.compute, c.in(0).dtype, a.transpose_w});
   if (c.node.in.size() == 3 && c.needs[2]) {
     // JAX reduces the bias cotangent in the compute dtype, then the f32 cast's VJP widens it.
@@ -70,18 +91,25 @@ OpCost cost_dense_grad_input(const Graph& g, const Node& n) {
   return OpCost{2 * dy.shape.rows() * dy.shape.last() * g.value(n.out[0]).shape.last(), io_bytes(g, n)};
 }
 
-void infer_dense_grad_weight(const Graph& g, const Node& n, ValueDesc* out) {
-  const Value& x = in_val(g, n, 0);
-  const Value& dy = in_val(g, n, 1);
-  if (x.shape.rows() != dy.shape.rows()) op_fail(g, n, "x and dy must have the same number of rows");
-  const bool t = attrs_of<DenseAttrs>(n).transpose_w;
-  out[0] = {t ? Shape{dy.shape.last(), x.shape.last()} : Shape{x.shape.last(), dy.shape.last()}, DType::f32};
+void infer_dense_grad_weight(const Graph& g, const Node& n, ValueDesc*) {
+  const Value& grad = in_val(g, n, 0);
+  const Value& x = in_val(g, n, 1);
+  const Value& dy = in_val(g, n, 2);
+  if (grad.kind != ValueKind::grad) op_fail(g, n, "input 0 must be a persistent gradient buffer");
+  if (x.shape.rank < 1 || dy.shape.rank < 1 || x.shape.rows() != dy.shape.rows())
+    op_fail(g, n, "x and dy must have the same number of rows");
+  const bool t = attrs_of<DenseGradWeightAttrs>(n).transpose_w;
+  // The buffer may have the shape of a parameter the kernel is a reshape of: only its size counts.
+  const Shape want = t ? Shape{dy.shape.last(), x.shape.last()} : Shape{x.shape.last(), dy.shape.last()};
+  if (grad.shape.numel() != want.numel() || grad.dtype != DType::f32)
+    op_fail(g, n, "the gradient must be float32 with the kernel's " + want.str() + " elements");
 }
 
-// dW[K, N] = xᵀ[K, M]·dy[M, N]: 2·M·K·N.
+// grad += xᵀ[K, M]·dy[M, N]: 2·M·K·N; bytes: x, dy and the gradient read and written back.
 OpCost cost_dense_grad_weight(const Graph& g, const Node& n) {
-  const Value& x = in_val(g, n, 0);
-  return OpCost{2 * x.shape.rows() * x.shape.last() * in_val(g, n, 1).shape.last(), io_bytes(g, n)};
+  const Value& x = in_val(g, n, 1);
+  return OpCost{2 * x.shape.rows() * x.shape.last() * in_val(g, n, 2).shape.last(),
+                io_bytes(g, n) + in_val(g, n, 0).bytes()};
 }
 
 void infer_sum_leading(const Graph& g, const Node& n, ValueDesc* out) {
