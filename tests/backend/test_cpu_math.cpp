@@ -1,10 +1,12 @@
-// The CPU backend's branch-free exp and tanh (backend/cpu/cpu_util.h) against libm in double,
-// over a dense sweep of their input range, in units in the last place of the float result.
+// The CPU backend's branch-free exp (backend/cpu/cpu_util.h), and the GELU formulas evaluated with
+// it in float (backend/kernel_math.h), against libm in double over a dense sweep of their input
+// range, in units in the last place of the float result.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "backend/cpu/cpu_util.h"
+#include "backend/kernel_math.h"
 
 namespace loom {
 namespace {
@@ -24,18 +26,37 @@ TEST(CpuMath, ExpWithinTwoUlps) {
   EXPECT_TRUE(std::isnan(cpuk::exp_f32(NAN)));
 }
 
-TEST(CpuMath, TanhWithinFourUlps) {
-  double worst = 0;
-  for (double x = -20.0; x <= 20.0; x += 1.0 / 4096) {
+// The CPU kernels' GELU (float, FastMath) against the reference backend's (double, libm).
+float gelu_f(float x) { return kmath::gelu<float, cpuk::FastMath>(x); }
+float gelu_grad_f(float x) { return kmath::gelu_grad<float, cpuk::FastMath>(x, 1.f); }
+double gelu_def(double x) { return kmath::gelu<double>(x); }
+double gelu_grad_def(double x) { return kmath::gelu_grad<double>(x, 1.0); }
+
+// Errors in units of the float ulp of the result's scale, divided by the condition number 1 + |2u|
+// (u = √(2/π)·(x + 0.044715·x³) itself carries a float rounding, which exp(−2u) magnifies by |2u|;
+// a tanh evaluation has the same limit). The gradient's scale is the size of its two terms, since
+// it crosses zero near x = −0.75.
+TEST(CpuMath, GeluAndItsGradientWithinFewUlps) {
+  double worst = 0, worst_grad = 0;
+  for (double x = -9.0; x <= 9.0; x += 1.0 / 4096) {
     const float f = static_cast<float>(x);
     if (f == 0.f) continue;
-    worst = std::max(worst, ulps(cpuk::tanh_f32(f), std::tanh(double(f))));
+    const double u = kmath::kSqrt2OverPi * (x + kmath::kGeluCoeff * x * x * x);
+    const double cond = 1 + std::fabs(2 * u);
+    worst = std::max(worst, ulps(gelu_f(f), gelu_def(f)) / cond);
+    const double s = 1 / (1 + std::exp(-2 * u));
+    const double scale = s + std::fabs(2 * x * s * (1 - s) * kmath::kSqrt2OverPi * (1 + 3 * kmath::kGeluCoeff * x * x));
+    const double err = std::fabs(gelu_grad_f(f) - gelu_grad_def(f));
+    worst_grad = std::max(worst_grad, err / (scale * 0x1p-24) / cond);  // 2⁻²⁴: half a float ulp at 1
   }
-  EXPECT_LE(worst, 4.0);
-  for (float tiny : {1e-30f, 1e-10f, 1e-4f, -3e-3f}) EXPECT_LE(ulps(cpuk::tanh_f32(tiny), std::tanh(double(tiny))), 1.0);
-  EXPECT_EQ(cpuk::tanh_f32(1e6f), 1.f);
-  EXPECT_EQ(cpuk::tanh_f32(-1e6f), -1.f);
-  EXPECT_TRUE(std::isnan(cpuk::tanh_f32(NAN)));
+  EXPECT_LE(worst, 4.0);  // measured 2.1
+  EXPECT_LE(worst_grad, 4.0);  // measured 2.5
+  // Saturation: −0 far left (the true value underflows), x far right; NaN propagates.
+  EXPECT_EQ(gelu_f(-1e4f), 0.f);
+  EXPECT_EQ(gelu_f(1e4f), 1e4f);
+  EXPECT_EQ(gelu_grad_f(-1e4f), 0.f);
+  EXPECT_EQ(gelu_grad_f(1e4f), 1.f);
+  EXPECT_TRUE(std::isnan(gelu_f(NAN)));
 }
 
 }  // namespace

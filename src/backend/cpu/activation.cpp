@@ -1,7 +1,7 @@
 // CPU kernels for the elementwise activations (graph/ops/activation.cpp): the shared kmath
-// formulas evaluated in float with the branch-free exp/tanh of cpu_util.h, one rounding to the
-// output dtype. Blocks of kBlock elements are
-// widened to f32 on the stack, mapped and narrowed back; OpenMP over blocks.
+// formulas evaluated in float with the branch-free exp of cpu_util.h, one rounding to the output
+// dtype. OpenMP over blocks of kBlock elements; f32 tensors are read and written in place, 16-bit
+// ones widened to f32 on the stack and narrowed back.
 #include <algorithm>
 
 #include "backend/cpu/cpu_util.h"
@@ -14,6 +14,21 @@ using namespace cpuk;
 
 namespace {
 
+// Elements [off, off + len) of t as f32: t's own memory when it is f32, else widened into buf.
+const float* block_in(const TensorArg& t, int64_t off, int64_t len, float* buf) {
+  if (t.dtype == DType::f32) return t.as<const float>() + off;
+  load_f32(t.data, t.dtype, off, buf, len);
+  return buf;
+}
+// Where the f32 results of block [off, ...) go: t's own memory when it is f32, else buf (then
+// block_out narrows buf into t).
+float* block_dst(const TensorArg& t, int64_t off, float* buf) { return t.dtype == DType::f32 ? t.as<float>() + off : buf; }
+void block_out(const TensorArg& t, int64_t off, int64_t len, const float* buf) {
+  if (t.dtype != DType::f32) store_f32(buf, t.data, t.dtype, off, len);
+}
+
+// y = f(x) elementwise. The ops are kOpInplace, so y may be x: `omp simd` states what GCC cannot
+// prove, that element i is read before it is written and by nothing else.
 template <class F>
 void unary(const KernelArgs& a, F f) {
   const TensorArg& x = a.in[0];
@@ -24,14 +39,16 @@ void unary(const KernelArgs& a, F f) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t off = b * kBlock, len = std::min(kBlock, n - off);
-    float buf[kBlock];
-    load_f32(x.data, x.dtype, off, buf, len);
-    for (int64_t i = 0; i < len; ++i) buf[i] = f(buf[i]);
-    store_f32(buf, y.data, y.dtype, off, len);
+    float xb[kBlock], yb[kBlock];
+    const float* xs = block_in(x, off, len, xb);
+    float* ys = block_dst(y, off, yb);
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) ys[i] = f(xs[i]);
+    block_out(y, off, len, ys);
   }
 }
 
-// (x, dy) -> dx
+// (x, dy) -> dx, elementwise (dx may be x or dy).
 template <class F>
 void unary_grad(const KernelArgs& a, F f) {
   const TensorArg& x = a.in[0];
@@ -43,17 +60,19 @@ void unary_grad(const KernelArgs& a, F f) {
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t off = b * kBlock, len = std::min(kBlock, n - off);
-    float xb[kBlock], gb[kBlock];
-    load_f32(x.data, x.dtype, off, xb, len);
-    load_f32(dy.data, dy.dtype, off, gb, len);
-    for (int64_t i = 0; i < len; ++i) gb[i] = f(xb[i], gb[i]);
-    store_f32(gb, dx.data, dx.dtype, off, len);
+    float xb[kBlock], gb[kBlock], ob[kBlock];
+    const float* xs = block_in(x, off, len, xb);
+    const float* gs = block_in(dy, off, len, gb);
+    float* os = block_dst(dx, off, ob);
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) os[i] = f(xs[i], gs[i]);
+    block_out(dx, off, len, os);
   }
 }
 
 }  // namespace
 
-// FastMath: libm's scalar tanhf/expf made these ops a third of a training step (docs/profiling.md).
+// FastMath: libm's scalar expf made these ops a third of a training step (docs/profiling.md).
 void cpu_silu(const KernelArgs& a) { unary(a, [](float x) { return kmath::silu<float, FastMath>(x); }); }
 void cpu_gelu(const KernelArgs& a) { unary(a, [](float x) { return kmath::gelu<float, FastMath>(x); }); }
 void cpu_silu_grad(const KernelArgs& a) {

@@ -245,22 +245,9 @@ inline float exp_f32(float x) {
   return x < kLo ? 0.f : (x > kHi ? std::numeric_limits<float>::infinity() : v);
 }
 
-// tanh(x) in f32 within a few ulp, branch-free so it vectorises (Cephes tanhf): an odd
-// polynomial for |x| < 0.625, where 1 − 2/(e^{2|x|} + 1) would cancel, and that expression above.
-// ±1 beyond |x| ≈ 9 (exp_f32 saturates there without overflow); NaN propagates.
-inline float tanh_f32(float x) {
-  const float a = x < 0.f ? -x : x;
-  const float s = x * x;
-  const float small = ((((-5.70498872745e-3f * s + 2.06390887954e-2f) * s - 5.37397155531e-2f) * s +
-                        1.33314422036e-1f) * s - 3.33332819422e-1f) * s * x + x;
-  const float big = 1.f - 2.f / (exp_f32(2.f * (a > 44.f ? 44.f : a)) + 1.f);  // NaN stays NaN
-  return a < 0.625f ? small : (x < 0.f ? -big : big);
-}
-
 // The elementary functions the shared formulas (backend/kernel_math.h) use on this backend.
 struct FastMath {
   static float exp(float x) { return exp_f32(x); }
-  static float tanh(float x) { return tanh_f32(x); }
 };
 
 }  // namespace loom::cpuk
