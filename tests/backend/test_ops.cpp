@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/cpu_util.h"
 #include "backend/reference/reference.h"
 #include "core/rng.h"
 #include "support/cpu_checks.h"
@@ -292,6 +293,15 @@ TEST(CpuOps, DenseGradWeight) {
                                {with_last(s.x_lead, s.N), c}},
                               DenseGradWeightAttrs{c, wt, assign}, c, what);
           }
+}
+
+// The dense family multiplies bfloat16 natively when the CPU has AVX512-BF16, unless oneDNN is
+// capped below it: backend.dense_ops_without_avx512_bf16 reruns the dense tests with
+// ONEDNN_MAX_CPU_ISA=AVX512_CORE, so both paths are tested on a machine that has the instructions.
+TEST(CpuOps, Bf16GemmPathFollowsTheIsa) {
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (cap && std::string(cap) != "AVX512_CORE") GTEST_SKIP() << "oneDNN capped to " << cap;
+  EXPECT_EQ(cpuk::bf16_gemm_available(), __builtin_cpu_supports("avx512bf16") && !cap);
 }
 
 TEST(CpuOps, SumLeading) {

@@ -15,9 +15,9 @@
 #include <limits>
 #include <vector>
 
+#include <oneapi/dnnl/dnnl.h>
 #if defined(__F16C__)
 #include <immintrin.h>
-#include <oneapi/dnnl/dnnl.h>
 #endif
 
 #include "backend/backend.h"
@@ -35,6 +35,22 @@ inline void sgemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
   const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   LOOM_ASSERT(st == dnnl_success, "dnnl_sgemm rejected its arguments");
 }
+
+// The same product with alpha = 1, beta = 0, for the tile loops that take either element type.
+inline void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, float* C, int64_t ldc) {
+  sgemm_rm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
+}
+
+// Whether this CPU (as capped by ONEDNN_MAX_CPU_ISA) has AVX512-BF16, which gemm_rm on bfloat16
+// operands needs (gemm_bf16.cpp). Without it bf16 products go through sgemm on widened copies.
+bool bf16_gemm_available();
+// Row-major f32 C[M, N] = op(A)·op(B) for bfloat16 A and B (raw bits, layouts as sgemm_rm), fp32
+// accumulation of the exact bf16 products, like sgemm on the widened values except for summation
+// order and that vdpbf16ps treats subnormal inputs and results as zero. Only when
+// bf16_gemm_available(); uses the OpenMP thread count in effect.
+void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
+             int64_t ldb, float* C, int64_t ldc);
 
 
 // Below this many elements an elementwise kernel runs on the calling thread: waking the pool
@@ -209,6 +225,23 @@ inline const float* f32_rounded(const TensorArg& t, DType c, int slot) {
     const int64_t off = b * kBlock, len = n - off < kBlock ? n - off : kBlock;
     load_f32(t.data, t.dtype, off, s + off, len);
     if (round) round_inplace(s + off, len, c);
+  }
+  return s;
+}
+
+// t's elements rounded to bfloat16 (raw bits): t's own memory when it is bf16, otherwise a
+// rounded copy in scratch `slot` (converted in parallel).
+inline const uint16_t* bf16_rounded(const TensorArg& t, int slot) {
+  if (t.dtype == DType::bf16) return t.as<const uint16_t>();
+  const int64_t n = t.shape.numel();
+  auto* s = reinterpret_cast<uint16_t*>(scratch(slot, ceil_div(n, 2)));
+  const int64_t nb = ceil_div(n, kBlock);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * kBlock, len = n - off < kBlock ? n - off : kBlock;
+    float buf[kBlock];
+    load_f32(t.data, t.dtype, off, buf, len);
+    store_f32(buf, s, DType::bf16, off, len);
   }
   return s;
 }

@@ -1,9 +1,12 @@
-// CPU kernels for dense and its backward ops (graph/ops/dense.cpp): fp32 sgemm (oneDNN).
+// CPU kernels for dense and its backward ops (graph/ops/dense.cpp): fp32 sgemm (oneDNN), or
+// oneDNN's bf16 matmul for bfloat16 compute on CPUs with AVX512-BF16.
 //
-// 16-bit operands are rounded to the compute dtype and widened to f32 first. bf16/f16 values are
-// exact in f32 and their products exact too, so sgemm on the widened copies is exactly "fp32
-// accumulation of the compute-dtype products"; the f32 result is then rounded to the compute
-// dtype, as the reference backend does in double.
+// Operands are rounded to the compute dtype. With bfloat16 compute on a CPU that has the bf16
+// dot-product instructions they are multiplied as bf16 (gemm_bf16.cpp); otherwise 16-bit values
+// are widened to f32 first: bf16/f16 values are exact in f32 and their products exact too, so
+// sgemm on the widened copies is exactly "fp32 accumulation of the compute-dtype products", and
+// so is the bf16 matmul (up to summation order and subnormals). The f32 result is then rounded to
+// the compute dtype, as the reference backend does in double.
 #include <algorithm>
 
 #include "backend/cpu/cpu_util.h"
@@ -81,15 +84,16 @@ struct Epilogue {
 };
 
 // C[M, N] = op(A) · op(B) in row-major f32 (A is [M, K], or [K, M] when ta; B is [K, N], or
-// [N, K] when tb), each tile finished by `epi`; K == 0 gives zeros (sgemm rejects ld 0).
+// [N, K] when tb; T = float, or uint16_t for bfloat16 bits), each tile finished by `epi`;
+// K == 0 gives zeros (sgemm rejects ld 0).
 //
 // A BLAS's own threading is not bitwise reproducible across thread counts (its partition and
 // kernel choice depend on the thread count), so we split C into a grid of tiles chosen from the
 // shape and the machine (tile_grid), never from the `threads` setting, and call a single-threaded
-// sgemm per tile from our own OpenMP loop. Each element's result then depends only on the shape,
+// GEMM per tile from our own OpenMP loop. Each element's result then depends only on the shape,
 // the machine and the values.
-void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C,
-           const Epilogue& epi) {
+template <class T>
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, const T* B, float* C, const Epilogue& epi) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     std::fill(C, C + M * N, 0.f);
@@ -102,16 +106,31 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, co
   const int64_t ntiles = tr * tc;
 #pragma omp parallel for schedule(dynamic, 1) if (ntiles > 1)
   for (int64_t t = 0; t < ntiles; ++t) {
-    // Inside the region nthreads-var is this implicit task's own copy: the sgemm reads it and
+    // Inside the region nthreads-var is this implicit task's own copy: the GEMM reads it and
     // runs single-threaded, whatever the team size.
     omp_set_num_threads(1);
     const int64_t i = t / tc, j = t % tc;
     const int64_t m0 = i * M / tr, m1 = (i + 1) * M / tr, n0 = j * N / tc, n1 = (j + 1) * N / tc;
-    const float* a = ta ? A + m0 : A + m0 * lda;
-    const float* b = tb ? B + n0 * ldb : B + n0;
-    sgemm_rm(ta, tb, m1 - m0, n1 - n0, K, 1.f, a, lda, b, ldb, 0.f, C + m0 * N + n0, N);
+    const T* a = ta ? A + m0 : A + m0 * lda;
+    const T* b = tb ? B + n0 * ldb : B + n0;
+    gemm_rm(ta, tb, m1 - m0, n1 - n0, K, a, lda, b, ldb, C + m0 * N + n0, N);
     epi(C, N, m0, m1, n0, n1);
   }
+}
+
+// Calls f(A', B') with the two GEMM operands of a dense-family op: A rounded to dtype ra and B to
+// rb (f32: as they are). As bfloat16 bits when the compute dtype c is bf16, both operands then
+// hold bf16 values and the CPU multiplies bf16 natively (about twice the f32 rate); as f32
+// otherwise. Both are exact "fp32 accumulation of the compute-dtype products".
+template <class F>
+void with_operands(DType c, const TensorArg& A, DType ra, const TensorArg& B, DType rb, F&& f) {
+  const auto bf16_valued = [](const TensorArg& t, DType r) {
+    return r == DType::bf16 || (r == DType::f32 && t.dtype == DType::bf16);
+  };
+  if (c == DType::bf16 && bf16_valued(A, ra) && bf16_valued(B, rb) && bf16_gemm_available())
+    f(bf16_rounded(A, kOuterSlot + 0), bf16_rounded(B, kOuterSlot + 1));
+  else
+    f(f32_rounded(A, ra, kOuterSlot + 0), f32_rounded(B, rb, kOuterSlot + 1));
 }
 
 }  // namespace
@@ -125,12 +144,12 @@ void cpu_dense(const KernelArgs& a) {
   const TensorArg& y = a.out[0];
   const int64_t K = w.shape[wt ? 1 : 0], N = w.shape[wt ? 0 : 1], M = x.shape.rows();
   LOOM_ASSERT(x.shape.last() == K && y.shape.rows() == M && y.shape.last() == N && y.dtype == c);
-  const float* xs = f32_rounded(x, c, kOuterSlot + 0);
-  const float* ws = f32_rounded(w, c, kOuterSlot + 1);
   float* acc = y.dtype == DType::f32 ? y.as<float>() : scratch(kOuterSlot + 2, M * N);
   // With a bias: round_c(Σ) (a no-op for f32), + round_c(b), and the final round_c by the store.
   const float* bs = a.in.size() < 3 ? nullptr : f32_rounded(a.in[2], c, kOuterSlot + 3);
-  sgemm(false, wt, M, N, K, xs, ws, acc, Epilogue{c, bs != nullptr, bs, &y});
+  with_operands(c, x, c, w, c, [&](const auto* xs, const auto* ws) {
+    gemm(false, wt, M, N, K, xs, ws, acc, Epilogue{c, bs != nullptr, bs, &y});
+  });
 }
 
 // dx[m, k] = round_out(round_c(Σ_n dy[m, n] · round_c(W[k, n]))): sgemm NT.
@@ -142,13 +161,12 @@ void cpu_dense_grad_input(const KernelArgs& a) {
   const bool wt = at.transpose_w;
   const int64_t K = w.shape[wt ? 1 : 0], N = w.shape[wt ? 0 : 1], M = dy.shape.rows();
   LOOM_ASSERT(dy.shape.last() == N && dx.shape.rows() == M && dx.shape.last() == K && dx.dtype == at.out_dtype);
-  const float* dys = f32_rounded(dy, DType::f32, kOuterSlot + 0);  // dy as is (normally in c already)
-  const float* ws = f32_rounded(w, at.compute, kOuterSlot + 1);
   float* acc = dx.dtype == DType::f32 ? dx.as<float>() : scratch(kOuterSlot + 2, M * K);
-  // dy[M, N] · Wᵀ, or · W when W is stored [N, K]; round_c first unless the store to out_dtype
-  // is that same rounding (or c is f32).
-  sgemm(false, !wt, M, K, N, dys, ws, acc,
-        Epilogue{at.compute, rounding_changes(at.out_dtype, at.compute), nullptr, &dx});
+  // dy[M, N] · Wᵀ, or · W when W is stored [N, K], with dy as is (normally in c already); round_c
+  // first unless the store to out_dtype is that same rounding (or c is f32).
+  with_operands(at.compute, dy, DType::f32, w, at.compute, [&](const auto* dys, const auto* ws) {
+    gemm(false, !wt, M, K, N, dys, ws, acc, Epilogue{at.compute, rounding_changes(at.out_dtype, at.compute), nullptr, &dx});
+  });
 }
 
 // grad[k, n] += round_c(Σ_m round_c(x[m, k]) · dy[m, n]): sgemm TN. When this assigns (the
@@ -166,14 +184,14 @@ void cpu_dense_grad_weight(const KernelArgs& a) {
   const TensorArg& dy = a.in[2];
   const int64_t K = x.shape.last(), N = dy.shape.last(), M = x.shape.rows();
   LOOM_ASSERT(dy.shape.rows() == M && grad.shape.numel() == K * N && grad.dtype == DType::f32);
-  const float* xs = f32_rounded(x, c, kOuterSlot + 0);
-  const float* dys = f32_rounded(dy, DType::f32, kOuterSlot + 1);
   float* acc = assign ? grad.as<float>() : scratch(kOuterSlot + 2, K * N);
   const Epilogue epi{c, c != DType::f32, nullptr, &grad, !assign};
-  if (wt)
-    sgemm(true, false, N, K, M, dys, xs, acc, epi);  // dyᵀ · x
-  else
-    sgemm(true, false, K, N, M, xs, dys, acc, epi);  // xᵀ · dy
+  with_operands(c, x, c, dy, DType::f32, [&](const auto* xs, const auto* dys) {
+    if (wt)
+      gemm(true, false, N, K, M, dys, xs, acc, epi);  // dyᵀ · x
+    else
+      gemm(true, false, K, N, M, xs, dys, acc, epi);  // xᵀ · dy
+  });
 }
 
 // out[j] = round_dtype(Σ_i x[i·J + j]), J = numel of the kept trailing dims, f32 accumulation.
