@@ -1,12 +1,15 @@
 // CPU kernels for attention and its backward op (graph/ops/attention.cpp has the formulas).
 //
-// One (batch, head) pair per iteration of an OpenMP loop. Each pair packs its operands into
-// contiguous f32 [T, D] matrices in per-thread scratch (Q scaled and rounded, K rounded to the
-// softmax dtype, V, dO), then walks the query rows in blocks: per block it forms the logits
-// against the keys the block sees with a single-threaded sgemm, runs the masked softmax row by
-// row in f32 and multiplies by V with another sgemm. The logits never leave the thread's scratch:
-// only out and the f32 row statistics lse are stored, and the backward recomputes the logits from
-// qkv and lse (flash-attention style memory).
+// One (batch, head) pair per iteration of an OpenMP loop. Each pair packs Q (scaled and rounded)
+// as a contiguous f32 [T, D] matrix in per-thread scratch; K (rounded to the softmax dtype), V and
+// dO are packed likewise only when they need a conversion or rounding; f32 ones go to sgemm in
+// place, with the tensor's row stride (small heads made the per-row copies a large part of the
+// time). Results go straight into out / dqkv the same way when nothing rounds them. The pair then
+// walks the query rows in blocks: per block it forms the logits against the keys the block sees
+// with a single-threaded sgemm, runs the masked softmax row by row in f32 and multiplies by V with
+// another sgemm. The logits never leave the thread's scratch: only out and the f32 row statistics
+// lse are stored, and the backward recomputes the logits from qkv and lse (flash-attention style
+// memory).
 //
 // Determinism: a pair is computed start to finish by one thread, with single-threaded sgemm
 // (nthreads-var lowered to 1 inside our region, as in dense.cpp) and fixed-order row sums, so
@@ -16,11 +19,17 @@
 // its products against those keys and skips the blocks above the diagonal; inside the diagonal
 // block the masked weights are zeroed. Without the mask one block covers all rows and keys. The
 // backward's dV and dK (sums over query rows) accumulate block by block (sgemm with beta = 1).
-// Skipped and zeroed terms are exact zeros, so blocking changes only f32 summation orders, and
-// the blocks depend only on T, never on the thread count. A masked logit is
-// finfo(softmax_dtype).min in the reference; here it is simply left out of the row's max and
-// sum, which is the same thing: exp(min − max) is 0 in float for any finite row max (the
-// diagonal is never masked).
+// Skipped and zeroed terms are exact zeros, so blocking changes only f32 summation orders, and the
+// blocks depend only on T, never on the thread count. A masked logit is finfo(softmax_dtype).min
+// in the reference; here it is −inf, left out of the row's max (or, past the row's width, its
+// weight is set to 0 directly), which is the same thing: exp(min − max) is 0 in float for any
+// finite row max (the diagonal is never masked). The elementwise row loops and the softmax's max
+// and sum run over each row's keys rounded up to whole vectors (row_width), so the vectorised exp
+// has no scalar tail: the extra entries are masked, their exp exactly 0, and sum_f32 assigns lanes
+// by position, so the results are bit for bit those of loops over the keys alone. The backward's
+// row sum Σ p·dp stays over the keys: GCC contracts dot_f32's products into FMAs differently in
+// its vector body and its scalar tail, so moving products from one to the other would change
+// roundings.
 //
 // FLOPs: forward 4·B·H·D per (query, key) pair computed; backward 8 per pair plus 2 to recompute
 // the logits. Full attention computes T² pairs; causal T·(T + kBq)/2 when kBq divides T (62.5% of
@@ -47,6 +56,9 @@ namespace {
 // 128 at T = 256, D = 64 (one thread, forward plus backward).
 constexpr int64_t kBq = 64;
 
+// Floats per AVX-512 vector: the row loops' widths are multiples of it (see row_width).
+constexpr int64_t kLanes = 16;
+
 // Row-major C[M, N] = op(A)·op(B) + beta·C, single-threaded (called inside our own parallel loop).
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
           int64_t ldb, float* C, int64_t ldc, float beta = 0.f) {
@@ -70,36 +82,81 @@ struct Geometry {
   // Query rows per block, and the keys [0, block_keys(r1)) that the block ending at row r1 sees.
   int64_t block_rows() const { return causal ? std::min(kBq, T) : T; }
   int64_t block_keys(int64_t r1) const { return causal ? r1 : T; }
+  // The width the row loops of row i run over in a block of c keys: its keys rounded up to whole
+  // vectors, so the vectorised exp has no scalar tail; past it the row is all masked (weight 0).
+  int64_t row_width(int64_t i, int64_t c) const {
+    return std::min(c, (keys(i) + kLanes - 1) / kLanes * kLanes);
+  }
   // Whether the pair loop is worth the pool: ~T²·D multiply-adds per pair.
   bool parallel() const { return B * H > 1 && B * H * T * T * D >= (int64_t{1} << 16); }
 };
 
-// Packs Q = round_s(round_d(q·scale)) and K = round_s(k) of pair (b, h) as [T, D] f32.
-void pack_qk(const TensorArg& qkv, const Geometry& g, int64_t b, int64_t h, float* Q, float* K) {
-  const bool round_q_d = g.d != DType::f32, round_s = rounding_changes(g.d, g.s);
+// Pair (b, h)'s T rows of D elements in a tensor: element e of row t is at off + t·ld + e.
+struct Slice {
+  const TensorArg& x;
+  int64_t off, ld;
+};
+Slice qkv_part(const Geometry& g, const TensorArg& qkv, int64_t b, int64_t h, int part) {
+  return {qkv, g.qkv_at(b, 0, h, part), g.H * 3 * g.D};
+}
+Slice out_rows(const Geometry& g, const TensorArg& out, int64_t b, int64_t h) {
+  return {out, g.out_at(b, 0, h), g.H * g.D};
+}
+
+// A pair's [T, D] f32 operand or result as sgemm sees it: row t at p + t·ld. `copy`: p is
+// scratch (a converted copy, or a result still to be stored), not the tensor's own rows.
+struct Rows {
+  float* p;
+  int64_t ld;
+  bool copy;
+};
+
+// The slice rounded to r as an operand: the tensor's own rows when they are f32 and r changes
+// nothing (no packing: sgemm takes the stride), else a converted copy in buf.
+Rows operand(const Geometry& g, const Slice& s, DType r, float* buf) {
+  if (s.x.dtype == DType::f32 && r == DType::f32) return {s.x.as<float>() + s.off, s.ld, false};
+  for (int64_t t = 0; t < g.T; ++t) load_f32(s.x.data, s.x.dtype, s.off + t * s.ld, buf + t * g.D, g.D);
+  if (rounding_changes(s.x.dtype, r)) round_inplace(buf, g.T * g.D, r);
+  return {buf, g.D, true};
+}
+
+// Where a result bound for the slice is formed: straight in the tensor's rows when `in_place`
+// (f32, and no rounding left to apply), else in buf until store() converts it.
+Rows result(const Geometry& g, const Slice& s, bool in_place, float* buf) {
+  return in_place ? Rows{s.x.as<float>() + s.off, s.ld, false} : Rows{buf, g.D, true};
+}
+
+// Converts a result formed in scratch into the slice (one formed in place is there already).
+void store(const Geometry& g, const Rows& r, const Slice& s) {
+  if (r.copy)
+    for (int64_t t = 0; t < g.T; ++t) store_f32(r.p + t * g.D, s.x.data, s.x.dtype, s.off + t * s.ld, g.D);
+}
+
+// Q = round_s(round_d(q·scale)) of pair (b, h), packed [T, D] (the scaling needs a copy anyway).
+void pack_q(const Geometry& g, const Slice& q, float* Q) {
   for (int64_t t = 0; t < g.T; ++t) {
-    float* q = Q + t * g.D;
-    float* k = K + t * g.D;
-    load_f32(qkv.data, g.d, g.qkv_at(b, t, h, 0), q, g.D);
-    load_f32(qkv.data, g.d, g.qkv_at(b, t, h, 1), k, g.D);
-    for (int64_t e = 0; e < g.D; ++e) q[e] *= g.scale;
-    if (round_q_d) round_inplace(q, g.D, g.d);
-    if (round_s) {
-      round_inplace(q, g.D, g.s);
-      round_inplace(k, g.D, g.s);
-    }
+    const float* src = row_f32(q.x, q.off + t * q.ld, g.D, 1);
+    for (int64_t e = 0; e < g.D; ++e) Q[t * g.D + e] = src[e] * g.scale;
+  }
+  round_inplace(Q, g.T * g.D, g.d);
+  if (rounding_changes(g.d, g.s)) round_inplace(Q, g.T * g.D, g.s);
+}
+
+// S = round_s(Q[r0, r1)·K[0, c)ᵀ), [r1 − r0, c], with the masked logits within each row's width
+// set to −inf: they drop out of the row's max, and exp of them is exactly 0, so the row loops run
+// over whole vectors instead of each row's own length (its sums gain only exact zeros).
+void logits(const Geometry& g, const float* Q, const Rows& K, int64_t r0, int64_t r1, int64_t c, float* S) {
+  gemm(false, true, r1 - r0, c, g.D, Q + r0 * g.D, g.D, K.p, K.ld, S, c);
+  round_inplace(S, (r1 - r0) * c, g.s);
+  for (int64_t i = r0; i < r1; ++i) {
+    float* row = S + (i - r0) * c;
+    std::fill(row + g.keys(i), row + g.row_width(i, c), -std::numeric_limits<float>::infinity());
   }
 }
 
-// S = round_s(Q[r0, r1)·K[0, c)ᵀ), [r1 − r0, c].
-void logits(const Geometry& g, const float* Q, const float* K, int64_t r0, int64_t r1, int64_t c, float* S) {
-  gemm(false, true, r1 - r0, c, g.D, Q + r0 * g.D, g.D, K, g.D, S, c);
-  if (g.s != DType::f32)
-    for (int64_t i = r0; i < r1; ++i) round_inplace(S + (i - r0) * c, g.keys(i), g.s);
-}
-
-// A row of n logits (already round_s'd) becomes the weights w = round_d(round_s(softmax)) in
-// place (f32 max, exp and sum); returns the row's lse = max + log Σ exp.
+// A row of n logits (already round_s'd; masked ones −inf, which get weight 0) becomes the weights
+// w = round_d(round_s(softmax)) in place (f32 max, exp and sum); returns the row's
+// lse = max + log Σ exp.
 float softmax_weights(const Geometry& g, float* row, int64_t n) {
   const float mx = max_f32(row, n);
   for (int64_t j = 0; j < n; ++j) row[j] = exp_f32(row[j] - mx);
@@ -129,24 +186,24 @@ void cpu_attention(const KernelArgs& a) {
     omp_set_num_threads(1);  // this implicit task's copy: the sgemm runs single-threaded
     const int64_t b = pr / g.H, h = pr % g.H, bq = g.block_rows();
     float* Q = scratch(0, 4 * T * D + bq * T);
-    float* K = Q + T * D;
-    float* V = K + T * D;
-    float* O = V + T * D;
-    float* S = O + T * D;  // one row block's logits, then weights
-    pack_qk(qkv, g, b, h, Q, K);
-    for (int64_t t = 0; t < T; ++t) load_f32(qkv.data, g.d, g.qkv_at(b, t, h, 2), V + t * D, D);
+    float* S = Q + 4 * T * D;  // one row block's logits, then weights
+    pack_q(g, qkv_part(g, qkv, b, h, 0), Q);
+    const Rows K = operand(g, qkv_part(g, qkv, b, h, 1), g.s, Q + T * D);
+    const Rows V = operand(g, qkv_part(g, qkv, b, h, 2), DType::f32, Q + 2 * T * D);
+    const Slice o = out_rows(g, out, b, h);
+    const Rows O = result(g, o, g.d == DType::f32, Q + 3 * T * D);
     for (int64_t r0 = 0; r0 < T; r0 += bq) {
       const int64_t r1 = std::min(T, r0 + bq), c = g.block_keys(r1);
       logits(g, Q, K, r0, r1, c, S);
       for (int64_t i = r0; i < r1; ++i) {
         float* row = S + (i - r0) * c;
-        const int64_t n = g.keys(i);
-        lse[pr * T + i] = softmax_weights(g, row, n);
-        std::fill(row + n, row + c, 0.f);
+        const int64_t w = g.row_width(i, c);
+        lse[pr * T + i] = softmax_weights(g, row, w);
+        std::fill(row + w, row + c, 0.f);
       }
-      gemm(false, false, r1 - r0, D, c, S, c, V, D, O + r0 * D, D);
+      gemm(false, false, r1 - r0, D, c, S, c, V.p, V.ld, O.p + r0 * O.ld, O.ld);
     }
-    for (int64_t t = 0; t < T; ++t) store_f32(O + t * D, out.data, g.d, g.out_at(b, t, h), D);
+    store(g, O, o);
   }
 }
 
@@ -174,70 +231,73 @@ void cpu_attention_grad(const KernelArgs& a) {
     omp_set_num_threads(1);
     const int64_t b = pr / g.H, h = pr % g.H, bq = g.block_rows();
     float* Q = scratch(0, 7 * T * D + 2 * bq * T);
-    float* K = Q + T * D;
-    float* V = K + T * D;
-    float* dO = V + T * D;
-    float* dQ = dO + T * D;
-    float* dK = dQ + T * D;
-    float* dV = dK + T * D;
-    float* P = dV + T * D;   // one row block's probabilities
-    float* dS = P + bq * T;  // the block's W, then dP, then dS
-    pack_qk(qkv, g, b, h, Q, K);
+    float* P = Q + 7 * T * D;  // one row block's probabilities
+    float* dS = P + bq * T;    // the block's W, then dP, then dS
+    pack_q(g, qkv_part(g, qkv, b, h, 0), Q);
+    const Rows K = operand(g, qkv_part(g, qkv, b, h, 1), g.s, Q + T * D);
+    const Rows V = operand(g, qkv_part(g, qkv, b, h, 2), DType::f32, Q + 2 * T * D);
+    const Rows dO = operand(g, out_rows(g, dout, b, h), DType::f32, Q + 3 * T * D);
+    // dQ and dK are rounded to s before they are stored, dV only to d. dQ's scaling is no rounding
+    // step: it is applied in place below.
+    const bool in_place = g.d == DType::f32 && g.s == DType::f32;
+    const Slice dq = qkv_part(g, dqkv, b, h, 0), dk = qkv_part(g, dqkv, b, h, 1);
+    const Slice dv = qkv_part(g, dqkv, b, h, 2);
+    const Rows dQ = result(g, dq, in_place, Q + 4 * T * D);
+    const Rows dK = result(g, dk, in_place, Q + 5 * T * D);
+    const Rows dV = result(g, dv, g.d == DType::f32, Q + 6 * T * D);
+    // The row blocks add into dK and dV, each reaching keys [0, c) only.
     for (int64_t t = 0; t < T; ++t) {
-      load_f32(qkv.data, g.d, g.qkv_at(b, t, h, 2), V + t * D, D);
-      load_f32(dout.data, g.d, g.out_at(b, t, h), dO + t * D, D);
+      std::fill_n(dK.p + t * dK.ld, D, 0.f);
+      std::fill_n(dV.p + t * dV.ld, D, 0.f);
     }
-    // The row blocks add into dK and dV (adjacent), each reaching keys [0, c) only.
-    std::fill(dK, dV + T * D, 0.f);
     for (int64_t r0 = 0; r0 < T; r0 += bq) {
       const int64_t r1 = std::min(T, r0 + bq), m = r1 - r0, c = g.block_keys(r1);
       logits(g, Q, K, r0, r1, c, P);
       for (int64_t i = r0; i < r1; ++i) {
         float* row = P + (i - r0) * c;
-        const int64_t n = g.keys(i);
+        const int64_t w = g.row_width(i, c);
         const float l = lse[pr * T + i];
-        for (int64_t j = 0; j < n; ++j) row[j] = exp_f32(row[j] - l);
-        if (g.s != DType::f32) round_inplace(row, n, g.s);
-        std::fill(row + n, row + c, 0.f);
+        for (int64_t j = 0; j < w; ++j) row[j] = exp_f32(row[j] - l);
+        std::fill(row + w, row + c, 0.f);
       }
+      round_inplace(P, m * c, g.s);
       // dV[0, c) += W[r0, r1)ᵀ·dO[r0, r1)
       const float* W = P;
       if (!w_is_p) {
         std::copy(P, P + m * c, dS);
-        for (int64_t i = r0; i < r1; ++i) round_inplace(dS + (i - r0) * c, g.keys(i), g.d);
+        round_inplace(dS, m * c, g.d);
         W = dS;
       }
-      gemm(true, false, c, D, m, W, c, dO + r0 * D, D, dV, D, 1.f);
+      gemm(true, false, c, D, m, W, c, dO.p + r0 * dO.ld, dO.ld, dV.p, dV.ld, 1.f);
       // dP = round_s(round_d(dO[r0, r1)·V[0, c)ᵀ)), then dS row by row in place.
-      gemm(false, true, m, c, D, dO + r0 * D, D, V, D, dS, c);
+      gemm(false, true, m, c, D, dO.p + r0 * dO.ld, dO.ld, V.p, V.ld, dS, c);
+      round_inplace(dS, m * c, g.d);
+      if (rounding_changes(g.d, g.s)) round_inplace(dS, m * c, g.s);
       for (int64_t i = r0; i < r1; ++i) {
         float* ds = dS + (i - r0) * c;
         const float* p = P + (i - r0) * c;
-        const int64_t n = g.keys(i);
-        if (g.d != DType::f32) round_inplace(ds, n, g.d);
-        if (rounding_changes(g.d, g.s)) round_inplace(ds, n, g.s);
+        const int64_t n = g.keys(i), w = g.row_width(i, c);
+        // The row sum over the keys only (see the header: FMA contraction differs in dot_f32's tail).
         const float rs = dot_f32(p, ds, n);
-        for (int64_t j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - rs);
-        if (g.s != DType::f32) round_inplace(ds, n, g.s);
+        for (int64_t j = 0; j < w; ++j) ds[j] = p[j] * (ds[j] - rs);
         std::fill(ds + n, ds + c, 0.f);
       }
-      gemm(false, false, m, D, c, dS, c, K, D, dQ + r0 * D, D);     // dQ[r0, r1) = dS·K[0, c)
-      gemm(true, false, c, D, m, dS, c, Q + r0 * D, D, dK, D, 1.f);  // dK[0, c) += dSᵀ·Q[r0, r1)
+      round_inplace(dS, m * c, g.s);
+      // dQ[r0, r1) = dS·K[0, c), dK[0, c) += dSᵀ·Q[r0, r1)
+      gemm(false, false, m, D, c, dS, c, K.p, K.ld, dQ.p + r0 * dQ.ld, dQ.ld);
+      gemm(true, false, c, D, m, dS, c, Q + r0 * D, D, dK.p, dK.ld, 1.f);
     }
     const bool round_dq_d = rounding_changes(g.s, g.d);
     for (int64_t t = 0; t < T; ++t) {
-      float* dq = dQ + t * D;
-      float* dk = dK + t * D;
-      if (g.s != DType::f32) {
-        round_inplace(dq, D, g.s);
-        round_inplace(dk, D, g.s);
-      }
-      if (round_dq_d) round_inplace(dq, D, g.d);
-      for (int64_t e = 0; e < D; ++e) dq[e] *= g.scale;
-      store_f32(dq, dqkv.data, g.d, g.qkv_at(b, t, h, 0), D);
-      store_f32(dk, dqkv.data, g.d, g.qkv_at(b, t, h, 1), D);
-      store_f32(dV + t * D, dqkv.data, g.d, g.qkv_at(b, t, h, 2), D);
+      float* q = dQ.p + t * dQ.ld;
+      round_inplace(q, D, g.s);
+      if (round_dq_d) round_inplace(q, D, g.d);
+      for (int64_t e = 0; e < D; ++e) q[e] *= g.scale;
+      round_inplace(dK.p + t * dK.ld, D, g.s);
     }
+    store(g, dQ, dq);
+    store(g, dK, dk);
+    store(g, dV, dv);
   }
 }
 
