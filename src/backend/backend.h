@@ -94,9 +94,10 @@ class Backend {
   // Whether run() may return before the kernel finished (a GPU stream): the profiler then
   // synchronizes around every timed node. Host backends run synchronously.
   virtual bool asynchronous() const { return false; }
-  // This device's dense matmul ceiling in GFLOP/s, measured now (a large square f32 matmul, best
-  // of a few runs; takes about a second). The profiler divides achieved FLOP/s by it. 0 = unknown.
-  virtual double measure_matmul_gflops() { return 0; }
+  // This device's dense matmul ceiling in GFLOP/s for a compute dtype, measured now (a large
+  // square matmul the way the backend's dense kernels run that dtype, best of a few runs; takes
+  // about a second). The profiler divides achieved FLOP/s by it. 0 = unknown.
+  virtual double measure_matmul_gflops(DType /*compute*/) { return 0; }
 
   // Σ over tensors of Σ grad² (global norm², for clipping and the fp16 finite check: a
   // non-finite gradient makes the result non-finite).

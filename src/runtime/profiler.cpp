@@ -395,8 +395,8 @@ std::string format_profile_summary(const ProfileSummary& s) {
   o += fmt::format("FLOPs per step {:.3f} GFLOP, op traffic {:.3f} GB; achieved {:.2f} GFLOP/s", s.step_gflop,
                    s.step_gbytes, s.achieved_gflop_per_s);
   if (s.ceiling_gflop_per_s > 0)
-    o += fmt::format(" = {:.1f}% of the measured matmul ceiling ({:.1f} GFLOP/s)\n", 100.0 * s.fraction_of_ceiling,
-                     s.ceiling_gflop_per_s);
+    o += fmt::format(" = {:.1f}% of the measured {} matmul ceiling ({:.1f} GFLOP/s)\n", 100.0 * s.fraction_of_ceiling,
+                     s.ceiling_dtype, s.ceiling_gflop_per_s);
   else
     o += " (matmul ceiling not measured)\n";
   o += fmt::format("\n{} most expensive ops (total over the profiled steps):\n", s.top_ops.size());

@@ -61,6 +61,7 @@ struct ProfileSummary {
   double step_gbytes = 0;            // bytes moved by the ops of one step (GB)
   double achieved_gflop_per_s = 0;   // step FLOPs / median step time
   double ceiling_gflop_per_s = 0;    // measured matmul ceiling; 0 = not measured
+  std::string ceiling_dtype = "float32";  // the compute dtype it was measured for
   double fraction_of_ceiling = 0;    // achieved / ceiling (0 when not measured)
   std::vector<OpTimeRow> top_ops;    // (op, scope, phase) by total time
   std::vector<OpTimeRow> op_kinds;   // per op kind, by total time

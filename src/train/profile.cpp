@@ -60,17 +60,19 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   const Graph& g = t.model().graph;
   const int64_t opt_bytes = optimizer_state_bytes(t);
   const std::string title = run_title(t.config());
+  const DType compute = t.config().model.dtype;  // the ceiling is measured for the dtype the GEMMs run
 
   double ceiling = 0;
   if (measure_ceiling) {
     if (log) {
-      fmt::print(log, "measuring the matmul ceiling of {}...\n", be.name());
+      fmt::print(log, "measuring the {} matmul ceiling of {}...\n", dtype_name(compute), be.name());
       std::fflush(log);
     }
-    ceiling = be.measure_matmul_gflops();
+    ceiling = be.measure_matmul_gflops(compute);
   }
   ProfileOutput out;
   out.summary = summarize_profile(g, plan, rec, ceiling);
+  out.summary.ceiling_dtype = dtype_name(compute);
   const fs::path dir(out_dir);
   out.trace_path = (dir / "trace.json").string();
   out.summary_path = (dir / "summary.json").string();
@@ -87,8 +89,11 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   nlohmann::json j = profile_summary_json(out.summary);
   j["config"] = title;
   j["backend"] = be.name();
-  j["matmul_ceiling_method"] = std::string(be.name()) == "cpu" ? "best of 3 runs of a 2048^3 float32 sgemm (oneDNN), all threads"
-                                                               : "Backend::measure_matmul_gflops";
+  j["matmul_ceiling_dtype"] = dtype_name(compute);
+  j["matmul_ceiling_method"] = std::string(be.name()) == "cpu"
+                                   ? "best of 3 runs of a 2048^3 matmul as the dense kernels run the compute dtype "
+                                     "(oneDNN sgemm; bf16 matmul on AVX512-BF16), all threads"
+                                   : "Backend::measure_matmul_gflops";
   j["memory"] = {{"arena_bytes", plan.arena_bytes},       {"live_bytes_peak", plan.lower_bound_bytes},
                  {"param_bytes", plan.param_bytes},       {"grad_bytes", plan.grad_bytes},
                  {"optimizer_bytes", opt_bytes},          {"input_bytes", plan.input_bytes}};

@@ -96,10 +96,12 @@ TEST(Accumulation, OnlyScatterAddedGradientsAreZeroedBeforeAStep) {
       const Node& n = g.node(id);
       if (!(op_info(n.op).flags & kOpWritesInput0)) continue;
       const bool first = first_seen.insert(n.in[0]).second;
-      if (n.op == OpKind::grad_accumulate)
+      if (n.op == OpKind::grad_accumulate) {
         EXPECT_EQ(std::get<GradAccumulateAttrs>(n.attrs).assign_in_first_minibatch, first) << n.scope;
-      if (n.op == OpKind::dense_grad_weight)
+      }
+      if (n.op == OpKind::dense_grad_weight) {
         EXPECT_EQ(std::get<DenseGradWeightAttrs>(n.attrs).assign_in_first_minibatch, first) << n.scope;
+      }
     }
     EXPECT_EQ(first_seen.size(), g.params().size()) << "every parameter gets a gradient";
     std::set<std::string> names;

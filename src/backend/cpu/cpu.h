@@ -29,7 +29,7 @@ class CpuBackend final : public HostBackend {
   // bias corrections 1 − b^count computed once in float).
   void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override;
   // A 2048³ f32 sgemm on all threads (the BLAS's own threading), best of 3 (ceiling.cpp).
-  double measure_matmul_gflops() override;
+  double measure_matmul_gflops(DType compute) override;
 };
 
 }  // namespace loom

@@ -92,8 +92,8 @@ volatile double g_matmul_sink = 0;
 }  // namespace
 
 // The profiler's yardstick for this backend: a naive triple loop accumulating in double, as its
-// dense kernel does (192³, best of 3).
-double ReferenceBackend::measure_matmul_gflops() {
+// dense kernel does for every dtype (192³, best of 3).
+double ReferenceBackend::measure_matmul_gflops(DType) {
   constexpr int64_t n = 192;
   std::vector<float> a(n * n), b(n * n), c(n * n);
   for (int64_t i = 0; i < n * n; ++i) {

@@ -23,7 +23,7 @@ class ReferenceBackend final : public HostBackend {
   double grad_sq_norm(std::span<const OptimTensor> ts) override;
   void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override;
   // A naive double-accumulating 192³ matmul in its kernels' style (dense.cpp).
-  double measure_matmul_gflops() override;
+  double measure_matmul_gflops(DType compute) override;
 };
 
 }  // namespace loom
