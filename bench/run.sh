@@ -35,6 +35,15 @@ fi
 mkdir -p "$here/build"
 ARCH_LIB=/usr/lib/x86_64-linux-gnu/openblas-openmp
 ARCH_INC=/usr/include/x86_64-linux-gnu/openblas-openmp
+if [[ ! -e "$ARCH_LIB/libopenblas.so" ]]; then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "== installing libopenblas-openmp-dev (apt-get)"
+    apt-get install -y -qq libopenblas-openmp-dev >/dev/null
+  else
+    echo "bench: OpenBLAS (OpenMP) missing; run: sudo apt-get install -y libopenblas-openmp-dev" >&2
+    exit 2
+  fi
+fi
 if [[ ! -x "$here/build/ceiling" || "$here/ceiling.cpp" -nt "$here/build/ceiling" ]]; then
   echo "== building bench/build/ceiling"
   g++ -O3 -mavx2 -mfma -fopenmp -std=c++20 -Wall -Wextra "$here/ceiling.cpp" -I"$ARCH_INC" \
@@ -46,7 +55,7 @@ torch_py=/usr/bin/python3
 if ! "$torch_py" -c "import torch, numpy" 2>/dev/null; then
   if [[ $(id -u) -eq 0 ]]; then
     echo "== installing python3-torch python3-numpy (apt-get)"
-    apt-get install -y python3-torch python3-numpy
+    apt-get install -y -qq python3-torch python3-numpy >/dev/null
   else
     echo "bench: PyTorch missing for $torch_py; run: sudo apt-get install -y python3-torch python3-numpy" >&2
     exit 2
