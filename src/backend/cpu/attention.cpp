@@ -2,38 +2,49 @@
 //
 // One (batch, head) pair per iteration of an OpenMP loop. Each pair packs Q (scaled and rounded)
 // as a contiguous f32 [T, D] matrix in per-thread scratch; K (rounded to the softmax dtype), V and
-// dO are packed likewise only when they need a conversion or rounding; f32 ones go to sgemm in
-// place, with the tensor's row stride (small heads made the per-row copies a large part of the
-// time). Results go straight into out / dqkv the same way when nothing rounds them. The pair then
-// walks the query rows in blocks: per block it forms the logits against the keys the block sees
-// with a single-threaded sgemm, runs the masked softmax row by row in f32 and multiplies by V with
-// another sgemm. The logits never leave the thread's scratch: only out and the f32 row statistics
-// lse are stored, and the backward recomputes the logits from qkv and lse (flash-attention style
-// memory).
+// dO are packed likewise only when they need a conversion or rounding; f32 ones are read in place,
+// with the tensor's row stride (small heads made the per-row copies a large part of the time).
+// For product() (below), Kᵀ, and in the backward Vᵀ, are transposed into scratch as [D, Tp] (T
+// rounded up to whole vectors, zero padded), so that every product reads its right operand by
+// rows. Results go straight into out / dqkv the same way when nothing rounds them. The pair then
+// walks the query rows in blocks: per block it forms the logits against the keys the block sees,
+// runs the masked softmax row by row in f32 and multiplies by V. The logits never leave the
+// thread's scratch: only out and the f32 row statistics lse are stored, and the backward
+// recomputes the logits from qkv and lse (flash-attention style memory).
+//
+// Products: a block's products are small (64×64×32 at nanoGPT's T = 64, D = 32), and there a
+// dnnl_sgemm call spends about as long in its own overhead as in arithmetic. Where D is whole
+// vectors and K and V are small enough to stay in L1 (Geometry::hand, kHandMaxTD), product() runs
+// them instead: register-blocked loops keeping an R-row by NV-vector tile of C in registers, per k
+// broadcasting R elements of op(A) and loading NV vectors of B's row k. Otherwise they go to a
+// single-threaded sgemm.
 //
 // Determinism: a pair is computed start to finish by one thread, with single-threaded sgemm
-// (nthreads-var lowered to 1 inside our region, as in dense.cpp) and fixed-order row sums, so
-// the results depend only on the shapes and values, never on the thread count or the schedule.
+// (nthreads-var lowered to 1 inside our region, as in dense.cpp) or product(), whose elements each
+// sum over k in order, and fixed-order row sums, so the results depend only on the shapes and
+// values, never on the thread count or the schedule.
 //
 // Causal masking: query rows [r0, r1) see only keys [0, r1), so each block of kBq rows computes
 // its products against those keys and skips the blocks above the diagonal; inside the diagonal
-// block the masked weights are zeroed. Without the mask one block covers all rows and keys. The
-// backward's dV and dK (sums over query rows) accumulate block by block (sgemm with beta = 1).
-// Skipped and zeroed terms are exact zeros, so blocking changes only f32 summation orders, and the
-// blocks depend only on T, never on the thread count. A masked logit is finfo(softmax_dtype).min
-// in the reference; here it is −inf, left out of the row's max (or, past the row's width, its
-// weight is set to 0 directly), which is the same thing: exp(min − max) is 0 in float for any
-// finite row max (the diagonal is never masked). The elementwise row loops and the softmax's max
-// and sum run over each row's keys rounded up to whole vectors (row_width), so the vectorised exp
-// has no scalar tail: the extra entries are masked, their exp exactly 0, and sum_f32 assigns lanes
-// by position, so the results are bit for bit those of loops over the keys alone. The backward's
-// row sum Σ p·dp stays over the keys: GCC contracts dot_f32's products into FMAs differently in
-// its vector body and its scalar tail, so moving products from one to the other would change
-// roundings.
+// block the masked weights are zeroed, and product() also leaves out the tiles and terms of it
+// that are all masked (Skip). Without the mask one block covers all rows and keys. The backward's
+// dV and dK (sums over query rows) accumulate block by block. Skipped and zeroed terms are exact
+// zeros, so blocking changes only f32 summation orders, and the blocks depend only on T, never on
+// the thread count. A masked logit is finfo(softmax_dtype).min in the reference; here it is −inf,
+// left out of the row's max (or, past the row's width, its weight is set to 0 directly), which is
+// the same thing: exp(min − max) is 0 in float for any finite row max (the diagonal is never
+// masked). The elementwise row loops and the softmax's max and sum run over each row's keys
+// rounded up to whole vectors (row_width), so the vectorised exp has no scalar tail: the extra
+// entries are masked, their exp exactly 0, and sum_f32 assigns lanes by position, so the results
+// are bit for bit those of loops over the keys alone. The backward's row sum Σ p·dp stays over
+// the keys: GCC contracts dot_f32's products into FMAs differently in its vector body and its
+// scalar tail, so moving products from one to the other would change roundings. A block's logits
+// are stored with their row stride rounded up to whole vectors too (cp), which product() needs.
 //
 // FLOPs: forward 4·B·H·D per (query, key) pair computed; backward 8 per pair plus 2 to recompute
-// the logits. Full attention computes T² pairs; causal T·(T + kBq)/2 when kBq divides T (62.5% of
-// T² at T = 256), against the T·(T + 1)/2 unmasked pairs the op's cost rule counts.
+// the logits. Full attention computes T² pairs. Causal blocks through sgemm compute
+// T·(T + kBq)/2 when kBq divides T (62.5% of T² at T = 256); product() trims the diagonal blocks
+// to whole tiles, close to the T·(T + 1)/2 unmasked pairs the op's cost rule counts.
 
 #include <algorithm>
 #include <bit>
@@ -59,11 +70,42 @@ constexpr int64_t kBq = 64;
 // Floats per AVX-512 vector: the row loops' widths are multiples of it (see row_width).
 constexpr int64_t kLanes = 16;
 
-// Row-major C[M, N] = op(A)·op(B) + beta·C, single-threaded (called inside our own parallel loop).
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-          int64_t ldb, float* C, int64_t ldc, float beta = 0.f) {
-  sgemm_rm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+// product()'s vectors: floats per register, and the most accumulator registers a tile keeps (out
+// of AVX-512's 32, AVX2's 16; a tile also holds NV vectors of B and a broadcast; 12 on AVX2
+// spilled and was slower). kHandMaxTD bounds product()'s domain besides whole vectors per head
+// (see Geometry::hand): T·D at most this, so that K's and V's rows stay in L1 across a block, and
+// blocks of at most kBq query rows. Single-threaded against dnnl_sgemm on AVX-512, product() took
+// 15–60% less time at T = 64 (D = 32 to 256), T = 128 (D = 64) and T = 256 (D = 32), causal; it
+// lost past that (T = 512 with D = 64; 25% at T = 1024) and with all T = 128 rows in one
+// non-causal block. Built for AVX2 against sgemm held to AVX2, it won at T·D = 4096 (T = 64 with
+// D = 64, T = 128 with D = 32) and broke even or lost at 8192.
+#if defined(__AVX512F__)
+constexpr int kW = 16, kAccs = 16;
+constexpr int64_t kHandMaxTD = 8192;
+#else
+constexpr int kW = 8, kAccs = 8;
+constexpr int64_t kHandMaxTD = 4096;
+#endif
+using Vec = float __attribute__((vector_size(kW * sizeof(float))));
+Vec load_vec(const float* p) {
+  Vec v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
+void store_vec(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
+// v, held in a register. Without it GCC folds the loads of B's vectors into every FMA that uses
+// them, reloading each once per row of the tile: 20 loads per 16 FMAs in a 4×4 tile instead of 8,
+// which made product() load-bound (30–40% slower at T = 128, D = 64, and slower than sgemm there).
+// The empty asm changes no value.
+Vec in_register(Vec v) {
+#if defined(__x86_64__)
+  asm("" : "+v"(v));
+#endif
+  return v;
+}
+
+// n rounded up to whole vectors of kLanes floats.
+int64_t whole_vectors(int64_t n) { return ceil_div(n, kLanes) * kLanes; }
 
 struct Geometry {
   int64_t B, T, H, D;
@@ -84,12 +126,130 @@ struct Geometry {
   int64_t block_keys(int64_t r1) const { return causal ? r1 : T; }
   // The width the row loops of row i run over in a block of c keys: its keys rounded up to whole
   // vectors, so the vectorised exp has no scalar tail; past it the row is all masked (weight 0).
-  int64_t row_width(int64_t i, int64_t c) const {
-    return std::min(c, (keys(i) + kLanes - 1) / kLanes * kLanes);
-  }
+  int64_t row_width(int64_t i, int64_t c) const { return std::min(c, whole_vectors(keys(i))); }
+  // Columns of the transposed Kᵀ and Vᵀ, and the most a block's logits have per row.
+  int64_t Tp() const { return whole_vectors(T); }
+  // Whether the block products go through product() rather than sgemm.
+  bool hand() const { return D % kW == 0 && T * D <= kHandMaxTD && block_rows() <= kBq; }
   // Whether the pair loop is worth the pool: ~T²·D multiply-adds per pair.
   bool parallel() const { return B * H > 1 && B * H * T * T * D >= (int64_t{1} << 16); }
 };
+
+// Terms of a causal block's products that are exact zeros, which product() leaves out. off is the
+// block's first query row r0; a band is R rows [r, r + R) of C, whose last query row sees keys
+// [0, off + r + R) when the rows are the block's query rows.
+enum class Skip {
+  none,
+  // C's columns are keys (the logits, dP): only the band's row widths, [0, whole_vectors(off + r + R)).
+  cols,
+  // k runs over keys, A holds weights (W·V, dS·K): only k < off + r + R.
+  k_hi,
+  // C's rows are keys j, k the block's query rows (Wᵀ·dO, dSᵀ·Q): only k ≥ r − off (query ≥ key).
+  k_lo,
+};
+
+// One block product C[M, N] = op(A)·B, plus C when acc; op(A) is A, or Aᵀ when ta (A stored
+// [K, M]); row-major with leading dimensions lda, ldb, ldc, as sgemm takes them.
+struct Prod {
+  bool ta;
+  int64_t M, N, K;
+  const float* A;
+  int64_t lda;
+  const float* B;
+  int64_t ldb;
+  float* C;
+  int64_t ldc;
+  bool acc;
+  Skip skip;
+  int64_t off;
+  // The products against K or V (logits, dP) also give B's transpose, [N, K], as the pair's rows:
+  // sgemm reads those in place (as op(B) = Bᵀ); only product() needs B, their transposed copy.
+  const float* Bt = nullptr;
+  int64_t ldbt = 0;
+};
+
+// C's rows [r, r + R) by vectors [v0, v0 + NV) = their value (when acc) + Σ_{k ∈ [k0, k1)}
+// op(A)[r][k]·B[k]: the tile lives in registers; per k, NV vector loads of B's row and R
+// broadcasts of op(A)'s column. Each element sums over k in order.
+template <int R, int NV>
+void tile(const Prod& p, int64_t r, int64_t v0, int64_t k0, int64_t k1) {
+  const int64_t ars = p.ta ? 1 : p.lda, aks = p.ta ? p.lda : 1;
+  const float* A = p.A + r * ars;
+  const float* B = p.B + v0 * kW;
+  float* C = p.C + r * p.ldc + v0 * kW;
+  Vec c[R][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) c[i][v] = p.acc ? load_vec(C + i * p.ldc + v * kW) : Vec{};
+  for (int64_t k = k0; k < k1; ++k) {
+    Vec b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) b[v] = in_register(load_vec(B + k * p.ldb + v * kW));
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      const float a = A[i * ars + k * aks];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) c[i][v] += a * b[v];
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) store_vec(C + i * p.ldc + v * kW, c[i][v]);
+}
+
+// The band's vectors [v0, nv): tiles of NV vectors, then the rest with fewer.
+template <int R, int NV>
+void span(const Prod& p, int64_t r, int64_t v0, int64_t nv, int64_t k0, int64_t k1) {
+  for (; v0 + NV <= nv; v0 += NV) tile<R, NV>(p, r, v0, k0, k1);
+  if constexpr (NV > 1)
+    if (v0 < nv) span<R, NV - 1>(p, r, v0, nv, k0, k1);
+}
+
+// Band [r, r + R) of C, less what p.skip leaves out.
+template <int R, int NV>
+void band(const Prod& p, int64_t r) {
+  int64_t k0 = 0, k1 = p.K, nv = ceil_div(p.N, kW);
+  const int64_t keys = p.off + r + R;
+  if (p.skip == Skip::cols) nv = std::min(nv, whole_vectors(keys) / kW);
+  if (p.skip == Skip::k_hi) k1 = std::min(k1, keys);
+  if (p.skip == Skip::k_lo) k0 = std::max<int64_t>(0, r - p.off);
+  span<R, NV>(p, r, 0, nv, k0, k1);
+}
+
+// Bands of as many rows as the accumulator registers allow with NV vectors per row (at most 8:
+// each row costs a broadcast per k), then single rows.
+template <int NV>
+void bands(const Prod& p) {
+  constexpr int R = std::min(8, kAccs / NV);
+  int64_t r = 0;
+  for (; r + R <= p.M; r += R) band<R, NV>(p, r);
+  for (; r < p.M; ++r) band<1, NV>(p, r);
+}
+
+// p by register-blocked loops, over C's columns up to N rounded up to whole vectors (B's and C's
+// rows must have room for them).
+void product(const Prod& p) {
+  switch (std::min<int64_t>(ceil_div(p.N, kW), 4)) {
+    case 1: return bands<1>(p);
+    case 2: return bands<2>(p);
+    case 3: return bands<3>(p);
+    default: return bands<4>(p);
+  }
+}
+
+// p through product() when the geometry's heads suit it, else through sgemm (which computes the
+// terms p.skip names too; they are exact zeros either way).
+void mul(const Geometry& g, Prod p) {
+  if (!g.causal) p.skip = Skip::none;
+  const bool tb = p.Bt != nullptr;
+  if (g.hand())
+    product(p);
+  else
+    sgemm_rm(p.ta, tb, p.M, p.N, p.K, 1.f, p.A, p.lda, tb ? p.Bt : p.B, tb ? p.ldbt : p.ldb, p.acc ? 1.f : 0.f,
+             p.C, p.ldc);
+}
 
 // Pair (b, h)'s T rows of D elements in a tensor: element e of row t is at off + t·ld + e.
 struct Slice {
@@ -103,7 +263,7 @@ Slice out_rows(const Geometry& g, const TensorArg& out, int64_t b, int64_t h) {
   return {out, g.out_at(b, 0, h), g.H * g.D};
 }
 
-// A pair's [T, D] f32 operand or result as sgemm sees it: row t at p + t·ld. `copy`: p is
+// A pair's [T, D] f32 operand or result as the products see it: row t at p + t·ld. `copy`: p is
 // scratch (a converted copy, or a result still to be stored), not the tensor's own rows.
 struct Rows {
   float* p;
@@ -112,7 +272,7 @@ struct Rows {
 };
 
 // The slice rounded to r as an operand: the tensor's own rows when they are f32 and r changes
-// nothing (no packing: sgemm takes the stride), else a converted copy in buf.
+// nothing (no packing: the products take the stride), else a converted copy in buf.
 Rows operand(const Geometry& g, const Slice& s, DType r, float* buf) {
   if (s.x.dtype == DType::f32 && r == DType::f32) return {s.x.as<float>() + s.off, s.ld, false};
   for (int64_t t = 0; t < g.T; ++t) load_f32(s.x.data, s.x.dtype, s.off + t * s.ld, buf + t * g.D, g.D);
@@ -142,15 +302,63 @@ void pack_q(const Geometry& g, const Slice& q, float* Q) {
   if (rounding_changes(g.d, g.s)) round_inplace(Q, g.T * g.D, g.s);
 }
 
-// S = round_s(Q[r0, r1)·K[0, c)ᵀ), [r1 − r0, c], with the masked logits within each row's width
-// set to −inf: they drop out of the row's max, and exp of them is exactly 0, so the row loops run
-// over whole vectors instead of each row's own length (its sums gain only exact zeros).
-void logits(const Geometry& g, const float* Q, const Rows& K, int64_t r0, int64_t r1, int64_t c, float* S) {
-  gemm(false, true, r1 - r0, c, g.D, Q + r0 * g.D, g.D, K.p, K.ld, S, c);
-  round_inplace(S, (r1 - r0) * c, g.s);
+// One stage of an in-register transpose of kW rows: rows a = i and b = i + s (i & s == 0) swap
+// their off-diagonal s×s blocks, a'[j] = b[j − s] and b'[j − s] = a[j] for the lanes j with j & s.
+// The stages s = kW/2, …, 2, 1 together transpose (each swaps row bit s with lane bit s).
+template <int s>
+void swap_blocks(Vec& a, Vec& b) {
+  using Lanes = int32_t __attribute__((vector_size(sizeof(Vec))));
+  Lanes j;
+  for (int l = 0; l < kW; ++l) j[l] = l;
+  const Lanes hi = (j & s) != 0;
+  const Vec na = __builtin_shuffle(a, b, hi ? j + (kW - s) : j);  // indices ≥ kW pick from b
+  b = __builtin_shuffle(a, b, hi ? j + kW : j + s);
+  a = na;
+}
+template <int s>
+void transpose_stages(Vec* r) {
+#pragma GCC unroll 16
+  for (int i = 0; i < kW; ++i)
+    if ((i & s) == 0) swap_blocks<s>(r[i], r[i + s]);
+  if constexpr (s > 1) transpose_stages<s / 2>(r);
+}
+
+// Xt = Xᵀ of the pair's rows X, [D, Tp] (row e at Xt + e·Tp), zero past column T (the logits'
+// padding columns read it; zeros keep them finite and cheap). D is whole vectors (g.hand()):
+// kW×kW blocks go through registers, the rows past the last whole block element by element.
+void transpose(const Geometry& g, const Rows& x, float* Xt) {
+  const int64_t Tp = g.Tp();
+  int64_t t0 = 0;
+  for (; t0 + kW <= g.T; t0 += kW)
+    for (int64_t e0 = 0; e0 < g.D; e0 += kW) {
+      Vec r[kW];
+#pragma GCC unroll 16
+      for (int i = 0; i < kW; ++i) r[i] = load_vec(x.p + (t0 + i) * x.ld + e0);
+      transpose_stages<kW / 2>(r);
+#pragma GCC unroll 16
+      for (int i = 0; i < kW; ++i) store_vec(Xt + (e0 + i) * Tp + t0, r[i]);
+    }
+  for (int64_t e = 0; e < g.D; ++e) {
+    float* row = Xt + e * Tp;
+    for (int64_t t = t0; t < g.T; ++t) row[t] = x.p[t * x.ld + e];
+    std::fill(row + g.T, row + Tp, 0.f);
+  }
+}
+
+// S = round_s(Q[r0, r1)·K[0, c)ᵀ) (Kt = Kᵀ when g.hand()), [r1 − r0, c] with row stride
+// whole_vectors(c), with the masked logits within each row's width set to −inf: they drop out of
+// the row's max, and exp of them is exactly 0, so the row loops run over whole vectors instead of
+// each row's own length (its sums gain only exact zeros). Past its width a row is left unset
+// (product() may skip it).
+void logits(const Geometry& g, const float* Q, const Rows& K, const float* Kt, int64_t r0, int64_t r1, int64_t c,
+            float* S) {
+  const int64_t cp = whole_vectors(c);
+  mul(g, {false, r1 - r0, c, g.D, Q + r0 * g.D, g.D, Kt, g.Tp(), S, cp, false, Skip::cols, r0, K.p, K.ld});
   for (int64_t i = r0; i < r1; ++i) {
-    float* row = S + (i - r0) * c;
-    std::fill(row + g.keys(i), row + g.row_width(i, c), -std::numeric_limits<float>::infinity());
+    float* row = S + (i - r0) * cp;
+    const int64_t w = g.row_width(i, c);
+    round_inplace(row, w, g.s);
+    std::fill(row + g.keys(i), row + w, -std::numeric_limits<float>::infinity());
   }
 }
 
@@ -184,24 +392,27 @@ void cpu_attention(const KernelArgs& a) {
 #pragma omp parallel for schedule(dynamic, 1) if (g.parallel())
   for (int64_t pr = 0; pr < pairs; ++pr) {
     omp_set_num_threads(1);  // this implicit task's copy: the sgemm runs single-threaded
-    const int64_t b = pr / g.H, h = pr % g.H, bq = g.block_rows();
-    float* Q = scratch(0, 4 * T * D + bq * T);
-    float* S = Q + 4 * T * D;  // one row block's logits, then weights
+    const int64_t b = pr / g.H, h = pr % g.H, bq = g.block_rows(), Tp = g.Tp();
+    const int64_t nt = g.hand() ? D * Tp : 0;  // Kᵀ's floats
+    float* Q = scratch(0, 4 * T * D + nt + bq * Tp);
+    float* Kt = Q + 4 * T * D;
+    float* S = Kt + nt;  // one row block's logits, then weights
     pack_q(g, qkv_part(g, qkv, b, h, 0), Q);
     const Rows K = operand(g, qkv_part(g, qkv, b, h, 1), g.s, Q + T * D);
+    if (g.hand()) transpose(g, K, Kt);
     const Rows V = operand(g, qkv_part(g, qkv, b, h, 2), DType::f32, Q + 2 * T * D);
     const Slice o = out_rows(g, out, b, h);
     const Rows O = result(g, o, g.d == DType::f32, Q + 3 * T * D);
     for (int64_t r0 = 0; r0 < T; r0 += bq) {
-      const int64_t r1 = std::min(T, r0 + bq), c = g.block_keys(r1);
-      logits(g, Q, K, r0, r1, c, S);
+      const int64_t r1 = std::min(T, r0 + bq), c = g.block_keys(r1), cp = whole_vectors(c);
+      logits(g, Q, K, Kt, r0, r1, c, S);
       for (int64_t i = r0; i < r1; ++i) {
-        float* row = S + (i - r0) * c;
+        float* row = S + (i - r0) * cp;
         const int64_t w = g.row_width(i, c);
         lse[pr * T + i] = softmax_weights(g, row, w);
         std::fill(row + w, row + c, 0.f);
       }
-      gemm(false, false, r1 - r0, D, c, S, c, V.p, V.ld, O.p + r0 * O.ld, O.ld);
+      mul(g, {false, r1 - r0, D, c, S, cp, V.p, V.ld, O.p + r0 * O.ld, O.ld, false, Skip::k_hi, r0});
     }
     store(g, O, o);
   }
@@ -229,14 +440,21 @@ void cpu_attention_grad(const KernelArgs& a) {
 #pragma omp parallel for schedule(dynamic, 1) if (g.parallel())
   for (int64_t pr = 0; pr < pairs; ++pr) {
     omp_set_num_threads(1);
-    const int64_t b = pr / g.H, h = pr % g.H, bq = g.block_rows();
-    float* Q = scratch(0, 7 * T * D + 2 * bq * T);
-    float* P = Q + 7 * T * D;  // one row block's probabilities
-    float* dS = P + bq * T;    // the block's W, then dP, then dS
+    const int64_t b = pr / g.H, h = pr % g.H, bq = g.block_rows(), Tp = g.Tp();
+    const int64_t nt = g.hand() ? D * Tp : 0;  // floats of Kᵀ, Vᵀ
+    float* Q = scratch(0, 7 * T * D + 2 * nt + 2 * bq * Tp);
+    float* Kt = Q + 7 * T * D;
+    float* Vt = Kt + nt;
+    float* P = Vt + nt;  // one row block's probabilities
+    float* dS = P + bq * Tp;  // the block's W, then dP, then dS
     pack_q(g, qkv_part(g, qkv, b, h, 0), Q);
     const Rows K = operand(g, qkv_part(g, qkv, b, h, 1), g.s, Q + T * D);
     const Rows V = operand(g, qkv_part(g, qkv, b, h, 2), DType::f32, Q + 2 * T * D);
     const Rows dO = operand(g, out_rows(g, dout, b, h), DType::f32, Q + 3 * T * D);
+    if (g.hand()) {
+      transpose(g, K, Kt);
+      transpose(g, V, Vt);
+    }
     // dQ and dK are rounded to s before they are stored, dV only to d. dQ's scaling is no rounding
     // step: it is applied in place below.
     const bool in_place = g.d == DType::f32 && g.s == DType::f32;
@@ -251,41 +469,43 @@ void cpu_attention_grad(const KernelArgs& a) {
       std::fill_n(dV.p + t * dV.ld, D, 0.f);
     }
     for (int64_t r0 = 0; r0 < T; r0 += bq) {
-      const int64_t r1 = std::min(T, r0 + bq), m = r1 - r0, c = g.block_keys(r1);
-      logits(g, Q, K, r0, r1, c, P);
+      const int64_t r1 = std::min(T, r0 + bq), m = r1 - r0, c = g.block_keys(r1), cp = whole_vectors(c);
+      logits(g, Q, K, Kt, r0, r1, c, P);
+      // P, W and dS are zero past each row's width, up to the padded stride cp (so the whole
+      // block rounds and copies as one run).
       for (int64_t i = r0; i < r1; ++i) {
-        float* row = P + (i - r0) * c;
+        float* row = P + (i - r0) * cp;
         const int64_t w = g.row_width(i, c);
         const float l = lse[pr * T + i];
         for (int64_t j = 0; j < w; ++j) row[j] = exp_f32(row[j] - l);
-        std::fill(row + w, row + c, 0.f);
+        std::fill(row + w, row + cp, 0.f);
       }
-      round_inplace(P, m * c, g.s);
+      round_inplace(P, m * cp, g.s);
       // dV[0, c) += W[r0, r1)ᵀ·dO[r0, r1)
       const float* W = P;
       if (!w_is_p) {
-        std::copy(P, P + m * c, dS);
-        round_inplace(dS, m * c, g.d);
+        std::copy(P, P + m * cp, dS);
+        round_inplace(dS, m * cp, g.d);
         W = dS;
       }
-      gemm(true, false, c, D, m, W, c, dO.p + r0 * dO.ld, dO.ld, dV.p, dV.ld, 1.f);
+      mul(g, {true, c, D, m, W, cp, dO.p + r0 * dO.ld, dO.ld, dV.p, dV.ld, true, Skip::k_lo, r0});
       // dP = round_s(round_d(dO[r0, r1)·V[0, c)ᵀ)), then dS row by row in place.
-      gemm(false, true, m, c, D, dO.p + r0 * dO.ld, dO.ld, V.p, V.ld, dS, c);
-      round_inplace(dS, m * c, g.d);
-      if (rounding_changes(g.d, g.s)) round_inplace(dS, m * c, g.s);
+      mul(g, {false, m, c, D, dO.p + r0 * dO.ld, dO.ld, Vt, Tp, dS, cp, false, Skip::cols, r0, V.p, V.ld});
+      round_inplace(dS, m * cp, g.d);
+      if (rounding_changes(g.d, g.s)) round_inplace(dS, m * cp, g.s);
       for (int64_t i = r0; i < r1; ++i) {
-        float* ds = dS + (i - r0) * c;
-        const float* p = P + (i - r0) * c;
+        float* ds = dS + (i - r0) * cp;
+        const float* p = P + (i - r0) * cp;
         const int64_t n = g.keys(i), w = g.row_width(i, c);
         // The row sum over the keys only (see the header: FMA contraction differs in dot_f32's tail).
         const float rs = dot_f32(p, ds, n);
         for (int64_t j = 0; j < w; ++j) ds[j] = p[j] * (ds[j] - rs);
-        std::fill(ds + n, ds + c, 0.f);
+        std::fill(ds + n, ds + cp, 0.f);
       }
-      round_inplace(dS, m * c, g.s);
+      round_inplace(dS, m * cp, g.s);
       // dQ[r0, r1) = dS·K[0, c), dK[0, c) += dSᵀ·Q[r0, r1)
-      gemm(false, false, m, D, c, dS, c, K.p, K.ld, dQ.p + r0 * dQ.ld, dQ.ld);
-      gemm(true, false, c, D, m, dS, c, Q + r0 * D, D, dK.p, dK.ld, 1.f);
+      mul(g, {false, m, D, c, dS, cp, K.p, K.ld, dQ.p + r0 * dQ.ld, dQ.ld, false, Skip::k_hi, r0});
+      mul(g, {true, c, D, m, dS, cp, Q + r0 * D, D, dK.p, dK.ld, true, Skip::k_lo, r0});
     }
     const bool round_dq_d = rounding_changes(g.s, g.d);
     for (int64_t t = 0; t < T; ++t) {
