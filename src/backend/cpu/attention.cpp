@@ -79,11 +79,16 @@ constexpr int64_t kLanes = 16;
 // lost past that (T = 512 with D = 64; 25% at T = 1024) and with all T = 128 rows in one
 // non-causal block. Built for AVX2 against sgemm held to AVX2, it won at T·D = 4096 (T = 64 with
 // D = 64, T = 128 with D = 32) and broke even or lost at 8192.
+// A build without AVX (LOOM_NATIVE=OFF on plain x86-64) gets 4-float vectors, so that a Vec still
+// fits one register (in_register() needs that); its limits are the AVX2 ones, unmeasured.
 #if defined(__AVX512F__)
 constexpr int kW = 16, kAccs = 16;
 constexpr int64_t kHandMaxTD = 8192;
-#else
+#elif defined(__AVX__)
 constexpr int kW = 8, kAccs = 8;
+constexpr int64_t kHandMaxTD = 4096;
+#else
+constexpr int kW = 4, kAccs = 8;
 constexpr int64_t kHandMaxTD = 4096;
 #endif
 using Vec = float __attribute__((vector_size(kW * sizeof(float))));

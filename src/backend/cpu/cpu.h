@@ -28,7 +28,8 @@ class CpuBackend final : public HostBackend {
   // One parallel pass over param/grad/mu/nu of all tensors (optax sgd/adam/adamw, float arithmetic,
   // bias corrections 1 − b^count computed once in float).
   void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override;
-  // A 2048³ f32 sgemm on all threads (the BLAS's own threading), best of 3 (ceiling.cpp).
+  // A 2048³ product on all threads the way the dense kernels run `compute` (f32 sgemm, or oneDNN's
+  // bf16 matmul on AVX512-BF16 for bfloat16), best of 3 (ceiling.cpp).
   double measure_matmul_gflops(DType compute) override;
 };
 

@@ -48,7 +48,7 @@ bool bf16_gemm_available();
 // Row-major f32 C[M, N] = op(A)·op(B) for bfloat16 A and B (raw bits, layouts as sgemm_rm), fp32
 // accumulation of the exact bf16 products, like sgemm on the widened values except for summation
 // order and that vdpbf16ps treats subnormal inputs and results as zero. Only when
-// bf16_gemm_available(); uses the OpenMP thread count in effect.
+// bf16_gemm_available(); runs with the OpenMP thread count in effect (1 inside our tile loops).
 void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
              int64_t ldb, float* C, int64_t ldc);
 

@@ -169,8 +169,8 @@ void cpu_dense_grad_input(const KernelArgs& a) {
   });
 }
 
-// grad[k, n] += round_c(Σ_m round_c(x[m, k]) · dy[m, n]): sgemm TN. When this assigns (the
-// buffer's first writer, minibatch 0) the sgemm writes the gradient buffer itself; otherwise into
+// grad[k, n] += round_c(Σ_m round_c(x[m, k]) · dy[m, n]): a TN GEMM. When this assigns (the
+// buffer's first writer, minibatch 0) the GEMM writes the gradient buffer itself; otherwise into
 // scratch, each tile added to the gradient by the epilogue while it is in cache. Either way the
 // values are those of the unfused dW followed by grad_accumulate, bit for bit.
 // grad is [K, N] ([N, K] with transpose_w) in row-major order, whatever its shape.

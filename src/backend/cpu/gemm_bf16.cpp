@@ -5,8 +5,9 @@
 // their scratchpad is one grow-only buffer per thread (user scratchpad mode), so two threads never
 // share state and a call allocates nothing after the first.
 //
-// Threads: the primitive uses the OpenMP thread count in effect when it runs; dense.cpp calls it
-// inside its own tile loop, where that is 1 (as for sgemm).
+// Threads: a primitive runs with the OpenMP thread count in effect when it was created, which is
+// part of the cache key; dense.cpp calls it inside its own tile loop, where that is 1 (as for
+// sgemm). The cache lives as long as its thread (training runs a fixed set of shapes).
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -32,15 +33,18 @@ dnnl_engine_t engine() {
   return e;
 }
 
+// A primitive fixes its thread count when it is created (oneDNN with OpenMP), so that is part of
+// the key: dense.cpp's tile loops create theirs with 1, the profiler's ceiling with all threads.
 struct Key {
   bool ta, tb;
   int64_t M, N, K, lda, ldb, ldc;
+  int threads;
   bool operator==(const Key&) const = default;
 };
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = (k.ta ? 1u : 0u) | (k.tb ? 2u : 0u);
-    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc}) h = h * 1000003u ^ static_cast<size_t>(v);
+    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.threads}}) h = h * 1000003u ^ static_cast<size_t>(v);
     return h;
   }
 };
@@ -104,7 +108,7 @@ void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* 
     check(dnnl_stream_create(&s, engine(), dnnl_stream_default_flags), "stream creation");
     return s;
   }();
-  const Key key{ta, tb, M, N, K, lda, ldb, ldc};
+  const Key key{ta, tb, M, N, K, lda, ldb, ldc, omp_get_max_threads()};
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, create(key)).first;
   const Matmul& m = it->second;
