@@ -35,17 +35,14 @@ void unary(const KernelArgs& a, F f) {
   const TensorArg& y = a.out[0];
   const int64_t n = x.shape.numel();
   LOOM_ASSERT(y.shape.numel() == n);
-  const int64_t nb = ceil_div(n, kBlock);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * kBlock, len = std::min(kBlock, n - off);
+  for_blocks(n, [&](int64_t off, int64_t len) {
     float xb[kBlock], yb[kBlock];
     const float* xs = block_in(x, off, len, xb);
     float* ys = block_dst(y, off, yb);
 #pragma omp simd
     for (int64_t i = 0; i < len; ++i) ys[i] = f(xs[i]);
     block_out(y, off, len, ys);
-  }
+  });
 }
 
 // (x, dy) -> dx, elementwise (dx may be x or dy).
@@ -56,10 +53,7 @@ void unary_grad(const KernelArgs& a, F f) {
   const TensorArg& dx = a.out[0];
   const int64_t n = x.shape.numel();
   LOOM_ASSERT(dy.shape.numel() == n && dx.shape.numel() == n);
-  const int64_t nb = ceil_div(n, kBlock);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * kBlock, len = std::min(kBlock, n - off);
+  for_blocks(n, [&](int64_t off, int64_t len) {
     float xb[kBlock], gb[kBlock], ob[kBlock];
     const float* xs = block_in(x, off, len, xb);
     const float* gs = block_in(dy, off, len, gb);
@@ -67,7 +61,7 @@ void unary_grad(const KernelArgs& a, F f) {
 #pragma omp simd
     for (int64_t i = 0; i < len; ++i) os[i] = f(xs[i], gs[i]);
     block_out(dx, off, len, os);
-  }
+  });
 }
 
 }  // namespace

@@ -194,6 +194,18 @@ inline float max_f32(const float* p, int64_t n) {
   return m;
 }
 
+// f(off, len) for the blocks [off, off + len) of kBlock elements (the last one shorter) that cover
+// [0, n), in parallel over blocks when n is worth the pool. An elementwise pass's skeleton.
+template <class F>
+void for_blocks(int64_t n, F&& f) {
+  const int64_t nb = ceil_div(n, kBlock);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * kBlock;
+    f(off, n - off < kBlock ? n - off : kBlock);
+  }
+}
+
 // ---- scratch -------------------------------------------------------------------------------
 
 // Grow-only per-thread scratch, `slot` selecting one of a few independent buffers. A stopgap
@@ -219,13 +231,10 @@ inline const float* f32_rounded(const TensorArg& t, DType c, int slot) {
   const bool round = rounding_changes(t.dtype, c);
   if (t.dtype == DType::f32 && !round) return t.as<float>();
   float* s = scratch(slot, n);
-  const int64_t nb = ceil_div(n, kBlock);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * kBlock, len = n - off < kBlock ? n - off : kBlock;
+  for_blocks(n, [&](int64_t off, int64_t len) {
     load_f32(t.data, t.dtype, off, s + off, len);
     if (round) round_inplace(s + off, len, c);
-  }
+  });
   return s;
 }
 
@@ -235,14 +244,11 @@ inline const uint16_t* bf16_rounded(const TensorArg& t, int slot) {
   if (t.dtype == DType::bf16) return t.as<const uint16_t>();
   const int64_t n = t.shape.numel();
   auto* s = reinterpret_cast<uint16_t*>(scratch(slot, ceil_div(n, 2)));
-  const int64_t nb = ceil_div(n, kBlock);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * kBlock, len = n - off < kBlock ? n - off : kBlock;
+  for_blocks(n, [&](int64_t off, int64_t len) {
     float buf[kBlock];
     load_f32(t.data, t.dtype, off, buf, len);
     store_f32(buf, s, DType::bf16, off, len);
-  }
+  });
   return s;
 }
 
