@@ -14,7 +14,8 @@ struct ModelGraph {
   std::string name;             // "MLPClassifier"
   ValueId inputs = kNoValue;    // persistent input: features or token ids
   ValueId labels = kNoValue;    // persistent input: int32 labels
-  ValueId output = kNoValue;    // the model's output (log-probs or logits), before the loss
+  ValueId output = kNoValue;    // the model's output (log-probs or logits), before the loss; a
+                                // Transformer's logits are in its compute dtype
   ValueId loss_sum = kNoValue;  // f32 scalar: Σ over the minibatch of the per-example loss
   ValueId correct = kNoValue;   // i32 scalar: examples whose argmax equals the label
   int64_t examples = 0;         // rows the loss is summed over (the metric's count)

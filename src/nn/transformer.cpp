@@ -94,8 +94,11 @@ ValueId transformer_block(const Scope& s, ValueId x, const TransformerSpec& c, b
   return c.attn_first ? mlp(attn(x)) : attn(mlp(x));
 }
 
-// Embeddings, blocks and head, shared by the training graph and the decoder: the f32 logits
-// [B, T, V] of tokens [B, T] at positions [T].
+// Embeddings, blocks and head, shared by the training graph and the decoder: the logits [B, T, V]
+// of tokens [B, T] at positions [T], in the compute dtype. The tutorial's logits.astype(float32)
+// before the loss is inside the loss ops (graph/ops/loss.cpp: they widen low-precision logits
+// exactly), so a bfloat16 model keeps no float32 copy of the logits or of their gradient; the
+// decoder casts for the sampler.
 ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const TransformerSpec& c, bool train,
                            const Decode* dec) {
   const Scope root(g);
@@ -121,7 +124,7 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Tr
     x = es.op1(OpKind::dense, {x, table}, DenseAttrs{c.dtype, /*transpose_w=*/true});  // [B, T, V]
   else
     x = linear(root / "output_layer", x, Shape{C, c.num_outputs}, c, false);  // [B, T, V]
-  return cast(root, x, DType::f32);
+  return x;
 }
 
 }  // namespace
@@ -152,7 +155,8 @@ ModelGraph build_transformer_decoder(const TransformerSpec& spec, int64_t batch,
   m.inputs = g.add_input("inputs", Shape{batch, 1}, DType::i32);         // [B, 1] the current tokens
   const ValueId positions = g.add_input("positions", Shape{1}, DType::i32);  // [1] their position
   const Decode dec{max_len, view(Scope(g), positions, Shape{})};         // the same int, as a scalar
-  m.output = transformer_logits(g, m.inputs, positions, c, /*train=*/false, &dec);  // [B, 1, V]
+  m.output = cast(Scope(g), transformer_logits(g, m.inputs, positions, c, /*train=*/false, &dec),
+                  DType::f32);  // [B, 1, V] f32, what the sampler reads
   g.mark_output(m.output);
   return m;
 }

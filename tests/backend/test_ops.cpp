@@ -743,32 +743,62 @@ std::vector<Shape> logit_shapes() {
   return s;
 }
 
+// Low-precision logits are widened exactly inside the loss ops (a bf16 model's loss reads its
+// bf16 logits), and the gradient is rounded once to the logits' dtype.
+constexpr DType kLogitDTypes[] = {DType::f32, DType::bf16, DType::f16};
+
 TEST(CpuOps, CrossEntropy) {
-  for (const Shape& s : logit_shapes()) {
-    OpCase oc(OpKind::cross_entropy, {{s, DType::f32}, {s.drop_last(), DType::i32}});
-    oc.fill_random(next_seed(), static_cast<int32_t>(s.last()));
-    const Outputs o = run_both(oc);
-    // A scalar: NMSE 1e-12 is a relative error of 1e-6.
-    expect_nmse(o.cpu[0], o.ref[0], 1e-12, "cross_entropy " + s.str());
-  }
+  for (DType dt : kLogitDTypes)
+    for (const Shape& s : logit_shapes()) {
+      OpCase oc(OpKind::cross_entropy, {{s, dt}, {s.drop_last(), DType::i32}});
+      oc.fill_random(next_seed(), static_cast<int32_t>(s.last()));
+      const Outputs o = run_both(oc);
+      // A scalar computed in f32 from the same (widened) values: NMSE 1e-12 is a relative error
+      // of 1e-6 whatever the logits' dtype.
+      expect_nmse(o.cpu[0], o.ref[0], 1e-12, "cross_entropy " + s.str() + " " + dtype_name(dt));
+    }
 }
 
 TEST(CpuOps, CrossEntropyGrad) {
-  for (const Shape& s : logit_shapes()) {
-    OpCase oc(OpKind::cross_entropy_grad,
-              {{s, DType::f32}, {s.drop_last(), DType::i32}, {Shape{}, DType::f32}});
-    oc.fill_random(next_seed(), static_cast<int32_t>(s.last()));
-    expect_outputs_close(run_both(oc), "cross_entropy_grad " + s.str());
-  }
+  for (DType dt : kLogitDTypes)
+    for (const Shape& s : logit_shapes()) {
+      OpCase oc(OpKind::cross_entropy_grad, {{s, dt}, {s.drop_last(), DType::i32}, {Shape{}, DType::f32}});
+      oc.fill_random(next_seed(), static_cast<int32_t>(s.last()));
+      const Outputs o = run_both(oc);
+      ASSERT_EQ(o.cpu[0].dtype, dt) << "the gradient has the logits' dtype";
+      expect_outputs_close(o, "cross_entropy_grad " + s.str() + " " + dtype_name(dt));
+    }
+}
+
+// The fused widening gives bit for bit what a float32 cast of the logits followed by the f32 op
+// (and, for the gradient, a cast of it back) gives, on the CPU backend: the program a bf16 model
+// ran before the loss read its logits itself.
+TEST(CpuOps, LossOnLowPrecisionLogitsEqualsCastThenF32) {
+  CpuBackend cpu;
+  for (DType dt : {DType::bf16, DType::f16})
+    for (const Shape& s : logit_shapes()) {
+      OpCase low(OpKind::cross_entropy_grad, {{s, dt}, {s.drop_last(), DType::i32}, {Shape{}, DType::f32}});
+      low.fill_random(next_seed(), static_cast<int32_t>(s.last()));
+      OpCase wide(OpKind::cross_entropy_grad, {{s, DType::f32}, {s.drop_last(), DType::i32}, {Shape{}, DType::f32}});
+      for (int64_t i = 0; i < s.numel(); ++i) wide.input(0).set(i, low.input(0).get(i));
+      for (int64_t i = 0; i < s.drop_last().numel(); ++i) wide.input(1).set_i32(i, low.input(1).get_i32(i));
+      wide.input(2).set(0, low.input(2).get(0));
+      const HostTensor g_low = low.run(cpu)[0];
+      const HostTensor g_wide = wide.run(cpu)[0];
+      for (int64_t i = 0; i < s.numel(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(g_low.get(i)), std::bit_cast<uint32_t>(round_to(dt, g_wide.get(i))))
+            << s.str() << " " << dtype_name(dt) << " element " << i;
+    }
 }
 
 TEST(CpuOps, Accuracy) {
-  for (const Shape& s : logit_shapes()) {
-    OpCase oc(OpKind::accuracy, {{s, DType::f32}, {s.drop_last(), DType::i32}});
-    oc.fill_random(next_seed(), static_cast<int32_t>(s.last()));
-    const Outputs o = run_both(oc);
-    expect_bytes_equal(o.cpu[0], o.ref[0], "accuracy " + s.str());
-  }
+  for (DType dt : kLogitDTypes)
+    for (const Shape& s : logit_shapes()) {
+      OpCase oc(OpKind::accuracy, {{s, dt}, {s.drop_last(), DType::i32}});
+      oc.fill_random(next_seed(), static_cast<int32_t>(s.last()));
+      const Outputs o = run_both(oc);
+      expect_bytes_equal(o.cpu[0], o.ref[0], "accuracy " + s.str() + " " + dtype_name(dt));
+    }
 }
 
 // Ties (the first maximum wins) and NaNs (a NaN is the maximum, the first one winning).

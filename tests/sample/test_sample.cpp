@@ -82,8 +82,13 @@ class FullForward {
     ex_->upload(m_.inputs, in.data());
     ex_->upload(m_.labels, labels.data());
     ex_->run(RunCtx{});
-    std::vector<float> out(static_cast<size_t>(kMaxLen * kVocab));
-    ex_->download(m_.output, out.data());
+    // The training graph's logits are in the compute dtype (the loss widens them itself).
+    const DType dt = m_.graph.value(m_.output).dtype;
+    const auto n = static_cast<size_t>(kMaxLen * kVocab);
+    std::vector<unsigned char> raw(n * dtype_size(dt));
+    ex_->download(m_.output, raw.data());
+    std::vector<float> out(n);
+    convert(raw.data(), dt, out.data(), DType::f32, n);
     return out;
   }
 

@@ -79,11 +79,11 @@ void cpu_cross_entropy(const KernelArgs& a) {
   const TensorArg& logits = a.in[0];
   const TensorArg& labels = a.in[1];
   const int64_t V = logits.shape.last(), R = logits.shape.rows();
-  LOOM_ASSERT(logits.dtype == DType::f32 && labels.shape.numel() == R && a.out[0].shape.numel() == 1);
+  LOOM_ASSERT(labels.shape.numel() == R && a.out[0].shape.numel() == 1);
   float* loss = scratch(kOuterSlot + 0, R);
 #pragma omp parallel for schedule(static) if (par_rows(R, V))
   for (int64_t r = 0; r < R; ++r) {
-    const float* xr = logits.as<const float>() + r * V;
+    const float* xr = row_f32(logits, r * V, V, 1);
     const int32_t l = label_at(labels, r, V);
     const RowExp s = row_exp(xr, V, scratch(0, V));
     loss[r] = (s.max - xr[l]) + std::log(s.sum);
@@ -93,24 +93,27 @@ void cpu_cross_entropy(const KernelArgs& a) {
   a.out[0].as<float>()[0] = static_cast<float>(total);
 }
 
-// (logits, labels, dloss) -> dloss·(softmax(row) − onehot(label)).
+// (logits, labels, dloss) -> dloss·(softmax(row) − onehot(label)), in f32, stored in the logits'
+// dtype.
 void cpu_cross_entropy_grad(const KernelArgs& a) {
   const TensorArg& logits = a.in[0];
   const TensorArg& labels = a.in[1];
   const TensorArg& dl = a.out[0];
   const int64_t V = logits.shape.last(), R = logits.shape.rows();
-  LOOM_ASSERT(logits.dtype == DType::f32 && dl.dtype == DType::f32);
+  LOOM_ASSERT(dl.dtype == logits.dtype);
   LOOM_ASSERT(labels.shape.numel() == R && a.in[2].shape.numel() == 1 && dl.shape == logits.shape);
   const float dloss = load_as_f32(a.in[2].data, a.in[2].dtype, 0);
+  const bool f32 = dl.dtype == DType::f32;
 #pragma omp parallel for schedule(static) if (par_rows(R, V))
   for (int64_t r = 0; r < R; ++r) {
-    const float* xr = logits.as<const float>() + r * V;
-    float* out = dl.as<float>() + r * V;
+    const float* xr = row_f32(logits, r * V, V, 0);
+    float* out = f32 ? dl.as<float>() + r * V : scratch(1, V);
     const int32_t l = label_at(labels, r, V);
     const RowExp s = row_exp(xr, V, out);  // out holds exp(x − max) until scaled
     const float p_label = out[l] / s.sum;
     for (int64_t c = 0; c < V; ++c) out[c] = dloss * (out[c] / s.sum);
     out[l] = dloss * (p_label - 1.f);
+    if (!f32) store_f32(out, dl.data, dl.dtype, r * V, V);
   }
 }
 
@@ -120,13 +123,13 @@ void cpu_accuracy(const KernelArgs& a) {
   const TensorArg& logits = a.in[0];
   const TensorArg& labels = a.in[1];
   const int64_t V = logits.shape.last(), R = logits.shape.rows();
-  LOOM_ASSERT(logits.dtype == DType::f32 && labels.shape.numel() == R && a.out[0].shape.numel() == 1);
+  LOOM_ASSERT(labels.shape.numel() == R && a.out[0].shape.numel() == 1);
   const int32_t* lab = labels.as<const int32_t>();
   int64_t correct = 0;
   if (V > 0) {
 #pragma omp parallel for schedule(static) reduction(+ : correct) if (par_rows(R, V))
     for (int64_t r = 0; r < R; ++r) {
-      const float* xr = logits.as<const float>() + r * V;
+      const float* xr = row_f32(logits, r * V, V, 0);
       int64_t best = 0;
       float best_v = xr[0];
       for (int64_t c = 1; c < V && !std::isnan(best_v); ++c)

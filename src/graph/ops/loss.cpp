@@ -25,10 +25,12 @@ void infer_log_softmax_grad(const Graph& g, const Node& n, ValueDesc* out) {
 OpCost cost_log_softmax_grad(const Graph& g, const Node& n) { return elementwise_cost(g, n, 4); }
 
 namespace {
+// Logits of any float dtype: bfloat16/float16 logits are widened (exactly) to float32 inside the
+// kernels, which is the tutorial's logits.astype(float32) without a float32 copy of [..., V].
 void check_logits_labels(const Graph& g, const Node& n) {
   const Value& logits = in_val(g, n, 0);
   const Value& labels = in_val(g, n, 1);
-  if (logits.dtype != DType::f32 || logits.shape.rank < 1) op_fail(g, n, "logits must be float32 [..., V]");
+  if (!dtype_is_float(logits.dtype) || logits.shape.rank < 1) op_fail(g, n, "logits must be a float tensor [..., V]");
   if (labels.dtype != DType::i32 || labels.shape != logits.shape.drop_last())
     op_fail(g, n, "labels must be int32 with the logits' shape minus the last dim");
 }
@@ -44,6 +46,8 @@ OpCost cost_cross_entropy(const Graph& g, const Node& n) {
   return OpCost{4 * in_val(g, n, 0).shape.numel(), io_bytes(g, n)};
 }
 
+// The gradient has the logits' dtype: computed in f32 and rounded once on the store, which is what
+// the cast's VJP did to the f32 gradient before the loss read low-precision logits itself.
 void vjp_cross_entropy(VjpCtx& c) {
   c.in_ct[0] = c.emit1(OpKind::cross_entropy_grad, {c.in_id(0), c.in_id(1), c.out_ct[0]});
 }
@@ -52,7 +56,7 @@ void infer_cross_entropy_grad(const Graph& g, const Node& n, ValueDesc* out) {
   check_logits_labels(g, n);
   const Value& d = in_val(g, n, 2);
   if (d.shape.numel() != 1 || d.dtype != DType::f32) op_fail(g, n, "dloss must be a float32 scalar");
-  out[0] = {in_val(g, n, 0).shape, DType::f32};
+  out[0] = {in_val(g, n, 0).shape, in_val(g, n, 0).dtype};
 }
 
 // The softmax again (4 per logit) and dloss·(p − onehot) (1).
