@@ -162,25 +162,39 @@ inline bool rounding_changes(DType from, DType c) { return c != DType::f32 && c 
 
 // ---- fixed-order reductions ----------------------------------------------------------------
 
-// Σ p[k] in f32 with 8 interleaved partial sums combined in a fixed order: vectorisable, and
-// the result depends only on n and the values.
-inline float sum_f32(const float* p, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += p[i + l];
-  for (int l = 0; i < n; ++i, ++l) acc[l] += p[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+// Σ p[k] in f32 with kSumLanes interleaved partial sums (lane = k mod kSumLanes) folded pairwise in
+// a fixed order: vectorisable, and the result depends only on n and the values. 16 lanes are two
+// independent add chains per AVX2/AVX-512 register width; with 8 (one chain) a layer norm row was
+// bound by the add latency (bench: LN forward 27.8 → 20.4 µs at 768 × 128, 40 → 25 µs at 256 × 768).
+inline constexpr int kSumLanes = 16;
+
+// acc[0] + … + acc[N − 1], folded pairwise (halves added lane by lane): the fixed combination order
+// of the interleaved partial sums here and in the optimizer's gradient norm. N a power of two.
+template <class T, int N>
+T fold_lanes(T (&acc)[N]) {
+  static_assert((N & (N - 1)) == 0, "a power of two");
+  for (int w = N / 2; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
 }
 
-// Σ a[k]·b[k] in f32, same fixed order as sum_f32.
-inline float dot_f32(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+inline float sum_f32(const float* p, int64_t n) {
+  float acc[kSumLanes] = {};
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  for (; i + kSumLanes <= n; i += kSumLanes)
+    for (int l = 0; l < kSumLanes; ++l) acc[l] += p[i + l];
+  for (int l = 0; i < n; ++i, ++l) acc[l] += p[i];
+  return fold_lanes(acc);
+}
+
+// Σ a[k]·b[k] in f32, same lanes and fold as sum_f32.
+inline float dot_f32(const float* a, const float* b, int64_t n) {
+  float acc[kSumLanes] = {};
+  int64_t i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes)
+    for (int l = 0; l < kSumLanes; ++l) acc[l] += a[i + l] * b[i + l];
   for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  return fold_lanes(acc);
 }
 
 // max of the non-NaN elements of p[0, n), −inf when there are none (an all-NaN row then gives NaN

@@ -60,9 +60,7 @@ double CpuBackend::grad_sq_norm(std::span<const OptimTensor> ts) {
       const double v = g[i];
       acc[l] += v * v;
     }
-    for (int w = kLanes / 2; w >= 1; w /= 2)
-      for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-    part[static_cast<size_t>(k)] = acc[0];
+    part[static_cast<size_t>(k)] = fold_lanes(acc);
   }
   double s = 0;
   for (double p : part) s += p;
