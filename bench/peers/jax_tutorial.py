@@ -53,6 +53,7 @@ from jax_golden import (  # noqa: E402
     Transformer,
     make_train_step_transformer,
 )
+from matmul_probe import pin_to_cpus  # noqa: E402  (bench/peers/, this file's folder)
 
 
 def main():
@@ -69,7 +70,10 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--threads", type=int, default=0,
+                    help="run on this many CPUs (0: all); XLA's CPU client sizes its pools from the affinity mask")
     args = ap.parse_args()
+    pin_to_cpus(args.threads)  # before the first JAX call creates the CPU client
 
     remat = () if args.remat in ("", "none") else tuple(args.remat.split(","))
     dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
@@ -135,7 +139,8 @@ def main():
         mean_loss=float(m["loss"][0] / m["loss"][1]),
         env=dict(jax=jax.__version__, flax=__import__("flax").__version__, optax=optax.__version__,
                  devices=[str(d) for d in jax.devices()],
-                 xla_flags=os.environ.get("XLA_FLAGS", ""), jax_platforms=os.environ.get("JAX_PLATFORMS", "")),
+                 xla_flags=os.environ.get("XLA_FLAGS", ""), jax_platforms=os.environ.get("JAX_PLATFORMS", ""),
+                 cpus=len(os.sched_getaffinity(0))),
     )))
 
 

@@ -15,6 +15,7 @@ Prints one JSON object: framework, n, best GFLOP/s over --reps calls, and every 
 """
 import argparse
 import json
+import os
 import time
 
 
@@ -32,10 +33,19 @@ def probe_torch(n, reps, threads):
     return times, torch.__version__
 
 
+def pin_to_cpus(threads):
+    """Restricts this process to its first `threads` CPUs, the only thread control XLA's CPU client
+    has (it sizes its pools from the affinity mask); the JAX peer pins itself the same way."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if 0 < threads < len(cpus):
+        os.sched_setaffinity(0, cpus[:threads])
+    return len(os.sched_getaffinity(0))
+
+
 def probe_jax(n, reps, threads):
+    pin_to_cpus(threads)  # before the first JAX call creates the CPU client
     import jax
     import jax.numpy as jnp
-    del threads  # XLA's CPU client uses the machine's cores; bench/run.sh runs on 2
     a = jax.random.uniform(jax.random.PRNGKey(0), (n, n), jnp.float32)
     b = jax.random.uniform(jax.random.PRNGKey(1), (n, n), jnp.float32)
     mm = jax.jit(lambda x, y: x @ y)
@@ -58,7 +68,8 @@ def main():
     fn = probe_torch if args.framework == "torch" else probe_jax
     times, version = fn(args.n, args.reps, args.threads)
     rates = [2 * args.n ** 3 / t * 1e-9 for t in times]
-    print(json.dumps(dict(framework=args.framework, version=version, n=args.n,
+    print(json.dumps(dict(framework=args.framework, version=version, n=args.n, threads=args.threads,
+                          cpus=len(os.sched_getaffinity(0)),
                           gflops=round(max(rates), 1), gflops_each=[round(r, 1) for r in rates])))
 
 

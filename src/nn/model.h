@@ -23,7 +23,8 @@ struct ModelGraph {
   std::vector<std::pair<ValueId, std::vector<unsigned char>>> constants;
 };
 
-// Adds the softmax cross-entropy loss and accuracy on `logits` (f32 [..., V]) against `labels`,
+// Adds the softmax cross-entropy loss and accuracy on `logits` ([..., V], any float dtype: the loss
+// ops compute in f32) against `labels`,
 // marks both as program outputs, and fills the loss fields of `m`.
 void add_classification_loss(ModelGraph& m, const Scope& s, ValueId logits);
 
