@@ -73,17 +73,19 @@ constexpr int64_t kLanes = 16;
 // product()'s vectors: floats per register, and the most accumulator registers a tile keeps (out
 // of AVX-512's 32, AVX2's 16; a tile also holds NV vectors of B and a broadcast; 12 on AVX2
 // spilled and was slower). kHandMaxTD bounds product()'s domain besides whole vectors per head
-// (see Geometry::hand): T·D at most this, so that K's and V's rows stay in L1 across a block, and
+// (see Geometry::hand): T·D at most this, so that K's and V's rows stay near (L1/L2) across a block, and
 // blocks of at most kBq query rows. Single-threaded against dnnl_sgemm on AVX-512, product() took
 // 15–60% less time at T = 64 (D = 32 to 256), T = 128 (D = 64) and T = 256 (D = 32), causal; it
 // lost past that (T = 512 with D = 64; 25% at T = 1024) and with all T = 128 rows in one
-// non-causal block. Built for AVX2 against sgemm held to AVX2, it won at T·D = 4096 (T = 64 with
+// non-causal block. At T = 256 with D = 64 (K and V 64 KiB each, more than L1) it still won in
+// whole training steps: bench shape (c), 3 interleaved pairs of `loom profile`, attention + grad
+// 228–256 → 201–213 ms per 5 steps, hence the AVX-512 bound of 16384. Built for AVX2 against sgemm held to AVX2, it won at T·D = 4096 (T = 64 with
 // D = 64, T = 128 with D = 32) and broke even or lost at 8192.
 // A build without AVX (LOOM_NATIVE=OFF on plain x86-64) gets 4-float vectors, so that a Vec still
 // fits one register (in_register() needs that); its limits are the AVX2 ones, unmeasured.
 #if defined(__AVX512F__)
 constexpr int kW = 16, kAccs = 16;
-constexpr int64_t kHandMaxTD = 8192;
+constexpr int64_t kHandMaxTD = 16384;
 #elif defined(__AVX__)
 constexpr int kW = 8, kAccs = 8;
 constexpr int64_t kHandMaxTD = 4096;
