@@ -52,7 +52,6 @@ bool bf16_gemm_available();
 void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
              int64_t ldb, float* C, int64_t ldc);
 
-
 // Below this many elements an elementwise kernel runs on the calling thread: waking the pool
 // costs more than the work.
 inline constexpr int64_t kParallelMin = int64_t{1} << 15;
