@@ -119,4 +119,18 @@ HostRng HostRng::split(uint64_t id) const {
   return HostRng(key_from_u64(mix64(mix64(parent) ^ id)));
 }
 
+uint32_t name_hash(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+PhiloxKey named_key(uint64_t seed, const std::string& name) {
+  // Step UINT64_MAX is never a training step, so these keys never meet dropout's.
+  return rng_key(seed, UINT64_MAX, 0, name_hash(name));
+}
+
 }  // namespace loom

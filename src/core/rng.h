@@ -23,6 +23,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace loom {
 
@@ -86,5 +87,11 @@ class HostRng {
   uint64_t cached_block_ = ~uint64_t{0};  // i / 4 of the words in block_
   std::array<uint32_t, 4> block_{};
 };
+
+// Stable 32-bit hash (FNV-1a) of a name, used as an RNG stream id.
+uint32_t name_hash(const std::string& s);
+// Key of a named host-side stream ("init/<path>", "data/inputs", ...), disjoint from the
+// (step, minibatch) keys dropout uses.
+PhiloxKey named_key(uint64_t seed, const std::string& name);
 
 }  // namespace loom

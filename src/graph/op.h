@@ -66,7 +66,7 @@ struct DropoutAttrs {
 };
 
 // grad_accumulate: the first writer of a gradient buffer in the schedule (mark_first_grad_writes
-// in graph/autodiff.h) stores ct in minibatch 0 instead of adding it, so a step does not have to
+// in graph/passes/autodiff.h) stores ct in minibatch 0 instead of adding it, so a step does not have to
 // zero that buffer first (one pass over every gradient saved, two on the first minibatch).
 struct GradAccumulateAttrs {
   bool assign_in_first_minibatch = false;

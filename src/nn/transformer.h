@@ -43,14 +43,14 @@ struct TransformerSpec {
 ModelGraph build_transformer(const TransformerSpec& spec, int64_t batch, int64_t seq_len, bool train);
 
 // The same model as a one-token decoding program with a key/value cache (KV-cached sampling,
-// train/sample.h): run once per token, with the same program for every position. Inputs:
+// sample/sample.h): run once per token, with the same program for every position. Inputs:
 // "inputs" [B, 1] i32, the current tokens; "positions" [1] i32, their position p (< max_len; the
 // attention's scalar `pos` is a view of it); per layer the persistent caches
 // "block_<l>/attn/k_cache" and "block_<l>/attn/v_cache" [B, max_len, H, head_dim] in spec.dtype,
 // which attention_decode fills at row p. Output (m.output, marked): logits [B, 1, num_outputs] f32,
 // equal to build_transformer's logits at position p given the tokens 0..p (to kernel rounding).
 // Parameters and their paths are build_transformer's (one block builder serves both), so
-// train/param_io.h loads a checkpoint into it. No loss, no dropout, no remat. Requires
+// io/param_io.h loads a checkpoint into it. No loss, no dropout, no remat. Requires
 // spec.causal_mask and 1 <= max_len <= spec.max_seq_len (std::invalid_argument otherwise).
 ModelGraph build_transformer_decoder(const TransformerSpec& spec, int64_t batch, int64_t max_len);
 

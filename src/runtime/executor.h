@@ -12,7 +12,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "graph/plan.h"
+#include "graph/passes/plan.h"
 #include "runtime/recorder.h"
 
 namespace loom {

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "graph/plan.h"
+#include "graph/passes/plan.h"
 #include "runtime/recorder.h"
 
 namespace loom {

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "train/param_io.h"
+#include "io/param_io.h"
 #include "train/trainer.h"
 
 namespace loom {

@@ -16,8 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/safetensors.h"
 #include "train/config.h"
-#include "train/safetensors.h"
 
 namespace loom {
 

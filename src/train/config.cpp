@@ -440,4 +440,11 @@ std::string config_help() {
   return out;
 }
 
+DataContext data_context(const Config& c) {
+  return {.seed = c.seed,
+          .num_classes = c.model.num_classes,
+          .model_vocab_size = c.model.vocab_size,
+          .num_minibatches = c.optimizer.num_minibatches};
+}
+
 }  // namespace loom

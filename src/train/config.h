@@ -7,67 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.h"
-#include "train/schedule.h"
+#include "data/config.h"
+#include "nn/config.h"
+#include "optim/config.h"
 
 namespace loom {
-
-struct ModelConfig {
-  std::string kind = "mlp_classifier";  // mlp_classifier | transformer
-  DType dtype = DType::f32;             // compute dtype of activations
-  int64_t hidden_size = 256;
-  int64_t num_classes = 100;  // mlp_classifier
-  double dropout_rate = 0.0;
-  double layer_norm_eps = 1e-6;  // Flax's LayerNorm default
-  // transformer (the Part 1.2 tutorial's keys)
-  int64_t num_layers = 2;
-  int64_t head_dim = 64;
-  int64_t mlp_expansion = 4;
-  int64_t vocab_size = 2048;
-  int64_t num_outputs = 2048;
-  int64_t max_seq_len = 512;
-  DType softmax_dtype = DType::f32;
-  bool causal_mask = true;
-  std::string remat;                  // "", "none", or comma-separated MLP, Attn, Block
-  std::string remat_policy = "nothing_saveable";
-  std::string remat_save_names;       // save_only_these_names: comma-separated scope patterns
-  bool scan_layers = false;           // parameter layout only: stacked [num_layers, ...] in files
-  std::string block_order = "mlp_first";  // mlp_first (the tutorial) | attn_first (GPT-2)
-  bool use_bias = true;
-  bool tie_embeddings = false;
-  std::string init = "flax";  // flax (the tutorial) | gpt2
-  bool embed_dropout = false;
-};
-
-// optax.chain(clip_by_global_norm(clip_norm), <name>(schedule)) — clipping first when
-// clip_norm > 0, then the optimizer with the learning-rate schedule.
-struct OptimizerConfig {
-  std::string name = "adam";  // sgd | adam | adamw
-  double learning_rate = 1e-3;  // constant rate, or the schedule's peak_value
-  double b1 = 0.9, b2 = 0.999, eps = 1e-8, eps_root = 0.0;
-  double momentum = 0.0;  // sgd
-  bool nesterov = false;  // sgd
-  double weight_decay = 1e-4;  // adamw (Optax's default)
-  std::string weight_decay_mask = "all";  // all | kernels (no biases, norms, embeddings) | ndim2 (nanoGPT)
-  double clip_norm = 0.0;  // clip_by_global_norm before the optimizer; 0 = off
-  int64_t num_minibatches = 1;
-  ScheduleSpec schedule;  // kind constant uses learning_rate
-  // float16 loss scaling (PyTorch GradScaler semantics); ignored for float32 / bfloat16.
-  std::string loss_scale = "dynamic";  // dynamic | static | none
-  double loss_scale_init = 65536.0;
-  double loss_scale_growth = 2.0;
-  double loss_scale_backoff = 0.5;
-  int64_t loss_scale_interval = 2000;
-};
-
-struct DataConfig {
-  std::string kind = "random_classification";  // random_classification | random_tokens | tokens
-  std::string dir;            // tokens: a directory written by `loom prepare`
-  int64_t batch_size = 512;
-  int64_t num_inputs = 128;   // random_classification
-  int64_t seq_len = 512;      // random_tokens
-  int64_t vocab_size = 2048;  // random_tokens: tokens in [1, vocab_size)
-};
 
 struct TrainConfig {
   int64_t steps = 5;
@@ -106,5 +50,7 @@ void validate_config(const Config& c);
 std::string config_to_toml(const Config& c);
 // Help text: every key, its type, default and meaning.
 std::string config_help();
+// The facts outside `data.*` that c's data source needs (seed, classes, vocabulary, minibatches).
+DataContext data_context(const Config& c);
 
 }  // namespace loom

@@ -3,7 +3,7 @@
 #pragma once
 #include <memory>
 
-#include "train/data.h"
+#include "data/data.h"
 #include "train/trainer.h"
 
 namespace loom {

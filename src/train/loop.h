@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "train/data.h"
+#include "data/data.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 

@@ -4,11 +4,11 @@
 #include <stdexcept>
 
 #include "core/error.h"
-#include "graph/autodiff.h"
-#include "graph/remat.h"
+#include "graph/passes/autodiff.h"
+#include "graph/passes/remat.h"
+#include "nn/init.h"
 #include "nn/mlp_classifier.h"
 #include "nn/transformer.h"
-#include "train/init.h"
 
 namespace loom {
 

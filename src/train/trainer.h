@@ -1,7 +1,7 @@
 // The training step (docs/ARCHITECTURE.md, "Train step"):
 //   zero grads; for each minibatch: upload its slice, set the loss seed (loss scale / batch
 //   size), run the forward+backward program (gradients accumulate in place), read the loss sum
-//   and correct count; then the optimizer (train/optimizer.h) clips, checks and updates params
+//   and correct count; then the optimizer (optim/optimizer.h) clips, checks and updates params
 //   and moments in one fused pass.
 // Params, grads and optimizer state are persistent fp32 buffers on the backend: never copied,
 // never duplicated (the tutorial's buffer donation).
@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "data/data.h"
 #include "nn/model.h"
 #include "nn/transformer.h"
+#include "optim/optimizer.h"
 #include "runtime/executor.h"
 #include "train/config.h"
-#include "train/data.h"
 #include "train/metrics.h"
-#include "train/optimizer.h"
 
 namespace loom {
 
@@ -68,7 +68,7 @@ class Trainer {
   std::vector<float> param(const std::string& path) const;
   std::vector<float> grad(const std::string& path) const;
   void set_param(const std::string& path, const std::vector<float>& values);
-  // Profiling (train/profile.h): with a recorder set, step() marks its spans (train step,
+  // Profiling (report/profile.h): with a recorder set, step() marks its spans (train step,
   // minibatches, optimizer) and the executor times every node; nullptr turns recording off.
   void set_recorder(OpRecorder* r);
 

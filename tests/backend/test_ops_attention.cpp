@@ -24,7 +24,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/reference/reference.h"
-#include "graph/plan.h"
+#include "graph/passes/plan.h"
 #include "runtime/executor.h"
 #include "support/cpu_checks.h"
 #include "support/op_harness.h"

@@ -1,9 +1,9 @@
-// Token data (src/train/token_data.h): `prepare` on tiny Shakespeare against nanoGPT's split
+// Token data (src/data/token_data.h): `prepare` on tiny Shakespeare against nanoGPT's split
 // sizes, GPT-2 preparation with a tiny vocabulary, the checks TokenFile makes when it opens a
 // file (odd size, a token outside the vocabulary, empty, a count that disagrees with meta.json),
 // the input errors, and TokenBatcher: train batches a pure function of (seed, step) with windows
 // in bounds, and the val walk in order, wrapping and resettable.
-#include "train/token_data.h"
+#include "data/token_data.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "train/prepare.h"
-#include "train/tokenizer.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
 
 namespace loom {
 

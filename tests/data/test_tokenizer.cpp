@@ -1,8 +1,8 @@
-// Tokenizers (src/train/tokenizer.h): the char vocabulary on tiny Shakespeare against nanoGPT's
+// Tokenizers (src/data/tokenizer.h): the char vocabulary on tiny Shakespeare against nanoGPT's
 // numbers, GPT-2's byte-level BPE on a small vocabulary written here (all 256 byte symbols and a
 // few merges) with hand-derived encodings, the pre-tokenizer against splits produced by GPT-2's
 // pattern in Python's `regex` module, JSON round trips, and the errors for bad input and files.
-#include "train/tokenizer.h"
+#include "data/tokenizer.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

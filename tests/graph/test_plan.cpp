@@ -5,9 +5,9 @@
 
 #include <random>
 
-#include "graph/autodiff.h"
+#include "graph/passes/autodiff.h"
 #include "graph/graph.h"
-#include "graph/plan.h"
+#include "graph/passes/plan.h"
 
 namespace loom {
 namespace {

@@ -20,13 +20,13 @@
 #include <string>
 
 #include "backend/registry.h"
-#include "graph/plan.h"
+#include "graph/passes/plan.h"
 #include "runtime/profiler.h"
 #include "support/run_loom.h"
 #include "train/config.h"
-#include "train/data.h"
-#include "train/memory_html.h"
-#include "train/profile.h"
+#include "data/data.h"
+#include "report/memory_html.h"
+#include "report/profile.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -71,7 +71,7 @@ Profiled profile(const std::vector<std::string>& ov, const std::string& name, in
   p.prog = build_train_program(p.config);
   p.plan = plan_memory(p.prog.model.graph, p.prog.schedule);
   auto be = make_backend("cpu");
-  DataSource data(p.config);
+  DataSource data(p.config.data, data_context(p.config));
   ProfileOptions o;
   o.steps = steps;
   o.warmup = 1;
@@ -346,7 +346,7 @@ TEST(Profile, RecorderOffByDefaultAndBounded) {
   auto be = make_backend("cpu");
   Trainer t(c, *be);
   EXPECT_EQ(t.executor().recorder(), nullptr);
-  const Batch b = make_batch(c);
+  const Batch b = make_batch(c.data, data_context(c));
   OpRecorder small(*be, 5, 1);
   t.set_recorder(&small);
   t.step(b);

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "support/run_loom.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-// KV-cached generation (train/sample.h, nn::build_transformer_decoder, `loom sample`).
+// KV-cached generation (sample/sample.h, nn::build_transformer_decoder, `loom sample`).
 //
 // A tiny transformer with random init (a Trainer initialises it) is run two ways: the training
 // graph's forward over a whole sequence, and the one-token decoder fed the same tokens one at a
@@ -26,15 +26,15 @@
 #include "backend/cpu/cpu.h"
 #include "backend/reference/reference.h"
 #include "core/error.h"
-#include "graph/plan.h"
+#include "graph/passes/plan.h"
 #include "nn/transformer.h"
 #include "runtime/executor.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
-#include "train/init.h"
-#include "train/param_io.h"
-#include "train/sample.h"
-#include "train/tokenizer.h"
+#include "nn/init.h"
+#include "io/param_io.h"
+#include "sample/sample.h"
+#include "data/tokenizer.h"
 #include "train/trainer.h"
 
 namespace loom {

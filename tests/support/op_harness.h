@@ -21,7 +21,7 @@
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "graph/graph.h"
-#include "graph/plan.h"
+#include "graph/passes/plan.h"
 #include "runtime/executor.h"
 
 namespace loom::testing {

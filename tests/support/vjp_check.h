@@ -33,9 +33,9 @@
 
 #include "backend/reference/reference.h"
 #include "core/rng.h"
-#include "graph/autodiff.h"
+#include "graph/passes/autodiff.h"
 #include "graph/graph.h"
-#include "graph/plan.h"
+#include "graph/passes/plan.h"
 #include "runtime/executor.h"
 
 namespace loom::testing {

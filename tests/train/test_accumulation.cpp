@@ -8,7 +8,7 @@
 
 #include "backend/registry.h"
 #include "train/config.h"
-#include "train/data.h"
+#include "data/data.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -25,7 +25,7 @@ RunResult train_mlp(const std::string& device, const std::string& dtype, int min
                              "model.dropout_rate=" + std::to_string(dropout), "train.steps=5"});
   auto be = make_backend(device);
   Trainer t(c, *be);
-  const Batch b = random_classification_batch(c);
+  const Batch b = random_classification_batch(c.data, data_context(c));
   RunResult r;
   for (int s = 0; s < 5; ++s) {
     const Metrics m = t.step(b).metrics;

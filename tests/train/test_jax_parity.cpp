@@ -11,8 +11,8 @@
 
 #include "backend/registry.h"
 #include "train/config.h"
-#include "train/param_io.h"
-#include "train/safetensors.h"
+#include "io/param_io.h"
+#include "io/safetensors.h"
 #include "train/trainer.h"
 
 namespace loom {

@@ -1,4 +1,4 @@
-// Gradient checkpointing (graph/remat.h):
+// Gradient checkpointing (graph/passes/remat.h):
 //   - recompute changes nothing: for every remat set × policy × dtype, with dropout on, the loss
 //     and every gradient are bit-identical to no remat (small Transformer and MLP classifier);
 //   - recompute does what it says, checked on the plan: MLP remat frees the MLP's hidden
@@ -15,9 +15,9 @@
 #include <set>
 
 #include "backend/registry.h"
-#include "graph/remat.h"
+#include "graph/passes/remat.h"
 #include "train/config.h"
-#include "train/param_io.h"
+#include "io/param_io.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -41,7 +41,7 @@ StepResult train(const std::vector<std::string>& overrides, const std::string& d
   auto be = make_backend(device);
   Trainer t(c, *be);
   EXPECT_EQ(t.executor().arena_bytes_allocated(), t.plan().arena_bytes) << "the executor allocates the plan";
-  const Batch b = make_batch(c);
+  const Batch b = make_batch(c.data, data_context(c));
   StepResult r;
   for (int s = 0; s < steps; ++s) r.losses.push_back(static_cast<float>(t.step(b).metrics.at("loss").mean()));
   for (StTensor& s : export_params(t.executor(), false, /*grads=*/true)) r.grads[s.name] = std::move(s.bytes);
@@ -205,7 +205,7 @@ TEST(Remat, PlannedCpuMatchesUnplannedReference) {
     auto be = make_backend("reference");
     Trainer ref(c, *be, PlanOptions{false, false});  // same init; compare losses step by step
     EXPECT_EQ(verify_plan(ref.model().graph, ref.plan()), "");
-    const Batch b = make_batch(c);
+    const Batch b = make_batch(c.data, data_context(c));
     for (int s = 0; s < 3; ++s) {
       const double l = ref.step(b).metrics.at("loss").mean();
       EXPECT_NEAR(cpu.losses[s], l, 1e-5 * l) << remat << " step " << s + 1;
@@ -216,7 +216,7 @@ TEST(Remat, PlannedCpuMatchesUnplannedReference) {
 TEST(Remat, InplacePlanningChangesNoBits) {
   // The same training step with in-place buffer reuse on and off gives identical bits.
   const Config c = default_config(tiny_transformer("bfloat16", "none", "nothing_saveable"));
-  const Batch b = make_batch(c);
+  const Batch b = make_batch(c.data, data_context(c));
   std::vector<std::vector<unsigned char>> results;
   for (bool inplace : {true, false}) {
     auto be = make_backend("cpu");

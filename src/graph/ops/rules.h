@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "graph/autodiff.h"
 #include "graph/graph.h"
+#include "graph/passes/autodiff.h"
 
 namespace loom {
 

@@ -1,0 +1,26 @@
+// The data's slice of the run configuration (`data.*` keys; train/config.h assembles the slices
+// and declares their schema), and the few facts a data source needs from the rest of the run.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace loom {
+
+struct DataConfig {
+  std::string kind = "random_classification";  // random_classification | random_tokens | tokens
+  std::string dir;            // tokens: a directory written by `loom prepare`
+  int64_t batch_size = 512;
+  int64_t num_inputs = 128;   // random_classification
+  int64_t seq_len = 512;      // random_tokens
+  int64_t vocab_size = 2048;  // random_tokens: tokens in [1, vocab_size)
+};
+
+// What a data source needs from outside `data.*` (train/config.h: data_context(config)).
+struct DataContext {
+  uint64_t seed = 0;             // batch k is a pure function of (seed, k)
+  int64_t num_classes = 100;     // random_classification: labels in [0, num_classes)
+  int64_t model_vocab_size = 0;  // tokens: the data's vocabulary must fit (0 = unchecked)
+  int64_t num_minibatches = 1;   // validation batches are one minibatch (batch_size / num_minibatches)
+};
+
+}  // namespace loom

@@ -1,0 +1,84 @@
+#include "data/data.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/token_data.h"
+
+namespace loom {
+
+Batch random_classification_batch(const DataConfig& d, const DataContext& cx) {
+  Batch b;
+  b.batch_size = d.batch_size;
+  const int64_t n = d.batch_size * d.num_inputs;
+  std::vector<float> x(static_cast<size_t>(n));
+  const PhiloxKey kx = named_key(cx.seed, "data/inputs");
+  for (int64_t i = 0; i < n; ++i) x[i] = rng_normal(kx, static_cast<uint64_t>(i));
+  b.inputs.resize(x.size() * sizeof(float));
+  std::memcpy(b.inputs.data(), x.data(), b.inputs.size());
+  const PhiloxKey ky = named_key(cx.seed, "data/labels");
+  b.labels.resize(static_cast<size_t>(d.batch_size));
+  for (int64_t i = 0; i < d.batch_size; ++i) {
+    const auto v = static_cast<int64_t>(rng_uniform(ky, static_cast<uint64_t>(i)) * static_cast<float>(cx.num_classes));
+    b.labels[i] = static_cast<int32_t>(std::min<int64_t>(v, cx.num_classes - 1));
+  }
+  return b;
+}
+
+Batch random_tokens_batch(const DataConfig& d, const DataContext& cx) {
+  Batch b;
+  b.batch_size = d.batch_size;
+  const int64_t B = d.batch_size, T = d.seq_len, V = d.vocab_size;
+  const PhiloxKey key = named_key(cx.seed, "data/tokens");
+  std::vector<int32_t> inputs(static_cast<size_t>(B * T));
+  b.labels.resize(static_cast<size_t>(B * T));
+  for (int64_t i = 0; i < B * T; ++i) {
+    const auto u = static_cast<int64_t>(rng_uniform(key, static_cast<uint64_t>(i)) * static_cast<float>(V - 1));
+    b.labels[i] = static_cast<int32_t>(1 + std::min<int64_t>(u, V - 2));
+  }
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t t = 0; t < T; ++t) inputs[r * T + t] = t == 0 ? 0 : b.labels[r * T + t - 1];
+  b.inputs.resize(inputs.size() * 4);
+  std::memcpy(b.inputs.data(), inputs.data(), b.inputs.size());
+  return b;
+}
+
+DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
+  if (d.kind != "tokens") {
+    fixed_ = make_batch(d, cx);
+    return;
+  }
+  const TokenMeta meta = read_token_meta(d.dir);
+  if (cx.model_vocab_size > 0 && meta.vocab_size > cx.model_vocab_size)
+    throw UserError(meta.path, "the data's vocabulary has " + std::to_string(meta.vocab_size) +
+                                   " tokens but model.vocab_size is " + std::to_string(cx.model_vocab_size),
+                    "set model.vocab_size (and model.num_outputs) to at least " + std::to_string(meta.vocab_size));
+  tokenizer_ = meta.tokenizer;
+  train_file_ = std::make_unique<TokenFile>(TokenFile::open_split(d.dir, "train"));
+  const int64_t mb = d.batch_size / cx.num_minibatches;
+  if (train_file_->size() <= d.seq_len)
+    throw UserError(train_file_->path(), "has " + std::to_string(train_file_->size()) + " tokens, fewer than one window of data.seq_len + 1",
+                    "use more text or a shorter data.seq_len");
+  train_batcher_ = std::make_unique<TokenBatcher>(*train_file_, d.batch_size, d.seq_len, BatchMode::train, cx.seed);
+  val_file_ = std::make_unique<TokenFile>(TokenFile::open_split(d.dir, "val"));
+  if (val_file_->size() > d.seq_len)
+    val_batcher_ = std::make_unique<TokenBatcher>(*val_file_, mb, d.seq_len, BatchMode::val, cx.seed);
+}
+
+DataSource::~DataSource() = default;
+
+Batch DataSource::train_batch(int64_t step) const {
+  return train_batcher_ ? train_batcher_->train_batch(static_cast<uint64_t>(step)) : fixed_;
+}
+Batch DataSource::val_batch() { return val_batcher_->val_batch(); }
+int64_t DataSource::val_position() const { return val_batcher_ ? val_batcher_->position() : 0; }
+void DataSource::set_val_position(int64_t p) {
+  if (val_batcher_) val_batcher_->set_position(p);
+}
+
+Batch make_batch(const DataConfig& d, const DataContext& cx) {
+  return d.kind == "random_tokens" ? random_tokens_batch(d, cx) : random_classification_batch(d, cx);
+}
+
+}  // namespace loom

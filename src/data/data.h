@@ -1,0 +1,57 @@
+// Training data sources. A batch is host memory for the model's `inputs` and `labels` values,
+// examples laid out row-major, so minibatch i is a contiguous slice.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/config.h"
+
+namespace loom {
+
+struct Batch {
+  std::vector<unsigned char> inputs;  // batch_size examples, inputs_bytes_per_example each
+  std::vector<int32_t> labels;        // batch_size × labels_per_example
+  int64_t batch_size = 0;
+};
+
+// The tutorial's classification batch: inputs ~ N(0, 1) [batch, num_inputs] f32 and labels
+// uniform in [0, num_classes), drawn from the seed. The same batch every step, as in the tutorial.
+Batch random_classification_batch(const DataConfig& d, const DataContext& cx);
+
+// The tutorial's language-model batch: tokens [batch, seq_len] uniform in [1, vocab_size) from
+// the seed; inputs are the tokens shifted right with a 0 in front, labels are the tokens.
+Batch random_tokens_batch(const DataConfig& d, const DataContext& cx);
+
+// The configured data source's batch for the fixed-batch kinds (as in the tutorials).
+Batch make_batch(const DataConfig& d, const DataContext& cx);
+
+class TokenFile;
+class TokenBatcher;
+
+// Where training and validation batches come from. random_classification / random_tokens: one
+// fixed batch every step, no validation split. tokens: data.dir prepared by `loom prepare`;
+// training batch k is a pure function of (seed, k) (random windows), so a resumed run sees the
+// same batches; validation walks val.bin deterministically from a position that is checkpointed.
+class DataSource {
+ public:
+  DataSource(const DataConfig& d, const DataContext& cx);  // throws UserError for missing or invalid data
+  ~DataSource();
+  Batch train_batch(int64_t step) const;
+  bool has_val() const { return val_batcher_ != nullptr; }
+  Batch val_batch();  // the next validation batch (data.batch_size / num_minibatches rows)
+  int64_t val_position() const;
+  void set_val_position(int64_t p);
+  // The tokenizer description from the data's meta.json (nullptr for the random kinds).
+  const nlohmann::json* tokenizer_json() const { return tokenizer_.is_null() ? nullptr : &tokenizer_; }
+
+ private:
+  Batch fixed_;
+  std::unique_ptr<TokenFile> train_file_, val_file_;
+  std::unique_ptr<TokenBatcher> train_batcher_, val_batcher_;
+  nlohmann::json tokenizer_;
+};
+
+}  // namespace loom

@@ -1,0 +1,97 @@
+#include "graph/passes/autodiff.h"
+
+#include <stdexcept>
+
+#include "graph/ops/rules.h"
+
+namespace loom {
+
+std::vector<ValueId> VjpCtx::emit(OpKind op, std::vector<ValueId> in, Attrs attrs) {
+  const NodeId id = g.add_node(op, std::move(in), std::move(attrs), node.scope, Phase::backward, node.region);
+  return g.node(id).out;
+}
+
+NodeId build_backward(Graph& g, ValueId loss, ValueId seed) {
+  const Value& lv = g.value(loss);
+  if (lv.shape.numel() != 1 || lv.dtype != DType::f32)
+    throw std::invalid_argument("build_backward: the loss must be a scalar float32 value");
+  const NodeId num_fwd = static_cast<NodeId>(g.nodes().size());
+
+  // Forward sweep: which values depend on a parameter (only those need cotangents).
+  std::vector<bool> needs(g.values().size(), false);
+  for (const Param& p : g.params()) needs[p.value] = true;
+  for (NodeId i = 0; i < num_fwd; ++i) {
+    const Node& n = g.node(i);
+    if (!op_info(n.op).vjp) continue;
+    bool any = false;
+    for (ValueId v : n.in) any = any || needs[v];
+    for (ValueId v : n.out) needs[v] = any;
+  }
+
+  // Reverse sweep. ct[v] is the summed cotangent of activation v so far.
+  std::vector<ValueId> ct(g.values().size(), kNoValue);
+  ct[loss] = seed;
+  for (NodeId i = num_fwd - 1; i >= 0; --i) {
+    const Node& n = g.node(i);
+    const OpInfo& info = op_info(n.op);
+    bool has_ct = false;
+    for (ValueId v : n.out) has_ct = has_ct || ct[v] != kNoValue;
+    if (!has_ct || !info.vjp) continue;
+    VjpCtx c{g, i, n, {}, {}, {}};
+    for (ValueId v : n.out) c.out_ct.push_back(ct[v]);
+    bool any_needed = false;
+    for (ValueId v : n.in) {
+      c.needs.push_back(needs[v]);
+      any_needed = any_needed || needs[v];
+    }
+    if (!any_needed) continue;
+    c.in_ct.assign(n.in.size(), kNoValue);
+    info.vjp(c);
+    for (size_t j = 0; j < c.node.in.size(); ++j) {
+      const ValueId x = c.node.in[j];
+      const ValueId d = c.in_ct[j];
+      if (d == kNoValue || !c.needs[j]) continue;
+      // Every cotangent has its primal's shape and dtype (checked here, once, for all rules).
+      const Value& xv = g.value(x);
+      const Value& dv = g.value(d);
+      LOOM_ASSERT(xv.shape == dv.shape && xv.dtype == dv.dtype,
+                  std::string("VJP of ") + op_name(c.node.op) + " at '" + c.node.scope + "' gave " +
+                      dv.shape.str() + dtype_name(dv.dtype) + " for input " + xv.shape.str() + dtype_name(xv.dtype));
+      if (const Param* p = g.param_of(x)) {
+        g.add_node(OpKind::grad_accumulate, {p->grad, d}, GradAccumulateAttrs{}, c.node.scope, Phase::backward, c.node.region);
+      } else if (ct[x] == kNoValue) {
+        ct[x] = d;
+      } else {
+        ct[x] = c.emit1(OpKind::add, {ct[x], d});
+      }
+    }
+  }
+  return num_fwd;
+}
+
+std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>& schedule) {
+  // Per gradient buffer: whether its first writer in the schedule assigns (grad_accumulate or
+  // dense_grad_weight) or scatter-adds (embedding_grad).
+  enum class First : uint8_t { none, assigns, scatters };
+  std::vector<First> first(g.values().size(), First::none);
+  for (NodeId id : schedule) {
+    Node& n = g.node_mut(id);
+    if (n.op != OpKind::grad_accumulate && n.op != OpKind::dense_grad_weight && n.op != OpKind::embedding_grad) continue;
+    if (first[n.in[0]] != First::none) continue;
+    if (n.op == OpKind::grad_accumulate) {
+      std::get<GradAccumulateAttrs>(n.attrs).assign_in_first_minibatch = true;
+      first[n.in[0]] = First::assigns;
+    } else if (n.op == OpKind::dense_grad_weight) {
+      std::get<DenseGradWeightAttrs>(n.attrs).assign_in_first_minibatch = true;
+      first[n.in[0]] = First::assigns;
+    } else {
+      first[n.in[0]] = First::scatters;
+    }
+  }
+  std::vector<ValueId> to_zero;
+  for (const Param& p : g.params())
+    if (first[p.grad] != First::assigns) to_zero.push_back(p.grad);
+  return to_zero;
+}
+
+}  // namespace loom

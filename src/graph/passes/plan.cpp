@@ -1,0 +1,172 @@
+#include "graph/passes/plan.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+namespace loom {
+
+namespace {
+int64_t align_up(int64_t x) { return (x + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+}  // namespace
+
+std::vector<NodeId> default_schedule(const Graph& g) {
+  std::vector<NodeId> s(g.nodes().size());
+  std::iota(s.begin(), s.end(), 0);
+  return s;
+}
+
+MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions opts) {
+  MemoryPlan p;
+  p.schedule = std::move(schedule);
+  const size_t nv = g.values().size();
+  const int32_t nsteps = static_cast<int32_t>(p.schedule.size());
+  p.value_offset.assign(nv, -1);
+  p.value_root.resize(nv);
+  std::iota(p.value_root.begin(), p.value_root.end(), 0);
+
+  for (const Value& v : g.values()) {
+    if (v.kind == ValueKind::param) p.param_bytes += v.bytes();
+    if (v.kind == ValueKind::grad) p.grad_bytes += v.bytes();
+    if (v.kind == ValueKind::input) p.input_bytes += v.bytes();
+  }
+
+  // Live ranges of storage roots (views share their source's storage).
+  std::vector<int32_t> first(nv, -1), last(nv, -1);
+  auto compute_ranges = [&] {
+    std::fill(first.begin(), first.end(), -1);
+    std::fill(last.begin(), last.end(), -1);
+    for (int32_t s = 0; s < nsteps; ++s) {
+      const Node& n = g.node(p.schedule[s]);
+      for (ValueId o : n.out) {
+        const ValueId r = p.value_root[o];
+        if (first[r] < 0) first[r] = s;
+        last[r] = std::max(last[r], s);
+      }
+      for (ValueId i : n.in) {
+        const ValueId r = p.value_root[i];
+        LOOM_ASSERT(g.value(r).kind != ValueKind::activation || first[r] >= 0,
+                    "schedule reads a value before it is produced");
+        last[r] = std::max(last[r], s);
+      }
+    }
+    for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
+      if (g.value(v).is_output && first[p.value_root[v]] >= 0) last[p.value_root[v]] = nsteps - 1;
+  };
+  for (int32_t s = 0; s < nsteps; ++s) {
+    const Node& n = g.node(p.schedule[s]);
+    if (op_info(n.op).flags & kOpView) p.value_root[n.out[0]] = p.value_root[n.in[0]];
+  }
+  compute_ranges();
+  if (opts.inplace) {
+    // An in-place output joins the dying input's storage; that storage then lives as long as
+    // the output does. Walking in schedule order makes chains (a -> b -> c in place) work.
+    for (int32_t s = 0; s < nsteps; ++s) {
+      const Node& n = g.node(p.schedule[s]);
+      if (!(op_info(n.op).flags & kOpInplace)) continue;
+      const ValueId o = n.out[0];
+      if (g.value(o).is_output) continue;
+      for (ValueId i : n.in) {
+        const ValueId r = p.value_root[i];
+        if (g.value(r).kind != ValueKind::activation || last[r] != s || g.value(r).is_output) continue;
+        if (g.value(r).bytes() != g.value(o).bytes()) continue;
+        if (std::count(n.in.begin(), n.in.end(), i) > 1) continue;  // add(x, x): x is read twice
+        // Every value rooted at o (o and its views, which come later) moves to r.
+        for (ValueId v = o; v < static_cast<ValueId>(nv); ++v)
+          if (p.value_root[v] == o) p.value_root[v] = r;
+        last[r] = std::max(last[r], last[o]);
+        break;
+      }
+    }
+    compute_ranges();
+  }
+
+  for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
+    if (g.value(v).kind == ValueKind::activation && p.value_root[v] == v && first[v] >= 0)
+      p.buffers.push_back(BufferInfo{v, -1, align_up(g.value(v).bytes()), first[v], last[v]});
+
+  // Greedy by size: large buffers first, each into the smallest gap that fits among the
+  // already-placed buffers whose live ranges overlap it.
+  std::vector<size_t> order(p.buffers.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (p.buffers[a].bytes != p.buffers[b].bytes) return p.buffers[a].bytes > p.buffers[b].bytes;
+    return p.buffers[a].first < p.buffers[b].first;
+  });
+  if (!opts.reuse) {  // the unplanned baseline: buffers laid end to end, none shares a byte
+    for (BufferInfo& b : p.buffers) {
+      b.offset = p.arena_bytes;
+      p.arena_bytes += b.bytes;
+    }
+    order.clear();
+  }
+  std::vector<size_t> placed;  // kept sorted by offset
+  std::vector<const BufferInfo*> overlap;
+  for (size_t idx : order) {
+    BufferInfo& b = p.buffers[idx];
+    overlap.clear();
+    for (size_t j : placed) {
+      const BufferInfo& o = p.buffers[j];
+      if (o.first <= b.last && b.first <= o.last) overlap.push_back(&o);
+    }
+    int64_t best = -1, best_gap = INT64_MAX, cursor = 0;
+    for (const BufferInfo* o : overlap) {  // sorted by offset since `placed` is
+      const int64_t gap = o->offset - cursor;
+      if (gap >= b.bytes && gap < best_gap) {
+        best = cursor;
+        best_gap = gap;
+      }
+      cursor = std::max(cursor, o->offset + o->bytes);
+    }
+    b.offset = best >= 0 ? best : cursor;
+    p.arena_bytes = std::max(p.arena_bytes, b.offset + b.bytes);
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), idx,
+                                   [&](size_t a, size_t c) { return p.buffers[a].offset < p.buffers[c].offset; }),
+                  idx);
+  }
+  for (const BufferInfo& b : p.buffers) p.value_offset[b.value] = b.offset;
+  for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
+    if (p.value_root[v] != v) p.value_offset[v] = p.value_offset[p.value_root[v]];
+
+  // Live bytes per step (difference array over live ranges).
+  std::vector<int64_t> delta(nsteps + 1, 0);
+  for (const BufferInfo& b : p.buffers) {
+    delta[b.first] += b.bytes;
+    delta[b.last + 1] -= b.bytes;
+  }
+  p.live_bytes.assign(nsteps, 0);
+  int64_t run = 0;
+  for (int32_t s = 0; s < nsteps; ++s) {
+    run += delta[s];
+    p.live_bytes[s] = run;
+    if (run > p.lower_bound_bytes) {
+      p.lower_bound_bytes = run;
+      p.peak_step = s;
+    }
+  }
+  return p;
+}
+
+std::string verify_plan(const Graph& g, const MemoryPlan& p) {
+  for (size_t a = 0; a < p.buffers.size(); ++a) {
+    const BufferInfo& x = p.buffers[a];
+    if (x.offset < 0 || x.offset + x.bytes > p.arena_bytes) return "buffer outside the arena";
+    if (x.offset % kArenaAlignment) return "misaligned buffer";
+    for (size_t b = a + 1; b < p.buffers.size(); ++b) {
+      const BufferInfo& y = p.buffers[b];
+      const bool time = x.first <= y.last && y.first <= x.last;
+      const bool space = x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+      if (time && space)
+        return "values %" + std::to_string(x.value) + " and %" + std::to_string(y.value) +
+               " are live at the same time and overlap in the arena";
+    }
+  }
+  for (NodeId n : p.schedule)
+    for (ValueId v : g.node(n).in)
+      if (g.value(p.value_root[v]).kind == ValueKind::activation && p.value_offset[v] < 0)
+        return "an activation read has no storage";
+  if (p.arena_bytes < p.lower_bound_bytes) return "arena smaller than the live-bytes lower bound";
+  return {};
+}
+
+}  // namespace loom

@@ -1,0 +1,49 @@
+#include "io/param_io.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "nn/param_layout.h"
+
+namespace loom {
+
+std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool grads, const std::string& prefix) {
+  const Graph& g = ex.graph();
+  std::vector<StTensor> out;
+  for (const nn::FileTensor& f : nn::param_file_layout(g, scan_layers)) {
+    StTensor t{prefix + f.name, DType::f32, f.shape, std::vector<unsigned char>(static_cast<size_t>(f.shape.numel()) * 4)};
+    size_t off = 0;
+    for (ValueId p : f.params) {
+      const ValueId v = grads ? g.grad_of(p) : p;
+      ex.download(v, t.bytes.data() + off);
+      off += static_cast<size_t>(g.value(v).bytes());
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
+                   const std::string& file, const std::string& prefix) {
+  const Graph& g = ex.graph();
+  for (const nn::FileTensor& f : nn::param_file_layout(g, scan_layers)) {
+    const std::string name = prefix + f.name;
+    auto it = tensors.find(name);
+    if (it == tensors.end())
+      throw UserError(file, "tensor '" + name + "' is missing",
+                      scan_layers ? "the file must hold every parameter, stacked per layer (model.scan_layers = true)"
+                                  : "the file must hold every parameter by path (model.scan_layers = false)");
+    const StTensor& t = *it->second;
+    if (t.dtype != DType::f32 || t.shape != f.shape)
+      throw UserError(file, "tensor '" + name + "' is " + dtype_name(t.dtype) + t.shape.str() + ", the model needs float32" +
+                                f.shape.str(),
+                      "the file was written for a different model configuration");
+    size_t off = 0;
+    for (ValueId p : f.params) {
+      ex.upload(p, t.bytes.data() + off);
+      off += static_cast<size_t>(g.value(p).bytes());
+    }
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,21 @@
+// Parameters (and gradients) to and from safetensors tensors, in the file layout of
+// nn/param_layout.h (per layer, or stacked for model.scan_layers).
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "runtime/executor.h"
+
+namespace loom {
+
+// Every parameter (or, with `grads`, its gradient) as float32 tensors, named by file layout.
+std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool grads = false,
+                                    const std::string& prefix = {});
+// Loads every parameter from `tensors` (looked up by file-layout name with `prefix`). A missing
+// tensor, a wrong shape or a non-float32 dtype is a UserError naming `file` and the tensor.
+void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
+                   const std::string& file, const std::string& prefix = {});
+
+}  // namespace loom

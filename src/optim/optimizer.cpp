@@ -1,0 +1,109 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace loom {
+
+void LossScaler::update(bool found_inf) {
+  if (!enabled) return;
+  if (found_inf) {
+    ++skipped;
+    if (dynamic) {
+      scale *= backoff;
+      tracker = 0;
+    }
+    return;
+  }
+  if (!dynamic) return;
+  if (++tracker == interval) {
+    scale *= growth;
+    tracker = 0;
+  }
+}
+
+bool weight_decay_applies(const std::string& mask, const std::string& path, const Shape& shape) {
+  if (mask == "all") return true;
+  if (mask == "ndim2") return shape.rank >= 2;
+  // kernels: dense kernels only — not biases, norm scales/biases, embeddings or position embeddings.
+  const size_t slash = path.rfind('/');
+  return (slash == std::string::npos ? path : path.substr(slash + 1)) == "kernel";
+}
+
+Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be, const Graph& g, const Executor& ex)
+    : cfg_(c), be_(be) {
+  const bool adam = c.name == "adam" || c.name == "adamw";
+  const bool moments = adam || c.momentum > 0;
+  for (const Param& p : g.params()) {
+    const Value& v = g.value(p.value);
+    OptimTensor t;
+    t.param = static_cast<float*>(ex.ptr(p.value));
+    t.grad = static_cast<float*>(ex.ptr(p.grad));
+    t.n = v.shape.numel();
+    t.weight_decay = c.name == "adamw" && weight_decay_applies(c.weight_decay_mask, v.name, v.shape)
+                         ? static_cast<float>(c.weight_decay)
+                         : 0.f;
+    const size_t bytes = static_cast<size_t>(t.n) * sizeof(float);
+    auto alloc = [&](float** slot) {
+      void* b = be.allocate(bytes);
+      if (!b) throw std::runtime_error("could not allocate optimizer state for '" + v.name + "'");
+      be.fill_zero(b, bytes);
+      bufs_.push_back(b);
+      *slot = static_cast<float*>(b);
+    };
+    if (moments) alloc(&t.mu);
+    if (adam) alloc(&t.nu);
+    ts_.push_back(t);
+  }
+  scaler_.enabled = compute_dtype == DType::f16 && c.loss_scale != "none";
+  scaler_.dynamic = c.loss_scale == "dynamic";
+  scaler_.scale = scaler_.enabled ? c.loss_scale_init : 1.0;
+  scaler_.growth = c.loss_scale_growth;
+  scaler_.backoff = c.loss_scale_backoff;
+  scaler_.interval = c.loss_scale_interval;
+}
+
+Optimizer::~Optimizer() {
+  for (void* b : bufs_) be_.deallocate(b);
+}
+
+OptimizerReport Optimizer::step() {
+  OptimizerReport r;
+  r.loss_scale = loss_scale();
+  // GradScaler: inv_scale = float(1 / double(scale)).
+  const auto inv_scale = static_cast<float>(1.0 / r.loss_scale);
+  float grad_scale = inv_scale;
+  if (scaler_.enabled || cfg_.clip_norm > 0) {
+    const double sq = be_.grad_sq_norm(ts_);
+    if (!std::isfinite(sq)) {
+      r.skipped = true;
+      scaler_.update(true);
+      return r;
+    }
+    r.grad_norm = std::sqrt(sq) * inv_scale;
+    // optax.clip_by_global_norm: keep when g < max_norm, else t / g * max_norm.
+    if (cfg_.clip_norm > 0 && !(r.grad_norm < cfg_.clip_norm))
+      grad_scale = static_cast<float>(inv_scale * (cfg_.clip_norm / r.grad_norm));
+  }
+  ScheduleSpec sched = cfg_.schedule;
+  sched.value = cfg_.learning_rate;
+  sched.has_end_value = sched.kind == "warmup_exponential_decay" && sched.end_value != 0.0;
+  r.lr = schedule_value(sched, count_);
+  OptimHyper h;
+  h.kind = cfg_.name == "sgd" ? OptimKind::sgd : OptimKind::adam;
+  h.lr = static_cast<float>(r.lr);
+  h.b1 = static_cast<float>(cfg_.b1);
+  h.b2 = static_cast<float>(cfg_.b2);
+  h.eps = static_cast<float>(cfg_.eps);
+  h.eps_root = static_cast<float>(cfg_.eps_root);
+  h.momentum = static_cast<float>(cfg_.momentum);
+  h.nesterov = cfg_.nesterov;
+  h.count = count_ + 1;
+  h.grad_scale = grad_scale;
+  be_.optimizer_update(ts_, h);
+  ++count_;
+  scaler_.update(false);
+  return r;
+}
+
+}  // namespace loom

@@ -1,0 +1,45 @@
+// `loom memory`: the device memory a training run will need, from the plan alone (nothing runs).
+// total = params + grads + optimizer state + activations (the arena peak) + inputs + workspace.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "graph/passes/plan.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace loom {
+
+struct BufferRow {
+  std::string scope, op;
+  Shape shape;
+  DType dtype = DType::f32;
+  int64_t bytes = 0;
+  int32_t first = 0, last = 0;
+  std::string first_phase, last_phase;
+};
+
+struct MemoryReport {
+  std::string config_summary;
+  int64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_bytes = 0, inputs_bytes = 0,
+          workspace_bytes = 0, total_bytes = 0, lower_bound_bytes = 0;
+  int32_t peak_step = 0, num_steps = 0;
+  std::string peak_op, peak_scope, peak_phase;
+  int64_t num_params = 0;
+  double plan_ms = 0;  // building the program (autodiff, remat) + planning
+  std::vector<BufferRow> largest_at_peak;  // up to 15, by size
+};
+
+// Builds and plans the configured training program (timed) and summarises it.
+MemoryReport memory_report(const Config& c, size_t top = 15, PlanOptions opts = {});
+std::string format_memory_report(const MemoryReport& r);
+nlohmann::json memory_report_json(const MemoryReport& r);
+
+// "24GiB", "512MiB", "3.5GB", "1000000" -> bytes. Throws UserError naming `what`.
+int64_t parse_bytes(const std::string& text, const std::string& what);
+std::string gib(int64_t bytes);  // "3.91 GiB"
+
+}  // namespace loom

@@ -1,0 +1,259 @@
+#include "report/profile.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "backend/registry.h"
+#include "core/error.h"
+#include "report/memory_html.h"
+
+namespace loom {
+
+namespace {
+
+void write_file(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open '" + p.string() + "' for writing");
+  f << text;
+  if (!f.flush()) throw std::runtime_error("could not write '" + p.string() + "'");
+}
+
+std::string run_title(const Config& c) {
+  std::string t = fmt::format("{} {}", c.model.kind, dtype_name(c.model.dtype));
+  if (c.model.kind == "transformer")
+    t += fmt::format(", hidden {}, {} layers, head_dim {}, vocab {}, seq {}", c.model.hidden_size, c.model.num_layers,
+                     c.model.head_dim, c.model.vocab_size, c.data.seq_len);
+  else
+    t += fmt::format(", hidden {}", c.model.hidden_size);
+  t += fmt::format(", batch {} in {} minibatch{}, remat {}", c.data.batch_size, c.optimizer.num_minibatches,
+                   c.optimizer.num_minibatches == 1 ? "" : "es", c.model.remat.empty() ? "none" : c.model.remat);
+  if (!c.source.empty()) t += fmt::format(" ({})", c.source);
+  return t;
+}
+
+}  // namespace
+
+int64_t optimizer_state_bytes(const Trainer& t) {
+  int64_t b = 0;
+  for (const OptimTensor& x : t.optimizer().tensors()) b += (x.mu ? x.n * 4 : 0) + (x.nu ? x.n * 4 : 0);
+  return b;
+}
+
+std::unique_ptr<OpRecorder> make_step_recorder(const Trainer& t, int64_t steps) {
+  const auto nmb = static_cast<size_t>(t.config().optimizer.num_minibatches);
+  const auto n = static_cast<size_t>(steps);
+  return std::make_unique<OpRecorder>(t.executor().backend(), t.plan().schedule.size() * nmb * n, n * (nmb + 2));
+}
+
+ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::string& out_dir, bool measure_ceiling,
+                            FILE* log) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw std::runtime_error("cannot create the profile directory '" + out_dir + "': " + ec.message());
+  Backend& be = t.executor().backend();
+  const MemoryPlan& plan = t.plan();
+  const Graph& g = t.model().graph;
+  const int64_t opt_bytes = optimizer_state_bytes(t);
+  const std::string title = run_title(t.config());
+  const DType compute = t.config().model.dtype;  // the ceiling is measured for the dtype the GEMMs run
+
+  double ceiling = 0;
+  if (measure_ceiling) {
+    if (log) {
+      fmt::print(log, "measuring the {} matmul ceiling of {}...\n", dtype_name(compute), be.name());
+      std::fflush(log);
+    }
+    ceiling = be.measure_matmul_gflops(compute);
+  }
+  ProfileOutput out;
+  out.summary = summarize_profile(g, plan, rec, ceiling);
+  out.summary.ceiling_dtype = dtype_name(compute);
+  const fs::path dir(out_dir);
+  out.trace_path = (dir / "trace.json").string();
+  out.summary_path = (dir / "summary.json").string();
+  out.html_path = (dir / "memory.html").string();
+
+  TraceInfo info;
+  info.process_name = "loom (";
+  info.process_name += be.name();
+  info.process_name += ")";
+  info.title = title;
+  info.persistent_bytes = plan.param_bytes + plan.grad_bytes + plan.input_bytes + opt_bytes;
+  write_file(out.trace_path, chrome_trace(g, plan, rec, info));
+
+  nlohmann::json j = profile_summary_json(out.summary);
+  j["config"] = title;
+  j["backend"] = be.name();
+  j["matmul_ceiling_dtype"] = dtype_name(compute);
+  j["matmul_ceiling_method"] = std::string(be.name()) == "cpu"
+                                   ? "best of 3 runs of a 2048^3 matmul as the dense kernels run the compute dtype "
+                                     "(oneDNN sgemm; bf16 matmul on AVX512-BF16), all threads"
+                                   : "Backend::measure_matmul_gflops";
+  j["memory"] = {{"arena_bytes", plan.arena_bytes},       {"live_bytes_peak", plan.lower_bound_bytes},
+                 {"param_bytes", plan.param_bytes},       {"grad_bytes", plan.grad_bytes},
+                 {"optimizer_bytes", opt_bytes},          {"input_bytes", plan.input_bytes}};
+  write_file(out.summary_path, j.dump(2) + "\n");
+  write_file(out.html_path, memory_html(t.program(), plan, title, opt_bytes));
+
+  if (log) {
+    fmt::print(log, "\n{}\n{}", title, format_profile_summary(out.summary));
+    fmt::print(log, "\nwrote {} (open in ui.perfetto.dev or chrome://tracing)\n      {}\n      {}\n", out.trace_path,
+               out.summary_path, out.html_path);
+    std::fflush(log);
+  }
+  return out;
+}
+
+ProfileOutput run_profile(const Config& c, Backend& be, const DataSource& data, const ProfileOptions& o) {
+  if (o.steps < 1) throw UserError("--steps", "must be at least 1", "profile e.g. --steps 3");
+  if (o.warmup < 0) throw UserError("--warmup", "must be >= 0", "e.g. --warmup 1");
+  if (o.out_dir.empty()) throw UserError("--out", "needs a directory", "e.g. --out profile/");
+  Trainer t(c, be);
+  if (o.log) {
+    const MemoryPlan& p = t.plan();
+    fmt::print(o.log, "loom profile: {}\nprogram: {} nodes, arena {:.2f} MiB; {} warm-up step{}, then {} profiled\n",
+               run_title(c), p.schedule.size(), p.arena_bytes / 1048576.0, o.warmup, o.warmup == 1 ? "" : "s",
+               o.steps);
+    std::fflush(o.log);
+  }
+  for (int64_t i = 0; i < o.warmup; ++i) {
+    const StepReport r = t.step(data.train_batch(t.steps_done()));
+    if (o.log) fmt::print(o.log, "warm-up step {}: {:.2f} ms\n", i + 1, r.seconds * 1e3);
+  }
+  std::unique_ptr<OpRecorder> rec = make_step_recorder(t, o.steps);
+  t.set_recorder(rec.get());
+  for (int64_t i = 0; i < o.steps; ++i) {
+    const Batch batch = data.train_batch(t.steps_done());
+    const StepReport r = t.step(batch);
+    if (o.log) {
+      fmt::print(o.log, "profiled step {}/{}: {:.2f} ms  loss {:.6f}\n", i + 1, o.steps, r.seconds * 1e3,
+                 r.metrics.at("loss").mean());
+      std::fflush(o.log);
+    }
+  }
+  t.set_recorder(nullptr);
+  return write_profile(t, *rec, o.out_dir, o.measure_ceiling, o.log);
+}
+
+StepWindow parse_step_window(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return UserError("--profile-steps " + text, why, "write FIRST:LAST, 1-based and inclusive, e.g. 3:5 (or one step, e.g. 4)");
+  };
+  auto number = [&](const std::string& s) {
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) throw bad("'" + s + "' is not a step number");
+    const int64_t v = std::stoll(s);
+    if (v < 1) throw bad("steps are numbered from 1");
+    return v;
+  };
+  const size_t colon = text.find(':');
+  StepWindow w;
+  w.first = number(text.substr(0, colon));
+  w.last = colon == std::string::npos ? w.first : number(text.substr(colon + 1));
+  if (w.last < w.first) throw bad("the last step comes before the first");
+  return w;
+}
+
+TrainProfiler::TrainProfiler(Trainer& t, std::string out_dir, StepWindow w, FILE* log)
+    : t_(t), dir_(std::move(out_dir)), w_(w), log_(log), rec_(make_step_recorder(t, w.last - w.first + 1)) {}
+
+TrainProfiler::~TrainProfiler() {
+  if (t_.executor().recorder() == rec_.get()) t_.set_recorder(nullptr);
+}
+
+void TrainProfiler::before_step(int64_t step) {
+  if (step == w_.first && !written_) {
+    rec_->clear();
+    t_.set_recorder(rec_.get());
+  }
+}
+
+void TrainProfiler::after_step(int64_t step) {
+  if (step == w_.last) finish();
+}
+
+void TrainProfiler::finish() {
+  if (written_) return;
+  const bool recording = t_.executor().recorder() == rec_.get();
+  if (!recording) {
+    if (log_) fmt::print(log_, "profile: the run ended before step {}: nothing profiled\n", w_.first);
+    written_ = true;
+    return;
+  }
+  t_.set_recorder(nullptr);
+  if (log_) fmt::print(log_, "\nprofile of steps {}..{}:\n", w_.first, w_.last);
+  write_profile(t_, *rec_, dir_, /*measure_ceiling=*/true, log_);
+  written_ = true;
+}
+
+std::unique_ptr<TrainProfiler> attach_train_profiler(Trainer& t, const std::string& dir, const std::string& window,
+                                                     LoopOptions& lo, FILE* log) {
+  if (dir.empty()) {
+    if (!window.empty()) throw UserError("--profile-steps " + window, "needs --profile DIR", "add --profile prof/");
+    return nullptr;
+  }
+  auto p = std::make_unique<TrainProfiler>(t, dir, window.empty() ? StepWindow{} : parse_step_window(window), log);
+  TrainProfiler* raw = p.get();
+  lo.before_step = [raw, prev = std::move(lo.before_step)](int64_t step) {
+    raw->before_step(step);
+    if (prev) prev(step);
+  };
+  lo.after_step = [raw, prev = std::move(lo.after_step)](int64_t step) {
+    raw->after_step(step);
+    if (prev) prev(step);
+  };
+  return p;
+}
+
+OverheadResult measure_overhead(const Config& c, Backend& be, const DataSource& data, int64_t pairs, int64_t warmup) {
+  Trainer t(c, be);
+  for (int64_t i = 0; i < warmup; ++i) t.step(data.train_batch(t.steps_done()));
+  std::unique_ptr<OpRecorder> rec = make_step_recorder(t, 1);
+  std::vector<double> off, on;
+  for (int64_t i = 0; i < pairs; ++i) {
+    for (const bool record : {i % 2 == 0, i % 2 != 0}) {  // alternate which goes first
+      const Batch batch = data.train_batch(t.steps_done());
+      rec->clear();
+      t.set_recorder(record ? rec.get() : nullptr);
+      const StepReport r = t.step(batch);
+      (record ? on : off).push_back(r.seconds * 1e3);
+    }
+  }
+  t.set_recorder(nullptr);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t h = v.size() / 2;
+    return v.empty() ? 0.0 : v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+  };
+  return OverheadResult{median(off), median(on)};
+}
+
+int profile_command(Config c, const ProfileCommand& cmd) {
+  validate_config(c);
+  set_num_threads(static_cast<int>(c.threads));
+  auto be = make_backend(c.device);
+  const DataSource data(c.data, data_context(c));
+  ProfileOptions o;
+  o.steps = cmd.steps;
+  o.warmup = cmd.warmup;
+  o.out_dir = cmd.out_dir;
+  o.measure_ceiling = !cmd.no_ceiling;
+  fmt::print("device {} ({} threads)\n", be->name(), num_threads());
+  if (cmd.overhead_pairs > 0) {
+    fmt::print("recorder overhead: {}, {} warm-up steps, then {} steps each with recording off and on, alternating\n",
+               run_title(c), cmd.warmup, cmd.overhead_pairs);
+    std::fflush(stdout);
+    const OverheadResult r = measure_overhead(c, *be, data, cmd.overhead_pairs, cmd.warmup);
+    fmt::print("median step: recording off {:.3f} ms, on {:.3f} ms ({:+.2f}%)\n", r.off_ms, r.on_ms,
+               100.0 * r.overhead());
+    return 0;
+  }
+  run_profile(c, *be, data, o);
+  return 0;
+}
+
+}  // namespace loom
