@@ -16,8 +16,8 @@
 //   g++ -O3 -mavx2 -mfma -fopenmp -std=c++20 bench/ceiling.cpp -I<openblas-openmp include>
 //       -L<openblas-openmp lib> -lopenblas -ldnnl
 #include <cblas.h>
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -36,22 +36,30 @@ void openblas_set_num_threads(int);
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 const char* dnnl_isa_name(dnnl_cpu_isa_t isa) {
   switch (isa) {
-    case dnnl_cpu_isa_sse41: return "sse41";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    case dnnl_cpu_isa_all: return "all";
-    default: return "other";
+    case dnnl_cpu_isa_sse41:
+      return "sse41";
+    case dnnl_cpu_isa_avx:
+      return "avx";
+    case dnnl_cpu_isa_avx2:
+      return "avx2";
+    case dnnl_cpu_isa_avx2_vnni:
+      return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core:
+      return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl_cpu_isa_all:
+      return "all";
+    default:
+      return "other";
   }
 }
 
@@ -66,8 +74,7 @@ double sgemm_gflops(Lib lib, int n, int reps) {
   }
   auto run = [&] {
     if (lib == Lib::openblas) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f,
-                  c.data(), n);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
     } else if (dnnl_sgemm('N', 'N', n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n) != dnnl_success) {
       std::fprintf(stderr, "dnnl_sgemm failed\n");
       std::exit(1);
@@ -130,9 +137,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: ceiling [--threads N] [--reps N] [--triad-mib MIB] [--quick]\n");
       return 2;
     }
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--triad-mib")) triad_mib = std::atol(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--threads"))
+      threads = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps"))
+      reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--triad-mib"))
+      triad_mib = std::atol(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: ceiling [--threads N] [--reps N] [--triad-mib MIB] [--quick]\n");
       return 2;
@@ -153,7 +163,8 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"threads\": %d, \"openblas_threads\": %d, \"openblas_corename\": \"%s\", \"openblas_config\": \"%s\", "
       "\"openblas_coretype_env\": \"%s\", \"onednn_isa\": \"%s\", \"onednn_max_cpu_isa_env\": \"%s\", "
-      "\"sgemm_gflops\": {\"openblas\": {\"2048\": %.2f, \"3072\": %.2f}, \"onednn\": {\"2048\": %.2f, \"3072\": %.2f}}, "
+      "\"sgemm_gflops\": {\"openblas\": {\"2048\": %.2f, \"3072\": %.2f}, \"onednn\": {\"2048\": %.2f, \"3072\": "
+      "%.2f}}, "
       "\"gemm_ceiling_gflops\": %.2f, \"triad_gbs\": %.2f, \"triad_array_mib\": %ld, \"reps\": %d}\n",
       threads, openblas_get_num_threads(), openblas_get_corename(), cfg.c_str(), coretype ? coretype : "",
       dnnl_isa_name(dnnl_get_effective_cpu_isa()), maxisa ? maxisa : "", ob2048, ob3072, dn2048, dn3072, best, bw,

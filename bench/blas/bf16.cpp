@@ -4,7 +4,8 @@
 // layouts the dense ops use (NN forward, NT input gradient, TN weight gradient) at the
 // tutorial-shape (d) sizes and the attention block sizes. Best of 5 rounds of 10 calls each.
 //
-//   ninja -C build && g++ -O2 -fopenmp -std=c++20 -Isrc bench/blas/bf16.cpp build/libloom_lib.a -ldnnl -o /tmp/bf16 && /tmp/bf16
+//   ninja -C build && g++ -O2 -fopenmp -std=c++20 -Isrc bench/blas/bf16.cpp build/libloom_lib.a -ldnnl -o /tmp/bf16 &&
+//   /tmp/bf16
 #include <omp.h>
 
 #include <algorithm>
@@ -24,7 +25,8 @@ double best_us(F f) {
   for (int r = 0; r < 5; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 10; ++i) f();
-    best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10);
+    best =
+        std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 10);
   }
   return best;
 }
@@ -40,9 +42,9 @@ int main() {
     int64_t M, N, K;
     bool ta, tb;
   };
-  const Case cases[] = {{512, 1024, 256, false, false}, {512, 1024, 256, false, true}, {256, 1024, 512, true, false},
+  const Case cases[] = {{512, 1024, 256, false, false}, {512, 1024, 256, false, true},  {256, 1024, 512, true, false},
                         {1024, 256, 1024, true, false}, {1024, 256, 1024, false, true}, {512, 2048, 256, false, false},
-                        {64, 64, 32, false, true},     {64, 32, 64, false, false},    {64, 32, 64, true, false}};
+                        {64, 64, 32, false, true},      {64, 32, 64, false, false},     {64, 32, 64, true, false}};
   for (const Case& c : cases) {
     const int64_t M = c.M, N = c.N, K = c.K, lda = c.ta ? M : K, ldb = c.tb ? K : N;
     const std::vector<uint16_t> A(M * K, 0x3f80), B(K * N, 0x3f00);  // bf16 1.0 and 0.5

@@ -48,10 +48,10 @@
 #include <ctime>
 #include <deque>
 #include <fstream>
-#include <thread>
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #if defined(LOOM_BLAS_LINKED_OPENBLAS) || defined(LOOM_BLAS_LINKED_BLIS)
@@ -63,10 +63,10 @@
 namespace {
 
 // ---------------------------------------------------------------- backends
-using cblas_sgemm_t = void (*)(int, int, int, int, int, int, float, const float*, int,
-                               const float*, int, float, float*, int);
-using dnnl_sgemm_t = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                             const float*, int64_t, float, float*, int64_t);
+using cblas_sgemm_t = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*,
+                               int);
+using dnnl_sgemm_t = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                             float, float*, int64_t);
 constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;  // standard CBLAS enum values
 
 struct Backend {
@@ -75,11 +75,11 @@ struct Backend {
   dnnl_sgemm_t dnnl = nullptr;
 
   // Row-major C[m,n] = op(A)[m,k] * op(B)[k,n] + beta * C.
-  void gemm(bool ta, bool tb, long m, long n, long k, const float* A, long lda, const float* B,
-            long ldb, float beta, float* C, long ldc) const {
+  void gemm(bool ta, bool tb, long m, long n, long k, const float* A, long lda, const float* B, long ldb, float beta,
+            float* C, long ldc) const {
     if (cblas) {
-      cblas(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, (int)m, (int)n, (int)k,
-            1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+      cblas(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, (int)m, (int)n, (int)k, 1.0f, A, (int)lda, B,
+            (int)ldb, beta, C, (int)ldc);
     } else {
       int st = dnnl(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, A, lda, B, ldb, beta, C, ldc);
       if (st != 0) {
@@ -121,30 +121,34 @@ Backend make_backend(const std::string& lib, void* h, int threads) {
   if (lib == "openblas") {
     b.cblas = fn<cblas_sgemm_t>(h, "cblas_sgemm");
     fn<void (*)(int)>(h, "openblas_set_num_threads")(threads);
-    std::snprintf(buf, sizeof buf, "core=%s threads=%d config=[%s]",
-                  fn<char* (*)()>(h, "openblas_get_corename")(),
-                  fn<int (*)()>(h, "openblas_get_num_threads")(),
-                  fn<char* (*)()>(h, "openblas_get_config")());
+    std::snprintf(buf, sizeof buf, "core=%s threads=%d config=[%s]", fn<char* (*)()>(h, "openblas_get_corename")(),
+                  fn<int (*)()>(h, "openblas_get_num_threads")(), fn<char* (*)()>(h, "openblas_get_config")());
   } else if (lib == "blis") {
     b.cblas = fn<cblas_sgemm_t>(h, "cblas_sgemm");
     fn<void (*)(int64_t)>(h, "bli_thread_set_num_threads")(threads);
     int arch = fn<int (*)()>(h, "bli_arch_query_id")();
-    std::snprintf(buf, sizeof buf, "version=%s arch=%s threads=%ld",
-                  fn<char* (*)()>(h, "bli_info_get_version_str")(),
+    std::snprintf(buf, sizeof buf, "version=%s arch=%s threads=%ld", fn<char* (*)()>(h, "bli_info_get_version_str")(),
                   fn<char* (*)(int)>(h, "bli_arch_string")(arch),
                   (long)fn<int64_t (*)()>(h, "bli_thread_get_num_threads")());
   } else if (lib == "onednn") {
     b.dnnl = fn<dnnl_sgemm_t>(h, "dnnl_sgemm");
     // oneDNN's OMP runtime uses omp_get_max_threads(); it has no thread setter of its own.
-    struct Ver { int major, minor, patch; const char* hash; unsigned cpu_runtime, gpu_runtime; };
+    struct Ver {
+      int major, minor, patch;
+      const char* hash;
+      unsigned cpu_runtime, gpu_runtime;
+    };
     const Ver* v = fn<const Ver* (*)()>(h, "dnnl_version")();
     int isa = fn<int (*)()>(h, "dnnl_get_effective_cpu_isa")();
-    const char* isa_s = isa == 0x7 ? "avx2" : isa == 0x27 ? "avx512_core"
-                      : isa == 0x67 ? "avx512_core_vnni" : isa == 0xe7 ? "avx512_core_bf16"
-                      : isa == 0x3e7 ? "avx512_core_amx" : isa == 0x407 ? "avx2_vnni" : "other";
-    std::snprintf(buf, sizeof buf, "version=%d.%d.%d cpu_runtime=%s max_isa=%s omp_max_threads=%d",
-                  v->major, v->minor, v->patch, v->cpu_runtime == 2 ? "OMP" : "non-OMP", isa_s,
-                  omp_get_max_threads());
+    const char* isa_s = isa == 0x7     ? "avx2"
+                        : isa == 0x27  ? "avx512_core"
+                        : isa == 0x67  ? "avx512_core_vnni"
+                        : isa == 0xe7  ? "avx512_core_bf16"
+                        : isa == 0x3e7 ? "avx512_core_amx"
+                        : isa == 0x407 ? "avx2_vnni"
+                                       : "other";
+    std::snprintf(buf, sizeof buf, "version=%d.%d.%d cpu_runtime=%s max_isa=%s omp_max_threads=%d", v->major, v->minor,
+                  v->patch, v->cpu_runtime == 2 ? "OMP" : "non-OMP", isa_s, omp_get_max_threads());
   } else {
     die("unknown library " + lib);
   }
@@ -154,8 +158,7 @@ Backend make_backend(const std::string& lib, void* h, int threads) {
 
 std::vector<Backend> load_backends(const std::vector<std::string>& libs, int threads) {
   std::vector<Backend> out;
-#if defined(LOOM_BLAS_LINKED_OPENBLAS) || defined(LOOM_BLAS_LINKED_BLIS) || \
-    defined(LOOM_BLAS_LINKED_DNNL)
+#if defined(LOOM_BLAS_LINKED_OPENBLAS) || defined(LOOM_BLAS_LINKED_BLIS) || defined(LOOM_BLAS_LINKED_DNNL)
 #if defined(LOOM_BLAS_LINKED_OPENBLAS)
   const char* linked = "openblas";
   void* volatile keep = reinterpret_cast<void*>(&cblas_sgemm);  // keep the DT_NEEDED
@@ -201,20 +204,21 @@ const Model kModels[] = {
     {"gpt2-124M", 256, 768, 50257, 12},
     {"nanogpt-char", 768, 128, 65, 4},  // nanoGPT shakespeare_char CPU config: 4 layers
     {"6L-384", 2048, 384, 65, 6},
-    {"tutorial", 1024, 256, 2048, 4},   // n_layer assumed 4
+    {"tutorial", 1024, 256, 2048, 4},  // n_layer assumed 4
 };
 
 std::vector<Shape> make_shapes() {
   std::vector<Shape> s;
   s.push_back({"square", "2048^3-first", "NN", 2048, 2048, 2048, 0});
   for (const Model& m : kModels) {
-    struct L { const char* name; long kin, nout; int count; };
+    struct L {
+      const char* name;
+      long kin, nout;
+      int count;
+    };
     const L layers[] = {
-        {"qkv", m.C, 3 * m.C, m.n_layer},
-        {"attn_proj", m.C, m.C, m.n_layer},
-        {"mlp_fc", m.C, 4 * m.C, m.n_layer},
-        {"mlp_proj", 4 * m.C, m.C, m.n_layer},
-        {"lm_head", m.C, m.V, 1},
+        {"qkv", m.C, 3 * m.C, m.n_layer},      {"attn_proj", m.C, m.C, m.n_layer}, {"mlp_fc", m.C, 4 * m.C, m.n_layer},
+        {"mlp_proj", 4 * m.C, m.C, m.n_layer}, {"lm_head", m.C, m.V, 1},
     };
     for (const L& l : layers) {
       s.push_back({m.name, l.name, "NN", m.BT, l.nout, l.kin, l.count});  // Y = X W
@@ -227,14 +231,13 @@ std::vector<Shape> make_shapes() {
 }
 
 // ---------------------------------------------------------------- timing
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // CPU time used on the machine by anything other than this process (other processes, and
 // host steal), as a fraction of wall time x online CPUs. Used to detect a busy machine.
-struct CpuSnap { double busy_s, self_s, wall_s; };
+struct CpuSnap {
+  double busy_s, self_s, wall_s;
+};
 CpuSnap cpu_snap() {
   std::ifstream f("/proc/stat");
   std::string cpu;
@@ -268,8 +271,7 @@ struct LibResult {
   int reps = 0;
 };
 
-std::vector<LibResult> run_shape(const Shape& sh, const std::vector<Backend>& bs, double min_time,
-                                 std::mt19937& rng) {
+std::vector<LibResult> run_shape(const Shape& sh, const std::vector<Backend>& bs, double min_time, std::mt19937& rng) {
   const bool ta = sh.op == "TN", tb = sh.op == "NT";
   const long M = sh.M, N = sh.N, K = sh.K;
   // Stored (row-major) shapes: A is [M,K] or [K,M] if ta; B is [K,N] or [N,K] if tb.
@@ -281,9 +283,7 @@ std::vector<LibResult> run_shape(const Shape& sh, const std::vector<Backend>& bs
   for (auto& x : A) x = U(rng);
   for (auto& x : B) x = U(rng);
   const float beta = sh.op == "TN" ? 1.0f : 0.0f;
-  auto call = [&](const Backend& b) {
-    b.gemm(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
-  };
+  auto call = [&](const Backend& b) { b.gemm(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc); };
   const size_t nb = bs.size();
   std::vector<LibResult> res(nb);
 
@@ -303,9 +303,8 @@ std::vector<LibResult> run_shape(const Shape& sh, const std::vector<Backend>& bs
       res[i].max_rel_err = std::max(res[i].max_rel_err, std::fabs(ref - C[r * ldc + c]) / (mag + 1e-30));
     }
     if (res[i].max_rel_err > 1e-4) {
-      std::fprintf(stderr, "WRONG RESULT lib=%s %s/%s/%s M=%ld N=%ld K=%ld rel_err=%g\n",
-                   bs[i].name.c_str(), sh.model.c_str(), sh.layer.c_str(), sh.op.c_str(), M, N, K,
-                   res[i].max_rel_err);
+      std::fprintf(stderr, "WRONG RESULT lib=%s %s/%s/%s M=%ld N=%ld K=%ld rel_err=%g\n", bs[i].name.c_str(),
+                   sh.model.c_str(), sh.layer.c_str(), sh.op.c_str(), M, N, K, res[i].max_rel_err);
       std::exit(2);
     }
     // Warm-up.
@@ -364,17 +363,28 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) die("missing value for " + a);
       return argv[++i];
     };
-    if (a == "--min-time") min_time = std::atof(next());
-    else if (a == "--threads") threads = std::atoi(next());
-    else if (a == "--filter") filter = next();
-    else if (a == "--only") only = "," + std::string(next()) + ",";
-    else if (a == "--json") json_path = next();
-    else if (a == "--config") config = next();
-    else if (a == "--libs") libs_arg = next();
-    else if (a == "--max-noise") max_noise = std::atof(next());
-    else if (a == "--retries") retries = std::atoi(next());
-    else if (a == "--deadline") deadline = std::atof(next());
-    else die("unknown argument " + a);
+    if (a == "--min-time")
+      min_time = std::atof(next());
+    else if (a == "--threads")
+      threads = std::atoi(next());
+    else if (a == "--filter")
+      filter = next();
+    else if (a == "--only")
+      only = "," + std::string(next()) + ",";
+    else if (a == "--json")
+      json_path = next();
+    else if (a == "--config")
+      config = next();
+    else if (a == "--libs")
+      libs_arg = next();
+    else if (a == "--max-noise")
+      max_noise = std::atof(next());
+    else if (a == "--retries")
+      retries = std::atoi(next());
+    else if (a == "--deadline")
+      deadline = std::atof(next());
+    else
+      die("unknown argument " + a);
   }
   std::vector<std::string> libs;
   {
@@ -384,10 +394,9 @@ int main(int argc, char** argv) {
   }
   omp_set_num_threads(threads);
   const std::vector<Backend> bs = load_backends(libs, threads);
-  const char* envs[] = {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OMP_PROC_BIND", "OMP_PLACES",
-                        "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE",
-                        "OPENBLAS_L2_SIZE", "BLIS_NUM_THREADS", "BLIS_ARCH_TYPE",
-                        "ONEDNN_MAX_CPU_ISA"};
+  const char* envs[] = {"OMP_NUM_THREADS",  "OMP_WAIT_POLICY",      "OMP_PROC_BIND",     "OMP_PLACES",
+                        "GOMP_SPINCOUNT",   "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+                        "BLIS_NUM_THREADS", "BLIS_ARCH_TYPE",       "ONEDNN_MAX_CPU_ISA"};
   std::printf("# config=%s threads=%d min_time=%.2fs env:", config.c_str(), threads, min_time);
   for (const char* e : envs) std::printf(" %s=%s", e, env_or(e, "-"));
   std::printf("\n");
@@ -397,7 +406,12 @@ int main(int argc, char** argv) {
   std::printf("   (other_load = CPU used by other processes/steal during the measurement)\n");
   std::fflush(stdout);
 
-  struct Row { Shape sh; std::vector<LibResult> r; double noise; int tries; };
+  struct Row {
+    Shape sh;
+    std::vector<LibResult> r;
+    double noise;
+    int tries;
+  };
   std::vector<Row> rows;
   for (const Shape& sh : make_shapes()) {
     std::string key = sh.model + "/" + sh.layer + "/" + sh.op;
@@ -419,8 +433,7 @@ int main(int argc, char** argv) {
     Row& row = rows[i];
     const Shape& sh = row.sh;
     if (deadline >= 0 && !wait_quiet(max_noise, t_end)) {
-      std::printf("# deadline (%.0f s) reached on a busy machine; %zu shape(s) left\n", deadline,
-                  queue.size());
+      std::printf("# deadline (%.0f s) reached on a busy machine; %zu shape(s) left\n", deadline, queue.size());
       break;
     }
     queue.pop_front();
@@ -428,30 +441,35 @@ int main(int argc, char** argv) {
     std::vector<LibResult> r = run_shape(sh, bs, min_time, rng);
     double noise = others_frac(a, cpu_snap());
     ++row.tries;
-    if (noise < row.noise) { row.r = r; row.noise = noise; }
+    if (noise < row.noise) {
+      row.r = r;
+      row.noise = noise;
+    }
     bool again = noise > max_noise && row.tries <= retries && deadline >= 0;
     if (again) queue.push_back(i);
-    std::printf("%-13s %-12s %-3s %6ld %6ld %6ld", sh.model.c_str(), sh.layer.c_str(),
-                sh.op.c_str(), sh.M, sh.N, sh.K);
+    std::printf("%-13s %-12s %-3s %6ld %6ld %6ld", sh.model.c_str(), sh.layer.c_str(), sh.op.c_str(), sh.M, sh.N, sh.K);
     for (const LibResult& x : r) std::printf(" %10.1f", x.gflops);
     std::printf("   other_load=%4.1f%%%s\n", 100 * noise,
-                noise <= max_noise ? "" : again ? "  (busy machine: will re-measure)"
-                                                : "  (BUSY MACHINE: result unreliable)");
+                noise <= max_noise ? ""
+                : again            ? "  (busy machine: will re-measure)"
+                                   : "  (BUSY MACHINE: result unreliable)");
     std::fflush(stdout);
   }
   {
     std::vector<Row> measured;
     for (const Row& row : rows)
-      if (row.tries > 0) measured.push_back(row);
-      else std::printf("# NOT MEASURED (machine busy): %s/%s/%s\n", row.sh.model.c_str(),
-                       row.sh.layer.c_str(), row.sh.op.c_str());
+      if (row.tries > 0)
+        measured.push_back(row);
+      else
+        std::printf("# NOT MEASURED (machine busy): %s/%s/%s\n", row.sh.model.c_str(), row.sh.layer.c_str(),
+                    row.sh.op.c_str());
     rows.swap(measured);
   }
 
   std::printf("# final (quietest measurement of each shape), GFLOP/s\n");
   for (const Row& row : rows) {
-    std::printf("# %-13s %-12s %-3s %6ld %6ld %6ld", row.sh.model.c_str(), row.sh.layer.c_str(),
-                row.sh.op.c_str(), row.sh.M, row.sh.N, row.sh.K);
+    std::printf("# %-13s %-12s %-3s %6ld %6ld %6ld", row.sh.model.c_str(), row.sh.layer.c_str(), row.sh.op.c_str(),
+                row.sh.M, row.sh.N, row.sh.K);
     for (const LibResult& x : row.r) std::printf(" %10.1f", x.gflops);
     std::printf("   other_load=%4.1f%% tries=%d\n", 100 * row.noise, row.tries);
   }
@@ -461,8 +479,7 @@ int main(int argc, char** argv) {
   for (const Row& row : rows)
     if (row.sh.count > 0 && std::find(models.begin(), models.end(), row.sh.model) == models.end())
       models.push_back(row.sh.model);
-  if (!models.empty())
-    std::printf("# per-step GEMM time, ms (block GEMMs x n_layer + lm_head, NN+NT+TN)\n");
+  if (!models.empty()) std::printf("# per-step GEMM time, ms (block GEMMs x n_layer + lm_head, NN+NT+TN)\n");
   for (const std::string& m : models) {
     std::printf("# step %-13s", m.c_str());
     for (size_t i = 0; i < bs.size(); ++i) {
@@ -480,8 +497,10 @@ int main(int argc, char** argv) {
     char date[64];
     std::time_t tt = std::time(nullptr);
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&tt));
-    std::fprintf(f, "{\n \"config\": \"%s\",\n \"date\": \"%s\",\n \"threads\": %d,\n"
-                 " \"min_time_s\": %.3f,\n \"env\": {", config.c_str(), date, threads, min_time);
+    std::fprintf(f,
+                 "{\n \"config\": \"%s\",\n \"date\": \"%s\",\n \"threads\": %d,\n"
+                 " \"min_time_s\": %.3f,\n \"env\": {",
+                 config.c_str(), date, threads, min_time);
     bool first = true;
     for (const char* e : envs)
       if (const char* v = std::getenv(e)) {
@@ -499,15 +518,15 @@ int main(int argc, char** argv) {
                    "%s\n  {\"model\": \"%s\", \"layer\": \"%s\", \"op\": \"%s\", \"M\": %ld, "
                    "\"N\": %ld, \"K\": %ld, \"count_per_step\": %d, \"other_load\": %.4f, "
                    "\"tries\": %d, \"libs\": {",
-                   k ? "," : "", row.sh.model.c_str(), row.sh.layer.c_str(), row.sh.op.c_str(),
-                   row.sh.M, row.sh.N, row.sh.K, row.sh.count, row.noise, row.tries);
+                   k ? "," : "", row.sh.model.c_str(), row.sh.layer.c_str(), row.sh.op.c_str(), row.sh.M, row.sh.N,
+                   row.sh.K, row.sh.count, row.noise, row.tries);
       for (size_t i = 0; i < bs.size(); ++i) {
         const LibResult& r = row.r[i];
         std::fprintf(f,
                      "%s\n    \"%s\": {\"gflops\": %.2f, \"median_ms\": %.5f, \"min_ms\": %.5f, "
                      "\"reps\": %d, \"max_rel_err\": %.3g}",
-                     i ? "," : "", bs[i].name.c_str(), r.gflops, r.median_s * 1e3, r.min_s * 1e3,
-                     r.reps, r.max_rel_err);
+                     i ? "," : "", bs[i].name.c_str(), r.gflops, r.median_s * 1e3, r.min_s * 1e3, r.reps,
+                     r.max_rel_err);
       }
       std::fprintf(f, "}}");
     }

@@ -22,7 +22,9 @@ struct TensorArg {
   Shape shape;
   DType dtype = DType::f32;
   template <class T>
-  T* as() const { return static_cast<T*>(data); }
+  T* as() const {
+    return static_cast<T*>(data);
+  }
 };
 
 // Per-run coordinates that key the counter-based RNG (dropout masks).

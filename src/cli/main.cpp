@@ -1,6 +1,6 @@
 // The loom command: `loom params`, `loom train`. Parses flags and prints; the work is in train/.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <unistd.h>
 
@@ -17,16 +17,15 @@
 #include "report/memory_report.h"
 #include "report/params.h"
 #include "report/profile.h"
+#include "run/run.h"
 #include "sample/sample.h"
 #include "train/config.h"
 #include "train/loop.h"
-#include "run/run.h"
 #include "train/trainer.h"
 
 namespace {
 
 using namespace loom;
-
 
 Config load(const std::string& path, const std::vector<std::string>& overrides) {
   return load_config(path.empty() ? kDefaultConfig : path, overrides);
@@ -109,8 +108,9 @@ int cmd_memory(const std::string& path, const std::vector<std::string>& override
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"loom: train Transformer language models (and small MLPs) on one device, with every memory and speed "
-               "technique measurable.\nConfigs are TOML; any key can be overridden as section.key=value."};
+  CLI::App app{
+      "loom: train Transformer language models (and small MLPs) on one device, with every memory and speed "
+      "technique measurable.\nConfigs are TOML; any key can be overridden as section.key=value."};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
 
@@ -133,12 +133,15 @@ int main(int argc, char** argv) {
                     "token data)");
   train->add_flag("--overwrite", run.overwrite, "replace the run already in --out");
   train->add_option("--resume", run.resume, "continue the run in this directory (or ckpt_<step> directory)");
-  train->add_option("--profile", run.profile_dir, "profile a window of steps into DIR (trace.json, summary.json, memory.html)");
-  train->add_option("--profile-steps", run.profile_steps, "the window for --profile: FIRST:LAST, 1-based, inclusive (default 2:4)");
+  train->add_option("--profile", run.profile_dir,
+                    "profile a window of steps into DIR (trace.json, summary.json, memory.html)");
+  train->add_option("--profile-steps", run.profile_steps,
+                    "the window for --profile: FIRST:LAST, 1-based, inclusive (default 2:4)");
   bool help_config = false;
   train->add_flag("--help-config", help_config, "list every configuration key with its type and default");
 
-  auto* prepare = app.add_subcommand("prepare", "tokenize a text file into train.bin, val.bin and meta.json (nanoGPT layout)");
+  auto* prepare =
+      app.add_subcommand("prepare", "tokenize a text file into train.bin, val.bin and meta.json (nanoGPT layout)");
   std::string prep_kind, prep_input, prep_out, prep_vocab;
   double val_fraction = 0.1;
   prepare->add_option("tokenizer", prep_kind, "char (sorted unique characters) or gpt2 (byte-level BPE)")
@@ -149,8 +152,8 @@ int main(int argc, char** argv) {
   prepare->add_option("--val-fraction", val_fraction, "fraction of the text held out for validation (default 0.1)");
   prepare->add_option("--vocab", prep_vocab, "gpt2: directory with encoder.json and vocab.bpe");
 
-  auto* memory = app.add_subcommand(
-      "memory", "plan a training run and print its device memory, without running anything");
+  auto* memory =
+      app.add_subcommand("memory", "plan a training run and print its device memory, without running anything");
   memory->add_option("config", config, std::string("config file (TOML); default ") + kDefaultConfig);
   memory->add_option("overrides", overrides, "section.key=value overrides, e.g. model.remat=none");
   bool mem_json = false;
@@ -166,7 +169,8 @@ int main(int argc, char** argv) {
   std::string mem_html;
   memory->add_option("--html", mem_html, "also write the memory viewer (one self-contained HTML page) to FILE");
 
-  auto* profile = app.add_subcommand("profile", "run a few training steps and write a trace, a summary and the memory viewer");
+  auto* profile =
+      app.add_subcommand("profile", "run a few training steps and write a trace, a summary and the memory viewer");
   profile->add_option("config", config, std::string("config file (TOML); default ") + kDefaultConfig);
   profile->add_option("overrides", overrides, "section.key=value overrides, e.g. model.dtype=bfloat16");
   ProfileCommand prof;
@@ -177,9 +181,11 @@ int main(int argc, char** argv) {
   profile->add_option("--overhead", prof.overhead_pairs,
                       "instead of profiling, time N steps with recording off and N with it on, alternating");
 
-  auto* sample = app.add_subcommand("sample", "generate text from a checkpoint, streaming it as it is produced (KV cache)");
+  auto* sample =
+      app.add_subcommand("sample", "generate text from a checkpoint, streaming it as it is produced (KV cache)");
   SampleOptions samp;
-  sample->add_option("checkpoint", samp.checkpoint, "a ckpt_<step> directory, or a run directory (its latest checkpoint)")
+  sample
+      ->add_option("checkpoint", samp.checkpoint, "a ckpt_<step> directory, or a run directory (its latest checkpoint)")
       ->required();
   sample->add_option("--prompt", samp.prompt, "text to continue (default: a newline, or <|endoftext|> for GPT-2)");
   sample->add_option("--tokens", samp.tokens, "tokens to generate (default 256)");
@@ -215,7 +221,8 @@ int main(int argc, char** argv) {
     }
     if (prepare->parsed()) return run_prepare(prep_kind, prep_input, prep_out, val_fraction, prep_vocab);
     if (memory->parsed() && !mem_html.empty()) write_memory_html(load(config, overrides), mem_html);
-    if (memory->parsed()) return cmd_memory(config, overrides, mem_json, sweeps, budget, PlanOptions{!no_inplace, true});
+    if (memory->parsed())
+      return cmd_memory(config, overrides, mem_json, sweeps, budget, PlanOptions{!no_inplace, true});
     if (profile->parsed()) return profile_command(load(config, overrides), prof);
     if (sample->parsed()) return run_sample(samp);
   } catch (const UserError& e) {

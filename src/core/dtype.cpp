@@ -9,8 +9,7 @@ namespace loom {
 
 namespace detail {
 void bad_dtype(DType dt) {
-  assert_fail(__FILE__, __LINE__, "dt is a DType enumerator",
-              "DType value " + std::to_string(static_cast<int>(dt)));
+  assert_fail(__FILE__, __LINE__, "dt is a DType enumerator", "DType value " + std::to_string(static_cast<int>(dt)));
 }
 }  // namespace detail
 
@@ -46,10 +45,9 @@ std::optional<DType> dtype_from_name(std::string_view name) {
     DType dt;
   };
   static constexpr Entry kNames[] = {
-      {"float32", DType::f32},   {"fp32", DType::f32},  {"f32", DType::f32},
-      {"bfloat16", DType::bf16}, {"bf16", DType::bf16}, {"float16", DType::f16},
-      {"fp16", DType::f16},      {"f16", DType::f16},   {"int32", DType::i32},
-      {"i32", DType::i32},
+      {"float32", DType::f32}, {"fp32", DType::f32},    {"f32", DType::f32},  {"bfloat16", DType::bf16},
+      {"bf16", DType::bf16},   {"float16", DType::f16}, {"fp16", DType::f16}, {"f16", DType::f16},
+      {"int32", DType::i32},   {"i32", DType::i32},
   };
   for (const Entry& e : kNames) {
     if (e.name == name) return e.dt;
@@ -157,8 +155,8 @@ constexpr ConvertFn kRow[kNumDTypes] = {convert_loop<S, DType::f32>, convert_loo
                                         convert_loop<S, DType::f16>, convert_loop<S, DType::i32>};
 
 // Indexed [src][dst] by the enum values, which are 0..kNumDTypes-1.
-constexpr const ConvertFn* kTable[kNumDTypes] = {kRow<DType::f32>, kRow<DType::bf16>,
-                                                 kRow<DType::f16>, kRow<DType::i32>};
+constexpr const ConvertFn* kTable[kNumDTypes] = {kRow<DType::f32>, kRow<DType::bf16>, kRow<DType::f16>,
+                                                 kRow<DType::i32>};
 
 }  // namespace
 

@@ -70,9 +70,7 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-inline float bf16_to_f32(uint16_t h) {
-  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-}
+inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 inline uint16_t f32_to_f16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);

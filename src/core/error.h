@@ -13,8 +13,8 @@ namespace loom {
 
 [[noreturn]] void assert_fail(const char* file, int line, const char* expr, const std::string& msg);
 
-#define LOOM_ASSERT(cond, ...)                                                               \
-  do {                                                                                       \
+#define LOOM_ASSERT(cond, ...)                                                                    \
+  do {                                                                                            \
     if (!(cond)) ::loom::assert_fail(__FILE__, __LINE__, #cond, ::loom::assert_msg(__VA_ARGS__)); \
   } while (0)
 

@@ -32,9 +32,7 @@ uint64_t mix64(uint64_t x) {
   return z ^ (z >> 31);
 }
 
-PhiloxKey key_from_u64(uint64_t h) {
-  return {static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32)};
-}
+PhiloxKey key_from_u64(uint64_t h) { return {static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32)}; }
 
 // The four words of indices [4 * b, 4 * b + 4).
 std::array<uint32_t, 4> block(PhiloxKey key, uint64_t b) {
@@ -63,9 +61,7 @@ PhiloxKey rng_key(uint64_t seed, uint64_t step, uint32_t minibatch, uint32_t str
   return key_from_u64(h);
 }
 
-float rng_uniform(PhiloxKey key, uint64_t index) {
-  return word_to_uniform(block(key, index / 4)[index % 4]);
-}
+float rng_uniform(PhiloxKey key, uint64_t index) { return word_to_uniform(block(key, index / 4)[index % 4]); }
 
 void rng_uniform_fill(PhiloxKey key, uint64_t first, size_t n, float* out) {
   uint64_t i = first;

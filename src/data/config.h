@@ -8,7 +8,7 @@ namespace loom {
 
 struct DataConfig {
   std::string kind = "random_classification";  // random_classification | random_tokens | tokens
-  std::string dir;            // tokens: a directory written by `loom prepare`
+  std::string dir;                             // tokens: a directory written by `loom prepare`
   int64_t batch_size = 512;
   int64_t num_inputs = 128;   // random_classification
   int64_t seq_len = 512;      // random_tokens

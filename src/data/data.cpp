@@ -51,14 +51,16 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
   }
   const TokenMeta meta = read_token_meta(d.dir);
   if (cx.model_vocab_size > 0 && meta.vocab_size > cx.model_vocab_size)
-    throw UserError(meta.path, "the data's vocabulary has " + std::to_string(meta.vocab_size) +
-                                   " tokens but model.vocab_size is " + std::to_string(cx.model_vocab_size),
+    throw UserError(meta.path,
+                    "the data's vocabulary has " + std::to_string(meta.vocab_size) +
+                        " tokens but model.vocab_size is " + std::to_string(cx.model_vocab_size),
                     "set model.vocab_size (and model.num_outputs) to at least " + std::to_string(meta.vocab_size));
   tokenizer_ = meta.tokenizer;
   train_file_ = std::make_unique<TokenFile>(TokenFile::open_split(d.dir, "train"));
   const int64_t mb = d.batch_size / cx.num_minibatches;
   if (train_file_->size() <= d.seq_len)
-    throw UserError(train_file_->path(), "has " + std::to_string(train_file_->size()) + " tokens, fewer than one window of data.seq_len + 1",
+    throw UserError(train_file_->path(),
+                    "has " + std::to_string(train_file_->size()) + " tokens, fewer than one window of data.seq_len + 1",
                     "use more text or a shorter data.seq_len");
   train_batcher_ = std::make_unique<TokenBatcher>(*train_file_, d.batch_size, d.seq_len, BatchMode::train, cx.seed);
   val_file_ = std::make_unique<TokenFile>(TokenFile::open_split(d.dir, "val"));

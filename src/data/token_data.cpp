@@ -37,7 +37,8 @@ std::string join(const std::string& dir, const std::string& name) { return (fs::
 // Reads the whole input text; a missing, unreadable or empty file is a UserError naming it.
 std::string read_input_text(const std::string& path) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) throw UserError(path, "is a directory, not a text file", "give the path of the text file to tokenize");
+  if (fs::is_directory(path, ec))
+    throw UserError(path, "is a directory, not a text file", "give the path of the text file to tokenize");
   std::ifstream f(path, std::ios::binary);
   if (!f) {
     std::string msg = "cannot be opened ";
@@ -159,8 +160,9 @@ PreparedDataset prepare_dataset(const std::string& kind, const std::string& inpu
     msg += std::to_string(tok->vocab_size());
     msg += " tokens, more than the 65536 that uint16 token files can hold";
     throw UserError(input_path, msg,
-                    kind == "char" ? "a text with more than 65536 distinct characters needs a subword tokenizer: use gpt2"
-                                   : "use a vocabulary of at most 65536 tokens");
+                    kind == "char"
+                        ? "a text with more than 65536 distinct characters needs a subword tokenizer: use gpt2"
+                        : "use a vocabulary of at most 65536 tokens");
   }
 
   // nanoGPT: train_data = data[:int(n*0.9)], val_data = data[int(n*0.9):] (on characters).
@@ -349,7 +351,8 @@ TokenFile TokenFile::open_split(const std::string& data_dir, const std::string& 
     throw UserError(data_dir, msg, "use 'train' or 'val'");
   }
   const TokenMeta meta = read_token_meta(data_dir);
-  return TokenFile(join(data_dir, split + ".bin"), meta.vocab_size, split == "train" ? meta.train_tokens : meta.val_tokens);
+  return TokenFile(join(data_dir, split + ".bin"), meta.vocab_size,
+                   split == "train" ? meta.train_tokens : meta.val_tokens);
 }
 
 void TokenFile::unmap() {

@@ -21,8 +21,8 @@ namespace loom {
 
 // What prepare_dataset wrote.
 struct PreparedDataset {
-  std::string kind;             // "char" | "gpt2"
-  int64_t characters = 0;       // code points of the input text
+  std::string kind;        // "char" | "gpt2"
+  int64_t characters = 0;  // code points of the input text
   int64_t vocab_size = 0;
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;

@@ -87,8 +87,7 @@ class Gpt2Tokenizer final : public Tokenizer {
   // errors. Checks: tokens are unique, every byte symbol is a token, every other token is made
   // of byte symbols, each merge has two parts that are tokens and whose concatenation is a
   // token. Violations are UserErrors naming `subject` (and the line for merges).
-  Gpt2Tokenizer(std::vector<std::string> tokens, const std::vector<std::string>& merges,
-                const std::string& subject);
+  Gpt2Tokenizer(std::vector<std::string> tokens, const std::vector<std::string>& merges, const std::string& subject);
   // Loads the standard files: `encoder_json` maps token string -> id (ids must be exactly
   // 0..N-1), `vocab_bpe` has a "#version" first line and then one "a b" merge per line. A
   // missing, unreadable or malformed file is a UserError naming it.

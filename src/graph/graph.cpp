@@ -9,20 +9,28 @@ namespace loom {
 
 const char* value_kind_name(ValueKind k) {
   switch (k) {
-    case ValueKind::activation: return "activation";
-    case ValueKind::param: return "param";
-    case ValueKind::grad: return "grad";
-    case ValueKind::input: return "input";
+    case ValueKind::activation:
+      return "activation";
+    case ValueKind::param:
+      return "param";
+    case ValueKind::grad:
+      return "grad";
+    case ValueKind::input:
+      return "input";
   }
   return "?";
 }
 
 const char* phase_name(Phase p) {
   switch (p) {
-    case Phase::forward: return "forward";
-    case Phase::backward: return "backward";
-    case Phase::recompute: return "recompute";
-    case Phase::optimizer: return "optimizer";
+    case Phase::forward:
+      return "forward";
+    case Phase::backward:
+      return "backward";
+    case Phase::recompute:
+      return "recompute";
+    case Phase::optimizer:
+      return "optimizer";
   }
   return "?";
 }
@@ -66,8 +74,8 @@ ValueId Graph::input_by_name(const std::string& name) const {
   return it == names_.end() ? kNoValue : it->second;
 }
 
-NodeId Graph::add_node(OpKind op, std::vector<ValueId> in, Attrs attrs, const std::string& scope,
-                       Phase phase, int32_t region) {
+NodeId Graph::add_node(OpKind op, std::vector<ValueId> in, Attrs attrs, const std::string& scope, Phase phase,
+                       int32_t region) {
   const OpInfo& info = op_info(op);
   Node n;
   n.op = op;
@@ -79,8 +87,9 @@ NodeId Graph::add_node(OpKind op, std::vector<ValueId> in, Attrs attrs, const st
   for (ValueId v : n.in)
     if (v < 0 || static_cast<size_t>(v) >= values_.size()) op_fail(*this, n, "input is not a value of this graph");
   if (static_cast<int>(n.in.size()) < info.min_inputs || static_cast<int>(n.in.size()) > info.max_inputs)
-    op_fail(*this, n, "takes " + std::to_string(info.min_inputs) + ".." + std::to_string(info.max_inputs) +
-                          " inputs, got " + std::to_string(n.in.size()));
+    op_fail(*this, n,
+            "takes " + std::to_string(info.min_inputs) + ".." + std::to_string(info.max_inputs) + " inputs, got " +
+                std::to_string(n.in.size()));
   if (n.attrs.index() != info.attr_index) op_fail(*this, n, "wrong attribute struct for this op");
   ValueDesc outs[4];
   LOOM_ASSERT(info.num_outputs <= 4);

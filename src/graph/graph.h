@@ -49,7 +49,7 @@ struct Value {
   ValueKind kind = ValueKind::activation;
   NodeId producer = -1;  // -1 for persistent values
   int out_index = 0;
-  std::string name;      // params/grads/inputs: their path; activations: empty
+  std::string name;        // params/grads/inputs: their path; activations: empty
   bool is_output = false;  // read by the host after the run: lives to the end of the program
   int64_t bytes() const { return shape.numel() * static_cast<int64_t>(dtype_size(dtype)); }
 };
@@ -78,8 +78,8 @@ class Graph {
 
   // Appends a node, runs its op's attribute/shape rule, and creates its outputs.
   // Throws std::invalid_argument (naming op, scope and shapes) when the rule rejects it.
-  NodeId add_node(OpKind op, std::vector<ValueId> in, Attrs attrs, const std::string& scope,
-                  Phase phase, int32_t region = -1);
+  NodeId add_node(OpKind op, std::vector<ValueId> in, Attrs attrs, const std::string& scope, Phase phase,
+                  int32_t region = -1);
 
   void mark_output(ValueId v) { values_.at(v).is_output = true; }
 
@@ -127,8 +127,7 @@ class Graph {
 // ("block_0/mlp/input_layer/kernel") and nodes record the scope path they were built in.
 class Scope {
  public:
-  Scope(Graph& g, std::string path = {}, int32_t region = -1)
-      : g_(&g), path_(std::move(path)), region_(region) {}
+  Scope(Graph& g, std::string path = {}, int32_t region = -1) : g_(&g), path_(std::move(path)), region_(region) {}
   Scope operator/(const std::string& name) const {
     return Scope(*g_, path_.empty() ? name : path_ + "/" + name, region_);
   }

@@ -10,8 +10,7 @@ namespace {
 #define LOOM_RULE_PTR_none(name) nullptr
 constexpr OpInfo kOpTable[] = {
 #define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) \
-  {#name, min_in, max_in, n_out, flags, attr_index_of<attr>(), &infer_##name, LOOM_RULE_PTR_##grad(name), \
-   &cost_##name},
+  {#name, min_in, max_in, n_out, flags, attr_index_of<attr>(), &infer_##name, LOOM_RULE_PTR_##grad(name), &cost_##name},
 #include "graph/ops.def"
 #undef LOOM_OP
 };

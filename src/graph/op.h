@@ -37,8 +37,8 @@ struct DenseGradAttrs {
 // grad_accumulate it assigns instead in minibatch 0 when it is the buffer's first writer.
 struct DenseGradWeightAttrs {
   DType compute = DType::f32;
-  bool transpose_w = false;                 // as DenseAttrs::transpose_w: the gradient is [N, K]
-  bool assign_in_first_minibatch = false;   // set by mark_first_grad_writes
+  bool transpose_w = false;                // as DenseAttrs::transpose_w: the gradient is [N, K]
+  bool assign_in_first_minibatch = false;  // set by mark_first_grad_writes
   bool operator==(const DenseGradWeightAttrs&) const = default;
 };
 struct DTypeAttrs {
@@ -55,8 +55,8 @@ struct ShapeAttrs {
   bool operator==(const ShapeAttrs&) const = default;
 };
 struct LayerNormAttrs {
-  float eps = 1e-6f;          // Flax's default epsilon
-  DType dtype = DType::f32;   // output dtype; statistics are always fp32
+  float eps = 1e-6f;         // Flax's default epsilon
+  DType dtype = DType::f32;  // output dtype; statistics are always fp32
   bool operator==(const LayerNormAttrs&) const = default;
 };
 struct DropoutAttrs {
@@ -74,8 +74,8 @@ struct GradAccumulateAttrs {
 };
 
 struct AttentionAttrs {
-  bool causal = false;                 // mask key j > query i (nn.make_causal_mask)
-  DType softmax_dtype = DType::f32;    // dtype of the logits and the softmax (the tutorial's softmax_dtype)
+  bool causal = false;               // mask key j > query i (nn.make_causal_mask)
+  DType softmax_dtype = DType::f32;  // dtype of the logits and the softmax (the tutorial's softmax_dtype)
   bool operator==(const AttentionAttrs&) const = default;
 };
 

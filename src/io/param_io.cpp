@@ -11,7 +11,8 @@ std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool g
   const Graph& g = ex.graph();
   std::vector<StTensor> out;
   for (const nn::FileTensor& f : nn::param_file_layout(g, scan_layers)) {
-    StTensor t{prefix + f.name, DType::f32, f.shape, std::vector<unsigned char>(static_cast<size_t>(f.shape.numel()) * 4)};
+    StTensor t{prefix + f.name, DType::f32, f.shape,
+               std::vector<unsigned char>(static_cast<size_t>(f.shape.numel()) * 4)};
     size_t off = 0;
     for (ValueId p : f.params) {
       const ValueId v = grads ? g.grad_of(p) : p;
@@ -35,8 +36,9 @@ void import_params(Executor& ex, const std::map<std::string, const StTensor*>& t
                                   : "the file must hold every parameter by path (model.scan_layers = false)");
     const StTensor& t = *it->second;
     if (t.dtype != DType::f32 || t.shape != f.shape)
-      throw UserError(file, "tensor '" + name + "' is " + dtype_name(t.dtype) + t.shape.str() + ", the model needs float32" +
-                                f.shape.str(),
+      throw UserError(file,
+                      "tensor '" + name + "' is " + dtype_name(t.dtype) + t.shape.str() + ", the model needs float32" +
+                          f.shape.str(),
                       "the file was written for a different model configuration");
     size_t off = 0;
     for (ValueId p : f.params) {

@@ -19,8 +19,7 @@
 
 namespace loom {
 
-static_assert(std::endian::native == std::endian::little,
-              "safetensors data is little-endian; loom copies it as is");
+static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; loom copies it as is");
 
 namespace {
 
@@ -97,10 +96,9 @@ struct DTypeName {
 constexpr DTypeName kLoomDTypes[] = {
     {"F32", DType::f32}, {"BF16", DType::bf16}, {"F16", DType::f16}, {"I32", DType::i32}};
 // The dtypes the format defines that loom does not hold.
-constexpr const char* kOtherSpecDTypes[] = {
-    "BOOL",    "F4",          "F6_E2M3",     "F6_E3M2", "U8",  "I8",  "F8_E5M2", "F8_E4M3",
-    "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",     "U16", "U32", "C64",     "F64",
-    "I64",     "U64"};
+constexpr const char* kOtherSpecDTypes[] = {"BOOL",    "F4",      "F6_E2M3", "F6_E3M2",     "U8",          "I8",
+                                            "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",
+                                            "U16",     "U32",     "C64",     "F64",         "I64",         "U64"};
 
 // One validated header entry.
 struct Entry {
@@ -136,8 +134,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
     }
   if (!found) {
     const bool in_spec = std::find_if(std::begin(kOtherSpecDTypes), std::end(kOtherSpecDTypes),
-                                      [&](const char* s) { return dts == s; }) !=
-                         std::end(kOtherSpecDTypes);
+                                      [&](const char* s) { return dts == s; }) != std::end(kOtherSpecDTypes);
     if (in_spec)
       bad_file(path, who + ": dtype \"" + dts + "\" is not supported by loom (F32, BF16, F16, I32)",
                "convert the tensor to one of F32, BF16, F16, I32 before loading it");
@@ -147,8 +144,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   const json& sh = v.at("shape");
   if (!sh.is_array()) bad_file(path, who + ": shape is " + std::string(sh.type_name()) + ", expected an array");
   if (sh.size() > static_cast<size_t>(kMaxRank))
-    bad_file(path, who + ": rank " + std::to_string(sh.size()) + " is above loom's maximum of " +
-                       std::to_string(kMaxRank),
+    bad_file(path,
+             who + ": rank " + std::to_string(sh.size()) + " is above loom's maximum of " + std::to_string(kMaxRank),
              "loom holds tensors of rank up to " + std::to_string(kMaxRank) + "; reshape it before saving");
   uint64_t numel = 1;
   bool overflow = false;
@@ -173,12 +170,10 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   }
   if (!ok0 || !ok1)
     bad_file(path, who + ": data_offsets " + off.dump() + " is not a pair of non-negative integers [begin, end]");
-  if (e.end < e.begin)
-    bad_file(path, who + ": data_offsets " + offsets_str(e.begin, e.end) + " end before they begin");
+  if (e.end < e.begin) bad_file(path, who + ": data_offsets " + offsets_str(e.begin, e.end) + " end before they begin");
   if (e.end - e.begin != expected)
-    bad_file(path, who + ": data_offsets " + offsets_str(e.begin, e.end) + " give " +
-                       std::to_string(e.end - e.begin) + " bytes, expected " + std::to_string(expected) +
-                       " for " + dts + " " + e.shape.str());
+    bad_file(path, who + ": data_offsets " + offsets_str(e.begin, e.end) + " give " + std::to_string(e.end - e.begin) +
+                       " bytes, expected " + std::to_string(expected) + " for " + dts + " " + e.shape.str());
   return e;
 }
 
@@ -196,8 +191,8 @@ json parse_header(const std::string& path, const std::string& text) {
         if (!objects.empty()) objects.pop_back();
         break;
       case json::parse_event_t::key:
-        if (!objects.empty() && parsed.is_string() &&
-            !objects.back().insert(parsed.get<std::string>()).second && duplicate.empty())
+        if (!objects.empty() && parsed.is_string() && !objects.back().insert(parsed.get<std::string>()).second &&
+            duplicate.empty())
           duplicate = parsed.get<std::string>();
         break;
       default:
@@ -223,8 +218,7 @@ const char* safetensors_dtype_name(DType dt) {
   detail::bad_dtype(dt);
 }
 
-std::vector<StTensor> read_safetensors(const std::string& path,
-                                       std::map<std::string, std::string>* metadata) {
+std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     const int e = errno;
@@ -254,8 +248,7 @@ std::vector<StTensor> read_safetensors(const std::string& path,
   std::string text(header_size, '\0');
   if (pread_full(fd.get(), text.data(), header_size, 8, path) != header_size)
     bad_file(path, "file ended inside the header");
-  if (text.empty() || text[0] != '{')
-    bad_file(path, "header does not begin with '{' (not a safetensors file?)");
+  if (text.empty() || text[0] != '{') bad_file(path, "header does not begin with '{' (not a safetensors file?)");
   // nlohmann's parser stops at a NUL byte as if the input ended there; JSON allows none.
   if (const size_t nul = text.find('\0'); nul != std::string::npos)
     bad_file(path, "header has a NUL byte at offset " + std::to_string(nul) +
@@ -411,7 +404,8 @@ void write_safetensors(const std::string& path, const std::vector<StTensor>& ten
   };
   int e = write_all(fd.get(), len_bytes, 8);
   if (!e) e = write_all(fd.get(), text.data(), text.size());
-  for (size_t i = 0; !e && i < tensors.size(); ++i) e = write_all(fd.get(), tensors[i].bytes.data(), tensors[i].bytes.size());
+  for (size_t i = 0; !e && i < tensors.size(); ++i)
+    e = write_all(fd.get(), tensors[i].bytes.data(), tensors[i].bytes.size());
   if (e) fail("writing '" + tmp + "' failed", e);
   if (::fsync(fd.get()) != 0) fail("fsync of '" + tmp + "' failed", errno);
   if (fd.close() != 0) fail("closing '" + tmp + "' failed", errno);

@@ -38,8 +38,7 @@ const char* safetensors_dtype_name(DType dt);
 // unsupported dtype, offsets outside the buffer, a size that does not match dtype x shape,
 // overlapping tensors, holes, a truncated buffer) throws loom::UserError whose subject is
 // `path`, whose message names the tensor and what is wrong, and whose hint says what to do.
-std::vector<StTensor> read_safetensors(const std::string& path,
-                                       std::map<std::string, std::string>* metadata = nullptr);
+std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
 
 // Writes `tensors` in the given order, with `metadata` as "__metadata__" (omitted when empty).
 // The header is padded with spaces to a multiple of 8 bytes. The data goes to `path + ".tmp"`,

@@ -24,10 +24,10 @@ struct ModelConfig {
   int64_t max_seq_len = 512;
   DType softmax_dtype = DType::f32;
   bool causal_mask = true;
-  std::string remat;                  // "", "none", or comma-separated MLP, Attn, Block
+  std::string remat;  // "", "none", or comma-separated MLP, Attn, Block
   std::string remat_policy = "nothing_saveable";
-  std::string remat_save_names;       // save_only_these_names: comma-separated scope patterns
-  bool scan_layers = false;           // parameter layout only: stacked [num_layers, ...] in files
+  std::string remat_save_names;           // save_only_these_names: comma-separated scope patterns
+  bool scan_layers = false;               // parameter layout only: stacked [num_layers, ...] in files
   std::string block_order = "mlp_first";  // mlp_first (the tutorial) | attn_first (GPT-2)
   bool use_bias = true;
   bool tie_embeddings = false;

@@ -10,7 +10,8 @@ void init_param(const Graph& g, const Param& p, uint64_t seed, std::vector<float
   out.assign(static_cast<size_t>(n), 0.f);
   const PhiloxKey key = named_key(seed, "init/" + v.name);
   switch (p.init.kind) {
-    case ParamInit::zeros: break;
+    case ParamInit::zeros:
+      break;
     case ParamInit::ones:
       for (float& x : out) x = 1.f;
       break;

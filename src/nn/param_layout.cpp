@@ -12,7 +12,8 @@ int64_t split_layer(const std::string& path, std::string* stacked) {
   const std::string prefix = "block_";
   if (path.rfind(prefix, 0) != 0) return -1;
   const size_t slash = path.find('/');
-  const std::string num = path.substr(prefix.size(), slash == std::string::npos ? std::string::npos : slash - prefix.size());
+  const std::string num =
+      path.substr(prefix.size(), slash == std::string::npos ? std::string::npos : slash - prefix.size());
   if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) return -1;
   *stacked = "block" + (slash == std::string::npos ? std::string() : path.substr(slash));
   return std::stoll(num);

@@ -52,8 +52,8 @@ ValueId mlp_block(const Scope& s, ValueId x, const TransformerSpec& c, bool trai
 // The one-token decoding graph's attention (build_transformer_decoder): this layer's key/value
 // caches and the current position.
 struct Decode {
-  int64_t max_len = 0;      // cache rows
-  ValueId pos = kNoValue;   // int32 scalar: the current token's position
+  int64_t max_len = 0;     // cache rows
+  ValueId pos = kNoValue;  // int32 scalar: the current token's position
 };
 
 // attention_decode of one token against this layer's persistent caches "<scope>/k_cache" and
@@ -78,8 +78,9 @@ ValueId attention_block(const Scope& s, ValueId x, const TransformerSpec& c, boo
   const Scope qs = s / "qkv";
   ValueId qkv = linear(qs, h, Shape{C, H, 3 * D}, c, false);  // [B, T, H·3D]
   qkv = view(qs, qkv, Shape{B, T, H, 3 * D});                 // [B, T, H, 3D]
-  const ValueId att = dec ? cached_attention(s, qkv, c, *dec)
-                          : s.op(OpKind::attention, {qkv}, AttentionAttrs{c.causal_mask, c.softmax_dtype}).at(0);  // [B, T, H, D]
+  const ValueId att =
+      dec ? cached_attention(s, qkv, c, *dec)
+          : s.op(OpKind::attention, {qkv}, AttentionAttrs{c.causal_mask, c.softmax_dtype}).at(0);  // [B, T, H, D]
   // DenseGeneral(features=C, axis=(-2, -1)): kernel [H, D, C] (fan_in H·D), bias [C].
   const Scope os = s / "output_layer";
   ValueId o = linear(os, view(os, att, Shape{B, T, H * D}), Shape{H, D, C}, c, true, 2);  // [B, T, C]
@@ -133,8 +134,8 @@ ModelGraph build_transformer(const TransformerSpec& c, int64_t batch, int64_t se
   ModelGraph m;
   m.name = "Transformer";
   Graph& g = m.graph;
-  m.inputs = g.add_input("inputs", Shape{batch, seq_len}, DType::i32);  // [B, T] token ids
-  m.labels = g.add_input("labels", Shape{batch, seq_len}, DType::i32);  // [B, T] next tokens
+  m.inputs = g.add_input("inputs", Shape{batch, seq_len}, DType::i32);             // [B, T] token ids
+  m.labels = g.add_input("labels", Shape{batch, seq_len}, DType::i32);             // [B, T] next tokens
   const ValueId positions = g.add_input("positions", Shape{seq_len}, DType::i32);  // 0..T-1
   std::vector<unsigned char> pos_bytes(static_cast<size_t>(seq_len) * 4);
   for (int32_t t = 0; t < seq_len; ++t) std::memcpy(pos_bytes.data() + t * 4, &t, 4);
@@ -152,9 +153,9 @@ ModelGraph build_transformer_decoder(const TransformerSpec& spec, int64_t batch,
   ModelGraph m;
   m.name = "TransformerDecoder";
   Graph& g = m.graph;
-  m.inputs = g.add_input("inputs", Shape{batch, 1}, DType::i32);         // [B, 1] the current tokens
+  m.inputs = g.add_input("inputs", Shape{batch, 1}, DType::i32);             // [B, 1] the current tokens
   const ValueId positions = g.add_input("positions", Shape{1}, DType::i32);  // [1] their position
-  const Decode dec{max_len, view(Scope(g), positions, Shape{})};         // the same int, as a scalar
+  const Decode dec{max_len, view(Scope(g), positions, Shape{})};             // the same int, as a scalar
   m.output = cast(Scope(g), transformer_logits(g, m.inputs, positions, c, /*train=*/false, &dec),
                   DType::f32);  // [B, 1, V] f32, what the sampler reads
   g.mark_output(m.output);

@@ -34,10 +34,10 @@ struct TransformerSpec {
   bool attn_first = false;  // GPT-2 block order: x + attn(x), then x + mlp(x)
   bool remat_mlp = false, remat_attn = false, remat_block = false;
   // GPT-2 / nanoGPT variant switches (the tutorial's model: true, false, false, false):
-  bool use_bias = true;        // biases in the Dense layers (nanoGPT's `bias`)
-  bool tie_embeddings = false; // logits = x · embeddingᵀ (nn.Embed.attend; no output layer params)
-  bool gpt2_init = false;      // normal(0.02) everywhere, residual projections 0.02/sqrt(2·layers)
-  bool embed_dropout = false;  // dropout after token + position embedding (GPT-2)
+  bool use_bias = true;         // biases in the Dense layers (nanoGPT's `bias`)
+  bool tie_embeddings = false;  // logits = x · embeddingᵀ (nn.Embed.attend; no output layer params)
+  bool gpt2_init = false;       // normal(0.02) everywhere, residual projections 0.02/sqrt(2·layers)
+  bool embed_dropout = false;   // dropout after token + position embedding (GPT-2)
 };
 
 ModelGraph build_transformer(const TransformerSpec& spec, int64_t batch, int64_t seq_len, bool train);

@@ -11,14 +11,14 @@ namespace loom {
 // optax.chain(clip_by_global_norm(clip_norm), <name>(schedule)) — clipping first when
 // clip_norm > 0, then the optimizer with the learning-rate schedule.
 struct OptimizerConfig {
-  std::string name = "adam";  // sgd | adam | adamw
+  std::string name = "adam";    // sgd | adam | adamw
   double learning_rate = 1e-3;  // constant rate, or the schedule's peak_value
   double b1 = 0.9, b2 = 0.999, eps = 1e-8, eps_root = 0.0;
-  double momentum = 0.0;  // sgd
-  bool nesterov = false;  // sgd
-  double weight_decay = 1e-4;  // adamw (Optax's default)
+  double momentum = 0.0;                  // sgd
+  bool nesterov = false;                  // sgd
+  double weight_decay = 1e-4;             // adamw (Optax's default)
   std::string weight_decay_mask = "all";  // all | kernels (no biases, norms, embeddings) | ndim2 (nanoGPT)
-  double clip_norm = 0.0;  // clip_by_global_norm before the optimizer; 0 = off
+  double clip_norm = 0.0;                 // clip_by_global_norm before the optimizer; 0 = off
   int64_t num_minibatches = 1;
   ScheduleSpec schedule;  // kind constant uses learning_rate
   // float16 loss scaling (PyTorch GradScaler semantics); ignored for float32 / bfloat16.

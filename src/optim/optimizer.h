@@ -30,10 +30,10 @@ struct LossScaler {
 };
 
 struct OptimizerReport {
-  double lr = 0;           // learning rate used (0 when skipped)
-  double grad_norm = -1;   // global norm of the unscaled gradients, -1 when not computed
-  bool skipped = false;    // non-finite gradients: no update
-  double loss_scale = 1;   // scale used for this step's loss
+  double lr = 0;          // learning rate used (0 when skipped)
+  double grad_norm = -1;  // global norm of the unscaled gradients, -1 when not computed
+  bool skipped = false;   // non-finite gradients: no update
+  double loss_scale = 1;  // scale used for this step's loss
 };
 
 class Optimizer {

@@ -11,14 +11,14 @@ struct ScheduleSpec {
   double value = 1e-3;            // constant: the rate; warmup schedules: peak_value
   double init_value = 0.0;        // warmup start
   int64_t warmup_steps = 0;
-  int64_t decay_steps = 0;        // warmup_cosine_decay: total steps, warmup included
-  double end_value = 0.0;         // cosine: final value; exponential: bound when has_end_value
+  int64_t decay_steps = 0;  // warmup_cosine_decay: total steps, warmup included
+  double end_value = 0.0;   // cosine: final value; exponential: bound when has_end_value
   bool has_end_value = false;
-  double exponent = 1.0;          // cosine exponent
-  int64_t transition_steps = 1;   // exponential
-  double decay_rate = 1.0;        // exponential
-  int64_t transition_begin = 0;   // exponential: counted from the end of warmup
-  bool staircase = false;         // exponential
+  double exponent = 1.0;         // cosine exponent
+  int64_t transition_steps = 1;  // exponential
+  double decay_rate = 1.0;       // exponential
+  int64_t transition_begin = 0;  // exponential: counted from the end of warmup
+  bool staircase = false;        // exponential
 };
 
 // Throws UserError (naming `key_prefix` keys) when the spec is invalid, e.g. decay_steps <=

@@ -23,14 +23,22 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   }
   const std::string unit = text.substr(used);
   double mult = 1;
-  if (unit == "" || unit == "B") mult = 1;
-  else if (unit == "KiB") mult = 1024.0;
-  else if (unit == "MiB") mult = 1024.0 * 1024;
-  else if (unit == "GiB") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "KB") mult = 1e3;
-  else if (unit == "MB") mult = 1e6;
-  else if (unit == "GB") mult = 1e9;
-  else throw UserError(what, "unknown unit '" + unit + "'", "use B, KiB, MiB, GiB, KB, MB or GB");
+  if (unit == "" || unit == "B")
+    mult = 1;
+  else if (unit == "KiB")
+    mult = 1024.0;
+  else if (unit == "MiB")
+    mult = 1024.0 * 1024;
+  else if (unit == "GiB")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "KB")
+    mult = 1e3;
+  else if (unit == "MB")
+    mult = 1e6;
+  else if (unit == "GB")
+    mult = 1e9;
+  else
+    throw UserError(what, "unknown unit '" + unit + "'", "use B, KiB, MiB, GiB, KB, MB or GB");
   if (!(v > 0)) throw UserError(what, "must be positive", "write e.g. 24GiB");
   return static_cast<int64_t>(v * mult);
 }
@@ -52,8 +60,8 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
   r.activations_bytes = p.arena_bytes;
   r.inputs_bytes = p.input_bytes;
   r.workspace_bytes = 0;  // kernel scratch is not planned yet (docs/memory-study.md)
-  r.total_bytes = r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes +
-                  r.workspace_bytes;
+  r.total_bytes =
+      r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes + r.workspace_bytes;
   r.lower_bound_bytes = p.lower_bound_bytes;
   r.peak_step = p.peak_step;
   r.num_steps = static_cast<int32_t>(p.schedule.size());
@@ -67,8 +75,15 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
     if (b.first > p.peak_step || b.last < p.peak_step) continue;
     const Value& v = g.value(b.value);
     const Node& prod = g.node(v.producer);
-    BufferRow row{prod.scope, op_name(prod.op), v.shape, v.dtype, b.bytes, b.first, b.last,
-                  phase_name(g.node(p.schedule[b.first]).phase), phase_name(g.node(p.schedule[b.last]).phase)};
+    BufferRow row{prod.scope,
+                  op_name(prod.op),
+                  v.shape,
+                  v.dtype,
+                  b.bytes,
+                  b.first,
+                  b.last,
+                  phase_name(g.node(p.schedule[b.first]).phase),
+                  phase_name(g.node(p.schedule[b.last]).phase)};
     r.largest_at_peak.push_back(row);
   }
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
@@ -95,7 +110,8 @@ std::string format_memory_report(const MemoryReport& r) {
   line("inputs", r.inputs_bytes, "one minibatch of token ids / features and the loss seed");
   line("workspace", r.workspace_bytes, "kernel scratch (not planned yet)");
   o += fmt::format("  {:<13} {:>16} B  {:>12}\n\n", "total", r.total_bytes, gib(r.total_bytes));
-  const double frag = r.lower_bound_bytes ? 100.0 * (r.activations_bytes - r.lower_bound_bytes) / r.lower_bound_bytes : 0;
+  const double frag =
+      r.lower_bound_bytes ? 100.0 * (r.activations_bytes - r.lower_bound_bytes) / r.lower_bound_bytes : 0;
   o += fmt::format("arena peak {} vs live-bytes lower bound {} ({:.1f}% above)\n", gib(r.activations_bytes),
                    gib(r.lower_bound_bytes), frag);
   o += fmt::format("peak at schedule step {} of {}: {} {} at '{}'\n\n", r.peak_step, r.num_steps, r.peak_phase,
@@ -113,8 +129,13 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
   nlohmann::json bufs = nlohmann::json::array();
   for (const BufferRow& b : r.largest_at_peak) {
     std::vector<int64_t> shape(b.shape.dims.begin(), b.shape.dims.begin() + b.shape.rank);
-    bufs.push_back({{"scope", b.scope}, {"op", b.op}, {"shape", shape}, {"dtype", dtype_name(b.dtype)},
-                    {"bytes", b.bytes}, {"first_step", b.first}, {"last_step", b.last}});
+    bufs.push_back({{"scope", b.scope},
+                    {"op", b.op},
+                    {"shape", shape},
+                    {"dtype", dtype_name(b.dtype)},
+                    {"bytes", b.bytes},
+                    {"first_step", b.first},
+                    {"last_step", b.last}});
   }
   return {{"config", r.config_summary},
           {"total_bytes", r.total_bytes},

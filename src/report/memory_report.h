@@ -29,7 +29,7 @@ struct MemoryReport {
   int32_t peak_step = 0, num_steps = 0;
   std::string peak_op, peak_scope, peak_phase;
   int64_t num_params = 0;
-  double plan_ms = 0;  // building the program (autodiff, remat) + planning
+  double plan_ms = 0;                      // building the program (autodiff, remat) + planning
   std::vector<BufferRow> largest_at_peak;  // up to 15, by size
 };
 

@@ -91,8 +91,7 @@ std::string summarize(const ModelGraph& m) {
   out += fmt::format("{}  {}  {}  {}\n", std::string(w[0], '-'), std::string(w[1], '-'), std::string(w[2], '-'),
                      std::string(w[3], '-'));
   for (size_t i = 1; i < table.size(); ++i) {
-    if (i + 1 == table.size())
-      out += fmt::format("{}\n", std::string(w[0] + w[1] + w[2] + w[3] + 6, '-'));
+    if (i + 1 == table.size()) out += fmt::format("{}\n", std::string(w[0] + w[1] + w[2] + w[3] + 6, '-'));
     line(table[i]);
   }
   out += fmt::format("\nTotal parameters: {} ({})\n", with_commas(total), human_bytes(total_bytes));

@@ -94,9 +94,9 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
                                    ? "best of 3 runs of a 2048^3 matmul as the dense kernels run the compute dtype "
                                      "(oneDNN sgemm; bf16 matmul on AVX512-BF16), all threads"
                                    : "Backend::measure_matmul_gflops";
-  j["memory"] = {{"arena_bytes", plan.arena_bytes},       {"live_bytes_peak", plan.lower_bound_bytes},
-                 {"param_bytes", plan.param_bytes},       {"grad_bytes", plan.grad_bytes},
-                 {"optimizer_bytes", opt_bytes},          {"input_bytes", plan.input_bytes}};
+  j["memory"] = {{"arena_bytes", plan.arena_bytes}, {"live_bytes_peak", plan.lower_bound_bytes},
+                 {"param_bytes", plan.param_bytes}, {"grad_bytes", plan.grad_bytes},
+                 {"optimizer_bytes", opt_bytes},    {"input_bytes", plan.input_bytes}};
   write_file(out.summary_path, j.dump(2) + "\n");
   write_file(out.html_path, memory_html(t.program(), plan, title, opt_bytes));
 
@@ -117,8 +117,7 @@ ProfileOutput run_profile(const Config& c, Backend& be, const DataSource& data, 
   if (o.log) {
     const MemoryPlan& p = t.plan();
     fmt::print(o.log, "loom profile: {}\nprogram: {} nodes, arena {:.2f} MiB; {} warm-up step{}, then {} profiled\n",
-               run_title(c), p.schedule.size(), p.arena_bytes / 1048576.0, o.warmup, o.warmup == 1 ? "" : "s",
-               o.steps);
+               run_title(c), p.schedule.size(), p.arena_bytes / 1048576.0, o.warmup, o.warmup == 1 ? "" : "s", o.steps);
     std::fflush(o.log);
   }
   for (int64_t i = 0; i < o.warmup; ++i) {
@@ -142,10 +141,12 @@ ProfileOutput run_profile(const Config& c, Backend& be, const DataSource& data, 
 
 StepWindow parse_step_window(const std::string& text) {
   auto bad = [&](const std::string& why) {
-    return UserError("--profile-steps " + text, why, "write FIRST:LAST, 1-based and inclusive, e.g. 3:5 (or one step, e.g. 4)");
+    return UserError("--profile-steps " + text, why,
+                     "write FIRST:LAST, 1-based and inclusive, e.g. 3:5 (or one step, e.g. 4)");
   };
   auto number = [&](const std::string& s) {
-    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) throw bad("'" + s + "' is not a step number");
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
+      throw bad("'" + s + "' is not a step number");
     const int64_t v = std::stoll(s);
     if (v < 1) throw bad("steps are numbered from 1");
     return v;

@@ -23,11 +23,11 @@
 namespace loom {
 
 struct ProfileOptions {
-  int64_t steps = 3;        // profiled steps
-  int64_t warmup = 1;       // steps run first and not recorded (page faults, BLAS buffers, caches)
-  std::string out_dir;      // created if missing
+  int64_t steps = 3;            // profiled steps
+  int64_t warmup = 1;           // steps run first and not recorded (page faults, BLAS buffers, caches)
+  std::string out_dir;          // created if missing
   bool measure_ceiling = true;  // time the backend's matmul ceiling once (about a second)
-  FILE* log = stdout;       // progress and the summary; nullptr = quiet
+  FILE* log = stdout;           // progress and the summary; nullptr = quiet
 };
 
 struct ProfileOutput {
@@ -42,8 +42,8 @@ ProfileOutput run_profile(const Config& c, Backend& be, const DataSource& data, 
 
 // Writes the three files of a finished recording of `t`'s steps (the recorder must be detached or
 // idle) and prints the summary to `log` (when set). Measures the matmul ceiling when asked.
-ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::string& out_dir,
-                            bool measure_ceiling, FILE* log);
+ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::string& out_dir, bool measure_ceiling,
+                            FILE* log);
 
 // A preallocated recorder big enough for `steps` steps of `t` (every node of every minibatch).
 std::unique_ptr<OpRecorder> make_step_recorder(const Trainer& t, int64_t steps);

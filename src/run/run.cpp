@@ -61,8 +61,7 @@ int run_train(const RunOptions& o) {
     if (run_dir.empty()) run_dir = fs::path(ckpt.path).parent_path();
   } else {
     c = load_config(o.config_path.empty() ? kDefaultConfig : o.config_path, o.overrides);
-    if (run_dir.empty() && c.data.kind == "tokens")
-      run_dir = fs::path("runs") / fs::path(c.source).stem();
+    if (run_dir.empty() && c.data.kind == "tokens") run_dir = fs::path("runs") / fs::path(c.source).stem();
   }
   if (o.steps >= 0) c.train.steps = o.steps;
   if (o.log_every > 0) c.train.log_every = o.log_every;
@@ -71,25 +70,28 @@ int run_train(const RunOptions& o) {
   if (!run_dir.empty() && o.resume.empty()) {
     if (holds_run(run_dir)) {
       if (!o.overwrite)
-        throw UserError(run_dir.string(), "already holds a run (config.toml, metrics.jsonl or checkpoints)",
-                        "continue it with --resume " + run_dir.string() + ", replace it with --overwrite, or choose another --out");
+        throw UserError(
+            run_dir.string(), "already holds a run (config.toml, metrics.jsonl or checkpoints)",
+            "continue it with --resume " + run_dir.string() + ", replace it with --overwrite, or choose another --out");
       clear_run(run_dir);
     }
     fs::create_directories(run_dir);
   }
-  const std::string metrics_file =
-      !c.train.metrics_file.empty() ? c.train.metrics_file : run_dir.empty() ? "" : (run_dir / "metrics.jsonl").string();
+  const std::string metrics_file = !c.train.metrics_file.empty() ? c.train.metrics_file
+                                   : run_dir.empty()             ? ""
+                                                                 : (run_dir / "metrics.jsonl").string();
 
   set_num_threads(static_cast<int>(c.threads));
   auto be = make_backend(c.device);
-  fmt::print(o.out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {} minibatch{}{}\n",
-             c.source, c.model.kind, be->name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
+  fmt::print(o.out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {} minibatch{}{}\n", c.source,
+             c.model.kind, be->name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
              c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es",
              run_dir.empty() ? "" : ", run directory " + run_dir.string());
   DataSource data(c.data, data_context(c));
   Trainer t(c, *be);
   const MemoryPlan& p = t.plan();
-  fmt::print(o.out, "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
+  fmt::print(o.out,
+             "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
              p.schedule.size(), p.param_bytes / 4, p.arena_bytes / 1048576.0, p.lower_bound_bytes / 1048576.0);
   const std::string config_text = config_to_toml(c);
   double best_val = -1;
@@ -107,8 +109,8 @@ int run_train(const RunOptions& o) {
   if (c.train.eval_interval > 0 && data.has_val()) eval = std::make_unique<Evaluator>(t, *be);
   auto state = [&] {
     const LossScaler& sc = t.optimizer().scaler();
-    return CheckpointState{config_text, t.steps_done(), t.optimizer().count(), sc.scale, sc.tracker, sc.skipped,
-                           c.seed, data.val_position(), best_val};
+    return CheckpointState{config_text, t.steps_done(), t.optimizer().count(), sc.scale, sc.tracker,
+                           sc.skipped,  c.seed,         data.val_position(),   best_val};
   };
   auto save = [&](const std::string& name) {
     save_checkpoint(t, state(), (run_dir / name).string(), data.tokenizer_json());
@@ -144,8 +146,9 @@ int run_train(const RunOptions& o) {
   const Metrics total = run_training(t, data, lo);
   if (profiler) profiler->finish();
   if (!total.empty()) {
-    const std::string title = c.model.kind == "mlp_classifier" ? fmt::format("Minibatch {}", c.optimizer.num_minibatches)
-                                                               : fmt::format("Final metrics - {}", t.model().name);
+    const std::string title = c.model.kind == "mlp_classifier"
+                                  ? fmt::format("Minibatch {}", c.optimizer.num_minibatches)
+                                  : fmt::format("Final metrics - {}", t.model().name);
     fmt::print(o.out, "{}", format_metrics(total, title));
   }
   if (t.optimizer().scaler().enabled)
@@ -160,8 +163,8 @@ int run_train(const RunOptions& o) {
     so.top_k = 200;
     so.seed = c.seed;
     so.out = o.out;
-    fmt::print(o.out, "\nsample ({} tokens, temperature 0.8, top-k 200; more with `loom sample {}`):\n",
-               so.tokens, run_dir.string());
+    fmt::print(o.out, "\nsample ({} tokens, temperature 0.8, top-k 200; more with `loom sample {}`):\n", so.tokens,
+               run_dir.string());
     std::fflush(o.out);
     run_sample(so);
     fmt::print(o.out, "\n");

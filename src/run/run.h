@@ -20,11 +20,11 @@ inline constexpr const char* kDefaultConfig = "configs/shakespeare_char.toml";
 struct RunOptions {
   std::string config_path;  // "" with resume: the checkpoint's own configuration
   std::vector<std::string> overrides;
-  int64_t steps = -1;       // overrides train.steps when >= 0
-  int64_t log_every = 0;    // overrides train.log_every when > 0
+  int64_t steps = -1;     // overrides train.steps when >= 0
+  int64_t log_every = 0;  // overrides train.log_every when > 0
   std::string out_dir;
   bool overwrite = false;
-  std::string resume;       // a run directory or a ckpt_<step> directory
+  std::string resume;  // a run directory or a ckpt_<step> directory
   bool progress_bar = false;
   std::string profile_dir;    // --profile: record a window of steps there (report/profile.h)
   std::string profile_steps;  // --profile-steps a:b ("" = 2:4)

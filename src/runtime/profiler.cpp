@@ -23,10 +23,13 @@ namespace {
 // Top-level span of a node inside its minibatch: recompute runs inside the backward.
 const char* phase_group(Phase p) {
   switch (p) {
-    case Phase::forward: return "forward";
+    case Phase::forward:
+      return "forward";
     case Phase::backward:
-    case Phase::recompute: return "backward";
-    case Phase::optimizer: return "optimizer";
+    case Phase::recompute:
+      return "backward";
+    case Phase::optimizer:
+      return "optimizer";
   }
   return "?";
 }
@@ -40,10 +43,10 @@ std::string value_desc(const Value& v) {
 
 // What the trace needs about one schedule step, computed once.
 struct StepInfo {
-  std::string group;                    // forward | backward | optimizer
-  std::vector<std::string> path;        // nested spans between the phase span and the op
-  std::vector<const char*> path_cat;    // "scope" or "remat"
-  nlohmann::json args;                  // the op's static args
+  std::string group;                  // forward | backward | optimizer
+  std::vector<std::string> path;      // nested spans between the phase span and the op
+  std::vector<const char*> path_cat;  // "scope" or "remat"
+  nlohmann::json args;                // the op's static args
   OpCost cost;
 };
 
@@ -64,8 +67,9 @@ std::vector<StepInfo> step_infos(const Graph& g, const MemoryPlan& plan) {
       const std::string rs = r >= 0 ? g.regions()[static_cast<size_t>(r)].scope : std::string();
       for (const std::string& p : scope_prefixes(rs)) add(p, "scope");
       add("rematted_computation", "remat");
-      const bool under = rs.empty() || n.scope == rs ||
-                         (n.scope.size() > rs.size() && n.scope.compare(0, rs.size(), rs) == 0 && n.scope[rs.size()] == '/');
+      const bool under =
+          rs.empty() || n.scope == rs ||
+          (n.scope.size() > rs.size() && n.scope.compare(0, rs.size(), rs) == 0 && n.scope[rs.size()] == '/');
       for (const std::string& p : scope_prefixes(n.scope))
         if (!under || p.size() > rs.size()) add(p, "scope");
     } else {
@@ -74,14 +78,10 @@ std::vector<StepInfo> step_infos(const Graph& g, const MemoryPlan& plan) {
     nlohmann::json ins = nlohmann::json::array(), outs = nlohmann::json::array();
     for (ValueId v : n.in) ins.push_back(value_desc(g.value(v)));
     for (ValueId v : n.out) outs.push_back(value_desc(g.value(v)));
-    si.args = {{"scope", n.scope},
-               {"phase", phase_name(n.phase)},
-               {"schedule_step", s},
-               {"inputs", ins},
-               {"outputs", outs},
-               {"bytes", si.cost.bytes},
-               {"flops", si.cost.flops},
-               {"arena_live_bytes", s < plan.live_bytes.size() ? plan.live_bytes[s] : 0}};
+    si.args = {{"scope", n.scope},       {"phase", phase_name(n.phase)},
+               {"schedule_step", s},     {"inputs", ins},
+               {"outputs", outs},        {"bytes", si.cost.bytes},
+               {"flops", si.cost.flops}, {"arena_live_bytes", s < plan.live_bytes.size() ? plan.live_bytes[s] : 0}};
   }
   return infos;
 }
@@ -112,8 +112,10 @@ std::vector<OpGroup> group_ops(const OpRecorder& rec) {
       if (sp.t_begin_us <= e.t_begin_us && e.t_end_us <= sp.t_end_us) span = mbs[m];
     }
     const bool fresh = groups.empty() || span != groups.back().span || (span < 0 && e.step <= ops[i - 1].step);
-    if (fresh) groups.push_back(OpGroup{i, i + 1, span});
-    else groups.back().end = i + 1;
+    if (fresh)
+      groups.push_back(OpGroup{i, i + 1, span});
+    else
+      groups.back().end = i + 1;
   }
   return groups;
 }
@@ -181,7 +183,8 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
       while (stack.size() > keep) {
         const Open o = stack.back();
         stack.pop_back();
-        xs.push_back(XEvent{*o.name, o.cat, o.b, prev_end, base + static_cast<int>(stack.size()), nlohmann::json::object()});
+        xs.push_back(
+            XEvent{*o.name, o.cat, o.b, prev_end, base + static_cast<int>(stack.size()), nlohmann::json::object()});
       }
     };
     for (size_t i = grp.begin; i < grp.end; ++i) {
@@ -194,7 +197,8 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
       size_t common = 0;
       while (common < stack.size() && common < depth && *stack[common].name == *name_at(common)) ++common;
       close_to(common);
-      for (size_t k = common; k < depth; ++k) stack.push_back(Open{name_at(k), k == 0 ? "phase" : si.path_cat[k - 1], b});
+      for (size_t k = common; k < depth; ++k)
+        stack.push_back(Open{name_at(k), k == 0 ? "phase" : si.path_cat[k - 1], b});
       nlohmann::json args = si.args;
       const double sec = static_cast<double>(en - b) * 1e-9;
       if (sec > 0) {
@@ -232,8 +236,8 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
   emit({{"ph", "M"}, {"pid", 1}, {"tid", 1}, {"name", "thread_name"}, {"args", {{"name", "train step (executor)"}}}});
   emit({{"ph", "M"}, {"pid", 1}, {"tid", 1}, {"name", "thread_sort_index"}, {"args", {{"sort_index", 0}}}});
   for (const XEvent& x : xs) {
-    nlohmann::json j = {{"ph", "X"}, {"pid", 1}, {"tid", 1}, {"name", x.name}, {"cat", x.cat},
-                        {"ts", us(x.b)}, {"dur", us(x.e - x.b)}};
+    nlohmann::json j = {
+        {"ph", "X"}, {"pid", 1}, {"tid", 1}, {"name", x.name}, {"cat", x.cat}, {"ts", us(x.b)}, {"dur", us(x.e - x.b)}};
     if (!x.args.empty()) j["args"] = x.args;
     emit(j);
   }
@@ -242,7 +246,11 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
     const int64_t live = s < plan.live_bytes.size() ? plan.live_bytes[s] : 0;
     const double ts = us(ns(e.t_begin_us));
     emit({{"ph", "C"}, {"pid", 1}, {"name", "arena"}, {"ts", ts}, {"args", {{"live_bytes", live}}}});
-    emit({{"ph", "C"}, {"pid", 1}, {"name", "memory"}, {"ts", ts}, {"args", {{"total_bytes", info.persistent_bytes + live}}}});
+    emit({{"ph", "C"},
+          {"pid", 1},
+          {"name", "memory"},
+          {"ts", ts},
+          {"args", {{"total_bytes", info.persistent_bytes + live}}}});
   }
   out += "\n]}\n";
   return out;
@@ -316,7 +324,8 @@ ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const O
       }
       v.push_back(r);
     }
-    std::stable_sort(v.begin(), v.end(), [](const OpTimeRow& a, const OpTimeRow& b) { return a.total_ms > b.total_ms; });
+    std::stable_sort(v.begin(), v.end(),
+                     [](const OpTimeRow& a, const OpTimeRow& b) { return a.total_ms > b.total_ms; });
     if (v.size() > limit) v.resize(limit);
     return v;
   };
@@ -341,9 +350,9 @@ nlohmann::json profile_summary_json(const ProfileSummary& s) {
   auto rows = [](const std::vector<OpTimeRow>& v, bool per_node) {
     nlohmann::json a = nlohmann::json::array();
     for (const OpTimeRow& r : v) {
-      nlohmann::json j = {{"op", r.op},       {"count", r.count},         {"total_ms", r.total_ms},
-                          {"share", r.share}, {"flops", r.flops},         {"bytes", r.bytes},
-                          {"gflop_per_s", r.gflop_per_s}, {"gb_per_s", r.gb_per_s}};
+      nlohmann::json j = {
+          {"op", r.op},       {"count", r.count}, {"total_ms", r.total_ms},       {"share", r.share},
+          {"flops", r.flops}, {"bytes", r.bytes}, {"gflop_per_s", r.gflop_per_s}, {"gb_per_s", r.gb_per_s}};
       if (per_node) {
         j["scope"] = r.scope;
         j["phase"] = r.phase;

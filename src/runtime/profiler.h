@@ -25,8 +25,8 @@ namespace loom {
 
 struct TraceInfo {
   std::string process_name = "loom";  // the trace's process ("loom train (cpu)")
-  std::string title;                   // the run's description, stored in otherData
-  int64_t persistent_bytes = 0;        // params + grads + optimizer state + inputs (the total track's base)
+  std::string title;                  // the run's description, stored in otherData
+  int64_t persistent_bytes = 0;       // params + grads + optimizer state + inputs (the total track's base)
 };
 
 // The trace as text: one JSON object {"displayTimeUnit", "otherData", "traceEvents"} with one event
@@ -42,30 +42,30 @@ struct OpTimeRow {
   std::string scope, phase;  // per-node rows only (empty in per-kind rows)
   int64_t count = 0;         // executions
   double total_ms = 0;
-  double share = 0;          // of the ops' total time
+  double share = 0;             // of the ops' total time
   double flops = 0, bytes = 0;  // totals over the executions
   double gflop_per_s = 0, gb_per_s = 0;
 };
 
 struct ProfileSummary {
-  int64_t steps = 0;                 // profiled train steps (train_step spans)
-  int64_t minibatches = 0;           // minibatch runs recorded
-  int64_t op_events = 0;             // executed nodes recorded
-  std::vector<double> step_ms;       // each profiled step's wall time
+  int64_t steps = 0;            // profiled train steps (train_step spans)
+  int64_t minibatches = 0;      // minibatch runs recorded
+  int64_t op_events = 0;        // executed nodes recorded
+  std::vector<double> step_ms;  // each profiled step's wall time
   double median_step_ms = 0;
-  double mean_step_ms = 0;           // the phases below add up to it
+  double mean_step_ms = 0;  // the phases below add up to it
   // Mean per step. backward excludes recompute; other = step time not inside any op or the
   // optimizer (uploads, zeroing gradients, reading the loss, executor overhead).
   double forward_ms = 0, backward_ms = 0, recompute_ms = 0, optimizer_ms = 0, other_ms = 0;
-  double step_gflop = 0;             // FLOPs of one step, all minibatches (GFLOP)
-  double step_gbytes = 0;            // bytes moved by the ops of one step (GB)
-  double achieved_gflop_per_s = 0;   // step FLOPs / median step time
-  double ceiling_gflop_per_s = 0;    // measured matmul ceiling; 0 = not measured
+  double step_gflop = 0;                  // FLOPs of one step, all minibatches (GFLOP)
+  double step_gbytes = 0;                 // bytes moved by the ops of one step (GB)
+  double achieved_gflop_per_s = 0;        // step FLOPs / median step time
+  double ceiling_gflop_per_s = 0;         // measured matmul ceiling; 0 = not measured
   std::string ceiling_dtype = "float32";  // the compute dtype it was measured for
-  double fraction_of_ceiling = 0;    // achieved / ceiling (0 when not measured)
-  std::vector<OpTimeRow> top_ops;    // (op, scope, phase) by total time
-  std::vector<OpTimeRow> op_kinds;   // per op kind, by total time
-  size_t dropped_events = 0;         // events past the recorder's capacity
+  double fraction_of_ceiling = 0;         // achieved / ceiling (0 when not measured)
+  std::vector<OpTimeRow> top_ops;         // (op, scope, phase) by total time
+  std::vector<OpTimeRow> op_kinds;        // per op kind, by total time
+  size_t dropped_events = 0;              // events past the recorder's capacity
 };
 
 ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const OpRecorder& rec,

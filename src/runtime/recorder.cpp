@@ -4,9 +4,12 @@ namespace loom {
 
 const char* span_kind_name(SpanKind k) {
   switch (k) {
-    case SpanKind::train_step: return "train_step";
-    case SpanKind::minibatch: return "minibatch";
-    case SpanKind::optimizer: return "optimizer";
+    case SpanKind::train_step:
+      return "train_step";
+    case SpanKind::minibatch:
+      return "minibatch";
+    case SpanKind::optimizer:
+      return "optimizer";
   }
   return "?";
 }

@@ -28,7 +28,7 @@ const char* span_kind_name(SpanKind);
 
 struct SpanEvent {
   SpanKind kind = SpanKind::train_step;
-  int64_t index = 0;  // train step number (1-based, as logged) or minibatch index (0-based)
+  int64_t index = 0;                     // train step number (1-based, as logged) or minibatch index (0-based)
   double t_begin_us = 0, t_end_us = -1;  // t_end_us < 0 while the span is open
 };
 
@@ -47,8 +47,10 @@ class OpRecorder {
 
   // Hot path (Executor::run_steps): one store.
   void record_op(int32_t step, double t_begin_us, double t_end_us) {
-    if (num_ops_ < ops_.size()) ops_[num_ops_++] = OpEvent{step, t_begin_us, t_end_us};
-    else ++dropped_;
+    if (num_ops_ < ops_.size())
+      ops_[num_ops_++] = OpEvent{step, t_begin_us, t_end_us};
+    else
+      ++dropped_;
   }
   // Opens a span now; returns its id for end_span (-1 when the span buffer is full).
   int32_t begin_span(SpanKind kind, int64_t index);

@@ -102,8 +102,7 @@ std::span<const float> Sampler::next_logits(std::span<const int32_t> context) {
 
 // ---- sampling --------------------------------------------------------------------------------
 
-int32_t sample_token(std::span<const float> logits, double temperature, int64_t top_k, PhiloxKey key,
-                     uint64_t index) {
+int32_t sample_token(std::span<const float> logits, double temperature, int64_t top_k, PhiloxKey key, uint64_t index) {
   const size_t V = logits.size();
   LOOM_ASSERT(V > 0);
   for (float x : logits)
@@ -173,7 +172,8 @@ void validate_sample_options(const SampleOptions& o) {
   if (o.threads < -1)
     throw UserError("--threads", "must be >= 0, got " + std::to_string(o.threads), "0 uses all cores");
   if (o.top_k < 0)
-    throw UserError("--top-k", "must be >= 0, got " + std::to_string(o.top_k), "0 keeps the whole vocabulary; e.g. --top-k 200");
+    throw UserError("--top-k", "must be >= 0, got " + std::to_string(o.top_k),
+                    "0 keeps the whole vocabulary; e.g. --top-k 200");
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
     throw UserError("--temperature", "must be a finite number >= 0, got " + std::to_string(o.temperature),
                     "0 is greedy decoding; e.g. --temperature 0.8");
@@ -214,13 +214,15 @@ int run_sample(const SampleOptions& o) {
   const Config c = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(ck.path);
   if (c.model.kind == "transformer" && tok->vocab_size() > c.model.vocab_size)
-    throw UserError(ck.path, "its tokenizer has " + std::to_string(tok->vocab_size()) + " tokens but model.vocab_size is " +
-                                 std::to_string(c.model.vocab_size),
+    throw UserError(ck.path,
+                    "its tokenizer has " + std::to_string(tok->vocab_size()) + " tokens but model.vocab_size is " +
+                        std::to_string(c.model.vocab_size),
                     "the tokenizer.json does not belong to this checkpoint");
   std::vector<int32_t> prompt = tok->encode(o.prompt);  // UserError for text outside the vocabulary
   if (prompt.empty()) {  // nanoGPT starts from "\n"; GPT-2 vocabularies from <|endoftext|>
     const auto* g2 = dynamic_cast<const Gpt2Tokenizer*>(tok.get());
-    if (g2 && g2->eot_id() >= 0) prompt = {g2->eot_id()};
+    if (g2 && g2->eot_id() >= 0)
+      prompt = {g2->eot_id()};
     else {
       try {
         prompt = tok->encode("\n");

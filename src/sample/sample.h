@@ -43,9 +43,9 @@ struct SampleOptions {
   double temperature = 1.0;  // >= 0; 0 = greedy
   int64_t top_k = 0;         // >= 0; 0 = the whole vocabulary
   uint64_t seed = 0;
-  int64_t threads = -1;      // CPU threads; -1: the checkpoint config's `threads` (0 = all cores)
-  bool stats = false;        // print prefill / decode timings to stderr at the end
-  std::FILE* out = stdout;   // where the text goes (the prompt, then each token as it is produced)
+  int64_t threads = -1;     // CPU threads; -1: the checkpoint config's `threads` (0 = all cores)
+  bool stats = false;       // print prefill / decode timings to stderr at the end
+  std::FILE* out = stdout;  // where the text goes (the prompt, then each token as it is produced)
 };
 
 // Checks the flags: negative --tokens, --top-k or --temperature (or a non-finite temperature)
@@ -111,8 +111,7 @@ class Sampler {
 // One token from `logits` (nanoGPT's sampling, the header's mapping): temperature 0 → argmax;
 // otherwise softmax(logits / temperature) over the top_k largest (0 = all), drawn with
 // u = rng_uniform(key, index). Non-finite logits are a std::runtime_error.
-int32_t sample_token(std::span<const float> logits, double temperature, int64_t top_k, PhiloxKey key,
-                     uint64_t index);
+int32_t sample_token(std::span<const float> logits, double temperature, int64_t top_k, PhiloxKey key, uint64_t index);
 
 // Generates `n` tokens after `context` (non-empty) with `s`, calling on_token(id) as each is
 // drawn; token i uses index i of the key named_key(seed, "sample"). Only ids below

@@ -72,11 +72,16 @@ void save_checkpoint(const Trainer& t, const CheckpointState& s, const std::stri
     std::vector<StTensor> tensors = export_params(t.executor(), t.config().model.scan_layers);
     for (StTensor& m : export_moments(t)) tensors.push_back(std::move(m));
     write_safetensors((tmp / kModelFile).string(), tensors, {{"format", "loom checkpoint"}});
-    nlohmann::json j = {{"config", s.config_toml},       {"step", s.step},
-                        {"opt_count", s.opt_count},      {"loss_scale", s.loss_scale},
-                        {"scaler_tracker", s.scaler_tracker}, {"scaler_skipped", s.scaler_skipped},
-                        {"seed", s.seed},                {"val_position", s.val_position},
-                        {"best_val_loss", s.best_val_loss}, {"format", 1}};
+    nlohmann::json j = {{"config", s.config_toml},
+                        {"step", s.step},
+                        {"opt_count", s.opt_count},
+                        {"loss_scale", s.loss_scale},
+                        {"scaler_tracker", s.scaler_tracker},
+                        {"scaler_skipped", s.scaler_skipped},
+                        {"seed", s.seed},
+                        {"val_position", s.val_position},
+                        {"best_val_loss", s.best_val_loss},
+                        {"format", 1}};
     write_text((tmp / kStateFile).string(), j.dump(2));
     if (tokenizer) write_text((tmp / "tokenizer.json").string(), tokenizer->dump());
     // Replace atomically: an existing directory of the same name (best/) is moved aside first.
@@ -122,7 +127,8 @@ void prune_checkpoints(const std::string& run_dir, int64_t keep) {
     }
   }
   std::sort(all.begin(), all.end());
-  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i) fs::remove_all(all[i].second, ec);
+  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i)
+    fs::remove_all(all[i].second, ec);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -130,7 +136,8 @@ Checkpoint load_checkpoint(const std::string& path) {
   if (!fs::exists(fs::path(path) / kStateFile)) {
     dir = latest_checkpoint(path);
     if (dir.empty())
-      throw UserError(path, fs::exists(path) ? "holds no checkpoint (no state.json, no ckpt_<step>/)" : "does not exist",
+      throw UserError(path,
+                      fs::exists(path) ? "holds no checkpoint (no state.json, no ckpt_<step>/)" : "does not exist",
                       "give a run directory written by `loom train --out` or one of its ckpt_<step> directories");
   }
   Checkpoint c;
@@ -203,7 +210,8 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
       if (!buf) continue;
       auto it = by_name.find(prefix + v.name);
       if (it == by_name.end() || it->second->shape != v.shape || it->second->dtype != DType::f32)
-        throw UserError(file, "optimizer tensor '" + std::string(prefix) + v.name + "' is missing or has the wrong shape",
+        throw UserError(file,
+                        "optimizer tensor '" + std::string(prefix) + v.name + "' is missing or has the wrong shape",
                         "the checkpoint was written with another optimizer or model");
       t.executor().backend().copy_to_device(buf, it->second->bytes.data(), it->second->bytes.size());
     }

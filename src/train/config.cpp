@@ -17,11 +17,16 @@ enum class KeyType { integer, number, string, dtype, boolean };
 
 const char* type_name(KeyType t) {
   switch (t) {
-    case KeyType::integer: return "an integer";
-    case KeyType::number: return "a number";
-    case KeyType::string: return "a string";
-    case KeyType::dtype: return "a dtype name (float32, bfloat16, float16)";
-    case KeyType::boolean: return "true or false";
+    case KeyType::integer:
+      return "an integer";
+    case KeyType::number:
+      return "a number";
+    case KeyType::string:
+      return "a string";
+    case KeyType::dtype:
+      return "a dtype name (float32, bfloat16, float16)";
+    case KeyType::boolean:
+      return "true or false";
   }
   return "?";
 }
@@ -70,18 +75,24 @@ DType parse_dtype(const std::string& s) {
 
 template <class Get>
 KeySpec make_int(const char* key, const char* help, Get ref) {
-  return {key, KeyType::integer, help,
+  return {key,
+          KeyType::integer,
+          help,
           [ref](Config& c, const toml::node& n) {
             auto v = n.value<int64_t>();
             if (!n.is_integer() || !v) throw std::invalid_argument("not an integer");
             ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(*v);
           },
-          [ref](Config& c, const std::string& s) { ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(parse_int(s)); },
+          [ref](Config& c, const std::string& s) {
+            ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(parse_int(s));
+          },
           [ref](const Config& c) { return std::to_string(ref(const_cast<Config&>(c))); }};
 }
 template <class Get>
 KeySpec make_number(const char* key, const char* help, Get ref) {
-  return {key, KeyType::number, help,
+  return {key,
+          KeyType::number,
+          help,
           [ref](Config& c, const toml::node& n) {
             if (!n.is_number()) throw std::invalid_argument("not a number");
             ref(c) = *n.value<double>();
@@ -91,7 +102,9 @@ KeySpec make_number(const char* key, const char* help, Get ref) {
 }
 template <class Get>
 KeySpec make_string(const char* key, const char* help, Get ref) {
-  return {key, KeyType::string, help,
+  return {key,
+          KeyType::string,
+          help,
           [ref](Config& c, const toml::node& n) {
             if (!n.is_string()) throw std::invalid_argument("not a string");
             ref(c) = *n.value<std::string>();
@@ -101,7 +114,9 @@ KeySpec make_string(const char* key, const char* help, Get ref) {
 }
 template <class Get>
 KeySpec make_dtype(const char* key, const char* help, Get ref) {
-  return {key, KeyType::dtype, help,
+  return {key,
+          KeyType::dtype,
+          help,
           [ref](Config& c, const toml::node& n) {
             if (!n.is_string()) throw std::invalid_argument("not a string");
             ref(c) = parse_dtype(*n.value<std::string>());
@@ -112,28 +127,36 @@ KeySpec make_dtype(const char* key, const char* help, Get ref) {
 
 template <class Get>
 KeySpec make_bool(const char* key, const char* help, Get ref) {
-  return {key, KeyType::boolean, help,
+  return {key,
+          KeyType::boolean,
+          help,
           [ref](Config& c, const toml::node& n) {
             if (!n.is_boolean()) throw std::invalid_argument("not a boolean");
             ref(c) = *n.value<bool>();
           },
           [ref](Config& c, const std::string& s) {
-            if (s == "true" || s == "1") ref(c) = true;
-            else if (s == "false" || s == "0") ref(c) = false;
-            else throw std::invalid_argument("not a boolean");
+            if (s == "true" || s == "1")
+              ref(c) = true;
+            else if (s == "false" || s == "0")
+              ref(c) = false;
+            else
+              throw std::invalid_argument("not a boolean");
           },
           [ref](const Config& c) { return std::string(ref(const_cast<Config&>(c)) ? "true" : "false"); }};
 }
 
-#define LOOM_REF(member) [](Config& c) -> auto& { return c.member; }
+#define LOOM_REF(member) \
+  [](Config & c) -> auto& { return c.member; }
 
 const std::vector<KeySpec>& schema() {
   static const std::vector<KeySpec> keys = {
       make_int("seed", "seed of every random stream (init, data, dropout)", LOOM_REF(seed)),
-      make_string("device", "where to run: auto (the best available), cpu, or reference (slow oracle)", LOOM_REF(device)),
+      make_string("device", "where to run: auto (the best available), cpu, or reference (slow oracle)",
+                  LOOM_REF(device)),
       make_int("threads", "CPU threads (0 = all cores)", LOOM_REF(threads)),
       make_string("model.kind", "model family: mlp_classifier | transformer", LOOM_REF(model.kind)),
-      make_dtype("model.dtype", "compute dtype of activations; params and optimizer state stay float32", LOOM_REF(model.dtype)),
+      make_dtype("model.dtype", "compute dtype of activations; params and optimizer state stay float32",
+                 LOOM_REF(model.dtype)),
       make_int("model.hidden_size", "hidden width", LOOM_REF(model.hidden_size)),
       make_int("model.num_classes", "output classes of the classifier", LOOM_REF(model.num_classes)),
       make_number("model.dropout_rate", "dropout rate in [0, 1)", LOOM_REF(model.dropout_rate)),
@@ -142,21 +165,35 @@ const std::vector<KeySpec>& schema() {
       make_int("model.head_dim", "attention head width; num_heads = hidden_size / head_dim", LOOM_REF(model.head_dim)),
       make_int("model.mlp_expansion", "MLP hidden width = mlp_expansion × hidden_size", LOOM_REF(model.mlp_expansion)),
       make_int("model.vocab_size", "token embedding rows", LOOM_REF(model.vocab_size)),
-      make_int("model.num_outputs", "output logits per position (the vocabulary for a language model)", LOOM_REF(model.num_outputs)),
+      make_int("model.num_outputs", "output logits per position (the vocabulary for a language model)",
+               LOOM_REF(model.num_outputs)),
       make_int("model.max_seq_len", "rows of the learned position embedding", LOOM_REF(model.max_seq_len)),
       make_dtype("model.softmax_dtype", "dtype of the attention logits and softmax", LOOM_REF(model.softmax_dtype)),
       make_bool("model.causal_mask", "causal attention mask", LOOM_REF(model.causal_mask)),
       make_string("model.remat", "remat regions: none, or comma-separated MLP, Attn, Block", LOOM_REF(model.remat)),
-      make_string("model.remat_policy", "what a remat region saves: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable, everything_saveable, save_only_these_names", LOOM_REF(model.remat_policy)),
-      make_string("model.remat_save_names", "save_only_these_names: comma-separated scope patterns, e.g. */attn/qkv", LOOM_REF(model.remat_save_names)),
-      make_bool("model.scan_layers", "parameter layout of files: stacked [num_layers, ...] (the tutorial's nn.scan); execution is the same", LOOM_REF(model.scan_layers)),
-      make_string("model.block_order", "mlp_first (the tutorial: x + mlp(x), then x + attn(x)) or attn_first (GPT-2)", LOOM_REF(model.block_order)),
+      make_string("model.remat_policy",
+                  "what a remat region saves: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable, "
+                  "everything_saveable, save_only_these_names",
+                  LOOM_REF(model.remat_policy)),
+      make_string("model.remat_save_names", "save_only_these_names: comma-separated scope patterns, e.g. */attn/qkv",
+                  LOOM_REF(model.remat_save_names)),
+      make_bool("model.scan_layers",
+                "parameter layout of files: stacked [num_layers, ...] (the tutorial's nn.scan); execution is the same",
+                LOOM_REF(model.scan_layers)),
+      make_string("model.block_order", "mlp_first (the tutorial: x + mlp(x), then x + attn(x)) or attn_first (GPT-2)",
+                  LOOM_REF(model.block_order)),
       make_bool("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", LOOM_REF(model.use_bias)),
-      make_bool("model.tie_embeddings", "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)", LOOM_REF(model.tie_embeddings)),
-      make_string("model.init", "parameter init: flax (the tutorial's Flax defaults) or gpt2 (normal 0.02, residual projections / sqrt(2·layers))", LOOM_REF(model.init)),
-      make_bool("model.embed_dropout", "dropout after the token + position embedding (GPT-2)", LOOM_REF(model.embed_dropout)),
+      make_bool("model.tie_embeddings", "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)",
+                LOOM_REF(model.tie_embeddings)),
+      make_string("model.init",
+                  "parameter init: flax (the tutorial's Flax defaults) or gpt2 (normal 0.02, residual projections / "
+                  "sqrt(2·layers))",
+                  LOOM_REF(model.init)),
+      make_bool("model.embed_dropout", "dropout after the token + position embedding (GPT-2)",
+                LOOM_REF(model.embed_dropout)),
       make_string("optimizer.name", "optimizer: sgd, adam or adamw (Optax semantics)", LOOM_REF(optimizer.name)),
-      make_number("optimizer.learning_rate", "learning rate (the peak value when a warmup schedule is set)", LOOM_REF(optimizer.learning_rate)),
+      make_number("optimizer.learning_rate", "learning rate (the peak value when a warmup schedule is set)",
+                  LOOM_REF(optimizer.learning_rate)),
       make_number("optimizer.b1", "Adam beta1", LOOM_REF(optimizer.b1)),
       make_number("optimizer.b2", "Adam beta2", LOOM_REF(optimizer.b2)),
       make_number("optimizer.eps", "Adam epsilon", LOOM_REF(optimizer.eps)),
@@ -164,39 +201,63 @@ const std::vector<KeySpec>& schema() {
       make_number("optimizer.momentum", "sgd momentum (0 = none)", LOOM_REF(optimizer.momentum)),
       make_bool("optimizer.nesterov", "sgd Nesterov momentum", LOOM_REF(optimizer.nesterov)),
       make_number("optimizer.weight_decay", "adamw decoupled weight decay", LOOM_REF(optimizer.weight_decay)),
-      make_string("optimizer.weight_decay_mask", "which params adamw decays: all, kernels (no biases, norms, embeddings), ndim2 (every tensor with 2+ dims, nanoGPT)", LOOM_REF(optimizer.weight_decay_mask)),
-      make_number("optimizer.clip_norm", "clip_by_global_norm before the optimizer (0 = off)", LOOM_REF(optimizer.clip_norm)),
-      make_string("optimizer.schedule", "learning-rate schedule: constant, warmup_cosine_decay, warmup_exponential_decay", LOOM_REF(optimizer.schedule.kind)),
-      make_number("optimizer.init_value", "schedule: value at step 0 (warmup start)", LOOM_REF(optimizer.schedule.init_value)),
+      make_string("optimizer.weight_decay_mask",
+                  "which params adamw decays: all, kernels (no biases, norms, embeddings), ndim2 (every tensor with 2+ "
+                  "dims, nanoGPT)",
+                  LOOM_REF(optimizer.weight_decay_mask)),
+      make_number("optimizer.clip_norm", "clip_by_global_norm before the optimizer (0 = off)",
+                  LOOM_REF(optimizer.clip_norm)),
+      make_string("optimizer.schedule",
+                  "learning-rate schedule: constant, warmup_cosine_decay, warmup_exponential_decay",
+                  LOOM_REF(optimizer.schedule.kind)),
+      make_number("optimizer.init_value", "schedule: value at step 0 (warmup start)",
+                  LOOM_REF(optimizer.schedule.init_value)),
       make_int("optimizer.warmup_steps", "schedule: linear warmup steps", LOOM_REF(optimizer.schedule.warmup_steps)),
-      make_int("optimizer.decay_steps", "warmup_cosine_decay: total steps including warmup", LOOM_REF(optimizer.schedule.decay_steps)),
-      make_number("optimizer.end_value", "schedule: final value (cosine) or bound (exponential; 0 = none)", LOOM_REF(optimizer.schedule.end_value)),
+      make_int("optimizer.decay_steps", "warmup_cosine_decay: total steps including warmup",
+               LOOM_REF(optimizer.schedule.decay_steps)),
+      make_number("optimizer.end_value", "schedule: final value (cosine) or bound (exponential; 0 = none)",
+                  LOOM_REF(optimizer.schedule.end_value)),
       make_number("optimizer.exponent", "warmup_cosine_decay exponent", LOOM_REF(optimizer.schedule.exponent)),
-      make_int("optimizer.transition_steps", "warmup_exponential_decay: steps per decay", LOOM_REF(optimizer.schedule.transition_steps)),
+      make_int("optimizer.transition_steps", "warmup_exponential_decay: steps per decay",
+               LOOM_REF(optimizer.schedule.transition_steps)),
       make_number("optimizer.decay_rate", "warmup_exponential_decay rate", LOOM_REF(optimizer.schedule.decay_rate)),
-      make_int("optimizer.transition_begin", "warmup_exponential_decay: steps after warmup before decay starts", LOOM_REF(optimizer.schedule.transition_begin)),
-      make_bool("optimizer.staircase", "warmup_exponential_decay: decay in discrete steps", LOOM_REF(optimizer.schedule.staircase)),
-      make_string("optimizer.loss_scale", "float16 loss scaling: dynamic (GradScaler), static, or none", LOOM_REF(optimizer.loss_scale)),
+      make_int("optimizer.transition_begin", "warmup_exponential_decay: steps after warmup before decay starts",
+               LOOM_REF(optimizer.schedule.transition_begin)),
+      make_bool("optimizer.staircase", "warmup_exponential_decay: decay in discrete steps",
+                LOOM_REF(optimizer.schedule.staircase)),
+      make_string("optimizer.loss_scale", "float16 loss scaling: dynamic (GradScaler), static, or none",
+                  LOOM_REF(optimizer.loss_scale)),
       make_number("optimizer.loss_scale_init", "initial (or static) loss scale", LOOM_REF(optimizer.loss_scale_init)),
-      make_number("optimizer.loss_scale_growth", "dynamic: factor after loss_scale_interval finite steps", LOOM_REF(optimizer.loss_scale_growth)),
-      make_number("optimizer.loss_scale_backoff", "dynamic: factor after a non-finite step", LOOM_REF(optimizer.loss_scale_backoff)),
-      make_int("optimizer.loss_scale_interval", "dynamic: finite steps before growing", LOOM_REF(optimizer.loss_scale_interval)),
+      make_number("optimizer.loss_scale_growth", "dynamic: factor after loss_scale_interval finite steps",
+                  LOOM_REF(optimizer.loss_scale_growth)),
+      make_number("optimizer.loss_scale_backoff", "dynamic: factor after a non-finite step",
+                  LOOM_REF(optimizer.loss_scale_backoff)),
+      make_int("optimizer.loss_scale_interval", "dynamic: finite steps before growing",
+               LOOM_REF(optimizer.loss_scale_interval)),
       make_int("optimizer.num_minibatches", "gradient accumulation: minibatches per step (divides data.batch_size)",
                LOOM_REF(optimizer.num_minibatches)),
-      make_string("data.kind", "data source: random_classification or random_tokens (the tutorials' fixed random batches)", LOOM_REF(data.kind)),
+      make_string("data.kind",
+                  "data source: random_classification or random_tokens (the tutorials' fixed random batches)",
+                  LOOM_REF(data.kind)),
       make_int("data.batch_size", "examples per optimizer step (all minibatches together)", LOOM_REF(data.batch_size)),
       make_int("data.num_inputs", "input features of random_classification data", LOOM_REF(data.num_inputs)),
       make_int("data.seq_len", "tokens per sequence", LOOM_REF(data.seq_len)),
       make_int("data.vocab_size", "random_tokens: tokens drawn from [1, vocab_size)", LOOM_REF(data.vocab_size)),
-      make_string("data.dir", "tokens: directory written by `loom prepare` (train.bin, val.bin, meta.json)", LOOM_REF(data.dir)),
+      make_string("data.dir", "tokens: directory written by `loom prepare` (train.bin, val.bin, meta.json)",
+                  LOOM_REF(data.dir)),
       make_int("train.steps", "optimizer steps to run", LOOM_REF(train.steps)),
       make_int("train.log_every", "log every N steps", LOOM_REF(train.log_every)),
-      make_string("train.metrics_file", "JSONL file with one object per logged step (empty: RUN/metrics.jsonl for runs with --out)", LOOM_REF(train.metrics_file)),
-      make_int("train.eval_interval", "evaluate the validation loss every N steps (0 = never)", LOOM_REF(train.eval_interval)),
+      make_string("train.metrics_file",
+                  "JSONL file with one object per logged step (empty: RUN/metrics.jsonl for runs with --out)",
+                  LOOM_REF(train.metrics_file)),
+      make_int("train.eval_interval", "evaluate the validation loss every N steps (0 = never)",
+               LOOM_REF(train.eval_interval)),
       make_int("train.eval_iters", "validation batches per evaluation", LOOM_REF(train.eval_iters)),
-      make_int("train.checkpoint_interval", "save a checkpoint every N steps (0 = at evaluations and at the end)", LOOM_REF(train.checkpoint_interval)),
+      make_int("train.checkpoint_interval", "save a checkpoint every N steps (0 = at evaluations and at the end)",
+               LOOM_REF(train.checkpoint_interval)),
       make_int("train.keep_last", "checkpoints to keep (the best one is kept apart)", LOOM_REF(train.keep_last)),
-      make_int("train.sample_tokens", "after training, print a sample of this many tokens (0 = none)", LOOM_REF(train.sample_tokens)),
+      make_int("train.sample_tokens", "after training, print a sample of this many tokens (0 = none)",
+               LOOM_REF(train.sample_tokens)),
   };
   return keys;
 }
@@ -235,8 +296,8 @@ void walk(Config& c, const toml::table& t, const std::string& prefix, const std:
     }
     const KeySpec* spec = find_key(key);
     if (!spec)
-      throw UserError(file + ": " + key, "unknown configuration key", "known keys here: " + known_keys_near(key) +
-                                                                          " (loom train --help-config lists all)");
+      throw UserError(file + ": " + key, "unknown configuration key",
+                      "known keys here: " + known_keys_near(key) + " (loom train --help-config lists all)");
     try {
       spec->set_toml(c, node);
     } catch (const std::invalid_argument& e) {
@@ -251,11 +312,13 @@ void walk(Config& c, const toml::table& t, const std::string& prefix, const std:
 void apply_override(Config& c, const std::string& assignment) {
   const size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw UserError("override '" + assignment + "'", "expected section.key=value", "for example optimizer.num_minibatches=4");
+    throw UserError("override '" + assignment + "'", "expected section.key=value",
+                    "for example optimizer.num_minibatches=4");
   const std::string key = assignment.substr(0, eq);
   const std::string val = assignment.substr(eq + 1);
   const KeySpec* spec = find_key(key);
-  if (!spec) throw UserError("override " + key, "unknown configuration key", "known keys here: " + known_keys_near(key));
+  if (!spec)
+    throw UserError("override " + key, "unknown configuration key", "known keys here: " + known_keys_near(key));
   try {
     spec->set_text(c, val);
   } catch (const std::invalid_argument& e) {
@@ -282,17 +345,20 @@ void validate_config(const Config& c) {
        "unknown optimizer '" + c.optimizer.name + "'", "use sgd, adam or adamw");
   need(c.optimizer.weight_decay_mask == "all" || c.optimizer.weight_decay_mask == "kernels" ||
            c.optimizer.weight_decay_mask == "ndim2",
-       "optimizer.weight_decay_mask", "unknown mask '" + c.optimizer.weight_decay_mask + "'", "use all, kernels or ndim2");
+       "optimizer.weight_decay_mask", "unknown mask '" + c.optimizer.weight_decay_mask + "'",
+       "use all, kernels or ndim2");
   need(c.optimizer.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", "e.g. 0.1");
   need(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1, "optimizer.momentum", "must be in [0, 1)", "e.g. 0.9");
   need(c.optimizer.clip_norm >= 0, "optimizer.clip_norm", "must be >= 0", "0 disables clipping; GPT-2 uses 1.0");
   need(c.optimizer.loss_scale == "dynamic" || c.optimizer.loss_scale == "static" || c.optimizer.loss_scale == "none",
        "optimizer.loss_scale", "unknown loss scaling '" + c.optimizer.loss_scale + "'", "use dynamic, static or none");
-  need(c.optimizer.loss_scale_init > 0, "optimizer.loss_scale_init", "must be positive", "GradScaler's default is 65536");
+  need(c.optimizer.loss_scale_init > 0, "optimizer.loss_scale_init", "must be positive",
+       "GradScaler's default is 65536");
   need(c.optimizer.loss_scale_growth >= 1, "optimizer.loss_scale_growth", "must be >= 1", "GradScaler's default is 2");
   need(c.optimizer.loss_scale_backoff > 0 && c.optimizer.loss_scale_backoff < 1, "optimizer.loss_scale_backoff",
        "must be in (0, 1)", "GradScaler's default is 0.5");
-  need(c.optimizer.loss_scale_interval >= 1, "optimizer.loss_scale_interval", "must be >= 1", "GradScaler's default is 2000");
+  need(c.optimizer.loss_scale_interval >= 1, "optimizer.loss_scale_interval", "must be >= 1",
+       "GradScaler's default is 2000");
   {
     ScheduleSpec s = c.optimizer.schedule;
     s.value = c.optimizer.learning_rate;
@@ -307,8 +373,8 @@ void validate_config(const Config& c) {
   need(c.optimizer.b2 >= 0 && c.optimizer.b2 < 1, "optimizer.b2", "must be in [0, 1)", "Adam's default is 0.999");
   need(c.optimizer.eps >= 0, "optimizer.eps", "must be >= 0", "Adam's default is 1e-8");
   need(c.optimizer.num_minibatches >= 1, "optimizer.num_minibatches", "must be >= 1", "1 means no accumulation");
-  need(c.data.kind == "random_classification" || c.data.kind == "random_tokens" || c.data.kind == "tokens",
-       "data.kind", "unknown data kind '" + c.data.kind + "'", "use random_classification, random_tokens or tokens");
+  need(c.data.kind == "random_classification" || c.data.kind == "random_tokens" || c.data.kind == "tokens", "data.kind",
+       "unknown data kind '" + c.data.kind + "'", "use random_classification, random_tokens or tokens");
   need(c.data.kind != "tokens" || !c.data.dir.empty(), "data.dir", "data.kind = tokens needs a data directory",
        "prepare one with `loom prepare char data/tinyshakespeare.txt data/shakespeare_char` and set data.dir");
   need(c.train.eval_interval >= 0, "train.eval_interval", "must be >= 0", "0 disables evaluation");
@@ -328,8 +394,8 @@ void validate_config(const Config& c) {
     need(c.model.num_outputs >= 1, "model.num_outputs", "must be >= 1", "usually the vocabulary size");
     need(c.model.max_seq_len >= 1, "model.max_seq_len", "must be >= 1", "e.g. 512");
     need(c.data.seq_len >= 1 && c.data.seq_len <= c.model.max_seq_len, "data.seq_len",
-         "seq_len " + std::to_string(c.data.seq_len) + " is outside [1, model.max_seq_len = " +
-             std::to_string(c.model.max_seq_len) + "]",
+         "seq_len " + std::to_string(c.data.seq_len) +
+             " is outside [1, model.max_seq_len = " + std::to_string(c.model.max_seq_len) + "]",
          "raise model.max_seq_len or shorten data.seq_len");
     const std::string& rp = c.model.remat_policy;
     need(rp == "nothing_saveable" || rp == "everything_saveable" || rp == "dots_saveable" ||
@@ -355,8 +421,8 @@ void validate_config(const Config& c) {
   }
   need(c.data.batch_size >= 1, "data.batch_size", "must be >= 1", "e.g. 512");
   need(c.data.batch_size % c.optimizer.num_minibatches == 0, "data.batch_size",
-       "batch size " + std::to_string(c.data.batch_size) + " is not divisible by optimizer.num_minibatches = " +
-           std::to_string(c.optimizer.num_minibatches),
+       "batch size " + std::to_string(c.data.batch_size) +
+           " is not divisible by optimizer.num_minibatches = " + std::to_string(c.optimizer.num_minibatches),
        "choose num_minibatches among the divisors of the batch size");
   need(c.data.num_inputs >= 1, "data.num_inputs", "must be >= 1", "e.g. 128");
   need(c.train.steps >= 0, "train.steps", "must be >= 0", "e.g. 5");
@@ -379,7 +445,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   } catch (const toml::parse_error& e) {
     const auto& where = e.source().begin;
     const std::string desc(e.description());
-    if (desc.find("File could not be opened") != std::string::npos || desc.find("could not be opened") != std::string::npos)
+    if (desc.find("File could not be opened") != std::string::npos ||
+        desc.find("could not be opened") != std::string::npos)
       throw UserError(path, "cannot open the config file", "check the path; example configs are in configs/");
     throw UserError(path + ":" + std::to_string(where.line) + ":" + std::to_string(where.column),
                     "invalid TOML: " + desc, "fix the syntax at that line");
@@ -429,11 +496,11 @@ std::string config_help() {
   for (const KeySpec& k : schema()) {
     char line[256];
     std::snprintf(line, sizeof line, "  %-28s %-10s default %-22s %s\n", k.key,
-                  k.type == KeyType::integer  ? "int"
-                  : k.type == KeyType::number ? "number"
-                  : k.type == KeyType::dtype  ? "dtype"
+                  k.type == KeyType::integer   ? "int"
+                  : k.type == KeyType::number  ? "number"
+                  : k.type == KeyType::dtype   ? "dtype"
                   : k.type == KeyType::boolean ? "bool"
-                                              : "string",
+                                               : "string",
                   k.get(d).c_str(), k.help);
     out += line;
   }

@@ -43,7 +43,8 @@ Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
     const double loss = r.metrics.at("loss").mean(), acc = r.metrics.at("accuracy").mean();
     const bool log = step % o.log_every == 0 || s + 1 == o.steps;
     std::string extra;
-    if (r.opt.skipped) extra += fmt::format("  skipped (non-finite grads, scale -> {:g})", t.optimizer().scaler().scale);
+    if (r.opt.skipped)
+      extra += fmt::format("  skipped (non-finite grads, scale -> {:g})", t.optimizer().scaler().scale);
     if (o.progress_bar) {
       const int width = 24;
       const int filled = static_cast<int>(width * (s + 1) / std::max<int64_t>(o.steps, 1));
@@ -56,10 +57,14 @@ Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
     }
     std::fflush(o.out);
     if (log && jsonl) {
-      nlohmann::json j = {{"step", step},           {"loss", loss},
-                          {"accuracy", acc},        {"lr", r.opt.lr},
-                          {"step_time_s", r.seconds}, {lm ? "tokens_per_s" : "examples_per_s", items_per_s},
-                          {"loss_scale", r.opt.loss_scale}, {"skipped_steps", t.optimizer().scaler().skipped}};
+      nlohmann::json j = {{"step", step},
+                          {"loss", loss},
+                          {"accuracy", acc},
+                          {"lr", r.opt.lr},
+                          {"step_time_s", r.seconds},
+                          {lm ? "tokens_per_s" : "examples_per_s", items_per_s},
+                          {"loss_scale", r.opt.loss_scale},
+                          {"skipped_steps", t.optimizer().scaler().skipped}};
       if (r.opt.grad_norm >= 0) j["grad_norm"] = r.opt.grad_norm;
       jsonl << j.dump() << "\n";
       jsonl.flush();

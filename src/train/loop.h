@@ -15,7 +15,7 @@ namespace loom {
 struct LoopOptions {
   int64_t steps = 0;
   int64_t log_every = 1;
-  std::string metrics_file;  // JSONL; "" = none
+  std::string metrics_file;   // JSONL; "" = none
   bool progress_bar = false;  // redraw one line per step (for a terminal)
   FILE* out = stdout;
   // Called before and after every step with its 1-based number in this run (loom train --profile).

@@ -23,10 +23,15 @@ void parse_remat(const std::string& s, nn::TransformerSpec& t) {
     std::string item = s.substr(start, end - start);
     while (!item.empty() && item.front() == ' ') item.erase(item.begin());
     while (!item.empty() && item.back() == ' ') item.pop_back();
-    if (item == "MLP") t.remat_mlp = true;
-    else if (item == "Attn") t.remat_attn = true;
-    else if (item == "Block") t.remat_block = true;
-    else throw UserError("model.remat", "unknown remat region '" + item + "'", "use none, or a comma-separated subset of MLP, Attn, Block");
+    if (item == "MLP")
+      t.remat_mlp = true;
+    else if (item == "Attn")
+      t.remat_attn = true;
+    else if (item == "Block")
+      t.remat_block = true;
+    else
+      throw UserError("model.remat", "unknown remat region '" + item + "'",
+                      "use none, or a comma-separated subset of MLP, Attn, Block");
     start = end + 1;
   }
 }
@@ -49,7 +54,8 @@ nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train) {
     }
     return nn::build_mlp_classifier(s, minibatch, train);
   }
-  if (c.model.kind == "transformer") return nn::build_transformer(transformer_spec(c), minibatch, c.data.seq_len, train);
+  if (c.model.kind == "transformer")
+    return nn::build_transformer(transformer_spec(c), minibatch, c.data.seq_len, train);
   throw UserError("model.kind", "unknown model kind '" + c.model.kind + "'", "use mlp_classifier or transformer");
 }
 

@@ -19,7 +19,8 @@ double ulps(float got, double want) {
 
 TEST(CpuMath, ExpWithinTwoUlps) {
   double worst = 0;
-  for (double x = -87.0; x <= 88.0; x += 1.0 / 1024) worst = std::max(worst, ulps(cpuk::exp_f32(float(x)), std::exp(double(float(x)))));
+  for (double x = -87.0; x <= 88.0; x += 1.0 / 1024)
+    worst = std::max(worst, ulps(cpuk::exp_f32(float(x)), std::exp(double(float(x)))));
   EXPECT_LE(worst, 2.0);
   EXPECT_EQ(cpuk::exp_f32(-200.f), 0.f);
   EXPECT_TRUE(std::isinf(cpuk::exp_f32(200.f)));
@@ -49,7 +50,7 @@ TEST(CpuMath, GeluAndItsGradientWithinFewUlps) {
     const double err = std::fabs(gelu_grad_f(f) - gelu_grad_def(f));
     worst_grad = std::max(worst_grad, err / (scale * 0x1p-24) / cond);  // 2⁻²⁴: half a float ulp at 1
   }
-  EXPECT_LE(worst, 4.0);  // measured 2.1
+  EXPECT_LE(worst, 4.0);       // measured 2.1
   EXPECT_LE(worst_grad, 4.0);  // measured 2.5
   // Saturation: −0 far left (the true value underflows), x far right; NaN propagates.
   EXPECT_EQ(gelu_f(-1e4f), 0.f);

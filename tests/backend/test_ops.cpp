@@ -40,12 +40,12 @@
 namespace loom {
 namespace {
 
+using testing::expect_bytes_equal;
+using testing::expect_thread_invariant;
 using testing::HostTensor;
 using testing::nmse;
 using testing::OpCase;
 using testing::ThreadCount;
-using testing::expect_bytes_equal;
-using testing::expect_thread_invariant;
 
 constexpr DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
 constexpr int64_t kRows[] = {1, 7, 33};
@@ -198,8 +198,8 @@ void expect_bounded(const HostTensor& cpu, const HostTensor& ref, const std::vec
     const double err = std::fabs(static_cast<double>(cpu.get(i)) - ref.get(i));
     const double bound = kAccumRel * a + 2 * ulp_at(prec, a);
     if (!(err <= bound)) {
-      ADD_FAILURE() << what << ": element " << i << " cpu " << cpu.get(i) << " ref " << ref.get(i)
-                    << " |err| " << err << " > bound " << bound << " (magnitude " << a << ")";
+      ADD_FAILURE() << what << ": element " << i << " cpu " << cpu.get(i) << " ref " << ref.get(i) << " |err| " << err
+                    << " > bound " << bound << " (magnitude " << a << ")";
       return;
     }
   }
@@ -230,8 +230,8 @@ struct MKN {
   int64_t K, N;
 };
 const std::vector<MKN> kDenseShapes = {
-    {Shape{1}, 1, 1}, {Shape{7}, 5, 64}, {Shape{33}, 130, 5}, {Shape{7}, 64, 130}, {Shape{2, 3}, 130, 7},
-    {Shape{1}, 64, 1}, {Shape{260}, 33, 260},  // the last one is big enough for two GEMM tiles
+    {Shape{1}, 1, 1},      {Shape{7}, 5, 64}, {Shape{33}, 130, 5},   {Shape{7}, 64, 130},
+    {Shape{2, 3}, 130, 7}, {Shape{1}, 64, 1}, {Shape{260}, 33, 260},  // the last one is big enough for two GEMM tiles
 };
 
 // {f32} or {f32, dt}: the dtype pairs worth testing once each.
@@ -255,8 +255,8 @@ TEST(CpuOps, Dense) {
         for (bool wt : {false, true})
           for (const MKN& s : kDenseShapes) {
             const std::string what = "dense c=" + dn(c) + " x=" + dn(xdt) + (bias ? " bias " : " ") +
-                                     (wt ? "wT " : "") + with_last(s.x_lead, s.K).str() + "x[" +
-                                     std::to_string(s.K) + "," + std::to_string(s.N) + "]";
+                                     (wt ? "wT " : "") + with_last(s.x_lead, s.K).str() + "x[" + std::to_string(s.K) +
+                                     "," + std::to_string(s.N) + "]";
             std::vector<ValueDesc> ins = {{with_last(s.x_lead, s.K), xdt}, {kernel_shape(s, wt), DType::f32}};
             if (bias) ins.push_back({Shape{s.N}, DType::f32});
             check_multilinear(OpKind::dense, ins, DenseAttrs{c, wt}, c, what);
@@ -271,7 +271,8 @@ TEST(CpuOps, DenseGradInput) {
           const std::string what = "dense_grad_input c=" + dn(c) + " out=" + dn(out) + (wt ? " wT " : " ") +
                                    with_last(s.x_lead, s.N).str() + " K=" + std::to_string(s.K);
           // dx is rounded to c, then to out: the coarser of the two sets the precision.
-          check_multilinear(OpKind::dense_grad_input, {{with_last(s.x_lead, s.N), c}, {kernel_shape(s, wt), DType::f32}},
+          check_multilinear(OpKind::dense_grad_input,
+                            {{with_last(s.x_lead, s.N), c}, {kernel_shape(s, wt), DType::f32}},
                             DenseGradAttrs{c, out, wt}, coarser(c, out), what);
         }
 }
@@ -288,10 +289,10 @@ TEST(CpuOps, DenseGradWeight) {
                                      (assign ? "assign " : "accumulate ") + with_last(s.x_lead, s.K).str() +
                                      " N=" + std::to_string(s.N);
             // dW is rounded to the compute dtype before it is added: c sets the precision.
-            check_multilinear(OpKind::dense_grad_weight,
-                              {{kernel_shape(s, wt), DType::f32}, {with_last(s.x_lead, s.K), xdt},
-                               {with_last(s.x_lead, s.N), c}},
-                              DenseGradWeightAttrs{c, wt, assign}, c, what);
+            check_multilinear(
+                OpKind::dense_grad_weight,
+                {{kernel_shape(s, wt), DType::f32}, {with_last(s.x_lead, s.K), xdt}, {with_last(s.x_lead, s.N), c}},
+                DenseGradWeightAttrs{c, wt, assign}, c, what);
           }
 }
 
@@ -305,14 +306,14 @@ TEST(CpuOps, Bf16GemmPathFollowsTheIsa) {
 }
 
 TEST(CpuOps, SumLeading) {
-  const std::vector<Shape> shapes = {Shape{1}, Shape{130}, Shape{1, 1}, Shape{7, 5}, Shape{33, 130},
-                                     Shape{3, 7, 64}, Shape{600, 70}, Shape{5000, 3}};
+  const std::vector<Shape> shapes = {Shape{1},       Shape{130},      Shape{1, 1},    Shape{7, 5},
+                                     Shape{33, 130}, Shape{3, 7, 64}, Shape{600, 70}, Shape{5000, 3}};
   for (DType xdt : kFloatTypes)
     for (DType out : f32_and(xdt))
       for (const Shape& s : shapes)
         for (int keep = 0; keep <= s.rank; ++keep) {
-          const std::string what = "sum_leading x=" + dn(xdt) + " out=" + dn(out) + " " + s.str() +
-                                   " keep=" + std::to_string(keep);
+          const std::string what =
+              "sum_leading x=" + dn(xdt) + " out=" + dn(out) + " " + s.str() + " keep=" + std::to_string(keep);
           check_multilinear(OpKind::sum_leading, {{s, xdt}}, ReduceAttrs{keep, out}, out, what);
         }
 }
@@ -364,8 +365,7 @@ LnGradMagnitudes ln_grad_magnitudes(OpCase& oc, int64_t R, int64_t C) {
   m.dx.resize(static_cast<size_t>(R * C));
   m.dscale.assign(static_cast<size_t>(C), 0.0);
   m.dbias.assign(static_cast<size_t>(C), 0.0);
-  const HostTensor &dy = oc.input(0), &x = oc.input(1), &scale = oc.input(2), &mean = oc.input(3),
-                   &rstd = oc.input(4);
+  const HostTensor &dy = oc.input(0), &x = oc.input(1), &scale = oc.input(2), &mean = oc.input(3), &rstd = oc.input(4);
   for (int64_t r = 0; r < R; ++r) {
     double g_abs = 0, gx_abs = 0;
     for (int64_t c = 0; c < C; ++c) {
@@ -533,7 +533,7 @@ TEST(CpuOps, CastBitExact) {
         const std::string what = "cast " + dn(from) + "->" + dn(to) + " " + s.str();
         OpCase oc(OpKind::cast, {{s, from}}, DTypeAttrs{to});
         oc.fill_random(next_seed(), 1 << 26);  // int32 inputs beyond 2^24 exercise rounding
-        if (from == DType::f32)  // some values beyond the f16 range and tiny ones (subnormals)
+        if (from == DType::f32)                // some values beyond the f16 range and tiny ones (subnormals)
           for (int64_t i = 0; i < s.numel(); i += 3) oc.input(0).set(i, oc.input(0).get(i) * (i % 2 ? 1e5f : 1e-6f));
         const Outputs o = run_both(oc);
         expect_bytes_equal(o.cpu[0], o.ref[0], what);
@@ -544,10 +544,10 @@ TEST(CpuOps, AddBitExact) {
   struct AB {
     Shape a, b;
   };
-  const std::vector<AB> shapes = {{Shape{1}, Shape{1}},          {Shape{7, 5}, Shape{5}},
-                                  {Shape{7, 5}, Shape{7, 5}},    {Shape{33, 130}, Shape{130}},
-                                  {Shape{3, 7, 64}, Shape{7, 64}}, {Shape{300, 130}, Shape{130}},
-                                  {Shape{300, 1}, Shape{1}},     {Shape{5, 3}, Shape{}}};
+  const std::vector<AB> shapes = {
+      {Shape{1}, Shape{1}},         {Shape{7, 5}, Shape{5}},         {Shape{7, 5}, Shape{7, 5}},
+      {Shape{33, 130}, Shape{130}}, {Shape{3, 7, 64}, Shape{7, 64}}, {Shape{300, 130}, Shape{130}},
+      {Shape{300, 1}, Shape{1}},    {Shape{5, 3}, Shape{}}};
   for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i32})
     for (const AB& s : shapes) {
       const std::string what = "add " + dn(dt) + " " + s.a.str() + "+" + s.b.str();
@@ -567,8 +567,8 @@ TEST(CpuOps, GradAccumulateBitExact) {
         oc.fill_random(next_seed());
         const Outputs o = run_both(oc, RunCtx{1, 2, mb});
         ASSERT_EQ(o.cpu.size(), 1u);
-        const std::string what = "grad_accumulate " + s.str() + (first ? " first" : "") + " minibatch " +
-                                 std::to_string(mb);
+        const std::string what =
+            "grad_accumulate " + s.str() + (first ? " first" : "") + " minibatch " + std::to_string(mb);
         expect_bytes_equal(o.cpu[0], o.ref[0], what);
         const int64_t last = s.numel() - 1;
         const float want = first && mb == 0 ? oc.input(1).get(last) : oc.input(0).get(last) + oc.input(1).get(last);
@@ -678,8 +678,8 @@ TEST(CpuOps, InPlaceAliasing) {
   std::vector<OpKind> covered;
   for (Case& c : cases) {
     covered.push_back(c.op);
-    const std::string what = std::string(op_name(c.op)) + " " + dn(c.ins[0].dtype) + " aliasing input " +
-                             std::to_string(c.alias);
+    const std::string what =
+        std::string(op_name(c.op)) + " " + dn(c.ins[0].dtype) + " aliasing input " + std::to_string(c.alias);
     OpCase oc(c.op, c.ins, c.attrs);
     oc.fill_random(next_seed(), 1 << 20);
     const RunCtx rc{9, 1, 0};
@@ -804,10 +804,10 @@ TEST(CpuOps, Accuracy) {
 // Ties (the first maximum wins) and NaNs (a NaN is the maximum, the first one winning).
 TEST(CpuOps, AccuracyTiesAndNaN) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const std::vector<float> logits = {1, 3, 3, 0,  // tie: argmax 1
-                                     2, 2, 2, 2,  // all equal: 0
-                                     0, nan, 5, nan,  // first NaN: 1
-                                     -1, -2, -3, -4};
+  const std::vector<float> logits = {1,  3,   3,  0,    // tie: argmax 1
+                                     2,  2,   2,  2,    // all equal: 0
+                                     0,  nan, 5,  nan,  // first NaN: 1
+                                     -1, -2,  -3, -4};
   const std::vector<int32_t> labels = {1, 0, 1, 0};  // all correct
   for (int flip = 0; flip < 2; ++flip) {
     OpCase oc(OpKind::accuracy, {{Shape{4, 4}, DType::f32}, {Shape{4}, DType::i32}});
@@ -937,8 +937,8 @@ TEST(CpuOptimizer, SgdMatchesReference) {
         ref.optimizer_update(tb, h);
       }
       for (size_t t = 0; t < a.p.size(); ++t) {
-        const std::string what = "tensor " + std::to_string(t) + " momentum=" + std::to_string(momentum) +
-                                 (nesterov ? " nesterov" : "");
+        const std::string what =
+            "tensor " + std::to_string(t) + " momentum=" + std::to_string(momentum) + (nesterov ? " nesterov" : "");
         expect_state_close(a.p[t], b.p[t], 1.0, "param " + what);
         expect_state_close(a.m[t], b.m[t], 1e-1, "trace " + what);
       }
@@ -950,7 +950,10 @@ TEST(CpuOptimizer, SgdMatchesReference) {
 TEST(CpuThreads, LayerNormGrad) {
   for (DType dt : {DType::f32, DType::bf16}) {
     OpCase oc(OpKind::layer_norm_grad,
-              {{Shape{300, 256}, dt}, {Shape{300, 256}, dt}, {Shape{256}, DType::f32}, {Shape{300}, DType::f32},
+              {{Shape{300, 256}, dt},
+               {Shape{300, 256}, dt},
+               {Shape{256}, DType::f32},
+               {Shape{300}, DType::f32},
                {Shape{300}, DType::f32}},
               LayerNormAttrs{1e-6f, dt});
     oc.fill_random(next_seed());
@@ -1032,10 +1035,9 @@ TEST(CpuThreads, Optimizer) {
 // Every op of the table has a test above; this guards against adding an op without one.
 TEST(CpuOps, TableCoverage) {
   const std::vector<std::string> tested = {
-      "dense",       "dense_grad_input", "dense_grad_weight", "sum_leading",   "layer_norm",
-      "layer_norm_grad", "silu",         "silu_grad",         "gelu",          "gelu_grad",
-      "dropout",     "reshape",          "cast",              "add",           "log_softmax",
-      "log_softmax_grad", "cross_entropy", "cross_entropy_grad", "accuracy",   "grad_accumulate",
+      "dense", "dense_grad_input", "dense_grad_weight", "sum_leading", "layer_norm", "layer_norm_grad", "silu",
+      "silu_grad", "gelu", "gelu_grad", "dropout", "reshape", "cast", "add", "log_softmax", "log_softmax_grad",
+      "cross_entropy", "cross_entropy_grad", "accuracy", "grad_accumulate",
       // covered in test_ops_attention.cpp
       "embedding", "embedding_grad", "attention", "attention_grad", "attention_decode"};
   for (int i = 0; i < kNumOps; ++i) {

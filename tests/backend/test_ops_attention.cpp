@@ -32,12 +32,12 @@
 namespace loom {
 namespace {
 
+using testing::expect_bytes_equal;
+using testing::expect_thread_invariant;
 using testing::HostTensor;
 using testing::nmse;
 using testing::OpCase;
 using testing::ThreadCount;
-using testing::expect_bytes_equal;
-using testing::expect_thread_invariant;
 
 constexpr DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
 
@@ -53,9 +53,12 @@ std::string dn(DType dt) { return dtype_name(dt); }
 
 double nmse_tol(DType dt) {
   switch (dt) {
-    case DType::bf16: return 1e-4;
-    case DType::f16: return 1e-5;
-    default: return 1e-10;
+    case DType::bf16:
+      return 1e-4;
+    case DType::f16:
+      return 1e-5;
+    default:
+      return 1e-10;
   }
 }
 
@@ -137,8 +140,7 @@ TEST(CpuOpsAttention, EmbeddingGrad) {
     for (const Shape& ids : kIdShapes)
       for (int64_t C : kEmbedWidths) {
         const std::string what = "embedding_grad dy=" + dn(dt) + " ids" + ids.str() + " C=" + std::to_string(C);
-        OpCase oc(OpKind::embedding_grad,
-                  {{Shape{kVocab, C}, DType::f32}, {ids, DType::i32}, {with_last(ids, C), dt}});
+        OpCase oc(OpKind::embedding_grad, {{Shape{kVocab, C}, DType::f32}, {ids, DType::i32}, {with_last(ids, C), dt}});
         oc.fill_random(next_seed(), static_cast<int32_t>(kVocab));  // grad starts non-zero
         const Outputs o = run_both(oc);
         ASSERT_EQ(o.cpu.size(), 1u);
@@ -156,8 +158,8 @@ TEST(CpuOpsAttention, EmbeddingGradScatterAdd) {
   for (Backend* be : std::initializer_list<Backend*>{new CpuBackend, new ReferenceBackend}) {
     const HostTensor g = oc.run(*be).at(0);
     for (int64_t c = 0; c < 3; ++c) {
-      EXPECT_EQ(g.get(0 * 3 + c), 100.f + c + (4 + c) + (13 + c)) << be->name();       // tokens 1, 4
-      EXPECT_EQ(g.get(1 * 3 + c), 103.f + c) << be->name();                           // never used
+      EXPECT_EQ(g.get(0 * 3 + c), 100.f + c + (4 + c) + (13 + c)) << be->name();            // tokens 1, 4
+      EXPECT_EQ(g.get(1 * 3 + c), 103.f + c) << be->name();                                 // never used
       EXPECT_EQ(g.get(2 * 3 + c), 106.f + c + (1 + c) + (7 + c) + (10 + c)) << be->name();  // tokens 0, 2, 3
       EXPECT_EQ(g.get(3 * 3 + c), 109.f + c) << be->name();
     }
@@ -172,14 +174,34 @@ TEST(CpuOpsAttentionDeathTest, EmbeddingIdOutOfRange) {
     fwd.fill_random(next_seed(), static_cast<int32_t>(kVocab));
     fwd.input(0).set_i32(1, bad);
     const std::string re = "embedding id " + std::to_string(bad) + " out of range \\[0, V = 11\\)";
-    EXPECT_DEATH({ CpuBackend be; fwd.run(be); }, re);
-    EXPECT_DEATH({ ReferenceBackend be; fwd.run(be); }, re);
+    EXPECT_DEATH(
+        {
+          CpuBackend be;
+          fwd.run(be);
+        },
+        re);
+    EXPECT_DEATH(
+        {
+          ReferenceBackend be;
+          fwd.run(be);
+        },
+        re);
     OpCase bwd(OpKind::embedding_grad,
                {{Shape{kVocab, 4}, DType::f32}, {Shape{3}, DType::i32}, {Shape{3, 4}, DType::bf16}});
     bwd.fill_random(next_seed(), static_cast<int32_t>(kVocab));
     bwd.input(1).set_i32(2, bad);
-    EXPECT_DEATH({ CpuBackend be; bwd.run(be); }, re);
-    EXPECT_DEATH({ ReferenceBackend be; bwd.run(be); }, re);
+    EXPECT_DEATH(
+        {
+          CpuBackend be;
+          bwd.run(be);
+        },
+        re);
+    EXPECT_DEATH(
+        {
+          ReferenceBackend be;
+          bwd.run(be);
+        },
+        re);
   }
 }
 
@@ -202,8 +224,8 @@ struct DtypePair {
   DType d, s;  // qkv dtype, softmax dtype
 };
 // Every qkv dtype with an f32 softmax (the tutorial's setting), and 16-bit softmaxes.
-const DtypePair kAttnDtypes[] = {{DType::f32, DType::f32},   {DType::bf16, DType::f32}, {DType::f16, DType::f32},
-                                 {DType::f32, DType::bf16},  {DType::bf16, DType::bf16}, {DType::f16, DType::f16},
+const DtypePair kAttnDtypes[] = {{DType::f32, DType::f32},  {DType::bf16, DType::f32},  {DType::f16, DType::f32},
+                                 {DType::f32, DType::bf16}, {DType::bf16, DType::bf16}, {DType::f16, DType::f16},
                                  {DType::f16, DType::bf16}};
 
 struct AttnShape {
@@ -328,8 +350,8 @@ TEST(CpuOpsAttention, AttentionDefinitionSpotChecks) {
 }
 
 TEST(CpuThreadsAttention, Attention) {
-  for (const DtypePair& p : {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32},
-                             DtypePair{DType::f16, DType::bf16}})
+  for (const DtypePair& p :
+       {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32}, DtypePair{DType::f16, DType::bf16}})
     for (bool causal : {false, true})
       for (const AttnShape& s : {AttnShape{2, 33, 3, 16}, AttnShape{2, 150, 3, 16}}) {
         AttnCases c = make_attention_cases(p, causal, s);
@@ -370,8 +392,8 @@ DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype,
   const ValueId kc = g.add_input("k_cache", Shape{B, Tmax, H, D}, d);
   const ValueId vc = g.add_input("v_cache", Shape{B, Tmax, H, D}, d);
   const ValueId pos = g.add_input("pos", Shape{}, DType::i32);
-  const NodeId id = g.add_node(OpKind::attention_decode, {x, kc, vc, pos}, AttentionAttrs{true, softmax_dtype},
-                               "test", Phase::forward);
+  const NodeId id = g.add_node(OpKind::attention_decode, {x, kc, vc, pos}, AttentionAttrs{true, softmax_dtype}, "test",
+                               Phase::forward);
   const ValueId out = g.node(id).out.at(0);
   g.mark_output(out);
   std::unique_ptr<Executor> ex;
@@ -449,26 +471,38 @@ TEST(CpuOpsAttention, AttentionDecodeShapeRule) {
   };
   const Shape qkv{2, 1, 3, 12}, cache{2, 9, 3, 4};
   EXPECT_NO_THROW(build(qkv, cache, DType::f32, true, true, Shape{}));
-  EXPECT_THROW(build(qkv, cache, DType::f32, false, true, Shape{}), std::invalid_argument);       // not causal
+  EXPECT_THROW(build(qkv, cache, DType::f32, false, true, Shape{}), std::invalid_argument);                // not causal
   EXPECT_THROW(build(Shape{2, 2, 3, 12}, cache, DType::f32, true, true, Shape{}), std::invalid_argument);  // 2 tokens
   EXPECT_THROW(build(qkv, Shape{2, 9, 3, 5}, DType::f32, true, true, Shape{}), std::invalid_argument);     // head dim
-  EXPECT_THROW(build(qkv, cache, DType::bf16, true, true, Shape{}), std::invalid_argument);       // cache dtype
-  EXPECT_THROW(build(qkv, cache, DType::f32, true, false, Shape{}), std::invalid_argument);       // not persistent
-  EXPECT_THROW(build(qkv, cache, DType::f32, true, true, Shape{1}), std::invalid_argument);       // pos not scalar
+  EXPECT_THROW(build(qkv, cache, DType::bf16, true, true, Shape{}), std::invalid_argument);  // cache dtype
+  EXPECT_THROW(build(qkv, cache, DType::f32, true, false, Shape{}), std::invalid_argument);  // not persistent
+  EXPECT_THROW(build(qkv, cache, DType::f32, true, true, Shape{1}), std::invalid_argument);  // pos not scalar
 }
 
 TEST(CpuOpsAttentionDeathTest, AttentionDecodePosOutOfRange) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   for (int32_t bad : {4, -1}) {
     OpCase oc(OpKind::attention_decode,
-              {{Shape{1, 1, 2, 12}, DType::f32}, {Shape{1, 4, 2, 4}, DType::f32}, {Shape{1, 4, 2, 4}, DType::f32},
+              {{Shape{1, 1, 2, 12}, DType::f32},
+               {Shape{1, 4, 2, 4}, DType::f32},
+               {Shape{1, 4, 2, 4}, DType::f32},
                {Shape{}, DType::i32}},
               AttentionAttrs{true, DType::f32});
     oc.fill_random(next_seed());
     oc.input(3).set_i32(0, bad);
     const std::string re = "attention_decode pos " + std::to_string(bad) + " out of range \\[0, Tmax = 4\\)";
-    EXPECT_DEATH({ CpuBackend be; oc.run(be); }, re);
-    EXPECT_DEATH({ ReferenceBackend be; oc.run(be); }, re);
+    EXPECT_DEATH(
+        {
+          CpuBackend be;
+          oc.run(be);
+        },
+        re);
+    EXPECT_DEATH(
+        {
+          ReferenceBackend be;
+          oc.run(be);
+        },
+        re);
   }
 }
 

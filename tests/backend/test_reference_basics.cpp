@@ -71,7 +71,8 @@ TEST(ReferenceBasics, DenseGrads) {
   // grad += xᵀ · dy: x = [[1], [2]], dy = [[3, 4], [5, 6]] -> [[1·3+2·5, 1·4+2·6]] = [[13, 16]],
   // added to grad = [[100, 200]], or stored when assigning in minibatch 0.
   for (bool assign : {false, true}) {
-    OpCase gw(OpKind::dense_grad_weight, {{Shape{1, 2}, DType::f32}, {Shape{2, 1}, DType::f32}, {Shape{2, 2}, DType::f32}},
+    OpCase gw(OpKind::dense_grad_weight,
+              {{Shape{1, 2}, DType::f32}, {Shape{2, 1}, DType::f32}, {Shape{2, 2}, DType::f32}},
               DenseGradWeightAttrs{DType::f32, false, assign});
     set_all(gw.input(0), {100, 200});
     set_all(gw.input(1), {1, 2});
@@ -102,9 +103,9 @@ TEST(ReferenceBasics, LayerNormOf1234) {
   const double rstd = 1.0 / std::sqrt(1.25 + static_cast<double>(1e-6f));
   EXPECT_EQ(out[1].get(0), 2.5f);
   EXPECT_EQ(out[2].get(0), static_cast<float>(rstd));
-  EXPECT_EQ(values(out[0]), (std::vector<float>{static_cast<float>(-1.5 * rstd), static_cast<float>(-0.5 * rstd),
-                                                static_cast<float>(0.5 * rstd),
-                                                static_cast<float>(1.5 * rstd * 2 + 0.5)}));
+  EXPECT_EQ(values(out[0]),
+            (std::vector<float>{static_cast<float>(-1.5 * rstd), static_cast<float>(-0.5 * rstd),
+                                static_cast<float>(0.5 * rstd), static_cast<float>(1.5 * rstd * 2 + 0.5)}));
 }
 
 TEST(ReferenceBasics, LayerNormGradOfConstantDy) {
@@ -112,7 +113,10 @@ TEST(ReferenceBasics, LayerNormGradOfConstantDy) {
   // dbias = Σ_rows dy = rows; dscale = Σ_rows xhat.
   ReferenceBackend be;
   OpCase c(OpKind::layer_norm_grad,
-           {{Shape{2, 4}, DType::f32}, {Shape{2, 4}, DType::f32}, {Shape{4}, DType::f32}, {Shape{2}, DType::f32},
+           {{Shape{2, 4}, DType::f32},
+            {Shape{2, 4}, DType::f32},
+            {Shape{4}, DType::f32},
+            {Shape{2}, DType::f32},
             {Shape{2}, DType::f32}},
            LayerNormAttrs{});
   set_all(c.input(0), {1, 1, 1, 1, 1, 1, 1, 1});
@@ -130,8 +134,8 @@ TEST(ReferenceBasics, Activations) {
   ReferenceBackend be;
   OpCase s(OpKind::silu, {{Shape{3}, DType::f32}});
   set_all(s.input(0), {0, 1, -2});
-  EXPECT_EQ(values(s.run(be)[0]),
-            (std::vector<float>{0.f, static_cast<float>(1 / (1 + std::exp(-1.0))), static_cast<float>(-2 / (1 + std::exp(2.0)))}));
+  EXPECT_EQ(values(s.run(be)[0]), (std::vector<float>{0.f, static_cast<float>(1 / (1 + std::exp(-1.0))),
+                                                      static_cast<float>(-2 / (1 + std::exp(2.0)))}));
   OpCase g(OpKind::gelu, {{Shape{2}, DType::f32}});
   set_all(g.input(0), {0, 1});
   const double u = kmath::kSqrt2OverPi * (1 + kmath::kGeluCoeff);
@@ -217,7 +221,7 @@ TEST(ReferenceBasics, CrossEntropyOfUniformLogitsIsLogV) {
 TEST(ReferenceBasics, AccuracyTiesGoToTheFirstMax) {
   ReferenceBackend be;
   OpCase c(OpKind::accuracy, {{Shape{4, 3}, DType::f32}, {Shape{4}, DType::i32}});
-  set_all(c.input(0), {1, 3, 3,  /**/ 2, 2, 0,  /**/ 0, 0, 0,  /**/ 5, 1, 5});
+  set_all(c.input(0), {1, 3, 3, /**/ 2, 2, 0, /**/ 0, 0, 0, /**/ 5, 1, 5});
   set_all_i32(c.input(1), {1, 1, 0, 2});  // argmax rows: 1, 0, 0, 0 -> rows 0 and 2 match
   const HostTensor y = c.run(be)[0];
   EXPECT_EQ(y.dtype, DType::i32);

@@ -111,7 +111,8 @@ TEST(Cli, TransformerConfigErrorsNameTheKey) {
       {"optimizer.learning_rate=nan", "optimizer.learning_rate"},
       {"model.remat=Everything", "model.remat"},
       {"model.remat_policy=save_some", "model.remat_policy"},
-      {"optimizer.decay_steps=5 optimizer.schedule=warmup_cosine_decay optimizer.warmup_steps=10", "optimizer.decay_steps"},
+      {"optimizer.decay_steps=5 optimizer.schedule=warmup_cosine_decay optimizer.warmup_steps=10",
+       "optimizer.decay_steps"},
   };
   for (const auto& [ov, key] : cases) {
     const Result r = run(tf + ov + " --steps 0");

@@ -74,8 +74,7 @@ void expect_matches_reference(const Format& fmt, float x) {
   }
   const double want = ref_round(fmt, x);
   const double got = ref_decode(fmt, h);
-  ASSERT_EQ(got, want) << std::hexfloat << "x=" << x << " bits=0x" << std::hex << f32_bits(x)
-                       << " got=0x" << h;
+  ASSERT_EQ(got, want) << std::hexfloat << "x=" << x << " bits=0x" << std::hex << f32_bits(x) << " got=0x" << h;
   ASSERT_EQ(std::signbit(got), std::signbit(x)) << std::hexfloat << x;
 }
 
@@ -347,15 +346,10 @@ TEST(DType, LoadStoreAndRoundTo) {
 
 // Source values for convert tests, as float32; each is stored into the
 // source dtype first, so what the source buffer holds is exactly known.
-const std::vector<float> kConvertValues = {0.0f,           -0.0f,          1.0f,
-                                           -1.0f,          2.5f,           -2.5f,
-                                           0.1f,           1.0f + 0x1p-8f, 1.0f + 0x1p-11f,
-                                           3.0f + 0x1p-9f, 65504.0f,       65520.0f,
-                                           -1e6f,          1e30f,          0x1p-24f,
-                                           0x1p-25f,       0x1p-133f,      0x1.fep127f,
-                                           16777217.0f,    123456.75f,     -7.0f,
-                                           INFINITY,       -INFINITY,      NAN,
-                                           -NAN,           3e9f,           -3e9f};
+const std::vector<float> kConvertValues = {
+    0.0f,           -0.0f,      1.0f,     -1.0f,    2.5f,      -2.5f,    0.1f,     1.0f + 0x1p-8f, 1.0f + 0x1p-11f,
+    3.0f + 0x1p-9f, 65504.0f,   65520.0f, -1e6f,    1e30f,     0x1p-24f, 0x1p-25f, 0x1p-133f,      0x1.fep127f,
+    16777217.0f,    123456.75f, -7.0f,    INFINITY, -INFINITY, NAN,      -NAN,     3e9f,           -3e9f};
 
 TEST(DType, ConvertEveryPair) {
   const size_t n = kConvertValues.size();

@@ -16,30 +16,25 @@ using Block = std::array<uint32_t, 4>;
 
 // Known-answer tests from Random123's kat_vectors (philox4x32 10 rounds).
 TEST(Rng, PhiloxKnownAnswers) {
-  EXPECT_EQ(philox4x32_10({0, 0}, {0, 0, 0, 0}),
-            (Block{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
-  EXPECT_EQ(
-      philox4x32_10({0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}),
-      (Block{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
-  EXPECT_EQ(
-      philox4x32_10({0xa4093822, 0x299f31d0}, {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}),
-      (Block{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
+  EXPECT_EQ(philox4x32_10({0, 0}, {0, 0, 0, 0}), (Block{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}));
+  EXPECT_EQ(philox4x32_10({0xffffffff, 0xffffffff}, {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}),
+            (Block{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}));
+  EXPECT_EQ(philox4x32_10({0xa4093822, 0x299f31d0}, {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}),
+            (Block{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}));
 }
 
 // The documented mapping, spelled out independently of rng.cpp's helpers.
 float mapped_uniform(PhiloxKey key, uint64_t i) {
   const uint64_t b = i / 4;
-  const Block w =
-      philox4x32_10(key, {static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), 0, 0});
+  const Block w = philox4x32_10(key, {static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32), 0, 0});
   return static_cast<float>(w[i % 4] >> 8) / 16777216.0f;
 }
 
 TEST(Rng, UniformFollowsDocumentedMapping) {
   const PhiloxKey key = rng_key(7, 3, 1, 42);
   // Includes indices whose block number needs the high counter word.
-  for (uint64_t i :
-       {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{4}, uint64_t{1} << 34,
-        (uint64_t{1} << 34) + 3, ~uint64_t{0}, uint64_t{0x123456789abcdef}}) {
+  for (uint64_t i : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{4}, uint64_t{1} << 34,
+                     (uint64_t{1} << 34) + 3, ~uint64_t{0}, uint64_t{0x123456789abcdef}}) {
     EXPECT_EQ(rng_uniform(key, i), mapped_uniform(key, i)) << i;
   }
   // Block number 2^32 must differ from block 0, i.e. the high word is used.
@@ -100,8 +95,7 @@ TEST(Rng, DeterministicAndKeySensitive) {
   const PhiloxKey a = rng_key(1, 2, 3, 4);
   EXPECT_EQ(rng_uniform(a, 12345), rng_uniform(rng_key(1, 2, 3, 4), 12345));
   // Changing any coordinate changes the stream.
-  for (PhiloxKey b :
-       {rng_key(2, 2, 3, 4), rng_key(1, 3, 3, 4), rng_key(1, 2, 4, 4), rng_key(1, 2, 3, 5)}) {
+  for (PhiloxKey b : {rng_key(2, 2, 3, 4), rng_key(1, 3, 3, 4), rng_key(1, 2, 4, 4), rng_key(1, 2, 3, 5)}) {
     int same = 0;
     for (uint64_t i = 0; i < 64; ++i) same += rng_uniform(a, i) == rng_uniform(b, i);
     EXPECT_LE(same, 2);
@@ -113,8 +107,8 @@ TEST(Rng, KeysDistinctOverGrid) {
   size_t count = 0;
   // Small coordinates are where a weak hash (e.g. plain xor/add of the
   // fields) collides, so sweep them densely, plus some large seeds/steps.
-  for (uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{42},
-                        uint64_t{1} << 32, ~uint64_t{0}}) {
+  for (uint64_t seed :
+       {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{42}, uint64_t{1} << 32, ~uint64_t{0}}) {
     for (uint64_t step = 0; step < 64; ++step) {
       for (uint32_t mb = 0; mb < 8; ++mb) {
         for (uint32_t stream = 0; stream < 64; ++stream) {
@@ -150,8 +144,8 @@ TEST(Rng, NormalMeanAndStd) {
 
 TEST(Rng, NormalFollowsDocumentedMapping) {
   const PhiloxKey key = rng_key(8, 0, 0, 2);
-  for (uint64_t i : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{10}, uint64_t{11},
-                     (uint64_t{1} << 40) + 1}) {
+  for (uint64_t i :
+       {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{10}, uint64_t{11}, (uint64_t{1} << 40) + 1}) {
     const uint64_t j = i & ~uint64_t{1};
     const double r = std::sqrt(-2.0 * std::log(1.0 - mapped_uniform(key, j)));
     const double t = 2 * std::numbers::pi * mapped_uniform(key, j + 1);

@@ -167,13 +167,14 @@ TEST(Gpt2, PretokenizeMatchesRegexModule) {
   EXPECT_EQ(gpt2_pretokenize("Hello world! It's 2024.\n\n  ok"),
             (V{"Hello", " world", "!", " It", "'s", " 2024", ".", "\n\n ", " ok"}));
   EXPECT_EQ(gpt2_pretokenize("I'm sure they'll go; we've won, you're 'right' I'd say, isn't it?"),
-            (V{"I", "'m", " sure", " they", "'ll", " go", ";", " we", "'ve", " won", ",", " you", "'re", " '", "right",
-               "'", " I", "'d", " say", ",", " isn", "'t", " it", "?"}));
+            (V{"I",   "'m", " sure", " they", "'ll", " go", ";",    " we", "'ve",  " won", ",",   " you",
+               "'re", " '", "right", "'",     " I",  "'d",  " say", ",",   " isn", "'t",   " it", "?"}));
   EXPECT_EQ(gpt2_pretokenize("a   b\tc\r\n"), (V{"a", "  ", " b", "\t", "c", "\r\n"}));
   // "café 日本語, naïve½ x²\u00a0y": letters beyond ASCII, ½ and ² are \p{N}, NBSP is \s.
-  EXPECT_EQ(gpt2_pretokenize("caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E, na\xC3\xAFve\xC2\xBD x\xC2\xB2\xC2\xA0y"),
-            (V{"caf\xC3\xA9", " \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E", ",", " na\xC3\xAFve", "\xC2\xBD", " x", "\xC2\xB2",
-               "\xC2\xA0", "y"}));
+  EXPECT_EQ(
+      gpt2_pretokenize("caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E, na\xC3\xAFve\xC2\xBD x\xC2\xB2\xC2\xA0y"),
+      (V{"caf\xC3\xA9", " \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E", ",", " na\xC3\xAFve", "\xC2\xBD", " x", "\xC2\xB2",
+         "\xC2\xA0", "y"}));
   // A combining accent (U+0301, category Mn) is neither a letter nor a number.
   EXPECT_EQ(gpt2_pretokenize("e\xCC\x81t\xC3\xA9 "), (V{"e", "\xCC\x81", "t\xC3\xA9", " "}));
   EXPECT_EQ(gpt2_pretokenize("  "), (V{"  "}));
@@ -222,8 +223,7 @@ TEST_F(Gpt2Tiny, EncodeByMergeRank) {
   EXPECT_EQ(tok_->encode(" the"), ids({" the"}));
   EXPECT_EQ(tok_->encode("it's the theme"), ids({"it", "'s", " the", " the", "m", "e"}));
   // Digits, punctuation, newlines and runs of spaces ("  " merges, the space before "x" joins it).
-  EXPECT_EQ(tok_->encode("12 123, x\n\n   x"),
-            ids({"12", " ", "12", "3", ",", " ", "x", "\n", "\n", "  ", " ", "x"}));
+  EXPECT_EQ(tok_->encode("12 123, x\n\n   x"), ids({"12", " ", "12", "3", ",", " ", "x", "\n", "\n", "  ", " ", "x"}));
   // Non-ASCII: é from its two bytes, 日 from three, 本 stays three byte symbols.
   EXPECT_EQ(tok_->encode("caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC"),
             ids({"c", "a", "f", "\xC3\xA9", " ", "\xE6\x97\xA5", "\xE6", "\x9C", "\xAC"}));
@@ -250,15 +250,38 @@ TEST_F(Gpt2Tiny, EndOfText) {
 
 TEST_F(Gpt2Tiny, RoundTrip) {
   const std::vector<std::string> fixed = {
-      "", " ", "\n", "it's", "Hello, World! 123 4567\n\n  indented\tand\r\nCRLF",
+      "",
+      " ",
+      "\n",
+      "it's",
+      "Hello, World! 123 4567\n\n  indented\tand\r\nCRLF",
       "I'm sure they'll go; we've won, you're 'right' I'd say, isn't it?",
       "caf\xC3\xA9 na\xC3\xAFve \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E \xF0\x9F\x98\x80 x\xC2\xB2\xC2\xA0y",
-      "a<|endoftext|>b<|endoftext|>", "<|endoftext", "ab\xFF\xFE\x80 cd", std::string("nul\0byte", 8)};
+      "a<|endoftext|>b<|endoftext|>",
+      "<|endoftext",
+      "ab\xFF\xFE\x80 cd",
+      std::string("nul\0byte", 8)};
   for (const std::string& s : fixed) EXPECT_EQ(tok_->decode(tok_->encode(s)), s) << s;
   // Random byte strings (any bytes, valid UTF-8 or not) and random mixes of tricky pieces.
   std::mt19937 gen(7);
-  const std::vector<std::string> parts = {"the", " the", "'s", "'S", " ", "  ", "\n", "\t", "12", "3", ",", ".",
-                                          "\xC3\xA9", "\xE6\x97\xA5", "\xF0\x9F\x98\x80", "\xC2\xA0", "<|endoftext|>", "it"};
+  const std::vector<std::string> parts = {"the",
+                                          " the",
+                                          "'s",
+                                          "'S",
+                                          " ",
+                                          "  ",
+                                          "\n",
+                                          "\t",
+                                          "12",
+                                          "3",
+                                          ",",
+                                          ".",
+                                          "\xC3\xA9",
+                                          "\xE6\x97\xA5",
+                                          "\xF0\x9F\x98\x80",
+                                          "\xC2\xA0",
+                                          "<|endoftext|>",
+                                          "it"};
   for (int k = 0; k < 500; ++k) {
     std::string bytes, mix;
     const int n = static_cast<int>(gen() % 40);

@@ -5,8 +5,8 @@
 
 #include <random>
 
-#include "graph/passes/autodiff.h"
 #include "graph/graph.h"
+#include "graph/passes/autodiff.h"
 #include "graph/passes/plan.h"
 
 namespace loom {
@@ -26,7 +26,9 @@ Graph random_graph(uint32_t seed, int nodes) {
     const Value av = g.value(a);
     ValueId out;
     switch (rng() % 5) {
-      case 0: out = g.node(g.add_node(OpKind::silu, {a}, NoAttrs{}, "s", Phase::forward)).out[0]; break;
+      case 0:
+        out = g.node(g.add_node(OpKind::silu, {a}, NoAttrs{}, "s", Phase::forward)).out[0];
+        break;
       case 1: {
         // add with a same-shaped partner if one exists, else with itself
         ValueId b = a;
@@ -37,7 +39,9 @@ Graph random_graph(uint32_t seed, int nodes) {
         out = g.node(g.add_node(OpKind::add, {a, b}, NoAttrs{}, "s", Phase::forward)).out[0];
         break;
       }
-      case 2: out = g.node(g.add_node(OpKind::reshape, {a}, ShapeAttrs{Shape{av.shape.numel()}}, "s", Phase::forward)).out[0]; break;
+      case 2:
+        out = g.node(g.add_node(OpKind::reshape, {a}, ShapeAttrs{Shape{av.shape.numel()}}, "s", Phase::forward)).out[0];
+        break;
       case 3: {
         const DType d = av.dtype == DType::f32 ? DType::bf16 : DType::f32;
         out = g.node(g.add_node(OpKind::cast, {a}, DTypeAttrs{d}, "s", Phase::forward)).out[0];
@@ -114,9 +118,11 @@ TEST(MemoryPlan, InplaceOpsReuseTheirDyingInput) {
   // x -> silu -> gelu -> cast(bf16) -> cast(f32)... : in place, the f32 chain needs one buffer.
   Graph g;
   const ValueId x = g.add_input("x", Shape{256}, DType::f32);
-  ValueId a = g.node(g.add_node(OpKind::dense, {g.add_input("x2", Shape{1, 256}, DType::f32),
-                                                 g.add_input("w", Shape{256, 256}, DType::f32)},
-                                DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
+  ValueId a =
+      g.node(g.add_node(OpKind::dense,
+                        {g.add_input("x2", Shape{1, 256}, DType::f32), g.add_input("w", Shape{256, 256}, DType::f32)},
+                        DenseAttrs{DType::f32}, "", Phase::forward))
+          .out[0];
   a = g.node(g.add_node(OpKind::silu, {a}, NoAttrs{}, "", Phase::forward)).out[0];
   a = g.node(g.add_node(OpKind::gelu, {a}, NoAttrs{}, "", Phase::forward)).out[0];
   const ValueId shared = g.node(g.add_node(OpKind::silu, {a}, NoAttrs{}, "", Phase::forward)).out[0];

@@ -169,8 +169,9 @@ TEST(VjpFd, SmallMlpChain) {
       [](const Scope& s) {
         const ValueId x = s.param("x", Shape{2, 3, 4}, {});
         const Scope ln = s / "ln";
-        const ValueId h = ln.op(OpKind::layer_norm, {x, ln.param("scale", Shape{4}, {}), ln.param("bias", Shape{4}, {})},
-                                LayerNormAttrs{1e-6f, DType::f32})[0];
+        const ValueId h =
+            ln.op(OpKind::layer_norm, {x, ln.param("scale", Shape{4}, {}), ln.param("bias", Shape{4}, {})},
+                  LayerNormAttrs{1e-6f, DType::f32})[0];
         const Scope d1 = s / "d1";
         ValueId u = d1.op1(OpKind::dense, {h, d1.param("kernel", Shape{4, 8}, {}), d1.param("bias", Shape{8}, {})},
                            DenseAttrs{DType::f32});
@@ -196,9 +197,11 @@ TEST(VjpFd, ShapeRulesRejectWhatKernelsCannotIndex) {
   const ValueId scale = g.add_param("scale", Shape{4}, {});
   const ValueId stat = g.add_input("stat", Shape{2}, DType::f32);
   const ValueId bad_stat = g.add_input("bad_stat", Shape{3}, DType::f32);
-  EXPECT_NO_THROW(g.add_node(OpKind::layer_norm_grad, {x, x, scale, stat, stat}, LayerNormAttrs{}, "t", Phase::backward));
-  EXPECT_THROW(g.add_node(OpKind::layer_norm_grad, {x, x, scale, bad_stat, stat}, LayerNormAttrs{}, "t", Phase::backward),
-               std::invalid_argument);
+  EXPECT_NO_THROW(
+      g.add_node(OpKind::layer_norm_grad, {x, x, scale, stat, stat}, LayerNormAttrs{}, "t", Phase::backward));
+  EXPECT_THROW(
+      g.add_node(OpKind::layer_norm_grad, {x, x, scale, bad_stat, stat}, LayerNormAttrs{}, "t", Phase::backward),
+      std::invalid_argument);
   EXPECT_THROW(g.add_node(OpKind::layer_norm_grad, {x, x, c1, stat, stat}, LayerNormAttrs{}, "t", Phase::backward),
                std::invalid_argument);
   const ValueId w = g.add_param("w", Shape{3, 1}, {});

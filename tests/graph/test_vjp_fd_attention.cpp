@@ -207,9 +207,9 @@ TEST(VjpFdAttention, ShapeRules) {
   const NodeId eg = add(OpKind::embedding_grad, {g.grad_of(table), ids, dy}, NoAttrs{});
   EXPECT_TRUE(g.node(eg).out.empty());
   EXPECT_THROW(add(OpKind::embedding_grad, {table, ids, dy}, NoAttrs{}), std::invalid_argument);  // not a grad
-  EXPECT_THROW(add(OpKind::embedding_grad, {g.grad_of(table), ids, g.add_input("dy5", Shape{4, 7, 5}, DType::f32)},
-                   NoAttrs{}),
-               std::invalid_argument);
+  EXPECT_THROW(
+      add(OpKind::embedding_grad, {g.grad_of(table), ids, g.add_input("dy5", Shape{4, 7, 5}, DType::f32)}, NoAttrs{}),
+      std::invalid_argument);
 }
 
 }  // namespace

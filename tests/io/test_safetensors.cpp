@@ -84,8 +84,8 @@ std::vector<StTensor> sample_tensors() {
                     as_bytes(std::vector<float>{1.5f, -2.0f, 0.0f, 3.25f, -0.0f, 1e-30f})));
   ts.push_back(make("bf16", DType::bf16, {4},
                     as_bytes(std::vector<uint16_t>{f32_to_bf16(1.0f), f32_to_bf16(-2.5f), 0x7f80, 0x0001})));
-  ts.push_back(make("f16", DType::f16, {2, 1, 2},
-                    as_bytes(std::vector<uint16_t>{f32_to_f16(0.5f), 0x7bff, 0x0001, 0xfc00})));
+  ts.push_back(
+      make("f16", DType::f16, {2, 1, 2}, as_bytes(std::vector<uint16_t>{f32_to_f16(0.5f), 0x7bff, 0x0001, 0xfc00})));
   ts.push_back(make("batch/inputs", DType::i32, {3}, as_bytes(std::vector<int32_t>{0, -1, INT32_MAX})));
   ts.push_back(make("scalar", DType::f32, {}, as_bytes(std::vector<float>{3.5f})));
   ts.push_back(make("empty", DType::f32, {0, 4}, {}));
@@ -295,7 +295,11 @@ TEST_F(SafetensorsTest, RejectsBadHeaderLengthAndText) {
   expect_rejected(p, "header is not valid JSON");  // unterminated
   write_bytes(p, raw_file(std::string("{}\0\0\0\0\0\0", 8), 0));
   expect_rejected(p, "header has a NUL byte at offset 2");  // padding must be spaces
-  write_bytes(p, raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8));
+  write_bytes(
+      p,
+      raw_file(
+          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+          8));
   expect_rejected(p, "header has the key 'a' twice");
   write_bytes(p, raw_file(R"({"__metadata__": {"k": 1}})", 0));
   expect_rejected(p, "metadata 'k' is number, expected a string");
@@ -307,7 +311,8 @@ TEST_F(SafetensorsTest, RejectsBadHeaderLengthAndText) {
   expect_rejected(p, "tensor 'a': header entry has no \"data_offsets\"");
   // Padding with spaces is fine (the writer of the spec does it).
   write_bytes(p, raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})"
-                          "      ", 4));
+                          "      ",
+                          4));
   EXPECT_EQ(read_safetensors(p).size(), 1u);
 }
 
@@ -329,19 +334,36 @@ TEST_F(SafetensorsTest, RejectsBadShapesAndOffsets) {
   write_bytes(p, raw_file(R"({"w": {"dtype": "F32", "shape": [250], "data_offsets": [0, 1000]}})", 16));
   expect_rejected(p, "tensor 'w': data_offsets [0, 1000] reach past the end of the 16-byte data buffer");
   // Size mismatch.
-  write_bytes(p, raw_file(R"({"block_0/mlp/input_layer/kernel": {"dtype": "F32", "shape": [16, 16], "data_offsets": [0, 100]}})", 100));
-  expect_rejected(p, "tensor 'block_0/mlp/input_layer/kernel': data_offsets [0, 100] give 100 bytes, expected 1024 for F32 [16, 16]");
+  write_bytes(
+      p,
+      raw_file(R"({"block_0/mlp/input_layer/kernel": {"dtype": "F32", "shape": [16, 16], "data_offsets": [0, 100]}})",
+               100));
+  expect_rejected(
+      p,
+      "tensor 'block_0/mlp/input_layer/kernel': data_offsets [0, 100] give 100 bytes, expected 1024 for F32 [16, 16]");
   write_bytes(p, raw_file(R"({"s": {"dtype": "BF16", "shape": [], "data_offsets": [0, 4]}})", 4));
   expect_rejected(p, "tensor 's': data_offsets [0, 4] give 4 bytes, expected 2 for BF16 []");
   // Overlap.
-  write_bytes(p, raw_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", 12));
+  write_bytes(
+      p,
+      raw_file(
+          R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+          12));
   expect_rejected(p, "tensor 'b': data_offsets [4, 12] overlap tensor 'a' [0, 8]");
-  write_bytes(p, raw_file(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8));
+  write_bytes(
+      p,
+      raw_file(
+          R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+          8));
   expect_rejected(p, "overlap tensor 'a' [0, 8]");
   // Holes: before the first tensor, between two, after the last.
   write_bytes(p, raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8));
   expect_rejected(p, "bytes [0, 4] of the data buffer belong to no tensor (a hole before tensor 'a')");
-  write_bytes(p, raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})", 12));
+  write_bytes(
+      p,
+      raw_file(
+          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
+          12));
   expect_rejected(p, "bytes [4, 8] of the data buffer belong to no tensor (a hole between tensor 'a' and tensor 'b')");
   write_bytes(p, raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 6));
   expect_rejected(p, "the data buffer has 2 bytes after the last tensor");
@@ -366,7 +388,11 @@ TEST_F(SafetensorsTest, RejectsBadShapesAndOffsets) {
 
 TEST_F(SafetensorsTest, EmptyTensorsMayShareAnOffset) {
   const std::string p = path("e.safetensors");
-  write_bytes(p, raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "z": {"dtype": "F16", "shape": [0, 3], "data_offsets": [4, 4]}, "y": {"dtype": "I32", "shape": [0], "data_offsets": [4, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8));
+  write_bytes(
+      p,
+      raw_file(
+          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "z": {"dtype": "F16", "shape": [0, 3], "data_offsets": [4, 4]}, "y": {"dtype": "I32", "shape": [0], "data_offsets": [4, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+          8));
   const auto ts = read_safetensors(p);
   ASSERT_EQ(ts.size(), 4u);
   EXPECT_EQ(ts[0].name, "a");
@@ -433,7 +459,8 @@ TEST_F(SafetensorsTest, FailedWriteKeepsThePreviousFile) {
   std::vector<StTensor> big = {make("big", DType::f32, {64, 1024}, std::vector<unsigned char>(64 * 1024 * 4, 0x42))};
   struct rlimit old_limit {};
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
-  struct sigaction ignore {}, old_action {};
+  struct sigaction ignore {
+  }, old_action{};
   ignore.sa_handler = SIG_IGN;
   ASSERT_EQ(::sigaction(SIGXFSZ, &ignore, &old_action), 0);
   struct rlimit small = old_limit;

@@ -11,9 +11,9 @@
 
 #include "backend/registry.h"
 #include "graph/passes/plan.h"
-#include "runtime/executor.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "runtime/executor.h"
 
 namespace loom {
 namespace {

@@ -20,13 +20,13 @@
 #include <string>
 
 #include "backend/registry.h"
+#include "data/data.h"
 #include "graph/passes/plan.h"
+#include "report/memory_html.h"
+#include "report/profile.h"
 #include "runtime/profiler.h"
 #include "support/run_loom.h"
 #include "train/config.h"
-#include "data/data.h"
-#include "report/memory_html.h"
-#include "report/profile.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -36,10 +36,14 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::vector<std::string> tiny(const std::string& remat, int minibatches = 2, const std::string& dtype = "float32") {
-  return {"model.kind=transformer", "model.dtype=" + dtype, "model.hidden_size=32", "model.num_layers=2",
-          "model.head_dim=8", "model.vocab_size=31", "model.num_outputs=31", "model.max_seq_len=16",
-          "model.dropout_rate=0.1", "data.kind=random_tokens", "data.batch_size=4", "data.seq_len=16",
-          "data.vocab_size=31", "optimizer.num_minibatches=" + std::to_string(minibatches), "model.remat=" + remat};
+  return {"model.kind=transformer", "model.dtype=" + dtype,
+          "model.hidden_size=32",   "model.num_layers=2",
+          "model.head_dim=8",       "model.vocab_size=31",
+          "model.num_outputs=31",   "model.max_seq_len=16",
+          "model.dropout_rate=0.1", "data.kind=random_tokens",
+          "data.batch_size=4",      "data.seq_len=16",
+          "data.vocab_size=31",     "optimizer.num_minibatches=" + std::to_string(minibatches),
+          "model.remat=" + remat};
 }
 
 fs::path temp_dir(const std::string& name) {
@@ -98,7 +102,8 @@ std::vector<XNode> nest(const json& trace) {
   std::vector<XNode> xs;
   for (const json& ev : trace.at("traceEvents"))
     if (ev.at("ph") == "X") xs.push_back({&ev, to_ns(ev.at("ts")), to_ns(ev.at("ts")) + to_ns(ev.at("dur")), {}});
-  std::stable_sort(xs.begin(), xs.end(), [](const XNode& a, const XNode& b) { return a.b != b.b ? a.b < b.b : a.e > b.e; });
+  std::stable_sort(xs.begin(), xs.end(),
+                   [](const XNode& a, const XNode& b) { return a.b != b.b ? a.b < b.b : a.e > b.e; });
   std::vector<const XNode*> stack;
   for (XNode& x : xs) {
     while (!stack.empty() && !(stack.back()->b <= x.b && x.e <= stack.back()->e)) {
@@ -232,12 +237,15 @@ void check_summary(const json& s, bool remat) {
     EXPECT_TRUE(s.contains(k)) << k;
   EXPECT_EQ(s["steps"], 2);
   EXPECT_GT(s["median_step_ms"].get<double>(), 0);
-  for (const char* k : {"forward", "backward", "recompute", "optimizer"}) EXPECT_TRUE(s["phase_ms_per_step"].contains(k)) << k;
+  for (const char* k : {"forward", "backward", "recompute", "optimizer"})
+    EXPECT_TRUE(s["phase_ms_per_step"].contains(k)) << k;
   EXPECT_GT(s["phase_ms_per_step"]["forward"].get<double>(), 0);
   EXPECT_GT(s["phase_ms_per_step"]["backward"].get<double>(), 0);
   EXPECT_GT(s["phase_ms_per_step"]["optimizer"].get<double>(), 0);
-  if (remat) EXPECT_GT(s["phase_ms_per_step"]["recompute"].get<double>(), 0);
-  else EXPECT_EQ(s["phase_ms_per_step"]["recompute"].get<double>(), 0);
+  if (remat)
+    EXPECT_GT(s["phase_ms_per_step"]["recompute"].get<double>(), 0);
+  else
+    EXPECT_EQ(s["phase_ms_per_step"]["recompute"].get<double>(), 0);
   ASSERT_FALSE(s["top_ops"].empty());
   EXPECT_LE(s["top_ops"].size(), 15u);
   double prev = 1e300;
@@ -288,7 +296,8 @@ TEST(Profile, Bfloat16AndCeiling) {
   // bf16 activations show up in the op args.
   bool bf16 = false;
   for (const json& ev : p.trace["traceEvents"])
-    if (ev["ph"] == "X" && ev["name"] == "dense" && ev["args"]["outputs"][0].get<std::string>().find("bfloat16") != std::string::npos)
+    if (ev["ph"] == "X" && ev["name"] == "dense" &&
+        ev["args"]["outputs"][0].get<std::string>().find("bfloat16") != std::string::npos)
       bf16 = true;
   EXPECT_TRUE(bf16);
 }
@@ -386,7 +395,8 @@ std::string joined(const std::vector<std::string>& ov) {
 
 TEST(ProfileCli, ProfileCommand) {
   const fs::path d = temp_dir("cli_profile");
-  const testing::RunResult r = run("profile" + joined(tiny("MLP,Attn")) + " --steps 2 --warmup 1 --no-ceiling --out " + d.string());
+  const testing::RunResult r =
+      run("profile" + joined(tiny("MLP,Attn")) + " --steps 2 --warmup 1 --no-ceiling --out " + d.string());
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("median step"), std::string::npos) << r.out;
   for (const char* f : {"trace.json", "summary.json", "memory.html"}) EXPECT_TRUE(fs::exists(d / f)) << f;
@@ -396,7 +406,8 @@ TEST(ProfileCli, ProfileCommand) {
 
 TEST(ProfileCli, TrainWindow) {
   const fs::path d = temp_dir("cli_train");
-  const testing::RunResult r = run("train" + joined(tiny("MLP")) + " --steps 4 --profile " + d.string() + " --profile-steps 2:3");
+  const testing::RunResult r =
+      run("train" + joined(tiny("MLP")) + " --steps 4 --profile " + d.string() + " --profile-steps 2:3");
   ASSERT_EQ(r.status, 0) << r.out;
   const json s = json::parse(read(d / "summary.json"));
   EXPECT_EQ(s["steps"], 2);

@@ -3,8 +3,8 @@
 // a full disk) stops with a clear message and leaves what was on disk intact.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "support/run_loom.h"
 #include "io/safetensors.h"
+#include "support/run_loom.h"
 
 namespace fs = std::filesystem;
 
@@ -161,17 +161,20 @@ TEST(Run, CorruptedCheckpointsAreNamed) {
     EXPECT_NE(r.out.find("model.safetensors"), std::string::npos) << what << ": " << r.out;
   };
   {  // truncated
-    std::ofstream(model, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(good.data()), good.size() / 2);
+    std::ofstream(model, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(good.data()), good.size() / 2);
     expect_refused("truncated");
   }
   {  // bad header length
     auto bad = good;
     bad[6] = 0x7f;
-    std::ofstream(model, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(bad.data()), bad.size());
+    std::ofstream(model, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(bad.data()), bad.size());
     expect_refused("bad header");
   }
   {  // a tensor with the wrong size, and a missing tensor: rewrite the file with loom's writer
-    std::ofstream(model, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(good.data()), good.size());
+    std::ofstream(model, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(good.data()), good.size());
     auto ts = loom::read_safetensors(model.string());
     auto wrong = ts;
     wrong[0].shape = loom::Shape{wrong[0].shape.numel()};  // same bytes, wrong shape
@@ -226,10 +229,13 @@ TEST(Run, DiskFullWhileSavingKeepsThePreviousCheckpoint) {
   // Resume with a file-size limit smaller than a checkpoint: saving step 10 must fail cleanly.
   const pid_t pid = fork();
   if (pid == 0) {
-    struct rlimit lim{4096, 4096};
+    struct rlimit lim {
+      4096, 4096
+    };
     setrlimit(RLIMIT_FSIZE, &lim);
     signal(SIGXFSZ, SIG_IGN);
-    const std::string args = "train --resume " + out.string() + " train.steps=10 > " + (out / "log.txt").string() + " 2>&1";
+    const std::string args =
+        "train --resume " + out.string() + " train.steps=10 > " + (out / "log.txt").string() + " 2>&1";
     execl("/bin/sh", "sh", "-c", (std::string(LOOM_BINARY) + " " + args).c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }

@@ -26,15 +26,15 @@
 #include "backend/cpu/cpu.h"
 #include "backend/reference/reference.h"
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "graph/passes/plan.h"
+#include "io/param_io.h"
+#include "nn/init.h"
 #include "nn/transformer.h"
 #include "runtime/executor.h"
+#include "sample/sample.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
-#include "nn/init.h"
-#include "io/param_io.h"
-#include "sample/sample.h"
-#include "data/tokenizer.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -47,14 +47,16 @@ constexpr int64_t kVocab = 20, kMaxLen = 16;
 // The brief's tiny model: GPT-2 style (attn_first, tied embeddings, no biases) unless `variant`
 // overrides it ("tutorial": mlp_first, untied, biases).
 Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype = "float32") {
-  std::vector<std::string> ov = {"model.kind=transformer",     "model.hidden_size=32",  "model.num_layers=2",
-                                 "model.head_dim=8",           "model.vocab_size=20",   "model.num_outputs=20",
-                                 "model.max_seq_len=16",       "model.mlp_expansion=4", "data.kind=random_tokens",
-                                 "data.seq_len=16",            "data.vocab_size=20",    "data.batch_size=2",
-                                 "model.dtype=" + dtype,       "seed=7"};
+  std::vector<std::string> ov = {"model.kind=transformer",  "model.hidden_size=32",
+                                 "model.num_layers=2",      "model.head_dim=8",
+                                 "model.vocab_size=20",     "model.num_outputs=20",
+                                 "model.max_seq_len=16",    "model.mlp_expansion=4",
+                                 "data.kind=random_tokens", "data.seq_len=16",
+                                 "data.vocab_size=20",      "data.batch_size=2",
+                                 "model.dtype=" + dtype,    "seed=7"};
   if (variant == "gpt2") {
-    for (const char* o : {"model.block_order=attn_first", "model.tie_embeddings=true", "model.use_bias=false",
-                          "model.init=gpt2"})
+    for (const char* o :
+         {"model.block_order=attn_first", "model.tie_embeddings=true", "model.use_bias=false", "model.init=gpt2"})
       ov.push_back(o);
   }
   return default_config(ov);
@@ -265,7 +267,8 @@ TEST(Sampler, SlidingWindow) {
     const size_t w = s.cached().size();
     ASSERT_GE(w, std::min<size_t>(n, kMaxLen / 2)) << n;
     ASSERT_LE(w, static_cast<size_t>(kMaxLen)) << n;
-    const std::vector<int32_t> window(ctx.begin() + static_cast<ptrdiff_t>(n - w), ctx.begin() + static_cast<ptrdiff_t>(n));
+    const std::vector<int32_t> window(ctx.begin() + static_cast<ptrdiff_t>(n - w),
+                                      ctx.begin() + static_cast<ptrdiff_t>(n));
     EXPECT_EQ(s.cached(), window) << n;
     const std::vector<float> ref = full.logits(window);
     EXPECT_LE(row_error(l, ref.data() + (w - 1) * kVocab), 1e-5) << n;
@@ -409,7 +412,8 @@ TEST_F(SampleCli, GeneratesFromACheckpoint) {
   EXPECT_EQ(s1.out.size(), 4u + 30u);
   EXPECT_EQ(s1.out, s1b.out);
   EXPECT_NE(s1.out, s2.out);
-  const CmdResult k1 = run_cmd("sample " + run.string() + " --prompt abc --tokens 25 --temperature 0.9 --top-k 1", dir_);
+  const CmdResult k1 =
+      run_cmd("sample " + run.string() + " --prompt abc --tokens 25 --temperature 0.9 --top-k 1", dir_);
   EXPECT_EQ(k1.out, r.out);
   // Longer than max_seq_len: the sliding window keeps going.
   const CmdResult longer = run_cmd("sample " + run.string() + " --prompt abc --tokens 60 --stats", dir_);

@@ -33,8 +33,8 @@
 
 #include "backend/reference/reference.h"
 #include "core/rng.h"
-#include "graph/passes/autodiff.h"
 #include "graph/graph.h"
+#include "graph/passes/autodiff.h"
 #include "graph/passes/plan.h"
 #include "runtime/executor.h"
 
@@ -115,7 +115,8 @@ inline Result check_vjp(const std::function<ValueId(const Scope&)>& build, const
 
   // Fixed inputs and parameter values.
   std::vector<int32_t> lab(static_cast<size_t>(label_shape.numel()));
-  for (size_t r = 0; r < lab.size(); ++r) lab[r] = static_cast<int32_t>((r * 7 + 1) % static_cast<size_t>(g.value(logits).shape.last()));
+  for (size_t r = 0; r < lab.size(); ++r)
+    lab[r] = static_cast<int32_t>((r * 7 + 1) % static_cast<size_t>(g.value(logits).shape.last()));
   for (const auto& [name, vals] : opt.int_inputs) {
     const ValueId v = g.input_by_name(name);
     EXPECT_NE(v, kNoValue) << name;

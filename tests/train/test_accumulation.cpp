@@ -7,8 +7,8 @@
 #include <set>
 
 #include "backend/registry.h"
-#include "train/config.h"
 #include "data/data.h"
+#include "train/config.h"
 #include "train/trainer.h"
 
 namespace loom {

@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/registry.h"
-#include "train/config.h"
 #include "io/param_io.h"
 #include "io/safetensors.h"
+#include "train/config.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -21,14 +21,29 @@ namespace {
 std::string golden(const std::string& name) { return std::string(LOOM_SOURCE_DIR) + "/tests/golden/" + name; }
 
 Config parity_config(const std::string& dtype, int minibatches) {
-  return default_config({"model.kind=transformer", "model.dtype=" + dtype, "model.hidden_size=64",
-                         "model.num_layers=2", "model.head_dim=16", "model.mlp_expansion=4", "model.vocab_size=97",
-                         "model.num_outputs=97", "model.max_seq_len=32", "model.dropout_rate=0",
-                         "model.softmax_dtype=float32", "model.scan_layers=true", "data.kind=random_tokens",
-                         "data.batch_size=8", "data.seq_len=32", "data.vocab_size=97",
-                         "optimizer.num_minibatches=" + std::to_string(minibatches), "optimizer.name=adam",
-                         "optimizer.learning_rate=1e-2", "optimizer.schedule=warmup_exponential_decay",
-                         "optimizer.init_value=0", "optimizer.warmup_steps=2", "optimizer.transition_steps=1",
+  return default_config({"model.kind=transformer",
+                         "model.dtype=" + dtype,
+                         "model.hidden_size=64",
+                         "model.num_layers=2",
+                         "model.head_dim=16",
+                         "model.mlp_expansion=4",
+                         "model.vocab_size=97",
+                         "model.num_outputs=97",
+                         "model.max_seq_len=32",
+                         "model.dropout_rate=0",
+                         "model.softmax_dtype=float32",
+                         "model.scan_layers=true",
+                         "data.kind=random_tokens",
+                         "data.batch_size=8",
+                         "data.seq_len=32",
+                         "data.vocab_size=97",
+                         "optimizer.num_minibatches=" + std::to_string(minibatches),
+                         "optimizer.name=adam",
+                         "optimizer.learning_rate=1e-2",
+                         "optimizer.schedule=warmup_exponential_decay",
+                         "optimizer.init_value=0",
+                         "optimizer.warmup_steps=2",
+                         "optimizer.transition_steps=1",
                          "optimizer.decay_rate=0.99"});
 }
 

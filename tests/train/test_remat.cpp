@@ -16,19 +16,32 @@
 
 #include "backend/registry.h"
 #include "graph/passes/remat.h"
-#include "train/config.h"
 #include "io/param_io.h"
+#include "train/config.h"
 #include "train/trainer.h"
 
 namespace loom {
 namespace {
 
-std::vector<std::string> tiny_transformer(const std::string& dtype, const std::string& remat, const std::string& policy) {
-  return {"model.kind=transformer", "model.dtype=" + dtype, "model.hidden_size=32", "model.num_layers=2",
-          "model.head_dim=8", "model.vocab_size=31", "model.num_outputs=31", "model.max_seq_len=16",
-          "model.dropout_rate=0.1", "data.kind=random_tokens", "data.batch_size=4", "data.seq_len=16",
-          "data.vocab_size=31", "optimizer.num_minibatches=2", "model.remat=" + remat,
-          "model.remat_policy=" + policy, "model.remat_save_names=*/attn/qkv,*/mlp/input_layer"};
+std::vector<std::string> tiny_transformer(const std::string& dtype, const std::string& remat,
+                                          const std::string& policy) {
+  return {"model.kind=transformer",
+          "model.dtype=" + dtype,
+          "model.hidden_size=32",
+          "model.num_layers=2",
+          "model.head_dim=8",
+          "model.vocab_size=31",
+          "model.num_outputs=31",
+          "model.max_seq_len=16",
+          "model.dropout_rate=0.1",
+          "data.kind=random_tokens",
+          "data.batch_size=4",
+          "data.seq_len=16",
+          "data.vocab_size=31",
+          "optimizer.num_minibatches=2",
+          "model.remat=" + remat,
+          "model.remat_policy=" + policy,
+          "model.remat_save_names=*/attn/qkv,*/mlp/input_layer"};
 }
 
 struct StepResult {
@@ -66,9 +79,10 @@ TEST(Remat, TransformerGradientsBitIdentical) {
 TEST(Remat, MlpClassifierGradientsBitIdentical) {
   for (const char* dtype : {"float32", "bfloat16"}) {
     auto cfg = [&](const std::string& remat, const std::string& policy) {
-      return std::vector<std::string>{"model.dtype=" + std::string(dtype), "model.dropout_rate=0.2",
-                                      "data.batch_size=64", "optimizer.num_minibatches=2", "model.remat=" + remat,
-                                      "model.remat_policy=" + policy, "model.remat_save_names=Dense_0"};
+      return std::vector<std::string>{
+          "model.dtype=" + std::string(dtype), "model.dropout_rate=0.2", "data.batch_size=64",
+          "optimizer.num_minibatches=2",       "model.remat=" + remat,   "model.remat_policy=" + policy,
+          "model.remat_save_names=Dense_0"};
     };
     const StepResult base = train(cfg("none", "nothing_saveable"));
     for (const char* policy : kPolicies) {
@@ -180,8 +194,8 @@ TEST(Remat, RecomputeRunsOncePerRegionRightBeforeItsBackward) {
   for (size_t s = 0; s < sched.size(); ++s) {
     const Node& n = g.node(sched[s]);
     if (n.phase != Phase::recompute) continue;
-    const bool starts_run = s == 0 || g.node(sched[s - 1]).phase != Phase::recompute ||
-                            g.node(sched[s - 1]).region != n.region;
+    const bool starts_run =
+        s == 0 || g.node(sched[s - 1]).phase != Phase::recompute || g.node(sched[s - 1]).region != n.region;
     if (!starts_run) continue;
     ++runs[n.region];
     size_t e = s;
@@ -223,7 +237,8 @@ TEST(Remat, InplacePlanningChangesNoBits) {
     Trainer t(c, *be, PlanOptions{inplace, true});
     t.step(b);
     std::vector<unsigned char> all;
-    for (const StTensor& s : export_params(t.executor(), false, true)) all.insert(all.end(), s.bytes.begin(), s.bytes.end());
+    for (const StTensor& s : export_params(t.executor(), false, true))
+      all.insert(all.end(), s.bytes.begin(), s.bytes.end());
     results.push_back(all);
   }
   EXPECT_TRUE(results[0] == results[1]);

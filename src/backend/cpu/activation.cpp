@@ -22,7 +22,9 @@ const float* block_in(const TensorArg& t, int64_t off, int64_t len, float* buf) 
 }
 // Where the f32 results of block [off, ...) go: t's own memory when it is f32, else buf (then
 // block_out narrows buf into t).
-float* block_dst(const TensorArg& t, int64_t off, float* buf) { return t.dtype == DType::f32 ? t.as<float>() + off : buf; }
+float* block_dst(const TensorArg& t, int64_t off, float* buf) {
+  return t.dtype == DType::f32 ? t.as<float>() + off : buf;
+}
 void block_out(const TensorArg& t, int64_t off, int64_t len, const float* buf) {
   if (t.dtype != DType::f32) store_f32(buf, t.data, t.dtype, off, len);
 }
@@ -67,8 +69,12 @@ void unary_grad(const KernelArgs& a, F f) {
 }  // namespace
 
 // FastMath: libm's scalar expf made these ops a third of a training step (docs/profiling.md).
-void cpu_silu(const KernelArgs& a) { unary(a, [](float x) { return kmath::silu<float, FastMath>(x); }); }
-void cpu_gelu(const KernelArgs& a) { unary(a, [](float x) { return kmath::gelu<float, FastMath>(x); }); }
+void cpu_silu(const KernelArgs& a) {
+  unary(a, [](float x) { return kmath::silu<float, FastMath>(x); });
+}
+void cpu_gelu(const KernelArgs& a) {
+  unary(a, [](float x) { return kmath::gelu<float, FastMath>(x); });
+}
 void cpu_silu_grad(const KernelArgs& a) {
   unary_grad(a, [](float x, float dy) { return kmath::silu_grad<float, FastMath>(x, dy); });
 }

@@ -79,10 +79,10 @@ constexpr int64_t kLanes = 16;
 // lost past that (T = 512 with D = 64; 25% at T = 1024) and with all T = 128 rows in one
 // non-causal block. At T = 256 with D = 64 (K and V 64 KiB each, more than L1) it still won in
 // whole training steps: bench shape (c), 3 interleaved pairs of `loom profile`, attention + grad
-// 228–256 → 201–213 ms per 5 steps, hence the AVX-512 bound of 16384. Built for AVX2 against sgemm held to AVX2, it won at T·D = 4096 (T = 64 with
-// D = 64, T = 128 with D = 32) and broke even or lost at 8192.
-// A build without AVX (LOOM_NATIVE=OFF on plain x86-64) gets 4-float vectors, so that a Vec still
-// fits one register (in_register() needs that); its limits are the AVX2 ones, unmeasured.
+// 228–256 → 201–213 ms per 5 steps, hence the AVX-512 bound of 16384. Built for AVX2 against sgemm held to AVX2, it won
+// at T·D = 4096 (T = 64 with D = 64, T = 128 with D = 32) and broke even or lost at 8192. A build without AVX
+// (LOOM_NATIVE=OFF on plain x86-64) gets 4-float vectors, so that a Vec still fits one register (in_register() needs
+// that); its limits are the AVX2 ones, unmeasured.
 #if defined(__AVX512F__)
 constexpr int kW = 16, kAccs = 16;
 constexpr int64_t kHandMaxTD = 16384;
@@ -116,12 +116,17 @@ int64_t whole_vectors(int64_t n) { return ceil_div(n, kLanes) * kLanes; }
 
 struct Geometry {
   int64_t B, T, H, D;
-  DType d, s;     // qkv dtype, softmax dtype
+  DType d, s;  // qkv dtype, softmax dtype
   bool causal;
-  float scale;    // round_d(D^-0.5)
+  float scale;  // round_d(D^-0.5)
   explicit Geometry(const TensorArg& qkv, const AttentionAttrs& at)
-      : B(qkv.shape[0]), T(qkv.shape[1]), H(qkv.shape[2]), D(qkv.shape[3] / 3), d(qkv.dtype),
-        s(at.softmax_dtype), causal(at.causal),
+      : B(qkv.shape[0]),
+        T(qkv.shape[1]),
+        H(qkv.shape[2]),
+        D(qkv.shape[3] / 3),
+        d(qkv.dtype),
+        s(at.softmax_dtype),
+        causal(at.causal),
         scale(round_to(qkv.dtype, static_cast<float>(std::pow(static_cast<double>(qkv.shape[3] / 3), -0.5)))) {}
   // Offset of element 0 of part (0 = q, 1 = k, 2 = v) of row (b, t, h) in qkv / dqkv.
   int64_t qkv_at(int64_t b, int64_t t, int64_t h, int part) const { return ((b * T + t) * H + h) * 3 * D + part * D; }
@@ -239,10 +244,14 @@ void bands(const Prod& p) {
 // rows must have room for them).
 void product(const Prod& p) {
   switch (std::min<int64_t>(ceil_div(p.N, kW), 4)) {
-    case 1: return bands<1>(p);
-    case 2: return bands<2>(p);
-    case 3: return bands<3>(p);
-    default: return bands<4>(p);
+    case 1:
+      return bands<1>(p);
+    case 2:
+      return bands<2>(p);
+    case 3:
+      return bands<3>(p);
+    default:
+      return bands<4>(p);
   }
 }
 
@@ -254,8 +263,8 @@ void mul(const Geometry& g, Prod p) {
   if (g.hand())
     product(p);
   else
-    sgemm_rm(p.ta, tb, p.M, p.N, p.K, 1.f, p.A, p.lda, tb ? p.Bt : p.B, tb ? p.ldbt : p.ldb, p.acc ? 1.f : 0.f,
-             p.C, p.ldc);
+    sgemm_rm(p.ta, tb, p.M, p.N, p.K, 1.f, p.A, p.lda, tb ? p.Bt : p.B, tb ? p.ldbt : p.ldb, p.acc ? 1.f : 0.f, p.C,
+             p.ldc);
 }
 
 // Pair (b, h)'s T rows of D elements in a tensor: element e of row t is at off + t·ld + e.
@@ -452,7 +461,7 @@ void cpu_attention_grad(const KernelArgs& a) {
     float* Q = scratch(0, 7 * T * D + 2 * nt + 2 * bq * Tp);
     float* Kt = Q + 7 * T * D;
     float* Vt = Kt + nt;
-    float* P = Vt + nt;  // one row block's probabilities
+    float* P = Vt + nt;       // one row block's probabilities
     float* dS = P + bq * Tp;  // the block's W, then dP, then dS
     pack_q(g, qkv_part(g, qkv, b, h, 0), Q);
     const Rows K = operand(g, qkv_part(g, qkv, b, h, 1), g.s, Q + T * D);
@@ -541,15 +550,16 @@ void cpu_attention_decode(const KernelArgs& a) {
   const Geometry g(qkv, at);  // T = 1
   const int64_t Tmax = kc.shape[1], D = g.D;
   const int32_t pos = *a.in[3].as<const int32_t>();
-  LOOM_ASSERT(pos >= 0 && pos < Tmax, "attention_decode pos " + std::to_string(pos) + " out of range [0, Tmax = " +
-                                          std::to_string(Tmax) + ")");
+  LOOM_ASSERT(pos >= 0 && pos < Tmax,
+              "attention_decode pos " + std::to_string(pos) + " out of range [0, Tmax = " + std::to_string(Tmax) + ")");
   const size_t esz = dtype_size(g.d);
   auto cache_at = [&](int64_t b, int64_t t, int64_t h) { return ((b * Tmax + t) * g.H + h) * D; };
   for (int64_t b = 0; b < g.B; ++b)
     for (int64_t h = 0; h < g.H; ++h) {  // exact copies: the caches have qkv's dtype
       const auto* src = static_cast<const char*>(qkv.data) + g.qkv_at(b, 0, h, 1) * static_cast<int64_t>(esz);
       std::memcpy(static_cast<char*>(kc.data) + cache_at(b, pos, h) * static_cast<int64_t>(esz), src, D * esz);
-      std::memcpy(static_cast<char*>(vc.data) + cache_at(b, pos, h) * static_cast<int64_t>(esz), src + D * esz, D * esz);
+      std::memcpy(static_cast<char*>(vc.data) + cache_at(b, pos, h) * static_cast<int64_t>(esz), src + D * esz,
+                  D * esz);
     }
   const int64_t n = int64_t{pos} + 1, pairs = g.B * g.H;
   const bool round_q_d = g.d != DType::f32, round_s = rounding_changes(g.d, g.s);

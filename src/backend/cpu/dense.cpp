@@ -165,7 +165,8 @@ void cpu_dense_grad_input(const KernelArgs& a) {
   // dy[M, N] · Wᵀ, or · W when W is stored [N, K], with dy as is (normally in c already); round_c
   // first unless the store to out_dtype is that same rounding (or c is f32).
   with_operands(at.compute, dy, DType::f32, w, at.compute, [&](const auto* dys, const auto* ws) {
-    gemm(false, !wt, M, K, N, dys, ws, acc, Epilogue{at.compute, rounding_changes(at.out_dtype, at.compute), nullptr, &dx});
+    gemm(false, !wt, M, K, N, dys, ws, acc,
+         Epilogue{at.compute, rounding_changes(at.out_dtype, at.compute), nullptr, &dx});
   });
 }
 

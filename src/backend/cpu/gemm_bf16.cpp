@@ -44,7 +44,8 @@ struct Key {
 struct KeyHash {
   size_t operator()(const Key& k) const {
     size_t h = (k.ta ? 1u : 0u) | (k.tb ? 2u : 0u);
-    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.threads}}) h = h * 1000003u ^ static_cast<size_t>(v);
+    for (int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc, int64_t{k.threads}})
+      h = h * 1000003u ^ static_cast<size_t>(v);
     return h;
   }
 };

@@ -28,9 +28,17 @@ void unary_grad(const KernelArgs& a, F f) {
 }
 }  // namespace
 
-void ref_silu(const KernelArgs& a) { unary(a, [](double x) { return kmath::silu(x); }); }
-void ref_gelu(const KernelArgs& a) { unary(a, [](double x) { return kmath::gelu(x); }); }
-void ref_silu_grad(const KernelArgs& a) { unary_grad(a, [](double x, double dy) { return kmath::silu_grad(x, dy); }); }
-void ref_gelu_grad(const KernelArgs& a) { unary_grad(a, [](double x, double dy) { return kmath::gelu_grad(x, dy); }); }
+void ref_silu(const KernelArgs& a) {
+  unary(a, [](double x) { return kmath::silu(x); });
+}
+void ref_gelu(const KernelArgs& a) {
+  unary(a, [](double x) { return kmath::gelu(x); });
+}
+void ref_silu_grad(const KernelArgs& a) {
+  unary_grad(a, [](double x, double dy) { return kmath::silu_grad(x, dy); });
+}
+void ref_gelu_grad(const KernelArgs& a) {
+  unary_grad(a, [](double x, double dy) { return kmath::gelu_grad(x, dy); });
+}
 
 }  // namespace loom

@@ -24,9 +24,12 @@ namespace {
 // jnp.finfo(dt).min: the most negative finite value.
 double finfo_min(DType dt) {
   switch (dt) {
-    case DType::bf16: return -static_cast<double>(bf16_to_f32(0x7f7f));
-    case DType::f16: return -static_cast<double>(f16_to_f32(0x7bff));
-    default: return -static_cast<double>(std::numeric_limits<float>::max());
+    case DType::bf16:
+      return -static_cast<double>(bf16_to_f32(0x7f7f));
+    case DType::f16:
+      return -static_cast<double>(f16_to_f32(0x7bff));
+    default:
+      return -static_cast<double>(std::numeric_limits<float>::max());
   }
 }
 
@@ -186,8 +189,8 @@ void ref_attention_decode(const KernelArgs& a) {
   const Dims n(qkv.shape);  // T = 1
   const int64_t Tmax = kc.shape[1];
   const int32_t pos = refk::ld_i32(a.in[3], 0);
-  LOOM_ASSERT(pos >= 0 && pos < Tmax, "attention_decode pos " + std::to_string(pos) + " out of range [0, Tmax = " +
-                                          std::to_string(Tmax) + ")");
+  LOOM_ASSERT(pos >= 0 && pos < Tmax,
+              "attention_decode pos " + std::to_string(pos) + " out of range [0, Tmax = " + std::to_string(Tmax) + ")");
   const DType d = qkv.dtype, s = at.softmax_dtype;
   auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
   const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));

@@ -35,8 +35,7 @@ void ref_layer_norm(const KernelArgs& a) {
     }
     const double var = sq / static_cast<double>(C);
     const double rstd = 1.0 / std::sqrt(var + static_cast<double>(at.eps));
-    for (int64_t c = 0; c < C; ++c)
-      st(y, base + c, (ld(x, base + c) - mean) * rstd * ld(scale, c) + ld(bias, c));
+    for (int64_t c = 0; c < C; ++c) st(y, base + c, (ld(x, base + c) - mean) * rstd * ld(scale, c) + ld(bias, c));
     st(mean_out, r, mean);
     st(rstd_out, r, rstd);
   }

@@ -105,7 +105,8 @@ void infer_attention_decode(const Graph& g, const Node& n, ValueDesc* out) {
     if (c.shape.rank != 4 || c.shape[0] != B || c.shape[1] < 1 || c.shape[2] != H || c.shape[3] != D ||
         c.dtype != qkv.dtype || c.shape != in_val(g, n, 1).shape)
       op_fail(g, n, "k_cache and v_cache must both be [batch, max_len >= 1, heads, head_dim] in qkv's dtype");
-    if (c.kind != ValueKind::input) op_fail(g, n, "k_cache and v_cache must be persistent inputs (the op updates them)");
+    if (c.kind != ValueKind::input)
+      op_fail(g, n, "k_cache and v_cache must be persistent inputs (the op updates them)");
   }
   const Value& pos = in_val(g, n, 3);
   if (pos.shape.rank != 0 || pos.dtype != DType::i32) op_fail(g, n, "pos must be an int32 scalar");

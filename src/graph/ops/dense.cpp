@@ -18,7 +18,8 @@ void infer_dense(const Graph& g, const Node& n, ValueDesc* out) {
   if (!dtype_is_float(a.compute)) op_fail(g, n, "compute dtype must be a float dtype");
   require_float(g, n, 0, "x");
   if (w.shape.rank != 2 || w.dtype != DType::f32)
-    op_fail(g, n, a.transpose_w ? "kernel must be an [N, K] float32 parameter" : "kernel must be a [K, N] float32 parameter");
+    op_fail(g, n,
+            a.transpose_w ? "kernel must be an [N, K] float32 parameter" : "kernel must be a [K, N] float32 parameter");
   const int64_t K = w.shape[a.transpose_w ? 1 : 0], N = w.shape[a.transpose_w ? 0 : 1];
   if (x.shape.rank < 1 || x.shape.last() != K) {
     std::string msg = "last dim of x (";
@@ -65,7 +66,9 @@ void vjp_dense(VjpCtx& c) {
                                   "': only a parameter kernel (or a reshape of one) can be differentiated");
     c.emit(OpKind::dense_grad_weight, {grad, c.in_id(0), dy}, DenseGradWeightAttrs{a.compute, a.transpose_w});
   }
-  if (c.needs[0]) c.in_ct[0] = c.emit1(OpKind::dense_grad_input, {dy, c.in_id(1)}, DenseGradAttrs{a.compute, c.in(0).dtype, a.transpose_w});
+  if (c.needs[0])
+    c.in_ct[0] =
+        c.emit1(OpKind::dense_grad_input, {dy, c.in_id(1)}, DenseGradAttrs{a.compute, c.in(0).dtype, a.transpose_w});
   if (c.node.in.size() == 3 && c.needs[2]) {
     // JAX reduces the bias cotangent in the compute dtype, then the f32 cast's VJP widens it.
     ValueId db = c.emit1(OpKind::sum_leading, {dy}, ReduceAttrs{1, a.compute});
@@ -123,8 +126,6 @@ void infer_sum_leading(const Graph& g, const Node& n, ValueDesc* out) {
 }
 
 // One add per input element.
-OpCost cost_sum_leading(const Graph& g, const Node& n) {
-  return OpCost{in_val(g, n, 0).shape.numel(), io_bytes(g, n)};
-}
+OpCost cost_sum_leading(const Graph& g, const Node& n) { return OpCost{in_val(g, n, 0).shape.numel(), io_bytes(g, n)}; }
 
 }  // namespace loom

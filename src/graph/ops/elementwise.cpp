@@ -39,8 +39,8 @@ OpCost cost_cast(const Graph& g, const Node& n) { return elementwise_cost(g, n, 
 
 void vjp_cast(VjpCtx& c) {
   const Value& x = c.in(0);
-  c.in_ct[0] = x.dtype == c.g.value(c.out_ct[0]).dtype ? c.out_ct[0]
-                                                       : c.emit1(OpKind::cast, {c.out_ct[0]}, DTypeAttrs{x.dtype});
+  c.in_ct[0] =
+      x.dtype == c.g.value(c.out_ct[0]).dtype ? c.out_ct[0] : c.emit1(OpKind::cast, {c.out_ct[0]}, DTypeAttrs{x.dtype});
 }
 
 void infer_add(const Graph& g, const Node& n, ValueDesc* out) {
@@ -66,7 +66,8 @@ void infer_grad_accumulate(const Graph& g, const Node& n, ValueDesc*) {
   const Value& acc = in_val(g, n, 0);
   const Value& ct = in_val(g, n, 1);
   if (acc.kind != ValueKind::grad) op_fail(g, n, "input 0 must be a persistent gradient buffer");
-  if (acc.shape != ct.shape || ct.dtype != DType::f32) op_fail(g, n, "cotangent must be float32 with the gradient's shape");
+  if (acc.shape != ct.shape || ct.dtype != DType::f32)
+    op_fail(g, n, "cotangent must be float32 with the gradient's shape");
 }
 
 // grad += ct: reads both, writes grad back.

@@ -32,8 +32,9 @@ void vjp_embedding(VjpCtx& c) {
   if (grad == kNoValue) {
     std::string msg = "[embedding] at '";
     msg += c.node.scope;
-    msg += "': the table must be a parameter to be differentiated (embedding_grad scatter-adds into its "
-           "gradient buffer); it is a value computed from one";
+    msg +=
+        "': the table must be a parameter to be differentiated (embedding_grad scatter-adds into its "
+        "gradient buffer); it is a value computed from one";
     throw std::invalid_argument(msg);
   }
   c.emit(OpKind::embedding_grad, {grad, c.in_id(0), c.out_ct[0]});

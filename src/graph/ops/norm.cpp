@@ -24,8 +24,8 @@ OpCost cost_layer_norm(const Graph& g, const Node& n) { return elementwise_cost(
 // Only y carries a cotangent: mean and rstd are saved statistics for the backward, not model outputs.
 void vjp_layer_norm(VjpCtx& c) {
   if (c.out_ct[0] == kNoValue) return;
-  const auto outs = c.emit(OpKind::layer_norm_grad,
-                           {c.out_ct[0], c.in_id(0), c.in_id(1), c.out_id(1), c.out_id(2)}, c.node.attrs);
+  const auto outs =
+      c.emit(OpKind::layer_norm_grad, {c.out_ct[0], c.in_id(0), c.in_id(1), c.out_id(1), c.out_id(2)}, c.node.attrs);
   for (int i = 0; i < 3; ++i) c.in_ct[i] = outs[i];
 }
 

@@ -55,10 +55,11 @@ NodeId build_backward(Graph& g, ValueId loss, ValueId seed) {
       const Value& xv = g.value(x);
       const Value& dv = g.value(d);
       LOOM_ASSERT(xv.shape == dv.shape && xv.dtype == dv.dtype,
-                  std::string("VJP of ") + op_name(c.node.op) + " at '" + c.node.scope + "' gave " +
-                      dv.shape.str() + dtype_name(dv.dtype) + " for input " + xv.shape.str() + dtype_name(xv.dtype));
+                  std::string("VJP of ") + op_name(c.node.op) + " at '" + c.node.scope + "' gave " + dv.shape.str() +
+                      dtype_name(dv.dtype) + " for input " + xv.shape.str() + dtype_name(xv.dtype));
       if (const Param* p = g.param_of(x)) {
-        g.add_node(OpKind::grad_accumulate, {p->grad, d}, GradAccumulateAttrs{}, c.node.scope, Phase::backward, c.node.region);
+        g.add_node(OpKind::grad_accumulate, {p->grad, d}, GradAccumulateAttrs{}, c.node.scope, Phase::backward,
+                   c.node.region);
       } else if (ct[x] == kNoValue) {
         ct[x] = d;
       } else {
@@ -76,7 +77,8 @@ std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>&
   std::vector<First> first(g.values().size(), First::none);
   for (NodeId id : schedule) {
     Node& n = g.node_mut(id);
-    if (n.op != OpKind::grad_accumulate && n.op != OpKind::dense_grad_weight && n.op != OpKind::embedding_grad) continue;
+    if (n.op != OpKind::grad_accumulate && n.op != OpKind::dense_grad_weight && n.op != OpKind::embedding_grad)
+      continue;
     if (first[n.in[0]] != First::none) continue;
     if (n.op == OpKind::grad_accumulate) {
       std::get<GradAccumulateAttrs>(n.attrs).assign_in_first_minibatch = true;

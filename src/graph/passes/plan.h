@@ -26,22 +26,22 @@ namespace loom {
 inline constexpr int64_t kArenaAlignment = 64;
 
 struct BufferInfo {
-  ValueId value = kNoValue;   // the value owning the storage (a view's root)
-  int64_t offset = -1;        // in the arena
-  int64_t bytes = 0;          // aligned size
+  ValueId value = kNoValue;     // the value owning the storage (a view's root)
+  int64_t offset = -1;          // in the arena
+  int64_t bytes = 0;            // aligned size
   int32_t first = 0, last = 0;  // live range in schedule steps, inclusive
 };
 
 struct MemoryPlan {
-  std::vector<NodeId> schedule;        // node execution order
-  std::vector<int64_t> value_offset;   // per value: byte offset in the arena, -1 if persistent
-  std::vector<ValueId> value_root;     // per value: the value whose storage it uses (itself unless a
-                                       // view or an in-place output)
-  std::vector<BufferInfo> buffers;     // one per storage-owning activation, in allocation order
-  std::vector<int64_t> live_bytes;     // per step: Σ bytes of buffers live at that step
-  int64_t arena_bytes = 0;             // the arena's size: activation memory
-  int64_t lower_bound_bytes = 0;       // max over steps of live bytes (no allocator can do better)
-  int32_t peak_step = 0;               // a step where live bytes reach the lower bound
+  std::vector<NodeId> schedule;       // node execution order
+  std::vector<int64_t> value_offset;  // per value: byte offset in the arena, -1 if persistent
+  std::vector<ValueId> value_root;    // per value: the value whose storage it uses (itself unless a
+                                      // view or an in-place output)
+  std::vector<BufferInfo> buffers;    // one per storage-owning activation, in allocation order
+  std::vector<int64_t> live_bytes;    // per step: Σ bytes of buffers live at that step
+  int64_t arena_bytes = 0;            // the arena's size: activation memory
+  int64_t lower_bound_bytes = 0;      // max over steps of live bytes (no allocator can do better)
+  int32_t peak_step = 0;              // a step where live bytes reach the lower bound
   // Persistent memory by kind (not in the arena).
   int64_t param_bytes = 0, grad_bytes = 0, input_bytes = 0;
 };
