@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -15,6 +17,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace loom {
@@ -27,6 +30,7 @@ using json = nlohmann::json;
 
 constexpr uint64_t kMaxHeaderSize = 100'000'000;  // safetensors MAX_HEADER_SIZE
 const char* const kMetadataKey = "__metadata__";
+const char* const kChecksumPrefix = "crc32c/";
 const char* const kCorruptHint =
     "the file is truncated or corrupted; write it again (re-save the checkpoint, or regenerate "
     "the golden files with tools/make_goldens.sh)";
@@ -179,6 +183,24 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
 
 // Parses the header JSON, rejecting duplicate keys in any object (nlohmann keeps the last one
 // silently; the format forbids them).
+std::string crc_hex(uint32_t c) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", c);
+  return buf;
+}
+
+// A tensor whose metadata holds "crc32c/<name>" (loom writes one per tensor) must match it.
+void verify_checksum(const std::string& path, const StTensor& t, const json& meta) {
+  auto it = meta.find(std::string(kChecksumPrefix) + t.name);
+  if (it == meta.end() || !it->is_string()) return;
+  const std::string got = crc_hex(crc32c(t.bytes.data(), t.bytes.size()));
+  if (it->get<std::string>() != got)
+    bad_file(path,
+             "tensor " + in_quotes(t.name) + " fails its checksum (CRC-32C " + got + ", the file records " +
+                 it->get<std::string>() + "): its bytes changed after it was written",
+             "the file is corrupted: use another copy (for a checkpoint: an earlier ckpt_<step>)");
+}
+
 json parse_header(const std::string& path, const std::string& text) {
   std::vector<std::set<std::string>> objects;
   std::string duplicate;
@@ -269,7 +291,8 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
         if (!mi.value().is_string())
           bad_file(path, "metadata " + in_quotes(mi.key()) + " is " + std::string(mi.value().type_name()) +
                              ", expected a string");
-        if (metadata) (*metadata)[mi.key()] = mi.value().get<std::string>();
+        // Checksums are the format's own business (verified below), not the caller's metadata.
+        if (metadata && mi.key().rfind(kChecksumPrefix, 0) != 0) (*metadata)[mi.key()] = mi.value().get<std::string>();
       }
       continue;
     }
@@ -312,6 +335,7 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
     t.bytes.resize(e.end - e.begin);
     if (pread_full(fd.get(), t.bytes.data(), t.bytes.size(), data_start + e.begin, path) != t.bytes.size())
       bad_file(path, "file ended inside tensor " + in_quotes(t.name) + " (it shrank while being read?)");
+    if (auto c = h.find(kMetadataKey); c != h.end()) verify_checksum(path, t, *c);
     out.push_back(std::move(t));
   }
   return out;
@@ -348,46 +372,51 @@ std::string parent_dir(const std::string& path) {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
+void stream_safetensors(const std::string& path, const std::vector<StSource>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  // Validate the arguments and build the header before touching the file system.
-  nlohmann::ordered_json h = nlohmann::ordered_json::object();
-  if (!metadata.empty()) {
-    auto m = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : metadata) m[k] = v;
-    h[kMetadataKey] = std::move(m);
-  }
+  // Validate the arguments and build the header before touching the file system. Each tensor's
+  // checksum goes into the metadata as 8 hex digits: written as zeros first and filled in once the
+  // data is streamed, so the header keeps its length and is rewritten in place.
   std::set<std::string> names;
-  uint64_t offset = 0;
-  for (const StTensor& t : tensors) {
+  for (const StSource& t : tensors) {
     const std::string who = "write_safetensors('" + path + "'): tensor '" + t.name + "'";
     if (t.name.empty()) throw std::invalid_argument("write_safetensors('" + path + "'): a tensor has an empty name");
     if (t.name == kMetadataKey) throw std::invalid_argument(who + ": the name is reserved");
     if (!names.insert(t.name).second) throw std::invalid_argument(who + ": the name is used twice");
     for (int i = 0; i < t.shape.rank; ++i)
       if (t.shape.dims[i] < 0) throw std::invalid_argument(who + ": shape " + t.shape.str() + " is negative");
-    const uint64_t expected = static_cast<uint64_t>(t.shape.numel()) * dtype_size(t.dtype);
-    if (t.bytes.size() != expected)
-      throw std::invalid_argument(who + ": has " + std::to_string(t.bytes.size()) + " bytes, expected " +
-                                  std::to_string(expected) + " for " + safetensors_dtype_name(t.dtype) + " " +
-                                  t.shape.str());
-    auto shape = nlohmann::ordered_json::array();
-    for (int i = 0; i < t.shape.rank; ++i) shape.push_back(t.shape.dims[i]);
-    nlohmann::ordered_json entry = nlohmann::ordered_json::object();
-    entry["dtype"] = safetensors_dtype_name(t.dtype);
-    entry["shape"] = std::move(shape);
-    entry["data_offsets"] = {offset, offset + expected};
-    h[t.name] = std::move(entry);
-    offset += expected;
+    if (metadata.count(kChecksumPrefix + t.name)) throw std::invalid_argument(who + ": its checksum key is reserved");
   }
-  std::string text;
-  try {
-    text = h.dump();
-  } catch (const nlohmann::json::exception& ex) {
-    throw std::invalid_argument("write_safetensors('" + path + "'): a name or metadata string is not UTF-8 (" +
-                                ex.what() + ")");
-  }
-  text.append((8 - text.size() % 8) % 8, ' ');
+  std::vector<uint32_t> crcs(tensors.size(), 0);
+  auto header = [&] {
+    nlohmann::ordered_json h = nlohmann::ordered_json::object();
+    auto m = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    for (size_t i = 0; i < tensors.size(); ++i) m[kChecksumPrefix + tensors[i].name] = crc_hex(crcs[i]);
+    if (!m.empty()) h[kMetadataKey] = std::move(m);
+    uint64_t offset = 0;
+    for (const StSource& t : tensors) {
+      const uint64_t size = static_cast<uint64_t>(t.shape.numel()) * dtype_size(t.dtype);
+      auto shape = nlohmann::ordered_json::array();
+      for (int i = 0; i < t.shape.rank; ++i) shape.push_back(t.shape.dims[i]);
+      nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+      entry["dtype"] = safetensors_dtype_name(t.dtype);
+      entry["shape"] = std::move(shape);
+      entry["data_offsets"] = {offset, offset + size};
+      h[t.name] = std::move(entry);
+      offset += size;
+    }
+    std::string text;
+    try {
+      text = h.dump();
+    } catch (const nlohmann::json::exception& ex) {
+      throw std::invalid_argument("write_safetensors('" + path + "'): a name or metadata string is not UTF-8 (" +
+                                  ex.what() + ")");
+    }
+    text.append((8 - text.size() % 8) % 8, ' ');
+    return text;
+  };
+  std::string text = header();
   unsigned char len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
 
@@ -404,15 +433,55 @@ void write_safetensors(const std::string& path, const std::vector<StTensor>& ten
   };
   int e = write_all(fd.get(), len_bytes, 8);
   if (!e) e = write_all(fd.get(), text.data(), text.size());
-  for (size_t i = 0; !e && i < tensors.size(); ++i)
-    e = write_all(fd.get(), tensors[i].bytes.data(), tensors[i].bytes.size());
+  // One bounded staging buffer: saving costs kChunk bytes of host memory, not a copy of the tensors.
+  constexpr size_t kChunk = size_t{4} << 20;
+  std::vector<unsigned char> chunk;
+  for (size_t i = 0; !e && i < tensors.size(); ++i) {
+    const StSource& t = tensors[i];
+    const size_t size = static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype);
+    chunk.resize(std::min(kChunk, std::max<size_t>(size, 1)));
+    for (size_t off = 0; !e && off < size; off += chunk.size()) {
+      const size_t n = std::min(chunk.size(), size - off);
+      try {
+        t.read(chunk.data(), off, n);
+      } catch (...) {
+        fd.close();
+        ::unlink(tmp.c_str());
+        throw;
+      }
+      crcs[i] = crc32c(chunk.data(), n, crcs[i]);
+      e = write_all(fd.get(), chunk.data(), n);
+    }
+  }
   if (e) fail("writing '" + tmp + "' failed", e);
+  const std::string final_text = header();
+  LOOM_ASSERT(final_text.size() == text.size(), "checksums changed the header's length");
+  if (::pwrite(fd.get(), final_text.data(), final_text.size(), 8) != static_cast<ssize_t>(final_text.size()))
+    fail("rewriting the header of '" + tmp + "' failed", errno ? errno : EIO);
   if (::fsync(fd.get()) != 0) fail("fsync of '" + tmp + "' failed", errno);
   if (fd.close() != 0) fail("closing '" + tmp + "' failed", errno);
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming '" + tmp + "' over it failed", errno);
   // Make the rename itself durable. Best effort: the new file is complete and in place either way.
   Fd dir(::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir.get() >= 0) (void)::fsync(dir.get());
+}
+
+void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<StSource> sources;
+  sources.reserve(tensors.size());
+  for (const StTensor& t : tensors) {
+    const uint64_t expected = static_cast<uint64_t>(t.shape.numel()) * dtype_size(t.dtype);
+    if (t.shape.numel() >= 0 && t.bytes.size() != expected)
+      throw std::invalid_argument("write_safetensors('" + path + "'): tensor '" + t.name + "': has " +
+                                  std::to_string(t.bytes.size()) + " bytes, expected " + std::to_string(expected) +
+                                  " for " + safetensors_dtype_name(t.dtype) + " " + t.shape.str());
+    sources.push_back({.name = t.name,
+                       .dtype = t.dtype,
+                       .shape = t.shape,
+                       .read = [&t](void* dst, size_t off, size_t n) { std::memcpy(dst, t.bytes.data() + off, n); }});
+  }
+  stream_safetensors(path, sources, metadata);
 }
 
 }  // namespace loom

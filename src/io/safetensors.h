@@ -10,6 +10,7 @@
 // loom reads and writes the dtypes it has: F32, BF16, F16, I32. Any other dtype in a file
 // (I64, F64, ...) is reported as an error rather than converted.
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -27,6 +28,15 @@ struct StTensor {
   std::vector<unsigned char> bytes;
 };
 
+// A tensor written piecewise from wherever it lives (e.g. a backend buffer): `read(dst, offset, n)`
+// copies bytes [offset, offset + n) of its row-major data into host memory at dst.
+struct StSource {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  std::function<void(void* dst, size_t offset, size_t n)> read;
+};
+
 // The safetensors dtype string: "F32", "BF16", "F16", "I32".
 const char* safetensors_dtype_name(DType dt);
 
@@ -36,11 +46,14 @@ const char* safetensors_dtype_name(DType dt);
 //
 // Every problem with the file (missing or unreadable, header length, JSON, a bad entry, an
 // unsupported dtype, offsets outside the buffer, a size that does not match dtype x shape,
-// overlapping tensors, holes, a truncated buffer) throws loom::UserError whose subject is
+// overlapping tensors, holes, a truncated buffer, a tensor whose "crc32c/<name>" metadata does not
+// match its bytes) throws loom::UserError whose subject is
 // `path`, whose message names the tensor and what is wrong, and whose hint says what to do.
 std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
 
-// Writes `tensors` in the given order, with `metadata` as "__metadata__" (omitted when empty).
+// Writes `tensors` in the given order, with `metadata` as "__metadata__". Each tensor's CRC-32C
+// is added to the metadata as "crc32c/<name>" (8 hex digits), and read_safetensors verifies it:
+// a flipped bit is an error naming the tensor, not a silently different model.
 // The header is padded with spaces to a multiple of 8 bytes. The data goes to `path + ".tmp"`,
 // which is fsync'ed and then renamed over `path` (and the directory fsync'ed), so a crash or a
 // full disk leaves either the old file or the new one, never a broken one. On failure the
@@ -50,6 +63,10 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
 // Bad arguments (an empty, duplicate or "__metadata__" name, bytes that do not match dtype x
 // shape, a negative dimension) throw std::invalid_argument before anything is written.
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                        const std::map<std::string, std::string>& metadata = {});
+// write_safetensors from sources, streamed through one 4 MiB host buffer: writing costs no copy of the
+// tensors. An exception from a source's read removes the temporary file and propagates.
+void stream_safetensors(const std::string& path, const std::vector<StSource>& tensors,
+                        const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace loom

@@ -158,8 +158,52 @@ TEST_F(SafetensorsTest, NoMetadataAndNoTensors) {
   const auto ts = sample_tensors();
   write_safetensors(p, ts);  // replaces the existing file
   expect_same(read_safetensors(p, &meta), ts);
-  EXPECT_TRUE(meta.empty());
-  EXPECT_EQ(header_of(file_bytes(p)).second.find("__metadata__"), std::string::npos);
+  EXPECT_TRUE(meta.empty());  // the checksums loom adds are not handed back as metadata
+  EXPECT_NE(header_of(file_bytes(p)).second.find("\"crc32c/scalar\""), std::string::npos);
+}
+
+// Every tensor loom writes carries its CRC-32C; one flipped bit anywhere in a tensor's data is an
+// error naming that tensor, and a file without checksums (another writer's) still reads.
+TEST_F(SafetensorsTest, FlippedBitIsAnErrorNamingTheTensor) {
+  const std::string p = path("crc.safetensors");
+  const auto ts = sample_tensors();
+  write_safetensors(p, ts);
+  auto bytes = file_bytes(p);
+  const auto [header_len, header] = header_of(bytes);
+  const auto h = nlohmann::json::parse(header);
+  for (const loom::StTensor& t : ts) {
+    if (t.bytes.empty()) continue;
+    const size_t at = 8 + header_len + h.at(t.name).at("data_offsets")[0].get<size_t>() + t.bytes.size() / 2;
+    auto broken = bytes;
+    broken[at] ^= 0x10;
+    const std::string q = path("broken.safetensors");
+    std::ofstream(q, std::ios::binary).write(reinterpret_cast<const char*>(broken.data()),
+                                             static_cast<std::streamsize>(broken.size()));
+    try {
+      read_safetensors(q);
+      ADD_FAILURE() << "no error for a flipped bit in " << t.name;
+    } catch (const loom::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + t.name + "' fails its checksum"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(SafetensorsTest, StreamedSourcesEqualInMemoryTensors) {
+  const auto ts = sample_tensors();
+  std::vector<loom::StSource> src;
+  for (const loom::StTensor& t : ts)
+    src.push_back({.name = t.name, .dtype = t.dtype, .shape = t.shape, .read = [&t](void* d, size_t o, size_t n) {
+                     std::memcpy(d, t.bytes.data() + o, n);
+                   }});
+  const std::string a = path("a.safetensors"), b = path("b.safetensors");
+  write_safetensors(a, ts, {{"k", "v"}});
+  loom::stream_safetensors(b, src, {{"k", "v"}});
+  EXPECT_EQ(file_bytes(a), file_bytes(b));
+  // A source that fails leaves no file behind and nothing half-written.
+  src[0].read = [](void*, size_t, size_t) { throw std::runtime_error("device gone"); };
+  EXPECT_THROW(loom::stream_safetensors(path("c.safetensors"), src), std::runtime_error);
+  EXPECT_FALSE(fs::exists(path("c.safetensors")));
+  EXPECT_FALSE(fs::exists(path("c.safetensors") + ".tmp"));
 }
 
 TEST_F(SafetensorsTest, OnlyTheFourLoomDTypeNames) {
