@@ -1,5 +1,6 @@
 #include "io/param_io.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -20,6 +21,32 @@ std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool g
       off += static_cast<size_t>(g.value(v).bytes());
     }
     out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const std::string& prefix) {
+  const Graph& g = ex.graph();
+  std::vector<StSource> out;
+  for (const nn::FileTensor& f : nn::param_file_layout(g, scan_layers)) {
+    // A stacked file tensor is its layers' buffers one after another: map the byte range onto them.
+    auto read = [&ex, &g, params = f.params](void* dst, size_t off, size_t n) {
+      auto* d = static_cast<unsigned char*>(dst);
+      for (ValueId p : params) {
+        const auto size = static_cast<size_t>(g.value(p).bytes());
+        if (off < size) {
+          const size_t k = std::min(n, size - off);
+          ex.backend().copy_to_host(d, static_cast<const unsigned char*>(ex.ptr(p)) + off, k);
+          d += k;
+          n -= k;
+          off = 0;
+          if (n == 0) return;
+        } else {
+          off -= size;
+        }
+      }
+    };
+    out.push_back({.name = prefix + f.name, .dtype = DType::f32, .shape = f.shape, .read = std::move(read)});
   }
   return out;
 }

@@ -13,6 +13,9 @@ namespace loom {
 // Every parameter (or, with `grads`, its gradient) as float32 tensors, named by file layout.
 std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool grads = false,
                                     const std::string& prefix = {});
+// The same tensors as sources that read the executor's buffers piecewise (stream_safetensors):
+// saving them costs no host copy of the parameters.
+std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const std::string& prefix = {});
 // Loads every parameter from `tensors` (looked up by file-layout name with `prefix`). A missing
 // tensor, a wrong shape or a non-float32 dtype is a UserError naming `file` and the tensor.
 void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
@@ -373,7 +373,7 @@ std::string parent_dir(const std::string& path) {
 }  // namespace
 
 void stream_safetensors(const std::string& path, const std::vector<StSource>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                        const std::map<std::string, std::string>& metadata) {
   // Validate the arguments and build the header before touching the file system. Each tensor's
   // checksum goes into the metadata as 8 hex digits: written as zeros first and filled in once the
   // data is streamed, so the header keeps its length and is rewritten in place.
@@ -476,10 +476,10 @@ void write_safetensors(const std::string& path, const std::vector<StTensor>& ten
       throw std::invalid_argument("write_safetensors('" + path + "'): tensor '" + t.name + "': has " +
                                   std::to_string(t.bytes.size()) + " bytes, expected " + std::to_string(expected) +
                                   " for " + safetensors_dtype_name(t.dtype) + " " + t.shape.str());
-    sources.push_back({.name = t.name,
-                       .dtype = t.dtype,
-                       .shape = t.shape,
-                       .read = [&t](void* dst, size_t off, size_t n) { std::memcpy(dst, t.bytes.data() + off, n); }});
+    sources.push_back(
+        {.name = t.name, .dtype = t.dtype, .shape = t.shape, .read = [&t](void* dst, size_t off, size_t n) {
+           std::memcpy(dst, t.bytes.data() + off, n);
+         }});
   }
   stream_safetensors(path, sources, metadata);
 }

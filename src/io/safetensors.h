@@ -63,7 +63,7 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
 // Bad arguments (an empty, duplicate or "__metadata__" name, bytes that do not match dtype x
 // shape, a negative dimension) throw std::invalid_argument before anything is written.
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
-                        const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {});
 // write_safetensors from sources, streamed through one 4 MiB host buffer: writing costs no copy of the
 // tensors. An exception from a source's read removes the temporary file and propagates.
 void stream_safetensors(const std::string& path, const std::vector<StSource>& tensors,

@@ -27,6 +27,7 @@ struct OptimizerConfig {
   double loss_scale_growth = 2.0;
   double loss_scale_backoff = 0.5;
   int64_t loss_scale_interval = 2000;
+  double loss_scale_min = 1.0;  // dynamic scaling never backs off below this
 };
 
 }  // namespace loom

@@ -1,21 +1,24 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 namespace loom {
 
 void LossScaler::update(bool found_inf) {
-  if (!enabled) return;
   if (found_inf) {
     ++skipped;
-    if (dynamic) {
-      scale *= backoff;
-      tracker = 0;
-    }
+    ++consecutive;
+  } else {
+    consecutive = 0;
+  }
+  if (!enabled || !dynamic) return;
+  if (found_inf) {
+    scale = std::max(scale * backoff, min_scale);
+    tracker = 0;
     return;
   }
-  if (!dynamic) return;
   if (++tracker == interval) {
     scale *= growth;
     tracker = 0;
@@ -61,15 +64,22 @@ Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be,
   scaler_.growth = c.loss_scale_growth;
   scaler_.backoff = c.loss_scale_backoff;
   scaler_.interval = c.loss_scale_interval;
+  scaler_.min_scale = c.loss_scale_min;
 }
 
 Optimizer::~Optimizer() {
   for (void* b : bufs_) be_.deallocate(b);
 }
 
-OptimizerReport Optimizer::step() {
+OptimizerReport Optimizer::step(bool loss_finite) {
   OptimizerReport r;
   r.loss_scale = loss_scale();
+  if (!loss_finite) {
+    r.skipped = true;
+    r.nonfinite = "loss";
+    scaler_.update(true);
+    return r;
+  }
   // GradScaler: inv_scale = float(1 / double(scale)).
   const auto inv_scale = static_cast<float>(1.0 / r.loss_scale);
   float grad_scale = inv_scale;
@@ -77,6 +87,7 @@ OptimizerReport Optimizer::step() {
     const double sq = be_.grad_sq_norm(ts_);
     if (!std::isfinite(sq)) {
       r.skipped = true;
+      r.nonfinite = "gradient norm";
       scaler_.update(true);
       return r;
     }

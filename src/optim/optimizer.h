@@ -17,23 +17,28 @@
 
 namespace loom {
 
-// PyTorch GradScaler's state machine (growth tracker, backoff, growth).
+// PyTorch GradScaler's state machine (growth tracker, backoff, growth), with a floor: the scale
+// never backs off below `min_scale` (a scale halving towards 0 would skip every step forever).
+// The skip counters run in every dtype: a float32 step skipped for a non-finite loss counts too.
 struct LossScaler {
   bool enabled = false;
   bool dynamic = false;
   double scale = 1.0;
   double growth = 2.0, backoff = 0.5;
+  double min_scale = 1.0;
   int64_t interval = 2000;
-  int64_t tracker = 0;  // consecutive finite steps since the last change
-  int64_t skipped = 0;  // steps whose update was skipped (non-finite gradients)
+  int64_t tracker = 0;      // consecutive finite steps since the last change
+  int64_t skipped = 0;      // steps whose update was skipped (non-finite loss or gradients)
+  int64_t consecutive = 0;  // skipped steps in a row, up to the last one
   void update(bool found_inf);
 };
 
 struct OptimizerReport {
-  double lr = 0;          // learning rate used (0 when skipped)
-  double grad_norm = -1;  // global norm of the unscaled gradients, -1 when not computed
-  bool skipped = false;   // non-finite gradients: no update
-  double loss_scale = 1;  // scale used for this step's loss
+  double lr = 0;               // learning rate used (0 when skipped)
+  double grad_norm = -1;       // global norm of the unscaled gradients, -1 when not computed
+  bool skipped = false;        // no update: `nonfinite` says why
+  const char* nonfinite = "";  // "loss" or "gradient norm" when skipped, else ""
+  double loss_scale = 1;       // scale used for this step's loss
 };
 
 class Optimizer {
@@ -46,8 +51,10 @@ class Optimizer {
 
   // The loss seed multiplier for this step (the loss scale; 1 without scaling).
   double loss_scale() const { return scaler_.enabled ? scaler_.scale : 1.0; }
-  // Clips, checks, and updates params and moments in place from the accumulated gradients.
-  OptimizerReport step();
+  // Clips, checks, and updates params and moments in place from the accumulated gradients. With
+  // `loss_finite` false (the step's loss is a NaN or an infinity) nothing is updated: the step is
+  // skipped and counted, and a dynamic loss scale backs off.
+  OptimizerReport step(bool loss_finite = true);
 
   int64_t count() const { return count_; }  // applied updates (Optax's count)
   const LossScaler& scaler() const { return scaler_; }

@@ -210,7 +210,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int run_sample(const SampleOptions& o) {
   validate_sample_options(o);
-  const Checkpoint ck = load_checkpoint(o.checkpoint);
+  const Checkpoint ck = load_checkpoint(o.checkpoint, nullptr, /*with_optimizer=*/false);
   const Config c = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(ck.path);
   if (c.model.kind == "transformer" && tok->vocab_size() > c.model.vocab_size)

@@ -1,6 +1,12 @@
 #include "train/checkpoint.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,15 +23,17 @@ namespace fs = std::filesystem;
 namespace {
 
 const char* kModelFile = "model.safetensors";
+const char* kOptimizerFile = "optimizer.safetensors";
+const char* kStateFile = "state.json";
+constexpr int kFormat = 2;  // 1: moments inside model.safetensors
 
-// ".<name><suffix>" beside `dir`: where a checkpoint is staged or moved aside.
+// ".<name><suffix>" beside `dir`: where a checkpoint is staged, swapped out or deleted.
 fs::path sibling(const fs::path& dir, const char* suffix) {
   std::string name = ".";
   name += dir.filename().string();
   name += suffix;
   return dir.parent_path() / name;
 }
-const char* kStateFile = "state.json";
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -35,132 +43,251 @@ std::string read_text(const std::string& path) {
   return os.str();
 }
 
+// Writes, flushes to disk and closes; any failure is an exception naming the file.
 void write_text(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.flush();
-  if (!f) throw std::runtime_error("could not write '" + path + "' (disk full?)");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create '" + path + "': " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = n < 0 ? errno : EIO;
+      ::close(fd);
+      throw std::runtime_error("could not write '" + path + "': " + std::strerror(e));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool ok = ::fsync(fd) == 0;
+  const int e = errno;
+  if (::close(fd) != 0 || !ok) throw std::runtime_error("could not write '" + path + "': " + std::strerror(e));
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Thrown by a source that met a NaN or an infinity: the save is abandoned.
+struct NonFinite {
+  std::string tensor;
+};
+
+// Wraps each f32 source so that it checks what it reads: finiteness costs no extra pass.
+void check_finite(std::vector<StSource>& sources) {
+  for (StSource& s : sources) {
+    s.read = [inner = std::move(s.read), name = s.name](void* dst, size_t off, size_t n) {
+      inner(dst, off, n);
+      const auto* f = static_cast<const float*>(dst);
+      bool finite = true;
+      for (size_t i = 0; i < n / 4; ++i) finite &= std::isfinite(f[i]);
+      if (!finite) throw NonFinite{name};
+    };
+  }
 }
 
 // The moments of every parameter, named like the parameters with an "opt/mu/" or "opt/nu/" prefix.
-std::vector<StTensor> export_moments(const Trainer& t) {
-  std::vector<StTensor> out;
+std::vector<StSource> moment_sources(const Trainer& t) {
+  std::vector<StSource> out;
   const Graph& g = t.model().graph;
   const auto& ts = t.optimizer().tensors();
+  Backend& be = t.executor().backend();
   for (size_t i = 0; i < g.params().size(); ++i) {
     const Value& v = g.value(g.params()[i].value);
     for (auto [name, buf] : {std::pair<const char*, float*>{"opt/mu/", ts[i].mu}, {"opt/nu/", ts[i].nu}}) {
       if (!buf) continue;
-      StTensor s{name + v.name, DType::f32, v.shape, std::vector<unsigned char>(static_cast<size_t>(v.bytes()))};
-      t.executor().backend().copy_to_host(s.bytes.data(), buf, s.bytes.size());
-      out.push_back(std::move(s));
+      out.push_back({.name = name + v.name,
+                     .dtype = DType::f32,
+                     .shape = v.shape,
+                     .read = [&be, buf](void* dst, size_t off, size_t n) {
+                       be.copy_to_host(dst, reinterpret_cast<const unsigned char*>(buf) + off, n);
+                     }});
     }
   }
   return out;
 }
 
+// Puts `staged` at `final_dir`: a plain rename when nothing is there, else an atomic exchange
+// (the old directory ends at `staged`'s name and is removed), so `final_dir` always exists whole.
+void install(const fs::path& staged, const fs::path& final_dir) {
+  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) == 0) {
+    fsync_dir(final_dir.parent_path());
+    return;
+  }
+  if (errno != EEXIST)
+    throw std::runtime_error("cannot rename '" + staged.string() + "' to '" + final_dir.string() +
+                             "': " + std::strerror(errno));
+  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
+    throw std::runtime_error("cannot exchange '" + staged.string() + "' with '" + final_dir.string() +
+                             "': " + std::strerror(errno));
+  fsync_dir(final_dir.parent_path());
+  std::error_code ec;
+  fs::remove_all(staged, ec);
+}
+
+bool is_checkpoint_name(const std::string& n, int64_t* step) {
+  if (n.size() <= 5 || n.rfind("ckpt_", 0) != 0) return false;
+  if (!std::all_of(n.begin() + 5, n.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) return false;
+  if (n.size() > 5 + 18) return false;
+  *step = std::stoll(n.substr(5));
+  return true;
+}
+
+CheckpointState parse_state(const std::string& state_path) {
+  CheckpointState s;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_text(state_path));
+    s.config_toml = j.at("config").get<std::string>();
+    s.step = j.at("step").get<int64_t>();
+    s.opt_count = j.at("opt_count").get<int64_t>();
+    s.loss_scale = j.at("loss_scale").get<double>();
+    s.scaler_tracker = j.at("scaler_tracker").get<int64_t>();
+    s.scaler_skipped = j.at("scaler_skipped").get<int64_t>();
+    s.scaler_consecutive = j.value("scaler_consecutive", int64_t{0});
+    s.seed = j.at("seed").get<uint64_t>();
+    s.val_position = j.at("val_position").get<int64_t>();
+    s.best_val_loss = j.at("best_val_loss").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(state_path, std::string("is not a valid checkpoint state (") + e.what() + ")",
+                    "the checkpoint is corrupted: resume from an earlier one");
+  }
+  if (s.step < 0 || s.opt_count < 0 || !std::isfinite(s.loss_scale) || !(s.loss_scale > 0) || s.val_position < 0)
+    throw UserError(state_path, "holds an impossible value (negative step or count, or a non-positive loss scale)",
+                    "the checkpoint is corrupted: resume from an earlier one");
+  return s;
+}
+
+Checkpoint load_one(const std::string& dir, bool with_optimizer) {
+  Checkpoint c;
+  c.path = dir;
+  c.state = parse_state((fs::path(dir) / kStateFile).string());
+  c.tensors = read_safetensors((fs::path(dir) / kModelFile).string());
+  const fs::path opt = fs::path(dir) / kOptimizerFile;
+  if (with_optimizer && fs::exists(opt))
+    for (StTensor& t : read_safetensors(opt.string())) c.tensors.push_back(std::move(t));
+  for (const StTensor& t : c.tensors) {
+    if (t.dtype != DType::f32) continue;
+    const auto* f = reinterpret_cast<const float*>(t.bytes.data());
+    for (size_t i = 0; i < t.bytes.size() / 4; ++i)
+      if (!std::isfinite(f[i]))
+        throw UserError(dir, "tensor '" + t.name + "' holds a NaN or an infinity",
+                        "the checkpoint is corrupted or from a diverged run: resume from an earlier one");
+  }
+  return c;
+}
+
 }  // namespace
 
-void save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
-                     const nlohmann::json* tokenizer) {
+SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
+                           const nlohmann::json* tokenizer) {
   const fs::path final_dir(dir);
   const fs::path tmp = sibling(final_dir, ".tmp");
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
   try {
-    std::vector<StTensor> tensors = export_params(t.executor(), t.config().model.scan_layers);
-    for (StTensor& m : export_moments(t)) tensors.push_back(std::move(m));
-    write_safetensors((tmp / kModelFile).string(), tensors, {{"format", "loom checkpoint"}});
-    nlohmann::json j = {{"config", s.config_toml},
-                        {"step", s.step},
-                        {"opt_count", s.opt_count},
-                        {"loss_scale", s.loss_scale},
-                        {"scaler_tracker", s.scaler_tracker},
-                        {"scaler_skipped", s.scaler_skipped},
-                        {"seed", s.seed},
-                        {"val_position", s.val_position},
-                        {"best_val_loss", s.best_val_loss},
-                        {"format", 1}};
-    write_text((tmp / kStateFile).string(), j.dump(2));
+    std::vector<StSource> params = param_sources(t.executor(), t.config().model.scan_layers);
+    std::vector<StSource> moments = moment_sources(t);
+    check_finite(params);
+    check_finite(moments);
+    stream_safetensors((tmp / kModelFile).string(), params, {{"format", "pt"}, {"loom", "checkpoint parameters"}});
+    if (!moments.empty()) stream_safetensors((tmp / kOptimizerFile).string(), moments, {{"loom", "optimizer state"}});
+    const nlohmann::json j = {{"config", s.config_toml},
+                              {"step", s.step},
+                              {"opt_count", s.opt_count},
+                              {"loss_scale", s.loss_scale},
+                              {"scaler_tracker", s.scaler_tracker},
+                              {"scaler_skipped", s.scaler_skipped},
+                              {"scaler_consecutive", s.scaler_consecutive},
+                              {"seed", s.seed},
+                              {"val_position", s.val_position},
+                              {"best_val_loss", s.best_val_loss},
+                              {"format", kFormat}};
     if (tokenizer) write_text((tmp / "tokenizer.json").string(), tokenizer->dump());
-    // Replace atomically: an existing directory of the same name (best/) is moved aside first.
-    const fs::path old = sibling(final_dir, ".old");
-    fs::remove_all(old, ec);
-    if (fs::exists(final_dir)) fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
-    fs::remove_all(old, ec);
+    // state.json last: a directory without it is never taken for a checkpoint.
+    write_text((tmp / kStateFile).string(), j.dump(2));
+    fsync_dir(tmp);
+    install(tmp, final_dir);
+  } catch (const NonFinite& nf) {
+    fs::remove_all(tmp, ec);
+    return {.saved = false, .nonfinite = nf.tensor};
   } catch (...) {
     fs::remove_all(tmp, ec);  // never leave a half-written checkpoint behind
     throw;
   }
+  return {.saved = true, .nonfinite = {}};
+}
+
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> all;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    int64_t step = 0;
+    if (!e.is_directory() || !is_checkpoint_name(e.path().filename().string(), &step)) continue;
+    // A directory named like a checkpoint but without loom's state.json is somebody else's.
+    if (!fs::exists(e.path() / kStateFile)) continue;
+    all.emplace_back(step, e.path().string());
+  }
+  std::sort(all.begin(), all.end());
+  return all;
 }
 
 std::string latest_checkpoint(const std::string& run_dir) {
-  std::string best;
-  int64_t best_step = -1;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("ckpt_", 0) != 0 || !e.is_directory()) continue;
-    try {
-      const int64_t step = std::stoll(n.substr(5));
-      if (step > best_step) {
-        best_step = step;
-        best = e.path().string();
-      }
-    } catch (const std::exception&) {
-    }
-  }
-  return best;
+  const auto all = list_checkpoints(run_dir);
+  return all.empty() ? std::string() : all.back().second;
 }
 
 void prune_checkpoints(const std::string& run_dir, int64_t keep) {
-  std::vector<std::pair<int64_t, fs::path>> all;
+  const auto all = list_checkpoints(run_dir);
+  std::error_code ec;
+  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i) {
+    const fs::path p(all[i].second);
+    const fs::path doomed = sibling(p, ".del");
+    fs::remove_all(doomed, ec);
+    fs::rename(p, doomed, ec);
+    if (!ec) fs::remove_all(doomed, ec);
+  }
+}
+
+void remove_stale_checkpoint_files(const std::string& run_dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(run_dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind("ckpt_", 0) != 0 || !e.is_directory()) continue;
-    try {
-      all.emplace_back(std::stoll(n.substr(5)), e.path());
-    } catch (const std::exception&) {
-    }
+    const bool staged = n.rfind(".ckpt_", 0) == 0 || n.rfind(".best.", 0) == 0;
+    const bool suffix = n.ends_with(".tmp") || n.ends_with(".del") || n.ends_with(".old");
+    if (staged && suffix) fs::remove_all(e.path(), ec);
   }
-  std::sort(all.begin(), all.end());
-  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i)
-    fs::remove_all(all[i].second, ec);
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
-  std::string dir = path;
-  if (!fs::exists(fs::path(path) / kStateFile)) {
-    dir = latest_checkpoint(path);
-    if (dir.empty())
-      throw UserError(path,
-                      fs::exists(path) ? "holds no checkpoint (no state.json, no ckpt_<step>/)" : "does not exist",
-                      "give a run directory written by `loom train --out` or one of its ckpt_<step> directories");
-  }
-  Checkpoint c;
-  c.path = dir;
-  const std::string state_path = (fs::path(dir) / kStateFile).string();
-  nlohmann::json j;
+int64_t checkpoint_step(const std::string& dir) {
   try {
-    j = nlohmann::json::parse(read_text(state_path));
-    c.state.config_toml = j.at("config").get<std::string>();
-    c.state.step = j.at("step").get<int64_t>();
-    c.state.opt_count = j.at("opt_count").get<int64_t>();
-    c.state.loss_scale = j.at("loss_scale").get<double>();
-    c.state.scaler_tracker = j.at("scaler_tracker").get<int64_t>();
-    c.state.scaler_skipped = j.at("scaler_skipped").get<int64_t>();
-    c.state.seed = j.at("seed").get<uint64_t>();
-    c.state.val_position = j.at("val_position").get<int64_t>();
-    c.state.best_val_loss = j.at("best_val_loss").get<double>();
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(state_path, std::string("is not a valid checkpoint state (") + e.what() + ")",
-                    "the checkpoint is corrupted: resume from an earlier one");
+    return parse_state((fs::path(dir) / kStateFile).string()).step;
+  } catch (const std::exception&) {
+    return -1;
   }
-  c.tensors = read_safetensors((fs::path(dir) / kModelFile).string());
-  return c;
+}
+
+Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* skipped, bool with_optimizer) {
+  if (fs::exists(fs::path(path) / kStateFile)) return load_one(path, with_optimizer);
+  const auto all = list_checkpoints(path);
+  if (all.empty())
+    throw UserError(path, fs::exists(path) ? "holds no checkpoint (no state.json, no ckpt_<step>/)" : "does not exist",
+                    "give a run directory written by `loom train --out` or one of its ckpt_<step> directories");
+  std::string reasons;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      return load_one(it->second, with_optimizer);
+    } catch (const UserError& e) {
+      const std::string note = fs::path(it->second).filename().string() + ": " + e.what();
+      if (skipped) skipped->push_back(note);
+      reasons += "\n  " + note;
+    }
+  }
+  throw UserError(path, "no checkpoint in it verifies:" + reasons,
+                  "every checkpoint is damaged; start a new run (or restore the directory from a backup)");
 }
 
 namespace {
@@ -193,15 +320,21 @@ std::string first_model_difference(const std::string& a_toml, const std::string&
   return "";
 }
 
+void restore_params(Trainer& t, const Checkpoint& c) {
+  std::map<std::string, const StTensor*> by_name;
+  for (const StTensor& s : c.tensors) by_name[s.name] = &s;
+  import_params(t.executor(), by_name, t.config().model.scan_layers, (fs::path(c.path) / kModelFile).string());
+}
+
 void restore_checkpoint(Trainer& t, const Checkpoint& c) {
   const std::string diff = first_model_difference(c.state.config_toml, config_to_toml(t.config()));
   if (!diff.empty())
     throw UserError(c.path, "was written for a different model: " + diff + " differs",
                     "resume with the checkpoint's model configuration (or start a new run with --out)");
+  restore_params(t, c);
   std::map<std::string, const StTensor*> by_name;
   for (const StTensor& s : c.tensors) by_name[s.name] = &s;
-  const std::string file = (fs::path(c.path) / kModelFile).string();
-  import_params(t.executor(), by_name, t.config().model.scan_layers, file);
+  const std::string file = (fs::path(c.path) / kOptimizerFile).string();
   const Graph& g = t.model().graph;
   const auto& ts = t.optimizer().tensors();
   for (size_t i = 0; i < g.params().size(); ++i) {
@@ -217,7 +350,7 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
     }
   }
   t.restore_progress(c.state.step, c.state.opt_count, c.state.loss_scale, c.state.scaler_tracker,
-                     c.state.scaler_skipped);
+                     c.state.scaler_skipped, c.state.scaler_consecutive);
 }
 
 }  // namespace loom

@@ -1,13 +1,22 @@
 // Checkpoints (docs/ARCHITECTURE.md, "Checkpoints"): a directory per save,
-//   RUN/ckpt_<step>/model.safetensors   params by scope path (stacked per layer when
-//                                       model.scan_layers), plus the optimizer moments under
-//                                       "opt/mu/<path>" and "opt/nu/<path>"
-//   RUN/ckpt_<step>/state.json          config (TOML text), step, optimizer count, loss-scaler
-//                                       state, seed, validation data position, metrics so far
-// Saving writes RUN/.ckpt_<step>.tmp/ and renames it into place, so a crash or a full disk never
-// leaves a half-written checkpoint and never harms an earlier one; old checkpoints beyond
-// keep_last are removed only after the new one is in place. RUN/best is the best validation loss
-// so far (same layout).
+//   RUN/ckpt_<step>/model.safetensors      the parameters alone, by scope path (stacked per layer
+//                                          when model.scan_layers): usable without the rest
+//   RUN/ckpt_<step>/optimizer.safetensors  the optimizer moments, "opt/mu/<path>", "opt/nu/<path>"
+//   RUN/ckpt_<step>/state.json             config (TOML text), step, optimizer count, loss-scaler
+//                                          state, seed, validation data position, best loss so far
+//   RUN/ckpt_<step>/tokenizer.json         the data's tokenizer, when it has one
+// Every tensor carries its CRC-32C (io/safetensors.h), verified when it is read.
+//
+// Never losing work:
+// - Saving streams tensors from the backend's buffers into RUN/.ckpt_<step>.tmp/ (4 MiB of host
+//   memory, not a copy of the state), fsyncs, then renames it into place; a crash or a full disk
+//   leaves the previous checkpoints as they were.
+// - A state with a non-finite parameter is never written (save returns `nonfinite`), so every
+//   checkpoint on disk is finite and pruning can never remove the last good one.
+// - Replacing a directory (best/) exchanges the two atomically (renameat2 RENAME_EXCHANGE); pruning
+//   first renames a checkpoint to .ckpt_<step>.del, so a kill mid-delete never leaves a half
+//   checkpoint under a loadable name.
+// - Format 1 checkpoints (moments inside model.safetensors) still load.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -28,7 +37,7 @@ struct CheckpointState {
   int64_t step = 0;         // optimizer steps completed
   int64_t opt_count = 0;    // Optax count (applied updates)
   double loss_scale = 1.0;
-  int64_t scaler_tracker = 0, scaler_skipped = 0;
+  int64_t scaler_tracker = 0, scaler_skipped = 0, scaler_consecutive = 0;
   uint64_t seed = 0;
   int64_t val_position = 0;
   double best_val_loss = -1;  // -1: none yet
@@ -36,25 +45,42 @@ struct CheckpointState {
 
 struct Checkpoint {
   CheckpointState state;
-  std::vector<StTensor> tensors;  // params and optimizer moments
+  std::vector<StTensor> tensors;  // params and optimizer moments ("opt/mu/...", "opt/nu/...")
   std::string path;               // the checkpoint directory
 };
 
+struct SaveResult {
+  bool saved = false;
+  std::string nonfinite;  // when not saved: the first tensor holding a NaN or an infinity
+};
+
 // Writes the trainer's parameters and optimizer state into `dir` atomically (and the data's
-// tokenizer as tokenizer.json, when given, so `loom sample` can decode).
-void save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
-                     const nlohmann::json* tokenizer = nullptr);
-// Reads and validates a checkpoint directory (or a run directory: its latest checkpoint).
-// Truncated/corrupted files, missing tensors or a bad state.json are UserErrors naming the file.
-Checkpoint load_checkpoint(const std::string& path);
+// tokenizer as tokenizer.json, when given, so `loom sample` can decode). A non-finite parameter
+// or moment writes nothing and is reported in the result; I/O failures throw std::runtime_error.
+SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
+                           const nlohmann::json* tokenizer = nullptr);
+// Reads and verifies a checkpoint directory, or a run directory: its newest checkpoint that
+// verifies (checksums, complete files, finite values), each skipped one reported in `skipped`
+// ("ckpt_000300: <why>") when given. Problems are UserErrors naming the file and the tensor.
+// Without `with_optimizer` the moments are not read (sampling, fine-tuning).
+Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* skipped = nullptr,
+                           bool with_optimizer = true);
 // Loads params and optimizer state into `t` (which must be built from a config whose model
 // matches: otherwise a UserError naming the first differing model.* key).
 void restore_checkpoint(Trainer& t, const Checkpoint& c);
+// Loads only the parameters (fine-tuning from a run: optimizer state fresh).
+void restore_params(Trainer& t, const Checkpoint& c);
+// The ckpt_<step> directories of a run directory, oldest first ({} if none).
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir);
 // The latest ckpt_<step> directory in a run directory ("" if none).
 std::string latest_checkpoint(const std::string& run_dir);
-// Removes all but the newest `keep` ckpt_<step> directories.
+// Removes all but the newest `keep` (at least 1) ckpt_<step> directories.
 void prune_checkpoints(const std::string& run_dir, int64_t keep);
+// Removes what an interrupted save or prune left behind (.ckpt_*.tmp, .*.old, .ckpt_*.del).
+void remove_stale_checkpoint_files(const std::string& run_dir);
 // model.* keys whose values differ between two TOML config texts ("" if none: the first key).
 std::string first_model_difference(const std::string& a_toml, const std::string& b_toml);
+// The step recorded in a checkpoint directory's state.json (-1 when unreadable).
+int64_t checkpoint_step(const std::string& dir);
 
 }  // namespace loom

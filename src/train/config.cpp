@@ -234,6 +234,8 @@ const std::vector<KeySpec>& schema() {
                   LOOM_REF(optimizer.loss_scale_backoff)),
       make_int("optimizer.loss_scale_interval", "dynamic: finite steps before growing",
                LOOM_REF(optimizer.loss_scale_interval)),
+      make_number("optimizer.loss_scale_min", "dynamic: the scale never backs off below this",
+                  LOOM_REF(optimizer.loss_scale_min)),
       make_int("optimizer.num_minibatches", "gradient accumulation: minibatches per step (divides data.batch_size)",
                LOOM_REF(optimizer.num_minibatches)),
       make_string("data.kind",
@@ -258,6 +260,13 @@ const std::vector<KeySpec>& schema() {
       make_int("train.keep_last", "checkpoints to keep (the best one is kept apart)", LOOM_REF(train.keep_last)),
       make_int("train.sample_tokens", "after training, print a sample of this many tokens (0 = none)",
                LOOM_REF(train.sample_tokens)),
+      make_string("train.on_nonfinite",
+                  "a NaN or infinite loss or gradient norm (float32/bfloat16): stop (keep the last good checkpoint "
+                  "and exit) or skip (drop that step's update and go on)",
+                  LOOM_REF(train.on_nonfinite)),
+      make_int("train.max_skipped_steps",
+               "stop after this many skipped steps in a row, in any dtype (float16 overflow included; 0 = never)",
+               LOOM_REF(train.max_skipped_steps)),
   };
   return keys;
 }
@@ -359,6 +368,8 @@ void validate_config(const Config& c) {
        "must be in (0, 1)", "GradScaler's default is 0.5");
   need(c.optimizer.loss_scale_interval >= 1, "optimizer.loss_scale_interval", "must be >= 1",
        "GradScaler's default is 2000");
+  need(c.optimizer.loss_scale_min > 0 && c.optimizer.loss_scale_min <= c.optimizer.loss_scale_init,
+       "optimizer.loss_scale_min", "must be positive and at most optimizer.loss_scale_init", "e.g. 1.0 (the default)");
   {
     ScheduleSpec s = c.optimizer.schedule;
     s.value = c.optimizer.learning_rate;
@@ -382,6 +393,9 @@ void validate_config(const Config& c) {
   need(c.train.checkpoint_interval >= 0, "train.checkpoint_interval", "must be >= 0", "0 saves at evaluations");
   need(c.train.keep_last >= 1, "train.keep_last", "must be >= 1", "e.g. 3");
   need(c.train.sample_tokens >= 0, "train.sample_tokens", "must be >= 0", "e.g. 200");
+  need(c.train.on_nonfinite == "stop" || c.train.on_nonfinite == "skip", "train.on_nonfinite",
+       "must be stop or skip, not '" + c.train.on_nonfinite + "'", "stop (the default) or skip");
+  need(c.train.max_skipped_steps >= 0, "train.max_skipped_steps", "must be >= 0", "e.g. 25 (0 = never stop)");
   if (c.model.kind == "transformer") {
     need(c.model.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
     need(c.model.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");

@@ -22,6 +22,10 @@ struct TrainConfig {
   int64_t checkpoint_interval = 0;  // save every N steps (0 = at evaluations and at the end)
   int64_t keep_last = 3;            // checkpoints kept (plus best/)
   int64_t sample_tokens = 0;        // print a sample of this many tokens at the end (0 = none)
+  // A non-finite loss or gradient norm (float32/bfloat16): "stop" the run (keeping the last good
+  // checkpoint) or "skip" the step's update and go on.
+  std::string on_nonfinite = "stop";
+  int64_t max_skipped_steps = 25;  // stop after this many skipped steps in a row, any dtype (0 = never)
 };
 
 struct Config {

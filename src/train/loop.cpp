@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <string_view>
 
 namespace loom {
 
@@ -17,7 +18,7 @@ std::string format_duration(double s) {
   return fmt::format("{}h{:02d}m", total / 3600, (total % 3600) / 60);
 }
 
-Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
+LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
   std::ofstream jsonl;
   if (!o.metrics_file.empty()) {
     jsonl.open(o.metrics_file, std::ios::app);
@@ -26,13 +27,27 @@ Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
   const bool lm = t.config().model.kind == "transformer";
   const char* unit = lm ? "tok/s" : "ex/s";
   const double items_per_step = static_cast<double>(t.model().examples * t.config().optimizer.num_minibatches);
-  Metrics total;
+  LoopResult res;
+  Metrics& total = res.total;
+  const TrainConfig& tc = t.config().train;
+  const bool fp16 = t.config().model.dtype == DType::f16;
   double elapsed = 0;
   const int64_t first = t.steps_done();
   for (int64_t s = first; s < o.steps; ++s) {
     if (o.before_step) o.before_step(s + 1);
     const StepReport r = t.step(data.train_batch(s));
+    res.last = r;
     add_metrics(total, r.metrics);
+    const LossScaler& sc = t.optimizer().scaler();
+    // float16 gradients that overflow are the loss scale's business (skip and back off), up to
+    // max_skipped_steps in a row; anything else non-finite means the run diverged.
+    const bool scale_skip = fp16 && std::string_view(r.opt.nonfinite) == "gradient norm";
+    std::string diverged;
+    if (r.opt.skipped && !scale_skip && tc.on_nonfinite == "stop")
+      diverged = fmt::format("the {} is not finite at step {}", r.opt.nonfinite, s + 1);
+    else if (r.opt.skipped && tc.max_skipped_steps > 0 && sc.consecutive >= tc.max_skipped_steps)
+      diverged = fmt::format("{} steps in a row were skipped (non-finite {}{}), up to step {}", sc.consecutive,
+                             r.opt.nonfinite, sc.enabled ? fmt::format(" at loss scale {:g}", sc.scale) : "", s + 1);
     // The first step includes one-time costs (page faults, BLAS warm-up): leave it out of the
     // throughput estimate once there is a second step.
     elapsed += r.seconds;
@@ -44,7 +59,8 @@ Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
     const bool log = step % o.log_every == 0 || s + 1 == o.steps;
     std::string extra;
     if (r.opt.skipped)
-      extra += fmt::format("  skipped (non-finite grads, scale -> {:g})", t.optimizer().scaler().scale);
+      extra += sc.enabled ? fmt::format("  skipped (non-finite {}, scale -> {:g})", r.opt.nonfinite, sc.scale)
+                          : fmt::format("  skipped (non-finite {})", r.opt.nonfinite);
     if (o.progress_bar) {
       const int width = 24;
       const int filled = static_cast<int>(width * (s + 1) / std::max<int64_t>(o.steps, 1));
@@ -56,7 +72,7 @@ Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
                  s + 1, o.steps, loss, acc, r.opt.lr, r.seconds * 1e3, items_per_s, unit, format_duration(eta), extra);
     }
     std::fflush(o.out);
-    if (log && jsonl) {
+    if (log && jsonl.is_open()) {
       nlohmann::json j = {{"step", step},
                           {"loss", loss},
                           {"accuracy", acc},
@@ -64,14 +80,26 @@ Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
                           {"step_time_s", r.seconds},
                           {lm ? "tokens_per_s" : "examples_per_s", items_per_s},
                           {"loss_scale", r.opt.loss_scale},
-                          {"skipped_steps", t.optimizer().scaler().skipped}};
+                          {"skipped_steps", sc.skipped}};
       if (r.opt.grad_norm >= 0) j["grad_norm"] = r.opt.grad_norm;
       jsonl << j.dump() << "\n";
       jsonl.flush();
+      if (!jsonl) throw std::runtime_error("cannot write metrics file '" + o.metrics_file + "' (disk full?)");
+    }
+    if (!diverged.empty()) {
+      if (o.progress_bar && !log) fmt::print(o.out, "\n");
+      res.end = LoopEnd::diverged;
+      res.why = diverged;
+      return res;
     }
     if (o.after_step) o.after_step(s + 1);
+    if (o.should_stop && o.should_stop()) {
+      if (o.progress_bar && !log) fmt::print(o.out, "\n");
+      res.end = LoopEnd::stopped;
+      return res;
+    }
   }
-  return total;
+  return res;
 }
 
 }  // namespace loom

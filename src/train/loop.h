@@ -20,12 +20,28 @@ struct LoopOptions {
   FILE* out = stdout;
   // Called before and after every step with its 1-based number in this run (loom train --profile).
   std::function<void(int64_t step)> before_step, after_step;
+  // Asked after every step (after after_step): true ends the loop (a signal asked to stop).
+  std::function<bool()> should_stop;
+};
+
+// Why the loop ended.
+enum class LoopEnd { finished, stopped, diverged };
+
+struct LoopResult {
+  Metrics total;  // summed over the steps run
+  LoopEnd end = LoopEnd::finished;
+  std::string why;  // diverged: what was not finite, at which step, and the state kept
+  StepReport last;  // the last step's report (metrics, optimizer)
 };
 
 // Runs steps until t.steps_done() == o.steps, batch k = data.train_batch(k), calling the
-// options' step hooks (evaluation, checkpoints, profiling). Returns the metrics summed over the
-// steps it ran.
-Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o);
+// options' step hooks (evaluation, checkpoints, profiling). Stops early when should_stop() says
+// so, or when training diverges under train.on_nonfinite = "stop": a non-finite loss or gradient
+// norm in float32/bfloat16 (float16's dynamic scaling skips steps with overflowing gradients as
+// GradScaler does), or more than train.max_skipped_steps skipped steps in a row in any dtype. A
+// diverged step applied no update and runs no after_step hook, so no checkpoint of it is written.
+// A failed write of the metrics file throws std::runtime_error naming it.
+LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o);
 
 // "1h02m", "3m07s", "12.3s"
 std::string format_duration(double seconds);

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -147,7 +148,9 @@ StepReport Trainer::step(const Batch& batch) {
   }
   {
     ScopedSpan optimizer_span(recorder_, SpanKind::optimizer, step_ + 1);
-    r.opt = opt_->step();
+    // A non-finite loss (the forward diverged or overflowed) applies no update: the run decides
+    // whether to stop (train.on_nonfinite) with the last good state intact.
+    r.opt = opt_->step(std::isfinite(r.metrics["loss"].sum));
   }
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -155,13 +158,14 @@ StepReport Trainer::step(const Batch& batch) {
 }
 
 void Trainer::restore_progress(int64_t step, int64_t opt_count, double loss_scale, int64_t scaler_tracker,
-                               int64_t scaler_skipped) {
+                               int64_t scaler_skipped, int64_t scaler_consecutive) {
   step_ = step;
   opt_->set_count(opt_count);
   LossScaler& sc = opt_->scaler();
   if (sc.enabled) sc.scale = loss_scale;
   sc.tracker = scaler_tracker;
   sc.skipped = scaler_skipped;
+  sc.consecutive = scaler_consecutive;
 }
 
 void Trainer::set_recorder(OpRecorder* r) {

@@ -63,7 +63,7 @@ class Trainer {
   const Optimizer& optimizer() const { return *opt_; }
   // Continues a run from a checkpoint (after its params and moments are loaded).
   void restore_progress(int64_t step, int64_t opt_count, double loss_scale, int64_t scaler_tracker,
-                        int64_t scaler_skipped);
+                        int64_t scaler_skipped, int64_t scaler_consecutive = 0);
   // Host copies of a parameter (by path) and of its gradient from the last step.
   std::vector<float> param(const std::string& path) const;
   std::vector<float> grad(const std::string& path) const;

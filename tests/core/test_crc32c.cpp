@@ -39,8 +39,7 @@ TEST(Crc32c, CheckValue) {
 TEST(Crc32c, MatchesBitwiseDefinitionAtEveryBoundary) {
   const auto v = bytes(3 * 4096 * 2 + 64);
   for (size_t n : {size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{4095}, size_t{12287}, size_t{12288},
-                   size_t{12289}, size_t{12288 + 13}, size_t{24576}, v.size()})
-  {
+                   size_t{12289}, size_t{12288 + 13}, size_t{24576}, v.size()}) {
     EXPECT_EQ(loom::crc32c(v.data(), n), crc_bitwise(v.data(), n)) << "n = " << n;
     EXPECT_EQ(loom::crc32c_portable(v.data(), n), crc_bitwise(v.data(), n)) << "n = " << n;
   }

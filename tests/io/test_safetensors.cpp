@@ -177,8 +177,8 @@ TEST_F(SafetensorsTest, FlippedBitIsAnErrorNamingTheTensor) {
     auto broken = bytes;
     broken[at] ^= 0x10;
     const std::string q = path("broken.safetensors");
-    std::ofstream(q, std::ios::binary).write(reinterpret_cast<const char*>(broken.data()),
-                                             static_cast<std::streamsize>(broken.size()));
+    std::ofstream(q, std::ios::binary)
+        .write(reinterpret_cast<const char*>(broken.data()), static_cast<std::streamsize>(broken.size()));
     try {
       read_safetensors(q);
       ADD_FAILURE() << "no error for a flipped bit in " << t.name;

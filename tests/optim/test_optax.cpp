@@ -214,6 +214,48 @@ TEST(LossScaler, FollowsGradScaler) {
   EXPECT_EQ(st.skipped, 1);
 }
 
+// The scale has a floor (a scale halving towards 0 would skip every step forever), and skipped
+// steps are counted, in a row too, whether scaling is on or not (float32 and bfloat16 runs).
+TEST(LossScaler, FloorAndSkipCountsInEveryDtype) {
+  LossScaler s;
+  s.enabled = s.dynamic = true;
+  s.scale = 8;
+  s.min_scale = 1;
+  for (int i = 0; i < 10; ++i) s.update(true);
+  EXPECT_EQ(s.scale, 1);
+  EXPECT_EQ(s.skipped, 10);
+  EXPECT_EQ(s.consecutive, 10);
+  s.update(false);
+  EXPECT_EQ(s.consecutive, 0);
+  LossScaler off;  // float32: no scaling, still counted
+  off.update(true);
+  off.update(true);
+  EXPECT_EQ(off.skipped, 2);
+  EXPECT_EQ(off.consecutive, 2);
+  EXPECT_EQ(off.scale, 1);
+}
+
+TEST(LossScaler, NonFiniteLossSkipsTheUpdateInFloat32) {
+  OptimizerConfig c;
+  auto be = make_backend("cpu");
+  Graph gr;
+  const ValueId p = gr.add_param("kernel", Shape{2}, {});
+  std::unique_ptr<Executor> ex;
+  ASSERT_TRUE(Executor::create(*be, gr, plan_memory(gr, default_schedule(gr)), &ex).is_ok());
+  const std::vector<float> start = {1.f, 2.f}, grads = {0.5f, 0.5f};
+  ex->upload(p, start.data());
+  ex->upload(gr.grad_of(p), grads.data());
+  Optimizer opt(c, DType::f32, *be, gr, *ex);
+  const OptimizerReport r = opt.step(/*loss_finite=*/false);
+  EXPECT_TRUE(r.skipped);
+  EXPECT_STREQ(r.nonfinite, "loss");
+  EXPECT_EQ(opt.scaler().skipped, 1);
+  EXPECT_EQ(opt.count(), 0);
+  std::vector<float> after(2);
+  ex->download(p, after.data());
+  EXPECT_EQ(after, start);
+}
+
 TEST(LossScaler, NonFiniteGradientsSkipTheUpdate) {
   const json& g = golden();
   OptimizerConfig c;

@@ -1,0 +1,55 @@
+// A run directory that never loses work (docs/ARCHITECTURE.md, "Runs"):
+//
+// - Ownership. A directory is a loom run when it holds loom's marker file `loom-run.json` (run
+//   id, creation time, what it was seeded from) — or, for runs made before the marker existed,
+//   loom's config.toml. loom deletes or replaces only entries it wrote there: the marker, the
+//   lock, config.toml, metrics.jsonl, ckpt_<digits>/ and best/ holding loom's state.json, staged
+//   .ckpt_*/.best.* directories and superseded/. Anything else (a user's ckpt_photos/, notes.txt)
+//   is never touched.
+// - A lock. `lock()` takes an exclusive flock on `.lock` and writes the holder's pid there; a second
+//   process is refused with a message naming that pid. The kernel drops a flock when its process
+//   dies, so a stale lock from a killed run is simply taken over.
+// - Forks instead of overwrites. Resuming from an earlier checkpoint moves the later checkpoints
+//   (and best/ when it is later, and the metrics lines after the resumed step) into
+//   superseded/<time>-from-step-<N>/, unless the user asked to discard them.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+class RunDir {
+ public:
+  explicit RunDir(std::filesystem::path dir);
+  ~RunDir();
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+
+  const std::filesystem::path& path() const { return dir_; }
+  // Whether the directory holds a loom run (marker, a legacy config.toml, metrics or checkpoints).
+  bool holds_run() const;
+  // Takes the exclusive lock, creating the directory (and parents) when missing. Throws UserError
+  // naming the pid of a live holder. Idempotent.
+  void lock();
+  // Removes every entry loom owns (see the header comment) and nothing else. Needs the lock.
+  void clear_owned();
+  // Writes a fresh marker (new run id); `seeded_from` names the checkpoint a new run starts from.
+  void write_marker(const std::string& seeded_from = {});
+  // Prepares a resume at `step`: later checkpoints (and a later best/) and metrics lines with a
+  // larger step are moved to superseded/<time>-from-step-<step>/ or, with `discard`, deleted.
+  // Returns the names moved or deleted (for the log). Needs the lock.
+  std::vector<std::string> fork_at(int64_t step, bool discard);
+  // Keeps only the metrics.jsonl lines of steps <= `step` (atomically; no line is logged twice).
+  void truncate_metrics(int64_t step);
+
+ private:
+  std::filesystem::path dir_;
+  int lock_fd_ = -1;
+};
+
+// Lines of a metrics.jsonl file whose "step" is <= `step` (all lines are kept when unparsable).
+std::string metrics_up_to(const std::string& jsonl_text, int64_t step, std::string* rest = nullptr);
+
+}  // namespace loom

@@ -1,0 +1,277 @@
+// A run directory that never loses work (run/run_dir.h, train/checkpoint.h): signals save and
+// say how to resume, kills at any instant leave a loadable checkpoint, a second process is
+// refused, divergence stops with the last good state, corrupted checkpoints are skipped by name,
+// --overwrite validates first and deletes only loom's files, and resuming never destroys.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "io/safetensors.h"
+#include "support/run_fixture.h"
+
+namespace {
+
+using namespace loom::testing;
+
+// `loom ARGS` in the background, its output in `log`. Returns its pid.
+pid_t spawn(const std::string& args, const fs::path& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string cmd = "exec " + std::string(LOOM_BINARY) + " " + args + " > " + log.string() + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Exit status of `pid` (128 + signal when killed by one).
+int wait_status(pid_t pid) {
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+// Lines of metrics.jsonl (0 when missing).
+size_t metric_lines(const fs::path& p) {
+  std::ifstream f(p);
+  size_t n = 0;
+  for (std::string line; std::getline(f, line);) n += !line.empty();
+  return n;
+}
+
+// Waits (up to a minute) until the run has logged `n` lines.
+void wait_for_lines(const fs::path& metrics, size_t n) {
+  for (int i = 0; i < 6000 && metric_lines(metrics) < n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+std::vector<int64_t> logged_steps(const fs::path& metrics) {
+  std::vector<int64_t> out;
+  std::ifstream f(metrics);
+  for (std::string line; std::getline(f, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out.push_back(j["step"].get<int64_t>());
+  }
+  return out;
+}
+
+std::string fmt_ckpt(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "ckpt_%06lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string train(const fs::path& out, const std::string& extra = {}) {
+  return "train " + fixture().config.string() + " --out " + out.string() + " " + extra;
+}
+
+void expect_same_params(const fs::path& a, const fs::path& b) {
+  const auto x = loom::read_safetensors((a / "model.safetensors").string());
+  const auto y = loom::read_safetensors((b / "model.safetensors").string());
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(x[i].bytes == y[i].bytes) << x[i].name;
+}
+
+TEST(RunSafety, InterruptSavesAndResumesBitIdentically) {
+  const fs::path out = scratch("sigint"), straight = scratch("sigint_straight");
+  const pid_t pid = spawn(train(out, "train.steps=100000 train.eval_interval=0"), out.parent_path() / "sigint.log");
+  wait_for_lines(out / "metrics.jsonl", 3);
+  kill(pid, SIGINT);
+  EXPECT_EQ(wait_status(pid), 130);
+  const std::string log = read(out.parent_path() / "sigint.log");
+  EXPECT_NE(log.find("interrupted (Ctrl-C) at step"), std::string::npos) << log;
+  EXPECT_NE(log.find("loom train --resume " + out.string()), std::string::npos) << log;
+  const std::vector<int64_t> steps = logged_steps(out / "metrics.jsonl");
+  ASSERT_FALSE(steps.empty());
+  const int64_t n = steps.back();
+  ASSERT_TRUE(fs::exists(out / fmt_ckpt(n))) << log;
+  // Continuing the interrupted run gives what an uninterrupted one gives.
+  const std::string to = " train.steps=" + std::to_string(n + 3);
+  Result r = run("train --resume " + out.string() + to);
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run(train(straight, "train.eval_interval=0" + to));
+  ASSERT_EQ(r.status, 0) << r.out;
+  expect_same_params(out / fmt_ckpt(n + 3), straight / fmt_ckpt(n + 3));
+  EXPECT_EQ(logged_steps(out / "metrics.jsonl"), logged_steps(straight / "metrics.jsonl"));
+}
+
+TEST(RunSafety, TerminateExits143AndASecondSignalExitsAtOnce) {
+  const fs::path out = scratch("sigterm");
+  pid_t pid = spawn(train(out, "train.steps=100000"), out.parent_path() / "term.log");
+  wait_for_lines(out / "metrics.jsonl", 2);
+  kill(pid, SIGTERM);
+  EXPECT_EQ(wait_status(pid), 143) << read(out.parent_path() / "term.log");
+  pid = spawn("train --resume " + out.string() + " train.steps=100000", out.parent_path() / "twice.log");
+  wait_for_lines(out / "metrics.jsonl", metric_lines(out / "metrics.jsonl") + 2);
+  kill(pid, SIGINT);
+  kill(pid, SIGINT);
+  EXPECT_EQ(wait_status(pid), 130);
+  // Whatever the second signal cut short, the run still resumes from an intact checkpoint.
+  const Result r = run("train --resume " + out.string() + " train.steps=1");
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+}
+
+TEST(RunSafety, KillsAtRandomInstantsLeaveALoadableCheckpoint) {
+  const fs::path out = scratch("kills");
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int> delay_ms(20, 400);
+  const std::string args = " train.steps=100000 train.checkpoint_interval=1 train.keep_last=2 train.eval_interval=2";
+  ASSERT_EQ(run(train(out, "train.steps=2 train.checkpoint_interval=1")).status, 0);
+  for (int i = 0; i < 12; ++i) {
+    const pid_t pid = spawn("train --resume " + out.string() + args, out.parent_path() / "kill.log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    kill(pid, SIGKILL);
+    wait_status(pid);
+  }
+  const Result r = run("train --resume " + out.string() + " train.steps=1");  // loads, verifies, exits
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("skipping a damaged checkpoint"), std::string::npos) << r.out;
+  // best/ is always whole: it loads for sampling.
+  if (fs::exists(out / "best")) {
+    const Result s = run("sample " + (out / "best").string() + " --tokens 5 --prompt T");
+    EXPECT_EQ(s.status, 0) << s.out;
+  }
+}
+
+TEST(RunSafety, ASecondProcessIsRefusedWithTheHoldersPid) {
+  const fs::path out = scratch("lock");
+  const pid_t pid = spawn(train(out, "train.steps=100000"), out.parent_path() / "lock.log");
+  wait_for_lines(out / "metrics.jsonl", 2);
+  const auto before = read(out / "config.toml");
+  for (const std::string& args : {"train --resume " + out.string(), train(out, "--overwrite")}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("in use by another loom process (pid " + std::to_string(pid) + ")"), std::string::npos)
+        << r.out;
+  }
+  EXPECT_EQ(read(out / "config.toml"), before);
+  kill(pid, SIGTERM);
+  EXPECT_EQ(wait_status(pid), 143);
+}
+
+TEST(RunSafety, Float32DivergenceStopsWithTheLastGoodCheckpoint) {
+  const fs::path out = scratch("diverge32");
+  const std::string huge = " optimizer.learning_rate=1e30 optimizer.schedule=constant train.checkpoint_interval=1";
+  Result r = run(train(out, "train.eval_interval=0" + huge));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("training diverged"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is intact"), std::string::npos) << r.out;
+  // Every checkpoint left is finite and loads; none is from the diverged step.
+  const auto cks = logged_steps(out / "metrics.jsonl");
+  ASSERT_FALSE(cks.empty());
+  r = run("train --resume " + out.string() + " train.steps=1");
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+  // With on_nonfinite = skip the run goes on, counts the skipped steps, and stops after
+  // max_skipped_steps in a row.
+  const fs::path skip = scratch("diverge32_skip");
+  r = run(train(skip, "train.eval_interval=0 train.on_nonfinite=skip train.max_skipped_steps=3" + huge));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("3 steps in a row were skipped"), std::string::npos) << r.out;
+  std::ifstream f(skip / "metrics.jsonl");
+  int64_t skipped = 0;
+  for (std::string line; std::getline(f, line);) skipped = nlohmann::json::parse(line).value("skipped_steps", skipped);
+  EXPECT_EQ(skipped, 3);
+}
+
+TEST(RunSafety, Float16DivergenceStops) {
+  const fs::path out = scratch("diverge16");
+  const Result r = run(train(out,
+                             "model.dtype=float16 optimizer.learning_rate=1e30 optimizer.schedule=constant "
+                             "train.checkpoint_interval=1 train.eval_interval=0"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("training diverged"), std::string::npos) << r.out;
+}
+
+TEST(RunSafety, CorruptedTensorBytesAreSkippedByName) {
+  const fs::path out = scratch("corrupt_bytes");
+  ASSERT_EQ(run(train(out, "train.steps=10 train.checkpoint_interval=5 train.eval_interval=0")).status, 0);
+  const fs::path model = out / "ckpt_000010" / "model.safetensors";
+  auto bytes = file_bytes(model);
+  bytes[bytes.size() - 3] ^= 0x40;  // inside the last tensor's data
+  std::ofstream(model, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  Result r = run("train --resume " + (out / "ckpt_000010").string());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("fails its checksum"), std::string::npos) << r.out;
+  r = run("train --resume " + out.string() + " train.steps=12");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("skipping a damaged checkpoint: ckpt_000010"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("at step 5"), std::string::npos) << r.out;
+}
+
+TEST(RunSafety, OverwriteValidatesFirstAndDeletesOnlyLoomsFiles) {
+  const fs::path out = scratch("overwrite");
+  ASSERT_EQ(run(train(out, "train.steps=5")).status, 0);
+  fs::create_directories(out / "ckpt_photos");
+  std::ofstream(out / "ckpt_photos" / "cat.jpg") << "meow";
+  std::ofstream(out / "notes.txt") << "mine";
+  const auto metrics = read(out / "metrics.jsonl");
+  // A mistake in the new run changes nothing of the old one.
+  Result r = run(train(out, "train.steps=5 --overwrite data.dir=" + (out / "nowhere").string()));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_EQ(read(out / "metrics.jsonl"), metrics);
+  EXPECT_TRUE(fs::exists(out / "ckpt_000005"));
+  r = run(train(out, "train.steps=3 --overwrite"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(fs::exists(out / "ckpt_000005"));
+  EXPECT_TRUE(fs::exists(out / "ckpt_000003"));
+  EXPECT_EQ(read(out / "ckpt_photos" / "cat.jpg"), "meow");
+  EXPECT_EQ(read(out / "notes.txt"), "mine");
+  EXPECT_NE(read(out / "loom-run.json").find("run_id"), std::string::npos);
+  // A mistake in a new run leaves no directory behind.
+  r = run(train(out.parent_path() / "never_made", "data.dir=" + (out / "nowhere").string()));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_FALSE(fs::exists(out.parent_path() / "never_made"));
+}
+
+TEST(RunSafety, ResumingFromAnEarlierCheckpointForksInsteadOfOverwriting) {
+  const fs::path out = scratch("fork");
+  ASSERT_EQ(run(train(out, "train.checkpoint_interval=5 train.keep_last=5")).status, 0);  // 20 steps
+  const auto later = file_bytes(out / "ckpt_000020" / "model.safetensors");
+  const Result r = run("train --resume " + (out / "ckpt_000010").string() + " train.steps=15");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("ckpt_000015, ckpt_000020"), std::string::npos) << r.out;
+  // The later checkpoints are kept aside, byte for byte.
+  fs::path aside;
+  for (const auto& e : fs::directory_iterator(out / "superseded")) aside = e.path();
+  ASSERT_FALSE(aside.empty());
+  EXPECT_EQ(file_bytes(aside / "ckpt_000020" / "model.safetensors"), later);
+  EXPECT_TRUE(fs::exists(aside / "metrics.jsonl"));
+  // No step is logged twice, and the run ends at 15.
+  const auto steps = logged_steps(out / "metrics.jsonl");
+  EXPECT_EQ(std::set<int64_t>(steps.begin(), steps.end()).size(), steps.size());
+  EXPECT_EQ(steps.back(), 15);
+  EXPECT_FALSE(fs::exists(out / "ckpt_000020"));
+}
+
+TEST(RunSafety, ResumeIntoANewDirectoryLeavesTheSourceAlone) {
+  const fs::path src = scratch("seed_src"), dst = scratch("seed_dst") / "new";
+  ASSERT_EQ(run(train(src, "train.steps=10 train.checkpoint_interval=5")).status, 0);
+  const auto before = read(src / "metrics.jsonl");
+  const Result r =
+      run("train --resume " + (src / "ckpt_000005").string() + " --out " + dst.string() + " train.steps=8");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(read(src / "metrics.jsonl"), before);
+  EXPECT_TRUE(fs::exists(src / "ckpt_000010"));
+  EXPECT_TRUE(fs::exists(dst / "ckpt_000008"));
+  EXPECT_NE(read(dst / "loom-run.json").find("seeded_from"), std::string::npos);
+  const auto steps = logged_steps(dst / "metrics.jsonl");
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.front(), 1);  // the history up to the checkpoint comes along
+  EXPECT_EQ(steps.back(), 8);
+}
+
+}  // namespace
