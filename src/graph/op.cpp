@@ -18,6 +18,16 @@ constexpr OpInfo kOpTable[] = {
 #undef LOOM_RULE_PTR_none
 static_assert(sizeof(kOpTable) / sizeof(kOpTable[0]) == kNumOps);
 
+// A flag that refines another appears only with it.
+constexpr bool flags_refine_their_base() {
+  for (const OpInfo& op : kOpTable) {
+    if ((op.flags & kOpDotNoBatchDims) && !(op.flags & kOpDot)) return false;
+    if ((op.flags & kOpWritesGrad) && !(op.flags & kOpWritesInput0)) return false;
+  }
+  return true;
+}
+static_assert(flags_refine_their_base(), "kOpDotNoBatchDims needs kOpDot; kOpWritesGrad needs kOpWritesInput0");
+
 }  // namespace
 
 const OpInfo& op_info(OpKind k) {

@@ -71,24 +71,23 @@ NodeId build_backward(Graph& g, ValueId loss, ValueId seed) {
 }
 
 std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>& schedule) {
-  // Per gradient buffer: whether its first writer in the schedule assigns (grad_accumulate or
-  // dense_grad_weight) or scatter-adds (embedding_grad).
+  // Per gradient buffer: whether its first writer in the schedule assigns or scatter-adds.
   enum class First : uint8_t { none, assigns, scatters };
   std::vector<First> first(g.values().size(), First::none);
   for (NodeId id : schedule) {
     Node& n = g.node_mut(id);
-    if (n.op != OpKind::grad_accumulate && n.op != OpKind::dense_grad_weight && n.op != OpKind::embedding_grad)
-      continue;
-    if (first[n.in[0]] != First::none) continue;
-    if (n.op == OpKind::grad_accumulate) {
-      std::get<GradAccumulateAttrs>(n.attrs).assign_in_first_minibatch = true;
-      first[n.in[0]] = First::assigns;
-    } else if (n.op == OpKind::dense_grad_weight) {
-      std::get<DenseGradWeightAttrs>(n.attrs).assign_in_first_minibatch = true;
-      first[n.in[0]] = First::assigns;
-    } else {
-      first[n.in[0]] = First::scatters;
-    }
+    if (!(op_info(n.op).flags & kOpWritesGrad) || first[n.in[0]] != First::none) continue;
+    // A writer that covers every element has assign_in_first_minibatch (ops.def, kOpWritesGrad).
+    first[n.in[0]] = std::visit(
+        [](auto& a) {
+          if constexpr (requires { a.assign_in_first_minibatch; }) {
+            a.assign_in_first_minibatch = true;
+            return First::assigns;
+          } else {
+            return First::scatters;
+          }
+        },
+        n.attrs);
   }
   std::vector<ValueId> to_zero;
   for (const Param& p : g.params())
