@@ -29,8 +29,6 @@ const char* phase_name(Phase p) {
       return "backward";
     case Phase::recompute:
       return "recompute";
-    case Phase::optimizer:
-      return "optimizer";
   }
   return "?";
 }

@@ -28,8 +28,6 @@ const char* phase_group(Phase p) {
     case Phase::backward:
     case Phase::recompute:
       return "backward";
-    case Phase::optimizer:
-      return "optimizer";
   }
   return "?";
 }
@@ -43,7 +41,7 @@ std::string value_desc(const Value& v) {
 
 // What the trace needs about one schedule step, computed once.
 struct StepInfo {
-  std::string group;                  // forward | backward | optimizer
+  std::string group;                  // forward | backward
   std::vector<std::string> path;      // nested spans between the phase span and the op
   std::vector<const char*> path_cat;  // "scope" or "remat"
   nlohmann::json args;                // the op's static args
@@ -285,7 +283,7 @@ ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const O
 
   std::vector<OpCost> costs(plan.schedule.size());
   for (size_t i = 0; i < plan.schedule.size(); ++i) costs[i] = node_cost(g, g.node(plan.schedule[i]));
-  double phase_us[4] = {0, 0, 0, 0};  // indexed by Phase
+  double phase_us[kNumPhases] = {};  // indexed by Phase
   double total_flops = 0, total_bytes = 0, total_us = 0;
   std::map<std::string, OpTimeRow> rows, kinds;
   for (const OpEvent& e : rec.ops()) {
@@ -336,7 +334,7 @@ ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const O
   s.forward_ms = phase_us[static_cast<size_t>(Phase::forward)] / 1000.0 / nsteps;
   s.backward_ms = phase_us[static_cast<size_t>(Phase::backward)] / 1000.0 / nsteps;
   s.recompute_ms = phase_us[static_cast<size_t>(Phase::recompute)] / 1000.0 / nsteps;
-  s.optimizer_ms = (phase_us[static_cast<size_t>(Phase::optimizer)] + optimizer_us) / 1000.0 / nsteps;
+  s.optimizer_ms = optimizer_us / 1000.0 / nsteps;
   if (s.steps > 0)
     s.other_ms = std::max(0.0, step_total_ms / nsteps - s.forward_ms - s.backward_ms - s.recompute_ms - s.optimizer_ms);
   s.step_gflop = total_flops / nsteps * 1e-9;
