@@ -104,7 +104,7 @@ class Graph {
     int32_t parent = -1;
   };
   int32_t add_region(const std::string& scope, int32_t parent) {
-    regions_.push_back(Region{scope, parent});
+    regions_.push_back(Region{.scope = scope, .parent = parent});
     return static_cast<int32_t>(regions_.size() - 1);
   }
   const std::vector<Region>& regions() const { return regions_; }

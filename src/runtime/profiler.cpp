@@ -111,7 +111,7 @@ std::vector<OpGroup> group_ops(const OpRecorder& rec) {
     }
     const bool fresh = groups.empty() || span != groups.back().span || (span < 0 && e.step <= ops[i - 1].step);
     if (fresh)
-      groups.push_back(OpGroup{i, i + 1, span});
+      groups.push_back(OpGroup{.begin = i, .end = i + 1, .span = span});
     else
       groups.back().end = i + 1;
   }
@@ -165,7 +165,12 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
         args = {{"step", s.index}};
         break;
     }
-    xs.push_back(XEvent{std::move(name), span_kind_name(s.kind), ns(s.t_begin_us), ns(s.t_end_us), depth, args});
+    xs.push_back(XEvent{.name = std::move(name),
+                        .cat = span_kind_name(s.kind),
+                        .b = ns(s.t_begin_us),
+                        .e = ns(s.t_end_us),
+                        .depth = depth,
+                        .args = args});
   }
 
   struct Open {
@@ -181,8 +186,12 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
       while (stack.size() > keep) {
         const Open o = stack.back();
         stack.pop_back();
-        xs.push_back(
-            XEvent{*o.name, o.cat, o.b, prev_end, base + static_cast<int>(stack.size()), nlohmann::json::object()});
+        xs.push_back(XEvent{.name = *o.name,
+                            .cat = o.cat,
+                            .b = o.b,
+                            .e = prev_end,
+                            .depth = base + static_cast<int>(stack.size()),
+                            .args = nlohmann::json::object()});
       }
     };
     for (size_t i = grp.begin; i < grp.end; ++i) {
@@ -196,15 +205,19 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
       while (common < stack.size() && common < depth && *stack[common].name == *name_at(common)) ++common;
       close_to(common);
       for (size_t k = common; k < depth; ++k)
-        stack.push_back(Open{name_at(k), k == 0 ? "phase" : si.path_cat[k - 1], b});
+        stack.push_back(Open{.name = name_at(k), .cat = k == 0 ? "phase" : si.path_cat[k - 1], .b = b});
       nlohmann::json args = si.args;
       const double sec = static_cast<double>(en - b) * 1e-9;
       if (sec > 0) {
         args["GFLOP/s"] = static_cast<double>(si.cost.flops) / sec * 1e-9;
         args["GB/s"] = static_cast<double>(si.cost.bytes) / sec * 1e-9;
       }
-      xs.push_back(XEvent{op_name(g.node(plan.schedule[static_cast<size_t>(e.step)]).op), "op", b, en,
-                          base + static_cast<int>(depth), std::move(args)});
+      xs.push_back(XEvent{.name = op_name(g.node(plan.schedule[static_cast<size_t>(e.step)]).op),
+                          .cat = "op",
+                          .b = b,
+                          .e = en,
+                          .depth = base + static_cast<int>(depth),
+                          .args = std::move(args)});
       prev_end = en;
     }
     close_to(0);

@@ -37,15 +37,21 @@ NodeId build_backward(Graph& g, ValueId loss, ValueId seed) {
     bool has_ct = false;
     for (ValueId v : n.out) has_ct = has_ct || ct[v] != kNoValue;
     if (!has_ct || !info.vjp) continue;
-    VjpCtx c{g, i, n, {}, {}, {}};
-    for (ValueId v : n.out) c.out_ct.push_back(ct[v]);
+    std::vector<bool> in_needs;
     bool any_needed = false;
     for (ValueId v : n.in) {
-      c.needs.push_back(needs[v]);
+      in_needs.push_back(needs[v]);
       any_needed = any_needed || needs[v];
     }
     if (!any_needed) continue;
-    c.in_ct.assign(n.in.size(), kNoValue);
+    std::vector<ValueId> out_ct;
+    for (ValueId v : n.out) out_ct.push_back(ct[v]);
+    VjpCtx c{.g = g,
+             .fwd = i,
+             .node = n,
+             .out_ct = std::move(out_ct),
+             .needs = std::move(in_needs),
+             .in_ct = std::vector<ValueId>(n.in.size(), kNoValue)};
     info.vjp(c);
     for (size_t j = 0; j < c.node.in.size(); ++j) {
       const ValueId x = c.node.in[j];
