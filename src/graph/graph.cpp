@@ -29,8 +29,6 @@ const char* phase_name(Phase p) {
       return "backward";
     case Phase::recompute:
       return "recompute";
-    case Phase::optimizer:
-      return "optimizer";
   }
   return "?";
 }
@@ -42,19 +40,18 @@ ValueId Graph::new_value(Value v) {
 
 ValueId Graph::add_param(const std::string& path, Shape shape, ParamInit init) {
   if (names_.count(path)) throw std::invalid_argument("parameter '" + path + "' created twice");
-  Value p{shape, DType::f32, ValueKind::param, -1, 0, path, false};
-  const ValueId pv = new_value(p);
-  Value gv{shape, DType::f32, ValueKind::grad, -1, 0, path + "@grad", false};
-  const ValueId gid = new_value(gv);
+  const ValueId pv = new_value(Value{.shape = shape, .dtype = DType::f32, .kind = ValueKind::param, .name = path});
+  const ValueId gid =
+      new_value(Value{.shape = shape, .dtype = DType::f32, .kind = ValueKind::grad, .name = path + "@grad"});
   param_index_[pv] = params_.size();
-  params_.push_back(Param{pv, gid, init});
+  params_.push_back(Param{.value = pv, .grad = gid, .init = init});
   names_[path] = pv;
   return pv;
 }
 
 ValueId Graph::add_input(const std::string& name, Shape shape, DType dtype) {
   if (names_.count(name)) throw std::invalid_argument("input '" + name + "' created twice");
-  const ValueId v = new_value(Value{shape, dtype, ValueKind::input, -1, 0, name, false});
+  const ValueId v = new_value(Value{.shape = shape, .dtype = dtype, .kind = ValueKind::input, .name = name});
   names_[name] = v;
   return v;
 }
@@ -96,7 +93,12 @@ NodeId Graph::add_node(OpKind op, std::vector<ValueId> in, Attrs attrs, const st
   info.infer(*this, n, outs);
   const NodeId id = static_cast<NodeId>(nodes_.size());
   for (int i = 0; i < info.num_outputs; ++i)
-    n.out.push_back(new_value(Value{outs[i].shape, outs[i].dtype, ValueKind::activation, id, i, {}, false}));
+    n.out.push_back(new_value(Value{.shape = outs[i].shape,
+                                    .dtype = outs[i].dtype,
+                                    .kind = ValueKind::activation,
+                                    .producer = id,
+                                    .out_index = i,
+                                    .name = {}}));
   nodes_.push_back(std::move(n));
   return id;
 }

@@ -3,6 +3,7 @@
 // kOpWritesInput0 ops that accumulate into a persistent buffer. In-place reuse of activation
 // memory is the memory planner's decision, never the graph's.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -28,7 +29,10 @@ enum class ValueKind : uint8_t {
 };
 const char* value_kind_name(ValueKind);
 
-enum class Phase : uint8_t { forward, backward, recompute, optimizer };
+// What part of a training step a node belongs to. The optimizer update is no graph node: it runs
+// on the backend after the last minibatch (Backend::optimizer_update).
+enum class Phase : uint8_t { forward, backward, recompute };
+inline constexpr size_t kNumPhases = static_cast<size_t>(Phase::recompute) + 1;
 const char* phase_name(Phase);
 
 struct ValueDesc {
@@ -100,7 +104,7 @@ class Graph {
     int32_t parent = -1;
   };
   int32_t add_region(const std::string& scope, int32_t parent) {
-    regions_.push_back(Region{scope, parent});
+    regions_.push_back(Region{.scope = scope, .parent = parent});
     return static_cast<int32_t>(regions_.size() - 1);
   }
   const std::vector<Region>& regions() const { return regions_; }
@@ -110,7 +114,9 @@ class Graph {
     return r;
   }
 
-  // Text dump for debugging and golden tests: one node per line with typed attributes.
+  // Text dump for debugging (test failure messages): one node per line — index, phase, op, @scope,
+  // region=r when in a remat region, then inputs -> outputs as %id:[shape]dtype. Attributes are
+  // not printed.
   std::string dump() const;
 
  private:

@@ -9,14 +9,34 @@ namespace {
 #define LOOM_RULE_PTR_vjp(name) &vjp_##name
 #define LOOM_RULE_PTR_none(name) nullptr
 constexpr OpInfo kOpTable[] = {
-#define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) \
-  {#name, min_in, max_in, n_out, flags, attr_index_of<attr>(), &infer_##name, LOOM_RULE_PTR_##grad(name), &cost_##name},
+// The parameters are spelled apart from the fields they fill (`name_`, `flags_`): a designator
+// naming a macro parameter would be replaced by the argument.
+#define LOOM_OP(name_, min_in, max_in, n_out, attr, flags_, grad) \
+  {.name = #name_,                                                \
+   .min_inputs = min_in,                                          \
+   .max_inputs = max_in,                                          \
+   .num_outputs = n_out,                                          \
+   .flags = flags_,                                               \
+   .attr_index = attr_index_of<attr>(),                           \
+   .infer = &infer_##name_,                                       \
+   .vjp = LOOM_RULE_PTR_##grad(name_),                            \
+   .cost = &cost_##name_},
 #include "graph/ops.def"
 #undef LOOM_OP
 };
 #undef LOOM_RULE_PTR_vjp
 #undef LOOM_RULE_PTR_none
 static_assert(sizeof(kOpTable) / sizeof(kOpTable[0]) == kNumOps);
+
+// A flag that refines another appears only with it.
+constexpr bool flags_refine_their_base() {
+  for (const OpInfo& op : kOpTable) {
+    if ((op.flags & kOpDotNoBatchDims) && !(op.flags & kOpDot)) return false;
+    if ((op.flags & kOpWritesGrad) && !(op.flags & kOpWritesInput0)) return false;
+  }
+  return true;
+}
+static_assert(flags_refine_their_base(), "kOpDotNoBatchDims needs kOpDot; kOpWritesGrad needs kOpWritesInput0");
 
 }  // namespace
 
@@ -36,7 +56,7 @@ int64_t io_bytes(const Graph& g, const Node& n) {
 }
 
 OpCost elementwise_cost(const Graph& g, const Node& n, int64_t flops_per_element) {
-  return OpCost{flops_per_element * g.value(n.out.at(0)).shape.numel(), io_bytes(g, n)};
+  return OpCost{.flops = flops_per_element * g.value(n.out.at(0)).shape.numel(), .bytes = io_bytes(g, n)};
 }
 
 void op_fail(const Graph& g, const Node& n, const std::string& msg) {

@@ -10,12 +10,20 @@
 
 namespace loom {
 
+// The flags column of ops.def (its header says what each means to the planner, autodiff and remat).
 enum OpFlags : uint32_t {
   kOpNone = 0,
   kOpWritesInput0 = 1u << 0,
   kOpView = 1u << 1,
   kOpInplace = 1u << 2,
   kOpWritesCache = 1u << 3,  // also writes inputs 1 and 2 in place (persistent inputs: a KV cache)
+  kOpWritesGrad = 1u << 4,   // with kOpWritesInput0: input 0 is a parameter's persistent gradient
+  kOpDot = 1u << 5,          // a matrix product, JAX's dot_general (remat: dots_saveable)
+  // With kOpDot: the product has no batch dimensions (remat: dots_with_no_batch_dims_saveable).
+  // A second flag rather than an attribute of the node, because whether the contraction has batch
+  // dims is fixed by the op kind (dense never, attention always): it belongs in the table, and
+  // each policy stays one flag test. op.cpp checks that it never appears without kOpDot.
+  kOpDotNoBatchDims = 1u << 6,
 };
 
 // Typed attributes, validated by each op's shape rule when the node is built.
@@ -93,6 +101,21 @@ inline constexpr int kNumOps = 0
 #include "graph/ops.def"
 #undef LOOM_OP
     ;
+
+// Whether op k has a VJP rule (ops.def's grad column is `vjp`), in constant expressions: the
+// tests' static_assert that every differentiable op has a finite-difference case reads it.
+constexpr bool op_has_vjp(OpKind k) {
+#define LOOM_HAS_VJP_vjp true
+#define LOOM_HAS_VJP_none false
+  constexpr bool kHasVjp[] = {
+#define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad, ...) LOOM_HAS_VJP_##grad,
+#include "graph/ops.def"
+#undef LOOM_OP
+  };
+#undef LOOM_HAS_VJP_vjp
+#undef LOOM_HAS_VJP_none
+  return kHasVjp[static_cast<size_t>(k)];
+}
 
 class Graph;
 struct Node;

@@ -1,4 +1,4 @@
-// safetensors files (huggingface/safetensors "Format"; docs: shared/REFERENCE.md section 7):
+// safetensors files (huggingface/safetensors "Format"; docs/reference.md, "safetensors format"):
 // loom's checkpoints and the JAX golden files in tests/golden/ both use it.
 //
 // Layout: an unsigned little-endian u64 N, then N bytes of UTF-8 JSON that begins with '{'

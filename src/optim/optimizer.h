@@ -1,6 +1,6 @@
 // The optimizer as Optax composes it, run as one fused backend pass per step:
 //   optax.chain(clip_by_global_norm(clip_norm), sgd | adam | adamw(schedule, mask))
-// plus float16 loss scaling with PyTorch GradScaler's rule (REFERENCE.md §3.2): the loss is
+// plus float16 loss scaling with PyTorch GradScaler's rule (docs/reference.md, "Loss scaling"): the loss is
 // multiplied by the scale (through the loss seed), gradients are unscaled before clipping, a
 // non-finite gradient skips the update and backs the scale off, and the scale grows after
 // `interval` finite steps. Unscaling and clipping are folded into the update's grad_scale factor,

@@ -1,4 +1,4 @@
-// Learning-rate schedules with Optax's exact semantics (../shared/REFERENCE.md §4.3).
+// Learning-rate schedules with Optax's exact semantics (docs/reference.md, "Optax").
 // A schedule maps the optimizer's step count t (0 for the first update) to a learning rate.
 #pragma once
 #include <optional>

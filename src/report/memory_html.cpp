@@ -128,7 +128,7 @@ const char* kPage = R"HTML(<!DOCTYPE html>
   'use strict';
   window.addEventListener('error', function (e) { document.body.setAttribute('data-error', String(e.message)); });
   var D = JSON.parse(document.getElementById('plan-data').textContent);
-  var COL = { forward: '#4e79a7', backward: '#f28e2b', recompute: '#e15759', optimizer: '#59a14f' };
+  var COL = { forward: '#4e79a7', backward: '#f28e2b', recompute: '#e15759' };
   var N = D.live.length;
   function fmtB(b) {
     if (b >= 1073741824) return (b / 1073741824).toFixed(2) + ' GiB';
@@ -353,6 +353,8 @@ std::string memory_html(const TrainProgram& prog, const MemoryPlan& plan, const 
     op.push_back(str(op_name(n.op)));
     scope.push_back(str(n.scope));
   }
+  nlohmann::json phases = nlohmann::json::array();  // names by Phase value (the page colours them)
+  for (size_t p = 0; p < kNumPhases; ++p) phases.push_back(phase_name(static_cast<Phase>(p)));
   nlohmann::json buffers = nlohmann::json::array();
   for (const BufferInfo& b : plan.buffers) {
     const Value& v = g.value(b.value);
@@ -361,7 +363,7 @@ std::string memory_html(const TrainProgram& prog, const MemoryPlan& plan, const 
                        dtype_name(v.dtype), b.bytes, b.first, b.last, b.offset});
   }
   const nlohmann::json data = {{"title", title},
-                               {"phases", {"forward", "backward", "recompute", "optimizer"}},
+                               {"phases", phases},
                                {"live", live},
                                {"phase", phase},
                                {"op", op},

@@ -28,8 +28,6 @@ const char* phase_group(Phase p) {
     case Phase::backward:
     case Phase::recompute:
       return "backward";
-    case Phase::optimizer:
-      return "optimizer";
   }
   return "?";
 }
@@ -43,7 +41,7 @@ std::string value_desc(const Value& v) {
 
 // What the trace needs about one schedule step, computed once.
 struct StepInfo {
-  std::string group;                  // forward | backward | optimizer
+  std::string group;                  // forward | backward
   std::vector<std::string> path;      // nested spans between the phase span and the op
   std::vector<const char*> path_cat;  // "scope" or "remat"
   nlohmann::json args;                // the op's static args
@@ -113,7 +111,7 @@ std::vector<OpGroup> group_ops(const OpRecorder& rec) {
     }
     const bool fresh = groups.empty() || span != groups.back().span || (span < 0 && e.step <= ops[i - 1].step);
     if (fresh)
-      groups.push_back(OpGroup{i, i + 1, span});
+      groups.push_back(OpGroup{.begin = i, .end = i + 1, .span = span});
     else
       groups.back().end = i + 1;
   }
@@ -167,7 +165,12 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
         args = {{"step", s.index}};
         break;
     }
-    xs.push_back(XEvent{std::move(name), span_kind_name(s.kind), ns(s.t_begin_us), ns(s.t_end_us), depth, args});
+    xs.push_back(XEvent{.name = std::move(name),
+                        .cat = span_kind_name(s.kind),
+                        .b = ns(s.t_begin_us),
+                        .e = ns(s.t_end_us),
+                        .depth = depth,
+                        .args = args});
   }
 
   struct Open {
@@ -183,8 +186,12 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
       while (stack.size() > keep) {
         const Open o = stack.back();
         stack.pop_back();
-        xs.push_back(
-            XEvent{*o.name, o.cat, o.b, prev_end, base + static_cast<int>(stack.size()), nlohmann::json::object()});
+        xs.push_back(XEvent{.name = *o.name,
+                            .cat = o.cat,
+                            .b = o.b,
+                            .e = prev_end,
+                            .depth = base + static_cast<int>(stack.size()),
+                            .args = nlohmann::json::object()});
       }
     };
     for (size_t i = grp.begin; i < grp.end; ++i) {
@@ -198,15 +205,19 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
       while (common < stack.size() && common < depth && *stack[common].name == *name_at(common)) ++common;
       close_to(common);
       for (size_t k = common; k < depth; ++k)
-        stack.push_back(Open{name_at(k), k == 0 ? "phase" : si.path_cat[k - 1], b});
+        stack.push_back(Open{.name = name_at(k), .cat = k == 0 ? "phase" : si.path_cat[k - 1], .b = b});
       nlohmann::json args = si.args;
       const double sec = static_cast<double>(en - b) * 1e-9;
       if (sec > 0) {
         args["GFLOP/s"] = static_cast<double>(si.cost.flops) / sec * 1e-9;
         args["GB/s"] = static_cast<double>(si.cost.bytes) / sec * 1e-9;
       }
-      xs.push_back(XEvent{op_name(g.node(plan.schedule[static_cast<size_t>(e.step)]).op), "op", b, en,
-                          base + static_cast<int>(depth), std::move(args)});
+      xs.push_back(XEvent{.name = op_name(g.node(plan.schedule[static_cast<size_t>(e.step)]).op),
+                          .cat = "op",
+                          .b = b,
+                          .e = en,
+                          .depth = base + static_cast<int>(depth),
+                          .args = std::move(args)});
       prev_end = en;
     }
     close_to(0);
@@ -285,7 +296,7 @@ ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const O
 
   std::vector<OpCost> costs(plan.schedule.size());
   for (size_t i = 0; i < plan.schedule.size(); ++i) costs[i] = node_cost(g, g.node(plan.schedule[i]));
-  double phase_us[4] = {0, 0, 0, 0};  // indexed by Phase
+  double phase_us[kNumPhases] = {};  // indexed by Phase
   double total_flops = 0, total_bytes = 0, total_us = 0;
   std::map<std::string, OpTimeRow> rows, kinds;
   for (const OpEvent& e : rec.ops()) {
@@ -336,7 +347,7 @@ ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const O
   s.forward_ms = phase_us[static_cast<size_t>(Phase::forward)] / 1000.0 / nsteps;
   s.backward_ms = phase_us[static_cast<size_t>(Phase::backward)] / 1000.0 / nsteps;
   s.recompute_ms = phase_us[static_cast<size_t>(Phase::recompute)] / 1000.0 / nsteps;
-  s.optimizer_ms = (phase_us[static_cast<size_t>(Phase::optimizer)] + optimizer_us) / 1000.0 / nsteps;
+  s.optimizer_ms = optimizer_us / 1000.0 / nsteps;
   if (s.steps > 0)
     s.other_ms = std::max(0.0, step_total_ms / nsteps - s.forward_ms - s.backward_ms - s.recompute_ms - s.optimizer_ms);
   s.step_gflop = total_flops / nsteps * 1e-9;

@@ -1,6 +1,7 @@
 // The profiler's output (docs/profiling.md): turns a recording (runtime/recorder.h) plus the graph
 // and its memory plan into
-//   - a Chrome Trace Event file (REFERENCE.md §5; open it in Perfetto or chrome://tracing):
+//   - a Chrome Trace Event file (docs/reference.md, "Trace file formats"; open it in Perfetto or
+//     chrome://tracing):
 //       train_step N > minibatch_i > forward | backward > scope spans > one span per op,
 //       train_step N > optimizer,
 //     recompute nodes grouped in `rematted_computation` spans inside the backward of their

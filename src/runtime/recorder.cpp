@@ -22,7 +22,7 @@ int32_t OpRecorder::begin_span(SpanKind kind, int64_t index) {
     ++dropped_;
     return -1;
   }
-  spans_[num_spans_] = SpanEvent{kind, index, now_us(), -1};
+  spans_[num_spans_] = SpanEvent{.kind = kind, .index = index, .t_begin_us = now_us(), .t_end_us = -1};
   return static_cast<int32_t>(num_spans_++);
 }
 

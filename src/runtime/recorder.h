@@ -48,7 +48,7 @@ class OpRecorder {
   // Hot path (Executor::run_steps): one store.
   void record_op(int32_t step, double t_begin_us, double t_end_us) {
     if (num_ops_ < ops_.size())
-      ops_[num_ops_++] = OpEvent{step, t_begin_us, t_end_us};
+      ops_[num_ops_++] = OpEvent{.step = step, .t_begin_us = t_begin_us, .t_end_us = t_end_us};
     else
       ++dropped_;
   }

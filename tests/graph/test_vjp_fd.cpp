@@ -17,6 +17,7 @@
 // the central difference's truncation error is O(ε²·L''') ~ 1e-5. A relative tolerance of 1e-2
 // plus an absolute floor of 5e-4 is far above both and far below the gradients checked (each test
 // also asserts its gradients are not all tiny, so the floor cannot hide a wrong rule).
+#include "support/op_coverage.h"
 #include "support/vjp_check.h"
 
 namespace loom {
@@ -25,6 +26,30 @@ namespace {
 using testing::check_vjp;
 using testing::Options;
 using testing::Result;
+
+// The finite-difference test of every op with a VJP rule (some in test_vjp_fd_attention.cpp),
+// and of no other: an op whose ops.def grad column is `vjp` without a row here does not compile.
+constexpr testing::OpTestTable kFdCase = testing::op_test_table({
+    {OpKind::dense, "VjpFd.DenseWithBiasRank3"},
+    {OpKind::layer_norm, "VjpFd.LayerNorm"},
+    {OpKind::silu, "VjpFd.Silu"},
+    {OpKind::gelu, "VjpFd.Gelu"},
+    {OpKind::dropout, "VjpFd.Dropout"},
+    {OpKind::reshape, "VjpFd.Reshape"},
+    {OpKind::cast, "VjpFd.CastF32"},
+    {OpKind::add, "VjpFd.AddBroadcastSuffix"},
+    {OpKind::log_softmax, "VjpFd.LogSoftmax"},
+    {OpKind::cross_entropy, "VjpFd.CrossEntropy"},
+    {OpKind::embedding, "VjpFdAttention.EmbeddingTable"},
+    {OpKind::attention, "VjpFdAttention.QkvParameter"},
+});
+#define LOOM_OP(name, ...)                                                            \
+  static_assert(testing::has_test(kFdCase, OpKind::name) == op_has_vjp(OpKind::name), \
+                "op '" #name "': a row in kFdCase exactly when ops.def gives it a VJP rule");
+#include "graph/ops.def"
+#undef LOOM_OP
+
+TEST(VjpFd, TableCoverage) { EXPECT_EQ(testing::unregistered_tests(kFdCase), ""); }
 
 TEST(VjpFd, DenseNoBias) {
   check_vjp([](const Scope& s) {

@@ -4,7 +4,7 @@
 //   c.fill_random(seed);                      // inputs: fresh random values (floats ~ N(0,1))
 //   auto out = c.run(backend, RunCtx{...});   // outputs as host byte buffers
 //
-// Inputs are persistent `input` values (input 0 of grad_accumulate is a gradient buffer), so the
+// Inputs are persistent `input` values (input 0 of a kOpWritesGrad op is a gradient buffer), so the
 // harness can upload them; outputs are marked as program outputs. Output buffers are surrounded
 // by sentinel bytes inside a padded arena, and run() checks that no sentinel changed, catching
 // out-of-bounds writes.
@@ -48,7 +48,7 @@ class OpCase {
   OpCase(OpKind op, std::vector<ValueDesc> inputs, Attrs attrs = NoAttrs{}) : op_(op), attrs_(attrs) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       ValueId v;
-      if (i == 0 && (op_info(op).flags & kOpWritesInput0)) {
+      if (i == 0 && (op_info(op).flags & kOpWritesGrad)) {
         const ValueId p = g_.add_param("acc", inputs[i].shape, {});
         v = g_.grad_of(p);
       } else {

@@ -59,9 +59,9 @@ struct Result {
 };
 
 // A node that writes a parameter's gradient in place: grad_accumulate, dense_grad_weight, or
-// embedding_grad's scatter-add (the kOpWritesInput0 ops).
+// embedding_grad's scatter-add (the kOpWritesGrad ops).
 inline bool writes_grad(const Node& n, ValueId grad) {
-  return (op_info(n.op).flags & kOpWritesInput0) && n.in[0] == grad;
+  return (op_info(n.op).flags & kOpWritesGrad) && n.in[0] == grad;
 }
 
 // Builds the graph with `build` (returns the op's output), checks the backward graph's
@@ -84,7 +84,7 @@ inline Result check_vjp(const std::function<ValueId(const Scope&)>& build, const
   const NodeId num_fwd = build_backward(g, loss, seed);
 
   // Structure of the backward program: no remat, every node after the forward ones is a backward
-  // node, and exactly one gradient write (grad_accumulate or embedding_grad) per (differentiable
+  // node, and exactly one gradient write (a kOpWritesGrad op: see writes_grad) per (differentiable
   // forward node, input slot) use of a parameter (all uses here lie on the path to the loss).
   for (NodeId i = 0; i < static_cast<NodeId>(g.nodes().size()); ++i) {
     const Node& n = g.node(i);

@@ -65,7 +65,7 @@ int64_t attention_units(const Node& n, const Value& qkv) {
 
 // QKᵀ and P·V: 2 FLOPs per pair and head dim each. The softmax (a few per pair) is not counted.
 OpCost cost_attention(const Graph& g, const Node& n) {
-  return OpCost{4 * attention_units(n, in_val(g, n, 0)), io_bytes(g, n)};
+  return OpCost{.flops = 4 * attention_units(n, in_val(g, n, 0)), .bytes = io_bytes(g, n)};
 }
 
 // lse is a saved statistic, not a model output: its cotangent is ignored, and when only lse has
@@ -89,7 +89,7 @@ void infer_attention_grad(const Graph& g, const Node& n, ValueDesc* out) {
 
 // dV, dP, dQ, dK (8 per pair and head dim) plus QKᵀ again to recompute the probabilities (2).
 OpCost cost_attention_grad(const Graph& g, const Node& n) {
-  return OpCost{10 * attention_units(n, in_val(g, n, 0)), io_bytes(g, n)};
+  return OpCost{.flops = 10 * attention_units(n, in_val(g, n, 0)), .bytes = io_bytes(g, n)};
 }
 
 // qkv [B, 1, H, 3D] (the current token), k_cache and v_cache [B, Tmax, H, D] in qkv's dtype and
@@ -116,7 +116,7 @@ void infer_attention_decode(const Graph& g, const Node& n, ValueDesc* out) {
 // At the last position (pos = Tmax − 1, the most expensive step): 4·B·H·Tmax·D, and every cache row read.
 OpCost cost_attention_decode(const Graph& g, const Node& n) {
   const Value& kc = in_val(g, n, 1);
-  return OpCost{4 * kc.shape.numel(), io_bytes(g, n)};
+  return OpCost{.flops = 4 * kc.shape.numel(), .bytes = io_bytes(g, n)};
 }
 
 }  // namespace loom

@@ -37,7 +37,7 @@ void infer_dense(const Graph& g, const Node& n, ValueDesc* out) {
 // kernel (and bias) as stored, y.
 OpCost cost_dense(const Graph& g, const Node& n) {
   const Value& x = in_val(g, n, 0);
-  return OpCost{2 * x.shape.rows() * x.shape.last() * g.value(n.out[0]).shape.last(), io_bytes(g, n)};
+  return OpCost{.flops = 2 * x.shape.rows() * x.shape.last() * g.value(n.out[0]).shape.last(), .bytes = io_bytes(g, n)};
 }
 
 // The gradient buffer behind a kernel: its own when it is a parameter, or that of the parameter
@@ -64,14 +64,16 @@ void vjp_dense(VjpCtx& c) {
     if (grad == kNoValue)
       throw std::invalid_argument("dense at '" + c.node.scope +
                                   "': only a parameter kernel (or a reshape of one) can be differentiated");
-    c.emit(OpKind::dense_grad_weight, {grad, c.in_id(0), dy}, DenseGradWeightAttrs{a.compute, a.transpose_w});
+    c.emit(OpKind::dense_grad_weight, {grad, c.in_id(0), dy},
+           DenseGradWeightAttrs{.compute = a.compute, .transpose_w = a.transpose_w});
   }
   if (c.needs[0])
     c.in_ct[0] =
-        c.emit1(OpKind::dense_grad_input, {dy, c.in_id(1)}, DenseGradAttrs{a.compute, c.in(0).dtype, a.transpose_w});
+        c.emit1(OpKind::dense_grad_input, {dy, c.in_id(1)},
+                DenseGradAttrs{.compute = a.compute, .out_dtype = c.in(0).dtype, .transpose_w = a.transpose_w});
   if (c.node.in.size() == 3 && c.needs[2]) {
     // JAX reduces the bias cotangent in the compute dtype, then the f32 cast's VJP widens it.
-    ValueId db = c.emit1(OpKind::sum_leading, {dy}, ReduceAttrs{1, a.compute});
+    ValueId db = c.emit1(OpKind::sum_leading, {dy}, ReduceAttrs{.keep_dims = 1, .dtype = a.compute});
     if (a.compute != DType::f32) db = c.emit1(OpKind::cast, {db}, DTypeAttrs{DType::f32});
     c.in_ct[2] = db;
   }
@@ -91,7 +93,8 @@ void infer_dense_grad_input(const Graph& g, const Node& n, ValueDesc* out) {
 // dx[M, K] = dy[M, N]·Wᵀ: 2·M·K·N.
 OpCost cost_dense_grad_input(const Graph& g, const Node& n) {
   const Value& dy = in_val(g, n, 0);
-  return OpCost{2 * dy.shape.rows() * dy.shape.last() * g.value(n.out[0]).shape.last(), io_bytes(g, n)};
+  return OpCost{.flops = 2 * dy.shape.rows() * dy.shape.last() * g.value(n.out[0]).shape.last(),
+                .bytes = io_bytes(g, n)};
 }
 
 void infer_dense_grad_weight(const Graph& g, const Node& n, ValueDesc*) {
@@ -111,8 +114,8 @@ void infer_dense_grad_weight(const Graph& g, const Node& n, ValueDesc*) {
 // grad += xᵀ[K, M]·dy[M, N]: 2·M·K·N; bytes: x, dy and the gradient read and written back.
 OpCost cost_dense_grad_weight(const Graph& g, const Node& n) {
   const Value& x = in_val(g, n, 1);
-  return OpCost{2 * x.shape.rows() * x.shape.last() * in_val(g, n, 2).shape.last(),
-                io_bytes(g, n) + in_val(g, n, 0).bytes()};
+  return OpCost{.flops = 2 * x.shape.rows() * x.shape.last() * in_val(g, n, 2).shape.last(),
+                .bytes = io_bytes(g, n) + in_val(g, n, 0).bytes()};
 }
 
 void infer_sum_leading(const Graph& g, const Node& n, ValueDesc* out) {
@@ -126,6 +129,8 @@ void infer_sum_leading(const Graph& g, const Node& n, ValueDesc* out) {
 }
 
 // One add per input element.
-OpCost cost_sum_leading(const Graph& g, const Node& n) { return OpCost{in_val(g, n, 0).shape.numel(), io_bytes(g, n)}; }
+OpCost cost_sum_leading(const Graph& g, const Node& n) {
+  return OpCost{.flops = in_val(g, n, 0).shape.numel(), .bytes = io_bytes(g, n)};
+}
 
 }  // namespace loom

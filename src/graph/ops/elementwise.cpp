@@ -58,7 +58,9 @@ void vjp_add(VjpCtx& c) {
   if (c.needs[0]) c.in_ct[0] = dy;
   if (c.needs[1]) {
     const Value& b = c.in(1);
-    c.in_ct[1] = b.shape == c.in(0).shape ? dy : c.emit1(OpKind::sum_leading, {dy}, ReduceAttrs{b.shape.rank, b.dtype});
+    c.in_ct[1] = b.shape == c.in(0).shape
+                     ? dy
+                     : c.emit1(OpKind::sum_leading, {dy}, ReduceAttrs{.keep_dims = b.shape.rank, .dtype = b.dtype});
   }
 }
 
@@ -73,7 +75,7 @@ void infer_grad_accumulate(const Graph& g, const Node& n, ValueDesc*) {
 // grad += ct: reads both, writes grad back.
 OpCost cost_grad_accumulate(const Graph& g, const Node& n) {
   const Value& acc = in_val(g, n, 0);
-  return OpCost{acc.shape.numel(), io_bytes(g, n) + acc.bytes()};
+  return OpCost{.flops = acc.shape.numel(), .bytes = io_bytes(g, n) + acc.bytes()};
 }
 
 }  // namespace loom

@@ -19,7 +19,7 @@ void infer_embedding(const Graph& g, const Node& n, ValueDesc* out) {
 // A gather: the ids, the f32 table rows they name (not the whole table), the output.
 OpCost cost_embedding(const Graph& g, const Node& n) {
   const int64_t elems = g.value(n.out[0]).shape.numel();
-  return OpCost{0, in_val(g, n, 0).bytes() + elems * 4 + g.value(n.out[0]).bytes()};
+  return OpCost{.flops = 0, .bytes = in_val(g, n, 0).bytes() + elems * 4 + g.value(n.out[0]).bytes()};
 }
 
 // out = take(cast(table), ids) ⇒ dtable = scatter-add of dy rows at ids. The dense [V, C]
@@ -62,7 +62,7 @@ void infer_embedding_grad(const Graph& g, const Node& n, ValueDesc*) {
 // A scatter-add: the ids and dy, and a read-modify-write of the f32 gradient rows they name.
 OpCost cost_embedding_grad(const Graph& g, const Node& n) {
   const Value& dy = in_val(g, n, 2);
-  return OpCost{dy.shape.numel(), in_val(g, n, 1).bytes() + dy.bytes() + 2 * dy.shape.numel() * 4};
+  return OpCost{.flops = dy.shape.numel(), .bytes = in_val(g, n, 1).bytes() + dy.bytes() + 2 * dy.shape.numel() * 4};
 }
 
 }  // namespace loom

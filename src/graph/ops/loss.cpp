@@ -43,7 +43,7 @@ void infer_cross_entropy(const Graph& g, const Node& n, ValueDesc* out) {
 
 // A log-sum-exp per row: max, subtract, exp, sum per logit.
 OpCost cost_cross_entropy(const Graph& g, const Node& n) {
-  return OpCost{4 * in_val(g, n, 0).shape.numel(), io_bytes(g, n)};
+  return OpCost{.flops = 4 * in_val(g, n, 0).shape.numel(), .bytes = io_bytes(g, n)};
 }
 
 // The gradient has the logits' dtype: computed in f32 and rounded once on the store, which is what
@@ -68,6 +68,8 @@ void infer_accuracy(const Graph& g, const Node& n, ValueDesc* out) {
 }
 
 // One compare per logit (argmax).
-OpCost cost_accuracy(const Graph& g, const Node& n) { return OpCost{in_val(g, n, 0).shape.numel(), io_bytes(g, n)}; }
+OpCost cost_accuracy(const Graph& g, const Node& n) {
+  return OpCost{.flops = in_val(g, n, 0).shape.numel(), .bytes = io_bytes(g, n)};
+}
 
 }  // namespace loom

@@ -47,7 +47,7 @@ void infer_layer_norm_grad(const Graph& g, const Node& n, ValueDesc* out) {
 
 // Per element: x̂ (2), g·dy (1), the two row sums (3), dx (4), dscale and dbias (2): ~12.
 OpCost cost_layer_norm_grad(const Graph& g, const Node& n) {
-  return OpCost{12 * in_val(g, n, 1).shape.numel(), io_bytes(g, n)};
+  return OpCost{.flops = 12 * in_val(g, n, 1).shape.numel(), .bytes = io_bytes(g, n)};
 }
 
 }  // namespace loom

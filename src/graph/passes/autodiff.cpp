@@ -37,15 +37,21 @@ NodeId build_backward(Graph& g, ValueId loss, ValueId seed) {
     bool has_ct = false;
     for (ValueId v : n.out) has_ct = has_ct || ct[v] != kNoValue;
     if (!has_ct || !info.vjp) continue;
-    VjpCtx c{g, i, n, {}, {}, {}};
-    for (ValueId v : n.out) c.out_ct.push_back(ct[v]);
+    std::vector<bool> in_needs;
     bool any_needed = false;
     for (ValueId v : n.in) {
-      c.needs.push_back(needs[v]);
+      in_needs.push_back(needs[v]);
       any_needed = any_needed || needs[v];
     }
     if (!any_needed) continue;
-    c.in_ct.assign(n.in.size(), kNoValue);
+    std::vector<ValueId> out_ct;
+    for (ValueId v : n.out) out_ct.push_back(ct[v]);
+    VjpCtx c{.g = g,
+             .fwd = i,
+             .node = n,
+             .out_ct = std::move(out_ct),
+             .needs = std::move(in_needs),
+             .in_ct = std::vector<ValueId>(n.in.size(), kNoValue)};
     info.vjp(c);
     for (size_t j = 0; j < c.node.in.size(); ++j) {
       const ValueId x = c.node.in[j];
@@ -71,24 +77,23 @@ NodeId build_backward(Graph& g, ValueId loss, ValueId seed) {
 }
 
 std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>& schedule) {
-  // Per gradient buffer: whether its first writer in the schedule assigns (grad_accumulate or
-  // dense_grad_weight) or scatter-adds (embedding_grad).
+  // Per gradient buffer: whether its first writer in the schedule assigns or scatter-adds.
   enum class First : uint8_t { none, assigns, scatters };
   std::vector<First> first(g.values().size(), First::none);
   for (NodeId id : schedule) {
     Node& n = g.node_mut(id);
-    if (n.op != OpKind::grad_accumulate && n.op != OpKind::dense_grad_weight && n.op != OpKind::embedding_grad)
-      continue;
-    if (first[n.in[0]] != First::none) continue;
-    if (n.op == OpKind::grad_accumulate) {
-      std::get<GradAccumulateAttrs>(n.attrs).assign_in_first_minibatch = true;
-      first[n.in[0]] = First::assigns;
-    } else if (n.op == OpKind::dense_grad_weight) {
-      std::get<DenseGradWeightAttrs>(n.attrs).assign_in_first_minibatch = true;
-      first[n.in[0]] = First::assigns;
-    } else {
-      first[n.in[0]] = First::scatters;
-    }
+    if (!(op_info(n.op).flags & kOpWritesGrad) || first[n.in[0]] != First::none) continue;
+    // A writer that covers every element has assign_in_first_minibatch (ops.def, kOpWritesGrad).
+    first[n.in[0]] = std::visit(
+        [](auto& a) {
+          if constexpr (requires { a.assign_in_first_minibatch; }) {
+            a.assign_in_first_minibatch = true;
+            return First::assigns;
+          } else {
+            return First::scatters;
+          }
+        },
+        n.attrs);
   }
   std::vector<ValueId> to_zero;
   for (const Param& p : g.params())

@@ -25,7 +25,7 @@ struct VjpCtx {
 
   const Value& in(int i) const { return g.value(node.in.at(i)); }
   // The persistent gradient buffer of input i when it is a parameter, else kNoValue. A rule may
-  // accumulate into it directly with a kOpWritesInput0 op (e.g. embedding's scatter-add, which
+  // accumulate into it directly with a kOpWritesGrad op (e.g. embedding's scatter-add, which
   // would otherwise need a dense [V, C] cotangent) and leave in_ct[i] as kNoValue.
   ValueId param_grad(int i) const { return g.grad_of(node.in.at(i)); }
   ValueId in_id(int i) const { return node.in.at(i); }
@@ -43,10 +43,11 @@ struct VjpCtx {
 // Returns the forward node count (nodes [0, n) are the forward program).
 NodeId build_backward(Graph& g, ValueId loss, ValueId seed);
 
-// Once the schedule is final (after remat): marks the first grad_accumulate or dense_grad_weight
-// of each gradient buffer in schedule order to assign in minibatch 0, and returns the
-// gradient buffers a step must still zero before its first minibatch: those whose first writer is
-// embedding_grad's scatter-add, or that nothing writes.
+// Once the schedule is final (after remat): marks the first writer (a kOpWritesGrad op) of each
+// gradient buffer in schedule order to assign in minibatch 0 when it writes every element (its
+// attributes have assign_in_first_minibatch: grad_accumulate, dense_grad_weight), and returns the
+// gradient buffers a step must still zero before its first minibatch: those whose first writer
+// scatter-adds (embedding_grad), or that nothing writes.
 std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>& schedule);
 
 }  // namespace loom

@@ -57,9 +57,10 @@ struct PlanOptions {
 
 MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions opts = {});
 
-// Checks the plan's invariants (no two overlapping live buffers share bytes; every activation
-// read has storage; peak >= lower bound). Returns an empty string when they hold. Used by tests
-// and, in debug builds, after every plan.
+// Checks the plan's invariants: every buffer lies inside the arena at an aligned offset, no two
+// buffers live at the same time share bytes, every activation a scheduled node reads has storage,
+// and the arena is at least the live-bytes lower bound. Returns an empty string when they hold,
+// else the first violation. Only tests call it: plan_memory does not.
 std::string verify_plan(const Graph& g, const MemoryPlan& p);
 
 }  // namespace loom

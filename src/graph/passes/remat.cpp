@@ -36,8 +36,8 @@ namespace {
 
 bool policy_saves(const RematPolicy& p, const Node& n) {
   if (p.name == "everything_saveable") return true;
-  if (p.name == "dots_saveable") return n.op == OpKind::dense || n.op == OpKind::attention;
-  if (p.name == "dots_with_no_batch_dims_saveable") return n.op == OpKind::dense;
+  if (p.name == "dots_saveable") return op_info(n.op).flags & kOpDot;
+  if (p.name == "dots_with_no_batch_dims_saveable") return op_info(n.op).flags & kOpDotNoBatchDims;
   if (p.name == "save_only_these_names") {
     for (const std::string& pat : p.save_names)
       if (scope_matches(pat, n.scope)) return true;

@@ -14,8 +14,9 @@
 // Policies mirror jax.checkpoint_policies:
 //   nothing_saveable                  save nothing inside the region (the default)
 //   everything_saveable               save everything (remat is a no-op)
-//   dots_saveable                     save matmul outputs: dense, and attention's (batched) dots
-//   dots_with_no_batch_dims_saveable  save dense outputs only (attention's dots have batch dims)
+//   dots_saveable                     save matmul outputs (ops.def flag kOpDot: dense, attention)
+//   dots_with_no_batch_dims_saveable  save the outputs of matmuls without batch dimensions
+//                                     (kOpDotNoBatchDims: dense; attention's dots have batch dims)
 //   save_only_these_names             save values made in scopes matching any pattern ('*' glob)
 #pragma once
 #include <string>
