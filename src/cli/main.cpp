@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "data/data.h"
 #include "data/prepare.h"
+#include "nn/models.h"
 #include "report/memory_html.h"
 #include "report/memory_report.h"
 #include "report/params.h"
@@ -33,7 +34,7 @@ Config load(const std::string& path, const std::vector<std::string>& overrides) 
 
 int cmd_params(const std::string& path, const std::vector<std::string>& overrides) {
   const Config c = load(path, overrides);
-  const nn::ModelGraph m = build_model(c, c.data.batch_size, /*train=*/false);
+  const nn::ModelGraph m = nn::build_model(c.model, model_input(c, c.data.batch_size), /*train=*/false);
   fmt::print("{}", nn::summarize(m));
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/registry.h"
 #include "data/config.h"
 #include "nn/config.h"
 #include "optim/config.h"
@@ -26,8 +27,8 @@ struct TrainConfig {
 
 struct Config {
   uint64_t seed = 0;
-  std::string device = "auto";  // auto | cpu | reference
-  int64_t threads = 0;          // 0 = all cores
+  Device device = Device::auto_;
+  int64_t threads = 0;  // 0 = all cores
   ModelConfig model;
   OptimizerConfig optimizer;
   DataConfig data;
@@ -50,6 +51,8 @@ void validate_config(const Config& c);
 std::string config_to_toml(const Config& c);
 // Help text: every key, its type, default and meaning.
 std::string config_help();
+// The shape of one minibatch of `minibatch` examples as c's model reads it (from data.*).
+ModelInput model_input(const Config& c, int64_t minibatch);
 // The facts outside `data.*` that c's data source needs (seed, classes, vocabulary, minibatches).
 DataContext data_context(const Config& c);
 

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "nn/models.h"
+
 namespace loom {
 
 std::string format_duration(double s) {
@@ -23,7 +25,7 @@ Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
     jsonl.open(o.metrics_file, std::ios::app);
     if (!jsonl) throw std::runtime_error("cannot open metrics file '" + o.metrics_file + "' for writing");
   }
-  const bool lm = t.config().model.kind == "transformer";
+  const bool lm = nn::model_kind(t.config().model.kind).language_model;
   const char* unit = lm ? "tok/s" : "ex/s";
   const double items_per_step = static_cast<double>(t.model().examples * t.config().optimizer.num_minibatches);
   Metrics total;
