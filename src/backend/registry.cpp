@@ -8,10 +8,20 @@
 
 namespace loom {
 
-std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (device == "auto" || device == "cpu") return std::make_unique<CpuBackend>();
-  if (device == "reference") return std::make_unique<ReferenceBackend>();
-  throw UserError("device '" + device + "'", "unknown device", "use auto, cpu or reference");
+std::unique_ptr<Backend> make_backend(Device device) {
+  switch (device) {
+    case Device::auto_:
+    case Device::cpu:
+      return std::make_unique<CpuBackend>();
+    case Device::reference:
+      return std::make_unique<ReferenceBackend>();
+  }
+  LOOM_ASSERT(false, "Device value " + std::to_string(static_cast<int>(device)));
+  return nullptr;
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view device) {
+  return make_backend(parse_choice_or_throw<Device>(device, "device"));
 }
 
 void set_num_threads(int n) {

@@ -1,15 +1,23 @@
-// Backend selection by name: "auto" (the best available: cpu until a GPU backend exists),
-// "cpu", or "reference" (the slow double-precision oracle).
+// Backend selection by name (the `device` key).
 #pragma once
 #include <memory>
-#include <string>
+#include <string_view>
 
 #include "backend/backend.h"
+#include "core/choice.h"
+
+#define LOOM_DEVICES(X)                                           \
+  X(auto_, "the best available (cpu until a GPU backend exists)") \
+  X(cpu, "the fast CPU kernels (oneDNN GEMMs, OpenMP)")           \
+  X(reference, "the slow double-precision oracle")
 
 namespace loom {
 
-// Throws UserError for an unknown name.
-std::unique_ptr<Backend> make_backend(const std::string& device);
+LOOM_CHOICE(Device, "device", LOOM_DEVICES)
+
+std::unique_ptr<Backend> make_backend(Device device);
+// By name; throws UserError for an unknown one.
+std::unique_ptr<Backend> make_backend(std::string_view device);
 // Sets the thread count of the one OpenMP runtime shared by our kernels and BLAS (0 = all cores).
 void set_num_threads(int n);
 int num_threads();

@@ -4,11 +4,25 @@
 #include <cstdint>
 #include <string>
 
+#include "core/choice.h"
+
+// The data sources (data.kind). The random ones are the tutorials' fixed batches, drawn once from
+// the seed and reused every step.
+#define LOOM_DATA_KINDS(X)                                                             \
+  X(random_classification, "fixed random features and labels (the Part 1.1 tutorial)") \
+  X(random_tokens, "fixed random token sequences (the Part 1.2 tutorial)")             \
+  X(tokens, "token files written by `loom prepare` in data.dir")
+
 namespace loom {
 
+LOOM_CHOICE(DataKind, "data kind", LOOM_DATA_KINDS)
+
+// Whether `k` yields token sequences (what a language model trains on).
+constexpr bool is_token_data(DataKind k) { return k != DataKind::random_classification; }
+
 struct DataConfig {
-  std::string kind = "random_classification";  // random_classification | random_tokens | tokens
-  std::string dir;                             // tokens: a directory written by `loom prepare`
+  DataKind kind = DataKind::random_classification;
+  std::string dir;  // tokens: a directory written by `loom prepare`
   int64_t batch_size = 512;
   int64_t num_inputs = 128;   // random_classification
   int64_t seq_len = 512;      // random_tokens

@@ -45,7 +45,7 @@ Batch random_tokens_batch(const DataConfig& d, const DataContext& cx) {
 }
 
 DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
-  if (d.kind != "tokens") {
+  if (d.kind != DataKind::tokens) {
     fixed_ = make_batch(d, cx);
     return;
   }
@@ -80,7 +80,7 @@ void DataSource::set_val_position(int64_t p) {
 }
 
 Batch make_batch(const DataConfig& d, const DataContext& cx) {
-  return d.kind == "random_tokens" ? random_tokens_batch(d, cx) : random_classification_batch(d, cx);
+  return d.kind == DataKind::random_tokens ? random_tokens_batch(d, cx) : random_classification_batch(d, cx);
 }
 
 }  // namespace loom

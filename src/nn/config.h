@@ -1,16 +1,46 @@
 // The model's slice of the run configuration (`model.*` keys; train/config.h assembles the slices
-// and declares their schema). nn/ builds a model from it alone.
+// and declares their schema). nn/ builds a model from it alone (nn/models.h).
 #pragma once
 #include <cstdint>
 #include <string>
 
+#include "core/choice.h"
 #include "core/dtype.h"
+#include "graph/passes/remat.h"
+
+// The model kinds (model.kind): name, help, is a language model (trains on token data, reports
+// tokens/s), one-token decoder for `loom sample` (nullptr: cannot generate). nn/models.cpp builds
+// the table from this list; a kind `k` also needs nn::build_k and nn::validate_k (nn/models.h).
+#define LOOM_MODEL_KINDS(X)                                                                                 \
+  X(mlp_classifier, "the Part 1.1 tutorial's MLP classifier on random_classification data", false, nullptr) \
+  X(transformer, "the Part 1.2 tutorial's Transformer language model (and GPT-2's variant)", true,          \
+    build_transformer_decoder)
+
+// The remat regions (model.remat): a Transformer's `MLP` is block_l/mlp, `Attn` block_l/attn,
+// `Block` block_l; the MLP classifier's `MLP` is its hidden block.
+#define LOOM_REMAT_REGIONS(X)                                 \
+  X(MLP, "the MLP block of each layer (pre_norm .. dropout)") \
+  X(Attn, "the attention block of each layer")                \
+  X(Block, "each whole Transformer block")
+
+#define LOOM_BLOCK_ORDERS(X)                                 \
+  X(mlp_first, "the tutorial: x + mlp(x), then x + attn(x)") \
+  X(attn_first, "GPT-2: x + attn(x), then x + mlp(x)")
+
+#define LOOM_INITS(X)                                            \
+  X(flax, "the tutorial's Flax defaults (lecun_normal kernels)") \
+  X(gpt2, "normal(0.02), residual projections / sqrt(2·layers)")
 
 namespace loom {
 
+LOOM_CHOICE(ModelKind, "model kind", LOOM_MODEL_KINDS)
+LOOM_CHOICE(RematRegion, "remat region", LOOM_REMAT_REGIONS)
+LOOM_CHOICE(BlockOrder, "block order", LOOM_BLOCK_ORDERS)
+LOOM_CHOICE(InitScheme, "init", LOOM_INITS)
+
 struct ModelConfig {
-  std::string kind = "mlp_classifier";  // mlp_classifier | transformer
-  DType dtype = DType::f32;             // compute dtype of activations
+  ModelKind kind = ModelKind::mlp_classifier;
+  DType dtype = DType::f32;  // compute dtype of activations
   int64_t hidden_size = 256;
   int64_t num_classes = 100;  // mlp_classifier
   double dropout_rate = 0.0;
@@ -24,15 +54,23 @@ struct ModelConfig {
   int64_t max_seq_len = 512;
   DType softmax_dtype = DType::f32;
   bool causal_mask = true;
-  std::string remat;  // "", "none", or comma-separated MLP, Attn, Block
-  std::string remat_policy = "nothing_saveable";
-  std::string remat_save_names;           // save_only_these_names: comma-separated scope patterns
-  bool scan_layers = false;               // parameter layout only: stacked [num_layers, ...] in files
-  std::string block_order = "mlp_first";  // mlp_first (the tutorial) | attn_first (GPT-2)
+  ChoiceSet<RematRegion> remat;  // empty: no remat
+  RematPolicyKind remat_policy = RematPolicyKind::nothing_saveable;
+  std::string remat_save_names;  // save_only_these_names: comma-separated scope patterns
+  bool scan_layers = false;      // parameter layout only: stacked [num_layers, ...] in files
+  BlockOrder block_order = BlockOrder::mlp_first;
   bool use_bias = true;
   bool tie_embeddings = false;
-  std::string init = "flax";  // flax (the tutorial) | gpt2
+  InitScheme init = InitScheme::flax;
   bool embed_dropout = false;
+};
+
+// What a model reads from outside `model.*`: the shape of one minibatch (train/config.h:
+// model_input(config, minibatch) fills it from data.*).
+struct ModelInput {
+  int64_t batch = 1;       // examples (sequences) per minibatch
+  int64_t num_inputs = 0;  // features per example: a classifier's input width (data.num_inputs)
+  int64_t seq_len = 0;     // tokens per sequence: a language model's (data.seq_len)
 };
 
 }  // namespace loom

@@ -1,24 +1,19 @@
 // The MLP classifier of the Part 1.1 tutorial (seed 004):
 //   Dense(hidden) -> LayerNorm -> SiLU -> Dropout -> Dense(classes) -> cast f32 -> log_softmax
-// with params in float32 and the compute dtype from the config. With remat, the hidden block
-// (Dense_0 through Dropout, the tutorial's remat example on an activation) is recomputed.
+// with params in float32 and the compute dtype from the config. With remat (model.remat = MLP),
+// the hidden block (Dense_0 through Dropout, the tutorial's remat example on an activation) is
+// recomputed.
 #pragma once
 #include <cstdint>
 
+#include "nn/config.h"
 #include "nn/model.h"
 
 namespace loom::nn {
 
-struct MlpClassifierSpec {
-  DType dtype = DType::f32;
-  int64_t num_inputs = 128;
-  int64_t hidden_size = 256;
-  int64_t num_classes = 100;
-  float dropout_rate = 0.f;
-  float layer_norm_eps = 1e-6f;
-  bool remat = false;  // model.remat = MLP: the hidden block (Dense_0 .. Dropout) is a remat region
-};
-
-ModelGraph build_mlp_classifier(const MlpClassifierSpec& spec, int64_t batch, bool train);
+// The model of `c` (model.kind = mlp_classifier) for `in.batch` examples of `in.num_inputs` features.
+ModelGraph build_mlp_classifier(const ModelConfig& c, const ModelInput& in, bool train);
+// Its model.* keys (one remat region, MLP; at least one class): UserError naming the key.
+void validate_mlp_classifier(const ModelConfig& c);
 
 }  // namespace loom::nn

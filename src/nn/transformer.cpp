@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/error.h"
 #include "nn/layers.h"
 
 namespace loom::nn {
@@ -16,8 +17,8 @@ ValueId view(const Scope& s, ValueId x, Shape shape) { return s.op1(OpKind::resh
 
 // Kernel init: Flax's lecun_normal(fan_in), or GPT-2's normal(0.02) (scaled by 1/sqrt(2·layers)
 // on the projections that write into the residual stream).
-ParamInit kernel_init(const TransformerSpec& c, int64_t fan_in, bool residual_proj) {
-  if (!c.gpt2_init) return lecun_normal(fan_in);
+ParamInit kernel_init(const ModelConfig& c, int64_t fan_in, bool residual_proj) {
+  if (c.init != InitScheme::gpt2) return lecun_normal(fan_in);
   const double std = residual_proj ? 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_layers)) : 0.02;
   return ParamInit{ParamInit::normal, static_cast<float>(std)};
 }
@@ -25,7 +26,7 @@ ParamInit kernel_init(const TransformerSpec& c, int64_t fan_in, bool residual_pr
 // A Dense / DenseGeneral layer with the variant's bias and init choices: the kernel's first
 // `in_dims` dims are contracted with x's last dim (flattened), the rest are the output features;
 // the bias has the output features' shape.
-ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const TransformerSpec& c, bool residual_proj,
+ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const ModelConfig& c, bool residual_proj,
                int in_dims = 1) {
   const int64_t fan_in = s.graph().value(x).shape.last();
   const int64_t out = kernel_shape.numel() / fan_in;
@@ -40,7 +41,7 @@ ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const TransformerS
 }
 
 // MLPBlock: [B, T, C] -> [B, T, C]
-ValueId mlp_block(const Scope& s, ValueId x, const TransformerSpec& c, bool train) {
+ValueId mlp_block(const Scope& s, ValueId x, const ModelConfig& c, bool train) {
   const int64_t features = s.graph().value(x).shape.last();
   ValueId h = layer_norm(s / "pre_norm", x, c.dtype, c.layer_norm_eps, c.use_bias);
   h = linear(s / "input_layer", h, Shape{features, c.mlp_expansion * features}, c, false);  // [B, T, 4C]
@@ -58,7 +59,7 @@ struct Decode {
 
 // attention_decode of one token against this layer's persistent caches "<scope>/k_cache" and
 // "<scope>/v_cache" [B, max_len, H, D] (in the compute dtype), which it updates at row pos.
-ValueId cached_attention(const Scope& s, ValueId qkv, const TransformerSpec& c, const Decode& d) {
+ValueId cached_attention(const Scope& s, ValueId qkv, const ModelConfig& c, const Decode& d) {
   Graph& g = s.graph();
   const Shape q = g.value(qkv).shape;
   const Shape cache{q[0], d.max_len, q[2], q[3] / 3};
@@ -68,7 +69,7 @@ ValueId cached_attention(const Scope& s, ValueId qkv, const TransformerSpec& c, 
 }
 
 // AttentionBlock: [B, T, C] -> [B, T, C] (with `dec`: T = 1, attending over the KV cache)
-ValueId attention_block(const Scope& s, ValueId x, const TransformerSpec& c, bool train, const Decode* dec) {
+ValueId attention_block(const Scope& s, ValueId x, const ModelConfig& c, bool train, const Decode* dec) {
   Graph& g = s.graph();
   const Shape xs = g.value(x).shape;
   const int64_t B = xs[0], T = xs[1], C = xs[2];
@@ -87,12 +88,12 @@ ValueId attention_block(const Scope& s, ValueId x, const TransformerSpec& c, boo
   return dropout(s, o, c.dropout_rate, train);
 }
 
-ValueId transformer_block(const Scope& s, ValueId x, const TransformerSpec& c, bool train, const Decode* dec) {
-  const Scope mlp_s = c.remat_mlp ? (s / "mlp").remat_region() : s / "mlp";
-  const Scope attn_s = c.remat_attn ? (s / "attn").remat_region() : s / "attn";
+ValueId transformer_block(const Scope& s, ValueId x, const ModelConfig& c, bool train, const Decode* dec) {
+  const Scope mlp_s = c.remat.has(RematRegion::MLP) ? (s / "mlp").remat_region() : s / "mlp";
+  const Scope attn_s = c.remat.has(RematRegion::Attn) ? (s / "attn").remat_region() : s / "attn";
   auto mlp = [&](ValueId v) { return s.op1(OpKind::add, {v, mlp_block(mlp_s, v, c, train)}); };
   auto attn = [&](ValueId v) { return s.op1(OpKind::add, {v, attention_block(attn_s, v, c, train, dec)}); };
-  return c.attn_first ? mlp(attn(x)) : attn(mlp(x));
+  return c.block_order == BlockOrder::attn_first ? mlp(attn(x)) : attn(mlp(x));
 }
 
 // Embeddings, blocks and head, shared by the training graph and the decoder: the logits [B, T, V]
@@ -100,13 +101,13 @@ ValueId transformer_block(const Scope& s, ValueId x, const TransformerSpec& c, b
 // before the loss is inside the loss ops (graph/ops/loss.cpp: they widen low-precision logits
 // exactly), so a bfloat16 model keeps no float32 copy of the logits or of their gradient; the
 // decoder casts for the sampler.
-ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const TransformerSpec& c, bool train,
+ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const ModelConfig& c, bool train,
                            const Decode* dec) {
   const Scope root(g);
   const int64_t C = c.hidden_size;
   // nn.Embed's default init: variance_scaling(1, fan_in, normal, out_axis=0) -> N(0, 1/C).
   const Scope es = root / "embed";
-  const float embed_std = c.gpt2_init ? 0.02f : static_cast<float>(1.0 / std::sqrt(double(C)));
+  const float embed_std = c.init == InitScheme::gpt2 ? 0.02f : static_cast<float>(1.0 / std::sqrt(double(C)));
   const ValueId table = es.param("embedding", Shape{c.vocab_size, C}, ParamInit{ParamInit::normal, embed_std});
   ValueId x = es.op1(OpKind::embedding, {tokens, table}, DTypeAttrs{c.dtype});  // [B, T, C]
   // pos_emb.astype(dtype)[:T]: a gather of rows 0..T-1 rounds exactly like the cast-then-slice.
@@ -118,7 +119,7 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Tr
     std::string name = "block_";
     name += std::to_string(l);
     const Scope bs = root / name;
-    x = transformer_block(c.remat_block ? bs.remat_region() : bs, x, c, train, dec);
+    x = transformer_block(c.remat.has(RematRegion::Block) ? bs.remat_region() : bs, x, c, train, dec);
   }
   x = layer_norm(root / "post_norm", x, c.dtype, c.layer_norm_eps, c.use_bias);
   if (c.tie_embeddings)  // wte.attend(x): the embedding table, transposed, is the output layer
@@ -130,7 +131,8 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Tr
 
 }  // namespace
 
-ModelGraph build_transformer(const TransformerSpec& c, int64_t batch, int64_t seq_len, bool train) {
+ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool train) {
+  const int64_t batch = in.batch, seq_len = in.seq_len;
   ModelGraph m;
   m.name = "Transformer";
   Graph& g = m.graph;
@@ -144,12 +146,12 @@ ModelGraph build_transformer(const TransformerSpec& c, int64_t batch, int64_t se
   return m;
 }
 
-ModelGraph build_transformer_decoder(const TransformerSpec& spec, int64_t batch, int64_t max_len) {
-  if (!spec.causal_mask) throw std::invalid_argument("build_transformer_decoder: the model must be causal");
-  if (max_len < 1 || max_len > spec.max_seq_len)
+ModelGraph build_transformer_decoder(const ModelConfig& config, int64_t batch, int64_t max_len) {
+  if (!config.causal_mask) throw std::invalid_argument("build_transformer_decoder: the model must be causal");
+  if (max_len < 1 || max_len > config.max_seq_len)
     throw std::invalid_argument("build_transformer_decoder: max_len must be in [1, max_seq_len]");
-  TransformerSpec c = spec;
-  c.remat_mlp = c.remat_attn = c.remat_block = false;  // no backward: nothing to recompute
+  ModelConfig c = config;
+  c.remat = {};  // no backward: nothing to recompute
   ModelGraph m;
   m.name = "TransformerDecoder";
   Graph& g = m.graph;
@@ -160,6 +162,24 @@ ModelGraph build_transformer_decoder(const TransformerSpec& spec, int64_t batch,
                   DType::f32);  // [B, 1, V] f32, what the sampler reads
   g.mark_output(m.output);
   return m;
+}
+
+void validate_transformer(const ModelConfig& c) {
+  auto need = [](bool ok, const char* key, const std::string& problem, const char* hint) {
+    if (!ok) throw UserError(key, problem, hint);
+  };
+  need(c.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
+  need(c.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");
+  need(c.hidden_size % c.head_dim == 0, "model.hidden_size",
+       "hidden_size " + std::to_string(c.hidden_size) + " is not a multiple of model.head_dim " +
+           std::to_string(c.head_dim),
+       "num_heads = hidden_size / head_dim must be whole: change either");
+  need(c.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
+  need(c.vocab_size >= 2, "model.vocab_size", "must be >= 2", "e.g. 2048");
+  need(c.num_outputs >= 1, "model.num_outputs", "must be >= 1", "usually the vocabulary size");
+  need(c.max_seq_len >= 1, "model.max_seq_len", "must be >= 1", "e.g. 512");
+  need(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
+       "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
 }
 
 }  // namespace loom::nn

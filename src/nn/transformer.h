@@ -14,44 +14,27 @@
 #pragma once
 #include <cstdint>
 
+#include "nn/config.h"
 #include "nn/model.h"
 
 namespace loom::nn {
 
-struct TransformerSpec {
-  DType dtype = DType::f32;
-  DType softmax_dtype = DType::f32;
-  int64_t hidden_size = 1024;
-  int64_t num_layers = 12;
-  int64_t head_dim = 128;
-  int64_t mlp_expansion = 4;
-  int64_t vocab_size = 2048;
-  int64_t num_outputs = 2048;
-  int64_t max_seq_len = 512;
-  float dropout_rate = 0.f;
-  float layer_norm_eps = 1e-6f;
-  bool causal_mask = true;
-  bool attn_first = false;  // GPT-2 block order: x + attn(x), then x + mlp(x)
-  bool remat_mlp = false, remat_attn = false, remat_block = false;
-  // GPT-2 / nanoGPT variant switches (the tutorial's model: true, false, false, false):
-  bool use_bias = true;         // biases in the Dense layers (nanoGPT's `bias`)
-  bool tie_embeddings = false;  // logits = x · embeddingᵀ (nn.Embed.attend; no output layer params)
-  bool gpt2_init = false;       // normal(0.02) everywhere, residual projections 0.02/sqrt(2·layers)
-  bool embed_dropout = false;   // dropout after token + position embedding (GPT-2)
-};
-
-ModelGraph build_transformer(const TransformerSpec& spec, int64_t batch, int64_t seq_len, bool train);
+// The model of `c` (model.kind = transformer) for `in.batch` sequences of `in.seq_len` tokens.
+// The tutorial's model is block_order = mlp_first, use_bias, untied, init = flax, no embed_dropout.
+ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool train);
+// Its model.* keys (num_heads = hidden_size / head_dim must be whole, ...): UserError naming the key.
+void validate_transformer(const ModelConfig& c);
 
 // The same model as a one-token decoding program with a key/value cache (KV-cached sampling,
 // sample/sample.h): run once per token, with the same program for every position. Inputs:
 // "inputs" [B, 1] i32, the current tokens; "positions" [1] i32, their position p (< max_len; the
 // attention's scalar `pos` is a view of it); per layer the persistent caches
-// "block_<l>/attn/k_cache" and "block_<l>/attn/v_cache" [B, max_len, H, head_dim] in spec.dtype,
+// "block_<l>/attn/k_cache" and "block_<l>/attn/v_cache" [B, max_len, H, head_dim] in c.dtype,
 // which attention_decode fills at row p. Output (m.output, marked): logits [B, 1, num_outputs] f32,
 // equal to build_transformer's logits at position p given the tokens 0..p (to kernel rounding).
 // Parameters and their paths are build_transformer's (one block builder serves both), so
 // io/param_io.h loads a checkpoint into it. No loss, no dropout, no remat. Requires
-// spec.causal_mask and 1 <= max_len <= spec.max_seq_len (std::invalid_argument otherwise).
-ModelGraph build_transformer_decoder(const TransformerSpec& spec, int64_t batch, int64_t max_len);
+// c.causal_mask and 1 <= max_len <= c.max_seq_len (std::invalid_argument otherwise).
+ModelGraph build_transformer_decoder(const ModelConfig& c, int64_t batch, int64_t max_len);
 
 }  // namespace loom::nn

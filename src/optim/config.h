@@ -2,27 +2,46 @@
 // the slices and declares their schema).
 #pragma once
 #include <cstdint>
-#include <string>
 
+#include "core/choice.h"
 #include "optim/schedule.h"
 
+#define LOOM_OPTIMIZERS(X)                                                      \
+  X(sgd, "optax.sgd: momentum and nesterov from optimizer.momentum, .nesterov") \
+  X(adam, "optax.adam: b1, b2, eps, eps_root")                                  \
+  X(adamw, "optax.adamw: adam with decoupled weight_decay on weight_decay_mask")
+
+#define LOOM_WEIGHT_DECAY_MASKS(X)                                 \
+  X(all, "every parameter")                                        \
+  X(kernels, "dense kernels only: no biases, norms or embeddings") \
+  X(ndim2, "every tensor with 2+ dims (nanoGPT)")
+
+#define LOOM_LOSS_SCALES(X)                                                                       \
+  X(dynamic, "PyTorch GradScaler: back off on a non-finite step, grow after loss_scale_interval") \
+  X(static_, "the fixed scale loss_scale_init")                                                   \
+  X(none, "no loss scaling")
+
 namespace loom {
+
+LOOM_CHOICE(OptimizerName, "optimizer", LOOM_OPTIMIZERS)
+LOOM_CHOICE(WeightDecayMask, "mask", LOOM_WEIGHT_DECAY_MASKS)
+LOOM_CHOICE(LossScaleMode, "loss scaling", LOOM_LOSS_SCALES)
 
 // optax.chain(clip_by_global_norm(clip_norm), <name>(schedule)) — clipping first when
 // clip_norm > 0, then the optimizer with the learning-rate schedule.
 struct OptimizerConfig {
-  std::string name = "adam";    // sgd | adam | adamw
+  OptimizerName name = OptimizerName::adam;
   double learning_rate = 1e-3;  // constant rate, or the schedule's peak_value
   double b1 = 0.9, b2 = 0.999, eps = 1e-8, eps_root = 0.0;
-  double momentum = 0.0;                  // sgd
-  bool nesterov = false;                  // sgd
-  double weight_decay = 1e-4;             // adamw (Optax's default)
-  std::string weight_decay_mask = "all";  // all | kernels (no biases, norms, embeddings) | ndim2 (nanoGPT)
-  double clip_norm = 0.0;                 // clip_by_global_norm before the optimizer; 0 = off
+  double momentum = 0.0;       // sgd
+  bool nesterov = false;       // sgd
+  double weight_decay = 1e-4;  // adamw (Optax's default)
+  WeightDecayMask weight_decay_mask = WeightDecayMask::all;
+  double clip_norm = 0.0;  // clip_by_global_norm before the optimizer; 0 = off
   int64_t num_minibatches = 1;
   ScheduleSpec schedule;  // kind constant uses learning_rate
   // float16 loss scaling (PyTorch GradScaler semantics); ignored for float32 / bfloat16.
-  std::string loss_scale = "dynamic";  // dynamic | static | none
+  LossScaleMode loss_scale = LossScaleMode::dynamic;
   double loss_scale_init = 65536.0;
   double loss_scale_growth = 2.0;
   double loss_scale_backoff = 0.5;

@@ -25,9 +25,9 @@ void LossScaler::update(bool found_inf) {
   }
 }
 
-bool weight_decay_applies(const std::string& mask, const std::string& path, const Shape& shape) {
-  if (mask == "all") return true;
-  if (mask == "ndim2") return shape.rank >= 2;
+bool weight_decay_applies(WeightDecayMask mask, const std::string& path, const Shape& shape) {
+  if (mask == WeightDecayMask::all) return true;
+  if (mask == WeightDecayMask::ndim2) return shape.rank >= 2;
   // kernels: dense kernels only — not biases, norm scales/biases, embeddings or position embeddings.
   const size_t slash = path.rfind('/');
   return (slash == std::string::npos ? path : path.substr(slash + 1)) == "kernel";
@@ -35,7 +35,7 @@ bool weight_decay_applies(const std::string& mask, const std::string& path, cons
 
 Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be, const Graph& g, const Executor& ex)
     : cfg_(c), be_(be) {
-  const bool adam = c.name == "adam" || c.name == "adamw";
+  const bool adam = c.name == OptimizerName::adam || c.name == OptimizerName::adamw;
   const bool moments = adam || c.momentum > 0;
   for (const Param& p : g.params()) {
     const Value& v = g.value(p.value);
@@ -43,7 +43,7 @@ Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be,
     t.param = static_cast<float*>(ex.ptr(p.value));
     t.grad = static_cast<float*>(ex.ptr(p.grad));
     t.n = v.shape.numel();
-    t.weight_decay = c.name == "adamw" && weight_decay_applies(c.weight_decay_mask, v.name, v.shape)
+    t.weight_decay = c.name == OptimizerName::adamw && weight_decay_applies(c.weight_decay_mask, v.name, v.shape)
                          ? static_cast<float>(c.weight_decay)
                          : 0.f;
     const size_t bytes = static_cast<size_t>(t.n) * sizeof(float);
@@ -58,8 +58,8 @@ Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be,
     if (adam) alloc(&t.nu);
     ts_.push_back(t);
   }
-  scaler_.enabled = compute_dtype == DType::f16 && c.loss_scale != "none";
-  scaler_.dynamic = c.loss_scale == "dynamic";
+  scaler_.enabled = compute_dtype == DType::f16 && c.loss_scale != LossScaleMode::none;
+  scaler_.dynamic = c.loss_scale == LossScaleMode::dynamic;
   scaler_.scale = scaler_.enabled ? c.loss_scale_init : 1.0;
   scaler_.growth = c.loss_scale_growth;
   scaler_.backoff = c.loss_scale_backoff;
@@ -98,10 +98,10 @@ OptimizerReport Optimizer::step(bool loss_finite) {
   }
   ScheduleSpec sched = cfg_.schedule;
   sched.value = cfg_.learning_rate;
-  sched.has_end_value = sched.kind == "warmup_exponential_decay" && sched.end_value != 0.0;
+  sched.has_end_value = sched.kind == ScheduleKind::warmup_exponential_decay && sched.end_value != 0.0;
   r.lr = schedule_value(sched, count_);
   OptimHyper h;
-  h.kind = cfg_.name == "sgd" ? OptimKind::sgd : OptimKind::adam;
+  h.kind = cfg_.name == OptimizerName::sgd ? OptimKind::sgd : OptimKind::adam;
   h.lr = static_cast<float>(r.lr);
   h.b1 = static_cast<float>(cfg_.b1);
   h.b2 = static_cast<float>(cfg_.b2);

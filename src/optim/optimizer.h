@@ -72,7 +72,7 @@ class Optimizer {
   int64_t count_ = 0;
 };
 
-// Whether `path` is decayed under optimizer.weight_decay_mask (all | kernels | ndim2).
-bool weight_decay_applies(const std::string& mask, const std::string& path, const Shape& shape);
+// Whether `path` is decayed under optimizer.weight_decay_mask.
+bool weight_decay_applies(WeightDecayMask mask, const std::string& path, const Shape& shape);
 
 }  // namespace loom

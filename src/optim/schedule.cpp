@@ -35,26 +35,23 @@ double optax_exponential_decay(double init, int64_t transition_steps, double rat
 }
 
 void validate_schedule(const ScheduleSpec& s, const std::string& k) {
-  if (s.kind == "constant") return;
-  if (s.kind != "warmup_cosine_decay" && s.kind != "warmup_exponential_decay")
-    throw UserError(k + "schedule", "unknown schedule '" + s.kind + "'",
-                    "use constant, warmup_cosine_decay or warmup_exponential_decay");
+  if (s.kind == ScheduleKind::constant) return;
   if (s.warmup_steps < 0) throw UserError(k + "warmup_steps", "must be >= 0", "e.g. 100");
-  if (s.kind == "warmup_cosine_decay" && s.decay_steps <= s.warmup_steps)
+  if (s.kind == ScheduleKind::warmup_cosine_decay && s.decay_steps <= s.warmup_steps)
     throw UserError(k + "decay_steps",
                     "must be greater than warmup_steps (" + std::to_string(s.warmup_steps) +
                         "): as in Optax, decay_steps counts the warmup",
                     "set decay_steps to the total number of steps, e.g. train.steps");
-  if (s.kind == "warmup_exponential_decay" && s.transition_steps <= 0)
+  if (s.kind == ScheduleKind::warmup_exponential_decay && s.transition_steps <= 0)
     throw UserError(k + "transition_steps", "must be positive", "e.g. 1");
 }
 
 double schedule_value(const ScheduleSpec& s, int64_t t) {
-  if (s.kind == "constant") return s.value;
+  if (s.kind == ScheduleKind::constant) return s.value;
   // join_schedules: the warmup runs for t < W; the decay sees t − W.
   if (t < s.warmup_steps) return optax_linear(s.init_value, s.value, s.warmup_steps, 0, t);
   const int64_t u = t - s.warmup_steps;
-  if (s.kind == "warmup_cosine_decay") {
+  if (s.kind == ScheduleKind::warmup_cosine_decay) {
     const double alpha = s.value == 0.0 ? 0.0 : s.end_value / s.value;
     return optax_cosine_decay(s.value, s.decay_steps - s.warmup_steps, alpha, s.exponent, u);
   }

@@ -1,15 +1,25 @@
 // Learning-rate schedules with Optax's exact semantics (docs/reference.md, "Optax").
 // A schedule maps the optimizer's step count t (0 for the first update) to a learning rate.
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 
+#include "core/choice.h"
+
+#define LOOM_SCHEDULES(X)                                                                 \
+  X(constant, "optimizer.learning_rate at every step")                                    \
+  X(warmup_cosine_decay, "linear warmup from init_value, then cosine decay to end_value") \
+  X(warmup_exponential_decay, "linear warmup from init_value, then decay_rate per transition_steps")
+
 namespace loom {
 
+LOOM_CHOICE(ScheduleKind, "schedule", LOOM_SCHEDULES)
+
 struct ScheduleSpec {
-  std::string kind = "constant";  // constant | warmup_cosine_decay | warmup_exponential_decay
-  double value = 1e-3;            // constant: the rate; warmup schedules: peak_value
-  double init_value = 0.0;        // warmup start
+  ScheduleKind kind = ScheduleKind::constant;
+  double value = 1e-3;      // constant: the rate; warmup schedules: peak_value
+  double init_value = 0.0;  // warmup start
   int64_t warmup_steps = 0;
   int64_t decay_steps = 0;  // warmup_cosine_decay: total steps, warmup included
   double end_value = 0.0;   // cosine: final value; exponential: bound when has_end_value

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "graph/passes/plan.h"
+#include "nn/models.h"
 
 namespace loom {
 
@@ -54,8 +55,9 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
   r.params_bytes = p.param_bytes;
   r.grads_bytes = p.grad_bytes;
   r.num_params = p.param_bytes / 4;
-  const std::string& opt = c.optimizer.name;
-  const int64_t moments = (opt == "adam" || opt == "adamw") ? 2 : (c.optimizer.momentum > 0 ? 1 : 0);
+  const OptimizerName opt = c.optimizer.name;
+  const int64_t moments =
+      (opt == OptimizerName::adam || opt == OptimizerName::adamw) ? 2 : (c.optimizer.momentum > 0 ? 1 : 0);
   r.optimizer_bytes = moments * p.param_bytes;
   r.activations_bytes = p.arena_bytes;
   r.inputs_bytes = p.input_bytes;
@@ -89,11 +91,12 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
                    [](const BufferRow& a, const BufferRow& b) { return a.bytes > b.bytes; });
   if (r.largest_at_peak.size() > top) r.largest_at_peak.resize(top);
-  r.config_summary = fmt::format("{} {} ({}), {} layers, batch {} in {} minibatch{}, remat '{}' ({})", c.model.kind,
-                                 dtype_name(c.model.dtype), c.source.empty() ? "defaults" : c.source,
-                                 c.model.kind == "transformer" ? c.model.num_layers : 1, c.data.batch_size,
-                                 c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es",
-                                 c.model.remat.empty() ? "none" : c.model.remat, c.model.remat_policy);
+  r.config_summary =
+      fmt::format("{} {} ({}), {} layers, batch {} in {} minibatch{}, remat '{}' ({})", choice_name(c.model.kind),
+                  dtype_name(c.model.dtype), c.source.empty() ? "defaults" : c.source,
+                  nn::model_kind(c.model.kind).language_model ? c.model.num_layers : 1, c.data.batch_size,
+                  c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es",
+                  choice_set_name(c.model.remat), choice_name(c.model.remat_policy));
   return r;
 }
 

@@ -9,6 +9,7 @@
 
 #include "backend/registry.h"
 #include "core/error.h"
+#include "nn/models.h"
 #include "report/memory_html.h"
 
 namespace loom {
@@ -23,14 +24,14 @@ void write_file(const std::filesystem::path& p, const std::string& text) {
 }
 
 std::string run_title(const Config& c) {
-  std::string t = fmt::format("{} {}", c.model.kind, dtype_name(c.model.dtype));
-  if (c.model.kind == "transformer")
+  std::string t = fmt::format("{} {}", choice_name(c.model.kind), dtype_name(c.model.dtype));
+  if (nn::model_kind(c.model.kind).language_model)
     t += fmt::format(", hidden {}, {} layers, head_dim {}, vocab {}, seq {}", c.model.hidden_size, c.model.num_layers,
                      c.model.head_dim, c.model.vocab_size, c.data.seq_len);
   else
     t += fmt::format(", hidden {}", c.model.hidden_size);
   t += fmt::format(", batch {} in {} minibatch{}, remat {}", c.data.batch_size, c.optimizer.num_minibatches,
-                   c.optimizer.num_minibatches == 1 ? "" : "es", c.model.remat.empty() ? "none" : c.model.remat);
+                   c.optimizer.num_minibatches == 1 ? "" : "es", choice_set_name(c.model.remat));
   if (!c.source.empty()) t += fmt::format(" ({})", c.source);
   return t;
 }

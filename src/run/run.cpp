@@ -15,6 +15,7 @@
 
 #include "backend/registry.h"
 #include "core/error.h"
+#include "nn/models.h"
 #include "report/profile.h"
 #include "run/run_dir.h"
 #include "sample/sample.h"
@@ -125,7 +126,7 @@ int run_train(const RunOptions& o) {
     }
   } else {
     c = load_config(o.config_path.empty() ? kDefaultConfig : o.config_path, o.overrides);
-    if (run_dir.empty() && c.data.kind == "tokens") run_dir = fs::path("runs") / fs::path(c.source).stem();
+    if (run_dir.empty() && c.data.kind == DataKind::tokens) run_dir = fs::path("runs") / fs::path(c.source).stem();
   }
   if (o.steps >= 0) c.train.steps = o.steps;
   if (o.log_every > 0) c.train.log_every = o.log_every;
@@ -149,7 +150,7 @@ int run_train(const RunOptions& o) {
   set_num_threads(static_cast<int>(c.threads));
   auto be = make_backend(c.device);
   fmt::print(o.out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {} minibatch{}{}\n", c.source,
-             c.model.kind, be->name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
+             choice_name(c.model.kind), be->name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
              c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es",
              run_dir.empty() ? "" : ", run directory " + run_dir.string());
   DataSource data(c.data, data_context(c));
@@ -276,9 +277,10 @@ int run_train(const RunOptions& o) {
   }
   const Metrics& total = res.total;
   if (!total.empty()) {
-    const std::string title = c.model.kind == "mlp_classifier"
-                                  ? fmt::format("Minibatch {}", c.optimizer.num_minibatches)
-                                  : fmt::format("Final metrics - {}", t.model().name);
+    // The tutorials' titles: Part 1.1's accumulation experiment names its minibatch count.
+    const std::string title = nn::model_kind(c.model.kind).language_model
+                                  ? fmt::format("Final metrics - {}", t.model().name)
+                                  : fmt::format("Minibatch {}", c.optimizer.num_minibatches);
     fmt::print(o.out, "{}", format_metrics(total, title));
   }
   if (t.optimizer().scaler().enabled)

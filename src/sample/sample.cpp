@@ -17,7 +17,7 @@
 #include "data/tokenizer.h"
 #include "graph/passes/plan.h"
 #include "io/param_io.h"
-#include "nn/transformer.h"
+#include "nn/models.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -28,15 +28,17 @@ namespace fs = std::filesystem;
 // ---- Sampler ---------------------------------------------------------------------------------
 
 Sampler::Sampler(const Config& c, Backend& be) {
-  if (c.model.kind != "transformer")
-    throw UserError("model.kind", "is '" + c.model.kind + "': only a transformer language model can generate text",
+  const nn::ModelKindInfo& kind = nn::model_kind(c.model.kind);
+  if (!kind.build_decoder)
+    throw UserError("model.kind",
+                    "is '" + std::string(kind.name) + "': only a language model with a decoder can generate text",
                     "sample from a checkpoint of a transformer run");
   if (!c.model.causal_mask)
     throw UserError("model.causal_mask", "is false: generating token by token needs a causal model",
                     "sample from a model trained with model.causal_mask = true");
   max_len_ = c.model.max_seq_len;
   num_outputs_ = c.model.num_outputs;
-  model_ = nn::build_transformer_decoder(transformer_spec(c), 1, max_len_);
+  model_ = kind.build_decoder(c.model, 1, max_len_);
   const Graph& g = model_.graph;
   positions_ = g.input_by_name("positions");
   for (const Value& v : g.values())
@@ -213,7 +215,7 @@ int run_sample(const SampleOptions& o) {
   const Checkpoint ck = load_checkpoint(o.checkpoint, nullptr, /*with_optimizer=*/false);
   const Config c = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(ck.path);
-  if (c.model.kind == "transformer" && tok->vocab_size() > c.model.vocab_size)
+  if (nn::model_kind(c.model.kind).language_model && tok->vocab_size() > c.model.vocab_size)
     throw UserError(ck.path,
                     "its tokenizer has " + std::to_string(tok->vocab_size()) + " tokens but model.vocab_size is " +
                         std::to_string(c.model.vocab_size),
@@ -232,7 +234,7 @@ int run_sample(const SampleOptions& o) {
     }
   }
 
-  const std::unique_ptr<Backend> be = make_backend("cpu");
+  const std::unique_ptr<Backend> be = make_backend(Device::cpu);
   set_num_threads(static_cast<int>(o.threads >= 0 ? o.threads : c.threads));
   Sampler s(c, *be);
   std::map<std::string, const StTensor*> by_name;

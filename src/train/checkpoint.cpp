@@ -327,7 +327,11 @@ void restore_params(Trainer& t, const Checkpoint& c) {
 }
 
 void restore_checkpoint(Trainer& t, const Checkpoint& c) {
-  const std::string diff = first_model_difference(c.state.config_toml, config_to_toml(t.config()));
+  // The stored text is read and printed again, so that spellings meaning the same value compare
+  // equal (checkpoints before the choice enums wrote no remat as "", now "none").
+  const std::string stored =
+      config_to_toml(config_from_toml_text(c.state.config_toml, (fs::path(c.path) / kStateFile).string()));
+  const std::string diff = first_model_difference(stored, config_to_toml(t.config()));
   if (!diff.empty())
     throw UserError(c.path, "was written for a different model: " + diff + " differs",
                     "resume with the checkpoint's model configuration (or start a new run with --out)");

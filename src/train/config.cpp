@@ -5,38 +5,26 @@
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <span>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include "core/error.h"
+#include "nn/models.h"
 
 namespace loom {
 
 namespace {
 
-enum class KeyType { integer, number, string, dtype, boolean };
-
-const char* type_name(KeyType t) {
-  switch (t) {
-    case KeyType::integer:
-      return "an integer";
-    case KeyType::number:
-      return "a number";
-    case KeyType::string:
-      return "a string";
-    case KeyType::dtype:
-      return "a dtype name (float32, bfloat16, float16)";
-    case KeyType::boolean:
-      return "true or false";
-  }
-  return "?";
-}
-
 // One configuration key: where it lives in Config and how to read and print it.
 struct KeySpec {
   const char* key;
-  KeyType type;
+  const char* type;      // the --help-config column: int, number, string, dtype, bool, choice
+  std::string expected;  // what a value must be, for messages: "an integer"
   const char* help;
-  std::function<void(Config&, const toml::node&)> set_toml;  // throws std::invalid_argument
+  std::span<const ChoiceInfo> choices = {};                  // a choice key's names (--help-config)
+  std::function<void(Config&, const toml::node&)> set_toml;  // throws std::invalid_argument or UserError
   std::function<void(Config&, const std::string&)> set_text;
   std::function<std::string(const Config&)> get;
 };
@@ -69,80 +57,117 @@ double parse_number(const std::string& s) {
 }
 DType parse_dtype(const std::string& s) {
   auto d = dtype_from_name(s);
-  if (!d || *d == DType::i32) throw std::invalid_argument("not a float dtype");
+  if (!d || !dtype_is_float(*d)) throw std::invalid_argument("not a float dtype");
   return *d;
+}
+// "float32, bfloat16, float16": the names a dtype key accepts (besides their short aliases).
+std::string float_dtype_names() {
+  std::vector<std::string_view> names;
+  for (int i = 0; i < kNumDTypes; ++i)
+    if (dtype_is_float(static_cast<DType>(i))) names.push_back(dtype_name(static_cast<DType>(i)));
+  return join_names(names, ", ");
 }
 
 template <class Get>
 KeySpec make_int(const char* key, const char* help, Get ref) {
-  return {key,
-          KeyType::integer,
-          help,
-          [ref](Config& c, const toml::node& n) {
-            auto v = n.value<int64_t>();
-            if (!n.is_integer() || !v) throw std::invalid_argument("not an integer");
-            ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(*v);
-          },
-          [ref](Config& c, const std::string& s) {
-            ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(parse_int(s));
-          },
-          [ref](const Config& c) { return std::to_string(ref(const_cast<Config&>(c))); }};
+  return {.key = key,
+          .type = "int",
+          .expected = "an integer",
+          .help = help,
+          .set_toml =
+              [ref](Config& c, const toml::node& n) {
+                auto v = n.value<int64_t>();
+                if (!n.is_integer() || !v) throw std::invalid_argument("not an integer");
+                ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(*v);
+              },
+          .set_text =
+              [ref](Config& c, const std::string& s) {
+                ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(parse_int(s));
+              },
+          .get = [ref](const Config& c) { return std::to_string(ref(const_cast<Config&>(c))); }};
 }
 template <class Get>
 KeySpec make_number(const char* key, const char* help, Get ref) {
-  return {key,
-          KeyType::number,
-          help,
-          [ref](Config& c, const toml::node& n) {
-            if (!n.is_number()) throw std::invalid_argument("not a number");
-            ref(c) = *n.value<double>();
+  return {.key = key,
+          .type = "number",
+          .expected = "a number",
+          .help = help,
+          .set_toml =
+              [ref](Config& c, const toml::node& n) {
+                if (!n.is_number()) throw std::invalid_argument("not a number");
+                ref(c) = *n.value<double>();
+              },
+          .set_text = [ref](Config& c, const std::string& s) { ref(c) = parse_number(s); },
+          .get = [ref](const Config& c) { return fmt_double(ref(const_cast<Config&>(c))); }};
+}
+template <class Get>
+KeySpec make_bool(const char* key, const char* help, Get ref) {
+  return {.key = key,
+          .type = "bool",
+          .expected = "true or false",
+          .help = help,
+          .set_toml =
+              [ref](Config& c, const toml::node& n) {
+                if (!n.is_boolean()) throw std::invalid_argument("not a boolean");
+                ref(c) = *n.value<bool>();
+              },
+          .set_text =
+              [ref](Config& c, const std::string& s) {
+                if (s == "true" || s == "1")
+                  ref(c) = true;
+                else if (s == "false" || s == "0")
+                  ref(c) = false;
+                else
+                  throw std::invalid_argument("not a boolean");
+              },
+          .get = [ref](const Config& c) { return std::string(ref(const_cast<Config&>(c)) ? "true" : "false"); }};
+}
+
+// A key written as a TOML string: `parse` turns the text into the member's value, `print` back.
+template <class Get, class Parse, class Print>
+KeySpec make_text(const char* key, const char* type, std::string expected, const char* help, Get ref, Parse parse,
+                  Print print) {
+  return {
+      .key = key,
+      .type = type,
+      .expected = std::move(expected),
+      .help = help,
+      .set_toml =
+          [ref, parse](Config& c, const toml::node& n) {
+            if (!n.is_string()) throw std::invalid_argument("not a string");
+            ref(c) = parse(*n.value<std::string>());
           },
-          [ref](Config& c, const std::string& s) { ref(c) = parse_number(s); },
-          [ref](const Config& c) { return fmt_double(ref(const_cast<Config&>(c))); }};
+      .set_text = [ref, parse](Config& c, const std::string& s) { ref(c) = parse(s); },
+      .get = [ref, print](const Config& c) { return "\"" + std::string(print(ref(const_cast<Config&>(c)))) + "\""; }};
 }
 template <class Get>
 KeySpec make_string(const char* key, const char* help, Get ref) {
-  return {key,
-          KeyType::string,
-          help,
-          [ref](Config& c, const toml::node& n) {
-            if (!n.is_string()) throw std::invalid_argument("not a string");
-            ref(c) = *n.value<std::string>();
-          },
-          [ref](Config& c, const std::string& s) { ref(c) = s; },
-          [ref](const Config& c) { return "\"" + ref(const_cast<Config&>(c)) + "\""; }};
+  auto same = [](const std::string& s) { return s; };
+  return make_text(key, "string", "a string", help, ref, same, same);
 }
 template <class Get>
 KeySpec make_dtype(const char* key, const char* help, Get ref) {
-  return {key,
-          KeyType::dtype,
-          help,
-          [ref](Config& c, const toml::node& n) {
-            if (!n.is_string()) throw std::invalid_argument("not a string");
-            ref(c) = parse_dtype(*n.value<std::string>());
-          },
-          [ref](Config& c, const std::string& s) { ref(c) = parse_dtype(s); },
-          [ref](const Config& c) { return std::string("\"") + dtype_name(ref(const_cast<Config&>(c))) + "\""; }};
+  return make_text(key, "dtype", "a dtype name (" + float_dtype_names() + ")", help, ref, parse_dtype, dtype_name);
 }
-
+// One of the names of choice E (core/choice.h).
 template <class Get>
-KeySpec make_bool(const char* key, const char* help, Get ref) {
-  return {key,
-          KeyType::boolean,
-          help,
-          [ref](Config& c, const toml::node& n) {
-            if (!n.is_boolean()) throw std::invalid_argument("not a boolean");
-            ref(c) = *n.value<bool>();
-          },
-          [ref](Config& c, const std::string& s) {
-            if (s == "true" || s == "1")
-              ref(c) = true;
-            else if (s == "false" || s == "0")
-              ref(c) = false;
-            else
-              throw std::invalid_argument("not a boolean");
-          },
-          [ref](const Config& c) { return std::string(ref(const_cast<Config&>(c)) ? "true" : "false"); }};
+KeySpec make_choice(const char* key, const char* help, Get ref) {
+  using E = std::remove_reference_t<decltype(ref(std::declval<Config&>()))>;
+  KeySpec k = make_text(
+      key, "choice", "one of " + choice_names<E>(), help, ref,
+      [](const std::string& s) { return parse_choice_or_throw<E>(s); }, [](E e) { return choice_name(e); });
+  k.choices = choices_of(E{});
+  return k;
+}
+// A subset of choice E's names: "none" or comma-separated (ChoiceSet).
+template <class Get>
+KeySpec make_choice_set(const char* key, const char* help, Get ref) {
+  using E = typename std::remove_reference_t<decltype(ref(std::declval<Config&>()))>::member_type;
+  KeySpec k = make_text(
+      key, "choices", "none or a comma-separated subset of " + choice_names<E>(", "), help, ref,
+      [](const std::string& s) { return parse_choice_set<E>(s); }, [](ChoiceSet<E> s) { return choice_set_name(s); });
+  k.choices = choices_of(E{});
+  return k;
 }
 
 #define LOOM_REF(member) \
@@ -151,10 +176,9 @@ KeySpec make_bool(const char* key, const char* help, Get ref) {
 const std::vector<KeySpec>& schema() {
   static const std::vector<KeySpec> keys = {
       make_int("seed", "seed of every random stream (init, data, dropout)", LOOM_REF(seed)),
-      make_string("device", "where to run: auto (the best available), cpu, or reference (slow oracle)",
-                  LOOM_REF(device)),
+      make_choice("device", "where to run", LOOM_REF(device)),
       make_int("threads", "CPU threads (0 = all cores)", LOOM_REF(threads)),
-      make_string("model.kind", "model family: mlp_classifier | transformer", LOOM_REF(model.kind)),
+      make_choice("model.kind", "model family", LOOM_REF(model.kind)),
       make_dtype("model.dtype", "compute dtype of activations; params and optimizer state stay float32",
                  LOOM_REF(model.dtype)),
       make_int("model.hidden_size", "hidden width", LOOM_REF(model.hidden_size)),
@@ -170,28 +194,22 @@ const std::vector<KeySpec>& schema() {
       make_int("model.max_seq_len", "rows of the learned position embedding", LOOM_REF(model.max_seq_len)),
       make_dtype("model.softmax_dtype", "dtype of the attention logits and softmax", LOOM_REF(model.softmax_dtype)),
       make_bool("model.causal_mask", "causal attention mask", LOOM_REF(model.causal_mask)),
-      make_string("model.remat", "remat regions: none, or comma-separated MLP, Attn, Block", LOOM_REF(model.remat)),
-      make_string("model.remat_policy",
-                  "what a remat region saves: nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable, "
-                  "everything_saveable, save_only_these_names",
-                  LOOM_REF(model.remat_policy)),
+      make_choice_set("model.remat", "remat regions: recomputed in the backward instead of kept",
+                      LOOM_REF(model.remat)),
+      make_choice("model.remat_policy", "what a remat region saves", LOOM_REF(model.remat_policy)),
       make_string("model.remat_save_names", "save_only_these_names: comma-separated scope patterns, e.g. */attn/qkv",
                   LOOM_REF(model.remat_save_names)),
       make_bool("model.scan_layers",
                 "parameter layout of files: stacked [num_layers, ...] (the tutorial's nn.scan); execution is the same",
                 LOOM_REF(model.scan_layers)),
-      make_string("model.block_order", "mlp_first (the tutorial: x + mlp(x), then x + attn(x)) or attn_first (GPT-2)",
-                  LOOM_REF(model.block_order)),
+      make_choice("model.block_order", "order of the residual branches in a block", LOOM_REF(model.block_order)),
       make_bool("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", LOOM_REF(model.use_bias)),
       make_bool("model.tie_embeddings", "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)",
                 LOOM_REF(model.tie_embeddings)),
-      make_string("model.init",
-                  "parameter init: flax (the tutorial's Flax defaults) or gpt2 (normal 0.02, residual projections / "
-                  "sqrt(2·layers))",
-                  LOOM_REF(model.init)),
+      make_choice("model.init", "parameter init", LOOM_REF(model.init)),
       make_bool("model.embed_dropout", "dropout after the token + position embedding (GPT-2)",
                 LOOM_REF(model.embed_dropout)),
-      make_string("optimizer.name", "optimizer: sgd, adam or adamw (Optax semantics)", LOOM_REF(optimizer.name)),
+      make_choice("optimizer.name", "optimizer (Optax semantics)", LOOM_REF(optimizer.name)),
       make_number("optimizer.learning_rate", "learning rate (the peak value when a warmup schedule is set)",
                   LOOM_REF(optimizer.learning_rate)),
       make_number("optimizer.b1", "Adam beta1", LOOM_REF(optimizer.b1)),
@@ -201,15 +219,10 @@ const std::vector<KeySpec>& schema() {
       make_number("optimizer.momentum", "sgd momentum (0 = none)", LOOM_REF(optimizer.momentum)),
       make_bool("optimizer.nesterov", "sgd Nesterov momentum", LOOM_REF(optimizer.nesterov)),
       make_number("optimizer.weight_decay", "adamw decoupled weight decay", LOOM_REF(optimizer.weight_decay)),
-      make_string("optimizer.weight_decay_mask",
-                  "which params adamw decays: all, kernels (no biases, norms, embeddings), ndim2 (every tensor with 2+ "
-                  "dims, nanoGPT)",
-                  LOOM_REF(optimizer.weight_decay_mask)),
+      make_choice("optimizer.weight_decay_mask", "which params adamw decays", LOOM_REF(optimizer.weight_decay_mask)),
       make_number("optimizer.clip_norm", "clip_by_global_norm before the optimizer (0 = off)",
                   LOOM_REF(optimizer.clip_norm)),
-      make_string("optimizer.schedule",
-                  "learning-rate schedule: constant, warmup_cosine_decay, warmup_exponential_decay",
-                  LOOM_REF(optimizer.schedule.kind)),
+      make_choice("optimizer.schedule", "learning-rate schedule", LOOM_REF(optimizer.schedule.kind)),
       make_number("optimizer.init_value", "schedule: value at step 0 (warmup start)",
                   LOOM_REF(optimizer.schedule.init_value)),
       make_int("optimizer.warmup_steps", "schedule: linear warmup steps", LOOM_REF(optimizer.schedule.warmup_steps)),
@@ -225,8 +238,7 @@ const std::vector<KeySpec>& schema() {
                LOOM_REF(optimizer.schedule.transition_begin)),
       make_bool("optimizer.staircase", "warmup_exponential_decay: decay in discrete steps",
                 LOOM_REF(optimizer.schedule.staircase)),
-      make_string("optimizer.loss_scale", "float16 loss scaling: dynamic (GradScaler), static, or none",
-                  LOOM_REF(optimizer.loss_scale)),
+      make_choice("optimizer.loss_scale", "float16 loss scaling", LOOM_REF(optimizer.loss_scale)),
       make_number("optimizer.loss_scale_init", "initial (or static) loss scale", LOOM_REF(optimizer.loss_scale_init)),
       make_number("optimizer.loss_scale_growth", "dynamic: factor after loss_scale_interval finite steps",
                   LOOM_REF(optimizer.loss_scale_growth)),
@@ -238,9 +250,7 @@ const std::vector<KeySpec>& schema() {
                   LOOM_REF(optimizer.loss_scale_min)),
       make_int("optimizer.num_minibatches", "gradient accumulation: minibatches per step (divides data.batch_size)",
                LOOM_REF(optimizer.num_minibatches)),
-      make_string("data.kind",
-                  "data source: random_classification or random_tokens (the tutorials' fixed random batches)",
-                  LOOM_REF(data.kind)),
+      make_choice("data.kind", "data source", LOOM_REF(data.kind)),
       make_int("data.batch_size", "examples per optimizer step (all minibatches together)", LOOM_REF(data.batch_size)),
       make_int("data.num_inputs", "input features of random_classification data", LOOM_REF(data.num_inputs)),
       make_int("data.seq_len", "tokens per sequence", LOOM_REF(data.seq_len)),
@@ -260,9 +270,7 @@ const std::vector<KeySpec>& schema() {
       make_int("train.keep_last", "checkpoints to keep (the best one is kept apart)", LOOM_REF(train.keep_last)),
       make_int("train.sample_tokens", "after training, print a sample of this many tokens (0 = none)",
                LOOM_REF(train.sample_tokens)),
-      make_string("train.on_nonfinite",
-                  "a NaN or infinite loss or gradient norm (float32/bfloat16): stop (keep the last good checkpoint "
-                  "and exit) or skip (drop that step's update and go on)",
+      make_choice("train.on_nonfinite", "what a NaN or infinite loss or gradient norm does (float32/bfloat16)",
                   LOOM_REF(train.on_nonfinite)),
       make_int("train.max_skipped_steps",
                "stop after this many skipped steps in a row, in any dtype (float16 overflow included; 0 = never)",
@@ -310,8 +318,10 @@ void walk(Config& c, const toml::table& t, const std::string& prefix, const std:
     try {
       spec->set_toml(c, node);
     } catch (const std::invalid_argument& e) {
-      throw UserError(file + ": " + key, std::string("expected ") + type_name(spec->type) + " (" + e.what() + ")",
+      throw UserError(file + ": " + key, "expected " + spec->expected + " (" + e.what() + ")",
                       "write e.g. " + key + " = " + spec->get(defaults()));
+    } catch (const UserError& e) {  // an unknown choice: the message names the valid ones
+      throw UserError(file + ": " + key, e.what(), e.hint());
     }
   }
 }
@@ -331,8 +341,10 @@ void apply_override(Config& c, const std::string& assignment) {
   try {
     spec->set_text(c, val);
   } catch (const std::invalid_argument& e) {
-    throw UserError("override " + key, "'" + val + "' is not " + type_name(spec->type) + " (" + e.what() + ")",
+    throw UserError("override " + key, "'" + val + "' is not " + spec->expected + " (" + e.what() + ")",
                     "write e.g. " + key + "=" + spec->get(defaults()));
+  } catch (const UserError& e) {
+    throw UserError("override " + key, e.what(), e.hint());
   }
 }
 
@@ -341,26 +353,22 @@ void validate_config(const Config& c) {
   auto need = [&](bool ok, const std::string& key, const std::string& problem, const std::string& hint) {
     if (!ok) throw UserError(f + ": " + key, problem, hint);
   };
-  need(c.device == "auto" || c.device == "cpu" || c.device == "reference", "device",
-       "unknown device '" + c.device + "'", "use auto, cpu or reference");
+  // A slice's own checks throw UserError naming the key; the file is added here.
+  auto in_file = [&](auto&& check) {
+    try {
+      check();
+    } catch (const UserError& e) {
+      throw UserError(f + ": " + e.subject(), std::string(e.what()).substr(e.subject().size() + 2), e.hint());
+    }
+  };
+  const nn::ModelKindInfo& kind = nn::model_kind(c.model.kind);
   need(c.threads >= 0, "threads", "must be >= 0", "0 uses all cores");
-  need(c.model.kind == "mlp_classifier" || c.model.kind == "transformer", "model.kind",
-       "unknown model kind '" + c.model.kind + "'", "use mlp_classifier or transformer");
   need(c.model.hidden_size >= 1, "model.hidden_size", "must be >= 1", "e.g. 256");
-  need(c.model.num_classes >= 1, "model.num_classes", "must be >= 1", "e.g. 100");
   need(c.model.dropout_rate >= 0 && c.model.dropout_rate < 1, "model.dropout_rate", "must be in [0, 1)", "e.g. 0.1");
   need(c.model.layer_norm_eps > 0, "model.layer_norm_eps", "must be positive", "Flax uses 1e-6");
-  need(c.optimizer.name == "adam" || c.optimizer.name == "adamw" || c.optimizer.name == "sgd", "optimizer.name",
-       "unknown optimizer '" + c.optimizer.name + "'", "use sgd, adam or adamw");
-  need(c.optimizer.weight_decay_mask == "all" || c.optimizer.weight_decay_mask == "kernels" ||
-           c.optimizer.weight_decay_mask == "ndim2",
-       "optimizer.weight_decay_mask", "unknown mask '" + c.optimizer.weight_decay_mask + "'",
-       "use all, kernels or ndim2");
   need(c.optimizer.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", "e.g. 0.1");
   need(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1, "optimizer.momentum", "must be in [0, 1)", "e.g. 0.9");
   need(c.optimizer.clip_norm >= 0, "optimizer.clip_norm", "must be >= 0", "0 disables clipping; GPT-2 uses 1.0");
-  need(c.optimizer.loss_scale == "dynamic" || c.optimizer.loss_scale == "static" || c.optimizer.loss_scale == "none",
-       "optimizer.loss_scale", "unknown loss scaling '" + c.optimizer.loss_scale + "'", "use dynamic, static or none");
   need(c.optimizer.loss_scale_init > 0, "optimizer.loss_scale_init", "must be positive",
        "GradScaler's default is 65536");
   need(c.optimizer.loss_scale_growth >= 1, "optimizer.loss_scale_growth", "must be >= 1", "GradScaler's default is 2");
@@ -370,67 +378,39 @@ void validate_config(const Config& c) {
        "GradScaler's default is 2000");
   need(c.optimizer.loss_scale_min > 0 && c.optimizer.loss_scale_min <= c.optimizer.loss_scale_init,
        "optimizer.loss_scale_min", "must be positive and at most optimizer.loss_scale_init", "e.g. 1.0 (the default)");
-  {
+  in_file([&] {
     ScheduleSpec s = c.optimizer.schedule;
     s.value = c.optimizer.learning_rate;
-    try {
-      validate_schedule(s, "optimizer.");
-    } catch (const UserError& e) {
-      throw UserError(f + ": " + e.subject(), std::string(e.what()).substr(e.subject().size() + 2), e.hint());
-    }
-  }
+    validate_schedule(s, "optimizer.");
+  });
   need(c.optimizer.learning_rate >= 0, "optimizer.learning_rate", "must be >= 0", "e.g. 1e-3");
   need(c.optimizer.b1 >= 0 && c.optimizer.b1 < 1, "optimizer.b1", "must be in [0, 1)", "Adam's default is 0.9");
   need(c.optimizer.b2 >= 0 && c.optimizer.b2 < 1, "optimizer.b2", "must be in [0, 1)", "Adam's default is 0.999");
   need(c.optimizer.eps >= 0, "optimizer.eps", "must be >= 0", "Adam's default is 1e-8");
   need(c.optimizer.num_minibatches >= 1, "optimizer.num_minibatches", "must be >= 1", "1 means no accumulation");
-  need(c.data.kind == "random_classification" || c.data.kind == "random_tokens" || c.data.kind == "tokens", "data.kind",
-       "unknown data kind '" + c.data.kind + "'", "use random_classification, random_tokens or tokens");
-  need(c.data.kind != "tokens" || !c.data.dir.empty(), "data.dir", "data.kind = tokens needs a data directory",
+  need(c.data.kind != DataKind::tokens || !c.data.dir.empty(), "data.dir", "data.kind = tokens needs a data directory",
        "prepare one with `loom prepare char data/tinyshakespeare.txt data/shakespeare_char` and set data.dir");
   need(c.train.eval_interval >= 0, "train.eval_interval", "must be >= 0", "0 disables evaluation");
   need(c.train.eval_iters >= 1, "train.eval_iters", "must be >= 1", "e.g. 20");
   need(c.train.checkpoint_interval >= 0, "train.checkpoint_interval", "must be >= 0", "0 saves at evaluations");
   need(c.train.keep_last >= 1, "train.keep_last", "must be >= 1", "e.g. 3");
   need(c.train.sample_tokens >= 0, "train.sample_tokens", "must be >= 0", "e.g. 200");
-  need(c.train.on_nonfinite == "stop" || c.train.on_nonfinite == "skip", "train.on_nonfinite",
-       "must be stop or skip, not '" + c.train.on_nonfinite + "'", "stop (the default) or skip");
   need(c.train.max_skipped_steps >= 0, "train.max_skipped_steps", "must be >= 0", "e.g. 25 (0 = never stop)");
-  if (c.model.kind == "transformer") {
-    need(c.model.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
-    need(c.model.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");
-    need(c.model.hidden_size % c.model.head_dim == 0, "model.hidden_size",
-         "hidden_size " + std::to_string(c.model.hidden_size) + " is not a multiple of model.head_dim " +
-             std::to_string(c.model.head_dim),
-         "num_heads = hidden_size / head_dim must be whole: change either");
-    need(c.model.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
-    need(c.model.vocab_size >= 2, "model.vocab_size", "must be >= 2", "e.g. 2048");
-    need(c.model.num_outputs >= 1, "model.num_outputs", "must be >= 1", "usually the vocabulary size");
-    need(c.model.max_seq_len >= 1, "model.max_seq_len", "must be >= 1", "e.g. 512");
+  in_file([&] { kind.validate(c.model); });
+  need(c.model.remat_policy != RematPolicyKind::save_only_these_names || !c.model.remat_save_names.empty(),
+       "model.remat_save_names", "save_only_these_names needs at least one pattern",
+       "e.g. model.remat_save_names=*/attn/qkv");
+  const std::string a_kind = "the " + std::string(kind.name);
+  if (kind.language_model) {
     need(c.data.seq_len >= 1 && c.data.seq_len <= c.model.max_seq_len, "data.seq_len",
          "seq_len " + std::to_string(c.data.seq_len) +
              " is outside [1, model.max_seq_len = " + std::to_string(c.model.max_seq_len) + "]",
          "raise model.max_seq_len or shorten data.seq_len");
-    const std::string& rp = c.model.remat_policy;
-    need(rp == "nothing_saveable" || rp == "everything_saveable" || rp == "dots_saveable" ||
-             rp == "dots_with_no_batch_dims_saveable" || rp == "save_only_these_names",
-         "model.remat_policy", "unknown remat policy '" + rp + "'",
-         "use nothing_saveable, dots_saveable, dots_with_no_batch_dims_saveable, everything_saveable or "
-         "save_only_these_names (with model.remat_save_names)");
-    need(rp != "save_only_these_names" || !c.model.remat_save_names.empty(), "model.remat_save_names",
-         "save_only_these_names needs at least one pattern", "e.g. model.remat_save_names=*/attn/qkv");
-    need(c.model.init == "flax" || c.model.init == "gpt2", "model.init", "unknown init '" + c.model.init + "'",
-         "use flax or gpt2");
-    need(!c.model.tie_embeddings || c.model.num_outputs == c.model.vocab_size, "model.tie_embeddings",
-         "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
-    need(c.model.block_order == "mlp_first" || c.model.block_order == "attn_first", "model.block_order",
-         "unknown block order '" + c.model.block_order + "'", "use mlp_first or attn_first");
-    need(c.data.kind == "random_tokens" || c.data.kind == "tokens", "data.kind", "a transformer needs token data",
-         "use random_tokens or tokens");
-    need(c.data.kind != "random_tokens" || (c.data.vocab_size >= 2 && c.data.vocab_size <= c.model.vocab_size),
+    need(is_token_data(c.data.kind), "data.kind", a_kind + " needs token data", "use random_tokens or tokens");
+    need(c.data.kind != DataKind::random_tokens || (c.data.vocab_size >= 2 && c.data.vocab_size <= c.model.vocab_size),
          "data.vocab_size", "must be in [2, model.vocab_size]", "tokens must be valid embedding rows");
   } else {
-    need(c.data.kind == "random_classification", "data.kind", "the mlp_classifier needs random_classification data",
+    need(c.data.kind == DataKind::random_classification, "data.kind", a_kind + " needs random_classification data",
          "use random_classification");
   }
   need(c.data.batch_size >= 1, "data.batch_size", "must be >= 1", "e.g. 512");
@@ -508,17 +488,20 @@ std::string config_help() {
   std::string out;
   const Config& d = defaults();
   for (const KeySpec& k : schema()) {
-    char line[256];
-    std::snprintf(line, sizeof line, "  %-28s %-10s default %-22s %s\n", k.key,
-                  k.type == KeyType::integer   ? "int"
-                  : k.type == KeyType::number  ? "number"
-                  : k.type == KeyType::dtype   ? "dtype"
-                  : k.type == KeyType::boolean ? "bool"
-                                               : "string",
-                  k.get(d).c_str(), k.help);
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-28s %-10s default %-22s %s\n", k.key, k.type, k.get(d).c_str(), k.help);
     out += line;
+    for (const ChoiceInfo& ch : k.choices) {  // under the default: each name and what it means
+      std::snprintf(line, sizeof line, "%50s%-22.*s %.*s\n", "", static_cast<int>(ch.name.size()), ch.name.data(),
+                    static_cast<int>(ch.help.size()), ch.help.data());
+      out += line;
+    }
   }
   return out;
+}
+
+ModelInput model_input(const Config& c, int64_t minibatch) {
+  return {.batch = minibatch, .num_inputs = c.data.num_inputs, .seq_len = c.data.seq_len};
 }
 
 DataContext data_context(const Config& c) {

@@ -7,11 +7,19 @@
 #include <string>
 #include <vector>
 
+#include "backend/registry.h"
+#include "core/choice.h"
 #include "data/config.h"
 #include "nn/config.h"
 #include "optim/config.h"
 
+#define LOOM_ON_NONFINITE(X)                                                                                \
+  X(stop, "end the run with a message, keeping the last good checkpoint (a diverged state is never saved)") \
+  X(skip, "drop that step's update, count it, and go on (train.max_skipped_steps still applies)")
+
 namespace loom {
+
+LOOM_CHOICE(OnNonFinite, "non-finite policy", LOOM_ON_NONFINITE)
 
 struct TrainConfig {
   int64_t steps = 5;
@@ -22,16 +30,14 @@ struct TrainConfig {
   int64_t checkpoint_interval = 0;  // save every N steps (0 = at evaluations and at the end)
   int64_t keep_last = 3;            // checkpoints kept (plus best/)
   int64_t sample_tokens = 0;        // print a sample of this many tokens at the end (0 = none)
-  // A non-finite loss or gradient norm (float32/bfloat16): "stop" the run (keeping the last good
-  // checkpoint) or "skip" the step's update and go on.
-  std::string on_nonfinite = "stop";
+  OnNonFinite on_nonfinite = OnNonFinite::stop;
   int64_t max_skipped_steps = 25;  // stop after this many skipped steps in a row, any dtype (0 = never)
 };
 
 struct Config {
   uint64_t seed = 0;
-  std::string device = "auto";  // auto | cpu | reference
-  int64_t threads = 0;          // 0 = all cores
+  Device device = Device::auto_;
+  int64_t threads = 0;  // 0 = all cores
   ModelConfig model;
   OptimizerConfig optimizer;
   DataConfig data;
@@ -54,6 +60,8 @@ void validate_config(const Config& c);
 std::string config_to_toml(const Config& c);
 // Help text: every key, its type, default and meaning.
 std::string config_help();
+// The shape of one minibatch of `minibatch` examples as c's model reads it (from data.*).
+ModelInput model_input(const Config& c, int64_t minibatch);
 // The facts outside `data.*` that c's data source needs (seed, classes, vocabulary, minibatches).
 DataContext data_context(const Config& c);
 

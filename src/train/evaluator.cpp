@@ -2,11 +2,13 @@
 
 #include <stdexcept>
 
+#include "nn/models.h"
+
 namespace loom {
 
 Evaluator::Evaluator(const Trainer& t, Backend& be) : cfg_(t.config()) {
   const int64_t mb = cfg_.data.batch_size / cfg_.optimizer.num_minibatches;
-  model_ = build_model(cfg_, mb, /*train=*/false);
+  model_ = nn::build_model(cfg_.model, model_input(cfg_, mb), /*train=*/false);
   Executor::External params;
   const Graph& tg = t.model().graph;
   for (const Param& p : tg.params()) params[tg.value(p.value).name] = t.executor().ptr(p.value);

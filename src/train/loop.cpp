@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "nn/models.h"
+
 namespace loom {
 
 std::string format_duration(double s) {
@@ -24,7 +26,7 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
     jsonl.open(o.metrics_file, std::ios::app);
     if (!jsonl) throw std::runtime_error("cannot open metrics file '" + o.metrics_file + "' for writing");
   }
-  const bool lm = t.config().model.kind == "transformer";
+  const bool lm = nn::model_kind(t.config().model.kind).language_model;
   const char* unit = lm ? "tok/s" : "ex/s";
   const double items_per_step = static_cast<double>(t.model().examples * t.config().optimizer.num_minibatches);
   LoopResult res;
@@ -43,7 +45,7 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
     // max_skipped_steps in a row; anything else non-finite means the run diverged.
     const bool scale_skip = fp16 && std::string_view(r.opt.nonfinite) == "gradient norm";
     std::string diverged;
-    if (r.opt.skipped && !scale_skip && tc.on_nonfinite == "stop")
+    if (r.opt.skipped && !scale_skip && tc.on_nonfinite == OnNonFinite::stop)
       diverged = fmt::format("the {} is not finite at step {}", r.opt.nonfinite, s + 1);
     else if (r.opt.skipped && tc.max_skipped_steps > 0 && sc.consecutive >= tc.max_skipped_steps)
       diverged = fmt::format("{} steps in a row were skipped (non-finite {}{}), up to step {}", sc.consecutive,

@@ -8,88 +8,17 @@
 #include "graph/passes/autodiff.h"
 #include "graph/passes/remat.h"
 #include "nn/init.h"
-#include "nn/mlp_classifier.h"
-#include "nn/transformer.h"
+#include "nn/models.h"
 
 namespace loom {
 
-namespace {
-// model.remat: "", "none", or a comma-separated subset of MLP, Attn, Block.
-void parse_remat(const std::string& s, nn::TransformerSpec& t) {
-  if (s.empty() || s == "none") return;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(',', start);
-    if (end == std::string::npos) end = s.size();
-    std::string item = s.substr(start, end - start);
-    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    if (item == "MLP")
-      t.remat_mlp = true;
-    else if (item == "Attn")
-      t.remat_attn = true;
-    else if (item == "Block")
-      t.remat_block = true;
-    else
-      throw UserError("model.remat", "unknown remat region '" + item + "'",
-                      "use none, or a comma-separated subset of MLP, Attn, Block");
-    start = end + 1;
-  }
-}
-}  // namespace
-
-nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train) {
-  if (c.model.kind == "mlp_classifier") {
-    nn::MlpClassifierSpec s;
-    s.dtype = c.model.dtype;
-    s.num_inputs = c.data.num_inputs;
-    s.hidden_size = c.model.hidden_size;
-    s.num_classes = c.model.num_classes;
-    s.dropout_rate = static_cast<float>(c.model.dropout_rate);
-    s.layer_norm_eps = static_cast<float>(c.model.layer_norm_eps);
-    if (!c.model.remat.empty() && c.model.remat != "none") {
-      if (c.model.remat != "MLP")
-        throw UserError("model.remat", "the mlp_classifier has one remat region, 'MLP' (its hidden block)",
-                        "use model.remat=MLP or none");
-      s.remat = true;
-    }
-    return nn::build_mlp_classifier(s, minibatch, train);
-  }
-  if (c.model.kind == "transformer")
-    return nn::build_transformer(transformer_spec(c), minibatch, c.data.seq_len, train);
-  throw UserError("model.kind", "unknown model kind '" + c.model.kind + "'", "use mlp_classifier or transformer");
-}
-
-nn::TransformerSpec transformer_spec(const Config& c) {
-  nn::TransformerSpec s;
-  s.dtype = c.model.dtype;
-  s.softmax_dtype = c.model.softmax_dtype;
-  s.hidden_size = c.model.hidden_size;
-  s.num_layers = c.model.num_layers;
-  s.head_dim = c.model.head_dim;
-  s.mlp_expansion = c.model.mlp_expansion;
-  s.vocab_size = c.model.vocab_size;
-  s.num_outputs = c.model.num_outputs;
-  s.max_seq_len = c.model.max_seq_len;
-  s.dropout_rate = static_cast<float>(c.model.dropout_rate);
-  s.layer_norm_eps = static_cast<float>(c.model.layer_norm_eps);
-  s.causal_mask = c.model.causal_mask;
-  s.attn_first = c.model.block_order == "attn_first";
-  s.use_bias = c.model.use_bias;
-  s.tie_embeddings = c.model.tie_embeddings;
-  s.gpt2_init = c.model.init == "gpt2";
-  s.embed_dropout = c.model.embed_dropout;
-  parse_remat(c.model.remat, s);
-  return s;
-}
-
 TrainProgram build_train_program(const Config& c) {
   TrainProgram p;
-  p.model = build_model(c, c.data.batch_size / c.optimizer.num_minibatches, /*train=*/true);
+  p.model = nn::build_model(c.model, model_input(c, c.data.batch_size / c.optimizer.num_minibatches), /*train=*/true);
   Graph& g = p.model.graph;
   p.dloss = g.add_input("loss_seed", Shape{}, DType::f32);
   p.num_forward = build_backward(g, p.model.loss_sum, p.dloss);
-  RematPolicy policy{c.model.remat_policy, {}};
+  RematPolicy policy{.kind = c.model.remat_policy, .save_names = {}};
   for (size_t start = 0; start < c.model.remat_save_names.size();) {
     size_t end = c.model.remat_save_names.find(',', start);
     if (end == std::string::npos) end = c.model.remat_save_names.size();

@@ -13,18 +13,12 @@
 #include "backend/backend.h"
 #include "data/data.h"
 #include "nn/model.h"
-#include "nn/transformer.h"
 #include "optim/optimizer.h"
 #include "runtime/executor.h"
 #include "train/config.h"
 #include "train/metrics.h"
 
 namespace loom {
-
-// Builds the configured model for one minibatch (train: dropout on).
-nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train);
-// The transformer of c.model (whatever c.model.kind says), e.g. for nn::build_transformer_decoder.
-nn::TransformerSpec transformer_spec(const Config& c);
 
 // The per-minibatch training program, ready to plan: the model, its backward (autodiff), the
 // remat pass and the resulting schedule. Pure graph work: nothing is allocated or run.

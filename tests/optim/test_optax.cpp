@@ -58,7 +58,7 @@ TEST(Optax, Schedules) {
   for (const auto& [name, sch] : g["schedules"].items()) {
     const json& k = sch["kwargs"];
     ScheduleSpec s;
-    s.kind = name == "warmup_cosine_decay" ? "warmup_cosine_decay" : "warmup_exponential_decay";
+    s.kind = name == "warmup_cosine_decay" ? ScheduleKind::warmup_cosine_decay : ScheduleKind::warmup_exponential_decay;
     s.init_value = k["init_value"];
     s.value = k["peak_value"];
     s.warmup_steps = k["warmup_steps"];
@@ -84,7 +84,7 @@ TEST(Optax, Schedules) {
 
 TEST(Optax, CosineScheduleRejectsDecayNotAfterWarmup) {
   ScheduleSpec s;
-  s.kind = "warmup_cosine_decay";
+  s.kind = ScheduleKind::warmup_cosine_decay;
   s.warmup_steps = 10;
   s.decay_steps = 10;
   EXPECT_THROW(validate_schedule(s, "optimizer."), UserError);
@@ -144,7 +144,7 @@ class OptaxOnBackend : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OptaxOnBackend, Sgd) {
   OptimizerConfig c;
-  c.name = "sgd";
+  c.name = OptimizerName::sgd;
   c.learning_rate = 0.1;
   run_case(GetParam(), "sgd", c);
   c.momentum = 0.9;
@@ -153,18 +153,18 @@ TEST_P(OptaxOnBackend, Sgd) {
 
 TEST_P(OptaxOnBackend, Adam) {
   OptimizerConfig c;
-  c.name = "adam";
+  c.name = OptimizerName::adam;
   c.learning_rate = 1e-2;
   run_case(GetParam(), "adam", c);
 }
 
 TEST_P(OptaxOnBackend, AdamwWithAndWithoutMask) {
   OptimizerConfig c;
-  c.name = "adamw";
+  c.name = OptimizerName::adamw;
   c.learning_rate = 1e-2;
   c.weight_decay = 0.1;
   run_case(GetParam(), "adamw", c);
-  c.weight_decay_mask = "kernels";  // excludes bias and embedding, as the golden's mask does
+  c.weight_decay_mask = WeightDecayMask::kernels;  // excludes bias and embedding, as the golden's mask does
   run_case(GetParam(), "adamw_masked", c);
 }
 
@@ -173,7 +173,7 @@ TEST_P(OptaxOnBackend, ClipByGlobalNormThenAdam) {
   for (const char* key : {"norm_above_1", "norm_below_1"}) {
     const json& cs = g["clip_by_global_norm"][key];
     OptimizerConfig c;
-    c.name = "adam";
+    c.name = OptimizerName::adam;
     c.learning_rate = 1e-2;
     c.clip_norm = 1.0;
     Harness h(GetParam(), c, g["params"]);
@@ -259,9 +259,9 @@ TEST(LossScaler, NonFiniteLossSkipsTheUpdateInFloat32) {
 TEST(LossScaler, NonFiniteGradientsSkipTheUpdate) {
   const json& g = golden();
   OptimizerConfig c;
-  c.name = "adam";
+  c.name = OptimizerName::adam;
   c.learning_rate = 1e-2;
-  c.loss_scale = "dynamic";
+  c.loss_scale = LossScaleMode::dynamic;
   c.loss_scale_init = 1024;
   auto be = make_backend("cpu");
   Graph gr;

@@ -66,7 +66,7 @@ Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype
 class FullForward {
  public:
   FullForward(const Config& c, const Executor& params, Backend& be)
-      : m_(nn::build_transformer(transformer_spec(c), 1, kMaxLen, /*train=*/false)) {
+      : m_(nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, /*train=*/false)) {
     m_.graph.mark_output(m_.output);
     const Status st = Executor::create(be, m_.graph, plan_memory(m_.graph, default_schedule(m_.graph)), &ex_);
     EXPECT_TRUE(st.is_ok()) << st.message();
@@ -158,7 +158,7 @@ TEST(Decoder, LogitsMatchTrainingForwardBf16) {
 // One program for every token: its size depends on the model, not on the cache length or the
 // position, and it holds exactly one attention_decode per layer over that layer's caches.
 TEST(Decoder, ProgramIndependentOfPosition) {
-  const nn::TransformerSpec spec = transformer_spec(tiny_config());
+  const ModelConfig spec = tiny_config().model;
   const nn::ModelGraph a = nn::build_transformer_decoder(spec, 1, 4);
   const nn::ModelGraph b = nn::build_transformer_decoder(spec, 1, kMaxLen);
   EXPECT_EQ(a.graph.nodes().size(), b.graph.nodes().size());
@@ -180,7 +180,7 @@ TEST(Decoder, ProgramIndependentOfPosition) {
   EXPECT_EQ(b.graph.value(b.output).shape, (Shape{1, 1, kVocab}));
   EXPECT_TRUE(b.graph.value(b.output).is_output);
   // The parameters are the training graph's, path for path.
-  const nn::ModelGraph t = nn::build_transformer(spec, 1, kMaxLen, false);
+  const nn::ModelGraph t = nn::build_transformer(spec, {.batch = 1, .seq_len = kMaxLen}, false);
   ASSERT_EQ(t.graph.params().size(), b.graph.params().size());
   for (size_t i = 0; i < t.graph.params().size(); ++i) {
     const Value& x = t.graph.value(t.graph.params()[i].value);
@@ -200,7 +200,7 @@ TEST(Decoder, ProgramIndependentOfPosition) {
 }
 
 TEST(Decoder, RejectsNonCausalModels) {
-  nn::TransformerSpec spec = transformer_spec(tiny_config());
+  ModelConfig spec = tiny_config().model;
   EXPECT_THROW(nn::build_transformer_decoder(spec, 1, kMaxLen + 1), std::invalid_argument);
   spec.causal_mask = false;
   EXPECT_THROW(nn::build_transformer_decoder(spec, 1, kMaxLen), std::invalid_argument);

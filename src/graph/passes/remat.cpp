@@ -1,6 +1,5 @@
 #include "graph/passes/remat.h"
 
-#include <stdexcept>
 #include <unordered_map>
 
 namespace loom {
@@ -26,19 +25,13 @@ bool scope_matches(const std::string& pat, const std::string& s) {
   return p == pat.size();
 }
 
-void check_remat_policy(const RematPolicy& p) {
-  if (p.name != "nothing_saveable" && p.name != "everything_saveable" && p.name != "dots_saveable" &&
-      p.name != "dots_with_no_batch_dims_saveable" && p.name != "save_only_these_names")
-    throw std::invalid_argument("unknown remat policy '" + p.name + "'");
-}
-
 namespace {
 
 bool policy_saves(const RematPolicy& p, const Node& n) {
-  if (p.name == "everything_saveable") return true;
-  if (p.name == "dots_saveable") return op_info(n.op).flags & kOpDot;
-  if (p.name == "dots_with_no_batch_dims_saveable") return op_info(n.op).flags & kOpDotNoBatchDims;
-  if (p.name == "save_only_these_names") {
+  if (p.kind == RematPolicyKind::everything_saveable) return true;
+  if (p.kind == RematPolicyKind::dots_saveable) return op_info(n.op).flags & kOpDot;
+  if (p.kind == RematPolicyKind::dots_with_no_batch_dims_saveable) return op_info(n.op).flags & kOpDotNoBatchDims;
+  if (p.kind == RematPolicyKind::save_only_these_names) {
     for (const std::string& pat : p.save_names)
       if (scope_matches(pat, n.scope)) return true;
   }
@@ -48,11 +41,10 @@ bool policy_saves(const RematPolicy& p, const Node& n) {
 }  // namespace
 
 std::vector<NodeId> apply_remat(Graph& g, NodeId num_fwd, const RematPolicy& policy) {
-  check_remat_policy(policy);
   const NodeId num_nodes = static_cast<NodeId>(g.nodes().size());
   std::vector<NodeId> schedule;
   for (NodeId i = 0; i < num_fwd; ++i) schedule.push_back(i);
-  if (g.regions().empty() || policy.name == "everything_saveable") {
+  if (g.regions().empty() || policy.kind == RematPolicyKind::everything_saveable) {
     for (NodeId i = num_fwd; i < num_nodes; ++i) schedule.push_back(i);
     return schedule;
   }

@@ -11,28 +11,30 @@
 // act as their outermost region. Clones run the same kernels on the same inputs with the same
 // dropout streams, so gradients are bit-identical to no remat.
 //
-// Policies mirror jax.checkpoint_policies:
-//   nothing_saveable                  save nothing inside the region (the default)
-//   everything_saveable               save everything (remat is a no-op)
-//   dots_saveable                     save matmul outputs (ops.def flag kOpDot: dense, attention)
-//   dots_with_no_batch_dims_saveable  save the outputs of matmuls without batch dimensions
-//                                     (kOpDotNoBatchDims: dense; attention's dots have batch dims)
-//   save_only_these_names             save values made in scopes matching any pattern ('*' glob)
+// Policies mirror jax.checkpoint_policies (LOOM_REMAT_POLICIES below; the key model.remat_policy).
+// "Dots" are the ops flagged kOpDot in ops.def; kOpDotNoBatchDims marks those without batch dims.
 #pragma once
 #include <string>
 #include <vector>
 
+#include "core/choice.h"
 #include "graph/graph.h"
+
+#define LOOM_REMAT_POLICIES(X)                                                                      \
+  X(nothing_saveable, "save nothing inside the region (the default)")                               \
+  X(dots_saveable, "save matmul outputs (kOpDot: dense, and attention's batched dots)")             \
+  X(dots_with_no_batch_dims_saveable, "save dense outputs only (attention's dots have batch dims)") \
+  X(everything_saveable, "save everything (remat is a no-op)")                                      \
+  X(save_only_these_names, "save values made in scopes matching model.remat_save_names ('*' glob)")
 
 namespace loom {
 
+LOOM_CHOICE(RematPolicyKind, "remat policy", LOOM_REMAT_POLICIES)
+
 struct RematPolicy {
-  std::string name = "nothing_saveable";
+  RematPolicyKind kind = RematPolicyKind::nothing_saveable;
   std::vector<std::string> save_names;  // save_only_these_names patterns, e.g. "*/attn/qkv"
 };
-
-// Throws std::invalid_argument for an unknown policy name.
-void check_remat_policy(const RematPolicy& p);
 
 // Applies remat to `g` (forward nodes are [0, num_forward)) and returns the schedule: forward
 // nodes, then backward nodes with each region's recompute inserted just in time.

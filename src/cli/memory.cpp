@@ -1,0 +1,119 @@
+// `loom memory [CONFIG] [overrides] [--json] [--sweep key=v1,v2 ...] [--budget 24GiB]
+// [--no-inplace] [--html FILE]`: the plan's device memory (report/memory_report.h), for one
+// configuration or for every combination of the swept values.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "report/memory_html.h"
+#include "report/memory_report.h"
+
+namespace loom::cli {
+
+namespace {
+
+struct MemoryArgs {
+  ConfigArgs config;
+  bool json = false;
+  std::vector<std::string> sweeps;
+  std::string budget;
+  bool no_inplace = false;
+  std::string html;
+};
+
+void print_one(const Config& c, bool json, int64_t budget, PlanOptions popts) {
+  const MemoryReport r = memory_report(c, 15, popts);
+  if (json) {
+    nlohmann::json j = memory_report_json(r);
+    if (budget) j["fits_budget"] = r.total_bytes <= budget;
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("{}", format_memory_report(r));
+    if (budget) fmt::print("\nbudget {}: {}\n", gib(budget), r.total_bytes <= budget ? "fits" : "does NOT fit");
+  }
+}
+
+// --sweep key=v1,v2 (repeatable): every combination, one row each. Values may themselves contain
+// commas (model.remat=MLP,Attn): they are written with '+' instead.
+void print_sweep(const MemoryArgs& a, int64_t budget, PlanOptions popts) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+  for (const std::string& s : a.sweeps) {
+    const size_t eq = s.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+      throw UserError("--sweep " + s, "expected key=v1,v2,...", "e.g. --sweep model.remat=none,MLP,Block");
+    std::vector<std::string> vals;
+    for (size_t lo = eq + 1; lo <= s.size();) {
+      size_t hi = s.find(',', lo);
+      if (hi == std::string::npos) hi = s.size();
+      vals.push_back(s.substr(lo, hi - lo));
+      lo = hi + 1;
+    }
+    axes.emplace_back(s.substr(0, eq), vals);
+  }
+  std::vector<size_t> idx(axes.size(), 0);
+  nlohmann::json rows = nlohmann::json::array();
+  std::string header;
+  for (const auto& [k, v] : axes) header += fmt::format("{:<26} ", k);
+  if (!a.json)
+    fmt::print("{}{:>11} {:>11} {:>11} {:>11} {:>9}{}\n", header, "total", "activations", "params+grad", "optimizer",
+               "plan ms", budget ? "  fits " + gib(budget) : "");
+  while (true) {
+    std::vector<std::string> ov;
+    std::string cols;
+    nlohmann::json row;
+    for (size_t i = 0; i < axes.size(); ++i) {
+      std::string v = axes[i].second[idx[i]];
+      std::replace(v.begin(), v.end(), '+', ',');
+      ov.push_back(axes[i].first + "=" + v);
+      cols += fmt::format("{:<26} ", v);
+      row[axes[i].first] = v;
+    }
+    const MemoryReport r = memory_report(a.config.load(ov), 15, popts);
+    if (a.json) {
+      row["report"] = memory_report_json(r);
+      if (budget) row["fits_budget"] = r.total_bytes <= budget;
+      rows.push_back(row);
+    } else {
+      fmt::print("{}{:>11} {:>11} {:>11} {:>11} {:>9.1f}{}\n", cols, gib(r.total_bytes), gib(r.activations_bytes),
+                 gib(r.params_bytes + r.grads_bytes), gib(r.optimizer_bytes), r.plan_ms,
+                 budget ? (r.total_bytes <= budget ? "  yes" : "  NO") : "");
+    }
+    size_t i = 0;
+    while (i < axes.size() && ++idx[i] == axes[i].second.size()) idx[i++] = 0;
+    if (i == axes.size()) break;
+  }
+  if (a.json) fmt::print("{}\n", rows.dump(2));
+}
+
+}  // namespace
+
+CommandBody add_memory_command(CLI::App& sub) {
+  auto a = std::make_shared<MemoryArgs>();
+  a->config.add(sub, /*required=*/false, "section.key=value overrides, e.g. model.remat=none");
+  sub.add_flag("--json", a->json, "print the report as JSON");
+  sub.add_option("--sweep", a->sweeps,
+                 "key=v1,v2,... : one row per combination (repeatable); write commas inside a value as '+', "
+                 "e.g. model.remat=none,MLP+Attn,Block");
+  sub.add_option("--budget", a->budget, "device memory to fit in, e.g. 24GiB: marks which rows fit");
+  sub.add_flag("--no-inplace", a->no_inplace, "plan without in-place buffer reuse (to see what it saves)");
+  sub.add_option("--html", a->html, "also write the memory viewer (one self-contained HTML page) to FILE");
+  return [a] {
+    if (!a->html.empty()) write_memory_html(a->config.load(), a->html);
+    const int64_t budget = a->budget.empty() ? 0 : parse_bytes(a->budget, "--budget");
+    const PlanOptions popts{.inplace = !a->no_inplace, .reuse = true};
+    if (a->sweeps.empty())
+      print_one(a->config.load(), a->json, budget, popts);
+    else
+      print_sweep(*a, budget, popts);
+    return 0;
+  };
+}
+
+}  // namespace loom::cli
