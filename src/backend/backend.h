@@ -93,6 +93,9 @@ class Backend {
   virtual void synchronize() = 0;
   // Monotonic clock in microseconds, for the profiler.
   virtual double now_us() const = 0;
+  // Bytes that allocations can still get now (host: the kernel's MemAvailable), -1 when unknown.
+  // Lets a run say "needs X, Y available" before it allocates anything.
+  virtual int64_t memory_available() const { return -1; }
   // Whether run() may return before the kernel finished (a GPU stream): the profiler then
   // synchronizes around every timed node. Host backends run synchronously.
   virtual bool asynchronous() const { return false; }

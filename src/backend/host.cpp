@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace loom {
 
@@ -17,6 +19,16 @@ void HostBackend::fill_zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes
 double HostBackend::now_us() const {
   using namespace std::chrono;
   return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t HostBackend::memory_available() const {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return -1;
 }
 
 }  // namespace loom

@@ -15,6 +15,7 @@ class HostBackend : public Backend {
   void fill_zero(void* dst, size_t bytes) override;
   void synchronize() override {}
   double now_us() const override;
+  int64_t memory_available() const override;
   void run(const KernelArgs& a) override { kernels_[static_cast<size_t>(a.node.op)](a); }
 
  protected:

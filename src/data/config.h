@@ -31,10 +31,11 @@ struct DataConfig {
 
 // What a data source needs from outside `data.*` (train/config.h: data_context(config)).
 struct DataContext {
-  uint64_t seed = 0;             // batch k is a pure function of (seed, k)
-  int64_t num_classes = 100;     // random_classification: labels in [0, num_classes)
-  int64_t model_vocab_size = 0;  // tokens: the data's vocabulary must fit (0 = unchecked)
-  int64_t num_minibatches = 1;   // validation batches are one minibatch (batch_size / num_minibatches)
+  uint64_t seed = 0;              // batch k is a pure function of (seed, k)
+  int64_t num_classes = 100;      // random_classification: labels in [0, num_classes)
+  int64_t model_vocab_size = 0;   // tokens: the data's vocabulary must fit the embedding (0 = unchecked)
+  int64_t model_num_outputs = 0;  // tokens: ... and the output layer's logits (0 = unchecked)
+  int64_t num_minibatches = 1;    // validation batches are one minibatch (batch_size / num_minibatches)
 };
 
 }  // namespace loom

@@ -55,6 +55,12 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
                     "the data's vocabulary has " + std::to_string(meta.vocab_size) +
                         " tokens but model.vocab_size is " + std::to_string(cx.model_vocab_size),
                     "set model.vocab_size (and model.num_outputs) to at least " + std::to_string(meta.vocab_size));
+  if (cx.model_num_outputs > 0 && meta.vocab_size > cx.model_num_outputs)
+    throw UserError(meta.path,
+                    "the data's vocabulary has " + std::to_string(meta.vocab_size) +
+                        " tokens but model.num_outputs is " + std::to_string(cx.model_num_outputs) +
+                        ": labels beyond the logits cannot be scored",
+                    "set model.num_outputs to at least " + std::to_string(meta.vocab_size));
   tokenizer_ = meta.tokenizer;
   train_file_ = std::make_unique<TokenFile>(TokenFile::open_split(d.dir, "train"));
   const int64_t mb = d.batch_size / cx.num_minibatches;

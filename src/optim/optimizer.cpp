@@ -35,8 +35,7 @@ bool weight_decay_applies(WeightDecayMask mask, const std::string& path, const S
 
 Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be, const Graph& g, const Executor& ex)
     : cfg_(c), be_(be) {
-  const bool adam = c.name == OptimizerName::adam || c.name == OptimizerName::adamw;
-  const bool moments = adam || c.momentum > 0;
+  const int64_t moments = optimizer_moments(c);
   for (const Param& p : g.params()) {
     const Value& v = g.value(p.value);
     OptimTensor t;
@@ -54,8 +53,8 @@ Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be,
       bufs_.push_back(b);
       *slot = static_cast<float*>(b);
     };
-    if (moments) alloc(&t.mu);
-    if (adam) alloc(&t.nu);
+    if (moments >= 1) alloc(&t.mu);
+    if (moments == 2) alloc(&t.nu);
     ts_.push_back(t);
   }
   scaler_.enabled = compute_dtype == DType::f16 && c.loss_scale != LossScaleMode::none;
@@ -65,6 +64,11 @@ Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be,
   scaler_.backoff = c.loss_scale_backoff;
   scaler_.interval = c.loss_scale_interval;
   scaler_.min_scale = c.loss_scale_min;
+}
+
+int64_t optimizer_moments(const OptimizerConfig& c) {
+  if (c.name == OptimizerName::adam || c.name == OptimizerName::adamw) return 2;
+  return c.momentum > 0 ? 1 : 0;
 }
 
 Optimizer::~Optimizer() {

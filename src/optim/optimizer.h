@@ -72,6 +72,9 @@ class Optimizer {
   int64_t count_ = 0;
 };
 
+// Moment buffers per parameter the optimizer keeps: 2 for adam/adamw, 1 for sgd with momentum, else 0.
+int64_t optimizer_moments(const OptimizerConfig& c);
+
 // Whether `path` is decayed under optimizer.weight_decay_mask.
 bool weight_decay_applies(WeightDecayMask mask, const std::string& path, const Shape& shape);
 

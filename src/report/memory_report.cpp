@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "graph/passes/plan.h"
 #include "nn/models.h"
+#include "optim/optimizer.h"
 
 namespace loom {
 
@@ -55,10 +56,7 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
   r.params_bytes = p.param_bytes;
   r.grads_bytes = p.grad_bytes;
   r.num_params = p.param_bytes / 4;
-  const OptimizerName opt = c.optimizer.name;
-  const int64_t moments =
-      (opt == OptimizerName::adam || opt == OptimizerName::adamw) ? 2 : (c.optimizer.momentum > 0 ? 1 : 0);
-  r.optimizer_bytes = moments * p.param_bytes;
+  r.optimizer_bytes = optimizer_moments(c.optimizer) * p.param_bytes;
   r.activations_bytes = p.arena_bytes;
   r.inputs_bytes = p.input_bytes;
   r.workspace_bytes = 0;  // kernel scratch is not planned yet (docs/memory-study.md)

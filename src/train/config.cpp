@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <span>
 #include <sstream>
@@ -28,6 +29,26 @@ struct KeySpec {
   std::function<void(Config&, const std::string&)> set_text;
   std::function<std::string(const Config&)> get;
 };
+
+// A TOML basic string holding exactly `s`: quotes, backslashes and control characters escaped, so
+// any accepted value (a path with a quote in it) reads back from config.toml and state.json.
+std::string toml_quote(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
 
 // Shortest text that reads back as the same double (std::to_chars), so "0.9" stays "0.9".
 std::string fmt_double(double v) {
@@ -95,6 +116,8 @@ KeySpec make_number(const char* key, const char* help, Get ref) {
           .set_toml =
               [ref](Config& c, const toml::node& n) {
                 if (!n.is_number()) throw std::invalid_argument("not a number");
+                // TOML has inf and nan; no loom setting means them, and they would not survive a checkpoint.
+                if (!std::isfinite(*n.value<double>())) throw std::invalid_argument("not a finite number");
                 ref(c) = *n.value<double>();
               },
           .set_text = [ref](Config& c, const std::string& s) { ref(c) = parse_number(s); },
@@ -127,18 +150,17 @@ KeySpec make_bool(const char* key, const char* help, Get ref) {
 template <class Get, class Parse, class Print>
 KeySpec make_text(const char* key, const char* type, std::string expected, const char* help, Get ref, Parse parse,
                   Print print) {
-  return {
-      .key = key,
-      .type = type,
-      .expected = std::move(expected),
-      .help = help,
-      .set_toml =
-          [ref, parse](Config& c, const toml::node& n) {
-            if (!n.is_string()) throw std::invalid_argument("not a string");
-            ref(c) = parse(*n.value<std::string>());
-          },
-      .set_text = [ref, parse](Config& c, const std::string& s) { ref(c) = parse(s); },
-      .get = [ref, print](const Config& c) { return "\"" + std::string(print(ref(const_cast<Config&>(c)))) + "\""; }};
+  return {.key = key,
+          .type = type,
+          .expected = std::move(expected),
+          .help = help,
+          .set_toml =
+              [ref, parse](Config& c, const toml::node& n) {
+                if (!n.is_string()) throw std::invalid_argument("not a string");
+                ref(c) = parse(*n.value<std::string>());
+              },
+          .set_text = [ref, parse](Config& c, const std::string& s) { ref(c) = parse(s); },
+          .get = [ref, print](const Config& c) { return toml_quote(print(ref(const_cast<Config&>(c)))); }};
 }
 template <class Get>
 KeySpec make_string(const char* key, const char* help, Get ref) {
@@ -353,6 +375,8 @@ void validate_config(const Config& c) {
   auto need = [&](bool ok, const std::string& key, const std::string& problem, const std::string& hint) {
     if (!ok) throw UserError(f + ": " + key, problem, hint);
   };
+  need(c.seed <= static_cast<uint64_t>(INT64_MAX), "seed", "must be in [0, 2^63 - 1]",
+       "a non-negative integer, e.g. 1337");
   // A slice's own checks throw UserError naming the key; the file is added here.
   auto in_file = [&](auto&& check) {
     try {
@@ -433,6 +457,9 @@ Config default_config(const std::vector<std::string>& overrides) {
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   Config c;
   c.source = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UserError(path, "is a directory, not a config file", "give a .toml file, e.g. configs/shakespeare_char.toml");
   toml::table t;
   try {
     t = toml::parse_file(path);
@@ -445,6 +472,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw UserError(path + ":" + std::to_string(where.line) + ":" + std::to_string(where.column),
                     "invalid TOML: " + desc, "fix the syntax at that line");
   }
+  if (t.empty())
+    throw UserError(
+        path, "sets no key (the file is empty, or only comments)",
+        "give a config file such as configs/shakespeare_char.toml; `loom train --help-config` lists every key");
   walk(c, t, "", path);
   for (const std::string& o : overrides) apply_override(c, o);
   validate_config(c);
@@ -484,6 +515,16 @@ std::string config_to_toml(const Config& c) {
   return out;
 }
 
+std::vector<ConfigKeyInfo> config_keys() {
+  std::vector<ConfigKeyInfo> out;
+  for (const KeySpec& k : schema()) {
+    std::vector<std::string> names;
+    for (const ChoiceInfo& ch : k.choices) names.emplace_back(ch.name);
+    out.push_back({.key = k.key, .type = k.type, .choices = std::move(names)});
+  }
+  return out;
+}
+
 std::string config_help() {
   std::string out;
   const Config& d = defaults();
@@ -508,6 +549,7 @@ DataContext data_context(const Config& c) {
   return {.seed = c.seed,
           .num_classes = c.model.num_classes,
           .model_vocab_size = c.model.vocab_size,
+          .model_num_outputs = c.model.num_outputs,
           .num_minibatches = c.optimizer.num_minibatches};
 }
 

@@ -60,6 +60,12 @@ void validate_config(const Config& c);
 std::string config_to_toml(const Config& c);
 // Help text: every key, its type, default and meaning.
 std::string config_help();
+// Every key and its type column ("int", "number", "bool", "string", "dtype", "choice", "choices"), for tests.
+struct ConfigKeyInfo {
+  std::string key, type;
+  std::vector<std::string> choices;  // a choice key's names
+};
+std::vector<ConfigKeyInfo> config_keys();
 // The shape of one minibatch of `minibatch` examples as c's model reads it (from data.*).
 ModelInput model_input(const Config& c, int64_t minibatch);
 // The facts outside `data.*` that c's data source needs (seed, classes, vocabulary, minibatches).

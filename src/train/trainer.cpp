@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -34,6 +36,20 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options)
     : cfg_(c), be_(be), prog_(build_train_program(c)) {
   const Graph& g = prog_.model.graph;
   MemoryPlan plan = plan_memory(g, prog_.schedule, plan_options);
+  // Everything the run will hold, from the plan (what `loom memory` prints): refuse before any
+  // allocation when it cannot fit, with the figures and the levers, instead of failing inside.
+  const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
+                         optimizer_moments(c.optimizer) * plan.param_bytes;
+  const int64_t available = be.memory_available();
+  if (available >= 0 && needed > available)
+    throw UserError(c.source,
+                    fmt::format("the run needs {:.2f} GiB (activations {:.2f}, parameters, gradients and optimizer "
+                                "state {:.2f}) but {:.2f} GiB are available",
+                                needed / 1073741824.0, plan.arena_bytes / 1073741824.0,
+                                (needed - plan.arena_bytes) / 1073741824.0, available / 1073741824.0),
+                    std::string("shrink the activations: model.remat=Block, more optimizer.num_minibatches, ") +
+                        (c.model.dtype == DType::f32 ? "model.dtype=bfloat16, " : "") +
+                        "or a smaller data.batch_size (`loom memory` shows the plan)");
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : prog_.model.constants) exec_->upload(v, bytes.data());
   std::vector<float> host;

@@ -274,4 +274,29 @@ TEST(RunSafety, ResumeIntoANewDirectoryLeavesTheSourceAlone) {
   EXPECT_EQ(steps.back(), 8);
 }
 
+// Inputs that used to slip through: each is a clear error naming the file or key, exit 2, and
+// no run directory appears.
+TEST(RunSafety, BadInputsAreRefusedBeforeAnythingIsWritten) {
+  const fs::path d = scratch("inputs");
+  std::ofstream(d / "empty.toml");
+  std::ofstream(d / "inf.toml") << "[optimizer]\nlearning_rate = inf\n";
+  struct Case {
+    std::string args, expect;
+  };
+  const std::vector<Case> cases = {
+      {"train " + d.string(), "is a directory"},
+      {"train " + (d / "empty.toml").string(), "sets no key"},
+      {"train " + (d / "inf.toml").string(), "not a finite number"},
+      {train(d / "run", "model.tie_embeddings=false model.num_outputs=4"), "model.num_outputs is 4"},
+      {train(d / "run", "seed=-1"), "seed"},
+      {train(d / "run", "data.batch_size=4000000 model.max_seq_len=4096 data.seq_len=4096"), "GiB are available"},
+  };
+  for (const Case& c : cases) {
+    const Result r = run(c.args);
+    EXPECT_EQ(r.status, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_FALSE(fs::exists(d / "run")) << c.args;
+  }
+}
+
 }  // namespace

@@ -3,6 +3,8 @@
 // kind's row matches its name.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +60,45 @@ TEST(Config, RematSetReadsOldSpellings) {
   const Config spaced = with("MLP, Attn");
   EXPECT_EQ(spaced.model.remat, (ChoiceSet<RematRegion>{RematRegion::MLP, RematRegion::Attn}));
   EXPECT_EQ(config_to_toml(spaced), text);
+}
+
+// Every value the configuration accepts survives the trip a checkpoint makes (config_to_toml into
+// state.json and back): edge values of every key — min, max, negative, non-finite, awkward strings
+// — are either refused at once with a UserError or read back as exactly the same configuration.
+TEST(Config, EveryAcceptedValueRoundTripsThroughACheckpoint) {
+  const std::vector<std::string> ints = {"-9223372036854775808", "-1", "0", "1", "7", "9223372036854775807"};
+  const std::vector<std::string> numbers = {"-1e308", "-1", "0", "1e-300", "0.5", "1", "1e308", "nan", "inf", "-inf"};
+  const std::vector<std::string> strings = {"", "a b", "quote\"d", "back\\slash", "tab\tnew\nline", "µs ümlaut"};
+  int accepted = 0, refused = 0;
+  for (const ConfigKeyInfo& k : config_keys()) {
+    std::vector<std::string> values = k.type == "int"      ? ints
+                                      : k.type == "number" ? numbers
+                                      : k.type == "bool"   ? std::vector<std::string>{"true", "false", "1", "yes"}
+                                      : k.type == "string" ? strings
+                                                           : k.choices;
+    if (k.type == "dtype") values = {"float32", "bfloat16", "float16", "int32", "float64"};
+    for (const std::string& v : values) {
+      Config c;
+      try {
+        apply_override(c, k.key + "=" + v);
+        validate_config(c);
+      } catch (const UserError&) {
+        ++refused;
+        continue;
+      }
+      ++accepted;
+      const std::string toml = config_to_toml(c);
+      const nlohmann::json state = {{"config", toml}};  // what state.json stores
+      Config back;
+      ASSERT_NO_THROW(
+          back = config_from_toml_text(nlohmann::json::parse(state.dump())["config"].get<std::string>(), "state.json"))
+          << k.key << " = " << v << " was accepted but does not load back:\n"
+          << toml;
+      EXPECT_EQ(config_to_toml(back), toml) << k.key << " = " << v;
+    }
+  }
+  EXPECT_GT(accepted, 100);
+  EXPECT_GT(refused, 20);
 }
 
 TEST(ModelKinds, EveryRowMatchesItsNameAndDefaults) {
