@@ -12,8 +12,10 @@ std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool g
   const Graph& g = ex.graph();
   std::vector<StTensor> out;
   for (const nn::FileTensor& f : nn::param_file_layout(g, scan_layers)) {
-    StTensor t{prefix + f.name, DType::f32, f.shape,
-               std::vector<unsigned char>(static_cast<size_t>(f.shape.numel()) * 4)};
+    StTensor t{.name = prefix + f.name,
+               .dtype = DType::f32,
+               .shape = f.shape,
+               .bytes = std::vector<unsigned char>(static_cast<size_t>(f.shape.numel()) * 4)};
     size_t off = 0;
     for (ValueId p : f.params) {
       const ValueId v = grads ? g.grad_of(p) : p;

@@ -29,12 +29,12 @@ std::vector<FileTensor> param_file_layout(const Graph& g, bool scan_layers) {
     std::string stacked;
     const int64_t layer = scan_layers ? split_layer(v.name, &stacked) : -1;
     if (layer < 0) {
-      out.push_back(FileTensor{v.name, v.shape, {p.value}});
+      out.push_back(FileTensor{.name = v.name, .shape = v.shape, .params = {p.value}});
       continue;
     }
     if (!stacked_index.count(stacked)) {
       stacked_index[stacked] = out.size();
-      out.push_back(FileTensor{stacked, {}, {}});
+      out.push_back(FileTensor{.name = stacked, .shape = {}, .params = {}});
     }
     layers[stacked].emplace_back(layer, p.value);
   }

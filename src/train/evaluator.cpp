@@ -27,7 +27,7 @@ double Evaluator::run(DataSource& data, int64_t iters) {
     const Batch b = data.val_batch();
     exec_->upload(model_.inputs, b.inputs.data());
     exec_->upload(model_.labels, b.labels.data());
-    exec_->run(RunCtx{cfg_.seed, 0, 0});
+    exec_->run(RunCtx{.seed = cfg_.seed, .step = 0, .minibatch = 0});
     float loss = 0;
     exec_->download(model_.loss_sum, &loss);
     sum += loss;

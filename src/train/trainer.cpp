@@ -81,7 +81,7 @@ StepReport Trainer::step(const Batch& batch) {
     ScopedSpan minibatch_span(recorder_, SpanKind::minibatch, i);
     exec_->upload(prog_.model.inputs, batch.inputs.data() + static_cast<size_t>(i) * in_bytes);
     exec_->upload(prog_.model.labels, batch.labels.data() + static_cast<size_t>(i) * lab_count);
-    exec_->run(RunCtx{cfg_.seed, static_cast<uint64_t>(step_), static_cast<uint32_t>(i)});
+    exec_->run(RunCtx{.seed = cfg_.seed, .step = static_cast<uint64_t>(step_), .minibatch = static_cast<uint32_t>(i)});
     float loss = 0;
     int32_t correct = 0;
     exec_->download(prog_.model.loss_sum, &loss);
