@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace loom {
 
@@ -17,6 +18,14 @@ void HostBackend::fill_zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes
 double HostBackend::now_us() const {
   using namespace std::chrono;
   return duration<double, std::micro>(steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t HostBackend::workspace_bytes(const Graph& g, const Node& n, int threads) const {
+  if (!workspace_) return 0;
+  std::vector<TensorArg> in, out;
+  for (ValueId v : n.in) in.push_back(TensorArg{nullptr, g.value(v).shape, g.value(v).dtype});
+  for (ValueId v : n.out) out.push_back(TensorArg{nullptr, g.value(v).shape, g.value(v).dtype});
+  return workspace_[static_cast<size_t>(n.op)](KernelArgs{n, in, out, RunCtx{}, Workspace{nullptr, 0, threads}});
 }
 
 }  // namespace loom

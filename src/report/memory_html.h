@@ -4,8 +4,9 @@
 //   - live arena bytes over the schedule, coloured by phase (forward, backward, recompute,
 //     optimizer), the peak marked; hovering a step shows its op (name, scope, phase) and the
 //     largest buffers live there;
-//   - a sortable, filterable table of the buffers (scope, op, shape, dtype, size, live range);
-//     clicking a row shades its live range on the plot.
+//   - a sortable, filterable table of the buffers (scope, op, shape, dtype, size, live range; a
+//     node's kernel workspace is a buffer of dtype "workspace" live at its step); clicking a row
+//     shades its live range on the plot.
 // Nothing runs: `loom memory CONFIG --html FILE` writes it from the plan alone, and `loom profile`
 // writes it next to the trace.
 #pragma once

@@ -103,7 +103,7 @@ TrainProgram build_train_program(const Config& c) {
 Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options)
     : cfg_(c), be_(be), prog_(build_train_program(c)) {
   const Graph& g = prog_.model.graph;
-  MemoryPlan plan = plan_memory(g, prog_.schedule, plan_options);
+  MemoryPlan plan = plan_program(be, g, prog_.schedule, plan_options);
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : prog_.model.constants) exec_->upload(v, bytes.data());
   std::vector<float> host;

@@ -597,7 +597,7 @@ TEST(CpuOps, ReshapeView) {
     CpuBackend cpu;
     ReferenceBackend ref;
     for (Backend* be : {static_cast<Backend*>(&cpu), static_cast<Backend*>(&ref)}) {
-      const MemoryPlan plan = plan_memory(g, default_schedule(g));
+      const MemoryPlan plan = plan_program(*be, g, default_schedule(g));
       ASSERT_EQ(plan.value_root[v], h);
       std::unique_ptr<Executor> ex;
       const Status st = Executor::create(*be, g, plan, &ex);
@@ -632,7 +632,7 @@ TEST(CpuOps, ReshapeOfInput) {
   ReferenceBackend ref;
   for (Backend* be : {static_cast<Backend*>(&cpu), static_cast<Backend*>(&ref)}) {
     std::unique_ptr<Executor> ex;
-    const Status st = Executor::create(*be, g, plan_memory(g, default_schedule(g)), &ex);
+    const Status st = Executor::create(*be, g, plan_program(*be, g, default_schedule(g)), &ex);
     ASSERT_TRUE(st.is_ok()) << st.message();
     EXPECT_EQ(ex->ptr(v), ex->ptr(x));
     ex->upload(x, in.bytes.data());
@@ -694,7 +694,10 @@ TEST(CpuOps, InPlaceAliasing) {
     }
     for (size_t k = 0; k < c.ins.size(); ++k) in[k].data = bufs[k].data();
     const TensorArg out{bufs[c.alias].data(), expected.shape, expected.dtype};
-    cpu.run(KernelArgs{oc.node(), in, std::span<const TensorArg>(&out, 1), rc});
+    const int threads = omp_get_max_threads();
+    std::vector<std::byte> ws(static_cast<size_t>(cpu.workspace_bytes(oc.graph(), oc.node(), threads)));
+    cpu.run(KernelArgs{oc.node(), in, std::span<const TensorArg>(&out, 1), rc,
+                       Workspace{ws.data(), static_cast<int64_t>(ws.size()), threads}});
     HostTensor got(expected.shape, expected.dtype);
     got.bytes = bufs[c.alias];
     expect_bytes_equal(got, expected, what);

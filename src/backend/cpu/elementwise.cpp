@@ -72,7 +72,15 @@ void cpu_cast(const KernelArgs& a) {
 
 // y[i] = round(a[i] + b[i mod numel(b)]): b's shape is a suffix of a's. Floats add in f32 and
 // round once to the dtype (for 16-bit inputs the f32 sum rounds to the same value as the exact
-// sum would); int32 adds exactly with two's-complement wraparound, like the reference.
+// sum would); int32 adds exactly with two's-complement wraparound, like the reference. Workspace:
+// b widened to f32 once, when it is a 16-bit float.
+namespace {
+float* add_b_f32(Bump& ws, const KernelArgs& a) {
+  const TensorArg& b = a.in[1];
+  return b.dtype == DType::i32 || !needs_f32_copy(b, DType::f32) ? nullptr : ws.take<float>(b.shape.numel());
+}
+}  // namespace
+
 void cpu_add(const KernelArgs& a) {
   const TensorArg& x = a.in[0];
   const TensorArg& bt = a.in[1];
@@ -97,7 +105,8 @@ void cpu_add(const KernelArgs& a) {
     }
     return;
   }
-  const float* bs = f32_rounded(bt, DType::f32, kOuterSlot + 0);
+  Bump ws(a.workspace);
+  const float* bs = f32_rounded(bt, DType::f32, add_b_f32(ws, a));
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t blk = 0; blk < nblk; ++blk) {
     const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
@@ -134,5 +143,11 @@ void cpu_grad_accumulate(const KernelArgs& a) {
     for (int64_t i = 0; i < len; ++i) g[off + i] += c[i];
   }
 }
+
+int64_t cpu_workspace_add(const KernelArgs& a) { return workspace_of<add_b_f32>(a); }
+LOOM_CPU_NO_WORKSPACE(dropout)
+LOOM_CPU_NO_WORKSPACE(reshape)
+LOOM_CPU_NO_WORKSPACE(cast)
+LOOM_CPU_NO_WORKSPACE(grad_accumulate)
 
 }  // namespace loom
