@@ -1,8 +1,9 @@
 // Op-by-op comparison of the CPU backend against the reference backend: every op of the table,
 // every applicable dtype, odd shapes, fresh random inputs per case (testing::OpCase runs each op
 // through the real graph -> plan -> executor pipeline and checks the sentinel bytes around every
-// output). Also: the fused optimizer passes, and bitwise independence from the OpenMP thread
-// count for the kernels that reduce.
+// output and around the kernel's workspace). Also: the fused optimizer passes, bitwise
+// independence from the OpenMP thread count for the kernels that reduce, and the oneDNN property
+// the dense kernels' tile buffers rely on.
 //
 // Tolerances (per output dtype, NMSE = Σ(cpu − ref)² / Σ ref², on outputs of ≥ 32 elements):
 //   f32  1e-10   (f32 vs double accumulation)
@@ -303,6 +304,42 @@ TEST(CpuOps, Bf16GemmPathFollowsTheIsa) {
   const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
   if (cap && std::string(cap) != "AVX512_CORE") GTEST_SKIP() << "oneDNN capped to " << cap;
   EXPECT_EQ(cpuk::bf16_gemm_available(), __builtin_cpu_supports("avx512bf16") && !cap);
+}
+
+// The dense kernels form each tile of C in a tile buffer of their workspace whose rows are wider
+// than the tile (when the grid has several columns of tiles) instead of inside a whole [M, N] C,
+// and rely on oneDNN's bf16 matmul giving the same bits for every row stride of C wider than its
+// columns: it picks its kernel by whether C's rows are dense, not by the stride. Checked here at
+// tile shapes of loom's models (GPT-2's tied logits and its MLP, forward and weight gradient).
+TEST(CpuOps, Bf16GemmStridedOutputsAgree) {
+  if (!cpuk::bf16_gemm_available()) GTEST_SKIP() << "no AVX512-BF16: bf16 products run as sgemm";
+  struct Tile {
+    bool ta, tb;
+    int64_t m, n, K, ldc_whole;
+  };
+  for (const Tile& t : {Tile{false, true, 128, 12564, 768, 50257}, Tile{false, false, 256, 1536, 768, 3072},
+                        Tile{true, false, 768, 384, 512, 768}, Tile{true, false, 192, 3072, 256, 12288}}) {
+    const int64_t lda = t.ta ? t.m : t.K, ldb = t.tb ? t.K : t.n;
+    std::vector<uint16_t> a(static_cast<size_t>(t.m * t.K)), b(static_cast<size_t>(t.K * t.n));
+    const PhiloxKey key = rng_key(next_seed(), 0, 0, 0);
+    uint64_t k = 0;
+    for (uint16_t& v : a) v = f32_to_bf16(rng_normal(key, k++));
+    for (uint16_t& v : b) v = f32_to_bf16(rng_normal(key, k++));
+    const auto product = [&](int64_t ldc) {
+      std::vector<float> c(static_cast<size_t>(t.m * ldc));
+      std::vector<std::byte> pad(
+          static_cast<size_t>(cpuk::bf16_gemm_scratchpad(t.ta, t.tb, t.m, t.n, t.K, lda, ldb, ldc, 1)));
+      ThreadCount one(1);
+      cpuk::gemm_rm(t.ta, t.tb, t.m, t.n, t.K, a.data(), lda, b.data(), ldb, c.data(), ldc, pad.data());
+      std::vector<float> rows;
+      for (int64_t r = 0; r < t.m; ++r) rows.insert(rows.end(), c.begin() + r * ldc, c.begin() + r * ldc + t.n);
+      return rows;
+    };
+    const std::vector<float> whole = product(t.ldc_whole);
+    for (const int64_t ldc : {t.n + 1, (t.n + 16) / 16 * 16})
+      EXPECT_EQ(std::memcmp(product(ldc).data(), whole.data(), whole.size() * sizeof(float)), 0)
+          << "m " << t.m << " n " << t.n << " K " << t.K << ": row stride " << ldc << " vs " << t.ldc_whole;
+  }
 }
 
 TEST(CpuOps, SumLeading) {
