@@ -104,10 +104,14 @@ struct Epilogue {
 // depend on them), so each element's result depends only on the shape, the machine and the values.
 // When C is out itself (`in_place`: out is f32 and the GEMM assigns it) the calls write out;
 // otherwise each thread forms its tile in a tile buffer of its own and the epilogue converts or adds
-// it into out, so no [M, N] f32 buffer exists. A tile buffer keeps the density of a tile inside a
-// whole [M, N] C: rows exactly as wide as the tile when the grid has one column of tiles, wider
-// otherwise. oneDNN's bf16 matmul picks its kernel by whether C's rows are dense, and the two give
-// different summation orders; the strided ones all agree (CpuOps.DenseTilesMatchWholeProduct).
+// it into out, so no [M, N] f32 buffer exists. When op(A) is A itself, a tile goes through its
+// buffer in blocks of at most kBlockRows rows, one GEMM call each, so the buffer's size does not
+// grow with the batch; when A is transposed the tile is one call (a row block of a TN product sums
+// in another order). A tile buffer keeps the density of a tile inside a whole [M, N] C: rows exactly
+// as wide as the tile when the grid has one column of tiles, wider otherwise. oneDNN's bf16 matmul
+// picks its kernel by whether C's rows are dense, and the two give different summation orders; the
+// strided ones all agree, and so do row blocks of an NN or NT product and the whole
+// (CpuOps.DenseGemmTileBuffersAgree checks both).
 struct Gemm {
   bool ta, tb;
   int64_t M, N, K;
@@ -129,11 +133,20 @@ struct Gemm {
   int64_t ldb() const { return tb ? K : N; }
 };
 
-// The tile grid of a Gemm and the shape of each of its tiles.
+// Rows of a tile formed in its buffer per GEMM call (see Gemm). Each call packs the tile's columns
+// of B again, so blocks are kept long enough for that to cost little next to the block's product.
+constexpr int64_t kBlockRows = 4096;
+
+// The tile grid of a Gemm, the shape of each of its tiles and, for a tile formed in a tile buffer,
+// its row blocks.
 struct Tiles {
   int64_t tr = 1, tc = 1;
   int64_t M, N;
-  explicit Tiles(const Gemm& g) : M(g.M), N(g.N) { tile_grid(g.M, g.N, g.K, tr, tc); }
+  int64_t block;  // rows per GEMM call into a tile buffer
+  explicit Tiles(const Gemm& g) : M(g.M), N(g.N) {
+    tile_grid(g.M, g.N, g.K, tr, tc);
+    block = g.ta ? max_rows() : std::min(max_rows(), kBlockRows);
+  }
   int64_t count() const { return tr * tc; }
   int64_t m0(int64_t t) const { return t / tc * M / tr; }
   int64_t m1(int64_t t) const { return (t / tc + 1) * M / tr; }
@@ -143,11 +156,16 @@ struct Tiles {
   int64_t ld(int64_t t) const { return tc == 1 ? N : (n1(t) - n0(t) + 16) / 16 * 16; }
   int64_t max_rows() const { return ceil_div(M, tr); }
   int64_t max_ld() const { return tc == 1 ? N : (ceil_div(N, tc) + 16) / 16 * 16; }
+  // f(b0, b1) for the row blocks [b0, b1) of tile t that go through its buffer.
+  template <class F>
+  void blocks(int64_t t, F&& f) const {
+    for (int64_t b0 = m0(t); b0 < m1(t); b0 += block) f(b0, std::min(m1(t), b0 + block));
+  }
 };
 
 // The workspace of a Gemm (workspace.h): each operand's converted copy when it needs one (bf16 bits
-// when native, rounded f32 otherwise), and per thread of the tile loop a tile buffer (unless
-// in_place) and, when native, oneDNN's scratchpad for the largest of the tiles' calls. `either`:
+// when native, rounded f32 otherwise), and per thread of the tile loop a tile buffer of one row
+// block (unless in_place) and, when native, oneDNN's scratchpad for the largest of its calls. `either`:
 // the product runs in place on some runs and not on others (dense_grad_weight assigns in minibatch
 // 0 and accumulates after), so the workspace serves both.
 struct GemmSpans {
@@ -169,13 +187,17 @@ GemmSpans gemm_spans(Bump& ws, const Gemm& g, bool either = false) {
   s.b = operand(g.B, g.rb);
   const Tiles tl(g);
   s.team = ws.team(true, tl.count());
-  if (!g.in_place || either) s.tile = ws.per_thread<float>(tl.max_rows() * tl.max_ld(), s.team);
+  if (!g.in_place || either) s.tile = ws.per_thread<float>(tl.block * tl.max_ld(), s.team);
   if (native && g.K > 0) {
     int64_t pad = 0;
-    for (int64_t t = 0; t < tl.count(); ++t)
-      for (const bool in_place : {g.in_place, g.in_place != either})
-        pad = std::max(pad, bf16_gemm_scratchpad(g.ta, g.tb, tl.m1(t) - tl.m0(t), tl.n1(t) - tl.n0(t), g.K, g.lda(),
-                                                 g.ldb(), in_place ? g.N : tl.ld(t), 1));
+    const auto need = [&](int64_t rows, int64_t cols, int64_t ldc) {
+      pad = std::max(pad, bf16_gemm_scratchpad(g.ta, g.tb, rows, cols, g.K, g.lda(), g.ldb(), ldc, 1));
+    };
+    for (int64_t t = 0; t < tl.count(); ++t) {
+      const int64_t cols = tl.n1(t) - tl.n0(t);
+      if (g.in_place || either) need(tl.m1(t) - tl.m0(t), cols, g.N);
+      if (!g.in_place || either) tl.blocks(t, [&](int64_t b0, int64_t b1) { need(b1 - b0, cols, tl.ld(t)); });
+    }
     s.pad = ws.per_thread<std::byte>(pad, s.team);
   }
   return s;
@@ -192,17 +214,22 @@ void run_tiles(const Gemm& g, const GemmSpans& s, const T* A, const T* B, const 
     // Inside the region nthreads-var is this implicit task's own copy: the GEMM reads it and
     // runs single-threaded, whatever the team size.
     omp_set_num_threads(1);
-    const int64_t m0 = tl.m0(t), m1 = tl.m1(t), n0 = tl.n0(t), n1 = tl.n1(t);
-    float* C = g.in_place ? g.out.as<float>() + m0 * g.N + n0 : s.tile.mine();
-    const int64_t ldc = g.in_place ? g.N : tl.ld(t);
-    if (g.K == 0) {
-      for (int64_t m = 0; m < m1 - m0; ++m) std::fill_n(C + m * ldc, n1 - n0, 0.f);
-    } else {
-      const T* a = g.ta ? A + m0 : A + m0 * lda;
-      const T* b = g.tb ? B + n0 * ldb : B + n0;
-      gemm_rm(g.ta, g.tb, m1 - m0, n1 - n0, g.K, a, lda, b, ldb, C, ldc, s.pad.mine());
-    }
-    epi(g.in_place, C, ldc, g.N, m0, m1, n0, n1);
+    const int64_t n0 = tl.n0(t), n1 = tl.n1(t);
+    // Rows [m0, m1) of the tile into C (row stride ldc), then the epilogue.
+    const auto rows = [&](int64_t m0, int64_t m1, float* C, int64_t ldc) {
+      if (g.K == 0) {
+        for (int64_t m = 0; m < m1 - m0; ++m) std::fill_n(C + m * ldc, n1 - n0, 0.f);
+      } else {
+        const T* a = g.ta ? A + m0 : A + m0 * lda;
+        const T* b = g.tb ? B + n0 * ldb : B + n0;
+        gemm_rm(g.ta, g.tb, m1 - m0, n1 - n0, g.K, a, lda, b, ldb, C, ldc, s.pad.mine());
+      }
+      epi(g.in_place, C, ldc, g.N, m0, m1, n0, n1);
+    };
+    if (g.in_place)
+      rows(tl.m0(t), tl.m1(t), g.out.as<float>() + tl.m0(t) * g.N + n0, g.N);
+    else
+      tl.blocks(t, [&](int64_t b0, int64_t b1) { rows(b0, b1, s.tile.mine(), tl.ld(t)); });
   }
 }
 
