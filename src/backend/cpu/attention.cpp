@@ -228,7 +228,8 @@ float softmax_weights(const Geometry& g, float* row, int64_t n) {
   return mx + std::log(sum);
 }
 
-// One pair's f32 blocks in its thread's span of the workspace. Forward: Q, and K, V and O [T, D]
+// One pair's f32 blocks in its thread's span of the workspace, taken in the order of the fields
+// (designated initializers are evaluated in order). Forward: Q, and K, V and O [T, D]
 // (used when their tensors need converting, see operand and result), Kᵀ [D, Tp] (product() only)
 // and one row block's logits, then weights [bq, Tp].
 struct ForwardBlocks {
@@ -236,8 +237,12 @@ struct ForwardBlocks {
 };
 ForwardBlocks forward_blocks(Bump& b, const Geometry& g) {
   const int64_t TD = g.T * g.D, nt = g.hand() ? g.D * g.Tp() : 0, block = g.block_rows() * g.Tp();
-  return {b.take<float>(TD), b.take<float>(TD), b.take<float>(TD),
-          b.take<float>(TD), b.take<float>(nt), b.take<float>(block)};
+  return {.Q = b.take<float>(TD),
+          .K = b.take<float>(TD),
+          .V = b.take<float>(TD),
+          .O = b.take<float>(TD),
+          .Kt = b.take<float>(nt),
+          .S = b.take<float>(block)};
 }
 // Backward: Q, K, V, dO, dQ, dK, dV [T, D] (K to dV as in the forward), Kᵀ and Vᵀ [D, Tp], and two
 // row blocks [bq, Tp]: P, and W, dP, dS in turn.
@@ -246,9 +251,17 @@ struct BackwardBlocks {
 };
 BackwardBlocks backward_blocks(Bump& b, const Geometry& g) {
   const int64_t TD = g.T * g.D, nt = g.hand() ? g.D * g.Tp() : 0, block = g.block_rows() * g.Tp();
-  return {b.take<float>(TD), b.take<float>(TD),    b.take<float>(TD),   b.take<float>(TD),
-          b.take<float>(TD), b.take<float>(TD),    b.take<float>(TD),   b.take<float>(nt),
-          b.take<float>(nt), b.take<float>(block), b.take<float>(block)};
+  return {.Q = b.take<float>(TD),
+          .K = b.take<float>(TD),
+          .V = b.take<float>(TD),
+          .dO = b.take<float>(TD),
+          .dQ = b.take<float>(TD),
+          .dK = b.take<float>(TD),
+          .dV = b.take<float>(TD),
+          .Kt = b.take<float>(nt),
+          .Vt = b.take<float>(nt),
+          .P = b.take<float>(block),
+          .dS = b.take<float>(block)};
 }
 
 // Per thread of the pair loop (team threads), a span that `Layout` carves one pair's blocks from.
@@ -431,8 +444,11 @@ DecodeSpans attention_decode_spans(Bump& ws, const KernelArgs& a) {
   const Geometry g(a.in[0], std::get<AttentionAttrs>(a.node.attrs));
   const int64_t Tmax = a.in[1].shape[1], pairs = g.B * g.H;
   const int team = ws.team(decode_parallel(pairs, Tmax, g.D), pairs);
-  return {ws.per_thread<float>(g.D, team), ws.per_thread<float>(g.D, team), ws.per_thread<float>(g.D, team),
-          ws.per_thread<float>(Tmax, team), team};
+  return {.q = ws.per_thread<float>(g.D, team),
+          .row = ws.per_thread<float>(g.D, team),
+          .o = ws.per_thread<float>(g.D, team),
+          .w = ws.per_thread<float>(Tmax, team),
+          .team = team};
 }
 }  // namespace
 

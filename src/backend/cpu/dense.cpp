@@ -256,7 +256,18 @@ Gemm dense_gemm(const KernelArgs& a) {
   const bool wt = at.transpose_w;  // W stored [N, K]
   const int64_t K = w.shape[wt ? 1 : 0], N = w.shape[wt ? 0 : 1], M = x.shape.rows();
   LOOM_ASSERT(x.shape.last() == K && y.shape.rows() == M && y.shape.last() == N && y.dtype == at.compute);
-  return Gemm{false, wt, M, N, K, x, at.compute, w, at.compute, at.compute, y, y.dtype == DType::f32};
+  return Gemm{.ta = false,
+              .tb = wt,
+              .M = M,
+              .N = N,
+              .K = K,
+              .A = x,
+              .ra = at.compute,
+              .B = w,
+              .rb = at.compute,
+              .c = at.compute,
+              .out = y,
+              .in_place = y.dtype == DType::f32};
 }
 struct DenseSpans {
   GemmSpans gemm;
@@ -277,7 +288,7 @@ void cpu_dense(const KernelArgs& a) {
   const Gemm g = dense_gemm(a);
   // With a bias: round_c(Σ) (a no-op for f32), + round_c(b), and the final round_c by the store.
   const float* bs = a.in.size() < 3 ? nullptr : f32_rounded(a.in[2], g.c, s.bias);
-  run(g, s.gemm, Epilogue{g.c, bs != nullptr, bs, &g.out});
+  run(g, s.gemm, Epilogue{.c = g.c, .round_first = bs != nullptr, .bias = bs, .out = &g.out});
 }
 int64_t cpu_workspace_dense(const KernelArgs& a) { return workspace_of<dense_spans>(a); }
 
@@ -292,7 +303,19 @@ Gemm dense_grad_input_gemm(const KernelArgs& a) {
   const bool wt = at.transpose_w;
   const int64_t K = w.shape[wt ? 1 : 0], N = w.shape[wt ? 0 : 1], M = dy.shape.rows();
   LOOM_ASSERT(dy.shape.last() == N && dx.shape.rows() == M && dx.shape.last() == K && dx.dtype == at.out_dtype);
-  return Gemm{false, !wt, M, K, N, dy, DType::f32, w, at.compute, at.compute, dx, dx.dtype == DType::f32};
+  // dy as is (normally in c already): dy[M, N] · Wᵀ, or · W when W is stored [N, K].
+  return Gemm{.ta = false,
+              .tb = !wt,
+              .M = M,
+              .N = K,
+              .K = N,
+              .A = dy,
+              .ra = DType::f32,
+              .B = w,
+              .rb = at.compute,
+              .c = at.compute,
+              .out = dx,
+              .in_place = dx.dtype == DType::f32};
 }
 GemmSpans dense_grad_input_spans(Bump& ws, const KernelArgs& a) { return gemm_spans(ws, dense_grad_input_gemm(a)); }
 }  // namespace
@@ -302,7 +325,7 @@ void cpu_dense_grad_input(const KernelArgs& a) {
   const GemmSpans s = dense_grad_input_spans(ws, a);
   const Gemm g = dense_grad_input_gemm(a);
   // round_c first unless the store to out_dtype is that same rounding (or c is f32).
-  run(g, s, Epilogue{g.c, rounding_changes(g.out.dtype, g.c), nullptr, &g.out});
+  run(g, s, Epilogue{.c = g.c, .round_first = rounding_changes(g.out.dtype, g.c), .out = &g.out});
 }
 int64_t cpu_workspace_dense_grad_input(const KernelArgs& a) { return workspace_of<dense_grad_input_spans>(a); }
 
@@ -320,8 +343,20 @@ Gemm dense_grad_weight_gemm(const KernelArgs& a, bool assign) {
   const TensorArg& dy = a.in[2];
   const int64_t K = x.shape.last(), N = dy.shape.last(), M = x.shape.rows();
   LOOM_ASSERT(dy.shape.rows() == M && grad.shape.numel() == K * N && grad.dtype == DType::f32);
-  if (at.transpose_w) return Gemm{true, false, N, K, M, dy, DType::f32, x, at.compute, at.compute, grad, assign};
-  return Gemm{true, false, K, N, M, x, at.compute, dy, DType::f32, at.compute, grad, assign};  // xᵀ · dy
+  // xᵀ · dy, or dyᵀ · x for a gradient stored [N, K].
+  const bool t = at.transpose_w;
+  return Gemm{.ta = true,
+              .tb = false,
+              .M = t ? N : K,
+              .N = t ? K : N,
+              .K = M,
+              .A = t ? dy : x,
+              .ra = t ? DType::f32 : at.compute,
+              .B = t ? x : dy,
+              .rb = t ? at.compute : DType::f32,
+              .c = at.compute,
+              .out = grad,
+              .in_place = assign};
 }
 GemmSpans dense_grad_weight_spans(Bump& ws, const KernelArgs& a) {
   return gemm_spans(ws, dense_grad_weight_gemm(a, /*assign=*/false), /*either=*/true);
@@ -334,7 +369,7 @@ void cpu_dense_grad_weight(const KernelArgs& a) {
   Bump ws(a.workspace);
   const GemmSpans s = dense_grad_weight_spans(ws, a);
   const Gemm g = dense_grad_weight_gemm(a, assign);
-  run(g, s, Epilogue{at.compute, at.compute != DType::f32, nullptr, &g.out, !assign});
+  run(g, s, Epilogue{.c = at.compute, .round_first = at.compute != DType::f32, .out = &g.out, .accumulate = !assign});
 }
 int64_t cpu_workspace_dense_grad_weight(const KernelArgs& a) { return workspace_of<dense_grad_weight_spans>(a); }
 

@@ -45,8 +45,10 @@ struct RowSpans {
 RowSpans row_spans(Bump& ws, const TensorArg& rows, const TensorArg* in2, bool result) {
   const int64_t C = rows.shape.last(), R = rows.shape.rows();
   const int team = ws.team(par_rows(R, C), R);
-  return {ws.per_thread<float>(row_floats(rows, C), team), ws.per_thread<float>(in2 ? row_floats(*in2, C) : 0, team),
-          ws.per_thread<float>(result ? C : 0, team), team};
+  return {.in = ws.per_thread<float>(row_floats(rows, C), team),
+          .in2 = ws.per_thread<float>(in2 ? row_floats(*in2, C) : 0, team),
+          .result = ws.per_thread<float>(result ? C : 0, team),
+          .team = team};
 }
 
 RowSpans log_softmax_spans(Bump& ws, const KernelArgs& a) { return row_spans(ws, a.in[0], nullptr, true); }

@@ -21,7 +21,9 @@ LayerNormSpans layer_norm_spans(Bump& ws, const KernelArgs& a) {
   const TensorArg& x = a.in[0];
   const int64_t C = x.shape.last(), R = x.shape.rows();
   const int team = ws.team(R * C >= kParallelMin, R);
-  return {ws.per_thread<float>(row_floats(x, C), team), ws.per_thread<float>(row_floats(a.out[0], C), team), team};
+  return {.x = ws.per_thread<float>(row_floats(x, C), team),
+          .y = ws.per_thread<float>(row_floats(a.out[0], C), team),
+          .team = team};
 }
 }  // namespace
 
@@ -75,12 +77,13 @@ LayerNormGradSpans layer_norm_grad_spans(Bump& ws, const KernelArgs& a) {
   const TensorArg& x = a.in[1];
   const int64_t C = x.shape.last(), R = x.shape.rows(), nchunks = std::min(R, kMaxChunks);
   const int team = ws.team(R * C >= kParallelMin, nchunks);
-  LayerNormGradSpans s{ws.take<float>(2 * nchunks * C), {}, {}, {}, {}, team};
-  s.xhat = ws.per_thread<float>(C, team);
-  s.g = ws.per_thread<float>(C, team);
-  s.dy = ws.per_thread<float>(row_floats(a.in[0], C), team);
-  s.x = ws.per_thread<float>(row_floats(x, C), team);
-  return s;
+  // In the order the fields are declared: designated initializers are evaluated in that order.
+  return {.part = ws.take<float>(2 * nchunks * C),
+          .xhat = ws.per_thread<float>(C, team),
+          .g = ws.per_thread<float>(C, team),
+          .dy = ws.per_thread<float>(row_floats(a.in[0], C), team),
+          .x = ws.per_thread<float>(row_floats(x, C), team),
+          .team = team};
 }
 }  // namespace
 

@@ -96,7 +96,7 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
     for (int32_t s = 0; s < nsteps; ++s)
       if (const int64_t w = workspace.bytes[p.schedule[s]]; w > 0) {
         p.workspace_bytes[s] = w;
-        p.buffers.push_back(BufferInfo{kNoValue, -1, align_up(w), s, s});
+        p.buffers.push_back(BufferInfo{.value = kNoValue, .offset = -1, .bytes = align_up(w), .first = s, .last = s});
       }
 
   // Greedy by size: large buffers first, each into the smallest gap that fits among the
