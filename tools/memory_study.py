@@ -77,7 +77,8 @@ def main():
       "tutorial's figure read as 10^9 bytes per GB; read as GiB, every ratio is 7% lower.")
     w("")
     w("Fixed part of every row: params 0.58 GiB + grads 0.58 GiB + Adam moments 1.16 GiB = 2.32 GiB "
-      "(float32, 155.9M parameters). The rest is the activation arena.")
+      "(float32, 155.9M parameters). The rest is the arena: the activations and, at the peak, the running "
+      "kernel's workspace (planned for this machine's thread count).")
     w("")
     w("## Techniques loom adds, shown by switching them off")
     w("")
@@ -96,7 +97,9 @@ def main():
         w("| scope | op | shape | dtype | MiB |")
         w("|---|---|---|---|---|")
         for b in r["largest_at_peak"][:5]:
-            w(f"| `{b['scope'] or '(root)'}` | {b['op']} | {b['shape']} | {b['dtype']} | {b['bytes'] / 2**20:.1f} |")
+            ws = b.get("kind") == "workspace"  # a node's kernel workspace: no shape or dtype
+            w(f"| `{b['scope'] or '(root)'}` | {b['op']} | {'-' if ws else b['shape']} | "
+              f"{'workspace' if ws else b['dtype']} | {b['bytes'] / 2**20:.1f} |")
         w("")
     text = "\n".join(lines) + "\n"
     notes = ROOT / "docs" / "memory-study-notes.md"

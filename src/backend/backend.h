@@ -6,6 +6,11 @@
 // it supports it; the executor checks that for the whole schedule when a program is built, never
 // in the middle of a step. Kernels are pure functions of (attributes, inputs, outputs, run context):
 // they may assume the shape rule in graph/ops/ accepted the node.
+//
+// Kernel workspace: scratch memory a kernel uses while it runs (converted operands, per-thread row
+// buffers, GEMM tiles, oneDNN scratchpads). The backend says per node how many bytes
+// (workspace_bytes); the memory plan places them in the arena, live at that node's step only, and
+// the executor hands each kernel its span. A kernel allocates nothing else.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -34,11 +39,21 @@ struct RunCtx {
   uint32_t minibatch = 0;
 };
 
+// A node's workspace: the arena span the plan reserved for it (Backend::workspace_bytes bytes,
+// 64-byte aligned), and the thread count those bytes were sized for: a kernel's parallel regions
+// run with at most that many threads.
+struct Workspace {
+  void* data = nullptr;
+  int64_t bytes = 0;
+  int threads = 1;
+};
+
 struct KernelArgs {
   const Node& node;
   std::span<const TensorArg> in;
   std::span<const TensorArg> out;
   RunCtx run;
+  Workspace workspace;
 };
 
 using KernelFn = void (*)(const KernelArgs&);
@@ -87,6 +102,10 @@ class Backend {
 
   // Whether run() can execute node `n` of `g` (op and dtype combination).
   virtual bool supports(const Graph& g, const Node& n) const = 0;
+  // Bytes of workspace run() needs for node `n` of `g` when the kernel may use `threads` threads:
+  // exact, from the node's shapes, dtypes and attributes (and this device: its ISA, its libraries'
+  // scratchpad sizes). A function of those alone, so a plan made now holds for every run.
+  virtual int64_t workspace_bytes(const Graph& g, const Node& n, int threads) const = 0;
   // Executes one node. Inputs and outputs are device pointers with their shapes and dtypes.
   virtual void run(const KernelArgs& a) = 0;
   // Waits for queued work (a no-op on synchronous host backends).

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace loom {
 
@@ -29,6 +30,14 @@ int64_t HostBackend::memory_available() const {
   while (f >> key >> kb >> unit)
     if (key == "MemAvailable:") return kb * 1024;
   return -1;
+}
+
+int64_t HostBackend::workspace_bytes(const Graph& g, const Node& n, int threads) const {
+  if (!workspace_) return 0;
+  std::vector<TensorArg> in, out;
+  for (ValueId v : n.in) in.push_back(TensorArg{nullptr, g.value(v).shape, g.value(v).dtype});
+  for (ValueId v : n.out) out.push_back(TensorArg{nullptr, g.value(v).shape, g.value(v).dtype});
+  return workspace_[static_cast<size_t>(n.op)](KernelArgs{n, in, out, RunCtx{}, Workspace{nullptr, 0, threads}});
 }
 
 }  // namespace loom

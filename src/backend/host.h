@@ -1,10 +1,14 @@
 // Shared base of the two host-memory backends (reference and cpu): aligned host allocations,
-// memcpy transfers, a steady clock, and dispatch through a kernel table generated from the op
-// table.
+// memcpy transfers, a steady clock, and dispatch through kernel and workspace tables generated
+// from the op table.
 #pragma once
 #include "backend/backend.h"
 
 namespace loom {
+
+// Bytes of workspace a kernel needs for the node, shapes and dtypes in `a` (whose tensors and
+// workspace have no memory behind them: a.workspace.threads is the thread count to size for).
+using WorkspaceFn = int64_t (*)(const KernelArgs& a);
 
 class HostBackend : public Backend {
  public:
@@ -17,12 +21,16 @@ class HostBackend : public Backend {
   double now_us() const override;
   int64_t memory_available() const override;
   void run(const KernelArgs& a) override { kernels_[static_cast<size_t>(a.node.op)](a); }
+  // workspace_[op] on the node's value descriptions; 0 without a workspace table.
+  int64_t workspace_bytes(const Graph& g, const Node& n, int threads) const override;
 
  protected:
-  explicit HostBackend(const KernelFn* kernels) : kernels_(kernels) {}
+  // Both tables are indexed by OpKind; `workspace` may be nullptr (kernels that use none).
+  HostBackend(const KernelFn* kernels, const WorkspaceFn* workspace) : kernels_(kernels), workspace_(workspace) {}
 
  private:
   const KernelFn* kernels_;
+  const WorkspaceFn* workspace_;
 };
 
 }  // namespace loom

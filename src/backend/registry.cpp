@@ -24,10 +24,11 @@ std::unique_ptr<Backend> make_backend(std::string_view device) {
   return make_backend(parse_choice_or_throw<Device>(device, "device"));
 }
 
+int resolve_threads(int n) { return n > 0 ? n : omp_get_num_procs(); }
+
 void set_num_threads(int n) {
-  if (n <= 0) n = omp_get_num_procs();
   // oneDNN runs in the same libgomp pool and follows this count: one set of threads, not two.
-  omp_set_num_threads(n);
+  omp_set_num_threads(resolve_threads(n));
 }
 
 int num_threads() { return omp_get_max_threads(); }

@@ -21,5 +21,7 @@ std::unique_ptr<Backend> make_backend(std::string_view device);
 // Sets the thread count of the one OpenMP runtime shared by our kernels and BLAS (0 = all cores).
 void set_num_threads(int n);
 int num_threads();
+// The thread count set_num_threads(n) would set (0 = all cores), without setting it.
+int resolve_threads(int n);
 
 }  // namespace loom

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <stdexcept>
@@ -152,6 +153,7 @@ const char* kPage = R"HTML(<!DOCTYPE html>
                ['grads', fmtB(D.grad_bytes)]];
   if (D.optimizer_bytes >= 0) cards.push(['optimizer state', fmtB(D.optimizer_bytes)]);
   cards.push(['inputs', fmtB(D.input_bytes)]);
+  cards.push(['largest kernel workspace', fmtB(D.max_workspace_bytes) + ' (' + D.workspace_threads + ' threads)']);
   var total = D.arena_bytes + D.param_bytes + D.grad_bytes + D.input_bytes + Math.max(0, D.optimizer_bytes);
   cards.push(['total', fmtB(total)], ['buffers', String(bufs.length)]);
   document.getElementById('cards').innerHTML = cards.map(function (c) {
@@ -356,7 +358,14 @@ std::string memory_html(const TrainProgram& prog, const MemoryPlan& plan, const 
   nlohmann::json phases = nlohmann::json::array();  // names by Phase value (the page colours them)
   for (size_t p = 0; p < kNumPhases; ++p) phases.push_back(phase_name(static_cast<Phase>(p)));
   nlohmann::json buffers = nlohmann::json::array();
+  int64_t max_workspace = 0;
   for (const BufferInfo& b : plan.buffers) {
+    if (b.value == kNoValue) {  // a node's kernel workspace, live at its step
+      const Node& n = g.node(plan.schedule[b.first]);
+      buffers.push_back({str(n.scope), str(op_name(n.op)), "-", "workspace", b.bytes, b.first, b.last, b.offset});
+      max_workspace = std::max(max_workspace, b.bytes);
+      continue;
+    }
     const Value& v = g.value(b.value);
     const Node* prod = v.producer >= 0 ? &g.node(v.producer) : nullptr;
     buffers.push_back({str(prod ? prod->scope : v.name), str(prod ? op_name(prod->op) : "-"), v.shape.str(),
@@ -376,6 +385,8 @@ std::string memory_html(const TrainProgram& prog, const MemoryPlan& plan, const 
                                {"param_bytes", plan.param_bytes},
                                {"grad_bytes", plan.grad_bytes},
                                {"input_bytes", plan.input_bytes},
+                               {"max_workspace_bytes", max_workspace},
+                               {"workspace_threads", plan.workspace_threads},
                                {"optimizer_bytes", optimizer_bytes}};
   std::string page = kPage;
   replace_all(page, "__TITLE__", html_escape(title));
@@ -386,7 +397,7 @@ std::string memory_html(const TrainProgram& prog, const MemoryPlan& plan, const 
 void write_memory_html(const Config& c, const std::string& path) {
   const MemoryReport r = memory_report(c, 0);
   const TrainProgram prog = build_train_program(c);
-  const MemoryPlan plan = plan_memory(prog.model.graph, prog.schedule);
+  const MemoryPlan plan = plan_training(c, prog);
   std::ofstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot open '" + path + "' for writing");
   f << memory_html(prog, plan, r.config_summary, r.optimizer_bytes);

@@ -2,10 +2,11 @@
 // network) drawn from a training program's memory plan, like the memory viewer of the tutorial's
 // profiler:
 //   - live arena bytes over the schedule, coloured by phase (forward, backward, recompute), the
-//     peak marked; hovering a step shows its op (name, scope, phase) and the largest buffers live
-//     there;
-//   - a sortable, filterable table of the buffers (scope, op, shape, dtype, size, live range);
-//     clicking a row shades its live range on the plot.
+//     peak marked; hovering a step shows its op (name, scope, phase) and the
+//     largest buffers live there;
+//   - a sortable, filterable table of the buffers (scope, op, shape, dtype, size, live range; a
+//     node's kernel workspace is a buffer of dtype "workspace" live at its step); clicking a row
+//     shades its live range on the plot.
 // Nothing runs: `loom memory CONFIG --html FILE` writes it from the plan alone, and `loom profile`
 // writes it next to the trace.
 #pragma once

@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cmath>
 
+#include "backend/registry.h"
 #include "core/error.h"
 #include "graph/passes/plan.h"
 #include "nn/models.h"
 #include "optim/optimizer.h"
+#include "runtime/executor.h"
 
 namespace loom {
 
@@ -45,12 +47,17 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   return static_cast<int64_t>(v * mult);
 }
 
+MemoryPlan plan_training(const Config& c, const TrainProgram& prog, PlanOptions opts) {
+  const std::unique_ptr<Backend> be = make_backend(c.device);
+  return plan_program(*be, prog.model.graph, prog.schedule, opts, resolve_threads(static_cast<int>(c.threads)));
+}
+
 MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
   MemoryReport r;
   const auto t0 = std::chrono::steady_clock::now();
   TrainProgram prog = build_train_program(c);
   const Graph& g = prog.model.graph;
-  const MemoryPlan p = plan_memory(g, prog.schedule, opts);
+  const MemoryPlan p = plan_training(c, prog, opts);
   r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   r.params_bytes = p.param_bytes;
@@ -59,9 +66,7 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
   r.optimizer_bytes = optimizer_moments(c.optimizer) * p.param_bytes;
   r.activations_bytes = p.arena_bytes;
   r.inputs_bytes = p.input_bytes;
-  r.workspace_bytes = 0;  // kernel scratch is not planned yet (docs/memory-study.md)
-  r.total_bytes =
-      r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes + r.workspace_bytes;
+  r.workspace_threads = p.workspace_threads;
   r.lower_bound_bytes = p.lower_bound_bytes;
   r.peak_step = p.peak_step;
   r.num_steps = static_cast<int32_t>(p.schedule.size());
@@ -72,20 +77,49 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
     r.peak_phase = phase_name(n.phase);
   }
   for (const BufferInfo& b : p.buffers) {
+    if (b.value == kNoValue) {
+      const Node& n = g.node(p.schedule[b.first]);
+      if (b.first == p.peak_step) r.workspace_bytes = b.bytes;
+      if (b.bytes > r.max_workspace_bytes) {
+        r.max_workspace_bytes = b.bytes;
+        r.max_workspace_op = op_name(n.op);
+        r.max_workspace_scope = n.scope;
+      }
+    }
     if (b.first > p.peak_step || b.last < p.peak_step) continue;
+    const std::string first_phase = phase_name(g.node(p.schedule[b.first]).phase);
+    const std::string last_phase = phase_name(g.node(p.schedule[b.last]).phase);
+    if (b.value == kNoValue) {
+      const Node& n = g.node(p.schedule[b.first]);
+      r.largest_at_peak.push_back(BufferRow{.workspace = true,
+                                            .scope = n.scope,
+                                            .op = op_name(n.op),
+                                            .shape = Shape{},
+                                            .dtype = DType::f32,
+                                            .bytes = b.bytes,
+                                            .first = b.first,
+                                            .last = b.last,
+                                            .first_phase = first_phase,
+                                            .last_phase = last_phase});
+      continue;
+    }
     const Value& v = g.value(b.value);
     const Node& prod = g.node(v.producer);
-    BufferRow row{prod.scope,
-                  op_name(prod.op),
-                  v.shape,
-                  v.dtype,
-                  b.bytes,
-                  b.first,
-                  b.last,
-                  phase_name(g.node(p.schedule[b.first]).phase),
-                  phase_name(g.node(p.schedule[b.last]).phase)};
-    r.largest_at_peak.push_back(row);
+    r.largest_at_peak.push_back(BufferRow{.workspace = false,
+                                          .scope = prod.scope,
+                                          .op = op_name(prod.op),
+                                          .shape = v.shape,
+                                          .dtype = v.dtype,
+                                          .bytes = b.bytes,
+                                          .first = b.first,
+                                          .last = b.last,
+                                          .first_phase = first_phase,
+                                          .last_phase = last_phase});
   }
+  // The arena is the activations and, at the peak, the running node's workspace.
+  r.activations_bytes = p.arena_bytes - r.workspace_bytes;
+  r.total_bytes =
+      r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes + r.workspace_bytes;
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
                    [](const BufferRow& a, const BufferRow& b) { return a.bytes > b.bytes; });
   if (r.largest_at_peak.size() > top) r.largest_at_peak.resize(top);
@@ -107,22 +141,27 @@ std::string format_memory_report(const MemoryReport& r) {
   line("params", r.params_bytes, "float32 masters");
   line("grads", r.grads_bytes, "float32, accumulated in place over minibatches");
   line("optimizer", r.optimizer_bytes, "moments, float32");
-  line("activations", r.activations_bytes, "arena peak (one minibatch's forward + backward)");
+  line("activations", r.activations_bytes, "arena less the workspace at the peak (one minibatch's forward + backward)");
   line("inputs", r.inputs_bytes, "one minibatch of token ids / features and the loss seed");
-  line("workspace", r.workspace_bytes, "kernel scratch (not planned yet)");
+  line("workspace", r.workspace_bytes, "kernel scratch of the node at the peak, in the arena");
   o += fmt::format("  {:<13} {:>16} B  {:>12}\n\n", "total", r.total_bytes, gib(r.total_bytes));
-  const double frag =
-      r.lower_bound_bytes ? 100.0 * (r.activations_bytes - r.lower_bound_bytes) / r.lower_bound_bytes : 0;
-  o += fmt::format("arena peak {} vs live-bytes lower bound {} ({:.1f}% above)\n", gib(r.activations_bytes),
-                   gib(r.lower_bound_bytes), frag);
+  const int64_t arena = r.activations_bytes + r.workspace_bytes;
+  const double frag = r.lower_bound_bytes ? 100.0 * (arena - r.lower_bound_bytes) / r.lower_bound_bytes : 0;
+  o += fmt::format("arena {} vs live-bytes lower bound {} ({:.1f}% above)\n", gib(arena), gib(r.lower_bound_bytes),
+                   frag);
+  if (r.max_workspace_bytes > 0)
+    o += fmt::format("largest kernel workspace {:.2f} MiB ({} at '{}'), sized for {} thread{}\n",
+                     r.max_workspace_bytes / 1048576.0, r.max_workspace_op, r.max_workspace_scope, r.workspace_threads,
+                     r.workspace_threads == 1 ? "" : "s");
   o += fmt::format("peak at schedule step {} of {}: {} {} at '{}'\n\n", r.peak_step, r.num_steps, r.peak_phase,
                    r.peak_op, r.peak_scope);
   o += fmt::format("{} largest buffers live at the peak:\n", r.largest_at_peak.size());
   o += fmt::format("  {:<34} {:<18} {:<24} {:<9} {:>10}  {}\n", "scope", "op", "shape", "dtype", "MiB",
                    "live range (steps)");
   for (const BufferRow& b : r.largest_at_peak)
-    o += fmt::format("  {:<34} {:<18} {:<24} {:<9} {:>10.1f}  {}-{} ({} -> {})\n", b.scope, b.op, b.shape.str(),
-                     dtype_name(b.dtype), b.bytes / 1048576.0, b.first, b.last, b.first_phase, b.last_phase);
+    o += fmt::format("  {:<34} {:<18} {:<24} {:<9} {:>10.1f}  {}-{} ({} -> {})\n", b.scope, b.op,
+                     b.workspace ? "-" : b.shape.str(), b.workspace ? "workspace" : dtype_name(b.dtype),
+                     b.bytes / 1048576.0, b.first, b.last, b.first_phase, b.last_phase);
   return o;
 }
 
@@ -130,10 +169,12 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
   nlohmann::json bufs = nlohmann::json::array();
   for (const BufferRow& b : r.largest_at_peak) {
     std::vector<int64_t> shape(b.shape.dims.begin(), b.shape.dims.begin() + b.shape.rank);
-    bufs.push_back({{"scope", b.scope},
+    if (b.workspace) shape.clear();
+    bufs.push_back({{"kind", b.workspace ? "workspace" : "activation"},
+                    {"scope", b.scope},
                     {"op", b.op},
                     {"shape", shape},
-                    {"dtype", dtype_name(b.dtype)},
+                    {"dtype", b.workspace ? "-" : dtype_name(b.dtype)},
                     {"bytes", b.bytes},
                     {"first_step", b.first},
                     {"last_step", b.last}});
@@ -146,6 +187,8 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
           {"activations_bytes", r.activations_bytes},
           {"inputs_bytes", r.inputs_bytes},
           {"workspace_bytes", r.workspace_bytes},
+          {"max_workspace_bytes", r.max_workspace_bytes},
+          {"workspace_threads", r.workspace_threads},
           {"lower_bound_bytes", r.lower_bound_bytes},
           {"num_params", r.num_params},
           {"peak_step", r.peak_step},

@@ -1,5 +1,8 @@
 // `loom memory`: the device memory a training run will need, from the plan alone (nothing runs).
-// total = params + grads + optimizer state + activations (the arena peak) + inputs + workspace.
+// total = params + grads + optimizer state + arena + inputs, where the arena holds the activations
+// and the kernels' workspace (each node's, live at its step): at the live-bytes peak, `workspace` is
+// the workspace of the node running there and `activations` the rest of the arena. The plan is the
+// one `loom train` runs: for the configured device and thread count (workspace depends on both).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,6 +17,7 @@
 namespace loom {
 
 struct BufferRow {
+  bool workspace = false;  // a node's kernel workspace (no shape or dtype; scope and op are the node's)
   std::string scope, op;
   Shape shape;
   DType dtype = DType::f32;
@@ -28,11 +32,19 @@ struct MemoryReport {
           workspace_bytes = 0, total_bytes = 0, lower_bound_bytes = 0;
   int32_t peak_step = 0, num_steps = 0;
   std::string peak_op, peak_scope, peak_phase;
+  // The largest workspace of any node (not necessarily live at the peak), and the thread count the
+  // per-thread parts of the workspace were sized for.
+  int64_t max_workspace_bytes = 0;
+  std::string max_workspace_op, max_workspace_scope;
+  int32_t workspace_threads = 1;
   int64_t num_params = 0;
   double plan_ms = 0;                      // building the program (autodiff, remat) + planning
   std::vector<BufferRow> largest_at_peak;  // up to 15, by size
 };
 
+// The plan `loom train` runs `prog` (c's training program) with: kernel workspace for c.device with
+// c.threads threads.
+MemoryPlan plan_training(const Config& c, const TrainProgram& prog, PlanOptions opts = {});
 // Builds and plans the configured training program (timed) and summarises it.
 MemoryReport memory_report(const Config& c, size_t top = 15, PlanOptions opts = {});
 std::string format_memory_report(const MemoryReport& r);

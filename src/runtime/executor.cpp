@@ -15,9 +15,37 @@ Status check_coverage(const Backend& be, const Graph& g, const std::vector<NodeI
   return Status::ok();
 }
 
+std::vector<int64_t> kernel_workspace(const Backend& be, const Graph& g, int threads) {
+  std::vector<int64_t> w(g.nodes().size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = be.workspace_bytes(g, g.node(static_cast<NodeId>(i)), threads);
+  return w;
+}
+
+MemoryPlan plan_program(const Backend& be, const Graph& g, std::vector<NodeId> schedule, PlanOptions opts,
+                        int threads) {
+  return plan_memory(g, std::move(schedule), opts, WorkspaceNeeds{kernel_workspace(be, g, threads), threads});
+}
+
+namespace {
+// Whether the plan reserves every scheduled kernel's workspace on `be`.
+Status check_workspace(const Backend& be, const Graph& g, const MemoryPlan& p) {
+  for (size_t s = 0; s < p.schedule.size(); ++s) {
+    const Node& n = g.node(p.schedule[s]);
+    const int64_t need = be.workspace_bytes(g, n, p.workspace_threads);
+    const int64_t have = s < p.workspace_bytes.size() && p.workspace_offset[s] >= 0 ? p.workspace_bytes[s] : 0;
+    if (need > have)
+      return Status::error(std::string(op_name(n.op)) + " at '" + n.scope + "' needs " + std::to_string(need) +
+                           " bytes of workspace on " + be.name() + " and the plan reserves " + std::to_string(have) +
+                           ": plan with plan_program(backend, ...)");
+  }
+  return Status::ok();
+}
+}  // namespace
+
 Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out,
                         const External* external) {
   if (Status s = check_coverage(be, g, plan.schedule); !s) return s;
+  if (Status s = check_workspace(be, g, plan); !s) return s;
   std::unique_ptr<Executor> e(new Executor(be, g, std::move(plan)));
   const MemoryPlan& p = e->plan_;
   e->arena_bytes_ = p.arena_bytes;
@@ -53,13 +81,17 @@ Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::uniqu
   }
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
     if (p.value_root[v] != v) e->ptrs_[v] = e->ptrs_[p.value_root[v]];
-  for (NodeId id : p.schedule) {
-    const Node& n = g.node(id);
+  for (size_t s = 0; s < p.schedule.size(); ++s) {
+    const Node& n = g.node(p.schedule[s]);
     std::vector<TensorArg> in, o;
     for (ValueId v : n.in) in.push_back(e->arg(v));
     for (ValueId v : n.out) o.push_back(e->arg(v));
     e->ins_.push_back(std::move(in));
     e->outs_.push_back(std::move(o));
+    const int64_t off = s < p.workspace_offset.size() ? p.workspace_offset[s] : -1;
+    e->workspace_.push_back(
+        off < 0 ? Workspace{nullptr, 0, p.workspace_threads}
+                : Workspace{static_cast<char*>(e->arena_) + off, p.workspace_bytes[s], p.workspace_threads});
   }
   *out = std::move(e);
   return Status::ok();
@@ -84,7 +116,7 @@ void Executor::run_steps(const RunCtx& rc, size_t begin, size_t end) {
   }
   for (size_t s = begin; s < end; ++s) {
     const Node& n = g_.node(plan_.schedule[s]);
-    be_.run(KernelArgs{n, ins_[s], outs_[s], rc});
+    be_.run(KernelArgs{n, ins_[s], outs_[s], rc, workspace_[s]});
   }
 }
 
@@ -95,7 +127,7 @@ void Executor::run_steps_recorded(const RunCtx& rc, size_t begin, size_t end) {
   double t0 = r.now_us();
   for (size_t s = begin; s < end; ++s) {
     const Node& n = g_.node(plan_.schedule[s]);
-    be_.run(KernelArgs{n, ins_[s], outs_[s], rc});
+    be_.run(KernelArgs{n, ins_[s], outs_[s], rc, workspace_[s]});
     const double t1 = r.now_us();
     r.record_op(static_cast<int32_t>(s), t0, t1);
     t0 = r.now_us();

@@ -1,9 +1,9 @@
 // The executor: runs a planned program on a backend (docs/ARCHITECTURE.md, "Executor").
 //
-// Built once per program: it checks that the backend supports every node of the schedule,
-// allocates exactly the planned arena plus one block per persistent value (params, grads,
-// inputs), and then replays the schedule every run with the planned offsets — no allocation
-// in the step.
+// Built once per program: it checks that the backend supports every node of the schedule and
+// that the plan reserves the workspace each kernel needs, allocates exactly the planned arena
+// (activations and workspace) plus one block per persistent value (params, grads, inputs), and
+// then replays the schedule every run with the planned offsets — no allocation in the step.
 #pragma once
 #include <memory>
 #include <string>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/registry.h"
 #include "core/error.h"
 #include "graph/passes/plan.h"
 #include "runtime/recorder.h"
@@ -23,7 +24,8 @@ class Executor {
   // an evaluation program shares the training program's parameters this way.
   using External = std::unordered_map<std::string, void*>;
 
-  // Builds an executor or returns a Status naming the unsupported node / failed allocation.
+  // Builds an executor or returns a Status naming the unsupported node, the node whose workspace
+  // the plan lacks (plan with plan_program) or the failed allocation.
   static Status create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out,
                        const External* external = nullptr);
   ~Executor();
@@ -64,8 +66,9 @@ class Executor {
   int64_t arena_bytes_ = 0;
   std::vector<void*> persistent_;
   std::vector<void*> ptrs_;
-  // Per scheduled node, the argument arrays, resolved once.
+  // Per scheduled node, the argument arrays and the workspace, resolved once.
   std::vector<std::vector<TensorArg>> ins_, outs_;
+  std::vector<Workspace> workspace_;
   OpRecorder* recorder_ = nullptr;
   void run_steps_recorded(const RunCtx& rc, size_t begin, size_t end);
 };
@@ -73,5 +76,13 @@ class Executor {
 // Checks that `be` supports every scheduled node; returns a Status naming the first one that is
 // not (op, scope, dtypes).
 Status check_coverage(const Backend& be, const Graph& g, const std::vector<NodeId>& schedule);
+
+// Per node of g (indexed by NodeId): the workspace be's kernel needs with `threads` threads.
+std::vector<int64_t> kernel_workspace(const Backend& be, const Graph& g, int threads);
+
+// The plan an Executor on `be` runs: plan_memory with be's kernel workspace for `threads` threads
+// (the count the kernels will run with; by default the current one, backend/registry.h).
+MemoryPlan plan_program(const Backend& be, const Graph& g, std::vector<NodeId> schedule, PlanOptions opts = {},
+                        int threads = num_threads());
 
 }  // namespace loom

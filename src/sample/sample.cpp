@@ -44,7 +44,7 @@ Sampler::Sampler(const Config& c, Backend& be) {
   for (const Value& v : g.values())
     if (v.kind == ValueKind::input && v.name.size() > 6 && v.name.compare(v.name.size() - 6, 6, "_cache") == 0)
       caches_.push_back(g.input_by_name(v.name));
-  MemoryPlan plan = plan_memory(g, default_schedule(g));
+  MemoryPlan plan = plan_program(be, g, default_schedule(g));
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
   logits_.resize(static_cast<size_t>(num_outputs_));
 }

@@ -12,7 +12,7 @@ Evaluator::Evaluator(const Trainer& t, Backend& be) : cfg_(t.config()) {
   Executor::External params;
   const Graph& tg = t.model().graph;
   for (const Param& p : tg.params()) params[tg.value(p.value).name] = t.executor().ptr(p.value);
-  MemoryPlan plan = plan_memory(model_.graph, default_schedule(model_.graph));
+  MemoryPlan plan = plan_program(be, model_.graph, default_schedule(model_.graph));
   if (Status s = Executor::create(be, model_.graph, std::move(plan), &exec_, &params); !s)
     throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : model_.constants) exec_->upload(v, bytes.data());

@@ -35,7 +35,7 @@ TrainProgram build_train_program(const Config& c) {
 Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options)
     : cfg_(c), be_(be), prog_(build_train_program(c)) {
   const Graph& g = prog_.model.graph;
-  MemoryPlan plan = plan_memory(g, prog_.schedule, plan_options);
+  MemoryPlan plan = plan_program(be, g, prog_.schedule, plan_options);
   // Everything the run will hold, from the plan (what `loom memory` prints): refuse before any
   // allocation when it cannot fit, with the figures and the levers, instead of failing inside.
   const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +

@@ -1,8 +1,9 @@
 // Op-by-op comparison of the CPU backend against the reference backend: every op of the table,
 // every applicable dtype, odd shapes, fresh random inputs per case (testing::OpCase runs each op
 // through the real graph -> plan -> executor pipeline and checks the sentinel bytes around every
-// output). Also: the fused optimizer passes, and bitwise independence from the OpenMP thread
-// count for the kernels that reduce.
+// output and around the kernel's workspace). Also: the fused optimizer passes, bitwise
+// independence from the OpenMP thread count for the kernels that reduce, and the GEMM properties
+// the dense kernels' tile buffers rely on.
 //
 // Tolerances (per output dtype, NMSE = Σ(cpu − ref)² / Σ ref², on outputs of ≥ 32 elements):
 //   f32  1e-10   (f32 vs double accumulation)
@@ -28,6 +29,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/cpu.h"
@@ -304,6 +306,65 @@ TEST(CpuOps, Bf16GemmPathFollowsTheIsa) {
   const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
   if (cap && std::string(cap) != "AVX512_CORE") GTEST_SKIP() << "oneDNN capped to " << cap;
   EXPECT_EQ(cpuk::bf16_gemm_available(), __builtin_cpu_supports("avx512bf16") && !cap);
+}
+
+// The dense kernels form each tile of C in a tile buffer of their workspace instead of inside a
+// whole [M, N] C, and give the same bits as before because of two properties of the GEMMs they call,
+// checked here at tile shapes of loom's models, for sgemm and (on CPUs with AVX512-BF16) oneDNN's
+// bf16 matmul: a product of rows [m0, m1) of A equals those rows of the whole product when A is not
+// transposed (tiles go through their buffer in row blocks), and C's row stride changes nothing as
+// long as it stays wider than C's columns (a tile buffer's rows are wider than the tile when the
+// tile grid has several columns; the bf16 matmul picks its kernel by whether C's rows are dense).
+struct GemmTile {
+  bool ta, tb;
+  int64_t m, n, K;
+  int64_t ldc_whole;  // C's row stride in the whole product (n: dense rows)
+  int64_t block;      // rows per call through the tile buffer
+};
+template <class T>
+void expect_tile_buffer_agrees(const GemmTile& t, T (*from_f32)(float)) {
+  const int64_t lda = t.ta ? t.m : t.K, ldb = t.tb ? t.K : t.n;
+  std::vector<T> a(static_cast<size_t>(t.m * t.K)), b(static_cast<size_t>(t.K * t.n));
+  const PhiloxKey key = rng_key(next_seed(), 0, 0, 0);
+  uint64_t k = 0;
+  for (T& v : a) v = from_f32(rng_normal(key, k++));
+  for (T& v : b) v = from_f32(rng_normal(key, k++));
+  // Rows of C from calls of `block` rows each into a C with row stride ldc.
+  const auto product = [&](int64_t block, int64_t ldc) {
+    std::vector<float> c(static_cast<size_t>(t.m * ldc));
+    ThreadCount one(1);
+    for (int64_t m0 = 0; m0 < t.m; m0 += block) {
+      const int64_t rows = std::min(block, t.m - m0);
+      std::vector<std::byte> pad;
+      if constexpr (std::is_same_v<T, uint16_t>)
+        pad.resize(static_cast<size_t>(cpuk::bf16_gemm_scratchpad(t.ta, t.tb, rows, t.n, t.K, lda, ldb, ldc, 1)));
+      cpuk::gemm_rm(t.ta, t.tb, rows, t.n, t.K, t.ta ? a.data() + m0 : a.data() + m0 * lda, lda, b.data(), ldb,
+                    c.data() + m0 * ldc, ldc, pad.data());
+    }
+    std::vector<float> dense;
+    for (int64_t r = 0; r < t.m; ++r) dense.insert(dense.end(), c.begin() + r * ldc, c.begin() + r * ldc + t.n);
+    return dense;
+  };
+  const std::vector<float> whole = product(t.m, t.ldc_whole);
+  const int64_t ldc = t.ldc_whole == t.n ? t.n : (t.n + 16) / 16 * 16;
+  for (const int64_t stride : {ldc, t.ldc_whole == t.n ? t.n : t.n + 1})
+    EXPECT_EQ(std::memcmp(product(t.block, stride).data(), whole.data(), whole.size() * sizeof(float)), 0)
+        << (sizeof(T) == 2 ? "bf16" : "f32") << " ta " << t.ta << " tb " << t.tb << " m " << t.m << " n " << t.n
+        << " K " << t.K << ": blocks of " << t.block << " rows, row stride " << stride << " vs whole, " << t.ldc_whole;
+}
+
+TEST(CpuOps, DenseGemmTileBuffersAgree) {
+  const std::vector<GemmTile> tiles = {
+      {false, true, 4400, 512, 256, 2048, 4096},  // row blocks of the kernel's size, strided
+      {false, false, 700, 1536, 768, 3072, 256},  // an MLP tile in blocks, strided
+      {false, true, 1000, 768, 384, 768, 300},    // dense rows, blocks with a tail
+      {false, true, 96, 12564, 768, 50257, 96},   // GPT-2's tied logits: one block, strided
+      {true, false, 768, 384, 512, 768, 768},     // weight gradients: transposed A, one call
+      {true, false, 192, 3072, 256, 12288, 192}};
+  for (const GemmTile& t : tiles) {
+    expect_tile_buffer_agrees<float>(t, [](float v) { return v; });
+    if (cpuk::bf16_gemm_available()) expect_tile_buffer_agrees<uint16_t>(t, f32_to_bf16);
+  }
 }
 
 TEST(CpuOps, SumLeading) {
@@ -598,7 +659,7 @@ TEST(CpuOps, ReshapeView) {
     CpuBackend cpu;
     ReferenceBackend ref;
     for (Backend* be : {static_cast<Backend*>(&cpu), static_cast<Backend*>(&ref)}) {
-      const MemoryPlan plan = plan_memory(g, default_schedule(g));
+      const MemoryPlan plan = plan_program(*be, g, default_schedule(g));
       ASSERT_EQ(plan.value_root[v], h);
       std::unique_ptr<Executor> ex;
       const Status st = Executor::create(*be, g, plan, &ex);
@@ -633,7 +694,7 @@ TEST(CpuOps, ReshapeOfInput) {
   ReferenceBackend ref;
   for (Backend* be : {static_cast<Backend*>(&cpu), static_cast<Backend*>(&ref)}) {
     std::unique_ptr<Executor> ex;
-    const Status st = Executor::create(*be, g, plan_memory(g, default_schedule(g)), &ex);
+    const Status st = Executor::create(*be, g, plan_program(*be, g, default_schedule(g)), &ex);
     ASSERT_TRUE(st.is_ok()) << st.message();
     EXPECT_EQ(ex->ptr(v), ex->ptr(x));
     ex->upload(x, in.bytes.data());
@@ -695,7 +756,10 @@ TEST(CpuOps, InPlaceAliasing) {
     }
     for (size_t k = 0; k < c.ins.size(); ++k) in[k].data = bufs[k].data();
     const TensorArg out{bufs[c.alias].data(), expected.shape, expected.dtype};
-    cpu.run(KernelArgs{oc.node(), in, std::span<const TensorArg>(&out, 1), rc});
+    const int threads = omp_get_max_threads();
+    std::vector<std::byte> ws(static_cast<size_t>(cpu.workspace_bytes(oc.graph(), oc.node(), threads)));
+    cpu.run(KernelArgs{oc.node(), in, std::span<const TensorArg>(&out, 1), rc,
+                       Workspace{ws.data(), static_cast<int64_t>(ws.size()), threads}});
     HostTensor got(expected.shape, expected.dtype);
     got.bytes = bufs[c.alias];
     expect_bytes_equal(got, expected, what);

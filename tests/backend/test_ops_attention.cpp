@@ -397,7 +397,7 @@ DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype,
   const ValueId out = g.node(id).out.at(0);
   g.mark_output(out);
   std::unique_ptr<Executor> ex;
-  const Status st = Executor::create(be, g, plan_memory(g, default_schedule(g)), &ex);
+  const Status st = Executor::create(be, g, plan_program(be, g, default_schedule(g)), &ex);
   EXPECT_TRUE(st.is_ok()) << st.message();
   DecodeResult r{HostTensor(Shape{B, T, H, D}, d), HostTensor(Shape{B, Tmax, H, D}, d),
                  HostTensor(Shape{B, Tmax, H, D}, d)};

@@ -23,6 +23,7 @@
 #include "data/data.h"
 #include "graph/passes/plan.h"
 #include "report/memory_html.h"
+#include "report/memory_report.h"
 #include "report/profile.h"
 #include "runtime/profiler.h"
 #include "support/run_loom.h"
@@ -73,7 +74,7 @@ Profiled profile(const std::vector<std::string>& ov, const std::string& name, in
   Profiled p;
   p.config = default_config(ov);
   p.prog = build_train_program(p.config);
-  p.plan = plan_memory(p.prog.model.graph, p.prog.schedule);
+  p.plan = plan_training(p.config, p.prog);
   auto be = make_backend("cpu");
   DataSource data(p.config.data, data_context(p.config));
   ProfileOptions o;
@@ -305,7 +306,7 @@ TEST(Profile, Bfloat16AndCeiling) {
 TEST(Profile, MemoryHtmlFromThePlanAlone) {
   const Config c = default_config(tiny("MLP,Attn"));
   const TrainProgram prog = build_train_program(c);
-  const MemoryPlan plan = plan_memory(prog.model.graph, prog.schedule);
+  const MemoryPlan plan = plan_training(c, prog);
   const std::string html = memory_html(prog, plan, "tiny <transformer> & co", 1234);
   check_html(html);
   EXPECT_NE(html.find("tiny &lt;transformer&gt; &amp; co"), std::string::npos) << "the title is escaped";

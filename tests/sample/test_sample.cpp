@@ -68,7 +68,7 @@ class FullForward {
   FullForward(const Config& c, const Executor& params, Backend& be)
       : m_(nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, /*train=*/false)) {
     m_.graph.mark_output(m_.output);
-    const Status st = Executor::create(be, m_.graph, plan_memory(m_.graph, default_schedule(m_.graph)), &ex_);
+    const Status st = Executor::create(be, m_.graph, plan_program(be, m_.graph, default_schedule(m_.graph)), &ex_);
     EXPECT_TRUE(st.is_ok()) << st.message();
     for (const auto& [v, bytes] : m_.constants) ex_->upload(v, bytes.data());
     const std::vector<StTensor> ts = export_params(params, false);

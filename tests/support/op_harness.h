@@ -80,16 +80,22 @@ class OpCase {
 
   // Runs the op on `be`; returns the outputs (for kOpWritesInput0 ops: the updated input 0).
   std::vector<HostTensor> run(Backend& be, const RunCtx& rc = {}) {
-    MemoryPlan plan = plan_memory(g_, default_schedule(g_));
-    // Pad the arena with a sentinel region after every output buffer: shift each buffer by a
-    // guard band by re-planning offsets with room on both sides.
+    MemoryPlan plan = plan_program(be, g_, default_schedule(g_));
+    // Pad the arena with a sentinel region after every output buffer and after the kernel's
+    // workspace: shift each buffer by a guard band by re-planning offsets with room on both sides
+    // (a write past the workspace's end lands in a guard band too).
     constexpr int64_t kGuard = 256;
     int64_t cursor = kGuard;
     for (BufferInfo& b : plan.buffers) {
       b.offset = cursor;
       cursor += b.bytes + kGuard;
     }
-    for (const BufferInfo& b : plan.buffers) plan.value_offset[b.value] = b.offset;
+    for (const BufferInfo& b : plan.buffers) {
+      if (b.value == kNoValue)
+        plan.workspace_offset[b.first] = b.offset;
+      else
+        plan.value_offset[b.value] = b.offset;
+    }
     plan.arena_bytes = cursor;
     std::unique_ptr<Executor> ex;
     const Status st = Executor::create(be, g_, plan, &ex);
@@ -118,6 +124,9 @@ class OpCase {
     std::vector<unsigned char> arena(arena_base ? static_cast<size_t>(plan.arena_bytes) : 0);
     if (arena_base) be.copy_to_host(arena.data(), arena_base, arena.size());
     std::vector<bool> owned(arena.size(), false);
+    for (const BufferInfo& b : plan.buffers)  // the kernel's workspace: it may write anywhere in it
+      if (b.value == kNoValue)
+        for (int64_t k = 0; k < plan.workspace_bytes[b.first]; ++k) owned[static_cast<size_t>(b.offset + k)] = true;
     for (ValueId o : g_.node(node_).out) {
       const Value& v = g_.value(o);
       HostTensor t(v.shape, v.dtype);

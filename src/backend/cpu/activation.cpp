@@ -82,4 +82,9 @@ void cpu_gelu_grad(const KernelArgs& a) {
   unary_grad(a, [](float x, float dy) { return kmath::gelu_grad<float, FastMath>(x, dy); });
 }
 
+LOOM_CPU_NO_WORKSPACE(silu)
+LOOM_CPU_NO_WORKSPACE(gelu)
+LOOM_CPU_NO_WORKSPACE(silu_grad)
+LOOM_CPU_NO_WORKSPACE(gelu_grad)
+
 }  // namespace loom

@@ -1,23 +1,22 @@
 // CPU kernels for attention and its backward op (graph/ops/attention.cpp has the formulas).
 //
 // One (batch, head) pair per iteration of an OpenMP loop. Each pair packs Q (scaled and rounded)
-// as a contiguous f32 [T, D] matrix in per-thread scratch; K (rounded to the softmax dtype), V and
-// dO are packed likewise only when they need a conversion or rounding; f32 ones are read in place,
-// with the tensor's row stride (small heads made the per-row copies a large part of the time).
-// For product() (below), Kᵀ, and in the backward Vᵀ, are transposed into scratch as [D, Tp] (T
-// rounded up to whole vectors, zero padded), so that every product reads its right operand by
-// rows. Results go straight into out / dqkv the same way when nothing rounds them. The pair then
-// walks the query rows in blocks: per block it forms the logits against the keys the block sees,
-// runs the masked softmax row by row in f32 and multiplies by V. The logits never leave the
-// thread's scratch: only out and the f32 row statistics lse are stored, and the backward
-// recomputes the logits from qkv and lse (flash-attention style memory).
+// as a contiguous f32 [T, D] matrix in its thread's span of the node's workspace (workspace.h); K
+// (rounded to the softmax dtype), V and dO are packed likewise only when they need a conversion or
+// rounding; f32 ones are read in place, with the tensor's row stride (small heads made the per-row
+// copies a large part of the time). For product() (below), Kᵀ, and in the backward Vᵀ, are
+// transposed into the workspace as [D, Tp] (T rounded up to whole vectors, zero padded), so that
+// every product reads its right operand by rows. Results go straight into out / dqkv the same way
+// when nothing rounds them. The pair then walks the query rows in blocks: per block it forms the
+// logits against the keys the block sees, runs the masked softmax row by row in f32 and multiplies
+// by V. The logits never leave the thread's workspace: only out and the f32 row statistics lse are
+// stored, and the backward recomputes the logits from qkv and lse (flash-attention style memory).
 //
 // Products: a block's products are small (64×64×32 at nanoGPT's T = 64, D = 32), and there a
 // dnnl_sgemm call spends about as long in its own overhead as in arithmetic. Where D is whole
-// vectors and K and V are small enough to stay in L1 (Geometry::hand, kHandMaxTD), product() runs
-// them instead: register-blocked loops keeping an R-row by NV-vector tile of C in registers, per k
-// broadcasting R elements of op(A) and loading NV vectors of B's row k. Otherwise they go to a
-// single-threaded sgemm.
+// vectors and K and V are small enough to stay in L1 (Geometry::hand, kHandMaxTD), simd::product()
+// runs them instead (backend/cpu/simd/: register-blocked loops written with GCC vector types).
+// Otherwise they go to a single-threaded sgemm.
 //
 // Determinism: a pair is computed start to finish by one thread, with single-threaded sgemm
 // (nthreads-var lowered to 1 inside our region, as in dense.cpp) or product(), whose elements each
@@ -54,6 +53,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_util.h"
+#include "backend/cpu/simd/product.h"
 #include "graph/graph.h"
 
 namespace loom {
@@ -67,52 +67,24 @@ namespace {
 // 128 at T = 256, D = 64 (one thread, forward plus backward).
 constexpr int64_t kBq = 64;
 
-// Floats per AVX-512 vector: the row loops' widths are multiples of it (see row_width).
-constexpr int64_t kLanes = 16;
+// The row loops' widths are multiples of simd::kLanes (see row_width).
+using simd::kLanes;
+using simd::kW;
+using simd::Prod;
+using simd::Skip;
+using simd::whole_vectors;
 
-// product()'s vectors: floats per register, and the most accumulator registers a tile keeps (out
-// of AVX-512's 32, AVX2's 16; a tile also holds NV vectors of B and a broadcast; 12 on AVX2
-// spilled and was slower). kHandMaxTD bounds product()'s domain besides whole vectors per head
-// (see Geometry::hand): T·D at most this, so that K's and V's rows stay near (L1/L2) across a block, and
-// blocks of at most kBq query rows. Single-threaded against dnnl_sgemm on AVX-512, product() took
-// 15–60% less time at T = 64 (D = 32 to 256), T = 128 (D = 64) and T = 256 (D = 32), causal; it
-// lost past that (T = 512 with D = 64; 25% at T = 1024) and with all T = 128 rows in one
-// non-causal block. At T = 256 with D = 64 (K and V 64 KiB each, more than L1) it still won in
-// whole training steps: bench shape (c), 3 interleaved pairs of `loom profile`, attention + grad
-// 228–256 → 201–213 ms per 5 steps, hence the AVX-512 bound of 16384. Built for AVX2 against sgemm held to AVX2, it won
-// at T·D = 4096 (T = 64 with D = 64, T = 128 with D = 32) and broke even or lost at 8192. A build without AVX
-// (LOOM_NATIVE=OFF on plain x86-64) gets 4-float vectors, so that a Vec still fits one register (in_register() needs
-// that); its limits are the AVX2 ones, unmeasured.
-#if defined(__AVX512F__)
-constexpr int kW = 16, kAccs = 16;
-constexpr int64_t kHandMaxTD = 16384;
-#elif defined(__AVX__)
-constexpr int kW = 8, kAccs = 8;
-constexpr int64_t kHandMaxTD = 4096;
-#else
-constexpr int kW = 4, kAccs = 8;
-constexpr int64_t kHandMaxTD = 4096;
-#endif
-using Vec = float __attribute__((vector_size(kW * sizeof(float))));
-Vec load_vec(const float* p) {
-  Vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-void store_vec(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
-// v, held in a register. Without it GCC folds the loads of B's vectors into every FMA that uses
-// them, reloading each once per row of the tile: 20 loads per 16 FMAs in a 4×4 tile instead of 8,
-// which made product() load-bound (30–40% slower at T = 128, D = 64, and slower than sgemm there).
-// The empty asm changes no value.
-Vec in_register(Vec v) {
-#if defined(__x86_64__)
-  asm("" : "+v"(v));
-#endif
-  return v;
-}
-
-// n rounded up to whole vectors of kLanes floats.
-int64_t whole_vectors(int64_t n) { return ceil_div(n, kLanes) * kLanes; }
+// kHandMaxTD bounds simd::product()'s domain besides whole vectors per head (see Geometry::hand):
+// T·D at most this, so that K's and V's rows stay near (L1/L2) across a block, and blocks of at most
+// kBq query rows. Single-threaded against dnnl_sgemm on AVX-512, product() took 15–60% less time at
+// T = 64 (D = 32 to 256), T = 128 (D = 64) and T = 256 (D = 32), causal; it lost past that (T = 512
+// with D = 64; 25% at T = 1024) and with all T = 128 rows in one non-causal block. At T = 256 with
+// D = 64 (K and V 64 KiB each, more than L1) it still won in whole training steps: bench shape (c),
+// 3 interleaved pairs of `loom profile`, attention + grad 228–256 → 201–213 ms per 5 steps, hence
+// the AVX-512 bound of 16384. Built for AVX2 against sgemm held to AVX2, it won at T·D = 4096 (T =
+// 64 with D = 64, T = 128 with D = 32) and broke even or lost at 8192. Without AVX the limits are
+// the AVX2 ones, unmeasured.
+constexpr int64_t kHandMaxTD = kW == 16 ? 16384 : 4096;
 
 struct Geometry {
   int64_t B, T, H, D;
@@ -147,121 +119,13 @@ struct Geometry {
   bool parallel() const { return B * H > 1 && B * H * T * T * D >= (int64_t{1} << 16); }
 };
 
-// Terms of a causal block's products that are exact zeros, which product() leaves out. off is the
-// block's first query row r0; a band is R rows [r, r + R) of C, whose last query row sees keys
-// [0, off + r + R) when the rows are the block's query rows.
-enum class Skip {
-  none,
-  // C's columns are keys (the logits, dP): only the band's row widths, [0, whole_vectors(off + r + R)).
-  cols,
-  // k runs over keys, A holds weights (W·V, dS·K): only k < off + r + R.
-  k_hi,
-  // C's rows are keys j, k the block's query rows (Wᵀ·dO, dSᵀ·Q): only k ≥ r − off (query ≥ key).
-  k_lo,
-};
-
-// One block product C[M, N] = op(A)·B, plus C when acc; op(A) is A, or Aᵀ when ta (A stored
-// [K, M]); row-major with leading dimensions lda, ldb, ldc, as sgemm takes them.
-struct Prod {
-  bool ta;
-  int64_t M, N, K;
-  const float* A;
-  int64_t lda;
-  const float* B;
-  int64_t ldb;
-  float* C;
-  int64_t ldc;
-  bool acc;
-  Skip skip;
-  int64_t off;
-  // The products against K or V (logits, dP) also give B's transpose, [N, K], as the pair's rows:
-  // sgemm reads those in place (as op(B) = Bᵀ); only product() needs B, their transposed copy.
-  const float* Bt = nullptr;
-  int64_t ldbt = 0;
-};
-
-// C's rows [r, r + R) by vectors [v0, v0 + NV) = their value (when acc) + Σ_{k ∈ [k0, k1)}
-// op(A)[r][k]·B[k]: the tile lives in registers; per k, NV vector loads of B's row and R
-// broadcasts of op(A)'s column. Each element sums over k in order.
-template <int R, int NV>
-void tile(const Prod& p, int64_t r, int64_t v0, int64_t k0, int64_t k1) {
-  const int64_t ars = p.ta ? 1 : p.lda, aks = p.ta ? p.lda : 1;
-  const float* A = p.A + r * ars;
-  const float* B = p.B + v0 * kW;
-  float* C = p.C + r * p.ldc + v0 * kW;
-  Vec c[R][NV];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) c[i][v] = p.acc ? load_vec(C + i * p.ldc + v * kW) : Vec{};
-  for (int64_t k = k0; k < k1; ++k) {
-    Vec b[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) b[v] = in_register(load_vec(B + k * p.ldb + v * kW));
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i) {
-      const float a = A[i * ars + k * aks];
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) c[i][v] += a * b[v];
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) store_vec(C + i * p.ldc + v * kW, c[i][v]);
-}
-
-// The band's vectors [v0, nv): tiles of NV vectors, then the rest with fewer.
-template <int R, int NV>
-void span(const Prod& p, int64_t r, int64_t v0, int64_t nv, int64_t k0, int64_t k1) {
-  for (; v0 + NV <= nv; v0 += NV) tile<R, NV>(p, r, v0, k0, k1);
-  if constexpr (NV > 1)
-    if (v0 < nv) span<R, NV - 1>(p, r, v0, nv, k0, k1);
-}
-
-// Band [r, r + R) of C, less what p.skip leaves out.
-template <int R, int NV>
-void band(const Prod& p, int64_t r) {
-  int64_t k0 = 0, k1 = p.K, nv = ceil_div(p.N, kW);
-  const int64_t keys = p.off + r + R;
-  if (p.skip == Skip::cols) nv = std::min(nv, whole_vectors(keys) / kW);
-  if (p.skip == Skip::k_hi) k1 = std::min(k1, keys);
-  if (p.skip == Skip::k_lo) k0 = std::max<int64_t>(0, r - p.off);
-  span<R, NV>(p, r, 0, nv, k0, k1);
-}
-
-// Bands of as many rows as the accumulator registers allow with NV vectors per row (at most 8:
-// each row costs a broadcast per k), then single rows.
-template <int NV>
-void bands(const Prod& p) {
-  constexpr int R = std::min(8, kAccs / NV);
-  int64_t r = 0;
-  for (; r + R <= p.M; r += R) band<R, NV>(p, r);
-  for (; r < p.M; ++r) band<1, NV>(p, r);
-}
-
-// p by register-blocked loops, over C's columns up to N rounded up to whole vectors (B's and C's
-// rows must have room for them).
-void product(const Prod& p) {
-  switch (std::min<int64_t>(ceil_div(p.N, kW), 4)) {
-    case 1:
-      return bands<1>(p);
-    case 2:
-      return bands<2>(p);
-    case 3:
-      return bands<3>(p);
-    default:
-      return bands<4>(p);
-  }
-}
-
 // p through product() when the geometry's heads suit it, else through sgemm (which computes the
 // terms p.skip names too; they are exact zeros either way).
 void mul(const Geometry& g, Prod p) {
   if (!g.causal) p.skip = Skip::none;
   const bool tb = p.Bt != nullptr;
   if (g.hand())
-    product(p);
+    simd::product(p);
   else
     sgemm_rm(p.ta, tb, p.M, p.N, p.K, 1.f, p.A, p.lda, tb ? p.Bt : p.B, tb ? p.ldbt : p.ldb, p.acc ? 1.f : 0.f, p.C,
              p.ldc);
@@ -311,32 +175,12 @@ void store(const Geometry& g, const Rows& r, const Slice& s) {
 // Q = round_s(round_d(q·scale)) of pair (b, h), packed [T, D] (the scaling needs a copy anyway).
 void pack_q(const Geometry& g, const Slice& q, float* Q) {
   for (int64_t t = 0; t < g.T; ++t) {
-    const float* src = row_f32(q.x, q.off + t * q.ld, g.D, 1);
-    for (int64_t e = 0; e < g.D; ++e) Q[t * g.D + e] = src[e] * g.scale;
+    float* row = Q + t * g.D;
+    load_f32(q.x.data, q.x.dtype, q.off + t * q.ld, row, g.D);
+    for (int64_t e = 0; e < g.D; ++e) row[e] *= g.scale;
   }
   round_inplace(Q, g.T * g.D, g.d);
   if (rounding_changes(g.d, g.s)) round_inplace(Q, g.T * g.D, g.s);
-}
-
-// One stage of an in-register transpose of kW rows: rows a = i and b = i + s (i & s == 0) swap
-// their off-diagonal s×s blocks, a'[j] = b[j − s] and b'[j − s] = a[j] for the lanes j with j & s.
-// The stages s = kW/2, …, 2, 1 together transpose (each swaps row bit s with lane bit s).
-template <int s>
-void swap_blocks(Vec& a, Vec& b) {
-  using Lanes = int32_t __attribute__((vector_size(sizeof(Vec))));
-  Lanes j;
-  for (int l = 0; l < kW; ++l) j[l] = l;
-  const Lanes hi = (j & s) != 0;
-  const Vec na = __builtin_shuffle(a, b, hi ? j + (kW - s) : j);  // indices ≥ kW pick from b
-  b = __builtin_shuffle(a, b, hi ? j + kW : j + s);
-  a = na;
-}
-template <int s>
-void transpose_stages(Vec* r) {
-#pragma GCC unroll 16
-  for (int i = 0; i < kW; ++i)
-    if ((i & s) == 0) swap_blocks<s>(r[i], r[i + s]);
-  if constexpr (s > 1) transpose_stages<s / 2>(r);
 }
 
 // Xt = Xᵀ of the pair's rows X, [D, Tp] (row e at Xt + e·Tp), zero past column T (the logits'
@@ -346,14 +190,7 @@ void transpose(const Geometry& g, const Rows& x, float* Xt) {
   const int64_t Tp = g.Tp();
   int64_t t0 = 0;
   for (; t0 + kW <= g.T; t0 += kW)
-    for (int64_t e0 = 0; e0 < g.D; e0 += kW) {
-      Vec r[kW];
-#pragma GCC unroll 16
-      for (int i = 0; i < kW; ++i) r[i] = load_vec(x.p + (t0 + i) * x.ld + e0);
-      transpose_stages<kW / 2>(r);
-#pragma GCC unroll 16
-      for (int i = 0; i < kW; ++i) store_vec(Xt + (e0 + i) * Tp + t0, r[i]);
-    }
+    for (int64_t e0 = 0; e0 < g.D; e0 += kW) simd::transpose_block(x.p + t0 * x.ld + e0, x.ld, Xt + e0 * Tp + t0, Tp);
   for (int64_t e = 0; e < g.D; ++e) {
     float* row = Xt + e * Tp;
     for (int64_t t = t0; t < g.T; ++t) row[t] = x.p[t * x.ld + e];
@@ -391,6 +228,55 @@ float softmax_weights(const Geometry& g, float* row, int64_t n) {
   return mx + std::log(sum);
 }
 
+// One pair's f32 blocks in its thread's span of the workspace, taken in the order of the fields
+// (designated initializers are evaluated in order). Forward: Q, and K, V and O [T, D]
+// (used when their tensors need converting, see operand and result), Kᵀ [D, Tp] (product() only)
+// and one row block's logits, then weights [bq, Tp].
+struct ForwardBlocks {
+  float *Q, *K, *V, *O, *Kt, *S;
+};
+ForwardBlocks forward_blocks(Bump& b, const Geometry& g) {
+  const int64_t TD = g.T * g.D, nt = g.hand() ? g.D * g.Tp() : 0, block = g.block_rows() * g.Tp();
+  return {.Q = b.take<float>(TD),
+          .K = b.take<float>(TD),
+          .V = b.take<float>(TD),
+          .O = b.take<float>(TD),
+          .Kt = b.take<float>(nt),
+          .S = b.take<float>(block)};
+}
+// Backward: Q, K, V, dO, dQ, dK, dV [T, D] (K to dV as in the forward), Kᵀ and Vᵀ [D, Tp], and two
+// row blocks [bq, Tp]: P, and W, dP, dS in turn.
+struct BackwardBlocks {
+  float *Q, *K, *V, *dO, *dQ, *dK, *dV, *Kt, *Vt, *P, *dS;
+};
+BackwardBlocks backward_blocks(Bump& b, const Geometry& g) {
+  const int64_t TD = g.T * g.D, nt = g.hand() ? g.D * g.Tp() : 0, block = g.block_rows() * g.Tp();
+  return {.Q = b.take<float>(TD),
+          .K = b.take<float>(TD),
+          .V = b.take<float>(TD),
+          .dO = b.take<float>(TD),
+          .dQ = b.take<float>(TD),
+          .dK = b.take<float>(TD),
+          .dV = b.take<float>(TD),
+          .Kt = b.take<float>(nt),
+          .Vt = b.take<float>(nt),
+          .P = b.take<float>(block),
+          .dS = b.take<float>(block)};
+}
+
+// Per thread of the pair loop (team threads), a span that `Layout` carves one pair's blocks from.
+struct PairSpans {
+  PerThread<std::byte> pair;
+  int team;
+};
+template <auto Layout>
+PairSpans pair_spans(Bump& ws, const KernelArgs& a) {
+  const Geometry g(a.in[0], std::get<AttentionAttrs>(a.node.attrs));
+  Bump one = Bump::counter(1);
+  if (g.B * g.H > 0 && g.T > 0) Layout(one, g);
+  const int team = ws.team(g.parallel(), g.B * g.H);
+  return {ws.per_thread<std::byte>(one.used(), team), team};
+}
 }  // namespace
 
 // Per pair: S = round_s(Q·Kᵀ); per row p = softmax (f32 max/exp/sum, round_s when 16-bit),
@@ -405,23 +291,25 @@ void cpu_attention(const KernelArgs& a) {
   float* lse = a.out[1].as<float>();
   const int64_t T = g.T, D = g.D, pairs = g.B * g.H;
   if (pairs == 0 || T == 0) return;
-#pragma omp parallel for schedule(dynamic, 1) if (g.parallel())
+  Bump ws(a.workspace);
+  const PairSpans sp = pair_spans<forward_blocks>(ws, a);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(sp.team)
   for (int64_t pr = 0; pr < pairs; ++pr) {
     omp_set_num_threads(1);  // this implicit task's copy: the sgemm runs single-threaded
-    const int64_t b = pr / g.H, h = pr % g.H, bq = g.block_rows(), Tp = g.Tp();
-    const int64_t nt = g.hand() ? D * Tp : 0;  // Kᵀ's floats
-    float* Q = scratch(0, 4 * T * D + nt + bq * Tp);
-    float* Kt = Q + 4 * T * D;
-    float* S = Kt + nt;  // one row block's logits, then weights
+    const int64_t b = pr / g.H, h = pr % g.H, bq = g.block_rows();
+    Bump mine_ws(mine(sp.pair));
+    const ForwardBlocks fb = forward_blocks(mine_ws, g);
+    float* Q = fb.Q;
+    float* S = fb.S;
     pack_q(g, qkv_part(g, qkv, b, h, 0), Q);
-    const Rows K = operand(g, qkv_part(g, qkv, b, h, 1), g.s, Q + T * D);
-    if (g.hand()) transpose(g, K, Kt);
-    const Rows V = operand(g, qkv_part(g, qkv, b, h, 2), DType::f32, Q + 2 * T * D);
+    const Rows K = operand(g, qkv_part(g, qkv, b, h, 1), g.s, fb.K);
+    if (g.hand()) transpose(g, K, fb.Kt);
+    const Rows V = operand(g, qkv_part(g, qkv, b, h, 2), DType::f32, fb.V);
     const Slice o = out_rows(g, out, b, h);
-    const Rows O = result(g, o, g.d == DType::f32, Q + 3 * T * D);
+    const Rows O = result(g, o, g.d == DType::f32, fb.O);
     for (int64_t r0 = 0; r0 < T; r0 += bq) {
       const int64_t r1 = std::min(T, r0 + bq), c = g.block_keys(r1), cp = whole_vectors(c);
-      logits(g, Q, K, Kt, r0, r1, c, S);
+      logits(g, Q, K, fb.Kt, r0, r1, c, S);
       for (int64_t i = r0; i < r1; ++i) {
         float* row = S + (i - r0) * cp;
         const int64_t w = g.row_width(i, c);
@@ -453,20 +341,23 @@ void cpu_attention_grad(const KernelArgs& a) {
   if (pairs == 0 || T == 0) return;
   // W differs from P only when rounding p to d changes it.
   const bool w_is_p = !rounding_changes(g.s, g.d);
-#pragma omp parallel for schedule(dynamic, 1) if (g.parallel())
+  Bump ws(a.workspace);
+  const PairSpans sp = pair_spans<backward_blocks>(ws, a);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(sp.team)
   for (int64_t pr = 0; pr < pairs; ++pr) {
     omp_set_num_threads(1);
     const int64_t b = pr / g.H, h = pr % g.H, bq = g.block_rows(), Tp = g.Tp();
-    const int64_t nt = g.hand() ? D * Tp : 0;  // floats of Kᵀ, Vᵀ
-    float* Q = scratch(0, 7 * T * D + 2 * nt + 2 * bq * Tp);
-    float* Kt = Q + 7 * T * D;
-    float* Vt = Kt + nt;
-    float* P = Vt + nt;       // one row block's probabilities
-    float* dS = P + bq * Tp;  // the block's W, then dP, then dS
+    Bump mine_ws(mine(sp.pair));
+    const BackwardBlocks bb = backward_blocks(mine_ws, g);
+    float* Q = bb.Q;
+    float* Kt = bb.Kt;
+    float* Vt = bb.Vt;
+    float* P = bb.P;    // one row block's probabilities
+    float* dS = bb.dS;  // the block's W, then dP, then dS
     pack_q(g, qkv_part(g, qkv, b, h, 0), Q);
-    const Rows K = operand(g, qkv_part(g, qkv, b, h, 1), g.s, Q + T * D);
-    const Rows V = operand(g, qkv_part(g, qkv, b, h, 2), DType::f32, Q + 2 * T * D);
-    const Rows dO = operand(g, out_rows(g, dout, b, h), DType::f32, Q + 3 * T * D);
+    const Rows K = operand(g, qkv_part(g, qkv, b, h, 1), g.s, bb.K);
+    const Rows V = operand(g, qkv_part(g, qkv, b, h, 2), DType::f32, bb.V);
+    const Rows dO = operand(g, out_rows(g, dout, b, h), DType::f32, bb.dO);
     if (g.hand()) {
       transpose(g, K, Kt);
       transpose(g, V, Vt);
@@ -476,9 +367,9 @@ void cpu_attention_grad(const KernelArgs& a) {
     const bool in_place = g.d == DType::f32 && g.s == DType::f32;
     const Slice dq = qkv_part(g, dqkv, b, h, 0), dk = qkv_part(g, dqkv, b, h, 1);
     const Slice dv = qkv_part(g, dqkv, b, h, 2);
-    const Rows dQ = result(g, dq, in_place, Q + 4 * T * D);
-    const Rows dK = result(g, dk, in_place, Q + 5 * T * D);
-    const Rows dV = result(g, dv, g.d == DType::f32, Q + 6 * T * D);
+    const Rows dQ = result(g, dq, in_place, bb.dQ);
+    const Rows dK = result(g, dk, in_place, bb.dK);
+    const Rows dV = result(g, dv, g.d == DType::f32, bb.dV);
     // The row blocks add into dK and dV, each reaching keys [0, c) only.
     for (int64_t t = 0; t < T; ++t) {
       std::fill_n(dK.p + t * dK.ld, D, 0.f);
@@ -541,6 +432,26 @@ void cpu_attention_grad(const KernelArgs& a) {
 // query against rows [0, pos]: logits by dot products (f32, fixed order), the same softmax and
 // roundings as cpu_attention, out = round_d(Σ_j w_j·v_j) accumulated over j in order. The work is
 // tiny (B·H·(pos+1)·D multiply-adds), so pairs go parallel only when there are enough of them.
+// Workspace, per thread: q, a cache row (k or v), o [D] and the weights [Tmax] (sized for the
+// longest prefix: the plan cannot know pos).
+namespace {
+bool decode_parallel(int64_t pairs, int64_t n, int64_t D) { return pairs > 1 && pairs * n * D >= (int64_t{1} << 16); }
+struct DecodeSpans {
+  PerThread<float> q, row, o, w;
+  int team;
+};
+DecodeSpans attention_decode_spans(Bump& ws, const KernelArgs& a) {
+  const Geometry g(a.in[0], std::get<AttentionAttrs>(a.node.attrs));
+  const int64_t Tmax = a.in[1].shape[1], pairs = g.B * g.H;
+  const int team = ws.team(decode_parallel(pairs, Tmax, g.D), pairs);
+  return {.q = ws.per_thread<float>(g.D, team),
+          .row = ws.per_thread<float>(g.D, team),
+          .o = ws.per_thread<float>(g.D, team),
+          .w = ws.per_thread<float>(Tmax, team),
+          .team = team};
+}
+}  // namespace
+
 void cpu_attention_decode(const KernelArgs& a) {
   const auto& at = std::get<AttentionAttrs>(a.node.attrs);
   const TensorArg& qkv = a.in[0];
@@ -563,21 +474,23 @@ void cpu_attention_decode(const KernelArgs& a) {
     }
   const int64_t n = int64_t{pos} + 1, pairs = g.B * g.H;
   const bool round_q_d = g.d != DType::f32, round_s = rounding_changes(g.d, g.s);
-#pragma omp parallel for schedule(static) if (pairs > 1 && pairs * n * D >= (int64_t{1} << 16))
+  Bump ws(a.workspace);
+  const DecodeSpans sp = attention_decode_spans(ws, a);
+#pragma omp parallel for schedule(static) num_threads(sp.team) if (decode_parallel(pairs, n, D))
   for (int64_t pr = 0; pr < pairs; ++pr) {
     const int64_t b = pr / g.H, h = pr % g.H;
-    float* q = scratch(0, 3 * D + n);
-    float* k = q + D;
-    float* o = k + D;
-    float* w = o + D;
+    float* q = sp.q.mine();
+    float* k = sp.row.mine();  // a cache row as f32: k_j, then v_j
+    float* o = sp.o.mine();
+    float* w = sp.w.mine();
     load_f32(qkv.data, g.d, g.qkv_at(b, 0, h, 0), q, D);
     for (int64_t e = 0; e < D; ++e) q[e] *= g.scale;
     if (round_q_d) round_inplace(q, D, g.d);
     if (round_s) round_inplace(q, D, g.s);
     for (int64_t j = 0; j < n; ++j) {
-      const float* kj = row_f32(kc, cache_at(b, j, h), D, 1);
+      const float* kj = row_f32(kc, cache_at(b, j, h), D, k);
       if (round_s) {
-        std::copy(kj, kj + D, k);
+        if (kj != k) std::copy(kj, kj + D, k);
         round_inplace(k, D, g.s);
         kj = k;
       }
@@ -587,11 +500,15 @@ void cpu_attention_decode(const KernelArgs& a) {
     softmax_weights(g, w, n);
     std::fill(o, o + D, 0.f);
     for (int64_t j = 0; j < n; ++j) {
-      const float* vj = row_f32(vc, cache_at(b, j, h), D, 1);
+      const float* vj = row_f32(vc, cache_at(b, j, h), D, k);
       for (int64_t e = 0; e < D; ++e) o[e] += w[j] * vj[e];
     }
     store_f32(o, out.data, g.d, g.out_at(b, 0, h), D);
   }
 }
+
+int64_t cpu_workspace_attention(const KernelArgs& a) { return workspace_of<pair_spans<forward_blocks>>(a); }
+int64_t cpu_workspace_attention_grad(const KernelArgs& a) { return workspace_of<pair_spans<backward_blocks>>(a); }
+int64_t cpu_workspace_attention_decode(const KernelArgs& a) { return workspace_of<attention_decode_spans>(a); }
 
 }  // namespace loom

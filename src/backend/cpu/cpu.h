@@ -6,8 +6,10 @@
 // widened values, activations evaluate the shared kmath formulas in float, and every
 // reduction uses a fixed partition and order, so results are bitwise independent of the
 // thread count. Kernels live in one file per op family (dense.cpp, norm.cpp, activation.cpp,
-// elementwise.cpp, loss.cpp); kernels.cpp holds the table generated from graph/ops.def;
-// optimizer.cpp the fused optimizer passes.
+// elementwise.cpp, loss.cpp, attention.cpp), each with its workspace rule cpu_workspace_<op>
+// (workspace.h: the kernel's scratch comes from the plan, sized by the same layout function the
+// kernel carves it with); kernels.cpp holds the tables generated from graph/ops.def; optimizer.cpp
+// the fused optimizer passes; simd/ the hand-vectorised block products attention uses.
 #pragma once
 #include "backend/host.h"
 
@@ -15,10 +17,11 @@ namespace loom {
 
 // Indexed by OpKind, generated from graph/ops.def (kernels.cpp).
 extern const KernelFn kCpuKernels[];
+extern const WorkspaceFn kCpuWorkspace[];
 
 class CpuBackend final : public HostBackend {
  public:
-  CpuBackend() : HostBackend(kCpuKernels) {}
+  CpuBackend() : HostBackend(kCpuKernels, kCpuWorkspace) {}
   const char* name() const override { return "cpu"; }
   // Every node the shape rules accept: each kernel handles every dtype combination its rule
   // lets through (16-bit floats via block conversion, int32 through core/dtype.h's convert).

@@ -1,6 +1,6 @@
 // Helpers shared by the CPU kernels (header-only, internal to backend/cpu/): block conversions
 // between storage dtypes and f32, rounding to a compute dtype, fixed-order sums, parallel
-// thresholds and grow-only scratch buffers.
+// thresholds, and operand conversions into workspace spans (workspace.h).
 //
 // Determinism: every reduction here has a summation order that depends only on the length of
 // what it sums, never on the thread count or the schedule.
@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include <oneapi/dnnl/dnnl.h>
 #if defined(__F16C__)
@@ -21,6 +20,7 @@
 #endif
 
 #include "backend/backend.h"
+#include "backend/cpu/workspace.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -37,8 +37,10 @@ inline void sgemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
 }
 
 // The same product with alpha = 1, beta = 0, for the tile loops that take either element type.
+// `pad` is unused: sgemm has no user scratchpad; it mallocs and frees its own packing buffer in
+// every call (one per thread; the memory plan cannot hold it, docs/memory-study-notes.md).
 inline void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                    int64_t ldb, float* C, int64_t ldc) {
+                    int64_t ldb, float* C, int64_t ldc, std::byte* /*pad*/) {
   sgemm_rm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
 }
 
@@ -49,8 +51,14 @@ bool bf16_gemm_available();
 // accumulation of the exact bf16 products, like sgemm on the widened values except for summation
 // order and that vdpbf16ps treats subnormal inputs and results as zero. Only when
 // bf16_gemm_available(); runs with the OpenMP thread count in effect (1 inside our tile loops).
+// `pad` is oneDNN's scratchpad for the call: bf16_gemm_scratchpad(...) bytes for this shape and
+// thread count, 64-byte aligned (nothing when that is 0).
 void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
-             int64_t ldb, float* C, int64_t ldc);
+             int64_t ldb, float* C, int64_t ldc, std::byte* pad);
+// Bytes of scratchpad gemm_rm on bfloat16 operands needs for a call of this shape and layout made
+// with `threads` OpenMP threads in effect.
+int64_t bf16_gemm_scratchpad(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                             int threads);
 
 // Below this many elements an elementwise kernel runs on the calling thread: waking the pool
 // costs more than the work.
@@ -219,60 +227,45 @@ void for_blocks(int64_t n, F&& f) {
   }
 }
 
-// ---- scratch -------------------------------------------------------------------------------
+// ---- operands converted into workspace ----------------------------------------------------
 
-// Grow-only per-thread scratch, `slot` selecting one of a few independent buffers. A stopgap
-// until the memory plan reserves kernel workspace: it keeps the step allocation-free after the
-// first run, but is invisible to `loom memory`. Pointers stay valid until the same thread asks
-// the same slot for more. Slots [0, kOuterSlot) are for row buffers used inside parallel
-// regions, slots [kOuterSlot, kNumSlots) for whole-tensor buffers the calling thread fills
-// before a parallel region (the calling thread is also a worker in that region).
-inline constexpr int kOuterSlot = 4;
-inline constexpr int kNumSlots = 8;
-inline float* scratch(int slot, int64_t n) {
-  thread_local std::vector<float> bufs[kNumSlots];
-  LOOM_ASSERT(slot >= 0 && slot < kNumSlots);
-  std::vector<float>& b = bufs[slot];
-  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
-  return b.data();
-}
+// Whether t read as f32 rounded to compute dtype c needs a converted copy (f32_rounded): unless
+// it is f32 already and c rounds nothing.
+inline bool needs_f32_copy(const TensorArg& t, DType c) { return t.dtype != DType::f32 || c != DType::f32; }
 
-// t as f32, with every element rounded to compute dtype c: t's own memory when that needs no
-// conversion, otherwise a converted copy in scratch `slot` (converted in parallel).
-inline const float* f32_rounded(const TensorArg& t, DType c, int slot) {
-  const int64_t n = t.shape.numel();
+// t as f32, with every element rounded to compute dtype c: t's own memory when needs_f32_copy is
+// false, otherwise a converted copy in buf (t's numel floats; converted in parallel).
+inline const float* f32_rounded(const TensorArg& t, DType c, float* buf) {
+  if (!needs_f32_copy(t, c)) return t.as<float>();
   const bool round = rounding_changes(t.dtype, c);
-  if (t.dtype == DType::f32 && !round) return t.as<float>();
-  float* s = scratch(slot, n);
-  for_blocks(n, [&](int64_t off, int64_t len) {
-    load_f32(t.data, t.dtype, off, s + off, len);
-    if (round) round_inplace(s + off, len, c);
+  for_blocks(t.shape.numel(), [&](int64_t off, int64_t len) {
+    load_f32(t.data, t.dtype, off, buf + off, len);
+    if (round) round_inplace(buf + off, len, c);
   });
-  return s;
+  return buf;
 }
 
 // t's elements rounded to bfloat16 (raw bits): t's own memory when it is bf16, otherwise a
-// rounded copy in scratch `slot` (converted in parallel).
-inline const uint16_t* bf16_rounded(const TensorArg& t, int slot) {
+// rounded copy in buf (t's numel elements; converted in parallel).
+inline const uint16_t* bf16_rounded(const TensorArg& t, uint16_t* buf) {
   if (t.dtype == DType::bf16) return t.as<const uint16_t>();
-  const int64_t n = t.shape.numel();
-  auto* s = reinterpret_cast<uint16_t*>(scratch(slot, ceil_div(n, 2)));
-  for_blocks(n, [&](int64_t off, int64_t len) {
-    float buf[kBlock];
-    load_f32(t.data, t.dtype, off, buf, len);
-    store_f32(buf, s, DType::bf16, off, len);
+  for_blocks(t.shape.numel(), [&](int64_t off, int64_t len) {
+    float f[kBlock];
+    load_f32(t.data, t.dtype, off, f, len);
+    store_f32(f, buf, DType::bf16, off, len);
   });
-  return s;
+  return buf;
 }
 
 // A row of t (elements [off, off + n)) as f32: a pointer into t when it is f32, otherwise a
-// converted copy in this thread's row buffer `slot` (use distinct slots for rows needed at once).
-inline const float* row_f32(const TensorArg& t, int64_t off, int64_t n, int slot) {
+// converted copy in buf (n floats: a row span of the calling thread, row_floats(t, n) long).
+inline const float* row_f32(const TensorArg& t, int64_t off, int64_t n, float* buf) {
   if (t.dtype == DType::f32) return t.as<float>() + off;
-  float* s = scratch(slot, n);
-  load_f32(t.data, t.dtype, off, s, n);
-  return s;
+  load_f32(t.data, t.dtype, off, buf, n);
+  return buf;
 }
+// The floats row_f32 needs for rows of n elements of t: none when t is f32.
+inline int64_t row_floats(const TensorArg& t, int64_t n) { return t.dtype == DType::f32 ? 0 : n; }
 
 // exp(x) in f32 within ~1 ulp for x in [−87.3, 88] (Cody–Waite reduction x = n·ln2 + r, Cephes'
 // degree-6 polynomial for exp(r), 2^n by exponent bits): written branch-free so a row of them

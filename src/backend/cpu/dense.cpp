@@ -7,6 +7,9 @@
 // sgemm on the widened copies is exactly "fp32 accumulation of the compute-dtype products", and
 // so is the bf16 matmul (up to summation order and subnormals). The f32 result is then rounded to
 // the compute dtype, as the reference backend does in double.
+//
+// Workspace (workspace.h): the converted operands, per thread one tile of C when C is not the
+// output itself, and oneDNN's bf16 scratchpad; each kernel's layout function sizes it for the plan.
 #include <algorithm>
 
 #include "backend/cpu/cpu_util.h"
@@ -55,21 +58,25 @@ void tile_grid(int64_t M, int64_t N, int64_t K, int64_t& tr, int64_t& tc) {
   }
 }
 
-// What happens to each tile of C right after its sgemm, while it is still in cache: C = round_c(C)
-// (when round_first), + bias[n] (when bias), then a store to out (out's dtype, one more rounding)
-// unless out is C itself, or with accumulate out += C (out f32, laid out like C). The same
-// per-element operations as a separate pass, without the pass.
+// What happens to each tile of C right after its GEMM, while it is still in cache: C = round_c(C)
+// (when round_first), + bias[n] (when bias), then a store to out (out's dtype, one more rounding),
+// or with accumulate out += C (out f32, [M, N] like C) — unless the tile is out's own memory (the
+// GEMM wrote an f32 out directly). The same per-element operations as a separate pass, without the
+// pass.
 struct Epilogue {
   DType c = DType::f32;
   bool round_first = false;
   const float* bias = nullptr;  // [N] f32, already round_c'd
   const TensorArg* out = nullptr;
   bool accumulate = false;
-  void operator()(float* C, int64_t N, int64_t m0, int64_t m1, int64_t n0, int64_t n1) const {
-    const bool store = !(out->dtype == DType::f32 && out->data == C);
+  // Tile rows [m0, m1) × columns [n0, n1) of C, at t with row stride ldt (in out itself when
+  // in_place); C is N wide.
+  void operator()(bool in_place, float* t, int64_t ldt, int64_t N, int64_t m0, int64_t m1, int64_t n0,
+                  int64_t n1) const {
+    const bool store = !in_place;
     if (!store && !round_first && !bias) return;
     for (int64_t m = m0; m < m1; ++m) {
-      float* row = C + m * N + n0;
+      float* row = t + (m - m0) * ldt;
       if (round_first) round_inplace(row, n1 - n0, c);
       if (bias)
         for (int64_t n = n0; n < n1; ++n) row[n - n0] += bias[n];
@@ -83,77 +90,212 @@ struct Epilogue {
   }
 };
 
-// C[M, N] = op(A) · op(B) in row-major f32 (A is [M, K], or [K, M] when ta; B is [K, N], or
-// [N, K] when tb; T = float, or uint16_t for bfloat16 bits), each tile finished by `epi`;
-// K == 0 gives zeros (sgemm rejects ld 0).
+// One dense-family product C[M, N] = op(A)·op(B) (A is [M, K], or [K, M] when ta; B is [K, N], or
+// [N, K] when tb), A's elements rounded to ra and B's to rb (f32: as they are), compute dtype c,
+// finished tile by tile into `out` by an epilogue.
 //
-// A BLAS's own threading is not bitwise reproducible across thread counts (its partition and
-// kernel choice depend on the thread count), so we split C into a grid of tiles chosen from the
-// shape and the machine (tile_grid), never from the `threads` setting, and call a single-threaded
-// GEMM per tile from our own OpenMP loop. Each element's result then depends only on the shape,
-// the machine and the values.
-template <class T>
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const T* A, const T* B, float* C, const Epilogue& epi) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    std::fill(C, C + M * N, 0.f);
-    epi(C, N, 0, M, 0, N);
-    return;
+// The operands are multiplied as bfloat16 bits through oneDNN's matmul (`native`) when c is bf16,
+// both operands hold bf16 values and the CPU has the bf16 dot products (about twice the f32 rate);
+// as f32 through sgemm otherwise. Both are exact "fp32 accumulation of the compute-dtype products".
+//
+// C is split into a grid of tiles chosen from the shape and the machine (tile_grid), never from the
+// thread count, and each tile is one single-threaded GEMM call from our own OpenMP loop: a BLAS's
+// own threading is not bitwise reproducible across thread counts (its partition and kernel choice
+// depend on them), so each element's result depends only on the shape, the machine and the values.
+// When C is out itself (`in_place`: out is f32 and the GEMM assigns it) the calls write out;
+// otherwise each thread forms its tile in a tile buffer of its own and the epilogue converts or adds
+// it into out, so no [M, N] f32 buffer exists. When op(A) is A itself, a tile goes through its
+// buffer in blocks of at most kBlockRows rows, one GEMM call each, so the buffer's size does not
+// grow with the batch; when A is transposed the tile is one call (a row block of a TN product sums
+// in another order). A tile buffer keeps the density of a tile inside a whole [M, N] C: rows exactly
+// as wide as the tile when the grid has one column of tiles, wider otherwise. oneDNN's bf16 matmul
+// picks its kernel by whether C's rows are dense, and the two give different summation orders; the
+// strided ones all agree, and so do row blocks of an NN or NT product and the whole
+// (CpuOps.DenseGemmTileBuffersAgree checks both).
+struct Gemm {
+  bool ta, tb;
+  int64_t M, N, K;
+  const TensorArg& A;
+  DType ra;
+  const TensorArg& B;
+  DType rb;
+  DType c;
+  const TensorArg& out;
+  bool in_place;
+
+  bool native() const {
+    const auto bf16_valued = [](const TensorArg& t, DType r) {
+      return r == DType::bf16 || (r == DType::f32 && t.dtype == DType::bf16);
+    };
+    return c == DType::bf16 && bf16_valued(A, ra) && bf16_valued(B, rb) && bf16_gemm_available();
   }
-  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
-  int64_t tr, tc;
-  tile_grid(M, N, K, tr, tc);
-  const int64_t ntiles = tr * tc;
-#pragma omp parallel for schedule(dynamic, 1) if (ntiles > 1)
-  for (int64_t t = 0; t < ntiles; ++t) {
+  int64_t lda() const { return ta ? M : K; }
+  int64_t ldb() const { return tb ? K : N; }
+};
+
+// Rows of a tile formed in its buffer per GEMM call (see Gemm). Each call packs the tile's columns
+// of B again, so blocks are kept long enough for that to cost little next to the block's product.
+constexpr int64_t kBlockRows = 4096;
+
+// The tile grid of a Gemm, the shape of each of its tiles and, for a tile formed in a tile buffer,
+// its row blocks.
+struct Tiles {
+  int64_t tr = 1, tc = 1;
+  int64_t M, N;
+  int64_t block;  // rows per GEMM call into a tile buffer
+  explicit Tiles(const Gemm& g) : M(g.M), N(g.N) {
+    tile_grid(g.M, g.N, g.K, tr, tc);
+    block = g.ta ? max_rows() : std::min(max_rows(), kBlockRows);
+  }
+  int64_t count() const { return tr * tc; }
+  int64_t m0(int64_t t) const { return t / tc * M / tr; }
+  int64_t m1(int64_t t) const { return (t / tc + 1) * M / tr; }
+  int64_t n0(int64_t t) const { return t % tc * N / tc; }
+  int64_t n1(int64_t t) const { return (t % tc + 1) * N / tc; }
+  // Row stride of a tile buffer for tile t (see Gemm): dense when C's rows are, else strided.
+  int64_t ld(int64_t t) const { return tc == 1 ? N : (n1(t) - n0(t) + 16) / 16 * 16; }
+  int64_t max_rows() const { return ceil_div(M, tr); }
+  int64_t max_ld() const { return tc == 1 ? N : (ceil_div(N, tc) + 16) / 16 * 16; }
+  // f(b0, b1) for the row blocks [b0, b1) of tile t that go through its buffer.
+  template <class F>
+  void blocks(int64_t t, F&& f) const {
+    for (int64_t b0 = m0(t); b0 < m1(t); b0 += block) f(b0, std::min(m1(t), b0 + block));
+  }
+};
+
+// The workspace of a Gemm (workspace.h): each operand's converted copy when it needs one (bf16 bits
+// when native, rounded f32 otherwise), and per thread of the tile loop a tile buffer of one row
+// block (unless in_place) and, when native, oneDNN's scratchpad for the largest of its calls. `either`:
+// the product runs in place on some runs and not on others (dense_grad_weight assigns in minibatch
+// 0 and accumulates after), so the workspace serves both.
+struct GemmSpans {
+  void* a = nullptr;  // uint16_t when native, float otherwise
+  void* b = nullptr;
+  PerThread<float> tile;
+  PerThread<std::byte> pad;
+  int team = 1;
+};
+GemmSpans gemm_spans(Bump& ws, const Gemm& g, bool either = false) {
+  GemmSpans s;
+  if (g.M == 0 || g.N == 0) return s;
+  const bool native = g.native();
+  const auto operand = [&](const TensorArg& t, DType r) -> void* {
+    if (native) return t.dtype == DType::bf16 ? nullptr : ws.take<uint16_t>(t.shape.numel());
+    return needs_f32_copy(t, r) ? ws.take<float>(t.shape.numel()) : nullptr;
+  };
+  s.a = operand(g.A, g.ra);
+  s.b = operand(g.B, g.rb);
+  const Tiles tl(g);
+  s.team = ws.team(true, tl.count());
+  if (!g.in_place || either) s.tile = ws.per_thread<float>(tl.block * tl.max_ld(), s.team);
+  if (native && g.K > 0) {
+    int64_t pad = 0;
+    const auto need = [&](int64_t rows, int64_t cols, int64_t ldc) {
+      pad = std::max(pad, bf16_gemm_scratchpad(g.ta, g.tb, rows, cols, g.K, g.lda(), g.ldb(), ldc, 1));
+    };
+    for (int64_t t = 0; t < tl.count(); ++t) {
+      const int64_t cols = tl.n1(t) - tl.n0(t);
+      if (g.in_place || either) need(tl.m1(t) - tl.m0(t), cols, g.N);
+      if (!g.in_place || either) tl.blocks(t, [&](int64_t b0, int64_t b1) { need(b1 - b0, cols, tl.ld(t)); });
+    }
+    s.pad = ws.per_thread<std::byte>(pad, s.team);
+  }
+  return s;
+}
+
+// Runs g with element type T (float, or uint16_t for bfloat16 bits) on operands A and B as
+// converted, each tile finished by epi. K == 0 gives zeros (sgemm rejects ld 0).
+template <class T>
+void run_tiles(const Gemm& g, const GemmSpans& s, const T* A, const T* B, const Epilogue& epi) {
+  const Tiles tl(g);
+  const int64_t lda = g.lda(), ldb = g.ldb();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s.team)
+  for (int64_t t = 0; t < tl.count(); ++t) {
     // Inside the region nthreads-var is this implicit task's own copy: the GEMM reads it and
     // runs single-threaded, whatever the team size.
     omp_set_num_threads(1);
-    const int64_t i = t / tc, j = t % tc;
-    const int64_t m0 = i * M / tr, m1 = (i + 1) * M / tr, n0 = j * N / tc, n1 = (j + 1) * N / tc;
-    const T* a = ta ? A + m0 : A + m0 * lda;
-    const T* b = tb ? B + n0 * ldb : B + n0;
-    gemm_rm(ta, tb, m1 - m0, n1 - n0, K, a, lda, b, ldb, C + m0 * N + n0, N);
-    epi(C, N, m0, m1, n0, n1);
+    const int64_t n0 = tl.n0(t), n1 = tl.n1(t);
+    // Rows [m0, m1) of the tile into C (row stride ldc), then the epilogue.
+    const auto rows = [&](int64_t m0, int64_t m1, float* C, int64_t ldc) {
+      if (g.K == 0) {
+        for (int64_t m = 0; m < m1 - m0; ++m) std::fill_n(C + m * ldc, n1 - n0, 0.f);
+      } else {
+        const T* a = g.ta ? A + m0 : A + m0 * lda;
+        const T* b = g.tb ? B + n0 * ldb : B + n0;
+        gemm_rm(g.ta, g.tb, m1 - m0, n1 - n0, g.K, a, lda, b, ldb, C, ldc, s.pad.mine());
+      }
+      epi(g.in_place, C, ldc, g.N, m0, m1, n0, n1);
+    };
+    if (g.in_place)
+      rows(tl.m0(t), tl.m1(t), g.out.as<float>() + tl.m0(t) * g.N + n0, g.N);
+    else
+      tl.blocks(t, [&](int64_t b0, int64_t b1) { rows(b0, b1, s.tile.mine(), tl.ld(t)); });
   }
 }
 
-// Calls f(A', B') with the two GEMM operands of a dense-family op: A rounded to dtype ra and B to
-// rb (f32: as they are). As bfloat16 bits when the compute dtype c is bf16, both operands then
-// hold bf16 values and the CPU multiplies bf16 natively (about twice the f32 rate); as f32
-// otherwise. Both are exact "fp32 accumulation of the compute-dtype products".
-template <class F>
-void with_operands(DType c, const TensorArg& A, DType ra, const TensorArg& B, DType rb, F&& f) {
-  const auto bf16_valued = [](const TensorArg& t, DType r) {
-    return r == DType::bf16 || (r == DType::f32 && t.dtype == DType::bf16);
-  };
-  if (c == DType::bf16 && bf16_valued(A, ra) && bf16_valued(B, rb) && bf16_gemm_available())
-    f(bf16_rounded(A, kOuterSlot + 0), bf16_rounded(B, kOuterSlot + 1));
+// Converts g's operands into their spans (as bf16 bits when native, as rounded f32 otherwise) and
+// runs it.
+void run(const Gemm& g, const GemmSpans& s, const Epilogue& epi) {
+  if (g.M == 0 || g.N == 0) return;
+  if (g.native())
+    run_tiles(g, s, bf16_rounded(g.A, static_cast<uint16_t*>(s.a)), bf16_rounded(g.B, static_cast<uint16_t*>(s.b)),
+              epi);
   else
-    f(f32_rounded(A, ra, kOuterSlot + 0), f32_rounded(B, rb, kOuterSlot + 1));
+    run_tiles(g, s, f32_rounded(g.A, g.ra, static_cast<float*>(s.a)), f32_rounded(g.B, g.rb, static_cast<float*>(s.b)),
+              epi);
+}
+
+// ---- dense ----
+
+// y[m, n] = round_c(Σ_k round_c(x[m, k]) · round_c(W[k, n]))  (+ bias: round_c(y + round_c(b[n]))).
+Gemm dense_gemm(const KernelArgs& a) {
+  const auto& at = std::get<DenseAttrs>(a.node.attrs);
+  const TensorArg& x = a.in[0];
+  const TensorArg& w = a.in[1];
+  const TensorArg& y = a.out[0];
+  const bool wt = at.transpose_w;  // W stored [N, K]
+  const int64_t K = w.shape[wt ? 1 : 0], N = w.shape[wt ? 0 : 1], M = x.shape.rows();
+  LOOM_ASSERT(x.shape.last() == K && y.shape.rows() == M && y.shape.last() == N && y.dtype == at.compute);
+  return Gemm{.ta = false,
+              .tb = wt,
+              .M = M,
+              .N = N,
+              .K = K,
+              .A = x,
+              .ra = at.compute,
+              .B = w,
+              .rb = at.compute,
+              .c = at.compute,
+              .out = y,
+              .in_place = y.dtype == DType::f32};
+}
+struct DenseSpans {
+  GemmSpans gemm;
+  float* bias = nullptr;  // round_c(b) [N], when the bias needs a copy
+};
+DenseSpans dense_spans(Bump& ws, const KernelArgs& a) {
+  const Gemm g = dense_gemm(a);
+  DenseSpans s{gemm_spans(ws, g)};
+  if (a.in.size() == 3 && needs_f32_copy(a.in[2], g.c)) s.bias = ws.take<float>(a.in[2].shape.numel());
+  return s;
 }
 
 }  // namespace
 
-// y[m, n] = round_c(Σ_k round_c(x[m, k]) · round_c(W[k, n]))  (+ bias: round_c(y + round_c(b[n]))).
 void cpu_dense(const KernelArgs& a) {
-  const DType c = std::get<DenseAttrs>(a.node.attrs).compute;
-  const bool wt = std::get<DenseAttrs>(a.node.attrs).transpose_w;  // W stored [N, K]
-  const TensorArg& x = a.in[0];
-  const TensorArg& w = a.in[1];
-  const TensorArg& y = a.out[0];
-  const int64_t K = w.shape[wt ? 1 : 0], N = w.shape[wt ? 0 : 1], M = x.shape.rows();
-  LOOM_ASSERT(x.shape.last() == K && y.shape.rows() == M && y.shape.last() == N && y.dtype == c);
-  float* acc = y.dtype == DType::f32 ? y.as<float>() : scratch(kOuterSlot + 2, M * N);
+  Bump ws(a.workspace);
+  const DenseSpans s = dense_spans(ws, a);
+  const Gemm g = dense_gemm(a);
   // With a bias: round_c(Σ) (a no-op for f32), + round_c(b), and the final round_c by the store.
-  const float* bs = a.in.size() < 3 ? nullptr : f32_rounded(a.in[2], c, kOuterSlot + 3);
-  with_operands(c, x, c, w, c, [&](const auto* xs, const auto* ws) {
-    gemm(false, wt, M, N, K, xs, ws, acc, Epilogue{c, bs != nullptr, bs, &y});
-  });
+  const float* bs = a.in.size() < 3 ? nullptr : f32_rounded(a.in[2], g.c, s.bias);
+  run(g, s.gemm, Epilogue{.c = g.c, .round_first = bs != nullptr, .bias = bs, .out = &g.out});
 }
+int64_t cpu_workspace_dense(const KernelArgs& a) { return workspace_of<dense_spans>(a); }
 
-// dx[m, k] = round_out(round_c(Σ_n dy[m, n] · round_c(W[k, n]))): sgemm NT.
-void cpu_dense_grad_input(const KernelArgs& a) {
+// dx[m, k] = round_out(round_c(Σ_n dy[m, n] · round_c(W[k, n]))): dy[M, N] · Wᵀ, or · W when W is
+// stored [N, K], with dy as is (normally in c already).
+namespace {
+Gemm dense_grad_input_gemm(const KernelArgs& a) {
   const auto& at = std::get<DenseGradAttrs>(a.node.attrs);
   const TensorArg& dy = a.in[0];
   const TensorArg& w = a.in[1];
@@ -161,56 +303,108 @@ void cpu_dense_grad_input(const KernelArgs& a) {
   const bool wt = at.transpose_w;
   const int64_t K = w.shape[wt ? 1 : 0], N = w.shape[wt ? 0 : 1], M = dy.shape.rows();
   LOOM_ASSERT(dy.shape.last() == N && dx.shape.rows() == M && dx.shape.last() == K && dx.dtype == at.out_dtype);
-  float* acc = dx.dtype == DType::f32 ? dx.as<float>() : scratch(kOuterSlot + 2, M * K);
-  // dy[M, N] · Wᵀ, or · W when W is stored [N, K], with dy as is (normally in c already); round_c
-  // first unless the store to out_dtype is that same rounding (or c is f32).
-  with_operands(at.compute, dy, DType::f32, w, at.compute, [&](const auto* dys, const auto* ws) {
-    gemm(false, !wt, M, K, N, dys, ws, acc,
-         Epilogue{at.compute, rounding_changes(at.out_dtype, at.compute), nullptr, &dx});
-  });
+  // dy as is (normally in c already): dy[M, N] · Wᵀ, or · W when W is stored [N, K].
+  return Gemm{.ta = false,
+              .tb = !wt,
+              .M = M,
+              .N = K,
+              .K = N,
+              .A = dy,
+              .ra = DType::f32,
+              .B = w,
+              .rb = at.compute,
+              .c = at.compute,
+              .out = dx,
+              .in_place = dx.dtype == DType::f32};
 }
+GemmSpans dense_grad_input_spans(Bump& ws, const KernelArgs& a) { return gemm_spans(ws, dense_grad_input_gemm(a)); }
+}  // namespace
+
+void cpu_dense_grad_input(const KernelArgs& a) {
+  Bump ws(a.workspace);
+  const GemmSpans s = dense_grad_input_spans(ws, a);
+  const Gemm g = dense_grad_input_gemm(a);
+  // round_c first unless the store to out_dtype is that same rounding (or c is f32).
+  run(g, s, Epilogue{.c = g.c, .round_first = rounding_changes(g.out.dtype, g.c), .out = &g.out});
+}
+int64_t cpu_workspace_dense_grad_input(const KernelArgs& a) { return workspace_of<dense_grad_input_spans>(a); }
 
 // grad[k, n] += round_c(Σ_m round_c(x[m, k]) · dy[m, n]): a TN GEMM. When this assigns (the
-// buffer's first writer, minibatch 0) the GEMM writes the gradient buffer itself; otherwise into
-// scratch, each tile added to the gradient by the epilogue while it is in cache. Either way the
-// values are those of the unfused dW followed by grad_accumulate, bit for bit.
-// grad is [K, N] ([N, K] with transpose_w) in row-major order, whatever its shape.
-void cpu_dense_grad_weight(const KernelArgs& a) {
+// buffer's first writer, minibatch 0) the GEMM writes the gradient buffer itself; otherwise each
+// tile is formed in a tile buffer and added to the gradient by the epilogue while it is in cache.
+// Either way the values are those of the unfused dW followed by grad_accumulate, bit for bit.
+// grad is [K, N] ([N, K] with transpose_w) in row-major order, whatever its shape. The workspace
+// serves both ways (the plan is the same every minibatch).
+namespace {
+Gemm dense_grad_weight_gemm(const KernelArgs& a, bool assign) {
   const auto& at = std::get<DenseGradWeightAttrs>(a.node.attrs);
-  const DType c = at.compute;
-  const bool wt = at.transpose_w;  // grad stored [N, K]
-  const bool assign = at.assign_in_first_minibatch && a.run.minibatch == 0;
   const TensorArg& grad = a.in[0];
   const TensorArg& x = a.in[1];
   const TensorArg& dy = a.in[2];
   const int64_t K = x.shape.last(), N = dy.shape.last(), M = x.shape.rows();
   LOOM_ASSERT(dy.shape.rows() == M && grad.shape.numel() == K * N && grad.dtype == DType::f32);
-  float* acc = assign ? grad.as<float>() : scratch(kOuterSlot + 2, K * N);
-  const Epilogue epi{c, c != DType::f32, nullptr, &grad, !assign};
-  with_operands(c, x, c, dy, DType::f32, [&](const auto* xs, const auto* dys) {
-    if (wt)
-      gemm(true, false, N, K, M, dys, xs, acc, epi);  // dyᵀ · x
-    else
-      gemm(true, false, K, N, M, xs, dys, acc, epi);  // xᵀ · dy
-  });
+  // xᵀ · dy, or dyᵀ · x for a gradient stored [N, K].
+  const bool t = at.transpose_w;
+  return Gemm{.ta = true,
+              .tb = false,
+              .M = t ? N : K,
+              .N = t ? K : N,
+              .K = M,
+              .A = t ? dy : x,
+              .ra = t ? DType::f32 : at.compute,
+              .B = t ? x : dy,
+              .rb = t ? at.compute : DType::f32,
+              .c = at.compute,
+              .out = grad,
+              .in_place = assign};
 }
+GemmSpans dense_grad_weight_spans(Bump& ws, const KernelArgs& a) {
+  return gemm_spans(ws, dense_grad_weight_gemm(a, /*assign=*/false), /*either=*/true);
+}
+}  // namespace
+
+void cpu_dense_grad_weight(const KernelArgs& a) {
+  const auto& at = std::get<DenseGradWeightAttrs>(a.node.attrs);
+  const bool assign = at.assign_in_first_minibatch && a.run.minibatch == 0;
+  Bump ws(a.workspace);
+  const GemmSpans s = dense_grad_weight_spans(ws, a);
+  const Gemm g = dense_grad_weight_gemm(a, assign);
+  run(g, s, Epilogue{.c = at.compute, .round_first = at.compute != DType::f32, .out = &g.out, .accumulate = !assign});
+}
+int64_t cpu_workspace_dense_grad_weight(const KernelArgs& a) { return workspace_of<dense_grad_weight_spans>(a); }
 
 // out[j] = round_dtype(Σ_i x[i·J + j]), J = numel of the kept trailing dims, f32 accumulation.
 // The rows are split into a number of chunks that depends only on I (the row count); each chunk
-// sums its rows in order into its own partial row, and the partials are added in chunk order.
-// Columns are processed in fixed blocks so the row reads stay contiguous.
+// sums its rows in order into its own partial row (workspace: the [chunks, J] partials), and the
+// partials are added in chunk order. Columns are processed in fixed blocks so the row reads stay
+// contiguous.
+namespace {
+struct SumLeading {
+  int64_t I, J, nchunks;
+  explicit SumLeading(const KernelArgs& a) : I(0), J(a.out[0].shape.numel()), nchunks(0) {
+    constexpr int64_t kRowsPerChunk = 256, kMaxChunks = 32;
+    if (J == 0) return;
+    I = a.in[0].shape.numel() / J;
+    LOOM_ASSERT(I * J == a.in[0].shape.numel());
+    nchunks = std::clamp<int64_t>(I / kRowsPerChunk, 1, kMaxChunks);
+  }
+};
+float* sum_leading_partials(Bump& ws, const KernelArgs& a) {
+  const SumLeading p(a);
+  return ws.take<float>(p.nchunks * p.J);
+}
+}  // namespace
+
 void cpu_sum_leading(const KernelArgs& a) {
   const TensorArg& x = a.in[0];
   const TensorArg& y = a.out[0];
-  const int64_t J = y.shape.numel();
+  const SumLeading p(a);
+  const int64_t I = p.I, J = p.J, nchunks = p.nchunks;
   if (J == 0) return;
-  const int64_t I = x.shape.numel() / J;
-  LOOM_ASSERT(I * J == x.shape.numel());
   constexpr int64_t kColBlock = 512;
-  constexpr int64_t kRowsPerChunk = 256, kMaxChunks = 32;
-  const int64_t nchunks = std::clamp<int64_t>(I / kRowsPerChunk, 1, kMaxChunks);
   const int64_t ncb = ceil_div(J, kColBlock);
-  float* part = scratch(kOuterSlot + 0, nchunks * J);
+  Bump ws(a.workspace);
+  float* part = sum_leading_partials(ws, a);
 #pragma omp parallel for schedule(static) collapse(2) if (I * J >= kParallelMin)
   for (int64_t ch = 0; ch < nchunks; ++ch)
     for (int64_t cb = 0; cb < ncb; ++cb) {
@@ -235,5 +429,6 @@ void cpu_sum_leading(const KernelArgs& a) {
     for (int64_t j = 0; j < J; ++j) part[j] += part[ch * J + j];
   store_f32(part, y.data, y.dtype, 0, J);
 }
+int64_t cpu_workspace_sum_leading(const KernelArgs& a) { return workspace_of<sum_leading_partials>(a); }
 
 }  // namespace loom

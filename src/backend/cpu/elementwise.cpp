@@ -72,7 +72,19 @@ void cpu_cast(const KernelArgs& a) {
 
 // y[i] = round(a[i] + b[i mod numel(b)]): b's shape is a suffix of a's. Floats add in f32 and
 // round once to the dtype (for 16-bit inputs the f32 sum rounds to the same value as the exact
-// sum would); int32 adds exactly with two's-complement wraparound, like the reference.
+// sum would); int32 adds exactly with two's-complement wraparound, like the reference. A 16-bit b
+// is widened block by block beside a when it has a's shape (a residual add), and once into the
+// workspace when it is broadcast (a bias).
+namespace {
+bool widen_b_once(const KernelArgs& a) {
+  const TensorArg& b = a.in[1];
+  return b.dtype != DType::i32 && needs_f32_copy(b, DType::f32) && b.shape.numel() < a.in[0].shape.numel();
+}
+float* add_b_f32(Bump& ws, const KernelArgs& a) {
+  return widen_b_once(a) ? ws.take<float>(a.in[1].shape.numel()) : nullptr;
+}
+}  // namespace
+
 void cpu_add(const KernelArgs& a) {
   const TensorArg& x = a.in[0];
   const TensorArg& bt = a.in[1];
@@ -97,12 +109,22 @@ void cpu_add(const KernelArgs& a) {
     }
     return;
   }
-  const float* bs = f32_rounded(bt, DType::f32, kOuterSlot + 0);
+  Bump ws(a.workspace);
+  float* b_wide = add_b_f32(ws, a);
+  // b as f32 for all of it (its own memory, or widened once), or nullptr: widened per block.
+  const float* bs = bt.dtype == DType::f32 || widen_b_once(a) ? f32_rounded(bt, DType::f32, b_wide) : nullptr;
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (int64_t blk = 0; blk < nblk; ++blk) {
     const int64_t off = blk * kBlock, len = std::min(kBlock, n - off);
     float v[kBlock];
     load_f32(x.data, x.dtype, off, v, len);
+    if (!bs) {  // b has a's shape: its block beside a's
+      float w[kBlock];
+      load_f32(bt.data, bt.dtype, off, w, len);
+      for (int64_t k = 0; k < len; ++k) v[k] += w[k];
+      store_f32(v, y.data, y.dtype, off, len);
+      continue;
+    }
     for (int64_t i = 0, j = off % nb; i < len;) {
       const int64_t seg = std::min(len - i, nb - j);
       for (int64_t k = 0; k < seg; ++k) v[i + k] += bs[j + k];
@@ -134,5 +156,11 @@ void cpu_grad_accumulate(const KernelArgs& a) {
     for (int64_t i = 0; i < len; ++i) g[off + i] += c[i];
   }
 }
+
+int64_t cpu_workspace_add(const KernelArgs& a) { return workspace_of<add_b_f32>(a); }
+LOOM_CPU_NO_WORKSPACE(dropout)
+LOOM_CPU_NO_WORKSPACE(reshape)
+LOOM_CPU_NO_WORKSPACE(cast)
+LOOM_CPU_NO_WORKSPACE(grad_accumulate)
 
 }  // namespace loom

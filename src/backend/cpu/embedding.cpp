@@ -80,4 +80,7 @@ void cpu_embedding_grad(const KernelArgs& a) {
   }
 }
 
+LOOM_CPU_NO_WORKSPACE(embedding)
+LOOM_CPU_NO_WORKSPACE(embedding_grad)
+
 }  // namespace loom

@@ -1,17 +1,19 @@
 // The CPU backend's bfloat16 GEMM (cpuk::gemm_rm on bf16 operands, declared in cpu_util.h):
 // oneDNN's matmul primitive, which on CPUs with AVX512-BF16 runs the dot-product instruction
 // vdpbf16ps at about twice the f32 FMA rate (bench/blas/bf16.cpp: 1.95-2.26x sgemm on one core at
-// the benchmark's shapes). Primitives are created once per (shape, layout) and thread and cached;
-// their scratchpad is one grow-only buffer per thread (user scratchpad mode), so two threads never
-// share state and a call allocates nothing after the first.
+// the benchmark's shapes). Primitives are created once per (shape, layout) and thread and cached,
+// so two threads never share state; their scratchpad is the caller's (user scratchpad mode): the
+// dense kernels hand each thread a span of their planned workspace, sized by
+// bf16_gemm_scratchpad, so a call allocates nothing after the first.
 //
 // Threads: a primitive runs with the OpenMP thread count in effect when it was created, which is
 // part of the cache key; dense.cpp calls it inside its own tile loop, where that is 1 (as for
 // sgemm). The cache lives as long as its thread (training runs a fixed set of shapes).
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <unordered_map>
-#include <vector>
+#include <utility>
 
 #include "backend/cpu/cpu_util.h"
 
@@ -54,10 +56,12 @@ struct KeyHash {
 struct Matmul {
   dnnl_primitive_t prim = nullptr;
   dnnl_memory_t a = nullptr, b = nullptr, c = nullptr, pad = nullptr;
-  size_t pad_bytes = 0;
+  int64_t pad_bytes = 0;
 };
 
-Matmul create(const Key& k) {
+// The primitive descriptor for k, created with k.threads OpenMP threads in effect (a primitive
+// takes its thread count from the descriptor's creation). The caller destroys it.
+dnnl_primitive_desc_t describe(const Key& k) {
   // Row-major [M, K] A, or its transpose stored [K, M]; likewise B; C [M, N] with ldc.
   dnnl_dims_t da = {k.M, k.K}, db = {k.K, k.N}, dc = {k.M, k.N};
   dnnl_dims_t sa = {k.lda, 1}, sb = {k.ldb, 1}, sc = {k.ldc, 1};
@@ -73,17 +77,30 @@ Matmul create(const Key& k) {
   check(dnnl_primitive_attr_create(&attr), "attribute creation");
   check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "scratchpad mode");
   dnnl_primitive_desc_t pd;
-  check(dnnl_primitive_desc_create(&pd, &md, attr, engine(), nullptr), "primitive descriptor");
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(k.threads);
+  const dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, attr, engine(), nullptr);
+  omp_set_num_threads(saved);
+  check(st, "primitive descriptor");
+  dnnl_primitive_attr_destroy(attr);
+  return pd;
+}
+
+int64_t scratchpad_bytes(const_dnnl_primitive_desc_t pd) {
+  return static_cast<int64_t>(dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)));
+}
+
+Matmul create(const Key& k) {
+  const dnnl_primitive_desc_t pd = describe(k);
   Matmul m;
   check(dnnl_primitive_create(&m.prim, pd), "primitive creation");
-  const dnnl_memory_desc_t* pad = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  m.pad_bytes = dnnl_memory_desc_get_size(pad);
-  check(dnnl_memory_create(&m.a, &ma, engine(), DNNL_MEMORY_NONE), "A memory");
-  check(dnnl_memory_create(&m.b, &mb, engine(), DNNL_MEMORY_NONE), "B memory");
-  check(dnnl_memory_create(&m.c, &mc, engine(), DNNL_MEMORY_NONE), "C memory");
-  check(dnnl_memory_create(&m.pad, pad, engine(), DNNL_MEMORY_NONE), "scratchpad memory");
+  m.pad_bytes = scratchpad_bytes(pd);
+  for (auto [mem, arg] :
+       {std::pair{&m.a, DNNL_ARG_SRC}, {&m.b, DNNL_ARG_WEIGHTS}, {&m.c, DNNL_ARG_DST}, {&m.pad, DNNL_ARG_SCRATCHPAD}})
+    check(dnnl_memory_create(mem, dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg), engine(),
+                             DNNL_MEMORY_NONE),
+          "argument memory");
   dnnl_primitive_desc_destroy(pd);
-  dnnl_primitive_attr_destroy(attr);
   return m;
 }
 
@@ -100,10 +117,25 @@ bool bf16_gemm_available() {
   return ok;
 }
 
+int64_t bf16_gemm_scratchpad(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                             int threads) {
+  // Plans ask for the same few shapes again and again (every layer's dense nodes).
+  static std::mutex mu;
+  static std::unordered_map<Key, int64_t, KeyHash> known;
+  const Key key{ta, tb, M, N, K, lda, ldb, ldc, threads};
+  const std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(key);
+  if (it == known.end()) {
+    const dnnl_primitive_desc_t pd = describe(key);
+    it = known.emplace(key, scratchpad_bytes(pd)).first;
+    dnnl_primitive_desc_destroy(pd);
+  }
+  return it->second;
+}
+
 void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* A, int64_t lda, const uint16_t* B,
-             int64_t ldb, float* C, int64_t ldc) {
+             int64_t ldb, float* C, int64_t ldc, std::byte* pad) {
   thread_local std::unordered_map<Key, Matmul, KeyHash> cache;
-  thread_local std::vector<char> pad;
   thread_local const dnnl_stream_t stream = [] {
     dnnl_stream_t s = nullptr;
     check(dnnl_stream_create(&s, engine(), dnnl_stream_default_flags), "stream creation");
@@ -113,11 +145,11 @@ void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t* 
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, create(key)).first;
   const Matmul& m = it->second;
-  if (pad.size() < m.pad_bytes) pad.resize(m.pad_bytes);
+  LOOM_ASSERT(m.pad_bytes == 0 || pad, "the bf16 matmul needs a scratchpad");
   check(dnnl_memory_set_data_handle(m.a, const_cast<uint16_t*>(A)), "A handle");
   check(dnnl_memory_set_data_handle(m.b, const_cast<uint16_t*>(B)), "B handle");
   check(dnnl_memory_set_data_handle(m.c, C), "C handle");
-  check(dnnl_memory_set_data_handle(m.pad, pad.data()), "scratchpad handle");
+  check(dnnl_memory_set_data_handle(m.pad, pad), "scratchpad handle");
   const dnnl_exec_arg_t args[] = {
       {DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}, {DNNL_ARG_SCRATCHPAD, m.pad}};
   check(dnnl_primitive_execute(m.prim, stream, 4, args), "execution");

@@ -1,10 +1,10 @@
 // CPU kernels for log_softmax, softmax cross-entropy and accuracy (graph/ops/loss.cpp). One row
-// per iteration in f32, OpenMP over rows; the scalar outputs are summed in a fixed order.
+// per iteration in f32, OpenMP over rows, each thread's row buffers in the node's workspace
+// (workspace.h); the scalar outputs are summed in a fixed order.
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
-#include <vector>
 
 #include "backend/cpu/cpu_util.h"
 #include "graph/graph.h"
@@ -36,6 +36,38 @@ int32_t label_at(const TensorArg& labels, int64_t r, int64_t V) {
 // Rows whose work (C elements each) is worth a thread.
 bool par_rows(int64_t R, int64_t C) { return R > 1 && R * C >= kParallelMin / 4; }
 
+// Per thread of a loop over the rows of `rows` (R rows of C): rows of `in` (and `in2`) widened to
+// f32 when they are not f32, and an f32 row of results when `result` says one is needed.
+struct RowSpans {
+  PerThread<float> in, in2, result;
+  int team;
+};
+RowSpans row_spans(Bump& ws, const TensorArg& rows, const TensorArg* in2, bool result) {
+  const int64_t C = rows.shape.last(), R = rows.shape.rows();
+  const int team = ws.team(par_rows(R, C), R);
+  return {.in = ws.per_thread<float>(row_floats(rows, C), team),
+          .in2 = ws.per_thread<float>(in2 ? row_floats(*in2, C) : 0, team),
+          .result = ws.per_thread<float>(result ? C : 0, team),
+          .team = team};
+}
+
+RowSpans log_softmax_spans(Bump& ws, const KernelArgs& a) { return row_spans(ws, a.in[0], nullptr, true); }
+RowSpans log_softmax_grad_spans(Bump& ws, const KernelArgs& a) { return row_spans(ws, a.in[0], &a.in[1], true); }
+// The per-row losses [R] (summed in row order afterwards), then the row buffers.
+struct CrossEntropySpans {
+  float* loss;
+  RowSpans rows;
+};
+CrossEntropySpans cross_entropy_spans(Bump& ws, const KernelArgs& a) {
+  float* loss = ws.take<float>(a.in[0].shape.rows());
+  return {loss, row_spans(ws, a.in[0], nullptr, true)};
+}
+// dlogits rows are formed in place when they are f32.
+RowSpans cross_entropy_grad_spans(Bump& ws, const KernelArgs& a) {
+  return row_spans(ws, a.in[0], nullptr, a.out[0].dtype != DType::f32);
+}
+RowSpans accuracy_spans(Bump& ws, const KernelArgs& a) { return row_spans(ws, a.in[0], nullptr, false); }
+
 }  // namespace
 
 // y = (x − max) − log Σ exp(x − max) over the last dim.
@@ -44,10 +76,12 @@ void cpu_log_softmax(const KernelArgs& a) {
   const TensorArg& y = a.out[0];
   const int64_t C = x.shape.last(), R = x.shape.rows();
   LOOM_ASSERT(y.shape == x.shape);
-#pragma omp parallel for schedule(static) if (par_rows(R, C))
+  Bump ws(a.workspace);
+  const RowSpans s = log_softmax_spans(ws, a);
+#pragma omp parallel for schedule(static) num_threads(s.team)
   for (int64_t r = 0; r < R; ++r) {
-    const float* xr = row_f32(x, r * C, C, 0);
-    float* e = scratch(1, C);
+    const float* xr = row_f32(x, r * C, C, s.in.mine());
+    float* e = s.result.mine();
     const RowExp s = row_exp(xr, C, e);
     const float log_sum = std::log(s.sum);
     for (int64_t c = 0; c < C; ++c) e[c] = (xr[c] - s.max) - log_sum;
@@ -62,11 +96,13 @@ void cpu_log_softmax_grad(const KernelArgs& a) {
   const TensorArg& dx = a.out[0];
   const int64_t C = y.shape.last(), R = y.shape.rows();
   LOOM_ASSERT(dy.shape == y.shape && dx.shape == y.shape);
-#pragma omp parallel for schedule(static) if (par_rows(R, C))
+  Bump ws(a.workspace);
+  const RowSpans s = log_softmax_grad_spans(ws, a);
+#pragma omp parallel for schedule(static) num_threads(s.team)
   for (int64_t r = 0; r < R; ++r) {
-    const float* yr = row_f32(y, r * C, C, 0);
-    const float* dyr = row_f32(dy, r * C, C, 1);
-    float* t = scratch(2, C);
+    const float* yr = row_f32(y, r * C, C, s.in.mine());
+    const float* dyr = row_f32(dy, r * C, C, s.in2.mine());
+    float* t = s.result.mine();
     const float s = sum_f32(dyr, C);
     for (int64_t c = 0; c < C; ++c) t[c] = dyr[c] - exp_f32(yr[c]) * s;
     store_f32(t, dx.data, dx.dtype, r * C, C);
@@ -80,12 +116,14 @@ void cpu_cross_entropy(const KernelArgs& a) {
   const TensorArg& labels = a.in[1];
   const int64_t V = logits.shape.last(), R = logits.shape.rows();
   LOOM_ASSERT(labels.shape.numel() == R && a.out[0].shape.numel() == 1);
-  float* loss = scratch(kOuterSlot + 0, R);
-#pragma omp parallel for schedule(static) if (par_rows(R, V))
+  Bump ws(a.workspace);
+  const CrossEntropySpans sp = cross_entropy_spans(ws, a);
+  float* loss = sp.loss;
+#pragma omp parallel for schedule(static) num_threads(sp.rows.team)
   for (int64_t r = 0; r < R; ++r) {
-    const float* xr = row_f32(logits, r * V, V, 1);
+    const float* xr = row_f32(logits, r * V, V, sp.rows.in.mine());
     const int32_t l = label_at(labels, r, V);
-    const RowExp s = row_exp(xr, V, scratch(0, V));
+    const RowExp s = row_exp(xr, V, sp.rows.result.mine());
     loss[r] = (s.max - xr[l]) + std::log(s.sum);
   }
   double total = 0;
@@ -104,10 +142,12 @@ void cpu_cross_entropy_grad(const KernelArgs& a) {
   LOOM_ASSERT(labels.shape.numel() == R && a.in[2].shape.numel() == 1 && dl.shape == logits.shape);
   const float dloss = load_as_f32(a.in[2].data, a.in[2].dtype, 0);
   const bool f32 = dl.dtype == DType::f32;
-#pragma omp parallel for schedule(static) if (par_rows(R, V))
+  Bump ws(a.workspace);
+  const RowSpans sp = cross_entropy_grad_spans(ws, a);
+#pragma omp parallel for schedule(static) num_threads(sp.team)
   for (int64_t r = 0; r < R; ++r) {
-    const float* xr = row_f32(logits, r * V, V, 0);
-    float* out = f32 ? dl.as<float>() + r * V : scratch(1, V);
+    const float* xr = row_f32(logits, r * V, V, sp.in.mine());
+    float* out = f32 ? dl.as<float>() + r * V : sp.result.mine();
     const int32_t l = label_at(labels, r, V);
     const RowExp s = row_exp(xr, V, out);  // out holds exp(x − max) until scaled
     const float p_label = out[l] / s.sum;
@@ -126,10 +166,12 @@ void cpu_accuracy(const KernelArgs& a) {
   LOOM_ASSERT(labels.shape.numel() == R && a.out[0].shape.numel() == 1);
   const int32_t* lab = labels.as<const int32_t>();
   int64_t correct = 0;
+  Bump ws(a.workspace);
+  const RowSpans s = accuracy_spans(ws, a);
   if (V > 0) {
-#pragma omp parallel for schedule(static) reduction(+ : correct) if (par_rows(R, V))
+#pragma omp parallel for schedule(static) reduction(+ : correct) num_threads(s.team)
     for (int64_t r = 0; r < R; ++r) {
-      const float* xr = row_f32(logits, r * V, V, 0);
+      const float* xr = row_f32(logits, r * V, V, s.in.mine());
       int64_t best = 0;
       float best_v = xr[0];
       for (int64_t c = 1; c < V && !std::isnan(best_v); ++c)
@@ -143,5 +185,11 @@ void cpu_accuracy(const KernelArgs& a) {
   const auto c32 = static_cast<int32_t>(correct);
   std::memcpy(a.out[0].data, &c32, 4);
 }
+
+int64_t cpu_workspace_log_softmax(const KernelArgs& a) { return workspace_of<log_softmax_spans>(a); }
+int64_t cpu_workspace_log_softmax_grad(const KernelArgs& a) { return workspace_of<log_softmax_grad_spans>(a); }
+int64_t cpu_workspace_cross_entropy(const KernelArgs& a) { return workspace_of<cross_entropy_spans>(a); }
+int64_t cpu_workspace_cross_entropy_grad(const KernelArgs& a) { return workspace_of<cross_entropy_grad_spans>(a); }
+int64_t cpu_workspace_accuracy(const KernelArgs& a) { return workspace_of<accuracy_spans>(a); }
 
 }  // namespace loom

@@ -1,5 +1,6 @@
 // CPU kernels for layer_norm and its backward op (graph/ops/norm.cpp). Statistics in f32, one
-// row per iteration, OpenMP over rows.
+// row per iteration, OpenMP over rows; per-thread row buffers and the backward's partial sums in
+// the node's workspace (workspace.h).
 #include <algorithm>
 #include <cmath>
 
@@ -9,6 +10,22 @@
 namespace loom {
 
 using namespace cpuk;
+
+namespace {
+// Per thread: x's row widened (when x is not f32) and y's row before its store (when y is not f32).
+struct LayerNormSpans {
+  PerThread<float> x, y;
+  int team;
+};
+LayerNormSpans layer_norm_spans(Bump& ws, const KernelArgs& a) {
+  const TensorArg& x = a.in[0];
+  const int64_t C = x.shape.last(), R = x.shape.rows();
+  const int team = ws.team(R * C >= kParallelMin, R);
+  return {.x = ws.per_thread<float>(row_floats(x, C), team),
+          .y = ws.per_thread<float>(row_floats(a.out[0], C), team),
+          .team = team};
+}
+}  // namespace
 
 // Per row of C elements: mean = Σx/C, var = Σ(x − mean)²/C (two passes, f32), rstd =
 // 1/sqrtf(var + eps), y = round_dtype((x − mean)·rstd·scale + bias); mean and rstd stored as f32.
@@ -25,10 +42,12 @@ void cpu_layer_norm(const KernelArgs& a) {
   float* mean_out = a.out[1].as<float>();
   float* rstd_out = a.out[2].as<float>();
   const auto fc = static_cast<float>(C);
-#pragma omp parallel for schedule(static) if (R * C >= kParallelMin)
+  Bump ws(a.workspace);
+  const LayerNormSpans s = layer_norm_spans(ws, a);
+#pragma omp parallel for schedule(static) num_threads(s.team)
   for (int64_t r = 0; r < R; ++r) {
-    const float* xr = row_f32(x, r * C, C, 0);
-    float* t = y.dtype == DType::f32 ? y.as<float>() + r * C : scratch(1, C);
+    const float* xr = row_f32(x, r * C, C, s.x.mine());
+    float* t = y.dtype == DType::f32 ? y.as<float>() + r * C : s.y.mine();
     const float mean = sum_f32(xr, C) / fc;
     for (int64_t c = 0; c < C; ++c) t[c] = xr[c] - mean;
     const float var = dot_f32(t, t, C) / fc;
@@ -45,6 +64,29 @@ void cpu_layer_norm(const KernelArgs& a) {
 // dscale/dbias: the rows are split into a number of chunks that depends only on R; each chunk
 // accumulates its rows in order into its own partial rows, and the partials are added in chunk
 // order, so the result does not depend on the thread count.
+namespace {
+constexpr int64_t kMaxChunks = 32;
+// The partial sums ([chunks, C] for dscale, then [chunks, C] for dbias) and per thread xhat, g and
+// the rows of dy and x widened (when they are not f32).
+struct LayerNormGradSpans {
+  float* part;
+  PerThread<float> xhat, g, dy, x;
+  int team;
+};
+LayerNormGradSpans layer_norm_grad_spans(Bump& ws, const KernelArgs& a) {
+  const TensorArg& x = a.in[1];
+  const int64_t C = x.shape.last(), R = x.shape.rows(), nchunks = std::min(R, kMaxChunks);
+  const int team = ws.team(R * C >= kParallelMin, nchunks);
+  // In the order the fields are declared: designated initializers are evaluated in that order.
+  return {.part = ws.take<float>(2 * nchunks * C),
+          .xhat = ws.per_thread<float>(C, team),
+          .g = ws.per_thread<float>(C, team),
+          .dy = ws.per_thread<float>(row_floats(a.in[0], C), team),
+          .x = ws.per_thread<float>(row_floats(x, C), team),
+          .team = team};
+}
+}  // namespace
+
 void cpu_layer_norm_grad(const KernelArgs& a) {
   const TensorArg& dy = a.in[0];
   const TensorArg& x = a.in[1];
@@ -65,22 +107,22 @@ void cpu_layer_norm_grad(const KernelArgs& a) {
     std::fill(dbias, dbias + C, 0.f);
     return;
   }
-  constexpr int64_t kMaxChunks = 32;
   const int64_t nchunks = std::min(R, kMaxChunks);
-  // Partial sums: [nchunks][C] for dscale, then [nchunks][C] for dbias.
-  float* part = scratch(kOuterSlot + 0, 2 * nchunks * C);
+  Bump ws(a.workspace);
+  const LayerNormGradSpans s = layer_norm_grad_spans(ws, a);
+  float* part = s.part;
   const auto fc = static_cast<float>(C);
-#pragma omp parallel for schedule(static) if (R * C >= kParallelMin)
+#pragma omp parallel for schedule(static) num_threads(s.team)
   for (int64_t ch = 0; ch < nchunks; ++ch) {
     float* ds = part + ch * C;
     float* db = part + (nchunks + ch) * C;
     std::fill(ds, ds + C, 0.f);
     std::fill(db, db + C, 0.f);
-    float* xhat = scratch(2, C);
-    float* g = scratch(3, C);
+    float* xhat = s.xhat.mine();
+    float* g = s.g.mine();
     for (int64_t r = ch * R / nchunks; r < (ch + 1) * R / nchunks; ++r) {
-      const float* dyr = row_f32(dy, r * C, C, 0);
-      const float* xr = row_f32(x, r * C, C, 1);
+      const float* dyr = row_f32(dy, r * C, C, s.dy.mine());
+      const float* xr = row_f32(x, r * C, C, s.x.mine());
       const float mean = mean_in[r], rstd = rstd_in[r];
       // The rows never overlap; without `omp simd` GCC gives up on the alias checks and this
       // loop stays scalar.
@@ -109,5 +151,8 @@ void cpu_layer_norm_grad(const KernelArgs& a) {
     dbias[c] = b;
   }
 }
+
+int64_t cpu_workspace_layer_norm(const KernelArgs& a) { return workspace_of<layer_norm_spans>(a); }
+int64_t cpu_workspace_layer_norm_grad(const KernelArgs& a) { return workspace_of<layer_norm_grad_spans>(a); }
 
 }  // namespace loom

@@ -5,7 +5,9 @@
 // supports every node the shape rules accept, in every dtype combination. Kernels live in one
 // file per op family (dense.cpp, norm.cpp, activation.cpp, elementwise.cpp, loss.cpp), mirroring
 // graph/ops/; the table that dispatches to them is generated from graph/ops.def in kernels.cpp;
-// the fused optimizer entry points are in optimizer.cpp.
+// the fused optimizer entry points are in optimizer.cpp. Its kernels keep their double buffers in
+// std::vectors of their own (workspace 0): the oracle's memory use is not planned, only the fast
+// backends' is exact.
 #pragma once
 #include "backend/host.h"
 
@@ -16,7 +18,7 @@ extern const KernelFn kReferenceKernels[];
 
 class ReferenceBackend final : public HostBackend {
  public:
-  ReferenceBackend() : HostBackend(kReferenceKernels) {}
+  ReferenceBackend() : HostBackend(kReferenceKernels, nullptr) {}
   const char* name() const override { return "reference"; }
   // Every node the shape rules accept: a node only exists once its rule accepted it.
   bool supports(const Graph&, const Node&) const override { return true; }

@@ -8,6 +8,9 @@ namespace loom {
 
 namespace {
 int64_t align_up(int64_t x) { return (x + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+std::string describe(const BufferInfo& b) {
+  return b.value == kNoValue ? "the workspace of step " + std::to_string(b.first) : "value %" + std::to_string(b.value);
+}
 }  // namespace
 
 std::vector<NodeId> default_schedule(const Graph& g) {
@@ -16,7 +19,8 @@ std::vector<NodeId> default_schedule(const Graph& g) {
   return s;
 }
 
-MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions opts) {
+MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions opts,
+                       const WorkspaceNeeds& workspace) {
   MemoryPlan p;
   p.schedule = std::move(schedule);
   const size_t nv = g.values().size();
@@ -84,6 +88,16 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
     if (g.value(v).kind == ValueKind::activation && p.value_root[v] == v && first[v] >= 0)
       p.buffers.push_back(BufferInfo{v, -1, align_up(g.value(v).bytes()), first[v], last[v]});
+  LOOM_ASSERT(workspace.bytes.empty() || workspace.bytes.size() == g.nodes().size(), "one workspace size per node");
+  p.workspace_threads = workspace.threads;
+  p.workspace_offset.assign(nsteps, -1);
+  p.workspace_bytes.assign(nsteps, 0);
+  if (!workspace.bytes.empty())
+    for (int32_t s = 0; s < nsteps; ++s)
+      if (const int64_t w = workspace.bytes[p.schedule[s]]; w > 0) {
+        p.workspace_bytes[s] = w;
+        p.buffers.push_back(BufferInfo{.value = kNoValue, .offset = -1, .bytes = align_up(w), .first = s, .last = s});
+      }
 
   // Greedy by size: large buffers first, each into the smallest gap that fits among the
   // already-placed buffers whose live ranges overlap it.
@@ -124,7 +138,12 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
                                    [&](size_t a, size_t c) { return p.buffers[a].offset < p.buffers[c].offset; }),
                   idx);
   }
-  for (const BufferInfo& b : p.buffers) p.value_offset[b.value] = b.offset;
+  for (const BufferInfo& b : p.buffers) {
+    if (b.value == kNoValue)
+      p.workspace_offset[b.first] = b.offset;
+    else
+      p.value_offset[b.value] = b.offset;
+  }
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
     if (p.value_root[v] != v) p.value_offset[v] = p.value_offset[p.value_root[v]];
 
@@ -157,10 +176,13 @@ std::string verify_plan(const Graph& g, const MemoryPlan& p) {
       const bool time = x.first <= y.last && y.first <= x.last;
       const bool space = x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
       if (time && space)
-        return "values %" + std::to_string(x.value) + " and %" + std::to_string(y.value) +
-               " are live at the same time and overlap in the arena";
+        return describe(x) + " and " + describe(y) + " are live at the same time and overlap in the arena";
     }
   }
+  for (const BufferInfo& b : p.buffers)
+    if (b.value == kNoValue &&
+        (b.first != b.last || p.workspace_offset[b.first] != b.offset || b.bytes < p.workspace_bytes[b.first]))
+      return "the workspace of step " + std::to_string(b.first) + " is not where the plan says";
   for (NodeId n : p.schedule)
     for (ValueId v : g.node(n).in)
       if (g.value(p.value_root[v]).kind == ValueKind::activation && p.value_offset[v] < 0)

@@ -2,8 +2,9 @@
 //
 // The plan is data: for every value of the program it records where the value lives (the
 // activation arena at an offset, or a persistent buffer), its size and its live range over the
-// schedule. The executor allocates exactly `arena_bytes` and replays these offsets every step;
-// `loom memory` and the memory viewer print the same table without running anything.
+// schedule, and for every step where its kernel's workspace lives. The executor allocates exactly
+// `arena_bytes` and replays these offsets every step; `loom memory` and the memory viewer print
+// the same table without running anything.
 //
 // Rules (after ggml-alloc and tinygrad's memory planner):
 //   - only ValueKind::activation values are placed; params, grads, inputs are persistent;
@@ -13,6 +14,8 @@
 //   - in place (kOpInplace ops, when PlanOptions::inplace): output 0 takes over the buffer of an
 //     input of the same byte size whose last use is this node (ggml-alloc's rule), so an
 //     elementwise chain needs one buffer, not two;
+//   - a node's kernel workspace (WorkspaceNeeds, sized by the backend that runs it) is one
+//     more buffer, live at that node's step only;
 //   - offsets are chosen greedily by size, each buffer in the best-fitting gap among buffers
 //     whose live ranges overlap its own; two buffers live at the same step never overlap.
 #pragma once
@@ -26,7 +29,8 @@ namespace loom {
 inline constexpr int64_t kArenaAlignment = 64;
 
 struct BufferInfo {
-  ValueId value = kNoValue;     // the value owning the storage (a view's root)
+  ValueId value = kNoValue;     // the value owning the storage (a view's root); kNoValue: the
+                                // workspace of the node at step `first` (== last)
   int64_t offset = -1;          // in the arena
   int64_t bytes = 0;            // aligned size
   int32_t first = 0, last = 0;  // live range in schedule steps, inclusive
@@ -39,9 +43,12 @@ struct MemoryPlan {
                                       // view or an in-place output)
   std::vector<BufferInfo> buffers;    // one per storage-owning activation, in allocation order
   std::vector<int64_t> live_bytes;    // per step: Σ bytes of buffers live at that step
-  int64_t arena_bytes = 0;            // the arena's size: activation memory
-  int64_t lower_bound_bytes = 0;      // max over steps of live bytes (no allocator can do better)
-  int32_t peak_step = 0;              // a step where live bytes reach the lower bound
+  // Per step: the node's kernel workspace, its arena offset (-1 when it needs none) and bytes.
+  std::vector<int64_t> workspace_offset, workspace_bytes;
+  int32_t workspace_threads = 1;  // the thread count the workspace was sized for
+  int64_t arena_bytes = 0;        // the arena's size: activations and kernel workspace
+  int64_t lower_bound_bytes = 0;  // max over steps of live bytes (no allocator can do better)
+  int32_t peak_step = 0;          // a step where live bytes reach the lower bound
   // Persistent memory by kind (not in the arena).
   int64_t param_bytes = 0, grad_bytes = 0, input_bytes = 0;
 };
@@ -55,12 +62,22 @@ struct PlanOptions {
   bool reuse = true;    // false: every buffer gets bytes of its own (the unplanned baseline for tests)
 };
 
-MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions opts = {});
+// The kernel workspace of a program on the backend that will run it (Backend::workspace_bytes;
+// runtime/executor.h's plan_program fills it): per node, indexed by NodeId (empty: none), the bytes
+// its kernel needs with `threads` threads.
+struct WorkspaceNeeds {
+  std::vector<int64_t> bytes;
+  int32_t threads = 1;
+};
+
+MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions opts = {},
+                       const WorkspaceNeeds& workspace = {});
 
 // Checks the plan's invariants: every buffer lies inside the arena at an aligned offset, no two
 // buffers live at the same time share bytes, every activation a scheduled node reads has storage,
-// and the arena is at least the live-bytes lower bound. Returns an empty string when they hold,
-// else the first violation. Only tests call it: plan_memory does not.
+// every workspace buffer lives at one step and is where that step says, and the arena is at least
+// the live-bytes lower bound. Returns an empty string when they hold, else the first violation.
+// Only tests call it: plan_memory does not.
 std::string verify_plan(const Graph& g, const MemoryPlan& p);
 
 }  // namespace loom

@@ -1,0 +1,107 @@
+// The memory plan is what a training run holds on the device: with a counting allocator wrapped
+// around the CPU backend, the most bytes the backend ever holds at once — over building the
+// trainer and running a step of two minibatches — equal the plan's total from `loom memory`
+// (params + grads + optimizer state + arena, which holds the activations and every kernel's
+// workspace, + inputs), for float32 and bfloat16, with and without remat, at a small transformer
+// whose GEMMs are split into tiles and at GPT-2 124M's shape (one layer, a small batch). Kernels
+// take no memory of their own: they carve their planned workspace and abort past it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/registry.h"
+#include "report/memory_report.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace loom {
+namespace {
+
+// Forwards everything to `inner`, counting the bytes allocated and not yet released.
+class CountingBackend final : public Backend {
+ public:
+  explicit CountingBackend(Backend& inner) : inner_(inner) {}
+  const char* name() const override { return inner_.name(); }
+  void* allocate(size_t bytes) override {
+    void* p = inner_.allocate(bytes);
+    if (p) {
+      sizes_[p] = bytes;
+      held_ += static_cast<int64_t>(bytes);
+      peak_ = std::max(peak_, held_);
+    }
+    return p;
+  }
+  void deallocate(void* p) override {
+    held_ -= static_cast<int64_t>(sizes_.at(p));
+    sizes_.erase(p);
+    inner_.deallocate(p);
+  }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override { inner_.copy_to_device(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override { inner_.copy_to_host(dst, src, bytes); }
+  void fill_zero(void* dst, size_t bytes) override { inner_.fill_zero(dst, bytes); }
+  bool supports(const Graph& g, const Node& n) const override { return inner_.supports(g, n); }
+  int64_t workspace_bytes(const Graph& g, const Node& n, int threads) const override {
+    return inner_.workspace_bytes(g, n, threads);
+  }
+  void run(const KernelArgs& a) override { inner_.run(a); }
+  void synchronize() override { inner_.synchronize(); }
+  double now_us() const override { return inner_.now_us(); }
+  double grad_sq_norm(std::span<const OptimTensor> ts) override { return inner_.grad_sq_norm(ts); }
+  void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override {
+    inner_.optimizer_update(ts, h);
+  }
+  int64_t held() const { return held_; }
+  int64_t peak() const { return peak_; }
+
+ private:
+  Backend& inner_;
+  std::unordered_map<void*, size_t> sizes_;
+  int64_t held_ = 0, peak_ = 0;
+};
+
+// Two layers of 256 with 4 heads of 64, 4 sequences of 128 tokens in 2 minibatches: GEMMs of
+// 256 × 1024 × 256 and more, split into tiles, and attention on the register-blocked products.
+std::vector<std::string> small_transformer(const std::string& dtype, const std::string& remat) {
+  return {"model.kind=transformer",  "model.dtype=" + dtype,        "model.hidden_size=256",  "model.num_layers=2",
+          "model.head_dim=64",       "model.vocab_size=2048",       "model.num_outputs=2048", "model.max_seq_len=128",
+          "data.kind=random_tokens", "data.batch_size=4",           "data.seq_len=128",       "data.vocab_size=2048",
+          "model.dropout_rate=0.1",  "optimizer.num_minibatches=2", "model.remat=" + remat};
+}
+
+void expect_holds_the_plan(const Config& c, const std::string& what) {
+  const MemoryReport plan = memory_report(c, 0);
+  set_num_threads(static_cast<int>(c.threads));  // the count the plan is for, as `loom train` sets it
+  auto cpu = make_backend("cpu");
+  CountingBackend be(*cpu);
+  {
+    Trainer t(c, be);
+    const Batch b = make_batch(c.data, data_context(c));
+    t.step(b);  // both minibatches: the first assigns the gradients, the second adds into them
+    EXPECT_EQ(be.held(), plan.total_bytes) << what << ": bytes held after a step";
+  }
+  EXPECT_EQ(be.peak(), plan.total_bytes) << what << ": the most bytes the backend held at once";
+  EXPECT_GT(plan.max_workspace_bytes, 0) << what;
+  EXPECT_EQ(be.held(), 0) << what << ": everything is released";
+}
+
+TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
+  for (const std::string dtype : {"float32", "bfloat16"})
+    for (const std::string remat : {"none", "MLP,Attn"})
+      expect_holds_the_plan(default_config(small_transformer(dtype, remat)), dtype + " remat " + remat);
+}
+
+TEST(MemoryExact, Gpt2ShapeHoldsExactlyItsPlan) {
+  for (const std::string dtype : {"float32", "bfloat16"}) {
+    const Config c = load_config(std::string(LOOM_SOURCE_DIR) + "/configs/gpt2_124m.toml",
+                                 {"model.num_layers=1", "data.batch_size=2", "data.seq_len=64",
+                                  "optimizer.num_minibatches=2", "model.dtype=" + dtype});
+    expect_holds_the_plan(c, "gpt2_124m, 1 layer, " + dtype);
+  }
+}
+
+}  // namespace
+}  // namespace loom
