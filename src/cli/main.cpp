@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "data/data.h"
 #include "data/prepare.h"
+#include "dist/comm.h"
 #include "report/memory_html.h"
 #include "report/memory_report.h"
 #include "report/params.h"
@@ -108,6 +109,7 @@ int cmd_memory(const std::string& path, const std::vector<std::string>& override
 }  // namespace
 
 int main(int argc, char** argv) {
+  loom::dist::Launch launch(&argc, &argv);  // MPI, only when started by mpirun
   CLI::App app{
       "loom: train Transformer language models (and small MLPs) on one device, with every memory and speed "
       "technique measurable.\nConfigs are TOML; any key can be overridden as section.key=value."};
@@ -229,15 +231,15 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     fmt::print(stderr, "loom: error: {}\n", e.what());
     if (!e.hint().empty()) fmt::print(stderr, "  fix: {}\n", e.hint());
-    return 2;
+    return dist::fail_job(2);
   } catch (const std::invalid_argument& e) {
     std::fflush(stdout);
     fmt::print(stderr, "loom: error: {}\n", e.what());
-    return 2;
+    return dist::fail_job(2);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "loom: failed: {}\n", e.what());
-    return 1;
+    return dist::fail_job(1);
   }
   return 0;
 }

@@ -1,0 +1,111 @@
+// Collectives between the ranks of one job (docs/ARCHITECTURE.md, "More than one process").
+//
+// One small interface so that a backend can put another transport behind the same calls (NCCL
+// beside a CUDA backend). Two implementations: a single process (rank 0 of 1: no MPI call at
+// all, so a plain `loom train` needs no launcher) and Open MPI (mpi_comm.cpp) when the process
+// was started by mpirun.
+//
+// Floating-point sums have a fixed order whatever the transport or MPI's choice of algorithm:
+// element i of a sum over ranks is ((x_0[i] + x_1[i]) + x_2[i]) + ... + x_{N-1}[i], each add
+// rounded to float32. So N ranks are bit-identical run to run, and the result equals a serial
+// loop over the ranks' buffers in rank order. Sums never depend on how a buffer is cut into
+// messages (buckets, chunks).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/error.h"
+
+namespace loom::dist {
+
+// Elements [begin, end) of rank r's chunk when n elements are split over `size` ranks: chunks
+// in rank order, the first n % size of them one element longer.
+struct Range {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+Range chunk(int64_t n, int size, int r);
+
+// A float32 buffer of n elements (e.g. one gradient).
+struct FloatSpan {
+  float* data = nullptr;
+  int64_t n = 0;
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // x [n] on every rank becomes the sum over ranks (rank order, above) on every rank.
+  virtual void all_reduce_sum(float* x, int64_t n) = 0;
+  // The sum above divided by size(): the correctly rounded mean of the rank-order sum.
+  void all_reduce_mean(float* x, int64_t n);
+  // x [n] on every rank; out [chunk(n, size(), rank()).size()] = the sum over ranks of this
+  // rank's chunk of x.
+  virtual void reduce_scatter_sum(const float* x, int64_t n, float* out) = 0;
+  // mine [chunk(n, size(), rank()).size()] from every rank; out [n] = the chunks in rank order.
+  virtual void all_gather(const float* mine, int64_t n, float* out) = 0;
+  // mine [bytes] from every rank; out [size() × bytes] = them in rank order.
+  virtual void all_gather_bytes(const void* mine, size_t bytes, void* out) = 0;
+  // data [bytes] of rank `root` copied to every rank.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // Ends every rank of the job now with exit status `code` (MPI_Abort): what a rank does after
+  // an error the others cannot know of, so that none waits forever in a collective.
+  [[noreturn]] void abort(int code);
+
+ protected:
+  virtual void abort_all(int code) = 0;  // ends the other ranks, and this one if it can
+};
+
+// Sums several buffers over ranks, each exactly as Comm::all_reduce_sum would, in few messages:
+// buffers of at least `bucket_elems` elements are reduced in place, smaller ones are packed
+// into a staging bucket of that size (the gradients of a model are hundreds of small tensors).
+class BucketReducer {
+ public:
+  BucketReducer(Comm& comm, int64_t bucket_elems);
+  void all_reduce_sum(std::span<const FloatSpan> xs);
+
+ private:
+  void flush(std::span<const FloatSpan> packed);
+  Comm& comm_;
+  int64_t bucket_;
+  std::vector<float> staging_;
+};
+
+// The single-process communicator: rank 0 of 1, every collective a copy or nothing.
+Comm& single_process();
+
+// The process's communicator: Open MPI's world when a Launch started MPI, else single_process().
+Comm& world();
+
+// Starts MPI (MPI_Init_thread) when this process was launched by mpirun — Open MPI sets
+// OMPI_COMM_WORLD_SIZE, PMIx launchers PMIX_RANK — and finalizes it on destruction. Without
+// those variables nothing of MPI runs. One per process, in main().
+class Launch {
+ public:
+  Launch(int* argc, char*** argv);
+  ~Launch();
+  Launch(const Launch&) = delete;
+  Launch& operator=(const Launch&) = delete;
+};
+
+// An error every rank raises at the same point of the program with the same facts (a
+// configuration mismatch found by comparing all ranks, or a check of a configuration all ranks
+// agree on): each rank reports it and the job ends normally, without MPI_Abort.
+class AgreedError : public UserError {
+ public:
+  using UserError::UserError;
+  explicit AgreedError(const UserError& e) : UserError(e) {}
+};
+
+// For a top-level catch handler, after the error is printed: returns `code` in a single process
+// and for an AgreedError; otherwise names this rank on stderr and aborts the whole job (the other
+// ranks cannot know of the error and would wait for this one forever).
+int fail_job(int code);
+
+}  // namespace loom::dist
