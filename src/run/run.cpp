@@ -11,6 +11,7 @@
 #include "report/profile.h"
 #include "sample/sample.h"
 #include "train/checkpoint.h"
+#include "train/distributed.h"
 #include "train/evaluator.h"
 #include "train/loop.h"
 
@@ -47,9 +48,21 @@ void append_json(const std::string& path, const nlohmann::json& j) {
   f << j.dump() << "\n";
 }
 
+// Where ranks other than 0 print: nowhere (rank 0 prints the log for the job).
+FILE* null_output() {
+  static FILE* f = std::fopen("/dev/null", "w");
+  return f;
+}
+
 }  // namespace
 
 int run_train(const RunOptions& o) {
+  // Data parallelism (train/trainer.h): every rank trains and evaluates its share; rank 0 alone
+  // prints and writes the run directory (checkpoints, metrics). Every rank reads the
+  // configuration, the data and a resumed checkpoint itself.
+  dist::Comm& comm = dist::world();
+  const bool writer = comm.rank() == 0;
+  FILE* const out = writer ? o.out : null_output();
   // Configuration: a file (or the default), or the checkpoint's own when resuming without one.
   Checkpoint ckpt;
   fs::path run_dir = o.out_dir;
@@ -65,9 +78,15 @@ int run_train(const RunOptions& o) {
   }
   if (o.steps >= 0) c.train.steps = o.steps;
   if (o.log_every > 0) c.train.log_every = o.log_every;
-  validate_config(c);
+  check_same_job(c, comm);
+  try {
+    validate_config(c);
+    minibatch_size(c, comm.size());
+  } catch (const UserError& e) {
+    throw dist::AgreedError(e);  // every rank checked the same configuration
+  }
 
-  if (!run_dir.empty() && o.resume.empty()) {
+  if (!run_dir.empty() && o.resume.empty() && writer) {
     if (holds_run(run_dir)) {
       if (!o.overwrite)
         throw UserError(
@@ -77,21 +96,22 @@ int run_train(const RunOptions& o) {
     }
     fs::create_directories(run_dir);
   }
-  const std::string metrics_file = !c.train.metrics_file.empty() ? c.train.metrics_file
-                                   : run_dir.empty()             ? ""
-                                                                 : (run_dir / "metrics.jsonl").string();
+  const std::string metrics_file = !writer                         ? ""
+                                   : !c.train.metrics_file.empty() ? c.train.metrics_file
+                                   : run_dir.empty()               ? ""
+                                                                   : (run_dir / "metrics.jsonl").string();
 
   set_num_threads(static_cast<int>(c.threads));
   auto be = make_backend(c.device);
-  fmt::print(o.out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {} minibatch{}{}\n", c.source,
+  fmt::print(out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {}{} minibatch{}{}\n", c.source,
              c.model.kind, be->name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
-             c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es",
+             comm.size() == 1 ? "" : fmt::format("{} ranks × ", comm.size()), c.optimizer.num_minibatches,
+             c.optimizer.num_minibatches == 1 ? "" : "es",
              run_dir.empty() ? "" : ", run directory " + run_dir.string());
   DataSource data(c.data, data_context(c));
-  Trainer t(c, *be);
+  Trainer t(c, *be, {}, &comm);
   const MemoryPlan& p = t.plan();
-  fmt::print(o.out,
-             "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
+  fmt::print(out, "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
              p.schedule.size(), p.param_bytes / 4, p.arena_bytes / 1048576.0, p.lower_bound_bytes / 1048576.0);
   const std::string config_text = config_to_toml(c);
   double best_val = -1;
@@ -99,9 +119,9 @@ int run_train(const RunOptions& o) {
     restore_checkpoint(t, ckpt);
     data.set_val_position(ckpt.state.val_position);
     best_val = ckpt.state.best_val_loss;
-    fmt::print(o.out, "resumed from {} at step {}\n", ckpt.path, t.steps_done());
+    fmt::print(out, "resumed from {} at step {}\n", ckpt.path, t.steps_done());
   }
-  if (!run_dir.empty()) {
+  if (!run_dir.empty() && writer) {
     std::ofstream(run_dir / "config.toml") << "# effective configuration of this run (loom train)\n" << config_text;
   }
 
@@ -121,12 +141,12 @@ int run_train(const RunOptions& o) {
       const double vl = eval->run(data, c.train.eval_iters);
       const bool improved = best_val < 0 || vl < best_val;
       if (improved) best_val = vl;
-      fmt::print(o.out, "step {}: val loss {:.4f}{}\n", step, vl, improved ? " (best so far)" : "");
-      std::fflush(o.out);
+      fmt::print(out, "step {}: val loss {:.4f}{}\n", step, vl, improved ? " (best so far)" : "");
+      std::fflush(out);
       append_json(metrics_file, {{"step", step}, {"val_loss", vl}, {"best_val_loss", best_val}});
-      if (improved && !run_dir.empty()) save("best");
+      if (improved && !run_dir.empty() && writer) save("best");
     }
-    if (run_dir.empty()) return;
+    if (run_dir.empty() || !writer) return;
     const bool periodic = c.train.checkpoint_interval > 0 ? step % c.train.checkpoint_interval == 0
                                                           : (eval && step % c.train.eval_interval == 0);
     if (periodic || last) {
@@ -139,22 +159,22 @@ int run_train(const RunOptions& o) {
   lo.steps = c.train.steps;
   lo.log_every = c.train.log_every;
   lo.metrics_file = metrics_file;
-  lo.progress_bar = o.progress_bar;
-  lo.out = o.out;
+  lo.progress_bar = o.progress_bar && writer;
+  lo.out = out;
   lo.after_step = after_step;
-  const auto profiler = attach_train_profiler(t, o.profile_dir, o.profile_steps, lo, o.out);
+  const auto profiler = attach_train_profiler(t, writer ? o.profile_dir : "", o.profile_steps, lo, out);
   const Metrics total = run_training(t, data, lo);
   if (profiler) profiler->finish();
   if (!total.empty()) {
     const std::string title = c.model.kind == "mlp_classifier"
                                   ? fmt::format("Minibatch {}", c.optimizer.num_minibatches)
                                   : fmt::format("Final metrics - {}", t.model().name);
-    fmt::print(o.out, "{}", format_metrics(total, title));
+    fmt::print(out, "{}", format_metrics(total, title));
   }
   if (t.optimizer().scaler().enabled)
-    fmt::print(o.out, "float16 loss scale {:g}, {} skipped step(s)\n", t.optimizer().scaler().scale,
+    fmt::print(out, "float16 loss scale {:g}, {} skipped step(s)\n", t.optimizer().scaler().scale,
                t.optimizer().scaler().skipped);
-  if (c.train.sample_tokens > 0 && !run_dir.empty() && data.tokenizer_json()) {
+  if (c.train.sample_tokens > 0 && !run_dir.empty() && data.tokenizer_json() && writer) {
     // nanoGPT's sample.py defaults: temperature 0.8, top-k 200.
     SampleOptions so;
     so.checkpoint = run_dir.string();
@@ -162,12 +182,12 @@ int run_train(const RunOptions& o) {
     so.temperature = 0.8;
     so.top_k = 200;
     so.seed = c.seed;
-    so.out = o.out;
-    fmt::print(o.out, "\nsample ({} tokens, temperature 0.8, top-k 200; more with `loom sample {}`):\n", so.tokens,
+    so.out = out;
+    fmt::print(out, "\nsample ({} tokens, temperature 0.8, top-k 200; more with `loom sample {}`):\n", so.tokens,
                run_dir.string());
-    std::fflush(o.out);
+    std::fflush(out);
     run_sample(so);
-    fmt::print(o.out, "\n");
+    fmt::print(out, "\n");
   }
   return 0;
 }

@@ -163,38 +163,35 @@ Checkpoint load_checkpoint(const std::string& path) {
   return c;
 }
 
-namespace {
-// key -> value lines of the [model] section of a config_to_toml text.
-std::map<std::string, std::string> model_section(const std::string& toml_text) {
+std::map<std::string, std::string> config_values(const std::string& toml_text) {
   std::map<std::string, std::string> out;
   std::istringstream in(toml_text);
-  std::string line;
-  bool in_model = false;
+  std::string line, section;
   while (std::getline(in, line)) {
     if (!line.empty() && line[0] == '[') {
-      in_model = line == "[model]";
+      section = line.substr(1, line.size() - 2) + ".";
       continue;
     }
     const size_t eq = line.find(" = ");
-    if (in_model && eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 3);
+    if (eq != std::string::npos) out[section + line.substr(0, eq)] = line.substr(eq + 3);
   }
   return out;
 }
-}  // namespace
 
-std::string first_model_difference(const std::string& a_toml, const std::string& b_toml) {
-  const auto a = model_section(a_toml), b = model_section(b_toml);
+std::string first_config_difference(const std::string& a_toml, const std::string& b_toml, const std::string& prefix) {
+  const auto a = config_values(a_toml), b = config_values(b_toml);
+  auto under = [&](const std::string& k) { return k.compare(0, prefix.size(), prefix) == 0; };
   for (const auto& [k, v] : a) {
     auto it = b.find(k);
-    if (it == b.end() || it->second != v) return "model." + k;
+    if (under(k) && (it == b.end() || it->second != v)) return k;
   }
   for (const auto& [k, v] : b)
-    if (!a.count(k)) return "model." + k;
+    if (under(k) && !a.count(k)) return k;
   return "";
 }
 
 void restore_checkpoint(Trainer& t, const Checkpoint& c) {
-  const std::string diff = first_model_difference(c.state.config_toml, config_to_toml(t.config()));
+  const std::string diff = first_config_difference(c.state.config_toml, config_to_toml(t.config()), "model.");
   if (!diff.empty())
     throw UserError(c.path, "was written for a different model: " + diff + " differs",
                     "resume with the checkpoint's model configuration (or start a new run with --out)");

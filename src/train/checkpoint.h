@@ -54,7 +54,11 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c);
 std::string latest_checkpoint(const std::string& run_dir);
 // Removes all but the newest `keep` ckpt_<step> directories.
 void prune_checkpoints(const std::string& run_dir, int64_t keep);
-// model.* keys whose values differ between two TOML config texts ("" if none: the first key).
-std::string first_model_difference(const std::string& a_toml, const std::string& b_toml);
+// "section.key" -> value of a config_to_toml text.
+std::map<std::string, std::string> config_values(const std::string& toml_text);
+// The first key (in key order) starting with `prefix` ("model.", or "" for any) whose value
+// differs between two config_to_toml texts; "" if none.
+std::string first_config_difference(const std::string& a_toml, const std::string& b_toml,
+                                    const std::string& prefix = "");
 
 }  // namespace loom

@@ -1,5 +1,8 @@
 // Validation loss: the model's forward program in eval mode (no dropout), sharing the trainer's
-// parameter buffers (no copy), run over `eval_iters` validation batches.
+// parameter buffers (no copy), run over `eval_iters` validation batches. Under data parallelism
+// every rank walks the same validation batches and evaluates its slice of each (the trainer's
+// minibatch size), and the loss sums are summed over ranks: the examples are those of one process,
+// the value equal to its value up to float32 rounding of the partial sums.
 #pragma once
 #include <memory>
 
@@ -17,6 +20,7 @@ class Evaluator {
 
  private:
   const Config& cfg_;
+  dist::Comm& comm_;
   nn::ModelGraph model_;
   std::unique_ptr<Executor> exec_;
 };

@@ -25,7 +25,8 @@ Metrics run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
   }
   const bool lm = t.config().model.kind == "transformer";
   const char* unit = lm ? "tok/s" : "ex/s";
-  const double items_per_step = static_cast<double>(t.model().examples * t.config().optimizer.num_minibatches);
+  const double items_per_step =
+      static_cast<double>(t.model().examples * t.config().optimizer.num_minibatches * t.comm().size());
   Metrics total;
   double elapsed = 0;
   const int64_t first = t.steps_done();

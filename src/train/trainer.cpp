@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <stdexcept>
 
@@ -13,6 +15,10 @@
 namespace loom {
 
 namespace {
+// Gradients smaller than this are packed into messages of this many elements (16 MiB) for the
+// sum over ranks; larger ones are summed in place.
+constexpr int64_t kGradBucketElems = int64_t{1} << 22;
+
 // model.remat: "", "none", or a comma-separated subset of MLP, Attn, Block.
 void parse_remat(const std::string& s, nn::TransformerSpec& t) {
   if (s.empty() || s == "none") return;
@@ -82,9 +88,20 @@ nn::TransformerSpec transformer_spec(const Config& c) {
   return s;
 }
 
-TrainProgram build_train_program(const Config& c) {
+int64_t minibatch_size(const Config& c, int ranks) {
+  const int64_t per_step = ranks * c.optimizer.num_minibatches;  // minibatches of one global step
+  if (c.data.batch_size % per_step != 0)
+    throw UserError("data.batch_size",
+                    fmt::format("batch size {} is not divisible by {} rank{} × optimizer.num_minibatches {} = {}",
+                                c.data.batch_size, ranks, ranks == 1 ? "" : "s", c.optimizer.num_minibatches, per_step),
+                    "make data.batch_size a multiple of ranks × optimizer.num_minibatches, or change "
+                    "optimizer.num_minibatches or the number of ranks (mpirun -np)");
+  return c.data.batch_size / per_step;
+}
+
+TrainProgram build_train_program(const Config& c, int ranks) {
   TrainProgram p;
-  p.model = build_model(c, c.data.batch_size / c.optimizer.num_minibatches, /*train=*/true);
+  p.model = build_model(c, minibatch_size(c, ranks), /*train=*/true);
   Graph& g = p.model.graph;
   p.dloss = g.add_input("loss_seed", Shape{}, DType::f32);
   p.num_forward = build_backward(g, p.model.loss_sum, p.dloss);
@@ -100,8 +117,12 @@ TrainProgram build_train_program(const Config& c) {
   return p;
 }
 
-Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options)
-    : cfg_(c), be_(be), prog_(build_train_program(c)) {
+Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::Comm* comm)
+    : cfg_(c),
+      be_(be),
+      prog_(build_train_program(c, comm ? comm->size() : 1)),
+      comm_(comm ? *comm : dist::single_process()),
+      reducer_(comm_, kGradBucketElems) {
   const Graph& g = prog_.model.graph;
   MemoryPlan plan = plan_memory(g, prog_.schedule, plan_options);
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
@@ -112,6 +133,7 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options)
     exec_->upload(p.value, host.data());
   }
   opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_);
+  for (const OptimTensor& t : opt_->tensors()) grads_.push_back({t.grad, t.n});
 }
 
 Trainer::~Trainer() = default;
@@ -121,30 +143,41 @@ StepReport Trainer::step(const Batch& batch) {
   ScopedSpan step_span(recorder_, SpanKind::train_step, step_ + 1);
   const Graph& g = prog_.model.graph;
   const int64_t nmb = cfg_.optimizer.num_minibatches;
+  const int64_t ranks = comm_.size();
+  const auto first = static_cast<uint32_t>(comm_.rank() * nmb);  // this rank's first global minibatch
   LOOM_ASSERT(batch.batch_size == cfg_.data.batch_size, "batch size differs from the configured one");
-  for (ValueId grad : prog_.zero_grads) exec_->zero(grad);  // the others are assigned in minibatch 0
-  // Seed of d(loss_sum): the loss is the mean over every example (token) of the batch — each
-  // minibatch's mean, averaged over minibatches, is Σ / (examples per minibatch × minibatches) —
-  // times the fp16 loss scale.
-  const auto seed = static_cast<float>(opt_->loss_scale() / static_cast<double>(prog_.model.examples * nmb));
+  for (ValueId grad : prog_.zero_grads) exec_->zero(grad);  // the others are assigned in minibatch `first`
+  // Seed of d(loss_sum): the loss is the mean over every example (token) of the global batch —
+  // each minibatch's mean, averaged over all minibatches of all ranks, is
+  // Σ / (examples per minibatch × minibatches × ranks) — times the fp16 loss scale.
+  const auto seed = static_cast<float>(opt_->loss_scale() / static_cast<double>(prog_.model.examples * nmb * ranks));
   exec_->upload(prog_.dloss, &seed);
   const size_t in_bytes = static_cast<size_t>(g.value(prog_.model.inputs).bytes());
   const size_t lab_count = static_cast<size_t>(g.value(prog_.model.labels).shape.numel());
-  StepReport r;
-  for (int64_t i = 0; i < nmb; ++i) {
-    ScopedSpan minibatch_span(recorder_, SpanKind::minibatch, i);
-    exec_->upload(prog_.model.inputs, batch.inputs.data() + static_cast<size_t>(i) * in_bytes);
-    exec_->upload(prog_.model.labels, batch.labels.data() + static_cast<size_t>(i) * lab_count);
-    exec_->run(RunCtx{cfg_.seed, static_cast<uint64_t>(step_), static_cast<uint32_t>(i)});
+  struct MinibatchResult {
     float loss = 0;
     int32_t correct = 0;
-    exec_->download(prog_.model.loss_sum, &loss);
-    exec_->download(prog_.model.correct, &correct);
-    r.metrics["loss"].sum += loss;
+  };
+  std::vector<MinibatchResult> results(static_cast<size_t>(nmb * ranks));
+  for (int64_t i = 0; i < nmb; ++i) {
+    ScopedSpan minibatch_span(recorder_, SpanKind::minibatch, i);
+    const uint32_t mb = first + static_cast<uint32_t>(i);
+    exec_->upload(prog_.model.inputs, batch.inputs.data() + mb * in_bytes);
+    exec_->upload(prog_.model.labels, batch.labels.data() + mb * lab_count);
+    exec_->run(RunCtx{cfg_.seed, static_cast<uint64_t>(step_), mb, first});
+    exec_->download(prog_.model.loss_sum, &results[mb].loss);
+    exec_->download(prog_.model.correct, &results[mb].correct);
+  }
+  // Every rank's results in global minibatch order, summed as one process sums its minibatches.
+  comm_.all_gather_bytes(&results[first], static_cast<size_t>(nmb) * sizeof(MinibatchResult), results.data());
+  StepReport r;
+  for (const MinibatchResult& m : results) {
+    r.metrics["loss"].sum += m.loss;
     r.metrics["loss"].count += prog_.model.examples;
-    r.metrics["accuracy"].sum += correct;
+    r.metrics["accuracy"].sum += m.correct;
     r.metrics["accuracy"].count += prog_.model.examples;
   }
+  reducer_.all_reduce_sum(grads_);
   {
     ScopedSpan optimizer_span(recorder_, SpanKind::optimizer, step_ + 1);
     r.opt = opt_->step();

@@ -5,6 +5,14 @@
 //   and moments in one fused pass.
 // Params, grads and optimizer state are persistent fp32 buffers on the backend: never copied,
 // never duplicated (the tutorial's buffer donation).
+//
+// Data parallelism over N ranks (a dist::Comm): data.batch_size stays the global batch; rank r
+// takes rows [r·B/N, (r+1)·B/N) of every global batch and still runs optimizer.num_minibatches
+// (M) minibatches in it, which are the global minibatches r·M .. r·M + M - 1 (the same rows and
+// dropout keys as one process with N·M minibatches). The loss seed is 1/(tokens of all N·M
+// minibatches), so the sum of the ranks' gradients (dist::Comm's fixed rank order) is the mean
+// gradient; clipping and the update then run identically on every rank. Metrics are gathered
+// per minibatch and summed in global minibatch order, as one process would.
 #pragma once
 #include <memory>
 #include <string>
@@ -12,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "data/data.h"
+#include "dist/comm.h"
 #include "nn/model.h"
 #include "nn/transformer.h"
 #include "optim/optimizer.h"
@@ -26,8 +35,14 @@ nn::ModelGraph build_model(const Config& c, int64_t minibatch, bool train);
 // The transformer of c.model (whatever c.model.kind says), e.g. for nn::build_transformer_decoder.
 nn::TransformerSpec transformer_spec(const Config& c);
 
+// Examples per minibatch when `ranks` ranks split data.batch_size and each accumulates
+// optimizer.num_minibatches: a UserError naming both keys unless ranks × num_minibatches divides
+// the batch.
+int64_t minibatch_size(const Config& c, int ranks = 1);
+
 // The per-minibatch training program, ready to plan: the model, its backward (autodiff), the
-// remat pass and the resulting schedule. Pure graph work: nothing is allocated or run.
+// remat pass and the resulting schedule, with minibatches of minibatch_size(c, ranks). Pure
+// graph work: nothing is allocated or run.
 struct TrainProgram {
   nn::ModelGraph model;
   ValueId dloss = kNoValue;  // the loss seed input
@@ -35,7 +50,7 @@ struct TrainProgram {
   std::vector<NodeId> schedule;
   std::vector<ValueId> zero_grads;  // gradients to zero before each step (mark_first_grad_writes)
 };
-TrainProgram build_train_program(const Config& c);
+TrainProgram build_train_program(const Config& c, int ranks = 1);
 
 struct StepReport {
   Metrics metrics;      // this step's (sum, count) pairs
@@ -47,12 +62,14 @@ class Trainer {
  public:
   // Builds, differentiates and plans the program and initialises the train state.
   // Throws UserError for configuration problems and std::runtime_error for resource failures.
-  Trainer(const Config& c, Backend& be, PlanOptions plan_options = {});
+  // `comm` (default: a single process) is the data-parallel group this trainer is one rank of.
+  Trainer(const Config& c, Backend& be, PlanOptions plan_options = {}, dist::Comm* comm = nullptr);
   ~Trainer();
 
   StepReport step(const Batch& batch);
 
   int64_t steps_done() const { return step_; }
+  dist::Comm& comm() const { return comm_; }
   const Config& config() const { return cfg_; }
   const nn::ModelGraph& model() const { return prog_.model; }
   const MemoryPlan& plan() const { return exec_->plan(); }
@@ -80,6 +97,9 @@ class Trainer {
   std::unique_ptr<Optimizer> opt_;
   int64_t step_ = 0;
   OpRecorder* recorder_ = nullptr;
+  dist::Comm& comm_;
+  std::vector<dist::FloatSpan> grads_;  // every gradient, summed over ranks after the backward
+  dist::BucketReducer reducer_;
 };
 
 }  // namespace loom

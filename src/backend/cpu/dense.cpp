@@ -179,7 +179,7 @@ void cpu_dense_grad_weight(const KernelArgs& a) {
   const auto& at = std::get<DenseGradWeightAttrs>(a.node.attrs);
   const DType c = at.compute;
   const bool wt = at.transpose_w;  // grad stored [N, K]
-  const bool assign = at.assign_in_first_minibatch && a.run.minibatch == 0;
+  const bool assign = at.assign_in_first_minibatch && a.run.minibatch == a.run.first_minibatch;
   const TensorArg& grad = a.in[0];
   const TensorArg& x = a.in[1];
   const TensorArg& dy = a.in[2];
