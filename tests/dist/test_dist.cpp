@@ -1,0 +1,377 @@
+// Data parallelism over Open MPI (dist/comm.h, train/trainer.h): each case launches jobs with
+// `mpirun --oversubscribe --allow-run-as-root -np N` and `threads = 1` per rank, as a user would,
+// and checks what the job promises: the collectives are exact, N ranks train like one process
+// with N× the minibatches, a repeat is bit-identical, a mismatched configuration or a failed or
+// killed rank ends the job with a message naming it (never a hang), and checkpoints resume with
+// any rank count. Skips (with a message) where mpirun is not installed.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "support/run_loom.h"
+
+namespace fs = std::filesystem;
+using loom::testing::RunResult;
+
+namespace {
+
+// Two runs that differ only in how the global batch is split (N ranks × M minibatches against one
+// process with N·M) differ in the order of float32 additions of the gradient (per-rank sums first)
+// and nothing else. Measured here after 20 AdamW steps (each case prints its numbers): about 77 %
+// of the parameter and Adam moment elements differ, the worst by 4.6e-7 of its tensor's largest
+// magnitude (a few float32 ulps); the logged losses by at most 5.1e-8 relative (under one ulp).
+// The bound leaves 10× room.
+constexpr double kTol = 5e-6;
+
+// A hang guard, not a performance bound: a job that has not ended by then is reported as hung.
+constexpr double kHangSeconds = 120;
+
+bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
+#define REQUIRE_MPIRUN()                                                                                   \
+  if (!have_mpirun())                                                                                      \
+  GTEST_SKIP() << "mpirun not found: the data-parallel tests need Open MPI (openmpi-bin, libopenmpi-dev; " \
+                  "scripts/install-deps.sh installs them)"
+
+RunResult shell(const std::string& cmd) {
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+  const int st = pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+std::string mpirun(int np) { return "mpirun --oversubscribe --allow-run-as-root -np " + std::to_string(np) + " "; }
+
+// `loom args` on `np` ranks (np = 0: one process without mpirun).
+RunResult loom_on(int np, const std::string& args) {
+  return np == 0 ? loom::testing::run_loom(args) : shell(mpirun(np) + LOOM_BINARY + " " + args);
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("loom_test_dist_" + std::to_string(getpid())) / name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// A char-level dataset and a tiny GPT (dropout on, tied embeddings, AdamW with clipping and a
+// schedule), one thread per rank.
+struct Fixture {
+  fs::path dir, config;
+  Fixture() {
+    dir = scratch("fixture");
+    std::string text;
+    for (int i = 0; i < 400; ++i) text += "To be, or not to be, that is the question. ";
+    std::ofstream(dir / "text.txt") << text;
+    const RunResult r =
+        loom::testing::run_loom("prepare char " + (dir / "text.txt").string() + " " + (dir / "data").string());
+    EXPECT_EQ(r.status, 0) << r.out;
+    config = dir / "tiny.toml";
+    std::ofstream(config) << R"(seed = 7
+threads = 1
+[model]
+kind = "transformer"
+block_order = "attn_first"
+hidden_size = 32
+num_layers = 2
+head_dim = 8
+vocab_size = 20
+num_outputs = 20
+max_seq_len = 16
+dropout_rate = 0.1
+use_bias = false
+tie_embeddings = true
+init = "gpt2"
+[optimizer]
+name = "adamw"
+learning_rate = 3e-3
+weight_decay = 0.1
+clip_norm = 1.0
+schedule = "warmup_cosine_decay"
+warmup_steps = 5
+decay_steps = 20
+end_value = 1e-4
+num_minibatches = 1
+[data]
+kind = "tokens"
+dir = ")" + (dir / "data").string() +
+                                 R"("
+batch_size = 8
+seq_len = 16
+[train]
+steps = 20
+log_every = 1
+eval_interval = 10
+eval_iters = 2
+)";
+  }
+};
+
+const Fixture& fixture() {
+  static const Fixture f;
+  return f;
+}
+
+std::string train_args(const fs::path& out, const std::string& overrides = {}) {
+  return "train " + fixture().config.string() + " --out " + out.string() + " --overwrite " + overrides;
+}
+
+std::vector<double> train_losses(const fs::path& run) {
+  std::vector<double> out;
+  std::ifstream f(run / "metrics.jsonl");
+  std::string line;
+  while (std::getline(f, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
+std::vector<loom::StTensor> tensors(const fs::path& ckpt) {
+  return loom::read_safetensors((ckpt / "model.safetensors").string());
+}
+
+std::vector<char> file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+// Every parameter and optimizer moment of two checkpoints within kTol of its tensor's largest
+// magnitude; prints how many elements differ at all and the worst difference.
+void expect_close(const fs::path& a_ckpt, const fs::path& b_ckpt) {
+  const auto a = tensors(a_ckpt), b = tensors(b_ckpt);
+  ASSERT_EQ(a.size(), b.size());
+  size_t differing = 0, total = 0;
+  double worst = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    ASSERT_EQ(a[t].name, b[t].name);
+    ASSERT_EQ(a[t].bytes.size(), b[t].bytes.size());
+    const auto* x = reinterpret_cast<const float*>(a[t].bytes.data());
+    const auto* y = reinterpret_cast<const float*>(b[t].bytes.data());
+    const size_t n = a[t].bytes.size() / sizeof(float);
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < n; ++i) {
+      scale = std::max(scale, static_cast<double>(std::fabs(x[i])));
+      diff = std::max(diff, std::fabs(static_cast<double>(x[i]) - y[i]));
+      differing += x[i] != y[i];
+    }
+    total += n;
+    if (scale > 0) worst = std::max(worst, diff / scale);
+    EXPECT_LE(diff, kTol * scale) << a[t].name;
+  }
+  std::printf("  %zu of %zu parameter and moment elements differ; worst difference %.3g of its tensor's largest\n",
+              differing, total, worst);
+}
+
+void expect_losses_close(const std::vector<double>& a, const std::vector<double>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], b[i], kTol * std::fabs(a[i])) << "logged loss " << i;
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / std::fabs(a[i]));
+  }
+  std::printf("  losses: worst relative difference %.3g\n", worst);
+}
+
+void expect_identical(const fs::path& a_run, const fs::path& b_run, const std::string& ckpt) {
+  EXPECT_EQ(train_losses(a_run), train_losses(b_run));
+  EXPECT_TRUE(file_bytes(a_run / ckpt / "model.safetensors") == file_bytes(b_run / ckpt / "model.safetensors"))
+      << a_run << " and " << b_run << " differ at " << ckpt;
+}
+
+TEST(Dist, CollectivesAreExactInAnyRankCount) {
+  REQUIRE_MPIRUN();
+  for (int np : {0, 2, 3}) {
+    const RunResult r = shell((np ? mpirun(np) : std::string()) + LOOM_DIST_WORKER);
+    EXPECT_EQ(r.status, 0) << np << " ranks:\n" << r.out;
+    EXPECT_EQ(count(r.out, "all collectives exact"), static_cast<size_t>(std::max(np, 1))) << r.out;
+  }
+}
+
+TEST(Dist, RanksTrainLikeOneProcessWithAsManyMoreMinibatches) {
+  REQUIRE_MPIRUN();
+  for (int m : {1, 2}) {
+    const fs::path one = scratch("one_" + std::to_string(m)), two = scratch("two_" + std::to_string(m));
+    RunResult r = loom_on(0, train_args(one, "optimizer.num_minibatches=" + std::to_string(2 * m)));
+    ASSERT_EQ(r.status, 0) << r.out;
+    r = loom_on(2, train_args(two, "optimizer.num_minibatches=" + std::to_string(m)));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("2 ranks × " + std::to_string(m) + " minibatch"), std::string::npos) << r.out;
+    std::printf("2 ranks × %d minibatches against 1 process × %d:\n", m, 2 * m);
+    expect_losses_close(train_losses(one), train_losses(two));
+    expect_close(one / "ckpt_000020", two / "ckpt_000020");
+  }
+}
+
+TEST(Dist, SameRankCountIsBitIdentical) {
+  REQUIRE_MPIRUN();
+  const fs::path a = scratch("repeat_a"), b = scratch("repeat_b");
+  for (const fs::path& out : {a, b}) {
+    const RunResult r = loom_on(2, train_args(out, "optimizer.num_minibatches=2"));
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  expect_identical(a, b, "ckpt_000020");
+  // Only rank 0 writes: one line per logged step, not two.
+  EXPECT_EQ(train_losses(a).size(), 20u);
+}
+
+TEST(Dist, ConfigurationMismatchIsAnErrorOnEveryRankBeforeAnyStep) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("mismatch");
+  const std::string args = train_args(out);
+  const RunResult r = shell(mpirun(1) + LOOM_BINARY + " " + args + " optimizer.learning_rate=0.003 : -np 1 " +
+                            LOOM_BINARY + " " + args + " optimizer.learning_rate=0.001");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, "optimizer.learning_rate: rank 1's configuration differs from rank 0's"), 2u)
+      << "each rank reports it:\n"
+      << r.out;
+  EXPECT_NE(r.out.find("0.001"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "no step may run:\n" << r.out;
+
+  const RunResult split = loom_on(2, train_args(out, "data.batch_size=6 optimizer.num_minibatches=2"));
+  EXPECT_EQ(split.status, 2) << split.out;
+  EXPECT_NE(split.out.find("data.batch_size: batch size 6 is not divisible by 2 ranks × optimizer.num_minibatches"),
+            std::string::npos)
+      << split.out;
+}
+
+TEST(Dist, OneFailingRankStopsTheJobWithItsMessage) {
+  REQUIRE_MPIRUN();
+  // Only rank 0 looks at the run directory: it fails alone while rank 1 goes on to its first step.
+  const fs::path out = scratch("occupied");
+  ASSERT_EQ(loom_on(0, train_args(out, "train.steps=2")).status, 0);
+  const RunResult r = loom_on(2, "train " + fixture().config.string() + " --out " + out.string());
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("already holds a run"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 0 of 2 failed"), std::string::npos) << r.out;
+}
+
+// The pid of the process whose environment holds all of `vars` ("NAME=value"), or -1.
+pid_t find_process(const std::vector<std::string>& vars) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "environ", std::ios::binary);
+    const std::string env{std::istreambuf_iterator<char>(f), {}};
+    bool all = true;
+    for (const std::string& v : vars) all = all && env.find(std::string(1, '\0') + v + '\0') != std::string::npos;
+    if (all) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+int latest_checkpoint_step(const fs::path& run) {
+  int best = -1;
+  for (const auto& e : fs::directory_iterator(run)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("ckpt_", 0) == 0) best = std::max(best, std::stoi(n.substr(5)));
+  }
+  return best;
+}
+
+TEST(Dist, KilledRankEndsTheJobAndTheLastCheckpointResumes) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("killed"), log = out.parent_path() / "killed.log";
+  const std::string tag = "LOOM_DIST_TEST_TAG=" + std::to_string(getpid());
+  const std::string cmd = "exec env " + tag + " " + mpirun(2) + LOOM_BINARY + " " +
+                          train_args(out,
+                                     "train.steps=1000000 train.eval_interval=0 train.checkpoint_interval=5 "
+                                     "train.log_every=1000") +
+                          " > " + log.string() + " 2>&1";
+  const pid_t job = fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  using clock = std::chrono::steady_clock;
+  const auto elapsed = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  const auto start = clock::now();
+  pid_t victim = -1;
+  while (elapsed(start) < kHangSeconds && (!fs::exists(out / "ckpt_000010") || victim < 0)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    victim = find_process({tag, "OMPI_COMM_WORLD_RANK=1"});
+  }
+  ASSERT_TRUE(fs::exists(out / "ckpt_000010") && victim > 0) << file_bytes(log).data();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const auto killed = clock::now();
+  int status = 0;
+  while (waitpid(job, &status, WNOHANG) == 0 && elapsed(killed) < kHangSeconds)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double seconds = elapsed(killed);
+  if (waitpid(job, &status, WNOHANG) == 0) {
+    kill(job, SIGKILL);
+    waitpid(job, &status, 0);
+    FAIL() << "the job still ran " << kHangSeconds << " s after rank 1 was killed";
+  }
+  std::printf("the job ended %.2f s after rank 1 was killed\n", seconds);
+  const std::vector<char> text = file_bytes(log);
+  const std::string printed(text.begin(), text.end());
+  EXPECT_NE(printed.find("rank 1"), std::string::npos) << printed;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << printed;
+
+  // The last checkpoint is whole: it equals a clean run's at the same step, and it resumes.
+  const int last = latest_checkpoint_step(out);
+  ASSERT_GE(last, 10);
+  const std::string ckpt = fmt::format("ckpt_{:06d}", last);
+  const fs::path clean = scratch("clean");
+  RunResult r = loom_on(2, train_args(clean, "train.eval_interval=0 --steps " + std::to_string(last)));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(file_bytes(out / ckpt / "model.safetensors") == file_bytes(clean / ckpt / "model.safetensors"));
+  r = loom_on(2, "train --resume " + (out / ckpt).string() + " --steps " + std::to_string(last + 2));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+}
+
+TEST(Dist, CheckpointsResumeWithAnyRankCount) {
+  REQUIRE_MPIRUN();
+  // Reference: one process, 2 minibatches, 20 steps straight.
+  const fs::path straight = scratch("straight");
+  ASSERT_EQ(loom_on(0, train_args(straight, "optimizer.num_minibatches=2")).status, 0);
+  struct Leg {
+    int first_np, second_np;  // 0 = one process with 2 minibatches, 2 = two ranks with 1
+  };
+  for (const Leg leg : {Leg{2, 0}, Leg{0, 2}, Leg{2, 2}}) {
+    const std::string name = fmt::format("resume_{}_{}", leg.first_np, leg.second_np);
+    const fs::path out = scratch(name);
+    const auto mb = [](int np) { return std::string("optimizer.num_minibatches=") + (np ? "1" : "2"); };
+    RunResult r = loom_on(leg.first_np, train_args(out, mb(leg.first_np) + " train.steps=10"));
+    ASSERT_EQ(r.status, 0) << r.out;
+    r = loom_on(leg.second_np, "train --resume " + out.string() + " train.steps=20 " + mb(leg.second_np));
+    ASSERT_EQ(r.status, 0) << name << ":\n" << r.out;
+    EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+    std::printf("%s against one process straight through:\n", name.c_str());
+    expect_losses_close(train_losses(straight), train_losses(out));
+    expect_close(straight / "ckpt_000020", out / "ckpt_000020");
+  }
+  // Same rank count: a resumed run is bit-identical to one straight through.
+  const fs::path two = scratch("two_straight");
+  ASSERT_EQ(loom_on(2, train_args(two)).status, 0);
+  expect_identical(two, two.parent_path() / "resume_2_2", "ckpt_000020");
+}
+
+}  // namespace
