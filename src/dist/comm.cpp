@@ -1,5 +1,6 @@
 #include "dist/comm.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,48 +26,77 @@ void Comm::all_reduce_mean(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] /= d;
 }
 
-BucketReducer::BucketReducer(Comm& comm, int64_t bucket_elems) : comm_(comm), bucket_(bucket_elems) {
+BucketReducer::BucketReducer(Comm& comm, std::vector<FloatSpan> xs, int64_t bucket_elems)
+    : comm_(comm), xs_(std::move(xs)), slots_(Comm::kMaxPending) {
   LOOM_ASSERT(bucket_elems > 0);
+  if (comm_.size() == 1) return;  // nothing to sum: no buckets
+  for (size_t i = 0; i < xs_.size();) {
+    Bucket b{.first = i, .last = i + 1, .elems = xs_[i].n};
+    while (b.last < xs_.size() && b.elems + xs_[b.last].n <= bucket_elems) b.elems += xs_[b.last++].n;
+    b.packed = b.last - b.first > 1;
+    buckets_.push_back(b);
+    i = b.last;
+  }
+  // Every slot can take any bucket.
+  int64_t staging = 0, scratch = 0;
+  for (const Bucket& b : buckets_) {
+    if (b.packed) staging = std::max(staging, b.elems);
+    scratch = std::max(scratch, comm_.reduce_scratch_elems(b.elems));
+  }
+  for (Slot& s : slots_) {
+    s.staging.resize(static_cast<size_t>(staging));
+    s.scratch.resize(static_cast<size_t>(scratch));
+  }
 }
 
-void BucketReducer::all_reduce_sum(std::span<const FloatSpan> xs) {
-  if (comm_.size() == 1) return;
-  size_t first = 0;  // the packed run is xs[first, i)
-  int64_t packed = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    if (xs[i].n >= bucket_) {
-      comm_.all_reduce_sum(xs[i].data, xs[i].n);
-      flush(xs.subspan(first, i - first));
-      first = i + 1;
-      packed = 0;
-      continue;
+BucketReducer::~BucketReducer() = default;
+
+void BucketReducer::start(size_t b) {
+  if (b == 0) next_slot_ = 0;
+  Slot& s = slots_[next_slot_];
+  next_slot_ = (next_slot_ + 1) % slots_.size();
+  if (s.pending) {
+    while (!s.pending->test()) {
     }
-    if (packed + xs[i].n > bucket_) {
-      flush(xs.subspan(first, i - first));
-      first = i;
-      packed = 0;
-    }
-    packed += xs[i].n;
+    complete(s);
   }
-  flush(xs.subspan(first));
+  const Bucket& k = buckets_[b];
+  float* x = xs_[k.first].data;
+  if (k.packed) {
+    x = s.staging.data();
+    for (size_t i = k.first, at = 0; i < k.last; at += static_cast<size_t>(xs_[i++].n))
+      std::memcpy(x + at, xs_[i].data, static_cast<size_t>(xs_[i].n) * sizeof(float));
+  }
+  s.bucket = b;
+  s.pending = comm_.start_all_reduce_sum(x, k.elems, s.scratch.data());
 }
 
-// Reduces the small buffers in `packed` (which all fit in one bucket) through the staging buffer.
-void BucketReducer::flush(std::span<const FloatSpan> packed) {
-  if (packed.empty()) return;
-  if (packed.size() == 1) return comm_.all_reduce_sum(packed[0].data, packed[0].n);
-  staging_.resize(static_cast<size_t>(bucket_));
-  int64_t at = 0;
-  for (const FloatSpan& x : packed) {
-    std::memcpy(staging_.data() + at, x.data, static_cast<size_t>(x.n) * sizeof(float));
-    at += x.n;
+void BucketReducer::complete(Slot& s) {
+  const Bucket& k = buckets_[s.bucket];
+  if (k.packed)
+    for (size_t i = k.first, at = 0; i < k.last; at += static_cast<size_t>(xs_[i++].n))
+      std::memcpy(xs_[i].data, s.staging.data() + at, static_cast<size_t>(xs_[i].n) * sizeof(float));
+  s.pending.reset();
+  if (on_complete_) on_complete_(s.bucket);
+}
+
+void BucketReducer::progress() {
+  for (Slot& s : slots_)
+    if (s.pending && s.pending->test()) complete(s);
+}
+
+void BucketReducer::finish() {
+  for (Slot& s : slots_) {
+    if (!s.pending) continue;
+    while (!s.pending->test()) {
+    }
+    complete(s);
   }
-  comm_.all_reduce_sum(staging_.data(), at);
-  at = 0;
-  for (const FloatSpan& x : packed) {
-    std::memcpy(x.data, staging_.data() + at, static_cast<size_t>(x.n) * sizeof(float));
-    at += x.n;
-  }
+}
+
+void BucketReducer::all_reduce_sum() {
+  for (size_t b = 0; b < buckets_.size(); ++b) start(b);
+  finish();
 }
 
 namespace {
@@ -76,6 +106,8 @@ class SingleProcess final : public Comm {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void all_reduce_sum(float*, int64_t) override {}
+  std::unique_ptr<Pending> start_all_reduce_sum(float*, int64_t, float*) override { return std::make_unique<Done>(); }
+  int64_t reduce_scratch_elems(int64_t) const override { return 0; }
   void reduce_scatter_sum(const float* x, int64_t n, float* out) override { copy(x, n, out); }
   void all_gather(const float* mine, int64_t n, float* out) override { copy(mine, n, out); }
   void all_gather_bytes(const void* mine, size_t bytes, void* out) override {
@@ -88,6 +120,9 @@ class SingleProcess final : public Comm {
   void abort_all(int) override {}
 
  private:
+  struct Done final : Pending {
+    bool test() override { return true; }
+  };
   static void copy(const float* from, int64_t n, float* to) {
     if (n) std::memmove(to, from, static_cast<size_t>(n) * sizeof(float));
   }

@@ -13,6 +13,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -42,6 +44,21 @@ class Comm {
 
   // x [n] on every rank becomes the sum over ranks (rank order, above) on every rank.
   virtual void all_reduce_sum(float* x, int64_t n) = 0;
+  // A sum over ranks in flight (start_all_reduce_sum). It has no thread of its own: it advances
+  // inside test(), which the caller calls often (between kernels) until it returns true; until
+  // then its x and scratch belong to it.
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    virtual bool test() = 0;  // advances without blocking; true once x holds the sum
+  };
+  // Starts all_reduce_sum(x, n) — the same bits — and returns without waiting. Every rank starts
+  // the same sums in the same order, with at most kMaxPending in flight at once (each takes one
+  // of that many lanes, so that the steps of sums in flight together never meet in one lane in
+  // different orders on different ranks). `scratch` holds reduce_scratch_elems(n) elements.
+  static constexpr int kMaxPending = 2;
+  virtual std::unique_ptr<Pending> start_all_reduce_sum(float* x, int64_t n, float* scratch) = 0;
+  virtual int64_t reduce_scratch_elems(int64_t n) const = 0;
   // The sum above divided by size(): the correctly rounded mean of the rank-order sum.
   void all_reduce_mean(float* x, int64_t n);
   // x [n] on every rank; out [chunk(n, size(), rank()).size()] = the sum over ranks of this
@@ -62,19 +79,50 @@ class Comm {
   virtual void abort_all(int code) = 0;  // ends the other ranks, and this one if it can
 };
 
-// Sums several buffers over ranks, each exactly as Comm::all_reduce_sum would, in few messages:
-// buffers of at least `bucket_elems` elements are reduced in place, smaller ones are packed
-// into a staging bucket of that size (the gradients of a model are hundreds of small tensors).
+// Sums a fixed list of buffers (a model's gradients) over ranks, each exactly as
+// Comm::all_reduce_sum would, in buckets: runs of consecutive buffers of at most `bucket_elems`
+// elements in all, packed into a staging buffer, or one larger buffer summed in place. Order the
+// buffers by when they become final: a bucket can then start as soon as its last buffer is
+// written, and be summed while the caller computes the rest (overlap), polling progress(). In a
+// single process there is nothing to sum: no buckets.
 class BucketReducer {
  public:
-  BucketReducer(Comm& comm, int64_t bucket_elems);
-  void all_reduce_sum(std::span<const FloatSpan> xs);
+  BucketReducer(Comm& comm, std::vector<FloatSpan> xs, int64_t bucket_elems);
+  ~BucketReducer();
+  size_t num_buckets() const { return buckets_.size(); }
+  // The buffers of bucket b: xs[first, last).
+  size_t first(size_t b) const { return buckets_[b].first; }
+  size_t last(size_t b) const { return buckets_[b].last; }
+  // Starts bucket b. Buckets are started in order 0, 1, ... once per round (start(0) begins a
+  // round); at most Comm::kMaxPending are in flight, so this may first wait for the oldest.
+  void start(size_t b);
+  // Advances the buckets in flight without waiting.
+  void progress();
+  // Waits until every bucket started in this round has completed.
+  void finish();
+  // start() every bucket, then finish(): no overlap.
+  void all_reduce_sum();
+  // Called with the bucket's index as each bucket completes (e.g. to close a profiler span).
+  void set_on_complete(std::function<void(size_t)> f) { on_complete_ = std::move(f); }
 
  private:
-  void flush(std::span<const FloatSpan> packed);
+  struct Bucket {
+    size_t first = 0, last = 0;
+    int64_t elems = 0;
+    bool packed = false;  // through staging (several buffers), not in place
+  };
+  struct Slot {  // the buffers of one bucket in flight
+    std::vector<float> staging, scratch;
+    std::unique_ptr<Comm::Pending> pending;
+    size_t bucket = 0;
+  };
+  void complete(Slot& s);
   Comm& comm_;
-  int64_t bucket_;
-  std::vector<float> staging_;
+  std::vector<FloatSpan> xs_;
+  std::vector<Bucket> buckets_;
+  std::vector<Slot> slots_;
+  size_t next_slot_ = 0;  // slots are used round-robin, so the oldest in flight is the next one
+  std::function<void(size_t)> on_complete_;
 };
 
 // The single-process communicator: rank 0 of 1, every collective a copy or nothing.

@@ -7,10 +7,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "dist/comm.h"
@@ -27,67 +29,164 @@ int to_int(int64_t n) {
   return static_cast<int>(n);
 }
 
+// One round of a reduce-scatter of x [n]: elements [off, off + kRoundElems) of every rank's
+// chunk go to that rank (MPI_Alltoallv), and this rank receives those of its own chunk from every
+// rank, rank r's at recv[r·p, (r+1)·p).
+struct Round {
+  std::vector<int> scount, sdispl, rcount, rdispl;
+  int64_t p = 0;  // elements of this rank's chunk in the round
+  Round(int64_t n, int size, int rank, int64_t off)
+      : scount(static_cast<size_t>(size)),
+        sdispl(static_cast<size_t>(size)),
+        rcount(static_cast<size_t>(size)),
+        rdispl(static_cast<size_t>(size)) {
+    const auto count = [&](const Range& c) { return std::clamp<int64_t>(c.size() - off, 0, kRoundElems); };
+    p = count(chunk(n, size, rank));
+    for (int j = 0; j < size; ++j) {
+      const Range cj = chunk(n, size, j);
+      const auto u = static_cast<size_t>(j);
+      scount[u] = to_int(count(cj));
+      sdispl[u] = to_int(std::min(cj.begin + off, n));
+      rcount[u] = static_cast<int>(p);
+      rdispl[u] = to_int(j * p);
+    }
+  }
+  static int64_t count(int64_t n, int size) {  // rounds of a reduce-scatter of n elements
+    const int64_t longest = chunk(n, size, 0).size();
+    return (longest + kRoundElems - 1) / kRoundElems;
+  }
+  // out[0, p) = recv's p-element blocks summed in rank order.
+  void sum(const float* recv, int size, float* out) const {
+    std::memcpy(out, recv, static_cast<size_t>(p) * sizeof(float));
+    for (int r = 1; r < size; ++r) {
+      const float* in = recv + r * p;
+      for (int64_t e = 0; e < p; ++e) out[e] += in[e];
+    }
+  }
+};
+
+// Counts and displacements of every rank's chunk of n elements (MPI_Allgatherv).
+struct Chunks {
+  std::vector<int> count, displ;
+  Chunks(int64_t n, int size) : count(static_cast<size_t>(size)), displ(static_cast<size_t>(size)) {
+    for (int j = 0; j < size; ++j) {
+      const Range cj = chunk(n, size, j);
+      count[static_cast<size_t>(j)] = to_int(cj.size());
+      displ[static_cast<size_t>(j)] = to_int(cj.begin);
+    }
+  }
+};
+
+// all_reduce_sum of x [n] as a state machine over pieces of kRoundElems × size elements, each a
+// one-round reduce-scatter (MPI_Ialltoallv, then the rank-order sum into this rank's chunk of
+// the piece, in place: those elements were sent already) and an in-place MPI_Iallgatherv, all on
+// communicator `lane`, which no other operation uses while this one is in flight: MPI matches
+// collectives in the order each rank starts them, and two sums in flight on one communicator
+// would start their second steps in an order that depends on timing.
+class PendingSum final : public Comm::Pending {
+ public:
+  PendingSum(int size, int rank, MPI_Comm lane, float* x, int64_t n, float* scratch, int* in_flight = nullptr)
+      : size_(size), rank_(rank), lane_(lane), x_(x), n_(n), scratch_(scratch), in_flight_(in_flight) {
+    if (n_ > 0) start_piece();
+  }
+  ~PendingSum() override { release(); }
+  bool test() override {
+    while (!done()) {
+      int flag = 0;
+      MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+      if (!flag) return false;
+      const int64_t m = std::min(piece_elems(), n_ - piece_);
+      float* x = x_ + piece_;
+      if (!gathering_) {
+        round_->sum(scratch_, size_, x + chunk(m, size_, rank_).begin);
+        chunks_.emplace(m, size_);
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, chunks_->count.data(), chunks_->displ.data(), MPI_FLOAT,
+                        lane_, &req_);
+        gathering_ = true;
+      } else {
+        piece_ += m;
+        if (piece_ < n_) start_piece();
+      }
+    }
+    release();
+    return true;
+  }
+
+ private:
+  int64_t piece_elems() const { return kRoundElems * size_; }
+  bool done() const { return piece_ >= n_; }
+  void release() {  // no longer counted in flight
+    if (in_flight_) --*in_flight_;
+    in_flight_ = nullptr;
+  }
+  void start_piece() {
+    const int64_t m = std::min(piece_elems(), n_ - piece_);
+    round_.emplace(m, size_, rank_, 0);
+    MPI_Ialltoallv(x_ + piece_, round_->scount.data(), round_->sdispl.data(), MPI_FLOAT, scratch_,
+                   round_->rcount.data(), round_->rdispl.data(), MPI_FLOAT, lane_, &req_);
+    gathering_ = false;
+  }
+  int size_, rank_;
+  MPI_Comm lane_;
+  float* x_;
+  int64_t n_, piece_ = 0;
+  float* scratch_;
+  int* in_flight_;
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  bool gathering_ = false;
+  std::optional<Round> round_;  // MPI reads the counts until the request completes
+  std::optional<Chunks> chunks_;
+};
+
 class MpiComm final : public Comm {
  public:
   MpiComm() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    for (MPI_Comm& lane : lanes_) MPI_Comm_dup(MPI_COMM_WORLD, &lane);
+  }
+  ~MpiComm() override {
+    for (MPI_Comm& lane : lanes_) MPI_Comm_free(&lane);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   void all_reduce_sum(float* x, int64_t n) override {
-    // Each bucket: reduce-scatter into this rank's chunk of the bucket in place, then gather.
-    const int64_t bucket = kRoundElems * size_;
-    for (int64_t b = 0; b < n; b += bucket) {
-      const int64_t m = std::min(bucket, n - b);
-      reduce_scatter_sum(x + b, m, x + b + chunk(m, size_, rank_).begin);
-      all_gather(x + b + chunk(m, size_, rank_).begin, m, x + b);
+    scratch_.resize(static_cast<size_t>(reduce_scratch_elems(n)));
+    PendingSum p(size_, rank_, MPI_COMM_WORLD, x, n, scratch_.data());
+    while (!p.test()) {
     }
   }
+  // The k-th sum started takes lane k mod kMaxPending: the same on every rank, and free, since at
+  // most kMaxPending are in flight.
+  std::unique_ptr<Pending> start_all_reduce_sum(float* x, int64_t n, float* scratch) override {
+    LOOM_ASSERT(in_flight_ < kMaxPending, "more sums in flight than Comm::kMaxPending");
+    ++in_flight_;
+    const MPI_Comm lane = lanes_[static_cast<size_t>(started_++ % kMaxPending)];
+    return std::make_unique<PendingSum>(size_, rank_, lane, x, n, scratch, &in_flight_);
+  }
+  int64_t reduce_scratch_elems(int64_t n) const override {
+    const int64_t piece = std::min(n, kRoundElems * size_);  // PendingSum's first and largest piece
+    return chunk(piece, size_, 0).size() * size_;
+  }
 
-  // Rounds of at most kRoundElems per chunk; `out` may be this rank's chunk of x itself (the
-  // round that writes out[o, o + p) has already sent x's elements there).
   void reduce_scatter_sum(const float* x, int64_t n, float* out) override {
     to_int(n);
-    const Range mine = chunk(n, size_, rank_);
-    const int64_t longest = chunk(n, size_, 0).size();
-    const auto s = static_cast<size_t>(size_);
-    std::vector<int> scount(s), sdispl(s), rcount(s), rdispl(s);
-    recv_.resize(static_cast<size_t>(std::min(longest, kRoundElems) * size_));
-    for (int64_t off = 0; off < longest; off += kRoundElems) {
-      const auto count = [&](const Range& c) { return to_int(std::clamp<int64_t>(c.size() - off, 0, kRoundElems)); };
-      const int64_t p = count(mine);
-      for (int j = 0; j < size_; ++j) {
-        const Range cj = chunk(n, size_, j);
-        scount[static_cast<size_t>(j)] = count(cj);
-        sdispl[static_cast<size_t>(j)] = to_int(std::min(cj.begin + off, n));
-        rcount[static_cast<size_t>(j)] = static_cast<int>(p);
-        rdispl[static_cast<size_t>(j)] = static_cast<int>(j * p);
-      }
-      MPI_Alltoallv(x, scount.data(), sdispl.data(), MPI_FLOAT, recv_.data(), rcount.data(), rdispl.data(), MPI_FLOAT,
-                    MPI_COMM_WORLD);
-      float* o = out + off;
-      std::memcpy(o, recv_.data(), static_cast<size_t>(p) * sizeof(float));
-      for (int r = 1; r < size_; ++r) {
-        const float* in = recv_.data() + r * p;
-        for (int64_t e = 0; e < p; ++e) o[e] += in[e];
-      }
+    const int64_t rounds = Round::count(n, size_);
+    for (int64_t k = 0; k < rounds; ++k) {
+      const Round round(n, size_, rank_, k * kRoundElems);
+      scratch_.resize(static_cast<size_t>(round.p * size_));
+      MPI_Alltoallv(x, round.scount.data(), round.sdispl.data(), MPI_FLOAT, scratch_.data(), round.rcount.data(),
+                    round.rdispl.data(), MPI_FLOAT, MPI_COMM_WORLD);
+      round.sum(scratch_.data(), size_, out + k * kRoundElems);
     }
   }
 
   void all_gather(const float* mine, int64_t n, float* out) override {
-    const auto s = static_cast<size_t>(size_);
-    std::vector<int> count(s), displ(s);
-    for (int j = 0; j < size_; ++j) {
-      const Range cj = chunk(n, size_, j);
-      count[static_cast<size_t>(j)] = to_int(cj.size());
-      displ[static_cast<size_t>(j)] = to_int(cj.begin);
-    }
-    const Range me = chunk(n, size_, rank_);
-    const bool in_place = mine == out + me.begin;
-    MPI_Allgatherv(in_place ? MPI_IN_PLACE : mine, count[static_cast<size_t>(rank_)], MPI_FLOAT, out, count.data(),
-                   displ.data(), MPI_FLOAT, MPI_COMM_WORLD);
+    const Chunks c(n, size_);
+    const bool in_place = mine == out + chunk(n, size_, rank_).begin;
+    MPI_Allgatherv(in_place ? MPI_IN_PLACE : mine, c.count[static_cast<size_t>(rank_)], MPI_FLOAT, out, c.count.data(),
+                   c.displ.data(), MPI_FLOAT, MPI_COMM_WORLD);
   }
 
   void all_gather_bytes(const void* mine, size_t bytes, void* out) override {
@@ -106,7 +205,10 @@ class MpiComm final : public Comm {
 
  private:
   int rank_ = 0, size_ = 1;
-  std::vector<float> recv_;
+  std::vector<float> scratch_;
+  std::array<MPI_Comm, kMaxPending> lanes_;
+  int64_t started_ = 0;
+  int in_flight_ = 0;
 };
 
 std::unique_ptr<MpiComm> g_world;

@@ -258,6 +258,10 @@ const std::vector<KeySpec>& schema() {
       make_int("train.keep_last", "checkpoints to keep (the best one is kept apart)", LOOM_REF(train.keep_last)),
       make_int("train.sample_tokens", "after training, print a sample of this many tokens (0 = none)",
                LOOM_REF(train.sample_tokens)),
+      make_int("train.bucket_kib",
+               "more than one rank (mpirun): gradients are summed over ranks in buckets of this many KiB, each as "
+               "soon as the backward has written it (no effect on the result)",
+               LOOM_REF(train.bucket_kib)),
   };
   return keys;
 }
@@ -382,6 +386,7 @@ void validate_config(const Config& c) {
   need(c.train.checkpoint_interval >= 0, "train.checkpoint_interval", "must be >= 0", "0 saves at evaluations");
   need(c.train.keep_last >= 1, "train.keep_last", "must be >= 1", "e.g. 3");
   need(c.train.sample_tokens >= 0, "train.sample_tokens", "must be >= 0", "e.g. 200");
+  need(c.train.bucket_kib >= 1, "train.bucket_kib", "must be >= 1", "e.g. 4096 (4 MiB)");
   if (c.model.kind == "transformer") {
     need(c.model.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
     need(c.model.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");

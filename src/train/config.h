@@ -22,6 +22,7 @@ struct TrainConfig {
   int64_t checkpoint_interval = 0;  // save every N steps (0 = at evaluations and at the end)
   int64_t keep_last = 3;            // checkpoints kept (plus best/)
   int64_t sample_tokens = 0;        // print a sample of this many tokens at the end (0 = none)
+  int64_t bucket_kib = 4096;        // gradient buckets summed over ranks during the backward (train/trainer.h)
 };
 
 struct Config {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -15,10 +16,6 @@
 namespace loom {
 
 namespace {
-// Gradients smaller than this are packed into messages of this many elements (16 MiB) for the
-// sum over ranks; larger ones are summed in place.
-constexpr int64_t kGradBucketElems = int64_t{1} << 22;
-
 // model.remat: "", "none", or a comma-separated subset of MLP, Attn, Block.
 void parse_remat(const std::string& s, nn::TransformerSpec& t) {
   if (s.empty() || s == "none") return;
@@ -121,8 +118,7 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
     : cfg_(c),
       be_(be),
       prog_(build_train_program(c, comm ? comm->size() : 1)),
-      comm_(comm ? *comm : dist::single_process()),
-      reducer_(comm_, kGradBucketElems) {
+      comm_(comm ? *comm : dist::single_process()) {
   const Graph& g = prog_.model.graph;
   MemoryPlan plan = plan_memory(g, prog_.schedule, plan_options);
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
@@ -133,7 +129,23 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
     exec_->upload(p.value, host.data());
   }
   opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_);
-  for (const OptimTensor& t : opt_->tensors()) grads_.push_back({t.grad, t.n});
+  // Gradients by their last writer's position in the schedule (0: never written), so that the
+  // buckets become final one after another during the backward.
+  std::vector<size_t> written(g.values().size(), 0);
+  for (size_t s = 0; s < prog_.schedule.size(); ++s) {
+    const Node& n = g.node(prog_.schedule[s]);
+    if ((op_info(n.op).flags & kOpWritesInput0) && g.value(n.in[0]).kind == ValueKind::grad) written[n.in[0]] = s + 1;
+  }
+  std::vector<size_t> order(g.params().size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return written[g.params()[a].grad] < written[g.params()[b].grad]; });
+  std::vector<dist::FloatSpan> grads;
+  for (size_t i : order) grads.push_back({opt_->tensors()[i].grad, opt_->tensors()[i].n});
+  reducer_ = std::make_unique<dist::BucketReducer>(comm_, std::move(grads),
+                                                   c.train.bucket_kib * 1024 / static_cast<int64_t>(sizeof(float)));
+  for (size_t b = 0; b < reducer_->num_buckets(); ++b)
+    bucket_ready_.push_back(written[g.params()[order[reducer_->last(b) - 1]].grad]);
 }
 
 Trainer::~Trainer() = default;
@@ -164,10 +176,15 @@ StepReport Trainer::step(const Batch& batch) {
     const uint32_t mb = first + static_cast<uint32_t>(i);
     exec_->upload(prog_.model.inputs, batch.inputs.data() + mb * in_bytes);
     exec_->upload(prog_.model.labels, batch.labels.data() + mb * lab_count);
-    exec_->run(RunCtx{cfg_.seed, static_cast<uint64_t>(step_), mb, first});
+    const RunCtx rc{.seed = cfg_.seed, .step = static_cast<uint64_t>(step_), .minibatch = mb, .first_minibatch = first};
+    if (i + 1 < nmb)
+      exec_->run(rc);
+    else
+      run_last_minibatch(rc);
     exec_->download(prog_.model.loss_sum, &results[mb].loss);
     exec_->download(prog_.model.correct, &results[mb].correct);
   }
+  reducer_->finish();
   // Every rank's results in global minibatch order, summed as one process sums its minibatches.
   comm_.all_gather_bytes(&results[first], static_cast<size_t>(nmb) * sizeof(MinibatchResult), results.data());
   StepReport r;
@@ -177,7 +194,6 @@ StepReport Trainer::step(const Batch& batch) {
     r.metrics["accuracy"].sum += m.correct;
     r.metrics["accuracy"].count += prog_.model.examples;
   }
-  reducer_.all_reduce_sum(grads_);
   {
     ScopedSpan optimizer_span(recorder_, SpanKind::optimizer, step_ + 1);
     r.opt = opt_->step();
@@ -185,6 +201,22 @@ StepReport Trainer::step(const Batch& batch) {
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+// The last minibatch with the gradient buckets started as they become final, and advanced
+// between kernels while the rest of the backward runs.
+void Trainer::run_last_minibatch(const RunCtx& rc) {
+  const size_t nodes = prog_.schedule.size();
+  if (reducer_->num_buckets() == 0) return exec_->run(rc);
+  size_t s = 0;
+  for (size_t b = 0; b <= reducer_->num_buckets(); ++b) {
+    const size_t until = b < reducer_->num_buckets() ? bucket_ready_[b] : nodes;
+    for (; s < until; ++s) {
+      exec_->run_steps(rc, s, s + 1);
+      reducer_->progress();
+    }
+    if (b < reducer_->num_buckets()) reducer_->start(b);
+  }
 }
 
 void Trainer::restore_progress(int64_t step, int64_t opt_count, double loss_scale, int64_t scaler_tracker,

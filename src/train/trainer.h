@@ -11,8 +11,10 @@
 // (M) minibatches in it, which are the global minibatches r·M .. r·M + M - 1 (the same rows and
 // dropout keys as one process with N·M minibatches). The loss seed is 1/(tokens of all N·M
 // minibatches), so the sum of the ranks' gradients (dist::Comm's fixed rank order) is the mean
-// gradient; clipping and the update then run identically on every rank. Metrics are gathered
-// per minibatch and summed in global minibatch order, as one process would.
+// gradient; clipping and the update then run identically on every rank. The sum runs in buckets
+// of train.bucket_kib while the last minibatch's backward still computes (each bucket starts once
+// the schedule has written its gradients for the last time); buckets never change the bits. Metrics are gathered per
+// minibatch and summed in global minibatch order, as one process would.
 #pragma once
 #include <memory>
 #include <string>
@@ -98,8 +100,12 @@ class Trainer {
   int64_t step_ = 0;
   OpRecorder* recorder_ = nullptr;
   dist::Comm& comm_;
-  std::vector<dist::FloatSpan> grads_;  // every gradient, summed over ranks after the backward
-  dist::BucketReducer reducer_;
+  // Every gradient, in the order of their last write in the schedule, summed over ranks in
+  // buckets during the last minibatch's backward: bucket b starts once the first
+  // bucket_ready_[b] scheduled nodes have run.
+  std::unique_ptr<dist::BucketReducer> reducer_;
+  std::vector<size_t> bucket_ready_;
+  void run_last_minibatch(const RunCtx& rc);
 };
 
 }  // namespace loom

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.h"
 #include "dist/comm.h"
 
 namespace {
@@ -29,8 +28,12 @@ void check(bool ok, const std::string& what, int rank) {
 std::vector<float> data(int r, int id, int64_t n) {
   std::vector<float> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = loom::philox4x32_10(loom::rng_key(static_cast<uint64_t>(id), static_cast<uint64_t>(r), 0, 0),
-                                           {static_cast<uint32_t>(i), 0, 0, 0})[0];
+    // splitmix64 of (id, r, i): cheap, and these buffers reach millions of elements.
+    uint64_t z = (static_cast<uint64_t>(id) << 48) ^ (static_cast<uint64_t>(r) << 40) ^ static_cast<uint64_t>(i);
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    const auto u = static_cast<uint32_t>(z ^ (z >> 31));
     const float mag =
         std::ldexp(1.0f + static_cast<float>(u & 0xffff) / 65536.0f, static_cast<int>((u >> 16) % 41) - 20);
     x[static_cast<size_t>(i)] = (u >> 31) ? -mag : mag;
@@ -107,18 +110,52 @@ int main(int argc, char** argv) {
   }
   check(size < 3 || order_matters, "the data make the order of additions matter", rank);
 
-  // Many tensors through the bucket reducer: the same bits as one sum per tensor, whatever the bucket.
+  // Many tensors through the bucket reducer: the same bits as one sum per tensor, whatever the
+  // bucket, with every bucket at once or started one by one between polls (as the trainer does),
+  // and over two rounds of the same reducer.
   const std::vector<int64_t> sizes = {3, 1, 700, 64, 5000, 2, 129, 1 << 16, 31};
   for (int64_t bucket : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{1} << 20}) {
-    std::vector<std::vector<float>> ts;
-    std::vector<loom::dist::FloatSpan> spans;
-    for (size_t t = 0; t < sizes.size(); ++t) ts.push_back(data(rank, 100 + static_cast<int>(t), sizes[t]));
-    for (auto& t : ts) spans.push_back({t.data(), static_cast<int64_t>(t.size())});
-    loom::dist::BucketReducer reducer(comm, bucket);
-    reducer.all_reduce_sum(spans);
-    for (size_t t = 0; t < sizes.size(); ++t)
-      check(same_bits(ts[t].data(), serial_sum(all_data(size, 100 + static_cast<int>(t), sizes[t])).data(), sizes[t]),
-            "BucketReducer bucket=" + std::to_string(bucket) + " tensor " + std::to_string(t), rank);
+    std::vector<std::vector<float>> ts(sizes.size());
+    std::vector<loom::dist::FloatSpan> spans(sizes.size());
+    for (int round = 0; round < 2; ++round) {
+      for (size_t t = 0; t < sizes.size(); ++t) {
+        ts[t] = data(rank, 100 + static_cast<int>(t) + 10 * round, sizes[t]);
+        spans[t] = {ts[t].data(), sizes[t]};
+      }
+      loom::dist::BucketReducer reducer(comm, spans, bucket);
+      if (round == 0) {
+        reducer.all_reduce_sum();
+      } else {
+        for (size_t b = 0; b < reducer.num_buckets(); ++b) {
+          reducer.start(b);
+          reducer.progress();
+        }
+        reducer.finish();
+      }
+      for (size_t t = 0; t < sizes.size(); ++t)
+        check(same_bits(ts[t].data(),
+                        serial_sum(all_data(size, 100 + static_cast<int>(t) + 10 * round, sizes[t])).data(), sizes[t]),
+              "BucketReducer bucket=" + std::to_string(bucket) + " round " + std::to_string(round) + " tensor " +
+                  std::to_string(t),
+              rank);
+    }
+  }
+
+  // Two sums in flight at once, advanced alternately.
+  {
+    const int64_t n = (int64_t{1} << 20) * size + 3;
+    const auto xs = all_data(size, 200, n), ys = all_data(size, 201, n);
+    std::vector<float> x = xs[static_cast<size_t>(rank)], y = ys[static_cast<size_t>(rank)];
+    std::vector<float> sx(static_cast<size_t>(comm.reduce_scratch_elems(n))), sy(sx.size());
+    auto px = comm.start_all_reduce_sum(x.data(), n, sx.data());
+    auto py = comm.start_all_reduce_sum(y.data(), n, sy.data());
+    bool dx = false, dy = false;
+    while (!(dx && dy)) {
+      dx = dx || px->test();
+      dy = dy || py->test();
+    }
+    check(same_bits(x.data(), serial_sum(xs).data(), n) && same_bits(y.data(), serial_sum(ys).data(), n),
+          "two start_all_reduce_sum in flight", rank);
   }
 
   // Bytes: gather every rank's number, broadcast the last rank's text.
