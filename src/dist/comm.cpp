@@ -99,6 +99,14 @@ void BucketReducer::all_reduce_sum() {
   finish();
 }
 
+std::string broadcast_string(Comm& comm, const std::string& text, int root) {
+  uint64_t n = text.size();
+  comm.broadcast(&n, sizeof n, root);
+  std::string out = comm.rank() == root ? text : std::string(n, '\0');
+  comm.broadcast(out.data(), n, root);
+  return out;
+}
+
 namespace {
 
 class SingleProcess final : public Comm {

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -124,6 +125,9 @@ class BucketReducer {
   size_t next_slot_ = 0;  // slots are used round-robin, so the oldest in flight is the next one
   std::function<void(size_t)> on_complete_;
 };
+
+// `text` of rank `root`, on every rank (its length first, then its bytes).
+std::string broadcast_string(Comm& comm, const std::string& text, int root);
 
 // The single-process communicator: rank 0 of 1, every collective a copy or nothing.
 Comm& single_process();

@@ -162,7 +162,7 @@ int run_train(const RunOptions& o) {
   lo.progress_bar = o.progress_bar && writer;
   lo.out = out;
   lo.after_step = after_step;
-  const auto profiler = attach_train_profiler(t, writer ? o.profile_dir : "", o.profile_steps, lo, out);
+  const auto profiler = attach_train_profiler(t, o.profile_dir, o.profile_steps, lo, out);
   const Metrics total = run_training(t, data, lo);
   if (profiler) profiler->finish();
   if (!total.empty()) {

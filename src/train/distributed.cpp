@@ -44,15 +44,6 @@ uint64_t hash_own_executable() {
   return f.h;
 }
 
-// `text` of rank `root`, on every rank.
-std::string broadcast_text(dist::Comm& comm, const std::string& text, int root) {
-  uint64_t n = text.size();
-  comm.broadcast(&n, sizeof n, root);
-  std::string out = comm.rank() == root ? text : std::string(n, '\0');
-  comm.broadcast(out.data(), n, root);
-  return out;
-}
-
 }  // namespace
 
 void check_same_job(const Config& c, dist::Comm& comm) {
@@ -73,7 +64,7 @@ void check_same_job(const Config& c, dist::Comm& comm) {
           "build loom once and launch that same binary on every rank and host");
   for (int r = 1; r < comm.size(); ++r) {
     if (all[static_cast<size_t>(r)].config == all[0].config) continue;
-    const std::string a = broadcast_text(comm, text, 0), b = broadcast_text(comm, text, r);
+    const std::string a = dist::broadcast_string(comm, text, 0), b = dist::broadcast_string(comm, text, r);
     const std::string key = first_config_difference(a, b);
     const auto va = config_values(a), vb = config_values(b);
     const auto value = [&](const std::map<std::string, std::string>& m) {

@@ -146,6 +146,10 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
                                                    c.train.bucket_kib * 1024 / static_cast<int64_t>(sizeof(float)));
   for (size_t b = 0; b < reducer_->num_buckets(); ++b)
     bucket_ready_.push_back(written[g.params()[order[reducer_->last(b) - 1]].grad]);
+  bucket_span_.assign(reducer_->num_buckets(), -1);
+  reducer_->set_on_complete([this](size_t b) {
+    if (recorder_) recorder_->end_span(bucket_span_[b]);
+  });
 }
 
 Trainer::~Trainer() = default;
@@ -215,7 +219,9 @@ void Trainer::run_last_minibatch(const RunCtx& rc) {
       exec_->run_steps(rc, s, s + 1);
       reducer_->progress();
     }
-    if (b < reducer_->num_buckets()) reducer_->start(b);
+    if (b == reducer_->num_buckets()) break;
+    bucket_span_[b] = recorder_ ? recorder_->begin_span(SpanKind::communication, static_cast<int64_t>(b)) : -1;
+    reducer_->start(b);
   }
 }
 

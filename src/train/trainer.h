@@ -88,8 +88,11 @@ class Trainer {
   std::vector<float> grad(const std::string& path) const;
   void set_param(const std::string& path, const std::vector<float>& values);
   // Profiling (report/profile.h): with a recorder set, step() marks its spans (train step,
-  // minibatches, optimizer) and the executor times every node; nullptr turns recording off.
+  // minibatches, optimizer, each gradient bucket's sum over ranks) and the executor times every
+  // node; nullptr turns recording off.
   void set_recorder(OpRecorder* r);
+  // Gradient buckets summed over ranks per step (0 in a single process).
+  size_t num_buckets() const { return reducer_->num_buckets(); }
 
  private:
   Config cfg_;
@@ -105,6 +108,7 @@ class Trainer {
   // bucket_ready_[b] scheduled nodes have run.
   std::unique_ptr<dist::BucketReducer> reducer_;
   std::vector<size_t> bucket_ready_;
+  std::vector<int32_t> bucket_span_;  // the recorder's communication span of each bucket in flight
   void run_last_minibatch(const RunCtx& rc);
 };
 

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -275,6 +276,35 @@ TEST(Dist, OneFailingRankStopsTheJobWithItsMessage) {
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("already holds a run"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 0 of 2 failed"), std::string::npos) << r.out;
+}
+
+TEST(Dist, ProfileWritesATracePerRankAndOneWithEvery) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("profile");
+  const RunResult r = loom_on(2, "profile " + fixture().config.string() +
+                                     " train.bucket_kib=1 --steps 2 --no-ceiling " + "--out " + out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("gradient sums over ranks"), std::string::npos) << r.out;
+  // Each rank's trace is its own process; the merged one holds both, each with its executor and
+  // its communication track (one span per bucket and step).
+  std::map<std::pair<int, int>, int> spans;  // (pid, tid) -> complete events
+  const auto at = [&](int pid, int tid) { return spans[std::pair{pid, tid}]; };
+  const auto count_spans = [&](const fs::path& trace) {
+    spans.clear();
+    std::ifstream f(trace);
+    const nlohmann::json j = nlohmann::json::parse(f);
+    for (const auto& e : j["traceEvents"])
+      if (e["ph"] == "X") ++spans[{e["pid"].get<int>(), e["tid"].get<int>()}];
+  };
+  for (int rank : {0, 1}) {
+    count_spans(out / ("rank" + std::to_string(rank)) / "trace.json");
+    EXPECT_EQ(spans.size(), 2u);
+    EXPECT_GT(at(rank + 1, 1), 0);
+    EXPECT_GT(at(rank + 1, 2), 0);
+  }
+  count_spans(out / "trace.json");
+  EXPECT_EQ(spans.size(), 4u);
+  EXPECT_EQ(at(1, 2), at(2, 2)) << "both ranks sum the same buckets";
 }
 
 // The pid of the process whose environment holds all of `vars` ("NAME=value"), or -1.
