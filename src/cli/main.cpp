@@ -41,10 +41,10 @@ int cmd_params(const std::string& path, const std::vector<std::string>& override
 
 // --sweep key=v1,v2 (repeatable): every combination, one row each.
 int cmd_memory(const std::string& path, const std::vector<std::string>& overrides, bool json,
-               const std::vector<std::string>& sweeps, const std::string& budget_text, PlanOptions popts) {
+               const std::vector<std::string>& sweeps, const std::string& budget_text, PlanOptions popts, int ranks) {
   const int64_t budget = budget_text.empty() ? 0 : parse_bytes(budget_text, "--budget");
   if (sweeps.empty()) {
-    const MemoryReport r = memory_report(load(path, overrides), 15, popts);
+    const MemoryReport r = memory_report(load(path, overrides), 15, popts, ranks);
     if (json) {
       nlohmann::json j = memory_report_json(r);
       if (budget) j["fits_budget"] = r.total_bytes <= budget;
@@ -52,6 +52,7 @@ int cmd_memory(const std::string& path, const std::vector<std::string>& override
     } else {
       fmt::print("{}", format_memory_report(r));
       if (budget) fmt::print("\nbudget {}: {}\n", gib(budget), r.total_bytes <= budget ? "fits" : "does NOT fit");
+      if (ranks > 1) fmt::print("\n{}", format_shard_modes(load(path, overrides), ranks, popts));
     }
     return 0;
   }
@@ -88,7 +89,7 @@ int cmd_memory(const std::string& path, const std::vector<std::string>& override
       cols += fmt::format("{:<26} ", v);
       row[axes[a].first] = v;
     }
-    const MemoryReport r = memory_report(load(path, ov), 15, popts);
+    const MemoryReport r = memory_report(load(path, ov), 15, popts, ranks);
     if (json) {
       row["report"] = memory_report_json(r);
       if (budget) row["fits_budget"] = r.total_bytes <= budget;
@@ -168,6 +169,9 @@ int main(int argc, char** argv) {
   memory->add_option("--budget", budget, "device memory to fit in, e.g. 24GiB: marks which rows fit");
   bool no_inplace = false;
   memory->add_flag("--no-inplace", no_inplace, "plan without in-place buffer reuse (to see what it saves)");
+  int mem_ranks = 1;
+  memory->add_option("--ranks", mem_ranks, "plan one rank of N (mpirun -np N): its share of the batch and state")
+      ->check(CLI::PositiveNumber);
   std::string mem_html;
   memory->add_option("--html", mem_html, "also write the memory viewer (one self-contained HTML page) to FILE");
 
@@ -224,7 +228,7 @@ int main(int argc, char** argv) {
     if (prepare->parsed()) return run_prepare(prep_kind, prep_input, prep_out, val_fraction, prep_vocab);
     if (memory->parsed() && !mem_html.empty()) write_memory_html(load(config, overrides), mem_html);
     if (memory->parsed())
-      return cmd_memory(config, overrides, mem_json, sweeps, budget, PlanOptions{!no_inplace, true});
+      return cmd_memory(config, overrides, mem_json, sweeps, budget, PlanOptions{!no_inplace, true}, mem_ranks);
     if (profile->parsed()) return profile_command(load(config, overrides), prof);
     if (sample->parsed()) return run_sample(samp);
   } catch (const UserError& e) {

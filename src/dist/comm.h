@@ -31,6 +31,12 @@ struct Range {
 };
 Range chunk(int64_t n, int size, int r);
 
+// A sum over ranks receives every rank's part of its own chunk in rounds of at most this many
+// elements per rank; the receive buffer (the scratch of a sum in flight) holds one round:
+// reduce_scratch_elems(n, ranks) elements for a sum of n elements.
+inline constexpr int64_t kRoundElems = int64_t{1} << 20;
+int64_t reduce_scratch_elems(int64_t n, int ranks);
+
 // A float32 buffer of n elements (e.g. one gradient).
 struct FloatSpan {
   float* data = nullptr;
@@ -56,10 +62,12 @@ class Comm {
   // Starts all_reduce_sum(x, n) — the same bits — and returns without waiting. Every rank starts
   // the same sums in the same order, with at most kMaxPending in flight at once (each takes one
   // of that many lanes, so that the steps of sums in flight together never meet in one lane in
-  // different orders on different ranks). `scratch` holds reduce_scratch_elems(n) elements.
+  // different orders on different ranks). `scratch` holds reduce_scratch_elems(n, size()) elements.
   static constexpr int kMaxPending = 2;
   virtual std::unique_ptr<Pending> start_all_reduce_sum(float* x, int64_t n, float* scratch) = 0;
-  virtual int64_t reduce_scratch_elems(int64_t n) const = 0;
+  // Starts the reduce-scatter half of it: once done, this rank's chunk(n, size(), rank()) of x
+  // holds the sum over ranks of that chunk (the rest of x is left as it was). Same rules.
+  virtual std::unique_ptr<Pending> start_reduce_scatter_sum(float* x, int64_t n, float* scratch) = 0;
   // The sum above divided by size(): the correctly rounded mean of the rank-order sum.
   void all_reduce_mean(float* x, int64_t n);
   // x [n] on every rank; out [chunk(n, size(), rank()).size()] = the sum over ranks of this
@@ -86,14 +94,30 @@ class Comm {
 // buffers by when they become final: a bucket can then start as soon as its last buffer is
 // written, and be summed while the caller computes the rest (overlap), polling progress(). In a
 // single process there is nothing to sum: no buckets.
+//
+// With `scatter` (sharded optimizer state) only this rank's chunk own(b) of each bucket (the
+// buckets' buffers laid end to end) receives the sum; the rest keeps this rank's own values.
+// all_gather() then gives every rank every rank's chunks of another list of the same shapes
+// (the parameters after each rank updated its chunks).
+struct Bucket {
+  size_t first = 0, last = 0;  // buffers [first, last)
+  int64_t elems = 0;
+  bool packed() const { return last - first > 1; }  // through a staging buffer, not in place
+};
+// The buckets of BucketReducer over buffers of these sizes (in this order).
+std::vector<Bucket> plan_buckets(std::span<const int64_t> sizes, int64_t bucket_elems);
+
 class BucketReducer {
  public:
-  BucketReducer(Comm& comm, std::vector<FloatSpan> xs, int64_t bucket_elems);
+  BucketReducer(Comm& comm, std::vector<FloatSpan> xs, int64_t bucket_elems, bool scatter = false);
   ~BucketReducer();
   size_t num_buckets() const { return buckets_.size(); }
   // The buffers of bucket b: xs[first, last).
   size_t first(size_t b) const { return buckets_[b].first; }
   size_t last(size_t b) const { return buckets_[b].last; }
+  int64_t elems(size_t b) const { return buckets_[b].elems; }
+  // This rank's chunk of bucket b (elements of its buffers laid end to end).
+  Range own(size_t b) const { return chunk(buckets_[b].elems, comm_.size(), comm_.rank()); }
   // Starts bucket b. Buckets are started in order 0, 1, ... once per round (start(0) begins a
   // round); at most Comm::kMaxPending are in flight, so this may first wait for the oldest.
   void start(size_t b);
@@ -103,22 +127,27 @@ class BucketReducer {
   void finish();
   // start() every bucket, then finish(): no overlap.
   void all_reduce_sum();
+  // ys: buffers of the xs' sizes. Every rank's own() chunks of them to every rank (blocking; no
+  // bucket may be in flight).
+  void all_gather(std::span<const FloatSpan> ys);
+  // Bytes of its staging and receive buffers (all it allocates); buffer_bytes(plan_buckets(...),
+  // ranks) predicts them.
+  int64_t buffer_bytes() const;
+  static int64_t buffer_bytes(std::span<const Bucket> buckets, int ranks);
   // Called with the bucket's index as each bucket completes (e.g. to close a profiler span).
   void set_on_complete(std::function<void(size_t)> f) { on_complete_ = std::move(f); }
 
  private:
-  struct Bucket {
-    size_t first = 0, last = 0;
-    int64_t elems = 0;
-    bool packed = false;  // through staging (several buffers), not in place
-  };
   struct Slot {  // the buffers of one bucket in flight
     std::vector<float> staging, scratch;
     std::unique_ptr<Comm::Pending> pending;
     size_t bucket = 0;
   };
   void complete(Slot& s);
+  // Copies elements [lo, hi) of bucket k between `bufs` (its buffers) and `staging`.
+  void copy(const Bucket& k, std::span<const FloatSpan> bufs, float* staging, Range r, bool to_staging) const;
   Comm& comm_;
+  bool scatter_;
   std::vector<FloatSpan> xs_;
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;

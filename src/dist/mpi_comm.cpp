@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "dist/comm.h"
@@ -20,9 +19,6 @@
 namespace loom::dist {
 
 namespace {
-
-// Elements per rank and round of a reduce-scatter: the receive buffer holds size() of them.
-constexpr int64_t kRoundElems = int64_t{1} << 20;
 
 int to_int(int64_t n) {
   LOOM_ASSERT(n >= 0 && n <= INT_MAX, "a collective over more than 2^31 elements");
@@ -35,6 +31,7 @@ int to_int(int64_t n) {
 struct Round {
   std::vector<int> scount, sdispl, rcount, rdispl;
   int64_t p = 0;  // elements of this rank's chunk in the round
+  Round() = default;
   Round(int64_t n, int size, int rank, int64_t off)
       : scount(static_cast<size_t>(size)),
         sdispl(static_cast<size_t>(size)),
@@ -68,6 +65,7 @@ struct Round {
 // Counts and displacements of every rank's chunk of n elements (MPI_Allgatherv).
 struct Chunks {
   std::vector<int> count, displ;
+  Chunks() = default;
   Chunks(int64_t n, int size) : count(static_cast<size_t>(size)), displ(static_cast<size_t>(size)) {
     for (int j = 0; j < size; ++j) {
       const Range cj = chunk(n, size, j);
@@ -77,65 +75,71 @@ struct Chunks {
   }
 };
 
-// all_reduce_sum of x [n] as a state machine over pieces of kRoundElems × size elements, each a
-// one-round reduce-scatter (MPI_Ialltoallv, then the rank-order sum into this rank's chunk of
-// the piece, in place: those elements were sent already) and an in-place MPI_Iallgatherv, all on
-// communicator `lane`, which no other operation uses while this one is in flight: MPI matches
-// collectives in the order each rank starts them, and two sums in flight on one communicator
-// would start their second steps in an order that depends on timing.
+// A sum over ranks of x [n] as a state machine on communicator `lane`: the rounds of a
+// reduce-scatter in place (MPI_Ialltoallv; then the rank-order sum of the round into this rank's
+// chunk of x: those elements were sent already), then, for an all-reduce, one in-place
+// MPI_Iallgatherv of the chunks. No other operation uses `lane` while this one is in flight: MPI
+// matches collectives in the order each rank starts them, and two sums in flight on one
+// communicator would start their later steps in an order that depends on timing.
 class PendingSum final : public Comm::Pending {
  public:
-  PendingSum(int size, int rank, MPI_Comm lane, float* x, int64_t n, float* scratch, int* in_flight = nullptr)
-      : size_(size), rank_(rank), lane_(lane), x_(x), n_(n), scratch_(scratch), in_flight_(in_flight) {
-    if (n_ > 0) start_piece();
+  PendingSum(int size, int rank, MPI_Comm lane, float* x, int64_t n, float* scratch, bool gather,
+             int* in_flight = nullptr)
+      : size_(size),
+        rank_(rank),
+        lane_(lane),
+        x_(x),
+        n_(n),
+        scratch_(scratch),
+        gather_(gather),
+        rounds_(Round::count(n, size)),
+        in_flight_(in_flight) {
+    next();
   }
   ~PendingSum() override { release(); }
+
   bool test() override {
-    while (!done()) {
+    while (req_ != MPI_REQUEST_NULL) {
       int flag = 0;
-      MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+      MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);  // sets req_ to MPI_REQUEST_NULL when done
       if (!flag) return false;
-      const int64_t m = std::min(piece_elems(), n_ - piece_);
-      float* x = x_ + piece_;
-      if (!gathering_) {
-        round_->sum(scratch_, size_, x + chunk(m, size_, rank_).begin);
-        chunks_.emplace(m, size_);
-        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, chunks_->count.data(), chunks_->displ.data(), MPI_FLOAT,
-                        lane_, &req_);
-        gathering_ = true;
-      } else {
-        piece_ += m;
-        if (piece_ < n_) start_piece();
-      }
+      if (k_ <= rounds_) round_.sum(scratch_, size_, x_ + chunk(n_, size_, rank_).begin + (k_ - 1) * kRoundElems);
+      next();
     }
     release();
     return true;
   }
 
  private:
-  int64_t piece_elems() const { return kRoundElems * size_; }
-  bool done() const { return piece_ >= n_; }
+  // Starts the next step: round k_, the gather after the last round, or nothing (done).
+  void next() {
+    if (k_ < rounds_) {
+      round_ = Round(n_, size_, rank_, k_ * kRoundElems);
+      MPI_Ialltoallv(x_, round_.scount.data(), round_.sdispl.data(), MPI_FLOAT, scratch_, round_.rcount.data(),
+                     round_.rdispl.data(), MPI_FLOAT, lane_, &req_);
+      ++k_;
+    } else if (gather_ && k_ == rounds_ && n_ > 0) {
+      chunks_ = Chunks(n_, size_);
+      MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x_, chunks_.count.data(), chunks_.displ.data(), MPI_FLOAT,
+                      lane_, &req_);
+      ++k_;
+    }
+  }
   void release() {  // no longer counted in flight
     if (in_flight_) --*in_flight_;
     in_flight_ = nullptr;
   }
-  void start_piece() {
-    const int64_t m = std::min(piece_elems(), n_ - piece_);
-    round_.emplace(m, size_, rank_, 0);
-    MPI_Ialltoallv(x_ + piece_, round_->scount.data(), round_->sdispl.data(), MPI_FLOAT, scratch_,
-                   round_->rcount.data(), round_->rdispl.data(), MPI_FLOAT, lane_, &req_);
-    gathering_ = false;
-  }
   int size_, rank_;
   MPI_Comm lane_;
   float* x_;
-  int64_t n_, piece_ = 0;
+  int64_t n_;
   float* scratch_;
-  int* in_flight_;
+  bool gather_;
+  int64_t rounds_, k_ = 0;  // steps started: rounds 1..rounds_, then the gather
   MPI_Request req_ = MPI_REQUEST_NULL;
-  bool gathering_ = false;
-  std::optional<Round> round_;  // MPI reads the counts until the request completes
-  std::optional<Chunks> chunks_;
+  Round round_;  // the step in flight (MPI reads its counts until the request completes)
+  Chunks chunks_;
+  int* in_flight_;
 };
 
 class MpiComm final : public Comm {
@@ -152,22 +156,17 @@ class MpiComm final : public Comm {
   int size() const override { return size_; }
 
   void all_reduce_sum(float* x, int64_t n) override {
-    scratch_.resize(static_cast<size_t>(reduce_scratch_elems(n)));
-    PendingSum p(size_, rank_, MPI_COMM_WORLD, x, n, scratch_.data());
+    to_int(n);
+    scratch_.resize(static_cast<size_t>(reduce_scratch_elems(n, size_)));
+    PendingSum p(size_, rank_, MPI_COMM_WORLD, x, n, scratch_.data(), /*gather=*/true);
     while (!p.test()) {
     }
   }
-  // The k-th sum started takes lane k mod kMaxPending: the same on every rank, and free, since at
-  // most kMaxPending are in flight.
   std::unique_ptr<Pending> start_all_reduce_sum(float* x, int64_t n, float* scratch) override {
-    LOOM_ASSERT(in_flight_ < kMaxPending, "more sums in flight than Comm::kMaxPending");
-    ++in_flight_;
-    const MPI_Comm lane = lanes_[static_cast<size_t>(started_++ % kMaxPending)];
-    return std::make_unique<PendingSum>(size_, rank_, lane, x, n, scratch, &in_flight_);
+    return start(x, n, scratch, /*gather=*/true);
   }
-  int64_t reduce_scratch_elems(int64_t n) const override {
-    const int64_t piece = std::min(n, kRoundElems * size_);  // PendingSum's first and largest piece
-    return chunk(piece, size_, 0).size() * size_;
+  std::unique_ptr<Pending> start_reduce_scatter_sum(float* x, int64_t n, float* scratch) override {
+    return start(x, n, scratch, /*gather=*/false);
   }
 
   void reduce_scatter_sum(const float* x, int64_t n, float* out) override {
@@ -204,6 +203,15 @@ class MpiComm final : public Comm {
   void abort_all(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
  private:
+  // The k-th sum started takes lane k mod kMaxPending: the same on every rank, and free, since at
+  // most kMaxPending are in flight.
+  std::unique_ptr<Pending> start(float* x, int64_t n, float* scratch, bool gather) {
+    to_int(n);
+    LOOM_ASSERT(in_flight_ < kMaxPending, "more sums in flight than Comm::kMaxPending");
+    ++in_flight_;
+    const MPI_Comm lane = lanes_[static_cast<size_t>(started_++ % kMaxPending)];
+    return std::make_unique<PendingSum>(size_, rank_, lane, x, n, scratch, gather, &in_flight_);
+  }
   int rank_ = 0, size_ = 1;
   std::vector<float> scratch_;
   std::array<MPI_Comm, kMaxPending> lanes_;

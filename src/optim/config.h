@@ -19,6 +19,7 @@ struct OptimizerConfig {
   double weight_decay = 1e-4;             // adamw (Optax's default)
   std::string weight_decay_mask = "all";  // all | kernels (no biases, norms, embeddings) | ndim2 (nanoGPT)
   double clip_norm = 0.0;                 // clip_by_global_norm before the optimizer; 0 = off
+  std::string shard = "none";             // none | state (ZeRO-1, with more than one rank; train/trainer.h)
   int64_t num_minibatches = 1;
   ScheduleSpec schedule;  // kind constant uses learning_rate
   // float16 loss scaling (PyTorch GradScaler semantics); ignored for float32 / bfloat16.

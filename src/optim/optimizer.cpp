@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/error.h"
+
 namespace loom {
 
 void LossScaler::update(bool found_inf) {
@@ -30,16 +32,26 @@ bool weight_decay_applies(const std::string& mask, const std::string& path, cons
   return (slash == std::string::npos ? path : path.substr(slash + 1)) == "kernel";
 }
 
-Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be, const Graph& g, const Executor& ex)
-    : cfg_(c), be_(be) {
+Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be, const Graph& g, const Executor& ex,
+                     std::optional<std::vector<OptimSlice>> slices, std::function<double(double)> sum_over_ranks)
+    : cfg_(c), be_(be), sum_over_ranks_(std::move(sum_over_ranks)) {
   const bool adam = c.name == "adam" || c.name == "adamw";
   const bool moments = adam || c.momentum > 0;
-  for (const Param& p : g.params()) {
+  keeps_[0] = moments;
+  keeps_[1] = adam;
+  if (slices)
+    slices_ = std::move(*slices);
+  else
+    for (size_t i = 0; i < g.params().size(); ++i)
+      slices_.push_back({.param = i, .begin = 0, .n = g.value(g.params()[i].value).shape.numel()});
+  for (const OptimSlice& s : slices_) {
+    const Param& p = g.params().at(s.param);
     const Value& v = g.value(p.value);
+    LOOM_ASSERT(s.begin >= 0 && s.n > 0 && s.begin + s.n <= v.shape.numel(), "a slice outside its parameter");
     OptimTensor t;
-    t.param = static_cast<float*>(ex.ptr(p.value));
-    t.grad = static_cast<float*>(ex.ptr(p.grad));
-    t.n = v.shape.numel();
+    t.param = static_cast<float*>(ex.ptr(p.value)) + s.begin;
+    t.grad = static_cast<float*>(ex.ptr(p.grad)) + s.begin;
+    t.n = s.n;
     t.weight_decay = c.name == "adamw" && weight_decay_applies(c.weight_decay_mask, v.name, v.shape)
                          ? static_cast<float>(c.weight_decay)
                          : 0.f;
@@ -74,7 +86,8 @@ OptimizerReport Optimizer::step() {
   const auto inv_scale = static_cast<float>(1.0 / r.loss_scale);
   float grad_scale = inv_scale;
   if (scaler_.enabled || cfg_.clip_norm > 0) {
-    const double sq = be_.grad_sq_norm(ts_);
+    double sq = be_.grad_sq_norm(ts_);
+    if (sum_over_ranks_) sq = sum_over_ranks_(sq);
     if (!std::isfinite(sq)) {
       r.skipped = true;
       scaler_.update(true);

@@ -43,10 +43,11 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   return static_cast<int64_t>(v * mult);
 }
 
-MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
+MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ranks) {
   MemoryReport r;
+  r.ranks = ranks;
   const auto t0 = std::chrono::steady_clock::now();
-  TrainProgram prog = build_train_program(c);
+  TrainProgram prog = build_train_program(c, ranks);
   const Graph& g = prog.model.graph;
   const MemoryPlan p = plan_memory(g, prog.schedule, opts);
   r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -56,12 +57,14 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
   r.num_params = p.param_bytes / 4;
   const std::string& opt = c.optimizer.name;
   const int64_t moments = (opt == "adam" || opt == "adamw") ? 2 : (c.optimizer.momentum > 0 ? 1 : 0);
-  r.optimizer_bytes = moments * p.param_bytes;
+  const RankMemory rank = rank_memory(c, prog, ranks);
+  r.optimizer_bytes = moments * rank.optimizer_elems * static_cast<int64_t>(sizeof(float));
+  r.communication_bytes = rank.comm_buffer_bytes;
   r.activations_bytes = p.arena_bytes;
   r.inputs_bytes = p.input_bytes;
   r.workspace_bytes = 0;  // kernel scratch is not planned yet (docs/memory-study.md)
-  r.total_bytes =
-      r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes + r.workspace_bytes;
+  r.total_bytes = r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes +
+                  r.workspace_bytes + r.communication_bytes;
   r.lower_bound_bytes = p.lower_bound_bytes;
   r.peak_step = p.peak_step;
   r.num_steps = static_cast<int32_t>(p.schedule.size());
@@ -94,7 +97,22 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
                                  c.model.kind == "transformer" ? c.model.num_layers : 1, c.data.batch_size,
                                  c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es",
                                  c.model.remat.empty() ? "none" : c.model.remat, c.model.remat_policy);
+  if (ranks > 1) r.config_summary += fmt::format("; per rank of {}, optimizer.shard = {}", ranks, c.optimizer.shard);
   return r;
+}
+
+std::string format_shard_modes(const Config& c, int ranks, PlanOptions opts) {
+  std::string o = fmt::format("per rank of {} (optimizer.shard):\n  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}\n",
+                              ranks, "shard", "total", "params", "grads", "optimizer", "activations", "comm bufs");
+  for (const char* mode : {"none", "state"}) {
+    Config m = c;
+    m.optimizer.shard = mode;
+    const MemoryReport r = memory_report(m, 0, opts, ranks);
+    o += fmt::format("  {:<8} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}\n", mode, gib(r.total_bytes),
+                     gib(r.params_bytes), gib(r.grads_bytes), gib(r.optimizer_bytes), gib(r.activations_bytes),
+                     gib(r.communication_bytes));
+  }
+  return o;
 }
 
 std::string format_memory_report(const MemoryReport& r) {
@@ -109,6 +127,7 @@ std::string format_memory_report(const MemoryReport& r) {
   line("activations", r.activations_bytes, "arena peak (one minibatch's forward + backward)");
   line("inputs", r.inputs_bytes, "one minibatch of token ids / features and the loss seed");
   line("workspace", r.workspace_bytes, "kernel scratch (not planned yet)");
+  if (r.ranks > 1) line("communication", r.communication_bytes, "gradient buckets' staging and receive buffers");
   o += fmt::format("  {:<13} {:>16} B  {:>12}\n\n", "total", r.total_bytes, gib(r.total_bytes));
   const double frag =
       r.lower_bound_bytes ? 100.0 * (r.activations_bytes - r.lower_bound_bytes) / r.lower_bound_bytes : 0;
@@ -145,6 +164,8 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
           {"activations_bytes", r.activations_bytes},
           {"inputs_bytes", r.inputs_bytes},
           {"workspace_bytes", r.workspace_bytes},
+          {"communication_bytes", r.communication_bytes},
+          {"ranks", r.ranks},
           {"lower_bound_bytes", r.lower_bound_bytes},
           {"num_params", r.num_params},
           {"peak_step", r.peak_step},

@@ -115,9 +115,13 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
                                    ? "best of 3 runs of a 2048^3 matmul as the dense kernels run the compute dtype "
                                      "(oneDNN sgemm; bf16 matmul on AVX512-BF16), all threads"
                                    : "Backend::measure_matmul_gflops";
-  j["memory"] = {{"arena_bytes", plan.arena_bytes}, {"live_bytes_peak", plan.lower_bound_bytes},
-                 {"param_bytes", plan.param_bytes}, {"grad_bytes", plan.grad_bytes},
-                 {"optimizer_bytes", opt_bytes},    {"input_bytes", plan.input_bytes}};
+  j["memory"] = {{"arena_bytes", plan.arena_bytes},
+                 {"live_bytes_peak", plan.lower_bound_bytes},
+                 {"param_bytes", plan.param_bytes},
+                 {"grad_bytes", plan.grad_bytes},
+                 {"optimizer_bytes", opt_bytes},
+                 {"input_bytes", plan.input_bytes},
+                 {"communication_bytes", t.comm_buffer_bytes()}};
   write_file(out.summary_path, j.dump(2) + "\n");
   write_file(out.html_path, memory_html(t.program(), plan, title, opt_bytes));
 

@@ -144,14 +144,14 @@ int run_train(const RunOptions& o) {
       fmt::print(out, "step {}: val loss {:.4f}{}\n", step, vl, improved ? " (best so far)" : "");
       std::fflush(out);
       append_json(metrics_file, {{"step", step}, {"val_loss", vl}, {"best_val_loss", best_val}});
-      if (improved && !run_dir.empty() && writer) save("best");
+      if (improved && !run_dir.empty()) save("best");
     }
-    if (run_dir.empty() || !writer) return;
+    if (run_dir.empty()) return;
     const bool periodic = c.train.checkpoint_interval > 0 ? step % c.train.checkpoint_interval == 0
                                                           : (eval && step % c.train.eval_interval == 0);
     if (periodic || last) {
-      save(fmt::format("ckpt_{:06d}", step));
-      prune_checkpoints(run_dir.string(), c.train.keep_last);
+      save(fmt::format("ckpt_{:06d}", step));  // every rank: sharded optimizer state is gathered
+      if (writer) prune_checkpoints(run_dir.string(), c.train.keep_last);
     }
   };
 

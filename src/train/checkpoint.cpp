@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -42,17 +43,20 @@ void write_text(const std::string& path, const std::string& text) {
   if (!f) throw std::runtime_error("could not write '" + path + "' (disk full?)");
 }
 
-// The moments of every parameter, named like the parameters with an "opt/mu/" or "opt/nu/" prefix.
+constexpr const char* kMomentPrefix[2] = {"opt/mu/", "opt/nu/"};
+
+// The moments of every parameter, named like the parameters with an "opt/mu/" or "opt/nu/" prefix
+// (gathered from every rank when the optimizer state is sharded).
 std::vector<StTensor> export_moments(const Trainer& t) {
   std::vector<StTensor> out;
   const Graph& g = t.model().graph;
-  const auto& ts = t.optimizer().tensors();
-  for (size_t i = 0; i < g.params().size(); ++i) {
-    const Value& v = g.value(g.params()[i].value);
-    for (auto [name, buf] : {std::pair<const char*, float*>{"opt/mu/", ts[i].mu}, {"opt/nu/", ts[i].nu}}) {
-      if (!buf) continue;
-      StTensor s{name + v.name, DType::f32, v.shape, std::vector<unsigned char>(static_cast<size_t>(v.bytes()))};
-      t.executor().backend().copy_to_host(s.bytes.data(), buf, s.bytes.size());
+  for (int which : {0, 1}) {
+    const std::vector<std::vector<float>> m = t.moments(which);
+    for (size_t i = 0; i < m.size() && !m[i].empty(); ++i) {
+      const Value& v = g.value(g.params()[i].value);
+      StTensor s{kMomentPrefix[which] + v.name, DType::f32, v.shape,
+                 std::vector<unsigned char>(static_cast<size_t>(v.bytes()))};
+      std::memcpy(s.bytes.data(), m[i].data(), s.bytes.size());
       out.push_back(std::move(s));
     }
   }
@@ -63,6 +67,9 @@ std::vector<StTensor> export_moments(const Trainer& t) {
 
 void save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
                      const nlohmann::json* tokenizer) {
+  if (t.comm().rank() != 0 && !t.sharded()) return;
+  std::vector<StTensor> moments = export_moments(t);  // every rank takes part when it is sharded
+  if (t.comm().rank() != 0) return;
   const fs::path final_dir(dir);
   const fs::path tmp = sibling(final_dir, ".tmp");
   std::error_code ec;
@@ -70,7 +77,7 @@ void save_checkpoint(const Trainer& t, const CheckpointState& s, const std::stri
   fs::create_directories(tmp);
   try {
     std::vector<StTensor> tensors = export_params(t.executor(), t.config().model.scan_layers);
-    for (StTensor& m : export_moments(t)) tensors.push_back(std::move(m));
+    for (StTensor& m : moments) tensors.push_back(std::move(m));
     write_safetensors((tmp / kModelFile).string(), tensors, {{"format", "loom checkpoint"}});
     nlohmann::json j = {{"config", s.config_toml},
                         {"step", s.step},
@@ -200,17 +207,17 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
   const std::string file = (fs::path(c.path) / kModelFile).string();
   import_params(t.executor(), by_name, t.config().model.scan_layers, file);
   const Graph& g = t.model().graph;
-  const auto& ts = t.optimizer().tensors();
-  for (size_t i = 0; i < g.params().size(); ++i) {
-    const Value& v = g.value(g.params()[i].value);
-    for (auto [prefix, buf] : {std::pair<const char*, float*>{"opt/mu/", ts[i].mu}, {"opt/nu/", ts[i].nu}}) {
-      if (!buf) continue;
-      auto it = by_name.find(prefix + v.name);
+  for (int which : {0, 1}) {
+    if (!t.optimizer().keeps_moment(which)) continue;
+    for (size_t i = 0; i < g.params().size(); ++i) {
+      const Value& v = g.value(g.params()[i].value);
+      const std::string name = kMomentPrefix[which] + v.name;
+      auto it = by_name.find(name);
       if (it == by_name.end() || it->second->shape != v.shape || it->second->dtype != DType::f32)
-        throw UserError(file,
-                        "optimizer tensor '" + std::string(prefix) + v.name + "' is missing or has the wrong shape",
+        throw UserError(file, "optimizer tensor '" + name + "' is missing or has the wrong shape",
                         "the checkpoint was written with another optimizer or model");
-      t.executor().backend().copy_to_device(buf, it->second->bytes.data(), it->second->bytes.size());
+      // This rank's part (all of it unless the optimizer state is sharded): resharded on load.
+      t.set_moment(which, i, reinterpret_cast<const float*>(it->second->bytes.data()));
     }
   }
   t.restore_progress(c.state.step, c.state.opt_count, c.state.loss_scale, c.state.scaler_tracker,

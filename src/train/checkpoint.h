@@ -41,14 +41,16 @@ struct Checkpoint {
 };
 
 // Writes the trainer's parameters and optimizer state into `dir` atomically (and the data's
-// tokenizer as tokenizer.json, when given, so `loom sample` can decode).
+// tokenizer as tokenizer.json, when given, so `loom sample` can decode). Every rank of t.comm()
+// calls it (sharded optimizer state is gathered); rank 0 alone writes.
 void save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
                      const nlohmann::json* tokenizer = nullptr);
 // Reads and validates a checkpoint directory (or a run directory: its latest checkpoint).
 // Truncated/corrupted files, missing tensors or a bad state.json are UserErrors naming the file.
 Checkpoint load_checkpoint(const std::string& path);
 // Loads params and optimizer state into `t` (which must be built from a config whose model
-// matches: otherwise a UserError naming the first differing model.* key).
+// matches: otherwise a UserError naming the first differing model.* key). Each rank takes its
+// part of sharded optimizer state, whatever the rank count that wrote the checkpoint.
 void restore_checkpoint(Trainer& t, const Checkpoint& c);
 // The latest ckpt_<step> directory in a run directory ("" if none).
 std::string latest_checkpoint(const std::string& run_dir);

@@ -207,6 +207,10 @@ const std::vector<KeySpec>& schema() {
                   LOOM_REF(optimizer.weight_decay_mask)),
       make_number("optimizer.clip_norm", "clip_by_global_norm before the optimizer (0 = off)",
                   LOOM_REF(optimizer.clip_norm)),
+      make_string("optimizer.shard",
+                  "more than one rank: none, or state (ZeRO-1: each rank holds and updates 1/N of the optimizer "
+                  "moments, gradients are reduce-scattered and the parameters all-gathered)",
+                  LOOM_REF(optimizer.shard)),
       make_string("optimizer.schedule",
                   "learning-rate schedule: constant, warmup_cosine_decay, warmup_exponential_decay",
                   LOOM_REF(optimizer.schedule.kind)),
@@ -354,6 +358,12 @@ void validate_config(const Config& c) {
   need(c.optimizer.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", "e.g. 0.1");
   need(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1, "optimizer.momentum", "must be in [0, 1)", "e.g. 0.9");
   need(c.optimizer.clip_norm >= 0, "optimizer.clip_norm", "must be >= 0", "0 disables clipping; GPT-2 uses 1.0");
+  need(c.optimizer.shard != "state+grads", "optimizer.shard",
+       "state+grads (ZeRO-2) is not available: the gradients are persistent accumulation buffers the backward "
+       "writes whole on every rank, so sharding them would save no memory",
+       "use state (ZeRO-1) or none");
+  need(c.optimizer.shard == "none" || c.optimizer.shard == "state", "optimizer.shard",
+       "unknown mode '" + c.optimizer.shard + "'", "use none or state");
   need(c.optimizer.loss_scale == "dynamic" || c.optimizer.loss_scale == "static" || c.optimizer.loss_scale == "none",
        "optimizer.loss_scale", "unknown loss scaling '" + c.optimizer.loss_scale + "'", "use dynamic, static or none");
   need(c.optimizer.loss_scale_init > 0, "optimizer.loss_scale_init", "must be positive",

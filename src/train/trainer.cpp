@@ -16,6 +16,9 @@
 namespace loom {
 
 namespace {
+// Elements of a gradient bucket (train.bucket_kib).
+int64_t bucket_elems(const Config& c) { return c.train.bucket_kib * 1024 / static_cast<int64_t>(sizeof(float)); }
+
 // model.remat: "", "none", or a comma-separated subset of MLP, Attn, Block.
 void parse_remat(const std::string& s, nn::TransformerSpec& t) {
   if (s.empty() || s == "none") return;
@@ -114,6 +117,35 @@ TrainProgram build_train_program(const Config& c, int ranks) {
   return p;
 }
 
+std::vector<std::pair<size_t, size_t>> gradient_order(const TrainProgram& p) {
+  const Graph& g = p.model.graph;
+  std::vector<size_t> written(g.values().size(), 0);
+  for (size_t s = 0; s < p.schedule.size(); ++s) {
+    const Node& n = g.node(p.schedule[s]);
+    if ((op_info(n.op).flags & kOpWritesInput0) && g.value(n.in[0]).kind == ValueKind::grad) written[n.in[0]] = s + 1;
+  }
+  std::vector<std::pair<size_t, size_t>> out;
+  for (size_t i = 0; i < g.params().size(); ++i) out.emplace_back(i, written[g.params()[i].grad]);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  return out;
+}
+
+RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks) {
+  const Graph& g = p.model.graph;
+  std::vector<int64_t> sizes;
+  for (const auto& [param, at] : gradient_order(p)) sizes.push_back(g.value(g.params()[param].value).shape.numel());
+  RankMemory m;
+  for (int64_t n : sizes) m.optimizer_elems += n;
+  if (ranks == 1) return m;
+  const std::vector<dist::Bucket> buckets = dist::plan_buckets(sizes, bucket_elems(c));
+  m.comm_buffer_bytes = dist::BucketReducer::buffer_bytes(buckets, ranks);
+  if (c.optimizer.shard == "state") {
+    m.optimizer_elems = 0;
+    for (const dist::Bucket& b : buckets) m.optimizer_elems += dist::chunk(b.elems, ranks, 0).size();  // the largest
+  }
+  return m;
+}
+
 Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::Comm* comm)
     : cfg_(c),
       be_(be),
@@ -128,28 +160,45 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
     init_param(g, p, c.seed, host);
     exec_->upload(p.value, host.data());
   }
-  opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_);
-  // Gradients by their last writer's position in the schedule (0: never written), so that the
-  // buckets become final one after another during the backward.
-  std::vector<size_t> written(g.values().size(), 0);
-  for (size_t s = 0; s < prog_.schedule.size(); ++s) {
-    const Node& n = g.node(prog_.schedule[s]);
-    if ((op_info(n.op).flags & kOpWritesInput0) && g.value(n.in[0]).kind == ValueKind::grad) written[n.in[0]] = s + 1;
-  }
-  std::vector<size_t> order(g.params().size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return written[g.params()[a].grad] < written[g.params()[b].grad]; });
+  const std::vector<std::pair<size_t, size_t>> written = gradient_order(prog_);
+  for (const auto& [param, at] : written) order_.push_back(param);
   std::vector<dist::FloatSpan> grads;
-  for (size_t i : order) grads.push_back({opt_->tensors()[i].grad, opt_->tensors()[i].n});
-  reducer_ = std::make_unique<dist::BucketReducer>(comm_, std::move(grads),
-                                                   c.train.bucket_kib * 1024 / static_cast<int64_t>(sizeof(float)));
-  for (size_t b = 0; b < reducer_->num_buckets(); ++b)
-    bucket_ready_.push_back(written[g.params()[order[reducer_->last(b) - 1]].grad]);
+  for (size_t i : order_) {
+    const Param& p = g.params()[i];
+    const int64_t n = g.value(p.value).shape.numel();
+    grads.push_back({static_cast<float*>(exec_->ptr(p.grad)), n});
+    params_.push_back({static_cast<float*>(exec_->ptr(p.value)), n});
+  }
+  sharded_ = c.optimizer.shard == "state" && comm_.size() > 1;
+  reducer_ = std::make_unique<dist::BucketReducer>(comm_, std::move(grads), bucket_elems(c), sharded_);
+  for (size_t b = 0; b < reducer_->num_buckets(); ++b) bucket_ready_.push_back(written[reducer_->last(b) - 1].second);
   bucket_span_.assign(reducer_->num_buckets(), -1);
   reducer_->set_on_complete([this](size_t b) {
     if (recorder_) recorder_->end_span(bucket_span_[b]);
   });
+  if (!sharded_) {
+    opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_);
+    return;
+  }
+  // This rank's slices: its chunk of every bucket, cut at the parameters' boundaries.
+  std::vector<OptimSlice> slices;
+  for (size_t b = 0; b < reducer_->num_buckets(); ++b) {
+    const dist::Range own = reducer_->own(b);
+    int64_t at = 0;  // where buffer k starts in the bucket
+    for (size_t k = reducer_->first(b); k < reducer_->last(b); at += params_[k++].n) {
+      const int64_t lo = std::max(own.begin, at), hi = std::min(own.end, at + params_[k].n);
+      if (lo < hi) slices.push_back({.param = order_[k], .begin = lo - at, .n = hi - lo});
+    }
+  }
+  // Σ over ranks of their parts of the squared norm, in rank order (the same on every rank).
+  auto sum_over_ranks = [this](double part) {
+    std::vector<double> parts(static_cast<size_t>(comm_.size()));
+    comm_.all_gather_bytes(&part, sizeof part, parts.data());
+    double s = 0;
+    for (double p : parts) s += p;
+    return s;
+  };
+  opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_, std::move(slices), sum_over_ranks);
 }
 
 Trainer::~Trainer() = default;
@@ -201,6 +250,7 @@ StepReport Trainer::step(const Batch& batch) {
   {
     ScopedSpan optimizer_span(recorder_, SpanKind::optimizer, step_ + 1);
     r.opt = opt_->step();
+    if (sharded_) reducer_->all_gather(params_);  // every rank's updated chunks to every rank
   }
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -222,6 +272,36 @@ void Trainer::run_last_minibatch(const RunCtx& rc) {
     if (b == reducer_->num_buckets()) break;
     bucket_span_[b] = recorder_ ? recorder_->begin_span(SpanKind::communication, static_cast<int64_t>(b)) : -1;
     reducer_->start(b);
+  }
+}
+
+std::vector<std::vector<float>> Trainer::moments(int which) const {
+  const Graph& g = prog_.model.graph;
+  std::vector<std::vector<float>> out(g.params().size());
+  const auto& ts = opt_->tensors();
+  const auto& slices = opt_->slices();
+  const auto buffer = [&](size_t k) { return which == 0 ? ts[k].mu : ts[k].nu; };
+  if (!opt_->keeps_moment(which)) return out;
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i].resize(static_cast<size_t>(g.value(g.params()[i].value).shape.numel()));
+  for (size_t k = 0; k < slices.size(); ++k)
+    be_.copy_to_host(out[slices[k].param].data() + slices[k].begin, buffer(k),
+                     static_cast<size_t>(slices[k].n) * sizeof(float));
+  if (sharded_) {
+    std::vector<dist::FloatSpan> parts;
+    for (size_t i : order_) parts.push_back({out[i].data(), static_cast<int64_t>(out[i].size())});
+    reducer_->all_gather(parts);
+  }
+  return out;
+}
+
+void Trainer::set_moment(int which, size_t param, const float* values) {
+  const auto& ts = opt_->tensors();
+  const auto& slices = opt_->slices();
+  for (size_t k = 0; k < slices.size(); ++k) {
+    float* buf = which == 0 ? ts[k].mu : ts[k].nu;
+    if (slices[k].param == param && buf)
+      be_.copy_to_device(buf, values + slices[k].begin, static_cast<size_t>(slices[k].n) * sizeof(float));
   }
 }
 

@@ -11,7 +11,10 @@
 // (M) minibatches in it, which are the global minibatches r·M .. r·M + M - 1 (the same rows and
 // dropout keys as one process with N·M minibatches). The loss seed is 1/(tokens of all N·M
 // minibatches), so the sum of the ranks' gradients (dist::Comm's fixed rank order) is the mean
-// gradient; clipping and the update then run identically on every rank. The sum runs in buckets
+// gradient; clipping and the update then run identically on every rank (optimizer.shard = state,
+// ZeRO-1: each rank receives only its chunk of every bucket's sum (reduce-scatter), holds the
+// moments of and updates only those elements, and the parameters are all-gathered; the clip norm
+// is the whole gradient's, its per-rank parts summed in rank order). The sum runs in buckets
 // of train.bucket_kib while the last minibatch's backward still computes (each bucket starts once
 // the schedule has written its gradients for the last time); buckets never change the bits. Metrics are gathered per
 // minibatch and summed in global minibatch order, as one process would.
@@ -54,6 +57,19 @@ struct TrainProgram {
 };
 TrainProgram build_train_program(const Config& c, int ranks = 1);
 
+// The parameters (indices into Graph::params()) in the order the schedule writes their gradients
+// for the last time, each with the number of scheduled nodes run by then (0: never written): the
+// order of the gradient buckets summed over ranks.
+std::vector<std::pair<size_t, size_t>> gradient_order(const TrainProgram& p);
+
+// What data parallelism over `ranks` ranks adds to, or takes from, one rank's memory, from the
+// program alone (`loom memory --ranks`); a Trainer allocates exactly this.
+struct RankMemory {
+  int64_t optimizer_elems = 0;    // parameter elements whose moments the largest share holds
+  int64_t comm_buffer_bytes = 0;  // the gradient buckets' staging and receive buffers
+};
+RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks);
+
 struct StepReport {
   Metrics metrics;      // this step's (sum, count) pairs
   OptimizerReport opt;  // lr, grad norm, loss scale, skipped
@@ -93,6 +109,14 @@ class Trainer {
   void set_recorder(OpRecorder* r);
   // Gradient buckets summed over ranks per step (0 in a single process).
   size_t num_buckets() const { return reducer_->num_buckets(); }
+  // Optimizer moment `which` (0: the first, mu; 1: the second, nu) of every parameter, whole, in
+  // Graph::params() order (empty vectors when the optimizer keeps none). With sharded state every
+  // rank must call it: the parts are gathered.
+  std::vector<std::vector<float>> moments(int which) const;
+  // Sets this process's part of moment `which` of parameter `param` from the whole tensor.
+  void set_moment(int which, size_t param, const float* values);
+  bool sharded() const { return sharded_; }
+  int64_t comm_buffer_bytes() const { return reducer_->buffer_bytes(); }
 
  private:
   Config cfg_;
@@ -107,6 +131,9 @@ class Trainer {
   // buckets during the last minibatch's backward: bucket b starts once the first
   // bucket_ready_[b] scheduled nodes have run.
   std::unique_ptr<dist::BucketReducer> reducer_;
+  bool sharded_ = false;                 // optimizer.shard = state on more than one rank
+  std::vector<size_t> order_;            // the parameter behind each of the reducer's buffers
+  std::vector<dist::FloatSpan> params_;  // the parameters in that order (gathered after a sharded update)
   std::vector<size_t> bucket_ready_;
   std::vector<int32_t> bucket_span_;  // the recorder's communication span of each bucket in flight
   void run_last_minibatch(const RunCtx& rc);

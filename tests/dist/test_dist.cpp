@@ -247,6 +247,56 @@ TEST(Dist, SameRankCountIsBitIdenticalWhateverTheBuckets) {
   EXPECT_EQ(train_losses(a).size(), 20u);
 }
 
+TEST(Dist, ShardedOptimizerStateTrainsLikeUnsharded) {
+  REQUIRE_MPIRUN();
+  // ZeRO-1 with 1 KiB buckets (parameters cut across ranks and buckets): each rank updates its
+  // elements with the same summed gradients. Without clipping nothing else differs: bit-identical.
+  // With clipping the norm is summed from per-rank parts, which may round differently.
+  for (const char* clip : {"0", "1.0"}) {
+    const fs::path none = scratch(std::string("shard_none_") + clip),
+                   state = scratch(std::string("shard_state_") + clip);
+    for (const auto& [out, mode] : {std::pair{none, "none"}, std::pair{state, "state"}}) {
+      const RunResult r = loom_on(2, train_args(out, std::string("optimizer.clip_norm=") + clip +
+                                                         " train.bucket_kib=1 optimizer.shard=" + mode));
+      ASSERT_EQ(r.status, 0) << r.out;
+    }
+    std::printf("optimizer.shard = state against none, clip_norm %s:\n", clip);
+    expect_losses_close(train_losses(none), train_losses(state));
+    expect_close(none / "ckpt_000020", state / "ckpt_000020");
+    if (std::string(clip) == "0") expect_identical(none, state, "ckpt_000020");
+  }
+}
+
+TEST(Dist, MemoryPlanPerRankIsWhatEachRankAllocates) {
+  REQUIRE_MPIRUN();
+  // `loom memory --ranks 2` (nothing runs) against what each rank of a 2-rank run allocated (its
+  // profile summary). The plan gives the largest rank's share of the sharded optimizer state.
+  std::map<std::string, int64_t> optimizer_total;  // mode -> both ranks' optimizer bytes
+  for (const char* mode : {"none", "state"}) {
+    const std::string overrides = std::string(" optimizer.shard=") + mode + " train.bucket_kib=1";
+    const RunResult plan = loom_on(0, "memory " + fixture().config.string() + " --ranks 2 --json" + overrides);
+    ASSERT_EQ(plan.status, 0) << plan.out;
+    const auto p = nlohmann::json::parse(plan.out);
+    const fs::path out = scratch(std::string("memory_") + mode);
+    const RunResult run = loom_on(
+        2, "profile " + fixture().config.string() + overrides + " --steps 1 --no-ceiling --out " + out.string());
+    ASSERT_EQ(run.status, 0) << run.out;
+    int64_t largest = 0;
+    for (int rank : {0, 1}) {
+      std::ifstream f(out / ("rank" + std::to_string(rank)) / "summary.json");
+      const auto m = nlohmann::json::parse(f)["memory"];
+      EXPECT_EQ(m["communication_bytes"], p["communication_bytes"]) << mode << " rank " << rank;
+      EXPECT_EQ(m["arena_bytes"], p["activations_bytes"]) << mode << " rank " << rank;
+      EXPECT_EQ(m["param_bytes"], p["params_bytes"]) << mode << " rank " << rank;
+      EXPECT_EQ(m["grad_bytes"], p["grads_bytes"]) << mode << " rank " << rank;
+      largest = std::max(largest, m["optimizer_bytes"].get<int64_t>());
+      optimizer_total[mode] += m["optimizer_bytes"].get<int64_t>();
+    }
+    EXPECT_EQ(largest, p["optimizer_bytes"].get<int64_t>()) << mode;
+  }
+  EXPECT_EQ(optimizer_total["state"] * 2, optimizer_total["none"]) << "each rank holds its half of the moments";
+}
+
 TEST(Dist, ConfigurationMismatchIsAnErrorOnEveryRankBeforeAnyStep) {
   REQUIRE_MPIRUN();
   const fs::path out = scratch("mismatch");
@@ -391,11 +441,15 @@ TEST(Dist, CheckpointsResumeWithAnyRankCount) {
   ASSERT_EQ(loom_on(0, train_args(straight, "optimizer.num_minibatches=2")).status, 0);
   struct Leg {
     int first_np, second_np;  // 0 = one process with 2 minibatches, 2 = two ranks with 1
+    const char* shard;        // the two ranks' optimizer.shard
   };
-  for (const Leg leg : {Leg{2, 0}, Leg{0, 2}, Leg{2, 2}}) {
-    const std::string name = fmt::format("resume_{}_{}", leg.first_np, leg.second_np);
+  for (const Leg leg :
+       {Leg{2, 0, "none"}, Leg{0, 2, "none"}, Leg{2, 2, "none"}, Leg{2, 0, "state"}, Leg{0, 2, "state"}}) {
+    const std::string name = fmt::format("resume_{}_{}_{}", leg.first_np, leg.second_np, leg.shard);
     const fs::path out = scratch(name);
-    const auto mb = [](int np) { return std::string("optimizer.num_minibatches=") + (np ? "1" : "2"); };
+    const auto mb = [&](int np) {
+      return std::string("optimizer.num_minibatches=") + (np ? "1 optimizer.shard=" + std::string(leg.shard) : "2");
+    };
     RunResult r = loom_on(leg.first_np, train_args(out, mb(leg.first_np) + " train.steps=10"));
     ASSERT_EQ(r.status, 0) << r.out;
     r = loom_on(leg.second_np, "train --resume " + out.string() + " train.steps=20 " + mb(leg.second_np));
@@ -408,7 +462,7 @@ TEST(Dist, CheckpointsResumeWithAnyRankCount) {
   // Same rank count: a resumed run is bit-identical to one straight through.
   const fs::path two = scratch("two_straight");
   ASSERT_EQ(loom_on(2, train_args(two)).status, 0);
-  expect_identical(two, two.parent_path() / "resume_2_2", "ckpt_000020");
+  expect_identical(two, two.parent_path() / "resume_2_2_none", "ckpt_000020");
 }
 
 }  // namespace

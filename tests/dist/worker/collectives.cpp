@@ -141,12 +141,53 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Scatter mode (sharded optimizer state): each rank's own chunk of every bucket holds the sum,
+  // the rest its own values; all_gather then spreads every rank's chunks of a second list.
+  for (int64_t bucket : {int64_t{7}, int64_t{6000}}) {
+    std::vector<std::vector<float>> ts(sizes.size()), ps(sizes.size());
+    std::vector<loom::dist::FloatSpan> spans(sizes.size()), params(sizes.size());
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      ts[t] = data(rank, 300 + static_cast<int>(t), sizes[t]);
+      ps[t] = std::vector<float>(static_cast<size_t>(sizes[t]), static_cast<float>(rank));
+      spans[t] = {ts[t].data(), sizes[t]};
+      params[t] = {ps[t].data(), sizes[t]};
+    }
+    loom::dist::BucketReducer reducer(comm, spans, bucket, /*scatter=*/true);
+    reducer.all_reduce_sum();
+    bool sums_ok = true, gather_ok = true;
+    for (size_t b = 0; b < reducer.num_buckets(); ++b) {
+      int64_t at = 0;
+      for (size_t t = reducer.first(b); t < reducer.last(b); at += sizes[t++]) {
+        const std::vector<float> sum = serial_sum(all_data(size, 300 + static_cast<int>(t), sizes[t]));
+        const std::vector<float> own = data(rank, 300 + static_cast<int>(t), sizes[t]);
+        for (int64_t i = 0; i < sizes[t]; ++i) {
+          const bool mine = at + i >= reducer.own(b).begin && at + i < reducer.own(b).end;
+          const float want = mine ? sum[static_cast<size_t>(i)] : own[static_cast<size_t>(i)];
+          sums_ok = sums_ok && std::memcmp(&ts[t][static_cast<size_t>(i)], &want, sizeof want) == 0;
+        }
+      }
+    }
+    check(sums_ok, "BucketReducer scatter bucket=" + std::to_string(bucket), rank);
+    reducer.all_gather(params);
+    for (size_t b = 0; b < reducer.num_buckets(); ++b) {
+      int64_t at = 0;
+      for (size_t t = reducer.first(b); t < reducer.last(b); at += sizes[t++])
+        for (int64_t i = 0; i < sizes[t]; ++i) {
+          // Element i of the bucket comes from the rank whose chunk holds it.
+          int owner = 0;
+          while (at + i >= loom::dist::chunk(reducer.elems(b), size, owner).end) ++owner;
+          gather_ok = gather_ok && ps[t][static_cast<size_t>(i)] == static_cast<float>(owner);
+        }
+    }
+    check(gather_ok, "BucketReducer all_gather bucket=" + std::to_string(bucket), rank);
+  }
+
   // Two sums in flight at once, advanced alternately.
   {
     const int64_t n = (int64_t{1} << 20) * size + 3;
     const auto xs = all_data(size, 200, n), ys = all_data(size, 201, n);
     std::vector<float> x = xs[static_cast<size_t>(rank)], y = ys[static_cast<size_t>(rank)];
-    std::vector<float> sx(static_cast<size_t>(comm.reduce_scratch_elems(n))), sy(sx.size());
+    std::vector<float> sx(static_cast<size_t>(loom::dist::reduce_scratch_elems(n, size))), sy(sx.size());
     auto px = comm.start_all_reduce_sum(x.data(), n, sx.data());
     auto py = comm.start_all_reduce_sum(y.data(), n, sy.data());
     bool dx = false, dy = false;
