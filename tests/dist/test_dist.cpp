@@ -25,6 +25,7 @@
 
 #include "io/safetensors.h"
 #include "support/run_loom.h"
+#include "support/tiny_run.h"
 
 namespace fs = std::filesystem;
 using loom::testing::RunResult;
@@ -82,58 +83,19 @@ fs::path scratch(const std::string& name) {
   return p;
 }
 
-// A char-level dataset and a tiny GPT (dropout on, tied embeddings, AdamW with clipping and a
-// schedule), one thread per rank.
+// support/tiny_run.h's dataset and tiny GPT, here with 1 minibatch of 8 sequences, validation
+// every 10 steps and 1 thread per rank (kBase, given on every command line).
 struct Fixture {
   fs::path dir, config;
   Fixture() {
     dir = scratch("fixture");
-    std::string text;
-    for (int i = 0; i < 400; ++i) text += "To be, or not to be, that is the question. ";
-    std::ofstream(dir / "text.txt") << text;
-    const RunResult r =
-        loom::testing::run_loom("prepare char " + (dir / "text.txt").string() + " " + (dir / "data").string());
-    EXPECT_EQ(r.status, 0) << r.out;
-    config = dir / "tiny.toml";
-    std::ofstream(config) << R"(seed = 7
-threads = 1
-[model]
-kind = "transformer"
-block_order = "attn_first"
-hidden_size = 32
-num_layers = 2
-head_dim = 8
-vocab_size = 20
-num_outputs = 20
-max_seq_len = 16
-dropout_rate = 0.1
-use_bias = false
-tie_embeddings = true
-init = "gpt2"
-[optimizer]
-name = "adamw"
-learning_rate = 3e-3
-weight_decay = 0.1
-clip_norm = 1.0
-schedule = "warmup_cosine_decay"
-warmup_steps = 5
-decay_steps = 20
-end_value = 1e-4
-num_minibatches = 1
-[data]
-kind = "tokens"
-dir = ")" + (dir / "data").string() +
-                                 R"("
-batch_size = 8
-seq_len = 16
-[train]
-steps = 20
-log_every = 1
-eval_interval = 10
-eval_iters = 2
-)";
+    const loom::testing::TinyRun t = loom::testing::make_tiny_run(dir);
+    EXPECT_EQ(t.prepared.status, 0) << t.prepared.out;
+    config = t.config;
   }
 };
+const std::string kBase =
+    " threads=1 optimizer.num_minibatches=1 data.batch_size=8 train.eval_interval=10 train.eval_iters=2 ";
 
 const Fixture& fixture() {
   static const Fixture f;
@@ -141,7 +103,7 @@ const Fixture& fixture() {
 }
 
 std::string train_args(const fs::path& out, const std::string& overrides = {}) {
-  return "train " + fixture().config.string() + " --out " + out.string() + " --overwrite " + overrides;
+  return "train " + fixture().config.string() + kBase + "--out " + out.string() + " --overwrite " + overrides;
 }
 
 std::vector<double> train_losses(const fs::path& run) {
@@ -274,12 +236,12 @@ TEST(Dist, MemoryPlanPerRankIsWhatEachRankAllocates) {
   std::map<std::string, int64_t> optimizer_total;  // mode -> both ranks' optimizer bytes
   for (const char* mode : {"none", "state"}) {
     const std::string overrides = std::string(" optimizer.shard=") + mode + " train.bucket_kib=1";
-    const RunResult plan = loom_on(0, "memory " + fixture().config.string() + " --ranks 2 --json" + overrides);
+    const RunResult plan = loom_on(0, "memory " + fixture().config.string() + kBase + "--ranks 2 --json" + overrides);
     ASSERT_EQ(plan.status, 0) << plan.out;
     const auto p = nlohmann::json::parse(plan.out);
     const fs::path out = scratch(std::string("memory_") + mode);
-    const RunResult run = loom_on(
-        2, "profile " + fixture().config.string() + overrides + " --steps 1 --no-ceiling --out " + out.string());
+    const RunResult run = loom_on(2, "profile " + fixture().config.string() + kBase + overrides +
+                                         " --steps 1 --no-ceiling --out " + out.string());
     ASSERT_EQ(run.status, 0) << run.out;
     int64_t largest = 0;
     for (int rank : {0, 1}) {
@@ -322,7 +284,7 @@ TEST(Dist, OneFailingRankStopsTheJobWithItsMessage) {
   // Only rank 0 looks at the run directory: it fails alone while rank 1 goes on to its first step.
   const fs::path out = scratch("occupied");
   ASSERT_EQ(loom_on(0, train_args(out, "train.steps=2")).status, 0);
-  const RunResult r = loom_on(2, "train " + fixture().config.string() + " --out " + out.string());
+  const RunResult r = loom_on(2, "train " + fixture().config.string() + kBase + "--out " + out.string());
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("already holds a run"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 0 of 2 failed"), std::string::npos) << r.out;
@@ -331,8 +293,8 @@ TEST(Dist, OneFailingRankStopsTheJobWithItsMessage) {
 TEST(Dist, ProfileWritesATracePerRankAndOneWithEvery) {
   REQUIRE_MPIRUN();
   const fs::path out = scratch("profile");
-  const RunResult r = loom_on(2, "profile " + fixture().config.string() +
-                                     " train.bucket_kib=1 --steps 2 --no-ceiling " + "--out " + out.string());
+  const RunResult r = loom_on(2, "profile " + fixture().config.string() + kBase +
+                                     "train.bucket_kib=1 --steps 2 --no-ceiling --out " + out.string());
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("gradient sums over ranks"), std::string::npos) << r.out;
   // Each rank's trace is its own process; the merged one holds both, each with its executor and

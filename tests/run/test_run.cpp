@@ -15,6 +15,7 @@
 
 #include "io/safetensors.h"
 #include "support/run_loom.h"
+#include "support/tiny_run.h"
 
 namespace fs = std::filesystem;
 
@@ -32,53 +33,15 @@ fs::path scratch(const std::string& name) {
   return p;
 }
 
-// A small char-level dataset and config shared by the tests.
+// A small char-level dataset and config shared by the tests (support/tiny_run.h).
 struct Fixture {
   fs::path dir, data, config;
   Fixture() {
     dir = scratch("fixture");
-    std::string text;
-    for (int i = 0; i < 400; ++i) text += "To be, or not to be, that is the question. ";
-    std::ofstream(dir / "text.txt") << text;
-    data = dir / "data";
-    const Result r = run("prepare char " + (dir / "text.txt").string() + " " + data.string());
-    EXPECT_EQ(r.status, 0) << r.out;
-    config = dir / "tiny.toml";
-    std::ofstream(config) << R"(seed = 7
-[model]
-kind = "transformer"
-block_order = "attn_first"
-hidden_size = 32
-num_layers = 2
-head_dim = 8
-vocab_size = 20
-num_outputs = 20
-max_seq_len = 16
-dropout_rate = 0.1
-use_bias = false
-tie_embeddings = true
-init = "gpt2"
-[optimizer]
-name = "adamw"
-learning_rate = 3e-3
-weight_decay = 0.1
-clip_norm = 1.0
-schedule = "warmup_cosine_decay"
-warmup_steps = 5
-decay_steps = 20
-end_value = 1e-4
-num_minibatches = 2
-[data]
-kind = "tokens"
-dir = ")" + data.string() + R"("
-batch_size = 4
-seq_len = 16
-[train]
-steps = 20
-log_every = 1
-eval_interval = 5
-eval_iters = 3
-)";
+    const loom::testing::TinyRun t = loom::testing::make_tiny_run(dir);
+    EXPECT_EQ(t.prepared.status, 0) << t.prepared.out;
+    data = t.data;
+    config = t.config;
   }
 };
 
