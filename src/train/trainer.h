@@ -99,7 +99,8 @@ class Trainer {
   // Continues a run from a checkpoint (after its params and moments are loaded).
   void restore_progress(int64_t step, int64_t opt_count, double loss_scale, int64_t scaler_tracker,
                         int64_t scaler_skipped);
-  // Host copies of a parameter (by path) and of its gradient from the last step.
+  // Host copies of a parameter (by path) and of its gradient from the last step (with sharded
+  // optimizer state only this rank's chunks of the gradient hold the sum over ranks).
   std::vector<float> param(const std::string& path) const;
   std::vector<float> grad(const std::string& path) const;
   void set_param(const std::string& path, const std::vector<float>& values);
