@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/version.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
       "technique measurable.\nConfigs are TOML; any key can be overridden as section.key=value."};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
+  app.set_version_flag("--version", fmt::format("loom {} (git {})", cli::kVersion, cli::kGitCommit),
+                       "print the version and the git commit it was built from");
   std::vector<std::pair<CLI::App*, cli::CommandBody>> bodies;
   for (const cli::Command& c : cli::commands()) {
     CLI::App* sub = app.add_subcommand(c.name, c.help);

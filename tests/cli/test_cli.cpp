@@ -1,6 +1,8 @@
-// The loom command as a user runs it: bad configs, overrides and files each give a clear
-// message naming the key or file, and a nonzero exit status.
+// The loom command as a user runs it: the installed binary (the install.loom fixture puts it in
+// a prefix inside the build tree), started from a scratch directory, not the source tree. Bad
+// configs, overrides and files each give a clear message naming the key or file, and status 2.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "support/run_loom.h"
 
@@ -14,12 +16,24 @@ namespace {
 
 using Result = loom::testing::RunResult;
 
-Result run(const std::string& args) { return loom::testing::run_loom(args, LOOM_SOURCE_DIR); }
+// ctest runs test cases as separate processes, two at a time: one scratch directory each.
+const std::filesystem::path& scratch() {
+  static const std::filesystem::path dir = [] {
+    const auto d = std::filesystem::temp_directory_path() / ("loom_test_cli_" + std::to_string(getpid()));
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+Result run(const std::string& args) { return loom::testing::run_loom(args, scratch().string(), LOOM_INSTALLED_BINARY); }
+
+// A configuration shipped in configs/, by absolute path.
+std::string shipped(const std::string& name) { return std::string(LOOM_SOURCE_DIR) + "/configs/" + name; }
 
 std::string write_config(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() / "loom_test_cli";
-  std::filesystem::create_directories(dir);
-  const auto p = dir / name;
+  const auto p = scratch() / name;
   std::ofstream(p) << text;
   return p.string();
 }
@@ -88,6 +102,16 @@ TEST(Cli, InvalidTomlPointsAtTheLine) {
   EXPECT_NE(r.out.find(p + ":1"), std::string::npos) << r.out;
 }
 
+TEST(Cli, InstalledBinaryPrintsVersionAndCommit) {
+  ASSERT_TRUE(std::filesystem::exists(LOOM_INSTALLED_BINARY)) << "the install.loom fixture did not install loom";
+  const Result r = run("--version");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("loom 0.", 0), 0u) << r.out;
+  const size_t git = r.out.find("(git ");
+  ASSERT_NE(git, std::string::npos) << r.out;
+  EXPECT_GT(r.out.find(')', git), git + 5) << "names a commit: " << r.out;
+}
+
 TEST(Cli, TrainsAndPrintsTutorialMetrics) {
   const auto p = write_config("ok.toml", kBase);
   const Result r = run("train " + p + " --steps 2");
@@ -99,7 +123,7 @@ TEST(Cli, TrainsAndPrintsTutorialMetrics) {
 
 // The Transformer's configuration mistakes (issue: bad input), each named by its key.
 TEST(Cli, TransformerConfigErrorsNameTheKey) {
-  const std::string tf = "train configs/tutorial_transformer.toml ";
+  const std::string tf = "train " + shipped("tutorial_transformer.toml") + " ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"model.hidden_size=1000", "model.hidden_size"},  // not a multiple of head_dim 128
       {"data.seq_len=1024", "data.seq_len"},            // above max_seq_len 512
@@ -123,28 +147,29 @@ TEST(Cli, TransformerConfigErrorsNameTheKey) {
 }
 
 TEST(Cli, TutorialTransformerHasTheTutorialsParameterCount) {
-  const Result r = run("params configs/tutorial_transformer.toml");
+  const Result r = run("params " + shipped("tutorial_transformer.toml"));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("155,877,376"), std::string::npos) << r.out;
-  const Result g = run("params configs/gpt2_124m.toml");
+  const Result g = run("params " + shipped("gpt2_124m.toml"));
   ASSERT_EQ(g.status, 0) << g.out;
   EXPECT_NE(g.out.find("124,439,808"), std::string::npos) << g.out;
 }
 
 TEST(Cli, MemoryReportJsonHasTheDocumentedKeys) {
-  const Result r = run("memory configs/tutorial_transformer.toml --json");
+  const Result r = run("memory " + shipped("tutorial_transformer.toml") + " --json");
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* k : {"total_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
                         "workspace_bytes", "lower_bound_bytes", "plan_ms", "largest_at_peak"})
     EXPECT_NE(r.out.find(std::string("\"") + k + "\""), std::string::npos) << k;
-  const Result s = run("memory configs/tutorial_transformer.toml --sweep model.remat=none,MLP+Attn --budget 3GiB");
+  const Result s = run("memory " + shipped("tutorial_transformer.toml") +
+                         " --sweep model.remat=none,MLP+Attn --budget 3GiB");
   ASSERT_EQ(s.status, 0) << s.out;
   EXPECT_NE(s.out.find("NO"), std::string::npos) << "no remat does not fit in 3 GiB: " << s.out;
   EXPECT_NE(s.out.find("yes"), std::string::npos) << "MLP+Attn remat fits in 3 GiB: " << s.out;
 }
 
 TEST(Cli, ParamsTableCountsTheTutorialMlp) {
-  const Result r = run("params configs/mlp_classifier.toml");
+  const Result r = run("params " + shipped("mlp_classifier.toml"));
   ASSERT_EQ(r.status, 0) << r.out;
   // Dense(128->256) + LayerNorm(256) + Dense(256->100) = 33,024 + 512 + 25,700.
   EXPECT_NE(r.out.find("59,236"), std::string::npos) << r.out;
