@@ -424,7 +424,7 @@ std::string format_profile_summary(const ProfileSummary& s) {
                    "total ms", "%", "GFLOP/s", "GB/s");
   for (const OpTimeRow& r : s.top_ops)
     o += fmt::format("  {:<18} {:<34} {:<9} {:>6} {:>10.3f} {:>6.1f} {:>9.2f} {:>8.2f}\n", r.op,
-                     r.scope.empty() ? "-" : r.scope, r.phase, r.count, r.total_ms, 100.0 * r.share, r.gflop_per_s,
+                     r.scope.empty() ? "(root)" : r.scope, r.phase, r.count, r.total_ms, 100.0 * r.share, r.gflop_per_s,
                      r.gb_per_s);
   o += "\nper op kind:\n";
   o += fmt::format("  {:<18} {:>6} {:>10} {:>6} {:>9} {:>8}\n", "op", "count", "total ms", "%", "GFLOP/s", "GB/s");

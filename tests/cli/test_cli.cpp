@@ -161,8 +161,8 @@ TEST(Cli, MemoryReportJsonHasTheDocumentedKeys) {
   for (const char* k : {"total_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
                         "workspace_bytes", "lower_bound_bytes", "plan_ms", "largest_at_peak"})
     EXPECT_NE(r.out.find(std::string("\"") + k + "\""), std::string::npos) << k;
-  const Result s = run("memory " + shipped("tutorial_transformer.toml") +
-                         " --sweep model.remat=none,MLP+Attn --budget 3GiB");
+  const Result s =
+      run("memory " + shipped("tutorial_transformer.toml") + " --sweep model.remat=none,MLP+Attn --budget 3GiB");
   ASSERT_EQ(s.status, 0) << s.out;
   EXPECT_NE(s.out.find("NO"), std::string::npos) << "no remat does not fit in 3 GiB: " << s.out;
   EXPECT_NE(s.out.find("yes"), std::string::npos) << "MLP+Attn remat fits in 3 GiB: " << s.out;
@@ -176,6 +176,73 @@ TEST(Cli, ParamsTableCountsTheTutorialMlp) {
   EXPECT_NE(r.out.find("Dense_0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("LayerNorm_0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("bfloat16[512, 256]"), std::string::npos) << "outputs in the configured dtype: " << r.out;
+}
+
+}  // namespace
+
+namespace {
+
+// README, "Exit status": 2 for every mistake in what the user typed, CLI11's own included.
+TEST(CliExit, UsageMistakesExitTwoWithAFix) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "no command given"},
+      {"trian", "unknown command 'trian' (did you mean train?)"},
+      {"train --bogus", "--bogus"},
+      {"train " + shipped("mlp_classifier.toml") + " --steps -1", "--steps"},
+      {"train " + shipped("mlp_classifier.toml") + " --steps 99999999999999999999", "too large"},
+      {"train " + shipped("mlp_classifier.toml") + " --steps ten", "'ten' is not an integer"},
+      {"sample", "checkpoint is required"},
+      {"help nothing", "unknown topic"},
+      {"train " + shipped("mlp_classifier.toml") + " hidden_size=64", "did you mean model.hidden_size?"},
+  };
+  for (const auto& [args, says] : cases) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 2) << "loom " << args << ": " << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << "loom " << args << ": " << r.out;
+    EXPECT_NE(r.out.find("fix:"), std::string::npos) << "loom " << args << ": " << r.out;
+  }
+}
+
+TEST(CliExit, HelpAndVersionSucceed) {
+  for (const char* args : {"--help", "train --help", "help", "help train", "--version"}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.out;
+  }
+}
+
+// A failure while running that is no mistake in the input exits 1: here the metrics file's
+// directory is a file, so it cannot be created.
+TEST(CliExit, FailureWhileRunningExitsOne) {
+  const auto p = write_config("fail.toml", kBase);
+  std::ofstream(scratch() / "blocker") << "a file, not a directory\n";
+  const Result r = run("train " + p + " train.metrics_file=" + (scratch() / "blocker" / "m.jsonl").string());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("loom: failed:"), std::string::npos) << r.out;
+}
+
+// `loom help config` and `loom --help-config` list every key, and under each choice key every
+// name (data.kind's tokens included).
+TEST(CliHelp, ConfigHelpAtTheTopLevelListsEveryKeyAndChoice) {
+  const Result a = run("help config"), b = run("--help-config"), c = run("train --help-config");
+  ASSERT_EQ(a.status, 0) << a.out;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.out, c.out);
+  for (const char* s : {"model.hidden_size", "data.kind", "random_classification", "random_tokens", "tokens ",
+                        "optimizer.schedule", "warmup_cosine_decay", "train.on_nonfinite", "train.steps"})
+    EXPECT_NE(a.out.find(s), std::string::npos) << s;
+}
+
+// Sizes read the same in every report: binary units from one formatter.
+TEST(CliUnits, ParamsAndMemoryUseTheSameUnits) {
+  const Result p = run("params " + shipped("mlp_classifier.toml"));
+  const Result m = run("memory " + shipped("mlp_classifier.toml"));
+  ASSERT_EQ(p.status, 0) << p.out;
+  ASSERT_EQ(m.status, 0) << m.out;
+  EXPECT_NE(p.out.find("(231.4 KiB)"), std::string::npos) << "59,236 float32 parameters: " << p.out;
+  EXPECT_NE(m.out.find("231.4 KiB"), std::string::npos) << "the same bytes in the same unit: " << m.out;
+  EXPECT_EQ(p.out.find(" MB"), std::string::npos) << p.out;
+  EXPECT_EQ(m.out.find("0.00 GiB"), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find("in (root)"), std::string::npos) << "the root scope is named, not '': " << m.out;
 }
 
 }  // namespace
