@@ -4,6 +4,8 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <span>
 #include <sstream>
@@ -31,6 +33,9 @@ struct KeySpec {
   // config.toml leaves out the keys that do not (num_classes for a language model, momentum for
   // Adam), so it lists only what shaped the run.
   bool (*applies)(const Config&) = nullptr;
+  // A file or directory (nullptr: not a path): resolved when read (resolve_path), relative to the
+  // config file that sets it or, on the command line, to the current directory.
+  std::function<std::string&(Config&)> path;
 };
 
 KeySpec only_if(KeySpec k, bool (*applies)(const Config&)) {
@@ -196,6 +201,13 @@ KeySpec make_choice_set(const char* key, const char* help, Get ref) {
   return k;
 }
 
+template <class Get>
+KeySpec make_path(const char* key, const char* help, Get ref) {
+  KeySpec k = make_string(key, help, ref);
+  k.path = [ref](Config& c) -> std::string& { return ref(c); };
+  return k;
+}
+
 #define LOOM_REF(member) \
   [](Config & c) -> auto& { return c.member; }
 
@@ -323,14 +335,14 @@ const std::vector<KeySpec>& schema() {
       only_if(
           make_int("data.vocab_size", "random_tokens: tokens drawn from [1, vocab_size)", LOOM_REF(data.vocab_size)),
           random_tokens),
-      only_if(make_string("data.dir", "tokens: directory written by `loom prepare` (train.bin, val.bin, meta.json)",
-                          LOOM_REF(data.dir)),
+      only_if(make_path("data.dir", "tokens: directory written by `loom prepare` (train.bin, val.bin, meta.json)",
+                        LOOM_REF(data.dir)),
               token_files),
       make_int("train.steps", "optimizer steps to run", LOOM_REF(train.steps)),
       make_int("train.log_every", "log every N steps", LOOM_REF(train.log_every)),
-      make_string("train.metrics_file",
-                  "JSONL file with one object per logged step (empty: RUN/metrics.jsonl for runs with --out)",
-                  LOOM_REF(train.metrics_file)),
+      make_path("train.metrics_file",
+                "JSONL file with one object per logged step (empty: RUN/metrics.jsonl for runs with --out)",
+                LOOM_REF(train.metrics_file)),
       make_int("train.eval_interval", "evaluate the validation loss every N steps (0 = never)",
                LOOM_REF(train.eval_interval)),
       make_int("train.eval_iters", "validation batches per evaluation", LOOM_REF(train.eval_iters)),
@@ -395,17 +407,20 @@ std::string more_reason(const std::string& reason) {
   return reason.rfind("not ", 0) == 0 ? std::string() : " (" + reason + ")";
 }
 
-void walk(Config& c, const toml::table& t, const std::string& prefix, const std::string& file) {
+// `base`: the directory relative paths in this table are relative to ("" = leave them relative).
+void walk(Config& c, const toml::table& t, const std::string& prefix, const std::string& file,
+          const std::filesystem::path& base) {
   for (const auto& [k, node] : t) {
     const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     if (const toml::table* sub = node.as_table()) {
-      walk(c, *sub, key, file);
+      walk(c, *sub, key, file, base);
       continue;
     }
     const KeySpec* spec = find_key(key);
     if (!spec) throw UserError(file + ": " + key, "unknown configuration key", unknown_key_fix(key));
     try {
       spec->set_toml(c, node);
+      if (spec->path) spec->path(c) = resolve_path(spec->path(c), base);
     } catch (const std::invalid_argument& e) {
       throw UserError(file + ": " + key, "expected " + spec->expected + more_reason(e.what()),
                       "write e.g. " + key + " = " + spec->get(defaults()));
@@ -416,6 +431,19 @@ void walk(Config& c, const toml::table& t, const std::string& prefix, const std:
 }
 
 }  // namespace
+
+std::string resolve_path(const std::string& path, const std::filesystem::path& base) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return path;
+  fs::path p = path;
+  if (path == "~" || path.rfind("~/", 0) == 0) {
+    const char* home = std::getenv("HOME");
+    if (!home || !*home) throw UserError(path, "starts with ~ but HOME is not set", "write the path in full");
+    p = fs::path(home) / (path.size() > 2 ? path.substr(2) : std::string());
+  }
+  if (p.is_relative() && !base.empty()) p = base / p;
+  return p.lexically_normal().string();
+}
 
 void apply_override(Config& c, const std::string& assignment) {
   const size_t eq = assignment.find('=');
@@ -428,6 +456,7 @@ void apply_override(Config& c, const std::string& assignment) {
   if (!spec) throw UserError("override " + key, "unknown configuration key", unknown_key_fix(key));
   try {
     spec->set_text(c, val);
+    if (spec->path) spec->path(c) = resolve_path(spec->path(c), std::filesystem::current_path());
   } catch (const std::invalid_argument& e) {
     std::string example = spec->get(defaults());  // unquoted, as a shell word
     if (example.size() >= 2 && example.front() == '"') example = example.substr(1, example.size() - 2);
@@ -535,7 +564,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw UserError(path + ":" + std::to_string(where.line) + ":" + std::to_string(where.column),
                     "invalid TOML: " + desc, "fix the syntax at that line");
   }
-  walk(c, t, "", path);
+  walk(c, t, "", path, std::filesystem::absolute(path).parent_path());
   for (const std::string& o : overrides) apply_override(c, o);
   validate_config(c);
   return c;
@@ -553,7 +582,7 @@ Config config_from_toml_text(const std::string& text, const std::string& source,
     throw UserError(source + ":" + std::to_string(where.line) + ":" + std::to_string(where.column),
                     "invalid TOML: " + std::string(e.description()), "the stored configuration is corrupted");
   }
-  walk(c, t, "", source);
+  walk(c, t, "", source, {});
   for (const std::string& o : overrides) apply_override(c, o);
   validate_config(c);
   return c;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace {
@@ -243,6 +244,62 @@ TEST(CliUnits, ParamsAndMemoryUseTheSameUnits) {
   EXPECT_EQ(p.out.find(" MB"), std::string::npos) << p.out;
   EXPECT_EQ(m.out.find("0.00 GiB"), std::string::npos) << m.out;
   EXPECT_NE(m.out.find("in (root)"), std::string::npos) << "the root scope is named, not '': " << m.out;
+}
+
+}  // namespace
+
+namespace {
+
+// README, "Paths": inside a config file a relative path is relative to the file; on the command
+// line, to the current directory; ~ is the home directory. loom runs here from scratch(), away
+// from both.
+TEST(CliPaths, ConfigPathsAreRelativeToTheFileOverridesToTheWorkingDirectory) {
+  const auto project = scratch() / "project";
+  std::filesystem::create_directories(project / "configs");
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "It was the best of times, it was the worst of times. ";
+  std::ofstream(project / "text.txt") << text;
+  ASSERT_EQ(run("prepare char " + (project / "text.txt").string() + " " + (project / "data").string()).status, 0);
+  const std::string cfg = (project / "configs" / "tiny.toml").string();
+  std::ofstream(cfg) << R"([model]
+kind = "transformer"
+hidden_size = 16
+num_layers = 1
+head_dim = 8
+vocab_size = 32
+num_outputs = 32
+max_seq_len = 8
+[data]
+kind = "tokens"
+dir = "../data"
+batch_size = 2
+seq_len = 8
+[train]
+steps = 1
+metrics_file = "../logs/metrics.jsonl"
+)";
+  std::filesystem::create_directories(project / "logs");
+  Result r = run("train " + cfg + " --out run1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(project / "logs" / "metrics.jsonl")) << "metrics_file is relative to the config";
+  std::ifstream saved(scratch() / "run1" / "config.toml");  // --out is relative to the working directory
+  const std::string saved_text{std::istreambuf_iterator<char>(saved), {}};
+  EXPECT_NE(saved_text.find("dir = \"" + (project / "data").string() + "\""), std::string::npos)
+      << "the saved config names the data absolutely: " << saved_text;
+
+  // An override is relative to the working directory: "data" here is scratch()/data, which is not there.
+  r = run("train " + cfg + " data.dir=data --out run2");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find((scratch() / "data").string() + ": no such directory"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("relative to that file"), std::string::npos) << "the fix explains the rule: " << r.out;
+  EXPECT_FALSE(std::filesystem::exists(scratch() / "run2")) << "a refused run leaves no directory";
+  r = run("train " + cfg + " data.dir=project/data --out run3");
+  EXPECT_EQ(r.status, 0) << r.out;
+
+  // ~ is the home directory.
+  r = loom::testing::run_loom("train " + cfg + " data.dir=~/data --out run4", scratch().string(),
+                              "HOME=" + project.string() + " " + LOOM_INSTALLED_BINARY);
+  EXPECT_EQ(r.status, 0) << r.out;
 }
 
 }  // namespace
