@@ -12,14 +12,6 @@
 
 namespace loom {
 
-std::string format_bytes(int64_t b) {
-  const double v = static_cast<double>(b);
-  if (b < 1024) return fmt::format("{} B", b);
-  if (b < 1024 * 1024) return fmt::format("{:.1f} KiB", v / 1024);
-  if (b < 1024LL * 1024 * 1024) return fmt::format("{:.1f} MiB", v / (1024.0 * 1024));
-  return fmt::format("{:.2f} GiB", v / (1024.0 * 1024 * 1024));
-}
-
 int64_t parse_bytes(const std::string& text, const std::string& what) {
   size_t used = 0;
   double v = 0;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "graph/passes/plan.h"
+#include "report/format.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -40,10 +41,5 @@ nlohmann::json memory_report_json(const MemoryReport& r);
 
 // "24GiB", "512MiB", "3.5GB", "1000000" -> bytes. Throws UserError naming `what`.
 int64_t parse_bytes(const std::string& text, const std::string& what);
-// Bytes in binary units, the one spelling of sizes in loom's reports: "512 B", "41.2 KiB",
-// "3.4 MiB", "3.91 GiB".
-std::string format_bytes(int64_t bytes);
-// A scope path for a report: "(root)" for the model's root scope (ops outside any layer).
-inline std::string scope_label(const std::string& scope) { return scope.empty() ? "(root)" : scope; }
 
 }  // namespace loom

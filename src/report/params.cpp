@@ -6,19 +6,11 @@
 #include <map>
 #include <vector>
 
-#include "report/memory_report.h"
+#include "report/format.h"
 
 namespace loom::nn {
 
 namespace {
-std::string with_commas(int64_t n) {
-  std::string s = std::to_string(n), out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i && (s.size() - i) % 3 == 0) out += ',';
-    out += s[i];
-  }
-  return out;
-}
 std::string desc(const Value& v) { return fmt::format("{}{}", dtype_name(v.dtype), v.shape.str()); }
 }  // namespace
 
@@ -73,9 +65,9 @@ std::string summarize(const ModelGraph& m) {
     total += n;
     total_bytes += bytes;
     table.push_back({r.path, r.output == kNoValue ? "" : desc(g.value(r.output)), plist,
-                     fmt::format("{} ({})", with_commas(n), format_bytes(bytes))});
+                     fmt::format("{} ({})", format_count(n), format_bytes(bytes))});
   }
-  table.push_back({"", "", "Total", fmt::format("{} ({})", with_commas(total), format_bytes(total_bytes))});
+  table.push_back({"", "", "Total", fmt::format("{} ({})", format_count(total), format_bytes(total_bytes))});
   std::array<size_t, 4> w{};
   for (const auto& row : table)
     for (size_t i = 0; i < 4; ++i) w[i] = std::max(w[i], row[i].size());
@@ -90,7 +82,7 @@ std::string summarize(const ModelGraph& m) {
     if (i + 1 == table.size()) out += fmt::format("{}\n", std::string(w[0] + w[1] + w[2] + w[3] + 6, '-'));
     line(table[i]);
   }
-  out += fmt::format("\nTotal parameters: {} ({})\n", with_commas(total), format_bytes(total_bytes));
+  out += fmt::format("\nTotal parameters: {} ({})\n", format_count(total), format_bytes(total_bytes));
   return out;
 }
 
