@@ -35,6 +35,7 @@ CommandBody add_prepare_command(CLI::App& sub);
 CommandBody add_memory_command(CLI::App& sub);
 CommandBody add_profile_command(CLI::App& sub);
 CommandBody add_sample_command(CLI::App& sub);
+CommandBody add_eval_command(CLI::App& sub);
 CommandBody add_help_command(CLI::App& sub);
 
 // "params, train, ... or help": the commands' names, for messages.

@@ -19,6 +19,7 @@
 #include "cli/command.h"
 #include "cli/version.h"
 #include "core/error.h"
+#include "train/console.h"
 
 namespace {
 
@@ -26,6 +27,7 @@ using namespace loom;
 
 void print_error(const std::string& message, const std::string& fix) {
   std::fflush(stdout);
+  clear_status_line();
   fmt::print(stderr, "loom: error: {}\n", message);
   if (!fix.empty()) fmt::print(stderr, "  fix: {}\n", fix);
 }
@@ -87,6 +89,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
+    clear_status_line();
     fmt::print(stderr, "loom: failed: {}\n", e.what());
     return 1;
   }

@@ -74,20 +74,25 @@ MachineLoad LoadSampler::stop() const {
   double busy = 0, total = 0, own = 0;
   l.cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   l.threads = num_threads();
-  if (!ok_ || !read_cpu_times(busy, total, own) || total <= total_ || l.cpus < 1) return l;
-  const double window = (total - total_) / l.cpus;  // jiffies of wall time
-  l.other_cpus = std::max(0.0, (busy - busy_) - (own - own_)) / window;
-  std::ifstream("/proc/loadavg") >> l.loadavg;
+  if (!ok_ || !read_cpu_times(busy, total, own) || l.cpus < 1 || !(std::ifstream("/proc/loadavg") >> l.loadavg))
+    return l;
   l.measured = true;
+  const double window = (total - total_) / l.cpus;  // clock ticks (of 10 ms) of wall time
+  if (window >= 5) {
+    l.other_cpus = std::max(0.0, (busy - busy_) - (own - own_)) / window;
+  } else {
+    l.from_loadavg = true;
+    l.other_cpus = std::max(0.0, l.loadavg - l.threads);
+  }
   return l;
 }
 
 std::string format_machine_load(const MachineLoad& l) {
   if (!l.measured) return "machine load during the profile: unknown (/proc not readable)\n";
   std::string o = fmt::format(
-      "machine load during the profile: {:.1f} of {} CPUs busy with other processes (loom ran {} threads; load "
+      "machine load during the profile: {:.1f} of {} CPUs busy with other processes{} (loom ran {} threads; load "
       "average {:.2f})\n",
-      l.other_cpus, l.cpus, l.threads, l.loadavg);
+      l.other_cpus, l.cpus, l.from_loadavg ? " by the load average (too short to sample)" : "", l.threads, l.loadavg);
   if (l.contended())
     o += "WARNING: other processes competed for loom's cores: the step times, GFLOP/s and fractions of the ceiling "
          "above measure that contention and are not trustworthy; profile again on an idle machine (or with fewer "
@@ -154,8 +159,10 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
                                    ? "best of 3 runs of a 2048^3 matmul as the dense kernels run the compute dtype "
                                      "(oneDNN sgemm; bf16 matmul on AVX512-BF16), all threads"
                                    : "Backend::measure_matmul_gflops";
-  j["machine_load"] = {{"measured", load.measured}, {"other_cpus", load.other_cpus}, {"cpus", load.cpus},
-                       {"threads", load.threads},   {"loadavg_1min", load.loadavg},  {"contended", load.contended()}};
+  j["machine_load"] = {
+      {"measured", load.measured},        {"other_cpus", load.other_cpus}, {"cpus", load.cpus},
+      {"threads", load.threads},          {"loadavg_1min", load.loadavg},  {"contended", load.contended()},
+      {"from_loadavg", load.from_loadavg}};
   j["memory"] = {{"arena_bytes", plan.arena_bytes}, {"live_bytes_peak", plan.lower_bound_bytes},
                  {"param_bytes", plan.param_bytes}, {"grad_bytes", plan.grad_bytes},
                  {"optimizer_bytes", opt_bytes},    {"input_bytes", plan.input_bytes}};

@@ -31,15 +31,17 @@ struct ProfileOptions {
 };
 
 // The machine's other load while the profiled steps ran: the whole machine's busy CPU time
-// (/proc/stat) minus this process's own (/proc/self/stat), in CPUs. Step times taken while other
+// (/proc/stat) minus this process's own (/proc/self/stat), in CPUs; for a window too short for
+// those clock ticks (under 50 ms), the 1-minute load average less loom's threads. Step times taken while other
 // processes competed for loom's cores measure the contention, not loom (a 20x swing was seen), so
 // the summary says so.
 struct MachineLoad {
-  bool measured = false;  // /proc was readable
-  double other_cpus = 0;  // mean CPUs busy with other processes during the window
-  int cpus = 0;           // online CPUs
-  int threads = 0;        // loom's threads
-  double loadavg = 0;     // /proc/loadavg's 1-minute figure at the end (context)
+  bool measured = false;      // /proc was readable
+  double other_cpus = 0;      // mean CPUs busy with other processes during the window
+  int cpus = 0;               // online CPUs
+  int threads = 0;            // loom's threads
+  double loadavg = 0;         // /proc/loadavg's 1-minute figure at the end
+  bool from_loadavg = false;  // other_cpus is the load average's estimate (a short window)
   // Other work took cores loom's threads needed: more than a quarter CPU of it, and not enough
   // idle cores for both.
   bool contended() const { return measured && other_cpus > 0.25 && other_cpus + threads > cpus + 0.1; }

@@ -348,19 +348,15 @@ int run_train(const RunOptions& o) {
     fmt::print(o.out, "float16 loss scale {:g}, {} skipped step(s)\n", t.optimizer().scaler().scale,
                t.optimizer().scaler().skipped);
   if (c.train.sample_tokens > 0 && !run_dir.empty() && data.tokenizer_json()) {
-    // nanoGPT's sample.py defaults: temperature 0.8, top-k 200.
-    SampleOptions so;
+    SampleOptions so;  // nanoGPT's sample.py defaults (Sampling's): temperature 0.8, top-k 200
     so.checkpoint = run_dir.string();
     so.tokens = c.train.sample_tokens;
-    so.temperature = 0.8;
-    so.top_k = 200;
     so.seed = c.seed;
     so.out = o.out;
-    fmt::print(o.out, "\nsample ({} tokens, temperature 0.8, top-k 200; more with `loom sample {}`):\n", so.tokens,
-               run_dir.string());
+    fmt::print(o.out, "\nsample ({} tokens, temperature {:g}, top-k {}; more with `loom sample {}`):\n", so.tokens,
+               so.sampling.temperature, so.sampling.top_k, run_dir.string());
     std::fflush(o.out);
     run_sample(so);
-    fmt::print(o.out, "\n");
   }
   return 0;
 }

@@ -253,15 +253,18 @@ namespace {
 // README, "Paths": inside a config file a relative path is relative to the file; on the command
 // line, to the current directory; ~ is the home directory. loom runs here from scratch(), away
 // from both.
-TEST(CliPaths, ConfigPathsAreRelativeToTheFileOverridesToTheWorkingDirectory) {
-  const auto project = scratch() / "project";
-  std::filesystem::create_directories(project / "configs");
-  std::string text;
-  for (int i = 0; i < 200; ++i) text += "It was the best of times, it was the worst of times. ";
-  std::ofstream(project / "text.txt") << text;
-  ASSERT_EQ(run("prepare char " + (project / "text.txt").string() + " " + (project / "data").string()).status, 0);
-  const std::string cfg = (project / "configs" / "tiny.toml").string();
-  std::ofstream(cfg) << R"([model]
+// A small char-level project under scratch(): project/text.txt prepared into project/data, and
+// project/configs/tiny.toml naming both relative to itself.
+const std::filesystem::path& tiny_project() {
+  static const std::filesystem::path project = [] {
+    const auto p = scratch() / "project";
+    std::filesystem::create_directories(p / "configs");
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += "It was the best of times, it was the worst of times. ";
+    std::ofstream(p / "text.txt") << text;
+    const Result r = run("prepare char " + (p / "text.txt").string() + " " + (p / "data").string());
+    EXPECT_EQ(r.status, 0) << r.out;
+    std::ofstream(p / "configs" / "tiny.toml") << R"([model]
 kind = "transformer"
 hidden_size = 16
 num_layers = 1
@@ -277,7 +280,16 @@ seq_len = 8
 [train]
 steps = 1
 metrics_file = "../logs/metrics.jsonl"
+eval_iters = 3
 )";
+    return p;
+  }();
+  return project;
+}
+
+TEST(CliPaths, ConfigPathsAreRelativeToTheFileOverridesToTheWorkingDirectory) {
+  const auto& project = tiny_project();
+  const std::string cfg = (project / "configs" / "tiny.toml").string();
   std::filesystem::create_directories(project / "logs");
   Result r = run("train " + cfg + " --out run1");
   ASSERT_EQ(r.status, 0) << r.out;
@@ -300,6 +312,43 @@ metrics_file = "../logs/metrics.jsonl"
   r = loom::testing::run_loom("train " + cfg + " data.dir=~/data --out run4", scratch().string(),
                               "HOME=" + project.string() + " " + LOOM_INSTALLED_BINARY);
   EXPECT_EQ(r.status, 0) << r.out;
+}
+
+}  // namespace
+
+namespace {
+
+// `loom eval`: a checkpoint's loss without training. At step 5 the run evaluated the first
+// eval_iters validation batches, as `loom eval` does: the same numbers.
+TEST(CliEval, EvaluatesACheckpointAsTheRunDid) {
+  const std::string cfg = (tiny_project() / "configs" / "tiny.toml").string();
+  const auto run_dir = scratch() / "evalrun";
+  Result r = run("train " + cfg + " train.steps=5 train.eval_interval=5 train.metrics_file= --out " + run_dir.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t at = r.out.find("step 5: val loss ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string logged = r.out.substr(at + 17, 6);
+
+  r = run("eval " + (run_dir / "ckpt_000005").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("val    loss " + logged), std::string::npos) << "logged " << logged << ": " << r.out;
+  EXPECT_EQ(r.out.find("train "), std::string::npos) << r.out;
+
+  r = run("eval " + run_dir.string() + " --train --json");  // a run directory: its latest checkpoint
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* k : {"\"val\"", "\"train\"", "\"accuracy\"", "\"tokens\": 48", "\"step\": 5"})
+    EXPECT_NE(r.out.find(k), std::string::npos) << k << ": " << r.out;
+
+  // A config with the checkpoint to evaluate; one whose model differs is refused.
+  r = run("eval " + cfg + " --checkpoint " + run_dir.string() + " --iters 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("val    loss " + logged), std::string::npos) << r.out;
+  r = run("eval " + cfg + " model.hidden_size=32 --checkpoint " + run_dir.string());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("model.hidden_size differs"), std::string::npos) << r.out;
+  r = run("eval " + cfg);  // runs/tiny under the working directory: none
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--checkpoint"), std::string::npos) << r.out;
 }
 
 }  // namespace
