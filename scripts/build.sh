@@ -1,6 +1,20 @@
 #!/usr/bin/env bash
-# Configures and builds loom (Release) into build/. Usage: scripts/build.sh [extra cmake args]
+# Configures and builds loom (Release) into build/, then installs the `loom` command into
+# $LOOM_PREFIX/bin (default /usr/local/bin, which is on PATH). Without write access there (not
+# root), it installs into ~/.local/bin instead and says so.
+# Usage: [LOOM_PREFIX=DIR] scripts/build.sh [extra cmake args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 ninja -C build
+prefix="${LOOM_PREFIX:-/usr/local}"
+if ! mkdir -p "$prefix/bin" 2>/dev/null || [ ! -w "$prefix/bin" ]; then
+  echo "cannot write $prefix/bin: installing into $HOME/.local instead (set LOOM_PREFIX to choose)"
+  prefix="$HOME/.local"
+fi
+cmake --install build --prefix "$prefix" >/dev/null
+echo "installed $prefix/bin/loom ($("$prefix/bin/loom" --version))"
+case ":$PATH:" in
+  *":$prefix/bin:"*) ;;
+  *) echo "note: $prefix/bin is not on PATH; add it: export PATH=\"$prefix/bin:\$PATH\"" ;;
+esac

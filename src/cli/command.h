@@ -35,6 +35,19 @@ CommandBody add_prepare_command(CLI::App& sub);
 CommandBody add_memory_command(CLI::App& sub);
 CommandBody add_profile_command(CLI::App& sub);
 CommandBody add_sample_command(CLI::App& sub);
+CommandBody add_eval_command(CLI::App& sub);
+CommandBody add_help_command(CLI::App& sub);
+
+// "params, train, ... or help": the commands' names, for messages.
+std::string command_names();
+// "unknown command 'trian' (did you mean train?)".
+std::string unknown_command_message(const std::string& word);
+// Prints every configuration key with its type, default and choices (`loom help config`,
+// `loom --help-config`, `loom train --help-config`); returns 0.
+int print_config_help();
+// A CLI11 check for an integer flag: a whole number in [min, 2^63 - 1], else a message naming
+// the range (CLI11 reports it as a parse error: status 2).
+CLI::Validator integer_at_least(int64_t min);
 
 // The `config` and `overrides` positionals of the commands that read a configuration.
 struct ConfigArgs {

@@ -1,25 +1,69 @@
 // The loom command: builds the CLI11 parser from the command table (cli/command.h), runs the
-// subcommand given, and turns errors into messages and exit statuses: 2 for bad input (a
-// UserError, printed with its fix, or an invalid argument), 1 for a failure while running.
+// subcommand given, and turns every outcome into an exit status (README, "Exit status"):
+//   0   success (and --help, --version)
+//   2   a mistake in what the user gave: a command-line error (CLI11's own included: an unknown
+//       flag, a missing argument, a value that is not a number), no or an unknown subcommand, a
+//       UserError (printed with its fix) or an invalid argument
+//   1   a failure while running (I/O, an internal error)
+//   130 / 143  the run stopped on SIGINT / SIGTERM (run/run.cpp returns 128 + the signal)
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/version.h"
 #include "core/error.h"
+#include "train/console.h"
+
+namespace {
+
+using namespace loom;
+
+void print_error(const std::string& message, const std::string& fix) {
+  std::fflush(stdout);
+  clear_status_line();
+  fmt::print(stderr, "loom: error: {}\n", message);
+  if (!fix.empty()) fmt::print(stderr, "  fix: {}\n", fix);
+}
+
+// A CLI11 parse error: help and --version print and succeed; anything else is a usage mistake.
+int parse_failure(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+  std::string command;
+  for (const CLI::App* sub : app.get_subcommands()) command = sub->get_name();
+  if (command.empty()) {  // the error is about the command word itself, or the top-level flags
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg.empty() || arg[0] == '-') continue;
+      print_error(cli::unknown_command_message(arg),
+                  "the commands are " + cli::command_names() + "; `loom --help` says what each does");
+      return 2;
+    }
+    print_error(e.what(), "`loom --help` lists the commands and options");
+    return 2;
+  }
+  print_error(e.what(), "`loom " + command + " --help` lists its arguments");
+  return 2;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  using namespace loom;
   CLI::App app{
       "loom: train Transformer language models (and small MLPs) on one device, with every memory and speed "
       "technique measurable.\nConfigs are TOML; any key can be overridden as section.key=value."};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
+  app.set_version_flag("--version", fmt::format("loom {} (git {})", cli::kVersion, cli::kGitCommit),
+                       "print the version and the git commit it was built from");
+  bool help_config = false;
+  app.add_flag("--help-config", help_config, "list every configuration key with its type, default and choices");
   std::vector<std::pair<CLI::App*, cli::CommandBody>> bodies;
   for (const cli::Command& c : cli::commands()) {
     CLI::App* sub = app.add_subcommand(c.name, c.help);
@@ -28,24 +72,25 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return parse_failure(app, e, argc, argv);
   }
   try {
     for (const auto& [sub, body] : bodies)
       if (sub->parsed()) return body();
+    if (help_config) return cli::print_config_help();
+    print_error("no command given", "`loom COMMAND ...` with COMMAND one of " + cli::command_names() +
+                                        "; `loom --help` says what each does");
+    return 2;
   } catch (const UserError& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "loom: error: {}\n", e.what());
-    if (!e.hint().empty()) fmt::print(stderr, "  fix: {}\n", e.hint());
+    print_error(e.what(), e.hint());
     return 2;
   } catch (const std::invalid_argument& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "loom: error: {}\n", e.what());
+    print_error(e.what(), "");
     return 2;
   } catch (const std::exception& e) {
     std::fflush(stdout);
+    clear_status_line();
     fmt::print(stderr, "loom: failed: {}\n", e.what());
     return 1;
   }
-  return 0;
 }

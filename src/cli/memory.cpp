@@ -36,7 +36,8 @@ void print_one(const Config& c, bool json, int64_t budget, PlanOptions popts) {
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("{}", format_memory_report(r));
-    if (budget) fmt::print("\nbudget {}: {}\n", gib(budget), r.total_bytes <= budget ? "fits" : "does NOT fit");
+    if (budget)
+      fmt::print("\nbudget {}: {}\n", format_bytes(budget), r.total_bytes <= budget ? "fits" : "does NOT fit");
   }
 }
 
@@ -63,7 +64,7 @@ void print_sweep(const MemoryArgs& a, int64_t budget, PlanOptions popts) {
   for (const auto& [k, v] : axes) header += fmt::format("{:<26} ", k);
   if (!a.json)
     fmt::print("{}{:>11} {:>11} {:>11} {:>11} {:>9}{}\n", header, "total", "activations", "params+grad", "optimizer",
-               "plan ms", budget ? "  fits " + gib(budget) : "");
+               "plan ms", budget ? "  fits " + format_bytes(budget) : "");
   while (true) {
     std::vector<std::string> ov;
     std::string cols;
@@ -81,8 +82,9 @@ void print_sweep(const MemoryArgs& a, int64_t budget, PlanOptions popts) {
       if (budget) row["fits_budget"] = r.total_bytes <= budget;
       rows.push_back(row);
     } else {
-      fmt::print("{}{:>11} {:>11} {:>11} {:>11} {:>9.1f}{}\n", cols, gib(r.total_bytes), gib(r.activations_bytes),
-                 gib(r.params_bytes + r.grads_bytes), gib(r.optimizer_bytes), r.plan_ms,
+      fmt::print("{}{:>11} {:>11} {:>11} {:>11} {:>9.1f}{}\n", cols, format_bytes(r.total_bytes),
+                 format_bytes(r.activations_bytes), format_bytes(r.params_bytes + r.grads_bytes),
+                 format_bytes(r.optimizer_bytes), r.plan_ms,
                  budget ? (r.total_bytes <= budget ? "  yes" : "  NO") : "");
     }
     size_t i = 0;

@@ -1,4 +1,5 @@
-// `loom sample CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] ...`
+// `loom sample CHECKPOINT [--prompt TEXT | --prompt-file FILE] [--tokens N] [--num-samples N]
+// [--temperature T] [--top-k K] [--top-p P] ...`
 // (sample/sample.h).
 #include <memory>
 
@@ -11,12 +12,21 @@ CommandBody add_sample_command(CLI::App& sub) {
   auto o = std::make_shared<SampleOptions>();
   sub.add_option("checkpoint", o->checkpoint, "a ckpt_<step> directory, or a run directory (its latest checkpoint)")
       ->required();
-  sub.add_option("--prompt", o->prompt, "text to continue (default: a newline, or <|endoftext|> for GPT-2)");
-  sub.add_option("--tokens", o->tokens, "tokens to generate (default 256)");
-  sub.add_option("--temperature", o->temperature, "softmax temperature; 0 = greedy (default 1.0)");
-  sub.add_option("--top-k", o->top_k, "sample among the k most likely tokens; 0 = all (default 0)");
+  CLI::Option* prompt =
+      sub.add_option("--prompt", o->prompt, "text to continue (default: a newline, or <|endoftext|> for GPT-2)");
+  sub.add_option("--prompt-file", o->prompt_file, "read the text to continue from FILE")->excludes(prompt);
+  sub.add_option("--tokens", o->tokens, "tokens to generate per sample (default 256)")->check(integer_at_least(0));
+  sub.add_option("--num-samples", o->num_samples, "samples to generate, each from the prompt (default 1)")
+      ->check(integer_at_least(1));
+  sub.add_option("--temperature", o->sampling.temperature,
+                 "softmax temperature; 0 = greedy (default 0.8, as nanoGPT and the sample after training)");
+  sub.add_option("--top-k", o->sampling.top_k, "sample among the k most likely tokens; 0 = all (default 200)")
+      ->check(integer_at_least(0));
+  sub.add_option("--top-p", o->sampling.top_p,
+                 "then among the most likely tokens holding this share of the probability (nucleus; default 1 = off)");
   sub.add_option("--seed", o->seed, "random seed (default 0)");
-  sub.add_option("--threads", o->threads, "CPU threads (default: the checkpoint's `threads`; 0 = all cores)");
+  sub.add_option("--threads", o->threads, "CPU threads (default: the checkpoint's `threads`; 0 = all cores)")
+      ->check(integer_at_least(0));
   sub.add_flag("--stats", o->stats, "print prefill and per-token decode times to stderr");
   return [o] { return run_sample(*o); };
 }

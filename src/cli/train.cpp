@@ -1,7 +1,5 @@
 // `loom train [CONFIG] [overrides] [--steps N] [--out DIR] [--resume DIR] [--profile DIR] ...`:
 // a whole run (run/run.h); `--help-config` lists every configuration key instead.
-#include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <memory>
@@ -22,8 +20,9 @@ struct TrainArgs {
 CommandBody add_train_command(CLI::App& sub) {
   auto a = std::make_shared<TrainArgs>();
   a->config.add(sub, /*required=*/false, "section.key=value overrides, e.g. optimizer.num_minibatches=4");
-  sub.add_option("--steps", a->run.steps, "optimizer steps (overrides train.steps)");
-  sub.add_option("--log-every", a->run.log_every, "log every N steps (overrides train.log_every)");
+  sub.add_option("--steps", a->run.steps, "optimizer steps (overrides train.steps)")->check(integer_at_least(0));
+  sub.add_option("--log-every", a->run.log_every, "log every N steps (overrides train.log_every)")
+      ->check(integer_at_least(1));
   sub.add_option("--out", a->run.out_dir,
                  "run directory for config.toml, metrics.jsonl and checkpoints (default runs/<config name> for "
                  "token data)");
@@ -33,12 +32,9 @@ CommandBody add_train_command(CLI::App& sub) {
                  "profile a window of steps into DIR (trace.json, summary.json, memory.html)");
   sub.add_option("--profile-steps", a->run.profile_steps,
                  "the window for --profile: FIRST:LAST, 1-based, inclusive (default 2:4)");
-  sub.add_flag("--help-config", a->help_config, "list every configuration key with its type and default");
+  sub.add_flag("--help-config", a->help_config, "list every configuration key with its type, default and choices");
   return [a] {
-    if (a->help_config) {
-      fmt::print("configuration keys:\n{}", config_help());
-      return 0;
-    }
+    if (a->help_config) return print_config_help();
     RunOptions run = a->run;
     run.config_path = a->config.path();
     run.overrides = a->config.overrides();

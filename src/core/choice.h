@@ -69,6 +69,10 @@ std::string choice_names(std::string_view last = " or ") {
   return join_choice_names(choices_of(E{}), last);
 }
 
+// The name in `names` closest to `word` within two edits (insertions, deletions, substitutions,
+// or a swap of two neighbours), for "did you mean ...?"; "" when none is that close.
+std::string_view closest_name(std::string_view word, std::span<const std::string_view> names);
+
 // "unknown <noun> '<text>'"
 std::string unknown_choice(std::string_view noun, std::string_view text);
 

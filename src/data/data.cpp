@@ -1,5 +1,7 @@
 #include "data/data.h"
 
+#include <filesystem>
+
 #include <cstring>
 
 #include "core/error.h"
@@ -49,6 +51,12 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
     fixed_ = make_batch(d, cx);
     return;
   }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(d.dir, ec))
+    throw UserError("data.dir = " + d.dir, "no such directory",
+                    "prepare it with `loom prepare char INPUT " + d.dir +
+                        "`, or point data.dir at a prepared one (in a config file a relative data.dir is relative to "
+                        "that file; on the command line, to the current directory)");
   const TokenMeta meta = read_token_meta(d.dir);
   if (cx.model_vocab_size > 0 && meta.vocab_size > cx.model_vocab_size)
     throw UserError(meta.path,

@@ -15,8 +15,6 @@
 
 namespace loom {
 
-std::string gib(int64_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1024.0 * 1024 * 1024)); }
-
 int64_t parse_bytes(const std::string& text, const std::string& what) {
   size_t used = 0;
   double v = 0;
@@ -136,7 +134,7 @@ std::string format_memory_report(const MemoryReport& r) {
   std::string o = fmt::format("memory plan: {}\n{} parameters; planned in {:.1f} ms ({} schedule steps)\n\n",
                               r.config_summary, r.num_params, r.plan_ms, r.num_steps);
   auto line = [&](const char* name, int64_t b, const char* note) {
-    o += fmt::format("  {:<13} {:>16} B  {:>12}  {}\n", name, b, gib(b), note);
+    o += fmt::format("  {:<13} {:>16} B  {:>12}  {}\n", name, b, format_bytes(b), note);
   };
   line("params", r.params_bytes, "float32 masters");
   line("grads", r.grads_bytes, "float32, accumulated in place over minibatches");
@@ -144,22 +142,22 @@ std::string format_memory_report(const MemoryReport& r) {
   line("activations", r.activations_bytes, "arena less the workspace at the peak (one minibatch's forward + backward)");
   line("inputs", r.inputs_bytes, "one minibatch of token ids / features and the loss seed");
   line("workspace", r.workspace_bytes, "kernel scratch of the node at the peak, in the arena");
-  o += fmt::format("  {:<13} {:>16} B  {:>12}\n\n", "total", r.total_bytes, gib(r.total_bytes));
+  o += fmt::format("  {:<13} {:>16} B  {:>12}\n\n", "total", r.total_bytes, format_bytes(r.total_bytes));
   const int64_t arena = r.activations_bytes + r.workspace_bytes;
   const double frag = r.lower_bound_bytes ? 100.0 * (arena - r.lower_bound_bytes) / r.lower_bound_bytes : 0;
-  o += fmt::format("arena {} vs live-bytes lower bound {} ({:.1f}% above)\n", gib(arena), gib(r.lower_bound_bytes),
-                   frag);
+  o += fmt::format("arena {} vs live-bytes lower bound {} ({:.1f}% above)\n", format_bytes(arena),
+                   format_bytes(r.lower_bound_bytes), frag);
   if (r.max_workspace_bytes > 0)
-    o += fmt::format("largest kernel workspace {:.2f} MiB ({} at '{}'), sized for {} thread{}\n",
-                     r.max_workspace_bytes / 1048576.0, r.max_workspace_op, r.max_workspace_scope, r.workspace_threads,
-                     r.workspace_threads == 1 ? "" : "s");
-  o += fmt::format("peak at schedule step {} of {}: {} {} at '{}'\n\n", r.peak_step, r.num_steps, r.peak_phase,
-                   r.peak_op, r.peak_scope);
+    o += fmt::format("largest kernel workspace {:.2f} MiB ({} in {}), sized for {} thread{}\n",
+                     r.max_workspace_bytes / 1048576.0, r.max_workspace_op, scope_label(r.max_workspace_scope),
+                     r.workspace_threads, r.workspace_threads == 1 ? "" : "s");
+  o += fmt::format("peak at schedule step {} of {}: {} {} in {}\n\n", r.peak_step, r.num_steps, r.peak_phase, r.peak_op,
+                   scope_label(r.peak_scope));
   o += fmt::format("{} largest buffers live at the peak:\n", r.largest_at_peak.size());
   o += fmt::format("  {:<34} {:<18} {:<24} {:<9} {:>10}  {}\n", "scope", "op", "shape", "dtype", "MiB",
                    "live range (steps)");
   for (const BufferRow& b : r.largest_at_peak)
-    o += fmt::format("  {:<34} {:<18} {:<24} {:<9} {:>10.1f}  {}-{} ({} -> {})\n", b.scope, b.op,
+    o += fmt::format("  {:<34} {:<18} {:<24} {:<9} {:>10.1f}  {}-{} ({} -> {})\n", scope_label(b.scope), b.op,
                      b.workspace ? "-" : b.shape.str(), b.workspace ? "workspace" : dtype_name(b.dtype),
                      b.bytes / 1048576.0, b.first, b.last, b.first_phase, b.last_phase);
   return o;

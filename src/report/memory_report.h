@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "graph/passes/plan.h"
+#include "report/format.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -52,6 +53,5 @@ nlohmann::json memory_report_json(const MemoryReport& r);
 
 // "24GiB", "512MiB", "3.5GB", "1000000" -> bytes. Throws UserError naming `what`.
 int64_t parse_bytes(const std::string& text, const std::string& what);
-std::string gib(int64_t bytes);  // "3.91 GiB"
 
 }  // namespace loom

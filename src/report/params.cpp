@@ -6,23 +6,11 @@
 #include <map>
 #include <vector>
 
+#include "report/format.h"
+
 namespace loom::nn {
 
 namespace {
-std::string with_commas(int64_t n) {
-  std::string s = std::to_string(n), out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i && (s.size() - i) % 3 == 0) out += ',';
-    out += s[i];
-  }
-  return out;
-}
-std::string human_bytes(int64_t b) {
-  if (b < 1000) return fmt::format("{} B", b);
-  if (b < 1000 * 1000) return fmt::format("{:.1f} KB", b / 1e3);
-  if (b < 1000LL * 1000 * 1000) return fmt::format("{:.1f} MB", b / 1e6);
-  return fmt::format("{:.2f} GB", b / 1e9);
-}
 std::string desc(const Value& v) { return fmt::format("{}{}", dtype_name(v.dtype), v.shape.str()); }
 }  // namespace
 
@@ -77,9 +65,9 @@ std::string summarize(const ModelGraph& m) {
     total += n;
     total_bytes += bytes;
     table.push_back({r.path, r.output == kNoValue ? "" : desc(g.value(r.output)), plist,
-                     fmt::format("{} ({})", with_commas(n), human_bytes(bytes))});
+                     fmt::format("{} ({})", format_count(n), format_bytes(bytes))});
   }
-  table.push_back({"", "", "Total", fmt::format("{} ({})", with_commas(total), human_bytes(total_bytes))});
+  table.push_back({"", "", "Total", fmt::format("{} ({})", format_count(total), format_bytes(total_bytes))});
   std::array<size_t, 4> w{};
   for (const auto& row : table)
     for (size_t i = 0; i < 4; ++i) w[i] = std::max(w[i], row[i].size());
@@ -94,7 +82,7 @@ std::string summarize(const ModelGraph& m) {
     if (i + 1 == table.size()) out += fmt::format("{}\n", std::string(w[0] + w[1] + w[2] + w[3] + 6, '-'));
     line(table[i]);
   }
-  out += fmt::format("\nTotal parameters: {} ({})\n", with_commas(total), human_bytes(total_bytes));
+  out += fmt::format("\nTotal parameters: {} ({})\n", format_count(total), format_bytes(total_bytes));
   return out;
 }
 

@@ -1,16 +1,21 @@
 #include "report/profile.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <stdexcept>
 
 #include "backend/registry.h"
 #include "core/error.h"
 #include "nn/models.h"
+#include "report/ceiling.h"
 #include "report/memory_html.h"
+#include "train/console.h"
 
 namespace loom {
 
@@ -36,7 +41,64 @@ std::string run_title(const Config& c) {
   return t;
 }
 
+// /proc/stat's aggregate line: busy and total jiffies over every CPU; /proc/self/stat: this
+// process's user + system jiffies. False when /proc is not there.
+bool read_cpu_times(double& busy, double& total, double& own) {
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double v[8] = {};
+  if (!(stat >> cpu) || cpu != "cpu") return false;
+  for (double& x : v) stat >> x;
+  if (!stat) return false;
+  total = v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+  busy = total - v[3] - v[4];  // less idle and iowait
+  std::ifstream self("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(self)), {});
+  const size_t close = text.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return false;
+  std::istringstream rest(text.substr(close + 2));
+  std::string field;
+  own = 0;
+  int field_no = 3;  // the text after ") " starts at field 3; utime and stime are fields 14 and 15
+  for (; field_no <= 15 && rest >> field; ++field_no)
+    if (field_no >= 14) own += std::stod(field);
+  return field_no == 16;
+}
+
 }  // namespace
+
+void LoadSampler::start() { ok_ = read_cpu_times(busy_, total_, own_); }
+
+MachineLoad LoadSampler::stop() const {
+  MachineLoad l;
+  double busy = 0, total = 0, own = 0;
+  l.cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  l.threads = num_threads();
+  if (!ok_ || !read_cpu_times(busy, total, own) || l.cpus < 1 || !(std::ifstream("/proc/loadavg") >> l.loadavg))
+    return l;
+  l.measured = true;
+  const double window = (total - total_) / l.cpus;  // clock ticks (of 10 ms) of wall time
+  if (window >= 5) {
+    l.other_cpus = std::max(0.0, (busy - busy_) - (own - own_)) / window;
+  } else {
+    l.from_loadavg = true;
+    l.other_cpus = std::max(0.0, l.loadavg - l.threads);
+  }
+  return l;
+}
+
+std::string format_machine_load(const MachineLoad& l) {
+  if (!l.measured) return "machine load during the profile: unknown (/proc not readable)\n";
+  std::string o = fmt::format(
+      "machine load during the profile: {:.1f} of {} CPUs busy with other processes{} (loom ran {} threads; load "
+      "average {:.2f})\n",
+      l.other_cpus, l.cpus, l.from_loadavg ? " by the load average (too short to sample)" : "", l.threads, l.loadavg);
+  if (l.contended())
+    o += "WARNING: other processes competed for loom's cores: the step times, GFLOP/s and fractions of the ceiling "
+         "above measure that contention and are not trustworthy; profile again on an idle machine (or with fewer "
+         "threads)\n";
+  return o;
+}
 
 int64_t optimizer_state_bytes(const Trainer& t) {
   int64_t b = 0;
@@ -51,7 +113,7 @@ std::unique_ptr<OpRecorder> make_step_recorder(const Trainer& t, int64_t steps) 
 }
 
 ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::string& out_dir, bool measure_ceiling,
-                            FILE* log) {
+                            FILE* log, const MachineLoad& load) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(out_dir, ec);
@@ -70,8 +132,10 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
       std::fflush(log);
     }
     ceiling = be.measure_matmul_gflops(compute);
+    cache_matmul_ceiling(be, compute, ceiling);
   }
   ProfileOutput out;
+  out.load = load;
   out.summary = summarize_profile(g, plan, rec, ceiling);
   out.summary.ceiling_dtype = dtype_name(compute);
   const fs::path dir(out_dir);
@@ -95,6 +159,10 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
                                    ? "best of 3 runs of a 2048^3 matmul as the dense kernels run the compute dtype "
                                      "(oneDNN sgemm; bf16 matmul on AVX512-BF16), all threads"
                                    : "Backend::measure_matmul_gflops";
+  j["machine_load"] = {
+      {"measured", load.measured},        {"other_cpus", load.other_cpus}, {"cpus", load.cpus},
+      {"threads", load.threads},          {"loadavg_1min", load.loadavg},  {"contended", load.contended()},
+      {"from_loadavg", load.from_loadavg}};
   j["memory"] = {{"arena_bytes", plan.arena_bytes}, {"live_bytes_peak", plan.lower_bound_bytes},
                  {"param_bytes", plan.param_bytes}, {"grad_bytes", plan.grad_bytes},
                  {"optimizer_bytes", opt_bytes},    {"input_bytes", plan.input_bytes}};
@@ -102,7 +170,8 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   write_file(out.html_path, memory_html(t.program(), plan, title, opt_bytes));
 
   if (log) {
-    fmt::print(log, "\n{}\n{}", title, format_profile_summary(out.summary));
+    clear_status_line();
+    fmt::print(log, "\n{}\n{}{}", title, format_profile_summary(out.summary), format_machine_load(load));
     fmt::print(log, "\nwrote {} (open in ui.perfetto.dev or chrome://tracing)\n      {}\n      {}\n", out.trace_path,
                out.summary_path, out.html_path);
     std::fflush(log);
@@ -126,6 +195,8 @@ ProfileOutput run_profile(const Config& c, Backend& be, const DataSource& data, 
     if (o.log) fmt::print(o.log, "warm-up step {}: {:.2f} ms\n", i + 1, r.seconds * 1e3);
   }
   std::unique_ptr<OpRecorder> rec = make_step_recorder(t, o.steps);
+  LoadSampler sampler;
+  sampler.start();
   t.set_recorder(rec.get());
   for (int64_t i = 0; i < o.steps; ++i) {
     const Batch batch = data.train_batch(t.steps_done());
@@ -137,7 +208,8 @@ ProfileOutput run_profile(const Config& c, Backend& be, const DataSource& data, 
     }
   }
   t.set_recorder(nullptr);
-  return write_profile(t, *rec, o.out_dir, o.measure_ceiling, o.log);
+  const MachineLoad load = sampler.stop();
+  return write_profile(t, *rec, o.out_dir, o.measure_ceiling, o.log, load);
 }
 
 StepWindow parse_step_window(const std::string& text) {
@@ -170,6 +242,7 @@ TrainProfiler::~TrainProfiler() {
 void TrainProfiler::before_step(int64_t step) {
   if (step == w_.first && !written_) {
     rec_->clear();
+    load_.start();
     t_.set_recorder(rec_.get());
   }
 }
@@ -187,8 +260,12 @@ void TrainProfiler::finish() {
     return;
   }
   t_.set_recorder(nullptr);
-  if (log_) fmt::print(log_, "\nprofile of steps {}..{}:\n", w_.first, w_.last);
-  write_profile(t_, *rec_, dir_, /*measure_ceiling=*/true, log_);
+  const MachineLoad load = load_.stop();
+  if (log_) {
+    clear_status_line();
+    fmt::print(log_, "\nprofile of steps {}..{}:\n", w_.first, w_.last);
+  }
+  write_profile(t_, *rec_, dir_, /*measure_ceiling=*/true, log_, load);
   written_ = true;
 }
 

@@ -30,8 +30,39 @@ struct ProfileOptions {
   FILE* log = stdout;           // progress and the summary; nullptr = quiet
 };
 
+// The machine's other load while the profiled steps ran: the whole machine's busy CPU time
+// (/proc/stat) minus this process's own (/proc/self/stat), in CPUs; for a window too short for
+// those clock ticks (under 50 ms), the 1-minute load average less loom's threads. Step times taken while other
+// processes competed for loom's cores measure the contention, not loom (a 20x swing was seen), so
+// the summary says so.
+struct MachineLoad {
+  bool measured = false;      // /proc was readable
+  double other_cpus = 0;      // mean CPUs busy with other processes during the window
+  int cpus = 0;               // online CPUs
+  int threads = 0;            // loom's threads
+  double loadavg = 0;         // /proc/loadavg's 1-minute figure at the end
+  bool from_loadavg = false;  // other_cpus is the load average's estimate (a short window)
+  // Other work took cores loom's threads needed: more than a quarter CPU of it, and not enough
+  // idle cores for both.
+  bool contended() const { return measured && other_cpus > 0.25 && other_cpus + threads > cpus + 0.1; }
+};
+// Start() before the window, stop() after it.
+class LoadSampler {
+ public:
+  void start();
+  MachineLoad stop() const;
+
+ private:
+  double busy_ = 0, total_ = 0, own_ = 0;
+  bool ok_ = false;
+};
+// One line: "machine load during the profile: 0.1 CPUs of 16 busy with other processes ..." and,
+// when contended, a warning saying which figures not to trust.
+std::string format_machine_load(const MachineLoad& l);
+
 struct ProfileOutput {
   ProfileSummary summary;
+  MachineLoad load;
   std::string trace_path, summary_path, html_path;
 };
 
@@ -43,7 +74,7 @@ ProfileOutput run_profile(const Config& c, Backend& be, const DataSource& data, 
 // Writes the three files of a finished recording of `t`'s steps (the recorder must be detached or
 // idle) and prints the summary to `log` (when set). Measures the matmul ceiling when asked.
 ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::string& out_dir, bool measure_ceiling,
-                            FILE* log);
+                            FILE* log, const MachineLoad& load = {});
 
 // A preallocated recorder big enough for `steps` steps of `t` (every node of every minibatch).
 std::unique_ptr<OpRecorder> make_step_recorder(const Trainer& t, int64_t steps);
@@ -76,6 +107,7 @@ class TrainProfiler {
   StepWindow w_;
   FILE* log_;
   std::unique_ptr<OpRecorder> rec_;
+  LoadSampler load_;
   bool written_ = false;
 };
 

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -16,10 +17,13 @@
 #include "backend/registry.h"
 #include "core/error.h"
 #include "nn/models.h"
+#include "report/ceiling.h"
 #include "report/profile.h"
 #include "run/run_dir.h"
+#include "run/summary.h"
 #include "sample/sample.h"
 #include "train/checkpoint.h"
+#include "train/console.h"
 #include "train/evaluator.h"
 #include "train/loop.h"
 
@@ -94,6 +98,10 @@ std::string read_text(const fs::path& p) {
 }  // namespace
 
 int run_train(const RunOptions& o) {
+  const auto started = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   // Configuration: a file (or the default), or the checkpoint's own when resuming without one.
   Checkpoint ckpt;
   fs::path run_dir = o.out_dir;
@@ -210,6 +218,13 @@ int run_train(const RunOptions& o) {
                            .best_val_loss = best_val};
   };
   int64_t saved_step = o.resume.empty() ? -1 : t.steps_done();
+  // This session's evaluations and checkpoints: their time (the summary, and the ETA's estimate of
+  // those still to come) and the validation losses.
+  double eval_s = 0, save_s = 0;
+  int64_t evals = 0, saves = 0;
+  double last_val = -1;
+  int64_t last_val_step = 0;
+  int64_t best_val_step = o.resume.empty() ? 0 : std::max<int64_t>(0, checkpoint_step((run_dir / "best").string()));
   // What is kept and how to go on, for a run that diverged (said once, for both ways of noticing).
   auto diverged = [&](const std::string& why) {
     const bool kept = !run_dir.empty() && saved_step >= 0;
@@ -226,7 +241,10 @@ int run_train(const RunOptions& o) {
   // Saves, and prunes only after a successful save. A state holding a NaN is never written: the
   // run stops with the checkpoints it has.
   auto save = [&](const std::string& name) {
+    const auto t0 = std::chrono::steady_clock::now();
     const SaveResult sr = save_checkpoint(t, state(), (run_dir / name).string(), data.tokenizer_json());
+    save_s += seconds_since(t0);
+    ++saves;
     if (!sr.saved)
       throw diverged(fmt::format("tensor '{}' is not finite after step {} (not saved)", sr.nonfinite, t.steps_done()));
     if (name != "best") {
@@ -237,9 +255,15 @@ int run_train(const RunOptions& o) {
   auto after_step = [&](int64_t step) {
     const bool last = step == c.train.steps;
     if (eval && (step % c.train.eval_interval == 0 || last)) {
+      const auto t0 = std::chrono::steady_clock::now();
       const double vl = eval->run(data, c.train.eval_iters);
+      eval_s += seconds_since(t0);
+      ++evals;
+      last_val = vl;
+      last_val_step = step;
       const bool improved = std::isfinite(vl) && (best_val < 0 || vl < best_val);
-      if (improved) best_val = vl;
+      if (improved) best_val = vl, best_val_step = step;
+      clear_status_line();
       fmt::print(o.out, "step {}: val loss {:.4f}{}\n", step, vl, improved ? " (best so far)" : "");
       std::fflush(o.out);
       append_json(metrics_file, {{"step", step}, {"val_loss", vl}, {"best_val_loss", best_val}});
@@ -259,6 +283,28 @@ int run_train(const RunOptions& o) {
   lo.out = o.out;
   lo.after_step = after_step;
   lo.should_stop = [] { return g_signal != 0; };
+  // MFU on the log lines: model FLOPs against the cached matmul ceiling (report/ceiling.h).
+  lo.model_flops_per_step = step_flops(t).model;
+  lo.ceiling_flops_per_s = matmul_ceiling_flops(*be, c.model.dtype, o.out);
+  // The ETA's share of evaluations and checkpoints still to come after `step`, at their mean time
+  // so far; before the first evaluation, eval_iters forward passes of one minibatch at a third of
+  // a training minibatch's time (forward ≈ 1/3 of forward + backward).
+  lo.pending_seconds = [&](int64_t step, double step_s) {
+    auto due = [&](int64_t every) {  // cadence points in (step, steps], the last step always one
+      if (every <= 0 || step >= c.train.steps) return int64_t{0};
+      return c.train.steps / every - step / every + (c.train.steps % every != 0 ? 1 : 0);
+    };
+    const int64_t evals_left = eval ? due(c.train.eval_interval) : 0;
+    const int64_t save_every = c.train.checkpoint_interval > 0 ? c.train.checkpoint_interval
+                               : eval                          ? c.train.eval_interval
+                                                               : c.train.steps;
+    const int64_t saves_left = run_dir.empty() ? 0 : due(save_every);
+    const double per_eval = evals ? eval_s / static_cast<double>(evals)
+                                  : static_cast<double>(c.train.eval_iters) * step_s /
+                                        (3.0 * static_cast<double>(c.optimizer.num_minibatches));
+    const double per_save = saves ? save_s / static_cast<double>(saves) : 0.0;
+    return static_cast<double>(evals_left) * per_eval + static_cast<double>(saves_left) * per_save;
+  };
   const SignalGuard signals;
   const auto profiler = attach_train_profiler(t, o.profile_dir, o.profile_steps, lo, o.out);
   const LoopResult res = run_training(t, data, lo);
@@ -267,7 +313,7 @@ int run_train(const RunOptions& o) {
   if (res.end == LoopEnd::stopped) {
     const int sig = g_signal;
     if (!run_dir.empty() && saved_step != t.steps_done()) save(fmt::format("ckpt_{:06d}", t.steps_done()));
-    fmt::print(o.out, "\n{} at step {}/{}{}\n", sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated (SIGTERM)",
+    fmt::print(o.out, "{} at step {}/{}{}\n", sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated (SIGTERM)",
                t.steps_done(), c.train.steps,
                run_dir.empty()
                    ? " (no run directory: nothing saved)"
@@ -275,31 +321,42 @@ int run_train(const RunOptions& o) {
     std::fflush(o.out);
     return 128 + sig;
   }
-  const Metrics& total = res.total;
-  if (!total.empty()) {
-    // The tutorials' titles: Part 1.1's accumulation experiment names its minibatch count.
-    const std::string title = nn::model_kind(c.model.kind).language_model
-                                  ? fmt::format("Final metrics - {}", t.model().name)
-                                  : fmt::format("Minibatch {}", c.optimizer.num_minibatches);
-    fmt::print(o.out, "{}", format_metrics(total, title));
-  }
+  // Part 1.1's accumulation experiment prints the tutorial's print_metrics block, named by its
+  // minibatch count (the run's average, as the tutorial prints it); every run then says what it
+  // reached and what it cost.
+  const bool lm = nn::model_kind(c.model.kind).language_model;
+  if (!lm && !res.total.empty())
+    fmt::print(o.out, "{}", format_metrics(res.total, fmt::format("Minibatch {}", c.optimizer.num_minibatches)));
+  if (res.steps_run > 0)
+    fmt::print(
+        o.out, "{}",
+        format_run_summary({.first_step = t.steps_done() - res.steps_run + 1,
+                            .last_step = t.steps_done(),
+                            .total_steps = c.train.steps,
+                            .last_loss = res.last.metrics.at("loss").mean(),
+                            .last_val = last_val,
+                            .best_val = best_val,
+                            .last_val_step = last_val_step,
+                            .best_val_step = best_val_step,
+                            .items_per_step = static_cast<double>(t.model().examples * c.optimizer.num_minibatches),
+                            .tokens = lm,
+                            .wall_s = seconds_since(started),
+                            .step_s = res.step_seconds,
+                            .eval_s = eval_s,
+                            .save_s = save_s}));
   if (t.optimizer().scaler().enabled)
     fmt::print(o.out, "float16 loss scale {:g}, {} skipped step(s)\n", t.optimizer().scaler().scale,
                t.optimizer().scaler().skipped);
   if (c.train.sample_tokens > 0 && !run_dir.empty() && data.tokenizer_json()) {
-    // nanoGPT's sample.py defaults: temperature 0.8, top-k 200.
-    SampleOptions so;
+    SampleOptions so;  // nanoGPT's sample.py defaults (Sampling's): temperature 0.8, top-k 200
     so.checkpoint = run_dir.string();
     so.tokens = c.train.sample_tokens;
-    so.temperature = 0.8;
-    so.top_k = 200;
     so.seed = c.seed;
     so.out = o.out;
-    fmt::print(o.out, "\nsample ({} tokens, temperature 0.8, top-k 200; more with `loom sample {}`):\n", so.tokens,
-               run_dir.string());
+    fmt::print(o.out, "\nsample ({} tokens, temperature {:g}, top-k {}; more with `loom sample {}`):\n", so.tokens,
+               so.sampling.temperature, so.sampling.top_k, run_dir.string());
     std::fflush(o.out);
     run_sample(so);
-    fmt::print(o.out, "\n");
   }
   return 0;
 }

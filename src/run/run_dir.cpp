@@ -173,7 +173,10 @@ std::vector<std::string> RunDir::fork_at(int64_t step, bool discard) {
   std::error_code ec;
   fs::path aside;
   if (!discard) {
-    aside = dir_ / "superseded" / (utc_now("%Y%m%d-%H%M%S") + "-from-step-" + std::to_string(step));
+    // Unique even when the same step is forked twice within a second (a resume killed and retried).
+    const std::string base = utc_now("%Y%m%d-%H%M%S") + "-from-step-" + std::to_string(step);
+    aside = dir_ / "superseded" / base;
+    for (int i = 2; fs::exists(aside); ++i) aside = dir_ / "superseded" / (base + "-" + std::to_string(i));
     fs::create_directories(aside);
     if (!rest.empty()) replace_file(aside / "metrics.jsonl", rest);
   }

@@ -297,7 +297,7 @@ ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const O
   std::vector<OpCost> costs(plan.schedule.size());
   for (size_t i = 0; i < plan.schedule.size(); ++i) costs[i] = node_cost(g, g.node(plan.schedule[i]));
   double phase_us[kNumPhases] = {};  // indexed by Phase
-  double total_flops = 0, total_bytes = 0, total_us = 0;
+  double total_flops = 0, model_flops = 0, total_bytes = 0, total_us = 0;
   std::map<std::string, OpTimeRow> rows, kinds;
   for (const OpEvent& e : rec.ops()) {
     const auto st = static_cast<size_t>(e.step);
@@ -306,6 +306,7 @@ ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const O
     const OpCost& c = costs[st];
     phase_us[static_cast<size_t>(n.phase)] += dur;
     total_flops += static_cast<double>(c.flops);
+    if (n.phase != Phase::recompute) model_flops += static_cast<double>(c.flops);
     total_bytes += static_cast<double>(c.bytes);
     total_us += dur;
     std::string key = op_name(n.op);
@@ -351,9 +352,16 @@ ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const O
   if (s.steps > 0)
     s.other_ms = std::max(0.0, step_total_ms / nsteps - s.forward_ms - s.backward_ms - s.recompute_ms - s.optimizer_ms);
   s.step_gflop = total_flops / nsteps * 1e-9;
+  s.model_step_gflop = model_flops / nsteps * 1e-9;
   s.step_gbytes = total_bytes / nsteps * 1e-9;
-  if (s.median_step_ms > 0) s.achieved_gflop_per_s = s.step_gflop / (s.median_step_ms * 1e-3);
-  if (ceiling_gflop_per_s > 0) s.fraction_of_ceiling = s.achieved_gflop_per_s / ceiling_gflop_per_s;
+  if (s.median_step_ms > 0) {
+    s.achieved_gflop_per_s = s.step_gflop / (s.median_step_ms * 1e-3);
+    s.achieved_model_gflop_per_s = s.model_step_gflop / (s.median_step_ms * 1e-3);
+  }
+  if (ceiling_gflop_per_s > 0) {
+    s.fraction_of_ceiling = s.achieved_gflop_per_s / ceiling_gflop_per_s;
+    s.mfu = s.achieved_model_gflop_per_s / ceiling_gflop_per_s;
+  }
   return s;
 }
 
@@ -385,10 +393,13 @@ nlohmann::json profile_summary_json(const ProfileSummary& s) {
             {"optimizer", s.optimizer_ms},
             {"other", s.other_ms}}},
           {"step_gflop", s.step_gflop},
+          {"model_step_gflop", s.model_step_gflop},
           {"step_gbytes", s.step_gbytes},
           {"achieved_gflop_per_s", s.achieved_gflop_per_s},
+          {"achieved_model_gflop_per_s", s.achieved_model_gflop_per_s},
           {"matmul_ceiling_gflop_per_s", s.ceiling_gflop_per_s},
           {"fraction_of_ceiling", s.fraction_of_ceiling},
+          {"mfu", s.mfu},
           {"top_ops", rows(s.top_ops, true)},
           {"op_kinds", rows(s.op_kinds, false)},
           {"dropped_events", s.dropped_events}};
@@ -412,19 +423,23 @@ std::string format_profile_summary(const ProfileSummary& s) {
   phase("recompute", s.recompute_ms);
   phase("optimizer", s.optimizer_ms);
   phase("other", s.other_ms);
-  o += fmt::format("FLOPs per step {:.3f} GFLOP, op traffic {:.3f} GB; achieved {:.2f} GFLOP/s", s.step_gflop,
-                   s.step_gbytes, s.achieved_gflop_per_s);
-  if (s.ceiling_gflop_per_s > 0)
-    o += fmt::format(" = {:.1f}% of the measured {} matmul ceiling ({:.1f} GFLOP/s)\n", 100.0 * s.fraction_of_ceiling,
-                     s.ceiling_dtype, s.ceiling_gflop_per_s);
-  else
-    o += " (matmul ceiling not measured)\n";
+  o += fmt::format("op traffic {:.3f} GB per step\n", s.step_gbytes);
+  const bool ceiling = s.ceiling_gflop_per_s > 0;
+  o += fmt::format("hardware FLOPs (every op run, recompute included): {:.3f} GFLOP per step, {:.2f} GFLOP/s{}\n",
+                   s.step_gflop, s.achieved_gflop_per_s,
+                   ceiling ? fmt::format(" = {:.1f}% of the ceiling", 100.0 * s.fraction_of_ceiling) : "");
+  o += fmt::format("model FLOPs (forward + backward, no recompute):    {:.3f} GFLOP per step, {:.2f} GFLOP/s{}\n",
+                   s.model_step_gflop, s.achieved_model_gflop_per_s,
+                   ceiling ? fmt::format(" = MFU {:.1f}%", 100.0 * s.mfu) : "");
+  o += ceiling ? fmt::format("ceiling: the measured {} matmul rate, {:.1f} GFLOP/s\n", s.ceiling_dtype,
+                             s.ceiling_gflop_per_s)
+               : "ceiling: not measured\n";
   o += fmt::format("\n{} most expensive ops (total over the profiled steps):\n", s.top_ops.size());
   o += fmt::format("  {:<18} {:<34} {:<9} {:>6} {:>10} {:>6} {:>9} {:>8}\n", "op", "scope", "phase", "count",
                    "total ms", "%", "GFLOP/s", "GB/s");
   for (const OpTimeRow& r : s.top_ops)
     o += fmt::format("  {:<18} {:<34} {:<9} {:>6} {:>10.3f} {:>6.1f} {:>9.2f} {:>8.2f}\n", r.op,
-                     r.scope.empty() ? "-" : r.scope, r.phase, r.count, r.total_ms, 100.0 * r.share, r.gflop_per_s,
+                     r.scope.empty() ? "(root)" : r.scope, r.phase, r.count, r.total_ms, 100.0 * r.share, r.gflop_per_s,
                      r.gb_per_s);
   o += "\nper op kind:\n";
   o += fmt::format("  {:<18} {:>6} {:>10} {:>6} {:>9} {:>8}\n", "op", "count", "total ms", "%", "GFLOP/s", "GB/s");

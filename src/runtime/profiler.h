@@ -58,12 +58,17 @@ struct ProfileSummary {
   // Mean per step. backward excludes recompute; other = step time not inside any op or the
   // optimizer (uploads, zeroing gradients, reading the loss, executor overhead).
   double forward_ms = 0, backward_ms = 0, recompute_ms = 0, optimizer_ms = 0, other_ms = 0;
-  double step_gflop = 0;                  // FLOPs of one step, all minibatches (GFLOP)
+  // Hardware FLOPs: every op executed, the recomputed forward included (what the machine did).
+  // Model FLOPs: without the recompute (what the model needs; the basis of MFU).
+  double step_gflop = 0;                  // hardware FLOPs of one step, all minibatches (GFLOP)
+  double model_step_gflop = 0;            // model FLOPs of one step (GFLOP)
   double step_gbytes = 0;                 // bytes moved by the ops of one step (GB)
-  double achieved_gflop_per_s = 0;        // step FLOPs / median step time
+  double achieved_gflop_per_s = 0;        // hardware FLOPs / median step time
+  double achieved_model_gflop_per_s = 0;  // model FLOPs / median step time
   double ceiling_gflop_per_s = 0;         // measured matmul ceiling; 0 = not measured
   std::string ceiling_dtype = "float32";  // the compute dtype it was measured for
-  double fraction_of_ceiling = 0;         // achieved / ceiling (0 when not measured)
+  double fraction_of_ceiling = 0;         // hardware FLOP/s / ceiling (0 when not measured)
+  double mfu = 0;                         // model FLOP/s / ceiling (0 when not measured)
   std::vector<OpTimeRow> top_ops;         // (op, scope, phase) by total time
   std::vector<OpTimeRow> op_kinds;        // per op kind, by total time
   size_t dropped_events = 0;              // events past the recorder's capacity

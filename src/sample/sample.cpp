@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -104,7 +105,9 @@ std::span<const float> Sampler::next_logits(std::span<const int32_t> context) {
 
 // ---- sampling --------------------------------------------------------------------------------
 
-int32_t sample_token(std::span<const float> logits, double temperature, int64_t top_k, PhiloxKey key, uint64_t index) {
+int32_t sample_token(std::span<const float> logits, const Sampling& how, PhiloxKey key, uint64_t index) {
+  const double temperature = how.temperature;
+  const int64_t top_k = how.top_k;
   const size_t V = logits.size();
   LOOM_ASSERT(V > 0);
   for (float x : logits)
@@ -121,6 +124,17 @@ int32_t sample_token(std::span<const float> logits, double temperature, int64_t 
   const double mx = *std::max_element(x.begin(), x.end());
   double total = 0;
   for (double& v : x) total += v = v >= threshold ? std::exp(v - mx) : 0.0;
+  if (how.top_p < 1) {  // the nucleus: most likely first (ties by index), until top_p of the mass
+    std::vector<size_t> order;
+    for (size_t i = 0; i < V; ++i)
+      if (x[i] > 0) order.push_back(i);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return x[a] > x[b]; });
+    double kept = 0;
+    size_t n = 0;
+    while (n < order.size() && (n == 0 || kept < how.top_p * total)) kept += x[order[n++]];
+    for (size_t i = n; i < order.size(); ++i) x[order[i]] = 0;
+    total = kept;
+  }
   const double u = static_cast<double>(rng_uniform(key, index)) * total;
   double cum = 0;
   int32_t last = 0;
@@ -133,15 +147,15 @@ int32_t sample_token(std::span<const float> logits, double temperature, int64_t 
   return last;  // u rounded up to the total
 }
 
-std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t n, double temperature, int64_t top_k,
-                              uint64_t seed, int64_t vocab_limit, const std::function<void(int32_t)>& on_token) {
+std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t n, const Sampling& how, uint64_t seed,
+                              int64_t vocab_limit, const std::function<void(int32_t)>& on_token) {
   const PhiloxKey key = named_key(seed, "sample");
   const size_t V = vocab_limit > 0 ? static_cast<size_t>(std::min(vocab_limit, s.num_outputs()))
                                    : static_cast<size_t>(s.num_outputs());
   std::vector<int32_t> out;
   for (int64_t i = 0; i < n; ++i) {
     const std::span<const float> logits = s.next_logits(context).first(V);
-    const int32_t t = sample_token(logits, temperature, top_k, key, static_cast<uint64_t>(i));
+    const int32_t t = sample_token(logits, how, key, static_cast<uint64_t>(i));
     context.push_back(t);
     out.push_back(t);
     if (on_token) on_token(t);
@@ -173,12 +187,20 @@ void validate_sample_options(const SampleOptions& o) {
   if (o.tokens < 0) throw UserError("--tokens", "must be >= 0, got " + std::to_string(o.tokens), "e.g. --tokens 200");
   if (o.threads < -1)
     throw UserError("--threads", "must be >= 0, got " + std::to_string(o.threads), "0 uses all cores");
-  if (o.top_k < 0)
-    throw UserError("--top-k", "must be >= 0, got " + std::to_string(o.top_k),
+  const Sampling& h = o.sampling;
+  if (h.top_k < 0)
+    throw UserError("--top-k", "must be >= 0, got " + std::to_string(h.top_k),
                     "0 keeps the whole vocabulary; e.g. --top-k 200");
-  if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
-    throw UserError("--temperature", "must be a finite number >= 0, got " + std::to_string(o.temperature),
+  if (!(h.temperature >= 0) || !std::isfinite(h.temperature))
+    throw UserError("--temperature", "must be a finite number >= 0, got " + std::to_string(h.temperature),
                     "0 is greedy decoding; e.g. --temperature 0.8");
+  if (!(h.top_p > 0 && h.top_p <= 1))
+    throw UserError("--top-p", "must be in (0, 1], got " + std::to_string(h.top_p),
+                    "1 keeps every token top-k leaves; e.g. --top-p 0.9");
+  if (o.num_samples < 1)
+    throw UserError("--num-samples", "must be >= 1, got " + std::to_string(o.num_samples), "e.g. --num-samples 3");
+  if (!o.prompt.empty() && !o.prompt_file.empty())
+    throw UserError("--prompt-file " + o.prompt_file, "given together with --prompt", "give one of the two");
 }
 
 namespace {
@@ -220,8 +242,14 @@ int run_sample(const SampleOptions& o) {
                     "its tokenizer has " + std::to_string(tok->vocab_size()) + " tokens but model.vocab_size is " +
                         std::to_string(c.model.vocab_size),
                     "the tokenizer.json does not belong to this checkpoint");
-  std::vector<int32_t> prompt = tok->encode(o.prompt);  // UserError for text outside the vocabulary
-  if (prompt.empty()) {  // nanoGPT starts from "\n"; GPT-2 vocabularies from <|endoftext|>
+  std::string text = o.prompt;
+  if (!o.prompt_file.empty()) {
+    std::ifstream f(o.prompt_file, std::ios::binary);
+    if (!f) throw UserError("--prompt-file " + o.prompt_file, "cannot be opened", "check the path");
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  std::vector<int32_t> prompt = tok->encode(text);  // UserError for text outside the vocabulary
+  if (prompt.empty()) {                             // nanoGPT starts from "\n"; GPT-2 vocabularies from <|endoftext|>
     const auto* g2 = dynamic_cast<const Gpt2Tokenizer*>(tok.get());
     if (g2 && g2->eot_id() >= 0)
       prompt = {g2->eot_id()};
@@ -241,28 +269,41 @@ int run_sample(const SampleOptions& o) {
   for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
   import_params(s.executor(), by_name, c.model.scan_layers, (fs::path(ck.path) / "model.safetensors").string());
 
-  write_out(o.out, o.prompt);
-  Utf8Stream stream;
-  const auto t0 = std::chrono::steady_clock::now();
-  s.next_logits(prompt);  // prefill (generate() would do it too: timed apart for --stats)
-  const double prefill_s = seconds_since(t0);
-  const int64_t prefilled = s.runs();
-  const auto t1 = std::chrono::steady_clock::now();
-  generate(s, prompt, o.tokens, o.temperature, o.top_k, o.seed, tok->vocab_size(), [&](int32_t id) {
-    const int32_t one[1] = {id};
-    write_out(o.out, stream.push(tok->decode(one)));
-  });
-  const double decode_s = seconds_since(t1);
-  write_out(o.out, stream.flush());
-  if (o.out == stdout && isatty(STDOUT_FILENO)) write_out(o.out, "\n");
+  double prefill_s = 0, decode_s = 0;
+  int64_t prefilled = 0, decode_runs = 0;
+  for (int64_t k = 0; k < o.num_samples; ++k) {
+    if (k > 0) write_out(o.out, "---------------\n");  // nanoGPT's separator
+    write_out(o.out, text);
+    Utf8Stream stream;
+    const int64_t runs0 = s.runs();
+    const auto t0 = std::chrono::steady_clock::now();
+    s.next_logits(prompt);  // prefill (generate() would do it too: timed apart for --stats)
+    prefill_s += seconds_since(t0);
+    prefilled += s.runs() - runs0;
+    const int64_t runs1 = s.runs();
+    const auto t1 = std::chrono::steady_clock::now();
+    std::string last;  // what was written last, for the final newline
+    generate(s, prompt, o.tokens, o.sampling, o.seed + static_cast<uint64_t>(k), tok->vocab_size(), [&](int32_t id) {
+      const int32_t one[1] = {id};
+      const std::string ready = stream.push(tok->decode(one));
+      if (!ready.empty()) last = ready;
+      write_out(o.out, ready);
+    });
+    decode_s += seconds_since(t1);
+    decode_runs += s.runs() - runs1;
+    const std::string rest = stream.flush();
+    if (!rest.empty()) last = rest;
+    write_out(o.out, rest);
+    if (last.empty() ? text.empty() || text.back() != '\n' : last.back() != '\n') write_out(o.out, "\n");
+  }
   if (o.stats) {
-    const int64_t runs = s.runs() - prefilled;
+    const int64_t runs = decode_runs, tokens = o.tokens * o.num_samples;
     std::fprintf(stderr,
                  "loom sample: %s, %d threads: prefill %lld tokens in %.1f ms; %lld tokens in %.1f ms = %.3f ms/token "
                  "(%lld program runs of %zu nodes, %.3f ms each; %lld window refills)\n",
                  ck.path.c_str(), num_threads(), static_cast<long long>(prefilled), prefill_s * 1e3,
-                 static_cast<long long>(o.tokens), decode_s * 1e3,
-                 o.tokens ? decode_s * 1e3 / static_cast<double>(o.tokens) : 0.0, static_cast<long long>(runs),
+                 static_cast<long long>(tokens), decode_s * 1e3,
+                 tokens ? decode_s * 1e3 / static_cast<double>(tokens) : 0.0, static_cast<long long>(runs),
                  s.nodes_per_token(), runs ? decode_s * 1e3 / static_cast<double>(runs) : 0.0,
                  static_cast<long long>(s.window_refills()));
   }

@@ -13,10 +13,13 @@
 // last block_size tokens, recomputing them for every token); halving the window amortises the
 // re-prefill to one extra token per generated token at worst.
 //
-// Sampling (nanoGPT's sample.py): logits / temperature, keep the top_k (ties with the k-th
-// largest are kept too), softmax, and draw with loom's counter RNG: token i of a run uses
-// u = rng_uniform(named_key(seed, "sample"), i), so a (checkpoint, prompt, flags) triple always
-// gives the same text. temperature 0 is greedy (argmax, first maximum wins).
+// Sampling (nanoGPT's sample.py, with its defaults temperature 0.8 and top-k 200, the same as the
+// sample at the end of `loom train`): logits / temperature, keep the top_k (ties with the k-th
+// largest are kept too), softmax, then keep the nucleus (top_p < 1: the most likely tokens whose
+// probabilities first add up to top_p, at least one; Hugging Face's TopPLogitsWarper), and draw
+// with loom's counter RNG: token i of a sample uses u = rng_uniform(named_key(seed, "sample"), i),
+// so a (checkpoint, prompt, flags) triple always gives the same text; sample k of --num-samples
+// uses seed + k. temperature 0 is greedy (argmax, first maximum wins).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -36,26 +39,36 @@
 
 namespace loom {
 
+// How a token is drawn from the logits (the header's rules).
+struct Sampling {
+  double temperature = 0.8;  // >= 0; 0 = greedy
+  int64_t top_k = 200;       // >= 0; 0 = the whole vocabulary
+  double top_p = 1.0;        // in (0, 1]; 1 = no nucleus cut
+};
+
 struct SampleOptions {
-  std::string checkpoint;    // a ckpt_<step> directory, or a run directory (its latest checkpoint)
-  std::string prompt;        // UTF-8; empty: start from "\n" (char vocabulary) or <|endoftext|> (GPT-2)
-  int64_t tokens = 256;      // tokens to generate (>= 0)
-  double temperature = 1.0;  // >= 0; 0 = greedy
-  int64_t top_k = 0;         // >= 0; 0 = the whole vocabulary
+  std::string checkpoint;   // a ckpt_<step> directory, or a run directory (its latest checkpoint)
+  std::string prompt;       // UTF-8; empty: start from "\n" (char vocabulary) or <|endoftext|> (GPT-2)
+  std::string prompt_file;  // read the prompt from this file instead (exactly its bytes)
+  int64_t tokens = 256;     // tokens to generate per sample (>= 0)
+  int64_t num_samples = 1;  // samples, each from the prompt, separated by a line of dashes
+  Sampling sampling;
   uint64_t seed = 0;
   int64_t threads = -1;     // CPU threads; -1: the checkpoint config's `threads` (0 = all cores)
   bool stats = false;       // print prefill / decode timings to stderr at the end
   std::FILE* out = stdout;  // where the text goes (the prompt, then each token as it is produced)
 };
 
-// Checks the flags: negative --tokens, --top-k or --temperature (or a non-finite temperature)
-// is a UserError naming the flag.
+// Checks the flags: negative --tokens, --top-k or --temperature (or a non-finite temperature), a
+// --top-p outside (0, 1], --num-samples below 1, or both --prompt and --prompt-file is a UserError
+// naming the flag.
 void validate_sample_options(const SampleOptions& o);
 
 // `loom sample`: loads the checkpoint (train/checkpoint.h), rebuilds its config and the tokenizer
 // saved beside it (tokenizer.json; a checkpoint without one is a UserError), builds the decoder
-// on the cpu backend, loads the parameters, echoes the prompt and streams `tokens` sampled
-// tokens to o.out, flushing after each complete character. Returns the exit status (0).
+// on the cpu backend, loads the parameters, and for each sample echoes the prompt and streams
+// `tokens` sampled tokens to o.out, flushing after each complete character, and ends the sample
+// with a newline. Returns the exit status (0).
 int run_sample(const SampleOptions& o);
 
 // The decoding engine for the transformer of c.model: the decoder program (batch 1, max_len =
@@ -109,15 +122,15 @@ class Sampler {
 };
 
 // One token from `logits` (nanoGPT's sampling, the header's mapping): temperature 0 → argmax;
-// otherwise softmax(logits / temperature) over the top_k largest (0 = all), drawn with
-// u = rng_uniform(key, index). Non-finite logits are a std::runtime_error.
-int32_t sample_token(std::span<const float> logits, double temperature, int64_t top_k, PhiloxKey key, uint64_t index);
+// otherwise softmax(logits / temperature) over the top_k largest (0 = all), cut to the top_p
+// nucleus, drawn with u = rng_uniform(key, index). Non-finite logits are a std::runtime_error.
+int32_t sample_token(std::span<const float> logits, const Sampling& how, PhiloxKey key, uint64_t index);
 
 // Generates `n` tokens after `context` (non-empty) with `s`, calling on_token(id) as each is
 // drawn; token i uses index i of the key named_key(seed, "sample"). Only ids below
 // `vocab_limit` (the tokenizer's vocabulary; 0 = all outputs) are drawn. Returns the tokens.
-std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t n, double temperature, int64_t top_k,
-                              uint64_t seed, int64_t vocab_limit, const std::function<void(int32_t)>& on_token);
+std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t n, const Sampling& how, uint64_t seed,
+                              int64_t vocab_limit, const std::function<void(int32_t)>& on_token);
 
 // Byte-level BPE tokens can end inside a UTF-8 character: push() takes a token's bytes and
 // returns what can be printed now (everything except a trailing incomplete but so far valid

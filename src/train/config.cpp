@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <span>
@@ -28,6 +29,13 @@ struct KeySpec {
   std::function<void(Config&, const toml::node&)> set_toml;  // throws std::invalid_argument or UserError
   std::function<void(Config&, const std::string&)> set_text;
   std::function<std::string(const Config&)> get;
+  // Whether the key means anything for this configuration (nullptr: always). The saved
+  // config.toml leaves out the keys that do not (num_classes for a language model, momentum for
+  // Adam), so it lists only what shaped the run.
+  bool (*applies)(const Config&) = nullptr;
+  // A file or directory (nullptr: not a path): resolved when read (resolve_path), relative to the
+  // config file that sets it or, on the command line, to the current directory.
+  std::function<std::string&(Config&)> path;
 };
 
 // A TOML basic string holding exactly `s`: quotes, backslashes and control characters escaped, so
@@ -49,6 +57,25 @@ std::string toml_quote(std::string_view s) {
   }
   return out + "\"";
 }
+KeySpec only_if(KeySpec k, bool (*applies)(const Config&)) {
+  k.applies = applies;
+  return k;
+}
+bool language_model(const Config& c) { return nn::model_kind(c.model.kind).language_model; }
+bool classifier(const Config& c) { return !language_model(c); }
+bool classification_data(const Config& c) { return c.data.kind == DataKind::random_classification; }
+bool token_data(const Config& c) { return is_token_data(c.data.kind); }
+bool random_tokens(const Config& c) { return c.data.kind == DataKind::random_tokens; }
+bool token_files(const Config& c) { return c.data.kind == DataKind::tokens; }
+bool adam_family(const Config& c) { return c.optimizer.name != OptimizerName::sgd; }
+bool sgd(const Config& c) { return c.optimizer.name == OptimizerName::sgd; }
+bool adamw(const Config& c) { return c.optimizer.name == OptimizerName::adamw; }
+bool warmup_schedule(const Config& c) { return c.optimizer.schedule.kind != ScheduleKind::constant; }
+bool cosine_schedule(const Config& c) { return c.optimizer.schedule.kind == ScheduleKind::warmup_cosine_decay; }
+bool exponential_schedule(const Config& c) {
+  return c.optimizer.schedule.kind == ScheduleKind::warmup_exponential_decay;
+}
+bool float16(const Config& c) { return c.model.dtype == DType::f16; }
 
 // Shortest text that reads back as the same double (std::to_chars), so "0.9" stays "0.9".
 std::string fmt_double(double v) {
@@ -73,12 +100,14 @@ double parse_number(const std::string& s) {
   } catch (const std::exception&) {
     throw std::invalid_argument("not a number");
   }
-  if (used != s.size() || !std::isfinite(v)) throw std::invalid_argument("not a finite number");
+  if (used != s.size()) throw std::invalid_argument("not a number");
+  if (!std::isfinite(v)) throw std::invalid_argument("infinities and NaN are not allowed");
   return v;
 }
 DType parse_dtype(const std::string& s) {
   auto d = dtype_from_name(s);
-  if (!d || !dtype_is_float(*d)) throw std::invalid_argument("not a float dtype");
+  if (!d) throw std::invalid_argument("not a dtype");
+  if (!dtype_is_float(*d)) throw std::invalid_argument(s + " is not a floating-point dtype");
   return *d;
 }
 // "float32, bfloat16, float16": the names a dtype key accepts (besides their short aliases).
@@ -192,6 +221,13 @@ KeySpec make_choice_set(const char* key, const char* help, Get ref) {
   return k;
 }
 
+template <class Get>
+KeySpec make_path(const char* key, const char* help, Get ref) {
+  KeySpec k = make_string(key, help, ref);
+  k.path = [ref](Config& c) -> std::string& { return ref(c); };
+  return k;
+}
+
 #define LOOM_REF(member) \
   [](Config & c) -> auto& { return c.member; }
 
@@ -204,86 +240,129 @@ const std::vector<KeySpec>& schema() {
       make_dtype("model.dtype", "compute dtype of activations; params and optimizer state stay float32",
                  LOOM_REF(model.dtype)),
       make_int("model.hidden_size", "hidden width", LOOM_REF(model.hidden_size)),
-      make_int("model.num_classes", "output classes of the classifier", LOOM_REF(model.num_classes)),
+      only_if(make_int("model.num_classes", "output classes of the classifier", LOOM_REF(model.num_classes)),
+              classifier),
       make_number("model.dropout_rate", "dropout rate in [0, 1)", LOOM_REF(model.dropout_rate)),
       make_number("model.layer_norm_eps", "LayerNorm epsilon (Flax default 1e-6)", LOOM_REF(model.layer_norm_eps)),
-      make_int("model.num_layers", "transformer blocks", LOOM_REF(model.num_layers)),
-      make_int("model.head_dim", "attention head width; num_heads = hidden_size / head_dim", LOOM_REF(model.head_dim)),
-      make_int("model.mlp_expansion", "MLP hidden width = mlp_expansion × hidden_size", LOOM_REF(model.mlp_expansion)),
-      make_int("model.vocab_size", "token embedding rows", LOOM_REF(model.vocab_size)),
-      make_int("model.num_outputs", "output logits per position (the vocabulary for a language model)",
-               LOOM_REF(model.num_outputs)),
-      make_int("model.max_seq_len", "rows of the learned position embedding", LOOM_REF(model.max_seq_len)),
-      make_dtype("model.softmax_dtype", "dtype of the attention logits and softmax", LOOM_REF(model.softmax_dtype)),
-      make_bool("model.causal_mask", "causal attention mask", LOOM_REF(model.causal_mask)),
+      only_if(make_int("model.num_layers", "transformer blocks", LOOM_REF(model.num_layers)), language_model),
+      only_if(make_int("model.head_dim", "attention head width; num_heads = hidden_size / head_dim",
+                       LOOM_REF(model.head_dim)),
+              language_model),
+      only_if(make_int("model.mlp_expansion", "MLP hidden width = mlp_expansion × hidden_size",
+                       LOOM_REF(model.mlp_expansion)),
+              language_model),
+      only_if(make_int("model.vocab_size", "token embedding rows", LOOM_REF(model.vocab_size)), language_model),
+      only_if(make_int("model.num_outputs", "output logits per position (the vocabulary for a language model)",
+                       LOOM_REF(model.num_outputs)),
+              language_model),
+      only_if(make_int("model.max_seq_len", "rows of the learned position embedding", LOOM_REF(model.max_seq_len)),
+              language_model),
+      only_if(
+          make_dtype("model.softmax_dtype", "dtype of the attention logits and softmax", LOOM_REF(model.softmax_dtype)),
+          language_model),
+      only_if(make_bool("model.causal_mask", "causal attention mask", LOOM_REF(model.causal_mask)), language_model),
       make_choice_set("model.remat", "remat regions: recomputed in the backward instead of kept",
                       LOOM_REF(model.remat)),
       make_choice("model.remat_policy", "what a remat region saves", LOOM_REF(model.remat_policy)),
       make_string("model.remat_save_names", "save_only_these_names: comma-separated scope patterns, e.g. */attn/qkv",
                   LOOM_REF(model.remat_save_names)),
-      make_bool("model.scan_layers",
-                "parameter layout of files: stacked [num_layers, ...] (the tutorial's nn.scan); execution is the same",
-                LOOM_REF(model.scan_layers)),
-      make_choice("model.block_order", "order of the residual branches in a block", LOOM_REF(model.block_order)),
-      make_bool("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", LOOM_REF(model.use_bias)),
-      make_bool("model.tie_embeddings", "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)",
-                LOOM_REF(model.tie_embeddings)),
-      make_choice("model.init", "parameter init", LOOM_REF(model.init)),
-      make_bool("model.embed_dropout", "dropout after the token + position embedding (GPT-2)",
-                LOOM_REF(model.embed_dropout)),
+      only_if(
+          make_bool(
+              "model.scan_layers",
+              "parameter layout of files: stacked [num_layers, ...] (the tutorial's nn.scan); execution is the same",
+              LOOM_REF(model.scan_layers)),
+          language_model),
+      only_if(
+          make_choice("model.block_order", "order of the residual branches in a block", LOOM_REF(model.block_order)),
+          language_model),
+      only_if(make_bool("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", LOOM_REF(model.use_bias)),
+              language_model),
+      only_if(make_bool("model.tie_embeddings",
+                        "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)",
+                        LOOM_REF(model.tie_embeddings)),
+              language_model),
+      only_if(make_choice("model.init", "parameter init", LOOM_REF(model.init)), language_model),
+      only_if(make_bool("model.embed_dropout", "dropout after the token + position embedding (GPT-2)",
+                        LOOM_REF(model.embed_dropout)),
+              language_model),
       make_choice("optimizer.name", "optimizer (Optax semantics)", LOOM_REF(optimizer.name)),
       make_number("optimizer.learning_rate", "learning rate (the peak value when a warmup schedule is set)",
                   LOOM_REF(optimizer.learning_rate)),
-      make_number("optimizer.b1", "Adam beta1", LOOM_REF(optimizer.b1)),
-      make_number("optimizer.b2", "Adam beta2", LOOM_REF(optimizer.b2)),
-      make_number("optimizer.eps", "Adam epsilon", LOOM_REF(optimizer.eps)),
-      make_number("optimizer.eps_root", "Adam epsilon inside the square root", LOOM_REF(optimizer.eps_root)),
-      make_number("optimizer.momentum", "sgd momentum (0 = none)", LOOM_REF(optimizer.momentum)),
-      make_bool("optimizer.nesterov", "sgd Nesterov momentum", LOOM_REF(optimizer.nesterov)),
-      make_number("optimizer.weight_decay", "adamw decoupled weight decay", LOOM_REF(optimizer.weight_decay)),
-      make_choice("optimizer.weight_decay_mask", "which params adamw decays", LOOM_REF(optimizer.weight_decay_mask)),
+      only_if(make_number("optimizer.b1", "Adam beta1", LOOM_REF(optimizer.b1)), adam_family),
+      only_if(make_number("optimizer.b2", "Adam beta2", LOOM_REF(optimizer.b2)), adam_family),
+      only_if(make_number("optimizer.eps", "Adam epsilon", LOOM_REF(optimizer.eps)), adam_family),
+      only_if(make_number("optimizer.eps_root", "Adam epsilon inside the square root", LOOM_REF(optimizer.eps_root)),
+              adam_family),
+      only_if(make_number("optimizer.momentum", "sgd momentum (0 = none)", LOOM_REF(optimizer.momentum)), sgd),
+      only_if(make_bool("optimizer.nesterov", "sgd Nesterov momentum", LOOM_REF(optimizer.nesterov)), sgd),
+      only_if(make_number("optimizer.weight_decay", "adamw decoupled weight decay", LOOM_REF(optimizer.weight_decay)),
+              adamw),
+      only_if(make_choice("optimizer.weight_decay_mask", "which params adamw decays",
+                          LOOM_REF(optimizer.weight_decay_mask)),
+              adamw),
       make_number("optimizer.clip_norm", "clip_by_global_norm before the optimizer (0 = off)",
                   LOOM_REF(optimizer.clip_norm)),
       make_choice("optimizer.schedule", "learning-rate schedule", LOOM_REF(optimizer.schedule.kind)),
-      make_number("optimizer.init_value", "schedule: value at step 0 (warmup start)",
-                  LOOM_REF(optimizer.schedule.init_value)),
-      make_int("optimizer.warmup_steps", "schedule: linear warmup steps", LOOM_REF(optimizer.schedule.warmup_steps)),
-      make_int("optimizer.decay_steps", "warmup_cosine_decay: total steps including warmup",
-               LOOM_REF(optimizer.schedule.decay_steps)),
-      make_number("optimizer.end_value", "schedule: final value (cosine) or bound (exponential; 0 = none)",
-                  LOOM_REF(optimizer.schedule.end_value)),
-      make_number("optimizer.exponent", "warmup_cosine_decay exponent", LOOM_REF(optimizer.schedule.exponent)),
-      make_int("optimizer.transition_steps", "warmup_exponential_decay: steps per decay",
-               LOOM_REF(optimizer.schedule.transition_steps)),
-      make_number("optimizer.decay_rate", "warmup_exponential_decay rate", LOOM_REF(optimizer.schedule.decay_rate)),
-      make_int("optimizer.transition_begin", "warmup_exponential_decay: steps after warmup before decay starts",
-               LOOM_REF(optimizer.schedule.transition_begin)),
-      make_bool("optimizer.staircase", "warmup_exponential_decay: decay in discrete steps",
-                LOOM_REF(optimizer.schedule.staircase)),
-      make_choice("optimizer.loss_scale", "float16 loss scaling", LOOM_REF(optimizer.loss_scale)),
-      make_number("optimizer.loss_scale_init", "initial (or static) loss scale", LOOM_REF(optimizer.loss_scale_init)),
-      make_number("optimizer.loss_scale_growth", "dynamic: factor after loss_scale_interval finite steps",
-                  LOOM_REF(optimizer.loss_scale_growth)),
-      make_number("optimizer.loss_scale_backoff", "dynamic: factor after a non-finite step",
-                  LOOM_REF(optimizer.loss_scale_backoff)),
-      make_int("optimizer.loss_scale_interval", "dynamic: finite steps before growing",
-               LOOM_REF(optimizer.loss_scale_interval)),
-      make_number("optimizer.loss_scale_min", "dynamic: the scale never backs off below this",
-                  LOOM_REF(optimizer.loss_scale_min)),
+      only_if(make_number("optimizer.init_value", "schedule: value at step 0 (warmup start)",
+                          LOOM_REF(optimizer.schedule.init_value)),
+              warmup_schedule),
+      only_if(make_int("optimizer.warmup_steps", "schedule: linear warmup steps",
+                       LOOM_REF(optimizer.schedule.warmup_steps)),
+              warmup_schedule),
+      only_if(make_int("optimizer.decay_steps", "warmup_cosine_decay: total steps including warmup",
+                       LOOM_REF(optimizer.schedule.decay_steps)),
+              cosine_schedule),
+      only_if(make_number("optimizer.end_value", "schedule: final value (cosine) or bound (exponential; 0 = none)",
+                          LOOM_REF(optimizer.schedule.end_value)),
+              warmup_schedule),
+      only_if(make_number("optimizer.exponent", "warmup_cosine_decay exponent", LOOM_REF(optimizer.schedule.exponent)),
+              cosine_schedule),
+      only_if(make_int("optimizer.transition_steps", "warmup_exponential_decay: steps per decay",
+                       LOOM_REF(optimizer.schedule.transition_steps)),
+              exponential_schedule),
+      only_if(
+          make_number("optimizer.decay_rate", "warmup_exponential_decay rate", LOOM_REF(optimizer.schedule.decay_rate)),
+          exponential_schedule),
+      only_if(make_int("optimizer.transition_begin", "warmup_exponential_decay: steps after warmup before decay starts",
+                       LOOM_REF(optimizer.schedule.transition_begin)),
+              exponential_schedule),
+      only_if(make_bool("optimizer.staircase", "warmup_exponential_decay: decay in discrete steps",
+                        LOOM_REF(optimizer.schedule.staircase)),
+              exponential_schedule),
+      only_if(make_choice("optimizer.loss_scale", "float16 loss scaling", LOOM_REF(optimizer.loss_scale)), float16),
+      only_if(make_number("optimizer.loss_scale_init", "initial (or static) loss scale",
+                          LOOM_REF(optimizer.loss_scale_init)),
+              float16),
+      only_if(make_number("optimizer.loss_scale_growth", "dynamic: factor after loss_scale_interval finite steps",
+                          LOOM_REF(optimizer.loss_scale_growth)),
+              float16),
+      only_if(make_number("optimizer.loss_scale_backoff", "dynamic: factor after a non-finite step",
+                          LOOM_REF(optimizer.loss_scale_backoff)),
+              float16),
+      only_if(make_int("optimizer.loss_scale_interval", "dynamic: finite steps before growing",
+                       LOOM_REF(optimizer.loss_scale_interval)),
+              float16),
+      only_if(make_number("optimizer.loss_scale_min", "dynamic: the scale never backs off below this",
+                          LOOM_REF(optimizer.loss_scale_min)),
+              float16),
       make_int("optimizer.num_minibatches", "gradient accumulation: minibatches per step (divides data.batch_size)",
                LOOM_REF(optimizer.num_minibatches)),
       make_choice("data.kind", "data source", LOOM_REF(data.kind)),
       make_int("data.batch_size", "examples per optimizer step (all minibatches together)", LOOM_REF(data.batch_size)),
-      make_int("data.num_inputs", "input features of random_classification data", LOOM_REF(data.num_inputs)),
-      make_int("data.seq_len", "tokens per sequence", LOOM_REF(data.seq_len)),
-      make_int("data.vocab_size", "random_tokens: tokens drawn from [1, vocab_size)", LOOM_REF(data.vocab_size)),
-      make_string("data.dir", "tokens: directory written by `loom prepare` (train.bin, val.bin, meta.json)",
-                  LOOM_REF(data.dir)),
+      only_if(make_int("data.num_inputs", "input features of random_classification data", LOOM_REF(data.num_inputs)),
+              classification_data),
+      only_if(make_int("data.seq_len", "tokens per sequence", LOOM_REF(data.seq_len)), token_data),
+      only_if(
+          make_int("data.vocab_size", "random_tokens: tokens drawn from [1, vocab_size)", LOOM_REF(data.vocab_size)),
+          random_tokens),
+      only_if(make_path("data.dir", "tokens: directory written by `loom prepare` (train.bin, val.bin, meta.json)",
+                        LOOM_REF(data.dir)),
+              token_files),
       make_int("train.steps", "optimizer steps to run", LOOM_REF(train.steps)),
       make_int("train.log_every", "log every N steps", LOOM_REF(train.log_every)),
-      make_string("train.metrics_file",
-                  "JSONL file with one object per logged step (empty: RUN/metrics.jsonl for runs with --out)",
-                  LOOM_REF(train.metrics_file)),
+      make_path("train.metrics_file",
+                "JSONL file with one object per logged step (empty: RUN/metrics.jsonl for runs with --out)",
+                LOOM_REF(train.metrics_file)),
       make_int("train.eval_interval", "evaluate the validation loss every N steps (0 = never)",
                LOOM_REF(train.eval_interval)),
       make_int("train.eval_iters", "validation batches per evaluation", LOOM_REF(train.eval_iters)),
@@ -313,34 +392,57 @@ const KeySpec* find_key(const std::string& key) {
   return nullptr;
 }
 
-std::string known_keys_near(const std::string& key) {
-  const std::string section = key.find('.') == std::string::npos ? "" : key.substr(0, key.find('.') + 1);
-  std::string out;
+// The fix for an unknown key: the key it most likely meant (the same name in its section, as
+// `hidden_size` for `model.hidden_size`, or a spelling within two edits), then the known keys
+// of its section.
+std::string unknown_key_fix(const std::string& key) {
+  const std::string name = key.substr(key.find('.') == std::string::npos ? 0 : key.rfind('.') + 1);
+  std::vector<std::string_view> all;
+  std::string meant;
   for (const KeySpec& k : schema()) {
-    const std::string name = k.key;
-    const bool same_section = section.empty() ? name.find('.') == std::string::npos : name.rfind(section, 0) == 0;
-    if (same_section) out += (out.empty() ? "" : ", ") + name;
+    const std::string_view full = k.key;
+    all.push_back(full);
+    if (meant.empty() && full.substr(full.find('.') == std::string_view::npos ? 0 : full.rfind('.') + 1) == name)
+      meant = k.key;
   }
-  if (out.empty())
-    for (const KeySpec& k : schema()) out += (out.empty() ? "" : ", ") + std::string(k.key);
-  return out;
+  if (meant.empty()) meant = closest_name(key, all);
+  const std::string section = key.find('.') == std::string::npos ? "" : key.substr(0, key.find('.') + 1);
+  std::string near;
+  for (const KeySpec& k : schema()) {
+    const std::string n = k.key;
+    const bool same_section = section.empty() ? n.find('.') == std::string::npos : n.rfind(section, 0) == 0;
+    if (same_section) near += (near.empty() ? "" : ", ") + n;
+  }
+  std::string fix = meant.empty() ? "" : "did you mean " + meant + "? ";
+  if (!near.empty())
+    fix += "known keys " +
+           (section.empty() ? std::string("at the top level") : "in [" + section.substr(0, section.size() - 1) + "]") +
+           ": " + near + "; ";
+  return fix + "`loom help config` lists every key";
 }
 
-void walk(Config& c, const toml::table& t, const std::string& prefix, const std::string& file) {
+// The parser's reason after "expected an integer" / "'abc' is not an integer", only when it says
+// more than that: a reason starting with "not " restates the expectation.
+std::string more_reason(const std::string& reason) {
+  return reason.rfind("not ", 0) == 0 ? std::string() : " (" + reason + ")";
+}
+
+// `base`: the directory relative paths in this table are relative to ("" = leave them relative).
+void walk(Config& c, const toml::table& t, const std::string& prefix, const std::string& file,
+          const std::filesystem::path& base) {
   for (const auto& [k, node] : t) {
     const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     if (const toml::table* sub = node.as_table()) {
-      walk(c, *sub, key, file);
+      walk(c, *sub, key, file, base);
       continue;
     }
     const KeySpec* spec = find_key(key);
-    if (!spec)
-      throw UserError(file + ": " + key, "unknown configuration key",
-                      "known keys here: " + known_keys_near(key) + " (loom train --help-config lists all)");
+    if (!spec) throw UserError(file + ": " + key, "unknown configuration key", unknown_key_fix(key));
     try {
       spec->set_toml(c, node);
+      if (spec->path) spec->path(c) = resolve_path(spec->path(c), base);
     } catch (const std::invalid_argument& e) {
-      throw UserError(file + ": " + key, "expected " + spec->expected + " (" + e.what() + ")",
+      throw UserError(file + ": " + key, "expected " + spec->expected + more_reason(e.what()),
                       "write e.g. " + key + " = " + spec->get(defaults()));
     } catch (const UserError& e) {  // an unknown choice: the message names the valid ones
       throw UserError(file + ": " + key, e.what(), e.hint());
@@ -350,6 +452,19 @@ void walk(Config& c, const toml::table& t, const std::string& prefix, const std:
 
 }  // namespace
 
+std::string resolve_path(const std::string& path, const std::filesystem::path& base) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return path;
+  fs::path p = path;
+  if (path == "~" || path.rfind("~/", 0) == 0) {
+    const char* home = std::getenv("HOME");
+    if (!home || !*home) throw UserError(path, "starts with ~ but HOME is not set", "write the path in full");
+    p = fs::path(home) / (path.size() > 2 ? path.substr(2) : std::string());
+  }
+  if (p.is_relative() && !base.empty()) p = base / p;
+  return p.lexically_normal().string();
+}
+
 void apply_override(Config& c, const std::string& assignment) {
   const size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
@@ -358,13 +473,15 @@ void apply_override(Config& c, const std::string& assignment) {
   const std::string key = assignment.substr(0, eq);
   const std::string val = assignment.substr(eq + 1);
   const KeySpec* spec = find_key(key);
-  if (!spec)
-    throw UserError("override " + key, "unknown configuration key", "known keys here: " + known_keys_near(key));
+  if (!spec) throw UserError("override " + key, "unknown configuration key", unknown_key_fix(key));
   try {
     spec->set_text(c, val);
+    if (spec->path) spec->path(c) = resolve_path(spec->path(c), std::filesystem::current_path());
   } catch (const std::invalid_argument& e) {
-    throw UserError("override " + key, "'" + val + "' is not " + spec->expected + " (" + e.what() + ")",
-                    "write e.g. " + key + "=" + spec->get(defaults()));
+    std::string example = spec->get(defaults());  // unquoted, as a shell word
+    if (example.size() >= 2 && example.front() == '"') example = example.substr(1, example.size() - 2);
+    throw UserError("override " + key, "'" + val + "' is not " + spec->expected + more_reason(e.what()),
+                    "write e.g. " + key + "=" + example);
   } catch (const UserError& e) {
     throw UserError("override " + key, e.what(), e.hint());
   }
@@ -476,7 +593,7 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw UserError(
         path, "sets no key (the file is empty, or only comments)",
         "give a config file such as configs/shakespeare_char.toml; `loom train --help-config` lists every key");
-  walk(c, t, "", path);
+  walk(c, t, "", path, std::filesystem::absolute(path).parent_path());
   for (const std::string& o : overrides) apply_override(c, o);
   validate_config(c);
   return c;
@@ -494,7 +611,7 @@ Config config_from_toml_text(const std::string& text, const std::string& source,
     throw UserError(source + ":" + std::to_string(where.line) + ":" + std::to_string(where.column),
                     "invalid TOML: " + std::string(e.description()), "the stored configuration is corrupted");
   }
-  walk(c, t, "", source);
+  walk(c, t, "", source, {});
   for (const std::string& o : overrides) apply_override(c, o);
   validate_config(c);
   return c;
@@ -503,6 +620,7 @@ Config config_from_toml_text(const std::string& text, const std::string& source,
 std::string config_to_toml(const Config& c) {
   std::string out, section;
   for (const KeySpec& k : schema()) {
+    if (k.applies && !k.applies(c)) continue;
     const std::string key = k.key;
     const size_t dot = key.find('.');
     const std::string sec = dot == std::string::npos ? "" : key.substr(0, dot);

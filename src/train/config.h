@@ -4,6 +4,7 @@
 // name the key (and the file) and say how to fix it.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,14 @@ struct Config {
   TrainConfig train;
   std::string source;  // the file it came from (for messages)
 };
+
+// Path keys (data.dir, train.metrics_file): a relative path set in a config file is relative to
+// that file's directory, one set by an override to the current directory; `~` and `~/...` are the
+// home directory. Both become absolute when read, so the saved configuration (config.toml, a
+// checkpoint's state) names the same files from anywhere. A checkpoint's stored configuration
+// keeps what it holds (older ones hold paths relative to where that run was started): an empty
+// `base` leaves a relative path relative.
+std::string resolve_path(const std::string& path, const std::filesystem::path& base);
 
 // Loads `path` (TOML), applies `overrides` ("section.key=value"), validates. Throws UserError.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});

@@ -7,33 +7,55 @@
 namespace loom {
 
 Evaluator::Evaluator(const Trainer& t, Backend& be) : cfg_(t.config()) {
-  const int64_t mb = cfg_.data.batch_size / cfg_.optimizer.num_minibatches;
-  model_ = nn::build_model(cfg_.model, model_input(cfg_, mb), /*train=*/false);
   Executor::External params;
   const Graph& tg = t.model().graph;
   for (const Param& p : tg.params()) params[tg.value(p.value).name] = t.executor().ptr(p.value);
+  build(be, &params);
+}
+
+Evaluator::Evaluator(const Config& c, Backend& be) : cfg_(c) { build(be, nullptr); }
+
+void Evaluator::build(Backend& be, const Executor::External* params) {
+  const int64_t mb = cfg_.data.batch_size / cfg_.optimizer.num_minibatches;
+  model_ = nn::build_model(cfg_.model, model_input(cfg_, mb), /*train=*/false);
   MemoryPlan plan = plan_program(be, model_.graph, default_schedule(model_.graph));
-  if (Status s = Executor::create(be, model_.graph, std::move(plan), &exec_, &params); !s)
+  if (Status s = Executor::create(be, model_.graph, std::move(plan), &exec_, params); !s)
     throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : model_.constants) exec_->upload(v, bytes.data());
 }
 
 Evaluator::~Evaluator() = default;
 
-double Evaluator::run(DataSource& data, int64_t iters) {
-  double sum = 0;
-  int64_t count = 0;
-  for (int64_t i = 0; i < iters; ++i) {
-    const Batch b = data.val_batch();
-    exec_->upload(model_.inputs, b.inputs.data());
-    exec_->upload(model_.labels, b.labels.data());
-    exec_->run(RunCtx{.seed = cfg_.seed, .step = 0, .minibatch = 0});
-    float loss = 0;
-    exec_->download(model_.loss_sum, &loss);
-    sum += loss;
-    count += model_.examples;
-  }
-  return count ? sum / static_cast<double>(count) : 0.0;
+void Evaluator::run_rows(const Batch& b, int64_t first, Metrics& into) {
+  const size_t in_row = b.inputs.size() / static_cast<size_t>(b.batch_size);
+  const size_t label_row = b.labels.size() / static_cast<size_t>(b.batch_size);
+  exec_->upload(model_.inputs, b.inputs.data() + static_cast<size_t>(first) * in_row);
+  exec_->upload(model_.labels, b.labels.data() + static_cast<size_t>(first) * label_row);
+  exec_->run(RunCtx{.seed = cfg_.seed, .step = 0, .minibatch = 0});
+  float loss = 0;
+  int32_t correct = 0;
+  exec_->download(model_.loss_sum, &loss);
+  exec_->download(model_.correct, &correct);
+  add_metrics(into, {{"loss", {.sum = loss, .count = model_.examples}},
+                     {"accuracy", {.sum = static_cast<double>(correct), .count = model_.examples}}});
 }
+
+Metrics Evaluator::validation(DataSource& data, int64_t iters) {
+  Metrics m;
+  for (int64_t i = 0; i < iters; ++i) run_rows(data.val_batch(), 0, m);
+  return m;
+}
+
+Metrics Evaluator::training(const DataSource& data, int64_t iters) {
+  Metrics m;
+  const int64_t rows = cfg_.data.batch_size / cfg_.optimizer.num_minibatches;
+  for (int64_t i = 0; i < iters; ++i) {
+    const Batch b = data.train_batch(i);
+    for (int64_t first = 0; first < b.batch_size; first += rows) run_rows(b, first, m);
+  }
+  return m;
+}
+
+double Evaluator::run(DataSource& data, int64_t iters) { return validation(data, iters)["loss"].mean(); }
 
 }  // namespace loom

@@ -1,21 +1,36 @@
-// Validation loss: the model's forward program in eval mode (no dropout), sharing the trainer's
-// parameter buffers (no copy), run over `eval_iters` validation batches.
+// Evaluation: the model's forward program in eval mode (no dropout) over batches of one minibatch,
+// summing the loss and the correct predictions. During training it shares the trainer's parameter
+// buffers (no copy); `loom eval` gives it buffers of its own and loads a checkpoint into them.
 #pragma once
 #include <memory>
 
 #include "data/data.h"
+#include "train/metrics.h"
 #include "train/trainer.h"
 
 namespace loom {
 
 class Evaluator {
  public:
+  // Shares `t`'s parameters.
   Evaluator(const Trainer& t, Backend& be);
+  // Owns its parameters (uninitialised: load them through executor(), e.g. io/param_io.h).
+  Evaluator(const Config& c, Backend& be);
   ~Evaluator();
-  // Mean loss per token over `iters` batches from `data` (validation split).
+  // Mean loss per example (per token for a language model) over `iters` batches from `data`
+  // (validation split).
   double run(DataSource& data, int64_t iters);
+  // "loss" and "accuracy" (sum, count) over `iters` validation batches, or over the first
+  // `iters` training batches (data.train_batch(0..iters-1), each run minibatch by minibatch).
+  Metrics validation(DataSource& data, int64_t iters);
+  Metrics training(const DataSource& data, int64_t iters);
+  Executor& executor() { return *exec_; }
 
  private:
+  void build(Backend& be, const Executor::External* params);
+  // Adds one minibatch's loss and correct count (the batch's rows [first, first + rows)).
+  void run_rows(const Batch& b, int64_t first, Metrics& into);
+
   const Config& cfg_;
   nn::ModelGraph model_;
   std::unique_ptr<Executor> exec_;

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "nn/models.h"
+#include "train/console.h"
 
 namespace loom {
 
@@ -33,12 +34,19 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
   Metrics& total = res.total;
   const TrainConfig& tc = t.config().train;
   const bool fp16 = t.config().model.dtype == DType::f16;
-  double elapsed = 0;
   const int64_t first = t.steps_done();
+  double interval_s = 0;  // steps since the previous log line
+  int64_t interval_steps = 0;
+  double first_s = 0;  // this call's first step
   for (int64_t s = first; s < o.steps; ++s) {
     if (o.before_step) o.before_step(s + 1);
     const StepReport r = t.step(data.train_batch(s));
     res.last = r;
+    ++res.steps_run;
+    res.step_seconds += r.seconds;
+    if (res.steps_run == 1) first_s = r.seconds;
+    interval_s += r.seconds;
+    ++interval_steps;
     add_metrics(total, r.metrics);
     const LossScaler& sc = t.optimizer().scaler();
     // float16 gradients that overflow are the loss scale's business (skip and back off), up to
@@ -50,57 +58,71 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
     else if (r.opt.skipped && tc.max_skipped_steps > 0 && sc.consecutive >= tc.max_skipped_steps)
       diverged = fmt::format("{} steps in a row were skipped (non-finite {}{}), up to step {}", sc.consecutive,
                              r.opt.nonfinite, sc.enabled ? fmt::format(" at loss scale {:g}", sc.scale) : "", s + 1);
-    // The first step includes one-time costs (page faults, BLAS warm-up): leave it out of the
-    // throughput estimate once there is a second step.
-    elapsed += r.seconds;
-    const double rate_time = s == first ? r.seconds : elapsed / static_cast<double>(s - first + 1);
-    const double items_per_s = items_per_step / r.seconds;
-    const double eta = rate_time * static_cast<double>(o.steps - s - 1);
+    // The ETA: the mean step time so far (leaving out this call's first step, which pays one-time
+    // costs such as page faults and BLAS warm-up, once there is a second) times the steps left,
+    // plus the evaluations and checkpoints still to come.
+    const double rate_time =
+        res.steps_run == 1 ? r.seconds : (res.step_seconds - first_s) / static_cast<double>(res.steps_run - 1);
+    const double eta = rate_time * static_cast<double>(o.steps - s - 1) +
+                       (o.pending_seconds ? o.pending_seconds(s + 1, rate_time) : 0);
     const int64_t step = t.steps_done();
     const double loss = r.metrics.at("loss").mean(), acc = r.metrics.at("accuracy").mean();
     const bool log = step % o.log_every == 0 || s + 1 == o.steps;
-    std::string extra;
-    if (r.opt.skipped)
-      extra += sc.enabled ? fmt::format("  skipped (non-finite {}, scale -> {:g})", r.opt.nonfinite, sc.scale)
-                          : fmt::format("  skipped (non-finite {})", r.opt.nonfinite);
+    if (log) {
+      const double mean_s = interval_s / static_cast<double>(interval_steps);
+      const double items_per_s = items_per_step / mean_s;
+      const double mfu = o.model_flops_per_step > 0 && o.ceiling_flops_per_s > 0
+                             ? o.model_flops_per_step / mean_s / o.ceiling_flops_per_s
+                             : -1;
+      std::string extra;
+      if (r.opt.skipped)
+        extra += sc.enabled ? fmt::format("  skipped (non-finite {}, scale -> {:g})", r.opt.nonfinite, sc.scale)
+                            : fmt::format("  skipped (non-finite {})", r.opt.nonfinite);
+      clear_status_line();
+      fmt::print(o.out, "step {}/{}  loss {:.6f}  accuracy {:.6f}  lr {:.3e}  {:.1f} ms/step  {:.0f} {}{}  ETA {}{}\n",
+                 s + 1, o.steps, loss, acc, r.opt.lr, mean_s * 1e3, items_per_s, unit,
+                 mfu >= 0 ? fmt::format("  MFU {:.1f}%", 100 * mfu) : "", format_duration(eta), extra);
+      if (jsonl.is_open()) {
+        nlohmann::json j = {{"step", step},
+                            {"loss", loss},
+                            {"accuracy", acc},
+                            {"lr", r.opt.lr},
+                            {"step_time_s", mean_s},
+                            {lm ? "tokens_per_s" : "examples_per_s", items_per_s},
+                            {"loss_scale", r.opt.loss_scale},
+                            {"skipped_steps", sc.skipped}};
+        if (mfu >= 0) j["mfu"] = mfu;
+        if (r.opt.grad_norm >= 0) j["grad_norm"] = r.opt.grad_norm;
+        jsonl << j.dump() << "\n";
+        jsonl.flush();
+        if (!jsonl) throw std::runtime_error("cannot write metrics file '" + o.metrics_file + "' (disk full?)");
+      }
+      interval_s = 0;
+      interval_steps = 0;
+    }
     if (o.progress_bar) {
       const int width = 24;
       const int filled = static_cast<int>(width * (s + 1) / std::max<int64_t>(o.steps, 1));
-      fmt::print(o.out, "\r[{}{}] step {}/{}  loss {:.4f}  {:.0f} {}  ETA {}\x1b[K", std::string(filled, '#'),
-                 std::string(width - filled, '.'), s + 1, o.steps, loss, items_per_s, unit, format_duration(eta));
-      if (log) fmt::print(o.out, "\n");
-    } else if (log) {
-      fmt::print(o.out, "step {}/{}  loss {:.6f}  accuracy {:.6f}  lr {:.3e}  {:.1f} ms/step  {:.0f} {}  ETA {}{}\n",
-                 s + 1, o.steps, loss, acc, r.opt.lr, r.seconds * 1e3, items_per_s, unit, format_duration(eta), extra);
-    }
-    std::fflush(o.out);
-    if (log && jsonl.is_open()) {
-      nlohmann::json j = {{"step", step},
-                          {"loss", loss},
-                          {"accuracy", acc},
-                          {"lr", r.opt.lr},
-                          {"step_time_s", r.seconds},
-                          {lm ? "tokens_per_s" : "examples_per_s", items_per_s},
-                          {"loss_scale", r.opt.loss_scale},
-                          {"skipped_steps", sc.skipped}};
-      if (r.opt.grad_norm >= 0) j["grad_norm"] = r.opt.grad_norm;
-      jsonl << j.dump() << "\n";
-      jsonl.flush();
-      if (!jsonl) throw std::runtime_error("cannot write metrics file '" + o.metrics_file + "' (disk full?)");
+      draw_status_line(o.out,
+                       fmt::format("[{}{}] step {}/{}  loss {:.4f}  ETA {}", std::string(filled, '#'),
+                                   std::string(width - filled, '.'), s + 1, o.steps, loss, format_duration(eta)));
+    } else {
+      std::fflush(o.out);
     }
     if (!diverged.empty()) {
-      if (o.progress_bar && !log) fmt::print(o.out, "\n");
+      clear_status_line();
       res.end = LoopEnd::diverged;
       res.why = diverged;
       return res;
     }
     if (o.after_step) o.after_step(s + 1);
     if (o.should_stop && o.should_stop()) {
-      if (o.progress_bar && !log) fmt::print(o.out, "\n");
+      clear_status_line();
       res.end = LoopEnd::stopped;
       return res;
     }
   }
+  clear_status_line();
   return res;
 }
 

@@ -1,6 +1,7 @@
-// The training loop around Trainer::step: logging (a progress bar with step, loss, throughput
-// and ETA on a terminal; plain lines otherwise), the JSONL metrics file, and the tutorial's
-// final print_metrics block.
+// The training loop around Trainer::step: a log line every log_every steps with the interval's
+// numbers (mean step time, tokens/s and MFU over the steps since the previous line, not the one
+// logged step), the ETA, the JSONL metrics file, and on a terminal a progress bar under the log
+// lines (train/console.h).
 #pragma once
 #include <cstdio>
 #include <functional>
@@ -22,6 +23,12 @@ struct LoopOptions {
   std::function<void(int64_t step)> before_step, after_step;
   // Asked after every step (after after_step): true ends the loop (a signal asked to stop).
   std::function<bool()> should_stop;
+  // MFU on each log line: the model FLOPs of one step (forward and backward of every minibatch;
+  // recompute not counted) against the device's matmul ceiling in FLOP/s. 0 for either: no MFU.
+  double model_flops_per_step = 0, ceiling_flops_per_s = 0;
+  // Seconds of work still to come after step `step` that is not training steps (evaluations,
+  // checkpoints), given the mean step time so far; added to the ETA. nullptr = none.
+  std::function<double(int64_t step, double step_seconds)> pending_seconds;
 };
 
 // Why the loop ended.
@@ -30,8 +37,10 @@ enum class LoopEnd { finished, stopped, diverged };
 struct LoopResult {
   Metrics total;  // summed over the steps run
   LoopEnd end = LoopEnd::finished;
-  std::string why;  // diverged: what was not finite, at which step, and the state kept
-  StepReport last;  // the last step's report (metrics, optimizer)
+  std::string why;          // diverged: what was not finite, at which step, and the state kept
+  StepReport last;          // the last step's report (metrics, optimizer)
+  int64_t steps_run = 0;    // steps this call ran
+  double step_seconds = 0;  // their wall time, summed (training steps only: no hooks)
 };
 
 // Runs steps until t.steps_done() == o.steps, batch k = data.train_batch(k), calling the

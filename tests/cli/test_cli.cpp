@@ -1,6 +1,8 @@
-// The loom command as a user runs it: bad configs, overrides and files each give a clear
-// message naming the key or file, and a nonzero exit status.
+// The loom command as a user runs it: the installed binary (the install.loom fixture puts it in
+// a prefix inside the build tree), started from a scratch directory, not the source tree. Bad
+// configs, overrides and files each give a clear message naming the key or file, and status 2.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "support/run_loom.h"
 
@@ -8,18 +10,31 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace {
 
 using Result = loom::testing::RunResult;
 
-Result run(const std::string& args) { return loom::testing::run_loom(args, LOOM_SOURCE_DIR); }
+// ctest runs test cases as separate processes, two at a time: one scratch directory each.
+const std::filesystem::path& scratch() {
+  static const std::filesystem::path dir = [] {
+    const auto d = std::filesystem::temp_directory_path() / ("loom_test_cli_" + std::to_string(getpid()));
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+Result run(const std::string& args) { return loom::testing::run_loom(args, scratch().string(), LOOM_INSTALLED_BINARY); }
+
+// A configuration shipped in configs/, by absolute path.
+std::string shipped(const std::string& name) { return std::string(LOOM_SOURCE_DIR) + "/configs/" + name; }
 
 std::string write_config(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() / "loom_test_cli";
-  std::filesystem::create_directories(dir);
-  const auto p = dir / name;
+  const auto p = scratch() / name;
   std::ofstream(p) << text;
   return p.string();
 }
@@ -88,6 +103,16 @@ TEST(Cli, InvalidTomlPointsAtTheLine) {
   EXPECT_NE(r.out.find(p + ":1"), std::string::npos) << r.out;
 }
 
+TEST(Cli, InstalledBinaryPrintsVersionAndCommit) {
+  ASSERT_TRUE(std::filesystem::exists(LOOM_INSTALLED_BINARY)) << "the install.loom fixture did not install loom";
+  const Result r = run("--version");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("loom 0.", 0), 0u) << r.out;
+  const size_t git = r.out.find("(git ");
+  ASSERT_NE(git, std::string::npos) << r.out;
+  EXPECT_GT(r.out.find(')', git), git + 5) << "names a commit: " << r.out;
+}
+
 TEST(Cli, TrainsAndPrintsTutorialMetrics) {
   const auto p = write_config("ok.toml", kBase);
   const Result r = run("train " + p + " --steps 2");
@@ -99,7 +124,7 @@ TEST(Cli, TrainsAndPrintsTutorialMetrics) {
 
 // The Transformer's configuration mistakes (issue: bad input), each named by its key.
 TEST(Cli, TransformerConfigErrorsNameTheKey) {
-  const std::string tf = "train configs/tutorial_transformer.toml ";
+  const std::string tf = "train " + shipped("tutorial_transformer.toml") + " ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"model.hidden_size=1000", "model.hidden_size"},  // not a multiple of head_dim 128
       {"data.seq_len=1024", "data.seq_len"},            // above max_seq_len 512
@@ -123,34 +148,207 @@ TEST(Cli, TransformerConfigErrorsNameTheKey) {
 }
 
 TEST(Cli, TutorialTransformerHasTheTutorialsParameterCount) {
-  const Result r = run("params configs/tutorial_transformer.toml");
+  const Result r = run("params " + shipped("tutorial_transformer.toml"));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("155,877,376"), std::string::npos) << r.out;
-  const Result g = run("params configs/gpt2_124m.toml");
+  const Result g = run("params " + shipped("gpt2_124m.toml"));
   ASSERT_EQ(g.status, 0) << g.out;
   EXPECT_NE(g.out.find("124,439,808"), std::string::npos) << g.out;
 }
 
 TEST(Cli, MemoryReportJsonHasTheDocumentedKeys) {
-  const Result r = run("memory configs/tutorial_transformer.toml --json");
+  const Result r = run("memory " + shipped("tutorial_transformer.toml") + " --json");
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* k : {"total_bytes", "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
                         "workspace_bytes", "lower_bound_bytes", "plan_ms", "largest_at_peak"})
     EXPECT_NE(r.out.find(std::string("\"") + k + "\""), std::string::npos) << k;
-  const Result s = run("memory configs/tutorial_transformer.toml --sweep model.remat=none,MLP+Attn --budget 3GiB");
+  const Result s =
+      run("memory " + shipped("tutorial_transformer.toml") + " --sweep model.remat=none,MLP+Attn --budget 3GiB");
   ASSERT_EQ(s.status, 0) << s.out;
   EXPECT_NE(s.out.find("NO"), std::string::npos) << "no remat does not fit in 3 GiB: " << s.out;
   EXPECT_NE(s.out.find("yes"), std::string::npos) << "MLP+Attn remat fits in 3 GiB: " << s.out;
 }
 
 TEST(Cli, ParamsTableCountsTheTutorialMlp) {
-  const Result r = run("params configs/mlp_classifier.toml");
+  const Result r = run("params " + shipped("mlp_classifier.toml"));
   ASSERT_EQ(r.status, 0) << r.out;
   // Dense(128->256) + LayerNorm(256) + Dense(256->100) = 33,024 + 512 + 25,700.
   EXPECT_NE(r.out.find("59,236"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Dense_0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("LayerNorm_0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("bfloat16[512, 256]"), std::string::npos) << "outputs in the configured dtype: " << r.out;
+}
+
+}  // namespace
+
+namespace {
+
+// README, "Exit status": 2 for every mistake in what the user typed, CLI11's own included.
+TEST(CliExit, UsageMistakesExitTwoWithAFix) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "no command given"},
+      {"trian", "unknown command 'trian' (did you mean train?)"},
+      {"train --bogus", "--bogus"},
+      {"train " + shipped("mlp_classifier.toml") + " --steps -1", "--steps"},
+      {"train " + shipped("mlp_classifier.toml") + " --steps 99999999999999999999", "too large"},
+      {"train " + shipped("mlp_classifier.toml") + " --steps ten", "'ten' is not an integer"},
+      {"sample", "checkpoint is required"},
+      {"help nothing", "unknown topic"},
+      {"train " + shipped("mlp_classifier.toml") + " hidden_size=64", "did you mean model.hidden_size?"},
+  };
+  for (const auto& [args, says] : cases) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 2) << "loom " << args << ": " << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << "loom " << args << ": " << r.out;
+    EXPECT_NE(r.out.find("fix:"), std::string::npos) << "loom " << args << ": " << r.out;
+  }
+}
+
+TEST(CliExit, HelpAndVersionSucceed) {
+  for (const char* args : {"--help", "train --help", "help", "help train", "--version"}) {
+    const Result r = run(args);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.out;
+  }
+}
+
+// A failure while running that is no mistake in the input exits 1: here the metrics file's
+// directory is a file, so it cannot be created.
+TEST(CliExit, FailureWhileRunningExitsOne) {
+  const auto p = write_config("fail.toml", kBase);
+  std::ofstream(scratch() / "blocker") << "a file, not a directory\n";
+  const Result r = run("train " + p + " train.metrics_file=" + (scratch() / "blocker" / "m.jsonl").string());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("loom: failed:"), std::string::npos) << r.out;
+}
+
+// `loom help config` and `loom --help-config` list every key, and under each choice key every
+// name (data.kind's tokens included).
+TEST(CliHelp, ConfigHelpAtTheTopLevelListsEveryKeyAndChoice) {
+  const Result a = run("help config"), b = run("--help-config"), c = run("train --help-config");
+  ASSERT_EQ(a.status, 0) << a.out;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_EQ(a.out, c.out);
+  for (const char* s : {"model.hidden_size", "data.kind", "random_classification", "random_tokens", "tokens ",
+                        "optimizer.schedule", "warmup_cosine_decay", "train.on_nonfinite", "train.steps"})
+    EXPECT_NE(a.out.find(s), std::string::npos) << s;
+}
+
+// Sizes read the same in every report: binary units from one formatter.
+TEST(CliUnits, ParamsAndMemoryUseTheSameUnits) {
+  const Result p = run("params " + shipped("mlp_classifier.toml"));
+  const Result m = run("memory " + shipped("mlp_classifier.toml"));
+  ASSERT_EQ(p.status, 0) << p.out;
+  ASSERT_EQ(m.status, 0) << m.out;
+  EXPECT_NE(p.out.find("(231.4 KiB)"), std::string::npos) << "59,236 float32 parameters: " << p.out;
+  EXPECT_NE(m.out.find("231.4 KiB"), std::string::npos) << "the same bytes in the same unit: " << m.out;
+  EXPECT_EQ(p.out.find(" MB"), std::string::npos) << p.out;
+  EXPECT_EQ(m.out.find("0.00 GiB"), std::string::npos) << m.out;
+  EXPECT_NE(m.out.find("\n  (root) "), std::string::npos) << "the root scope is named, not '': " << m.out;
+}
+
+}  // namespace
+
+namespace {
+
+// README, "Paths": inside a config file a relative path is relative to the file; on the command
+// line, to the current directory; ~ is the home directory. loom runs here from scratch(), away
+// from both.
+// A small char-level project under scratch(): project/text.txt prepared into project/data, and
+// project/configs/tiny.toml naming both relative to itself.
+const std::filesystem::path& tiny_project() {
+  static const std::filesystem::path project = [] {
+    const auto p = scratch() / "project";
+    std::filesystem::create_directories(p / "configs");
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += "It was the best of times, it was the worst of times. ";
+    std::ofstream(p / "text.txt") << text;
+    const Result r = run("prepare char " + (p / "text.txt").string() + " " + (p / "data").string());
+    EXPECT_EQ(r.status, 0) << r.out;
+    std::ofstream(p / "configs" / "tiny.toml") << R"([model]
+kind = "transformer"
+hidden_size = 16
+num_layers = 1
+head_dim = 8
+vocab_size = 32
+num_outputs = 32
+max_seq_len = 8
+[data]
+kind = "tokens"
+dir = "../data"
+batch_size = 2
+seq_len = 8
+[train]
+steps = 1
+metrics_file = "../logs/metrics.jsonl"
+eval_iters = 3
+)";
+    return p;
+  }();
+  return project;
+}
+
+TEST(CliPaths, ConfigPathsAreRelativeToTheFileOverridesToTheWorkingDirectory) {
+  const auto& project = tiny_project();
+  const std::string cfg = (project / "configs" / "tiny.toml").string();
+  std::filesystem::create_directories(project / "logs");
+  Result r = run("train " + cfg + " --out run1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(project / "logs" / "metrics.jsonl")) << "metrics_file is relative to the config";
+  std::ifstream saved(scratch() / "run1" / "config.toml");  // --out is relative to the working directory
+  const std::string saved_text{std::istreambuf_iterator<char>(saved), {}};
+  EXPECT_NE(saved_text.find("dir = \"" + (project / "data").string() + "\""), std::string::npos)
+      << "the saved config names the data absolutely: " << saved_text;
+
+  // An override is relative to the working directory: "data" here is scratch()/data, which is not there.
+  r = run("train " + cfg + " data.dir=data --out run2");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find((scratch() / "data").string() + ": no such directory"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("relative to that file"), std::string::npos) << "the fix explains the rule: " << r.out;
+  EXPECT_FALSE(std::filesystem::exists(scratch() / "run2")) << "a refused run leaves no directory";
+  r = run("train " + cfg + " data.dir=project/data --out run3");
+  EXPECT_EQ(r.status, 0) << r.out;
+
+  // ~ is the home directory.
+  r = loom::testing::run_loom("train " + cfg + " data.dir=~/data --out run4", scratch().string(),
+                              "HOME=" + project.string() + " " + LOOM_INSTALLED_BINARY);
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
+}  // namespace
+
+namespace {
+
+// `loom eval`: a checkpoint's loss without training. At step 5 the run evaluated the first
+// eval_iters validation batches, as `loom eval` does: the same numbers.
+TEST(CliEval, EvaluatesACheckpointAsTheRunDid) {
+  const std::string cfg = (tiny_project() / "configs" / "tiny.toml").string();
+  const auto run_dir = scratch() / "evalrun";
+  Result r = run("train " + cfg + " train.steps=5 train.eval_interval=5 train.metrics_file= --out " + run_dir.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t at = r.out.find("step 5: val loss ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string logged = r.out.substr(at + 17, 6);
+
+  r = run("eval " + (run_dir / "ckpt_000005").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("val    loss " + logged), std::string::npos) << "logged " << logged << ": " << r.out;
+  EXPECT_EQ(r.out.find("train "), std::string::npos) << r.out;
+
+  r = run("eval " + run_dir.string() + " --train --json");  // a run directory: its latest checkpoint
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* k : {"\"val\"", "\"train\"", "\"accuracy\"", "\"tokens\": 48", "\"step\": 5"})
+    EXPECT_NE(r.out.find(k), std::string::npos) << k << ": " << r.out;
+
+  // A config with the checkpoint to evaluate; one whose model differs is refused.
+  r = run("eval " + cfg + " --checkpoint " + run_dir.string() + " --iters 3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("val    loss " + logged), std::string::npos) << r.out;
+  r = run("eval " + cfg + " model.hidden_size=32 --checkpoint " + run_dir.string());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("model.hidden_size differs"), std::string::npos) << r.out;
+  r = run("eval " + cfg);  // runs/tiny under the working directory: none
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--checkpoint"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 //   - memory.html is self-contained and holds the plot and the table;
 //   - the cost rules, the recorder (off by default, bounded) and the commands.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -403,6 +406,44 @@ TEST(ProfileCli, ProfileCommand) {
   for (const char* f : {"trace.json", "summary.json", "memory.html"}) EXPECT_TRUE(fs::exists(d / f)) << f;
   const json s = json::parse(read(d / "summary.json"));
   EXPECT_EQ(s["steps"], 2);
+  // Remat recomputes forward work: the hardware did more FLOPs than the model needs, and the
+  // summary says which is which.
+  EXPECT_LT(s["model_step_gflop"].get<double>(), s["step_gflop"].get<double>());
+  EXPECT_NE(r.out.find("hardware FLOPs (every op run, recompute included)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model FLOPs (forward + backward, no recompute)"), std::string::npos) << r.out;
+  EXPECT_TRUE(s["machine_load"]["measured"].get<bool>()) << s["machine_load"].dump();
+  EXPECT_NE(r.out.find("machine load during the profile"), std::string::npos) << r.out;
+}
+
+// Other processes busy on every core during the profile: the summary warns that its figures
+// measure the contention.
+TEST(ProfileCli, WarnsWhenTheMachineIsBusy) {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  std::vector<pid_t> burners;
+  for (long i = 0; i < cpus; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      for (volatile uint64_t x = 0;; x = x + 1) {
+      }
+    }
+    burners.push_back(pid);
+  }
+  const fs::path d = temp_dir("cli_busy");
+  // Steps long enough for /proc/stat's 10 ms ticks to sample the window (not the load average).
+  std::vector<std::string> bigger = tiny("none");
+  for (const char* o : {"model.hidden_size=64", "model.head_dim=16", "model.max_seq_len=64", "data.seq_len=64"})
+    bigger.push_back(o);
+  const testing::RunResult r =
+      run("profile" + joined(bigger) + " --steps 3 --warmup 1 --no-ceiling --out " + d.string());
+  for (pid_t pid : burners) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("WARNING: other processes competed for loom's cores"), std::string::npos) << r.out;
+  const json load = json::parse(read(d / "summary.json"))["machine_load"];
+  EXPECT_TRUE(load["contended"].get<bool>()) << load.dump();
+  EXPECT_FALSE(load["from_loadavg"].get<bool>()) << "sampled from /proc/stat: " << load.dump();
 }
 
 TEST(ProfileCli, TrainWindow) {

@@ -6,12 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "io/safetensors.h"
 #include "support/run_fixture.h"
@@ -167,6 +169,64 @@ TEST(Run, DiskFullWhileSavingKeepsThePreviousCheckpoint) {
   // And the run resumes from the surviving checkpoint.
   const Result r = run("train --resume " + out.string() + " train.steps=10");
   EXPECT_EQ(r.status, 0) << r.out;
+}
+
+}  // namespace
+
+namespace {
+
+using namespace loom::testing;
+
+std::string fmt_loss(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", v);
+  return buf;
+}
+
+// The value after `label` on the summary's line (issue 19: the end of a run reports the last
+// step's loss and the validation losses, not an average over the run labelled final).
+std::string summary_line(const std::string& out, const std::string& label) {
+  const size_t at = out.find("\n  " + label + " ", out.find("run summary"));
+  if (at == std::string::npos) return "";
+  return out.substr(at + 3, out.find('\n', at + 1) - at - 3);
+}
+
+TEST(RunSummary, ReportsTheLastLossTheValidationLossesAndTheCost) {
+  const Fixture& fx = fixture();
+  const fs::path out = scratch("summary");
+  const Result r = run("train " + fx.config.string() + " --out " + out.string());  // 20 steps, eval every 5
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("Final metrics"), std::string::npos) << "no run average under a 'final' title: " << r.out;
+  EXPECT_NE(r.out.find("run summary (steps 1-20 of 20)"), std::string::npos) << r.out;
+  std::vector<double> losses, vals;
+  std::ifstream f(out / "metrics.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
+    if (j.contains("val_loss")) vals.push_back(j["val_loss"].get<double>());
+  }
+  ASSERT_EQ(losses.size(), 20u);
+  ASSERT_EQ(vals.size(), 4u);
+  EXPECT_NE(summary_line(r.out, "loss").find(fmt_loss(losses.back())), std::string::npos) << r.out;
+  const size_t best = std::min_element(vals.begin(), vals.end()) - vals.begin();
+  const std::string val = summary_line(r.out, "val loss");
+  EXPECT_NE(val.find(fmt_loss(vals.back()) + " at step 20 (last)"), std::string::npos) << val;
+  EXPECT_NE(val.find("best " + fmt_loss(vals[best]) + " at step " + std::to_string(5 * (best + 1))), std::string::npos)
+      << val;
+  EXPECT_NE(summary_line(r.out, "tokens").find("1,280 trained"), std::string::npos) << "20 steps x 4 x 16";
+  EXPECT_NE(summary_line(r.out, "wall time").find("evaluation"), std::string::npos) << r.out;
+  EXPECT_NE(summary_line(r.out, "throughput").find("tok/s"), std::string::npos) << r.out;
+
+  // Resumed: the whole run's tokens and this session's, and the best loss kept from before.
+  const fs::path split = scratch("summary_resumed");
+  ASSERT_EQ(run("train " + fx.config.string() + " train.steps=10 --out " + split.string()).status, 0);
+  const Result resumed = run("train --resume " + split.string() + " train.steps=20");
+  ASSERT_EQ(resumed.status, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("run summary (steps 11-20 of 20, resumed)"), std::string::npos) << resumed.out;
+  EXPECT_NE(summary_line(resumed.out, "tokens").find("1,280 trained (640 this session)"), std::string::npos)
+      << resumed.out;
+  EXPECT_NE(summary_line(resumed.out, "val loss").find("best " + fmt_loss(vals[best])), std::string::npos)
+      << resumed.out;
 }
 
 }  // namespace

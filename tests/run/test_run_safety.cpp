@@ -52,10 +52,11 @@ size_t metric_lines(const fs::path& p) {
   return n;
 }
 
-// Waits (up to a minute) until the run has logged `n` lines.
+// Waits (up to two minutes, for a loaded machine) until the run has logged `n` lines.
 void wait_for_lines(const fs::path& metrics, size_t n) {
-  for (int i = 0; i < 6000 && metric_lines(metrics) < n; ++i)
+  for (int i = 0; i < 12000 && metric_lines(metrics) < n; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GE(metric_lines(metrics), n) << metrics << " did not grow";
 }
 
 std::vector<int64_t> logged_steps(const fs::path& metrics) {
@@ -114,8 +115,9 @@ TEST(RunSafety, TerminateExits143AndASecondSignalExitsAtOnce) {
   wait_for_lines(out / "metrics.jsonl", 2);
   kill(pid, SIGTERM);
   EXPECT_EQ(wait_status(pid), 143) << read(out.parent_path() / "term.log");
+  const size_t before = metric_lines(out / "metrics.jsonl");  // the resume keeps every one of these lines
   pid = spawn("train --resume " + out.string() + " train.steps=100000", out.parent_path() / "twice.log");
-  wait_for_lines(out / "metrics.jsonl", metric_lines(out / "metrics.jsonl") + 2);
+  wait_for_lines(out / "metrics.jsonl", before + 2);
   kill(pid, SIGINT);
   kill(pid, SIGINT);
   EXPECT_EQ(wait_status(pid), 130);
@@ -286,7 +288,7 @@ TEST(RunSafety, BadInputsAreRefusedBeforeAnythingIsWritten) {
   const std::vector<Case> cases = {
       {"train " + d.string(), "is a directory"},
       {"train " + (d / "empty.toml").string(), "sets no key"},
-      {"train " + (d / "inf.toml").string(), "not a finite number"},
+      {"train " + (d / "inf.toml").string(), "optimizer.learning_rate"},
       {train(d / "run", "model.tie_embeddings=false model.num_outputs=4"), "model.num_outputs is 4"},
       {train(d / "run", "seed=-1"), "seed"},
       {train(d / "run", "data.batch_size=4000000 model.max_seq_len=4096 data.seq_len=4096"), "GiB are available"},

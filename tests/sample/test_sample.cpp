@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -224,8 +225,9 @@ TEST(Sampler, GreedyMatchesRecomputationAndRepeats) {
   Sampler s(f.c, f.cpu);
   s.copy_params_from(f.tr.executor());
   const std::vector<int32_t> prompt = {3, 1, 4};
-  const std::vector<int32_t> a = generate(s, prompt, 12, 0.0, 0, 1, 0, nullptr);
-  const std::vector<int32_t> b = generate(s, prompt, 12, 0.0, 0, 99, 0, nullptr);  // seed is irrelevant
+  const std::vector<int32_t> a = generate(s, prompt, 12, {.temperature = 0.0, .top_k = 0}, 1, 0, nullptr);
+  const std::vector<int32_t> b =
+      generate(s, prompt, 12, {.temperature = 0.0, .top_k = 0}, 99, 0, nullptr);  // seed is irrelevant
   EXPECT_EQ(a, b);
   FullForward full(f.c, f.tr.executor(), f.cpu);
   std::vector<int32_t> ctx = prompt;
@@ -242,15 +244,17 @@ TEST(Sampler, SeedsChangeSamples) {
   Sampler s(f.c, f.cpu);
   s.copy_params_from(f.tr.executor());
   const std::vector<int32_t> prompt = {5};
-  const auto a = generate(s, prompt, 12, 1.0, 0, 1, 0, nullptr);
-  const auto b = generate(s, prompt, 12, 1.0, 0, 2, 0, nullptr);
-  const auto a2 = generate(s, prompt, 12, 1.0, 0, 1, 0, nullptr);
+  const auto a = generate(s, prompt, 12, {.temperature = 1.0, .top_k = 0}, 1, 0, nullptr);
+  const auto b = generate(s, prompt, 12, {.temperature = 1.0, .top_k = 0}, 2, 0, nullptr);
+  const auto a2 = generate(s, prompt, 12, {.temperature = 1.0, .top_k = 0}, 1, 0, nullptr);
   EXPECT_NE(a, b);
   EXPECT_EQ(a, a2);
   std::vector<int32_t> streamed;
-  const auto c = generate(s, prompt, 12, 1.0, 5, 3, 0, [&](int32_t t) { streamed.push_back(t); });
+  const auto c =
+      generate(s, prompt, 12, {.temperature = 1.0, .top_k = 5}, 3, 0, [&](int32_t t) { streamed.push_back(t); });
   EXPECT_EQ(streamed, c);
-  const auto d = generate(s, prompt, 30, 1.0, 0, 4, 7, nullptr);  // ids below the vocab limit only
+  const auto d =
+      generate(s, prompt, 30, {.temperature = 1.0, .top_k = 0}, 4, 7, nullptr);  // ids below the vocab limit only
   for (int32_t t : d) EXPECT_LT(t, 7);
 }
 
@@ -275,25 +279,26 @@ TEST(Sampler, SlidingWindow) {
   }
   // 16 tokens fill the cache; then it restarts with 8 and refills when 9 more arrive: n = 17, 26, 35.
   EXPECT_EQ(s.window_refills(), 3);
-  const auto long_run = generate(s, {1}, 50, 1.0, 0, 5, 0, nullptr);
+  const auto long_run = generate(s, {1}, 50, {.temperature = 1.0, .top_k = 0}, 5, 0, nullptr);
   EXPECT_EQ(long_run.size(), 50u);
 }
 
 TEST(Sampler, SampleTokenRule) {
   const PhiloxKey key = named_key(0, "sample");
   const std::vector<float> l = {0.5f, 2.f, -1.f, 2.f, 1.f};
-  EXPECT_EQ(sample_token(l, 0.0, 0, key, 0), 1);  // greedy: the first maximum
+  EXPECT_EQ(sample_token(l, {.temperature = 0.0, .top_k = 0}, key, 0), 1);  // greedy: the first maximum
   for (uint64_t i = 0; i < 200; ++i) {
-    const int32_t t = sample_token(l, 0.7, 1, key, i);  // top-1 keeps both tied maxima
+    const int32_t t = sample_token(l, {.temperature = 0.7, .top_k = 1}, key, i);  // top-1 keeps both tied maxima
     EXPECT_TRUE(t == 1 || t == 3) << t;
-    const int32_t u = sample_token(l, 5.0, 3, key, i);  // top-3: 2.0, 2.0, 1.0
+    const int32_t u = sample_token(l, {.temperature = 5.0, .top_k = 3}, key, i);  // top-3: 2.0, 2.0, 1.0
     EXPECT_TRUE(u == 1 || u == 3 || u == 4) << u;
   }
   // Frequencies follow softmax(l / T).
   const double T = 1.5;
   std::array<int, 5> counts{};
   const int N = 40000;
-  for (int i = 0; i < N; ++i) ++counts[static_cast<size_t>(sample_token(l, T, 0, key, static_cast<uint64_t>(i)))];
+  for (int i = 0; i < N; ++i)
+    ++counts[static_cast<size_t>(sample_token(l, {.temperature = T, .top_k = 0}, key, static_cast<uint64_t>(i)))];
   double z = 0;
   for (float x : l) z += std::exp(x / T);
   for (size_t k = 0; k < l.size(); ++k) {
@@ -301,7 +306,7 @@ TEST(Sampler, SampleTokenRule) {
     EXPECT_NEAR(counts[k] / double(N), p, 4 * std::sqrt(p * (1 - p) / N) + 1e-3) << k;
   }
   const std::vector<float> bad = {0.f, NAN};
-  EXPECT_THROW(sample_token(bad, 1.0, 0, key, 0), std::runtime_error);
+  EXPECT_THROW(sample_token(bad, {.temperature = 1.0, .top_k = 0}, key, 0), std::runtime_error);
 }
 
 TEST(Sampler, Utf8StreamHoldsPartialCharacters) {
@@ -323,6 +328,22 @@ TEST(Sampler, Utf8StreamHoldsPartialCharacters) {
   EXPECT_EQ(s.flush(), "\xe2\x82");
 }
 
+// The nucleus: the most likely tokens whose probabilities first reach top_p, at least one.
+TEST(Sampler, TopPKeepsTheNucleus) {
+  const std::vector<float> l = {std::log(0.2f), std::log(0.5f), std::log(0.3f)};
+  const PhiloxKey key = named_key(11, "top_p");
+  std::array<int, 3> seen{};
+  for (uint64_t i = 0; i < 400; ++i) ++seen[sample_token(l, {.temperature = 1.0, .top_k = 0, .top_p = 0.6}, key, i)];
+  EXPECT_EQ(seen[0], 0) << "0.5 + 0.3 reach 0.6 before 0.2 is needed";
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[2], 0);
+  for (uint64_t i = 0; i < 50; ++i)
+    EXPECT_EQ(sample_token(l, {.temperature = 1.0, .top_k = 0, .top_p = 0.5}, key, i), 1) << "0.5 alone is enough";
+  std::array<int, 3> all{};
+  for (uint64_t i = 0; i < 400; ++i) ++all[sample_token(l, {.temperature = 1.0, .top_k = 0, .top_p = 1.0}, key, i)];
+  EXPECT_GT(all[0], 0) << "top_p = 1 keeps everything";
+}
+
 TEST(Sampler, ValidatesFlags) {
   auto subject = [](SampleOptions o) -> std::string {
     try {
@@ -337,13 +358,21 @@ TEST(Sampler, ValidatesFlags) {
   o.tokens = -1;
   EXPECT_EQ(subject(o), "--tokens");
   o = {};
-  o.top_k = -2;
+  o.sampling.top_k = -2;
   EXPECT_EQ(subject(o), "--top-k");
   o = {};
-  o.temperature = -0.5;
+  o.sampling.temperature = -0.5;
   EXPECT_EQ(subject(o), "--temperature");
-  o.temperature = NAN;
+  o.sampling.temperature = NAN;
   EXPECT_EQ(subject(o), "--temperature");
+  o = {};
+  o.sampling.top_p = 0;
+  EXPECT_EQ(subject(o), "--top-p");
+  o.sampling.top_p = 1.5;
+  EXPECT_EQ(subject(o), "--top-p");
+  o = {};
+  o.num_samples = 0;
+  EXPECT_EQ(subject(o), "--num-samples");
 }
 
 // ---- end to end: save_checkpoint, then `loom sample` ------------------------------------------
@@ -372,6 +401,9 @@ CmdResult run_cmd(const std::string& args, const fs::path& dir) {
   return r;
 }
 
+// What loom sample prints for one sample: the text, ending with a newline.
+std::string ended(std::string s) { return s.empty() || s.back() != '\n' ? s + "\n" : s; }
+
 class SampleCli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -398,18 +430,19 @@ TEST_F(SampleCli, GeneratesFromACheckpoint) {
   // In process, the same greedy continuation.
   Sampler s(f.c, f.cpu);
   s.copy_params_from(f.tr.executor());
-  const std::vector<int32_t> want = generate(s, tok.encode("abc"), 25, 0.0, 0, 0, 0, nullptr);
+  const std::vector<int32_t> want = generate(s, tok.encode("abc"), 25, {.temperature = 0.0, .top_k = 0}, 0, 0, nullptr);
 
   const CmdResult r = run_cmd("sample " + run.string() + " --prompt abc --tokens 25 --temperature 0 --seed 3", dir_);
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out, "abc" + tok.decode(want));
+  EXPECT_EQ(r.out, ended("abc" + tok.decode(want)));
 
   // Sampling: seeded, reproducible, different across seeds; --top-k 1 is greedy.
   const std::string base = "sample " + (run / "ckpt_3").string() + " --prompt 'ab c' --tokens 30 --temperature 1.2 ";
   const CmdResult s1 = run_cmd(base + "--seed 1", dir_), s1b = run_cmd(base + "--seed 1", dir_),
                   s2 = run_cmd(base + "--seed 2", dir_);
   ASSERT_EQ(s1.status, 0) << s1.err;
-  EXPECT_EQ(s1.out.size(), 4u + 30u);
+  EXPECT_EQ(s1.out.size(), ended(s1.out.substr(0, 34)).size());
+  EXPECT_EQ(s1.out.back(), '\n') << "the output ends with a newline";
   EXPECT_EQ(s1.out, s1b.out);
   EXPECT_NE(s1.out, s2.out);
   const CmdResult k1 =
@@ -418,8 +451,36 @@ TEST_F(SampleCli, GeneratesFromACheckpoint) {
   // Longer than max_seq_len: the sliding window keeps going.
   const CmdResult longer = run_cmd("sample " + run.string() + " --prompt abc --tokens 60 --stats", dir_);
   ASSERT_EQ(longer.status, 0) << longer.err;
-  EXPECT_EQ(longer.out.size(), 63u);
+  EXPECT_EQ(longer.out.size(), ended(longer.out.substr(0, 63)).size());
   EXPECT_NE(longer.err.find("ms/token"), std::string::npos) << longer.err;
+
+  // The defaults are the end-of-training sample's: temperature 0.8, top-k 200.
+  const std::string plain = "sample " + run.string() + " --prompt abc --tokens 20 --seed 5";
+  EXPECT_EQ(run_cmd(plain, dir_).out, run_cmd(plain + " --temperature 0.8 --top-k 200", dir_).out);
+  EXPECT_NE(run_cmd(plain, dir_).out, run_cmd(plain + " --temperature 1.0 --top-k 0", dir_).out);
+  // Several samples, each from the prompt, separated as nanoGPT does; sample 0 is the single one.
+  const CmdResult three = run_cmd(plain + " --num-samples 3", dir_);
+  ASSERT_EQ(three.status, 0) << three.err;
+  std::vector<std::string> parts;
+  for (size_t at = 0; at <= three.out.size();) {
+    size_t sep = three.out.find("---------------\n", at);
+    if (sep == std::string::npos) sep = three.out.size();
+    parts.push_back(three.out.substr(at, sep - at));
+    at = sep + 16;
+  }
+  ASSERT_EQ(parts.size(), 3u) << three.out;
+  EXPECT_EQ(parts[0], run_cmd(plain, dir_).out);
+  for (const std::string& p : parts) EXPECT_EQ(p.rfind("abc", 0), 0u) << p;
+  EXPECT_NE(parts[1], parts[2]);
+  // A prompt from a file is the same as the same prompt given inline.
+  std::ofstream(dir_ / "prompt.txt") << "ab c";
+  EXPECT_EQ(
+      run_cmd("sample " + run.string() + " --prompt-file " + (dir_ / "prompt.txt").string() + " --tokens 9", dir_).out,
+      run_cmd("sample " + run.string() + " --prompt 'ab c' --tokens 9", dir_).out);
+  // Top-p 1 changes nothing; a tiny nucleus is greedy.
+  EXPECT_EQ(run_cmd(plain + " --top-p 1", dir_).out, run_cmd(plain, dir_).out);
+  EXPECT_EQ(run_cmd(plain + " --top-p 0.000001", dir_).out,
+            run_cmd("sample " + run.string() + " --prompt abc --tokens 20 --temperature 0", dir_).out);
 }
 
 TEST_F(SampleCli, BadInputs) {
@@ -434,7 +495,7 @@ TEST_F(SampleCli, BadInputs) {
   EXPECT_EQ(z.status, 2);
   EXPECT_NE(z.err.find("loom: error"), std::string::npos) << z.err;
   EXPECT_EQ(z.out, "");
-  for (const char* flag : {"--tokens", "--top-k", "--temperature"}) {
+  for (const char* flag : {"--tokens", "--top-k", "--temperature", "--top-p", "--num-samples"}) {
     const CmdResult r = run_cmd("sample " + ck + " --prompt abc " + flag + " -1", dir_);
     EXPECT_EQ(r.status, 2) << flag;
     EXPECT_NE(r.err.find(flag), std::string::npos) << flag << ": " << r.err;
@@ -446,6 +507,11 @@ TEST_F(SampleCli, BadInputs) {
   EXPECT_NE(n.err.find("no tokenizer"), std::string::npos) << n.err;
   const CmdResult m = run_cmd("sample " + (dir_ / "nowhere").string(), dir_);
   EXPECT_EQ(m.status, 2) << m.err;
+  const CmdResult both = run_cmd("sample " + ck + " --prompt abc --prompt-file " + ck + "/state.json", dir_);
+  EXPECT_EQ(both.status, 2) << both.err;
+  const CmdResult missing = run_cmd("sample " + ck + " --prompt-file " + (dir_ / "no_such.txt").string(), dir_);
+  EXPECT_EQ(missing.status, 2) << missing.err;
+  EXPECT_NE(missing.err.find("no_such.txt"), std::string::npos) << missing.err;
 }
 
 }  // namespace

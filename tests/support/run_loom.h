@@ -14,9 +14,11 @@ struct RunResult {
 };
 
 // `args` is appended to the binary's path in a shell command; `cwd` (if given) is entered first.
-inline RunResult run_loom(const std::string& args, const std::string& cwd = {}) {
+// `binary` is the build tree's loom unless given (the CLI tests run the installed one).
+inline RunResult run_loom(const std::string& args, const std::string& cwd = {},
+                          const std::string& binary = LOOM_BINARY) {
   std::string cmd = cwd.empty() ? std::string() : "cd " + cwd + " && ";
-  cmd += std::string(LOOM_BINARY) + " " + args + " 2>&1";
+  cmd += binary + " " + args + " 2>&1";
   FILE* f = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf{};

@@ -15,24 +15,31 @@
 namespace loom {
 namespace {
 
-// Every name of every choice key, set by an override, prints back as itself.
+// Every name of every choice key, set by an override, prints back as itself (in a configuration
+// where the key applies: the printed TOML leaves out keys that do not).
 TEST(Config, ChoiceKeysPrintTheNameTheyRead) {
-  const std::vector<std::pair<std::string, std::span<const ChoiceInfo>>> keys = {
-      {"device", choices_of(Device{})},
-      {"model.kind", choices_of(ModelKind{})},
-      {"model.remat_policy", choices_of(RematPolicyKind{})},
-      {"model.block_order", choices_of(BlockOrder{})},
-      {"model.init", choices_of(InitScheme{})},
-      {"optimizer.name", choices_of(OptimizerName{})},
-      {"optimizer.schedule", choices_of(ScheduleKind{})},
-      {"optimizer.loss_scale", choices_of(LossScaleMode{})},
-      {"optimizer.weight_decay_mask", choices_of(WeightDecayMask{})},
-      {"data.kind", choices_of(DataKind{})},
+  struct Key {
+    std::string key;
+    std::span<const ChoiceInfo> names;
+    std::string context;  // an override making the key apply
   };
-  for (const auto& [key, names] : keys) {
+  const std::vector<Key> keys = {
+      {"device", choices_of(Device{}), ""},
+      {"model.kind", choices_of(ModelKind{}), ""},
+      {"model.remat_policy", choices_of(RematPolicyKind{}), ""},
+      {"model.block_order", choices_of(BlockOrder{}), "model.kind=transformer"},
+      {"model.init", choices_of(InitScheme{}), "model.kind=transformer"},
+      {"optimizer.name", choices_of(OptimizerName{}), ""},
+      {"optimizer.schedule", choices_of(ScheduleKind{}), ""},
+      {"optimizer.loss_scale", choices_of(LossScaleMode{}), "model.dtype=float16"},
+      {"optimizer.weight_decay_mask", choices_of(WeightDecayMask{}), "optimizer.name=adamw"},
+      {"data.kind", choices_of(DataKind{}), ""},
+  };
+  for (const auto& [key, names, context] : keys) {
     const std::string line = key.substr(key.find('.') + 1) + " = \"";
     for (const ChoiceInfo& n : names) {
       Config c;
+      if (!context.empty()) apply_override(c, context);
       apply_override(c, key + "=" + std::string(n.name));
       EXPECT_NE(config_to_toml(c).find("\n" + line + std::string(n.name) + "\"\n"), std::string::npos) << key;
     }
@@ -99,6 +106,47 @@ TEST(Config, EveryAcceptedValueRoundTripsThroughACheckpoint) {
   }
   EXPECT_GT(accepted, 100);
   EXPECT_GT(refused, 20);
+}
+
+// The saved configuration lists what shaped the run: no classifier keys for a language model, no
+// Transformer keys for the classifier, no momentum for Adam; and it reads back as itself.
+TEST(Config, SavedTomlListsOnlyTheKeysThatApply) {
+  const Config lm = default_config({"model.kind=transformer", "data.kind=random_tokens", "data.seq_len=16",
+                                    "data.vocab_size=16", "optimizer.name=adamw"});
+  const std::string lm_text = config_to_toml(lm);
+  for (const char* absent : {"num_classes", "num_inputs", "momentum", "loss_scale", "\ndir ", "decay_steps"})
+    EXPECT_EQ(lm_text.find(absent), std::string::npos) << absent << " does not apply:\n" << lm_text;
+  for (const char* present : {"num_layers", "vocab_size", "seq_len", "weight_decay", "b2"})
+    EXPECT_NE(lm_text.find(present), std::string::npos) << present << " applies:\n" << lm_text;
+  EXPECT_EQ(config_to_toml(config_from_toml_text(lm_text, "saved")), lm_text);
+
+  const std::string mlp_text = config_to_toml(default_config({"optimizer.name=sgd", "optimizer.momentum=0.9"}));
+  for (const char* absent : {"num_layers", "head_dim", "seq_len", "b1", "weight_decay"})
+    EXPECT_EQ(mlp_text.find(absent), std::string::npos) << absent << " does not apply:\n" << mlp_text;
+  for (const char* present : {"num_classes", "num_inputs", "momentum = 0.9"})
+    EXPECT_NE(mlp_text.find(present), std::string::npos) << present << " applies:\n" << mlp_text;
+}
+
+// An unknown key's fix names the key it most likely meant; a bad value is said once.
+TEST(Config, MessagesSuggestAndDoNotRepeat) {
+  auto error = [](const std::string& assignment) {
+    Config c;
+    try {
+      apply_override(c, assignment);
+    } catch (const UserError& e) {
+      return std::string(e.what()) + " | " + e.hint();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error("hidden_size=64").find("did you mean model.hidden_size?"), std::string::npos)
+      << error("hidden_size=64");
+  EXPECT_NE(error("optimizer.learning_rat=0.1").find("did you mean optimizer.learning_rate?"), std::string::npos);
+  EXPECT_NE(error("model.nmu_layers=2").find("did you mean model.num_layers?"), std::string::npos);
+  const std::string bad_int = error("train.steps=abc");
+  EXPECT_NE(bad_int.find("'abc' is not an integer"), std::string::npos) << bad_int;
+  EXPECT_EQ(bad_int.find("(not an integer)"), std::string::npos) << bad_int;
+  EXPECT_NE(error("optimizer.learning_rate=nan").find("NaN"), std::string::npos) << "says why nan is refused";
+  EXPECT_NE(error("model.dtype=int32").find("model.dtype=float32"), std::string::npos) << "an unquoted example";
 }
 
 TEST(ModelKinds, EveryRowMatchesItsNameAndDefaults) {

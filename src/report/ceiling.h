@@ -1,0 +1,33 @@
+// The numbers behind MFU (model FLOPs utilisation) on `loom train`'s log lines:
+//   - the model FLOPs of a training step: the op table's cost rules (graph/ops) over the forward and
+//     backward nodes of every minibatch; recompute is not counted (PaLM's MFU definition: work the
+//     model needs, not work the hardware did), the optimizer update neither (it is O(params));
+//   - the device's matmul ceiling (Backend::measure_matmul_gflops, about a second of a 2048³ matmul
+//     on every thread), measured once per machine and cached in
+//     ${XDG_CACHE_HOME:-~/.cache}/loom/matmul_ceiling.json under a key naming the backend, the
+//     compute dtype, the thread count, the CPU model and ONEDNN_MAX_CPU_ISA. `loom profile`
+//     measures afresh every time and refreshes the cached value.
+#pragma once
+#include <cstdio>
+#include <string>
+
+#include "backend/backend.h"
+#include "train/trainer.h"
+
+namespace loom {
+
+struct FlopCounts {
+  double model = 0;     // forward + backward nodes, all minibatches (what MFU counts)
+  double hardware = 0;  // the same plus the recomputed forward nodes (what the machine executes)
+};
+// FLOPs of one training step of `t` (every minibatch).
+FlopCounts step_flops(const Trainer& t);
+
+// The cached ceiling in FLOP/s for (be, compute, current thread count, this CPU), measuring and
+// caching it when absent (saying so on `log` when set). 0 when the backend cannot measure one
+// (the reference backend). A cache that cannot be read or written is ignored.
+double matmul_ceiling_flops(Backend& be, DType compute, std::FILE* log);
+// Stores a fresh measurement (GFLOP/s) as the cached value (`loom profile`).
+void cache_matmul_ceiling(const Backend& be, DType compute, double gflops);
+
+}  // namespace loom
