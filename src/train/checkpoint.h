@@ -80,6 +80,8 @@ void prune_checkpoints(const std::string& run_dir, int64_t keep);
 void remove_stale_checkpoint_files(const std::string& run_dir);
 // model.* keys whose values differ between two TOML config texts ("" if none: the first key).
 std::string first_model_difference(const std::string& a_toml, const std::string& b_toml);
+// A checkpoint directory's state.json, checked (UserError naming the file), without its tensors.
+CheckpointState read_checkpoint_state(const std::string& dir);
 // The step recorded in a checkpoint directory's state.json (-1 when unreadable).
 int64_t checkpoint_step(const std::string& dir);
 
