@@ -35,6 +35,7 @@ CommandBody add_prepare_command(CLI::App& sub);
 CommandBody add_memory_command(CLI::App& sub);
 CommandBody add_profile_command(CLI::App& sub);
 CommandBody add_sample_command(CLI::App& sub);
+CommandBody add_export_command(CLI::App& sub);
 
 // The `config` and `overrides` positionals of the commands that read a configuration.
 struct ConfigArgs {

@@ -22,6 +22,9 @@ std::span<const Command> commands() {
       {.name = "sample",
        .help = "generate text from a checkpoint, streaming it as it is produced (KV cache)",
        .add = add_sample_command},
+      {.name = "export",
+       .help = "write a run's model as a Hugging Face directory (config.json, model.safetensors, tokenizer.json)",
+       .add = add_export_command},
   };
   return kCommands;
 }
