@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/registry.h"
+#include "report/profile.h"
 
 namespace loom {
 
@@ -29,26 +30,12 @@ FlopCounts step_flops(const Trainer& t) {
 
 namespace {
 
-fs::path cache_file() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  if (xdg && *xdg) return fs::path(xdg) / "loom" / "matmul_ceiling.json";
-  if (home && *home) return fs::path(home) / ".cache" / "loom" / "matmul_ceiling.json";
-  return {};
-}
-
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
   std::string line;
   while (std::getline(f, line))
     if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
   return "unknown cpu";
-}
-
-std::string cache_key(const Backend& be, DType compute) {
-  const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
-  return fmt::format("{} {} {} threads, {}{}", be.name(), dtype_name(compute), num_threads(), cpu_model(),
-                     isa && *isa ? fmt::format(", ONEDNN_MAX_CPU_ISA={}", isa) : "");
 }
 
 nlohmann::json read_cache(const fs::path& p) {
@@ -58,15 +45,16 @@ nlohmann::json read_cache(const fs::path& p) {
   return j.is_object() ? j : nlohmann::json::object();
 }
 
-}  // namespace
-
-void cache_matmul_ceiling(const Backend& be, DType compute, double gflops) {
-  const fs::path p = cache_file();
+void cache_ceiling(const Backend& be, DType compute, double gflops) {
+  const fs::path p = ceiling_cache_file();
   if (p.empty() || gflops <= 0) return;
   std::error_code ec;
   fs::create_directories(p.parent_path(), ec);
   nlohmann::json j = read_cache(p);
-  j[cache_key(be, compute)] = gflops;
+  // A ceiling is an upper bound: a lower measurement means the machine was busy (or throttled).
+  const std::string key = ceiling_cache_key(be, compute);
+  if (auto it = j.find(key); it != j.end() && it->is_number() && it->get<double>() >= gflops) return;
+  j[key] = gflops;
   // Written beside and renamed: concurrent runs never read half a file.
   const fs::path tmp = p.string() + "." + std::to_string(getpid()) + ".tmp";
   {
@@ -78,9 +66,38 @@ void cache_matmul_ceiling(const Backend& be, DType compute, double gflops) {
   if (ec) fs::remove(tmp, ec);
 }
 
+}  // namespace
+
+std::string ceiling_cache_file() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (xdg && *xdg) return (fs::path(xdg) / "loom" / "matmul_ceiling.json").string();
+  if (home && *home) return (fs::path(home) / ".cache" / "loom" / "matmul_ceiling.json").string();
+  return {};
+}
+
+std::string ceiling_cache_key(const Backend& be, DType compute) {
+  const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+  return fmt::format("{} {} {} threads, {}{}", be.name(), dtype_name(compute), num_threads(), cpu_model(),
+                     isa && *isa ? fmt::format(", ONEDNN_MAX_CPU_ISA={}", isa) : "");
+}
+
+double measure_matmul_ceiling(Backend& be, DType compute, std::FILE* log) {
+  LoadSampler load;
+  load.start();
+  const double gflops = be.measure_matmul_gflops(compute);
+  if (load.stop().contended()) {
+    if (log)
+      fmt::print(log, "the machine is busy: the ceiling measured low ({:.1f} GFLOP/s) and is not cached\n", gflops);
+  } else {
+    cache_ceiling(be, compute, gflops);
+  }
+  return gflops;
+}
+
 double matmul_ceiling_flops(Backend& be, DType compute, std::FILE* log) {
-  const fs::path p = cache_file();
-  const std::string key = cache_key(be, compute);
+  const fs::path p = ceiling_cache_file();
+  const std::string key = ceiling_cache_key(be, compute);
   if (!p.empty()) {
     const nlohmann::json j = read_cache(p);
     if (auto it = j.find(key); it != j.end() && it->is_number() && it->get<double>() > 0)
@@ -91,9 +108,7 @@ double matmul_ceiling_flops(Backend& be, DType compute, std::FILE* log) {
                dtype_name(compute), p.empty() ? "nowhere: HOME is not set" : p.string());
     std::fflush(log);
   }
-  const double gflops = be.measure_matmul_gflops(compute);
-  cache_matmul_ceiling(be, compute, gflops);
-  return gflops * 1e9;
+  return measure_matmul_ceiling(be, compute, log) * 1e9;
 }
 
 }  // namespace loom

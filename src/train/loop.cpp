@@ -75,7 +75,10 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
       clear_status_line();
       fmt::print(o.out, "step {}/{}  loss {:.6f}  accuracy {:.6f}  lr {:.3e}  {:.1f} ms/step  {:.0f} {}{}  ETA {}{}\n",
                  s + 1, o.steps, loss, acc, r.opt.lr, mean_s * 1e3, items_per_s, unit,
-                 mfu >= 0 ? fmt::format("  MFU {:.1f}%", 100 * mfu) : "", format_duration(eta), extra);
+                 mfu > 1    ? std::string("  MFU >100% (the cached ceiling is low: `loom profile` re-measures it)")
+                 : mfu >= 0 ? fmt::format("  MFU {:.1f}%", 100 * mfu)
+                            : "",
+                 format_duration(eta), extra);
       if (o.metrics) {
         nlohmann::json j = {{"step", step},
                             {"loss", loss},
