@@ -45,16 +45,22 @@ nlohmann::json read_cache(const fs::path& p) {
   return j.is_object() ? j : nlohmann::json::object();
 }
 
-void cache_ceiling(const Backend& be, DType compute, double gflops) {
+// An entry: {"gflops": x, "busy": whether other processes competed for the cores meanwhile}.
+void cache_ceiling(const Backend& be, DType compute, double gflops, bool busy) {
   const fs::path p = ceiling_cache_file();
   if (p.empty() || gflops <= 0) return;
   std::error_code ec;
   fs::create_directories(p.parent_path(), ec);
   nlohmann::json j = read_cache(p);
   // A ceiling is an upper bound: a lower measurement means the machine was busy (or throttled).
+  // An idle measurement replaces a busy one; otherwise the higher stays.
   const std::string key = ceiling_cache_key(be, compute);
-  if (auto it = j.find(key); it != j.end() && it->is_number() && it->get<double>() >= gflops) return;
-  j[key] = gflops;
+  if (auto it = j.find(key); it != j.end() && it->is_object()) {
+    const bool old_busy = it->value("busy", true);
+    const double old = it->value("gflops", 0.0);
+    if ((busy && !old_busy) || (busy == old_busy && old >= gflops)) return;
+  }
+  j[key] = {{"gflops", gflops}, {"busy", busy}};
   // Written beside and renamed: concurrent runs never read half a file.
   const fs::path tmp = p.string() + "." + std::to_string(getpid()) + ".tmp";
   {
@@ -82,16 +88,19 @@ std::string ceiling_cache_key(const Backend& be, DType compute) {
                      isa && *isa ? fmt::format(", ONEDNN_MAX_CPU_ISA={}", isa) : "");
 }
 
+namespace {
+constexpr const char* kBusyNote =
+    "note: the matmul ceiling was measured while other processes competed for the cores, so it is low and MFU "
+    "reads high; `loom profile` on an idle machine measures it again\n";
+}  // namespace
+
 double measure_matmul_ceiling(Backend& be, DType compute, std::FILE* log) {
   LoadSampler load;
   load.start();
   const double gflops = be.measure_matmul_gflops(compute);
-  if (load.stop().contended()) {
-    if (log)
-      fmt::print(log, "the machine is busy: the ceiling measured low ({:.1f} GFLOP/s) and is not cached\n", gflops);
-  } else {
-    cache_ceiling(be, compute, gflops);
-  }
+  const bool busy = load.stop().contended();
+  cache_ceiling(be, compute, gflops, busy);
+  if (busy && log) fmt::print(log, "{}", kBusyNote);
   return gflops;
 }
 
@@ -100,8 +109,10 @@ double matmul_ceiling_flops(Backend& be, DType compute, std::FILE* log) {
   const std::string key = ceiling_cache_key(be, compute);
   if (!p.empty()) {
     const nlohmann::json j = read_cache(p);
-    if (auto it = j.find(key); it != j.end() && it->is_number() && it->get<double>() > 0)
-      return it->get<double>() * 1e9;
+    if (auto it = j.find(key); it != j.end() && it->is_object() && it->value("gflops", 0.0) > 0) {
+      if (it->value("busy", true) && log) fmt::print(log, "{}", kBusyNote);
+      return it->value("gflops", 0.0) * 1e9;
+    }
   }
   if (log) {
     fmt::print(log, "measuring the {} matmul ceiling once for MFU (about a second; cached in {})\n",

@@ -414,10 +414,17 @@ TEST(Mfu, ModelFlopsAndTheCachedCeiling) {
   EXPECT_GT(matmul_ceiling_flops(*be, DType::f32, nullptr), 0) << "measured (the reference backend: quickly)";
   const std::string key = ceiling_cache_key(*be, DType::f32);
   fs::create_directories(file.parent_path());
-  std::ofstream(file) << json{{key, 1e6}}.dump();  // GFLOP/s: far above what this machine measures
+  const json first = json::parse(read(file));
+  ASSERT_TRUE(first.contains(key)) << "cached, busy or not: " << first.dump();
+  EXPECT_GT(first[key]["gflops"].get<double>(), 0);
+  // GFLOP/s far above what this machine measures, from an idle machine.
+  std::ofstream(file) << json{{key, {{"gflops", 1e6}, {"busy", false}}}}.dump();
   EXPECT_EQ(matmul_ceiling_flops(*be, DType::f32, nullptr), 1e15) << "read from the cache, not measured";
   measure_matmul_ceiling(*be, DType::f32, nullptr);
-  EXPECT_EQ(json::parse(read(file))[key].get<double>(), 1e6) << "a lower measurement never replaces a higher one";
+  EXPECT_EQ(json::parse(read(file))[key]["gflops"].get<double>(), 1e6) << "a lower measurement never replaces it";
+  // A busy entry is used as it is, and any idle measurement replaces it.
+  std::ofstream(file) << json{{key, {{"gflops", 1e6}, {"busy", true}}}}.dump();
+  EXPECT_EQ(matmul_ceiling_flops(*be, DType::f32, nullptr), 1e15);
   unsetenv("XDG_CACHE_HOME");
 }
 
