@@ -7,6 +7,7 @@ PKGS=(
   libdnnl-dev              # oneDNN sgemm (runs on libgomp: one thread pool with our kernels; docs/blas.md)
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev
   libgtest-dev
+  gnuplot-nox              # `loom plot RUN`: the PNG of the training curves
 )
 missing=()
 for p in "${PKGS[@]}"; do

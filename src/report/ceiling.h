@@ -6,7 +6,11 @@
 //     on every thread), measured once per machine and cached in
 //     ${XDG_CACHE_HOME:-~/.cache}/loom/matmul_ceiling.json under a key naming the backend, the
 //     compute dtype, the thread count, the CPU model and ONEDNN_MAX_CPU_ISA. `loom profile`
-//     measures afresh every time and refreshes the cached value.
+//     measures afresh every time. A busy machine measures low and inflates MFU, so each entry
+//     says whether other processes competed for the cores meanwhile (LoadSampler); a run using a
+//     busy entry says so once, an idle measurement replaces a busy one, and otherwise the
+//     highest stays (a ceiling is an upper bound). Runs never re-measure: that would cost every
+//     run on a busy machine its second.
 #pragma once
 #include <cstdio>
 #include <string>
@@ -27,7 +31,12 @@ FlopCounts step_flops(const Trainer& t);
 // caching it when absent (saying so on `log` when set). 0 when the backend cannot measure one
 // (the reference backend). A cache that cannot be read or written is ignored.
 double matmul_ceiling_flops(Backend& be, DType compute, std::FILE* log);
-// Stores a fresh measurement (GFLOP/s) as the cached value (`loom profile`).
-void cache_matmul_ceiling(const Backend& be, DType compute, double gflops);
+// The cache file (${XDG_CACHE_HOME:-~/.cache}/loom/matmul_ceiling.json; "" without HOME) and the
+// key of (be, compute, the current thread count, this CPU) in it.
+std::string ceiling_cache_file();
+std::string ceiling_cache_key(const Backend& be, DType compute);
+// Measures the ceiling now (GFLOP/s) and caches it by the rules above (`loom profile`); says on
+// `log` when the machine was busy.
+double measure_matmul_ceiling(Backend& be, DType compute, std::FILE* log);
 
 }  // namespace loom

@@ -131,8 +131,7 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
       fmt::print(log, "measuring the {} matmul ceiling of {}...\n", dtype_name(compute), be.name());
       std::fflush(log);
     }
-    ceiling = be.measure_matmul_gflops(compute);
-    cache_matmul_ceiling(be, compute, ceiling);
+    ceiling = measure_matmul_ceiling(be, compute, log);
   }
   ProfileOutput out;
   out.load = load;

@@ -65,14 +65,6 @@ class SignalGuard {
   }, old_term_{};
 };
 
-void append_json(const std::string& path, const nlohmann::json& j) {
-  if (path.empty()) return;
-  std::ofstream f(path, std::ios::app);
-  f << j.dump() << "\n";
-  f.flush();
-  if (!f) throw std::runtime_error("cannot write metrics file '" + path + "' (disk full?)");
-}
-
 void write_config(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.parent_path() / ".config.toml.tmp";
   {
@@ -151,6 +143,9 @@ int run_train(const RunOptions& o) {
           "continue it with --resume " + run_dir.string() + ", replace it with --overwrite, or choose another --out");
     if (fs::exists(run_dir)) rd->lock();  // a second process is refused before it builds anything
   }
+  if (c.train.tensorboard && run_dir.empty())
+    throw UserError(c.source + ": train.tensorboard", "needs a run directory for its event file",
+                    "give --out DIR (tensorboard --logdir DIR's parent then shows it)");
   const std::string metrics_file = !c.train.metrics_file.empty() ? c.train.metrics_file
                                    : run_dir.empty()             ? ""
                                                                  : (run_dir / "metrics.jsonl").string();
@@ -201,6 +196,8 @@ int run_train(const RunOptions& o) {
     write_config(run_dir / "config.toml", config_text);
   }
   if (!o.resume.empty()) fmt::print(o.out, "resumed from {} at step {}\n", ckpt.path, t.steps_done());
+  MetricsLog metrics(metrics_file, c.train.tensorboard ? run_dir.string() : "");
+  if (metrics.tensorboard()) fmt::print(o.out, "TensorBoard events: {}\n", metrics.tensorboard()->path());
 
   std::unique_ptr<Evaluator> eval;
   if (c.train.eval_interval > 0 && data.has_val()) eval = std::make_unique<Evaluator>(t, *be);
@@ -266,7 +263,7 @@ int run_train(const RunOptions& o) {
       clear_status_line();
       fmt::print(o.out, "step {}: val loss {:.4f}{}\n", step, vl, improved ? " (best so far)" : "");
       std::fflush(o.out);
-      append_json(metrics_file, {{"step", step}, {"val_loss", vl}, {"best_val_loss", best_val}});
+      metrics.write({{"step", step}, {"val_loss", vl}, {"best_val_loss", best_val}});
       if (improved && !run_dir.empty()) save("best");
     }
     if (run_dir.empty()) return;
@@ -278,7 +275,7 @@ int run_train(const RunOptions& o) {
   LoopOptions lo;
   lo.steps = c.train.steps;
   lo.log_every = c.train.log_every;
-  lo.metrics_file = metrics_file;
+  lo.metrics = &metrics;
   lo.progress_bar = o.progress_bar;
   lo.out = o.out;
   lo.after_step = after_step;

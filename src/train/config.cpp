@@ -35,7 +35,7 @@ struct KeySpec {
   bool (*applies)(const Config&) = nullptr;
   // A file or directory (nullptr: not a path): resolved when read (resolve_path), relative to the
   // config file that sets it or, on the command line, to the current directory.
-  std::function<std::string&(Config&)> path;
+  std::function<std::string&(Config&)> path = nullptr;
 };
 
 // A TOML basic string holding exactly `s`: quotes, backslashes and control characters escaped, so
@@ -363,6 +363,10 @@ const std::vector<KeySpec>& schema() {
       make_path("train.metrics_file",
                 "JSONL file with one object per logged step (empty: RUN/metrics.jsonl for runs with --out)",
                 LOOM_REF(train.metrics_file)),
+      make_bool("train.tensorboard",
+                "also write the logged numbers as a TensorBoard event file in the run directory "
+                "(tensorboard --logdir runs/)",
+                LOOM_REF(train.tensorboard)),
       make_int("train.eval_interval", "evaluate the validation loss every N steps (0 = never)",
                LOOM_REF(train.eval_interval)),
       make_int("train.eval_iters", "validation batches per evaluation", LOOM_REF(train.eval_iters)),

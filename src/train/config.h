@@ -26,6 +26,7 @@ struct TrainConfig {
   int64_t steps = 5;
   int64_t log_every = 1;
   std::string metrics_file;         // JSONL, one object per logged step ("" = none; runs write RUN/metrics.jsonl)
+  bool tensorboard = false;         // also a TensorBoard event file in the run directory
   int64_t eval_interval = 0;        // evaluate every N steps (0 = never; needs data.kind = tokens)
   int64_t eval_iters = 20;          // validation batches per evaluation
   int64_t checkpoint_interval = 0;  // save every N steps (0 = at evaluations and at the end)

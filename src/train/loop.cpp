@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string_view>
@@ -22,11 +21,6 @@ std::string format_duration(double s) {
 }
 
 LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
-  std::ofstream jsonl;
-  if (!o.metrics_file.empty()) {
-    jsonl.open(o.metrics_file, std::ios::app);
-    if (!jsonl) throw std::runtime_error("cannot open metrics file '" + o.metrics_file + "' for writing");
-  }
   const bool lm = nn::model_kind(t.config().model.kind).language_model;
   const char* unit = lm ? "tok/s" : "ex/s";
   const double items_per_step = static_cast<double>(t.model().examples * t.config().optimizer.num_minibatches);
@@ -81,8 +75,11 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
       clear_status_line();
       fmt::print(o.out, "step {}/{}  loss {:.6f}  accuracy {:.6f}  lr {:.3e}  {:.1f} ms/step  {:.0f} {}{}  ETA {}{}\n",
                  s + 1, o.steps, loss, acc, r.opt.lr, mean_s * 1e3, items_per_s, unit,
-                 mfu >= 0 ? fmt::format("  MFU {:.1f}%", 100 * mfu) : "", format_duration(eta), extra);
-      if (jsonl.is_open()) {
+                 mfu > 1    ? std::string("  MFU >100% (the cached ceiling is low: `loom profile` re-measures it)")
+                 : mfu >= 0 ? fmt::format("  MFU {:.1f}%", 100 * mfu)
+                            : "",
+                 format_duration(eta), extra);
+      if (o.metrics) {
         nlohmann::json j = {{"step", step},
                             {"loss", loss},
                             {"accuracy", acc},
@@ -93,9 +90,7 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
                             {"skipped_steps", sc.skipped}};
         if (mfu >= 0) j["mfu"] = mfu;
         if (r.opt.grad_norm >= 0) j["grad_norm"] = r.opt.grad_norm;
-        jsonl << j.dump() << "\n";
-        jsonl.flush();
-        if (!jsonl) throw std::runtime_error("cannot write metrics file '" + o.metrics_file + "' (disk full?)");
+        o.metrics->write(j);
       }
       interval_s = 0;
       interval_steps = 0;

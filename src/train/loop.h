@@ -9,6 +9,7 @@
 
 #include "data/data.h"
 #include "train/metrics.h"
+#include "train/metrics_log.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -16,8 +17,8 @@ namespace loom {
 struct LoopOptions {
   int64_t steps = 0;
   int64_t log_every = 1;
-  std::string metrics_file;   // JSONL; "" = none
-  bool progress_bar = false;  // redraw one line per step (for a terminal)
+  MetricsLog* metrics = nullptr;  // where logged steps go (JSONL, TensorBoard); nullptr = nowhere
+  bool progress_bar = false;      // redraw one line per step (for a terminal)
   FILE* out = stdout;
   // Called before and after every step with its 1-based number in this run (loom train --profile).
   std::function<void(int64_t step)> before_step, after_step;
@@ -49,7 +50,7 @@ struct LoopResult {
 // norm in float32/bfloat16 (float16's dynamic scaling skips steps with overflowing gradients as
 // GradScaler does), or more than train.max_skipped_steps skipped steps in a row in any dtype. A
 // diverged step applied no update and runs no after_step hook, so no checkpoint of it is written.
-// A failed write of the metrics file throws std::runtime_error naming it.
+// A failed write of the metrics throws std::runtime_error naming the file.
 LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o);
 
 // "1h02m", "3m07s", "12.3s"

@@ -352,3 +352,43 @@ TEST(CliEval, EvaluatesACheckpointAsTheRunDid) {
 }
 
 }  // namespace
+
+namespace {
+
+// `loom plot RUN` writes a PNG of the run's curves with gnuplot; without gnuplot it says which
+// package to install. train.tensorboard = true adds an event file beside metrics.jsonl.
+TEST(CliPlot, DrawsTheCurvesAndNamesGnuplotWhenMissing) {
+  const std::string cfg = (tiny_project() / "configs" / "tiny.toml").string();
+  const auto run_dir = scratch() / "plotrun";
+  Result r =
+      run("train " + cfg + " train.steps=6 train.eval_interval=3 train.metrics_file= train.tensorboard=true --out " +
+          run_dir.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  bool events = false;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir))
+    events = events || e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  EXPECT_TRUE(events) << "train.tensorboard writes an event file in the run directory";
+  const Result no_dir = run("train " + write_config("tb.toml", kBase) + " train.tensorboard=true");
+  EXPECT_EQ(no_dir.status, 2) << "random data has no run directory for the events: " << no_dir.out;
+  EXPECT_NE(no_dir.out.find("train.tensorboard"), std::string::npos) << no_dir.out;
+
+  // No gnuplot on PATH: a usage error naming the package.
+  r = loom::testing::run_loom("plot " + run_dir.string(), scratch().string(),
+                              std::string("PATH=/nonexistent ") + LOOM_INSTALLED_BINARY);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("gnuplot-nox"), std::string::npos) << r.out;
+  EXPECT_EQ(run("plot " + (scratch() / "no_run").string()).status, 2);
+
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
+  r = run("plot " + run_dir.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::ifstream png(run_dir / "curves.png", std::ios::binary);
+  char sig[8] = {};
+  png.read(sig, 8);
+  EXPECT_EQ(std::string(sig, 8), "\x89PNG\r\n\x1a\n") << "a PNG file";
+  r = run("plot " + (run_dir / "metrics.jsonl").string() + " --out other.png");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(scratch() / "other.png")) << "--out is relative to the working directory";
+}
+
+}  // namespace

@@ -25,6 +25,7 @@
 #include "backend/registry.h"
 #include "data/data.h"
 #include "graph/passes/plan.h"
+#include "report/ceiling.h"
 #include "report/memory_html.h"
 #include "report/memory_report.h"
 #include "report/profile.h"
@@ -395,6 +396,37 @@ std::string joined(const std::vector<std::string>& ov) {
     s += "'";
   }
   return s;
+}
+
+// MFU's numbers (report/ceiling.h): model FLOPs leave the recompute out; the ceiling is measured
+// once, cached, and only ever raised.
+TEST(Mfu, ModelFlopsAndTheCachedCeiling) {
+  auto be = make_backend("reference");
+  const Trainer remat(default_config(tiny("MLP,Attn")), *be), plain(default_config(tiny("none")), *be);
+  const FlopCounts r = step_flops(remat), p = step_flops(plain);
+  EXPECT_LT(r.model, r.hardware) << "remat recomputes forward work";
+  EXPECT_DOUBLE_EQ(r.model, p.model) << "the model's FLOPs do not depend on remat";
+  EXPECT_DOUBLE_EQ(p.model, p.hardware);
+
+  const fs::path cache = temp_dir("ceiling_cache");
+  setenv("XDG_CACHE_HOME", cache.c_str(), 1);
+  const fs::path file = ceiling_cache_file();
+  EXPECT_EQ(file, cache / "loom" / "matmul_ceiling.json");
+  EXPECT_GT(matmul_ceiling_flops(*be, DType::f32, nullptr), 0) << "measured (the reference backend: quickly)";
+  const std::string key = ceiling_cache_key(*be, DType::f32);
+  fs::create_directories(file.parent_path());
+  const json first = json::parse(read(file));
+  ASSERT_TRUE(first.contains(key)) << "cached, busy or not: " << first.dump();
+  EXPECT_GT(first[key]["gflops"].get<double>(), 0);
+  // GFLOP/s far above what this machine measures, from an idle machine.
+  std::ofstream(file) << json{{key, {{"gflops", 1e6}, {"busy", false}}}}.dump();
+  EXPECT_EQ(matmul_ceiling_flops(*be, DType::f32, nullptr), 1e15) << "read from the cache, not measured";
+  measure_matmul_ceiling(*be, DType::f32, nullptr);
+  EXPECT_EQ(json::parse(read(file))[key]["gflops"].get<double>(), 1e6) << "a lower measurement never replaces it";
+  // A busy entry is used as it is, and any idle measurement replaces it.
+  std::ofstream(file) << json{{key, {{"gflops", 1e6}, {"busy", true}}}}.dump();
+  EXPECT_EQ(matmul_ceiling_flops(*be, DType::f32, nullptr), 1e15);
+  unsetenv("XDG_CACHE_HOME");
 }
 
 TEST(ProfileCli, ProfileCommand) {

@@ -1,0 +1,38 @@
+#include "train/metrics_log.h"
+
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+namespace loom {
+
+std::string tensorboard_tag(const std::string& key) {
+  if (key == "val_loss") return "val/loss";
+  if (key == "best_val_loss") return "val/best_loss";
+  return "train/" + key;
+}
+
+MetricsLog::MetricsLog(const std::string& jsonl_path, const std::string& tensorboard_dir) : jsonl_path_(jsonl_path) {
+  if (!jsonl_path.empty()) {
+    jsonl_.open(jsonl_path, std::ios::app);
+    if (!jsonl_) throw std::runtime_error("cannot open metrics file '" + jsonl_path + "' for writing");
+  }
+  if (!tensorboard_dir.empty()) tb_ = std::make_unique<EventWriter>(tensorboard_dir);
+}
+
+MetricsLog::~MetricsLog() = default;
+
+void MetricsLog::write(const nlohmann::json& record) {
+  if (jsonl_.is_open()) {
+    jsonl_ << record.dump() << "\n";
+    jsonl_.flush();
+    if (!jsonl_) throw std::runtime_error("cannot write metrics file '" + jsonl_path_ + "' (disk full?)");
+  }
+  if (!tb_) return;
+  std::vector<std::pair<std::string, float>> scalars;
+  for (const auto& [key, value] : record.items())
+    if (key != "step" && value.is_number()) scalars.emplace_back(tensorboard_tag(key), value.get<float>());
+  tb_->write(record.at("step").get<int64_t>(), scalars);
+}
+
+}  // namespace loom
