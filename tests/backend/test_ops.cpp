@@ -347,10 +347,24 @@ void expect_tile_buffer_agrees(const GemmTile& t, T (*from_f32)(float)) {
   };
   const std::vector<float> whole = product(t.m, t.ldc_whole);
   const int64_t ldc = t.ldc_whole == t.n ? t.n : (t.n + 16) / 16 * 16;
-  for (const int64_t stride : {ldc, t.ldc_whole == t.n ? t.n : t.n + 1})
-    EXPECT_EQ(std::memcmp(product(t.block, stride).data(), whole.data(), whole.size() * sizeof(float)), 0)
-        << (sizeof(T) == 2 ? "bf16" : "f32") << " ta " << t.ta << " tb " << t.tb << " m " << t.m << " n " << t.n
-        << " K " << t.K << ": blocks of " << t.block << " rows, row stride " << stride << " vs whole, " << t.ldc_whole;
+  // The properties are oneDNN's AVX-512 kernels' (measured, not promised). Its AVX2 sgemm splits K
+  // by the call's shape, so there the blocks agree to rounding only: results stay deterministic
+  // for a given configuration, but are not the bits of a whole-C call.
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const bool exact = __builtin_cpu_supports("avx512f") && (!cap || std::string(cap).rfind("AVX512", 0) == 0);
+  for (const int64_t stride : {ldc, t.ldc_whole == t.n ? t.n : t.n + 1}) {
+    const std::vector<float> got = product(t.block, stride);
+    const std::string what = std::string(sizeof(T) == 2 ? "bf16" : "f32") + " ta " + std::to_string(t.ta) + " tb " +
+                             std::to_string(t.tb) + " m " + std::to_string(t.m) + " n " + std::to_string(t.n) +
+                             " K " + std::to_string(t.K) + ": blocks of " + std::to_string(t.block) +
+                             " rows, row stride " + std::to_string(stride) + " vs whole";
+    if (exact) {
+      EXPECT_EQ(std::memcmp(got.data(), whole.data(), whole.size() * sizeof(float)), 0) << what;
+    } else {
+      for (size_t i = 0; i < whole.size(); ++i)
+        ASSERT_NEAR(got[i], whole[i], 1e-4f * (1.f + std::fabs(whole[i]))) << what << " at " << i;
+    }
+  }
 }
 
 TEST(CpuOps, DenseGemmTileBuffersAgree) {
