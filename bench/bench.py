@@ -523,7 +523,8 @@ def render_markdown(out):
                       + ", ".join(f"{k} probe failed" if "error" in v else f"{k} {v['gflops']:.1f} GFLOP/s"
                                   for k, v in probes.items()) + ".", ""]
         lines += [
-            "| shape | variant | impl | ms/step | tokens/s | GFLOP/s | % of GEMM ceiling | loom speedup | load 1m | others (cores) |",
+            "| shape | variant | impl | ms/step | tokens/s | GFLOP/s | % of GEMM ceiling | loom speedup | load 1m "
+            "| others (cores) |",
             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in out["results"]:

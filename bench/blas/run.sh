@@ -95,7 +95,8 @@ bench() {
     for a in "$@"; do
         if [[ "$a" == --* || ${#extra[@]} -gt 0 ]]; then extra+=("$a"); else envs+=("$a"); fi
     done
-    local args=(--config "$cfg" --min-time "$MIN_TIME" --threads "$nt" --json "$raw/$run_id-$(printf %02d "$nrun")-$cfg-${bin#gemm_}.json")
+    local json="$raw/$run_id-$(printf %02d "$nrun")-$cfg-${bin#gemm_}.json"
+    local args=(--config "$cfg" --min-time "$MIN_TIME" --threads "$nt" --json "$json")
     [[ -n "$filter" ]] && args+=(--filter "$filter")
     echo
     echo "== config=$cfg binary=$bin threads=$nt ${filter:+filter=$filter} ${envs[*]-}"

@@ -75,11 +75,13 @@ const char* kPage = R"HTML(<!DOCTYPE html>
   h1 { font-size: 19px; margin: 0 0 4px; font-weight: 600; }
   .sub { color: var(--muted); margin-bottom: 12px; }
   .cards { display: flex; flex-wrap: wrap; gap: 8px; margin-bottom: 12px; }
-  .card { background: var(--panel); border: 1px solid var(--line); border-radius: 6px; padding: 6px 12px; min-width: 120px; }
+  .card { background: var(--panel); border: 1px solid var(--line); border-radius: 6px; padding: 6px 12px;
+          min-width: 120px; }
   .card .k { color: var(--muted); font-size: 12px; }
   .card .v { font-size: 16px; font-weight: 600; font-variant-numeric: tabular-nums; }
   .legend { display: flex; gap: 16px; align-items: center; margin: 4px 0 6px; color: var(--muted); font-size: 13px; }
-  .legend span.sw { display: inline-block; width: 12px; height: 12px; border-radius: 2px; margin-right: 5px; vertical-align: -1px; }
+  .legend span.sw { display: inline-block; width: 12px; height: 12px; border-radius: 2px; margin-right: 5px;
+                    vertical-align: -1px; }
   #plot-wrap { position: relative; border: 1px solid var(--line); border-radius: 6px; background: #fff; }
   #plot { display: block; width: 100%; height: auto; }
   #plot text { font: 12px system-ui, sans-serif; fill: var(--muted); }
@@ -98,7 +100,8 @@ const char* kPage = R"HTML(<!DOCTYPE html>
                   cursor: pointer; user-select: none; white-space: nowrap; position: sticky; top: 0; }
   table.bufs th.sorted::after { content: " \25BE"; }
   table.bufs th.sorted.asc::after { content: " \25B4"; }
-  table.bufs td { border-bottom: 1px solid #eceef2; padding: 3px 8px; white-space: nowrap; font-variant-numeric: tabular-nums; }
+  table.bufs td { border-bottom: 1px solid #eceef2; padding: 3px 8px; white-space: nowrap;
+                  font-variant-numeric: tabular-nums; }
   table.bufs td.num { text-align: right; }
   table.bufs tr.buf-row:hover { background: #eef3fb; cursor: pointer; }
   table.bufs tr.sel { background: #fdeccf !important; }
@@ -108,10 +111,14 @@ const char* kPage = R"HTML(<!DOCTYPE html>
 </head>
 <body>
 <h1>__TITLE__</h1>
-<div class="sub">Memory plan of one minibatch's program (forward, backward, recompute) as the executor runs it: live activation bytes per schedule step. Planned, not measured: nothing ran to draw this page.</div>
+<div class="sub">Memory plan of one minibatch's program (forward, backward, recompute) as the executor runs it:
+live activation bytes per schedule step. Planned, not measured: nothing ran to draw this page.</div>
 <div class="cards" id="cards"></div>
 <div class="legend" id="legend"></div>
-<div id="plot-wrap"><svg id="plot" role="img" aria-label="live arena bytes over the schedule"></svg><div id="tip"></div></div>
+<div id="plot-wrap">
+  <svg id="plot" role="img" aria-label="live arena bytes over the schedule"></svg>
+  <div id="tip"></div>
+</div>
 <h2>Buffers</h2>
 <div class="controls">
   <label>filter <input type="text" id="filter" placeholder="scope, op, shape or dtype"></label>
@@ -122,7 +129,8 @@ const char* kPage = R"HTML(<!DOCTYPE html>
   <thead><tr id="buffer-head"></tr></thead>
   <tbody id="buffer-rows"></tbody>
 </table>
-<div class="note">Click a column to sort, a row to shade its live range on the plot. Sizes are the planned (64-byte aligned) buffer sizes; views and in-place outputs share their root's buffer.</div>
+<div class="note">Click a column to sort, a row to shade its live range on the plot. Sizes are the planned
+(64-byte aligned) buffer sizes; views and in-place outputs share their root's buffer.</div>
 <script type="application/json" id="plan-data">__DATA__</script>
 <script>
 (function () {
@@ -138,7 +146,8 @@ const char* kPage = R"HTML(<!DOCTYPE html>
     return b + ' B';
   }
   function esc(s) {
-    return String(s).replace(/[&<>"]/g, function (c) { return { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' }[c]; });
+    var ent = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' };
+    return String(s).replace(/[&<>"]/g, function (c) { return ent[c]; });
   }
   function phaseOf(s) { return D.phases[D.phase[s]]; }
   function badge(p) { return '<span class="ph" style="background:' + COL[p] + '">' + p + '</span>'; }
@@ -174,7 +183,8 @@ const char* kPage = R"HTML(<!DOCTYPE html>
     var raw = range / n, p = Math.pow(10, Math.floor(Math.log10(raw))), m = raw / p;
     return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 2.5 ? 2.5 : m <= 5 ? 5 : 10) * p;
   }
-  var unit = D.arena_bytes >= 1073741824 ? [1073741824, 'GiB'] : D.arena_bytes >= 1048576 ? [1048576, 'MiB'] : [1024, 'KiB'];
+  var unit = D.arena_bytes >= 1073741824 ? [1073741824, 'GiB']
+           : D.arena_bytes >= 1048576 ? [1048576, 'MiB'] : [1024, 'KiB'];
   var ytop = Math.max(D.arena_bytes, 1) / unit[0] * 1.08, ystep = niceStep(ytop, 5);
   ytop = Math.ceil(ytop / ystep) * ystep;
   function X(s) { return L + (N ? s * PW / N : 0); }
@@ -183,11 +193,13 @@ const char* kPage = R"HTML(<!DOCTYPE html>
   for (var v = 0; v <= ytop + 1e-9; v += ystep) {
     var y = Y(v * unit[0]);
     g.push('<line x1="' + L + '" x2="' + (W - R) + '" y1="' + y + '" y2="' + y + '" stroke="#eceef2"/>');
-    g.push('<text x="' + (L - 6) + '" y="' + (y + 4) + '" text-anchor="end">' + (+v.toFixed(3)) + ' ' + unit[1] + '</text>');
+    g.push('<text x="' + (L - 6) + '" y="' + (y + 4) + '" text-anchor="end">' + (+v.toFixed(3)) + ' ' + unit[1] +
+           '</text>');
   }
   var xstep = Math.max(1, niceStep(Math.max(N, 1), 10));
   for (var xs = 0; xs <= N; xs += xstep) {
-    g.push('<line x1="' + X(xs) + '" x2="' + X(xs) + '" y1="' + (T + PH) + '" y2="' + (T + PH + 5) + '" stroke="#99a"/>');
+    g.push('<line x1="' + X(xs) + '" x2="' + X(xs) + '" y1="' + (T + PH) + '" y2="' + (T + PH + 5) +
+           '" stroke="#99a"/>');
     g.push('<text x="' + X(xs) + '" y="' + (T + PH + 18) + '" text-anchor="middle">' + xs + '</text>');
   }
   g.push('<text x="' + (L + PW / 2) + '" y="' + (H - 4) + '" text-anchor="middle">schedule step</text>');
@@ -199,31 +211,38 @@ const char* kPage = R"HTML(<!DOCTYPE html>
     var pts = [X(a) + ',' + Y(0)];
     for (var k = a; k <= b2; ++k) pts.push(X(k) + ',' + Y(D.live[k]), X(k + 1) + ',' + Y(D.live[k]));
     pts.push(X(b2 + 1) + ',' + Y(0));
-    g.push('<polygon class="area" data-phase="' + D.phases[p] + '" points="' + pts.join(' ') + '" fill="' + COL[D.phases[p]] +
+    g.push('<polygon class="area" data-phase="' + D.phases[p] + '" points="' + pts.join(' ') +
+           '" fill="' + COL[D.phases[p]] +
            '" fill-opacity="0.75" stroke="' + COL[D.phases[p]] + '" stroke-width="0.8"/>');
     a = b2 + 1;
   }
   g.push('<line x1="' + L + '" x2="' + (W - R) + '" y1="' + Y(D.arena_bytes) + '" y2="' + Y(D.arena_bytes) +
          '" stroke="#555" stroke-dasharray="5,4"/>');
-  g.push('<text x="' + (W - R - 4) + '" y="' + (Y(D.arena_bytes) - 5) + '" text-anchor="end">arena ' + fmtB(D.arena_bytes) + '</text>');
+  g.push('<text x="' + (W - R - 4) + '" y="' + (Y(D.arena_bytes) - 5) + '" text-anchor="end">arena ' +
+         fmtB(D.arena_bytes) + '</text>');
   g.push('<line x1="' + L + '" x2="' + L + '" y1="' + T + '" y2="' + (T + PH) + '" stroke="#99a"/>');
   g.push('<line x1="' + L + '" x2="' + (W - R) + '" y1="' + (T + PH) + '" y2="' + (T + PH) + '" stroke="#99a"/>');
   if (N) {
     var px = X(D.peak_step + 0.5), py = Y(D.live[D.peak_step]), right = px > L + PW * 0.6;
-    g.push('<line id="peak-line" x1="' + px + '" x2="' + px + '" y1="' + T + '" y2="' + (T + PH) + '" stroke="#b0243a" stroke-dasharray="3,3"/>');
+    g.push('<line id="peak-line" x1="' + px + '" x2="' + px + '" y1="' + T + '" y2="' + (T + PH) +
+           '" stroke="#b0243a" stroke-dasharray="3,3"/>');
     g.push('<circle id="peak" cx="' + px + '" cy="' + py + '" r="5" fill="#b0243a" stroke="#fff" stroke-width="1.5"/>');
-    g.push('<text class="peak-label" x="' + (px + (right ? -8 : 8)) + '" y="' + (T + 14) + '" text-anchor="' + (right ? 'end' : 'start') +
-           '">peak ' + fmtB(D.live[D.peak_step]) + ' at step ' + D.peak_step + ': ' + esc(D.strings[D.op[D.peak_step]]) +
-           (D.strings[D.scope[D.peak_step]] ? ' in ' + esc(D.strings[D.scope[D.peak_step]]) : '') + ' (' + phaseOf(D.peak_step) + ')</text>');
+    var ps = D.peak_step, pscope = D.strings[D.scope[ps]];
+    g.push('<text class="peak-label" x="' + (px + (right ? -8 : 8)) + '" y="' + (T + 14) +
+           '" text-anchor="' + (right ? 'end' : 'start') + '">peak ' + fmtB(D.live[ps]) + ' at step ' + ps + ': ' +
+           esc(D.strings[D.op[ps]]) + (pscope ? ' in ' + esc(pscope) : '') + ' (' + phaseOf(ps) + ')</text>');
   }
-  g.push('<rect id="range" x="0" y="' + T + '" width="0" height="' + PH + '" fill="#f5b041" fill-opacity="0.25" visibility="hidden"/>');
-  g.push('<line id="cursor" x1="0" x2="0" y1="' + T + '" y2="' + (T + PH) + '" stroke="#222" stroke-width="0.8" visibility="hidden"/>');
+  g.push('<rect id="range" x="0" y="' + T + '" width="0" height="' + PH +
+         '" fill="#f5b041" fill-opacity="0.25" visibility="hidden"/>');
+  g.push('<line id="cursor" x1="0" x2="0" y1="' + T + '" y2="' + (T + PH) +
+         '" stroke="#222" stroke-width="0.8" visibility="hidden"/>');
   g.push('<circle id="dot" r="4" fill="#222" visibility="hidden"/>');
   g.push('<rect id="hit" x="' + L + '" y="' + T + '" width="' + PW + '" height="' + PH + '" fill="transparent"/>');
   svg.innerHTML = g.join('');
 
   // ---- hover: the step's op and the largest buffers live there
-  var tip = document.getElementById('tip'), cursor = document.getElementById('cursor'), dot = document.getElementById('dot');
+  var tip = document.getElementById('tip'), cursor = document.getElementById('cursor');
+  var dot = document.getElementById('dot');
   var wrap = document.getElementById('plot-wrap');
   function liveAt(s, n) {
     var r = [];
@@ -238,11 +257,13 @@ const char* kPage = R"HTML(<!DOCTYPE html>
     var lv = liveAt(s, 6), ph = phaseOf(s);
     var h = '<div><b>step ' + s + '</b> ' + badge(ph) + ' <b>' + esc(D.strings[D.op[s]]) + '</b> ' +
             (D.strings[D.scope[s]] ? 'in <b>' + esc(D.strings[D.scope[s]]) + '</b>' : '') + '</div>' +
-            '<div>live ' + fmtB(D.live[s]) + ' in ' + lv.count + ' buffers' + (s === D.peak_step ? ' &mdash; <b style="color:#b0243a">peak</b>' : '') + '</div>';
+            '<div>live ' + fmtB(D.live[s]) + ' in ' + lv.count + ' buffers' +
+            (s === D.peak_step ? ' &mdash; <b style="color:#b0243a">peak</b>' : '') + '</div>';
     if (lv.top.length) {
       h += '<table>';
       lv.top.forEach(function (b) {
-        h += '<tr><td>' + fmtB(b.bytes) + '</td><td>' + esc(b.scope || '-') + '</td><td>' + esc(b.op) + '</td><td>' + esc(b.shape) +
+        h += '<tr><td>' + fmtB(b.bytes) + '</td><td>' + esc(b.scope || '-') + '</td><td>' + esc(b.op) +
+             '</td><td>' + esc(b.shape) +
              '</td><td>' + esc(b.dtype) + '</td><td>' + b.first + '&ndash;' + b.last + '</td></tr>';
       });
       h += '</table>';
@@ -279,7 +300,8 @@ const char* kPage = R"HTML(<!DOCTYPE html>
     { key: 'first', label: 'first step', num: true, fmt: function (b) { return b.first; } },
     { key: 'last', label: 'last step', num: true, fmt: function (b) { return b.last; } },
     { key: 'len', label: 'live steps', num: true, fmt: function (b) { return b.len; } },
-    { key: 'phases', label: 'live range', fmt: function (b) { return badge(phaseOf(b.first)) + ' &rarr; ' + badge(phaseOf(b.last)); } },
+    { key: 'phases', label: 'live range',
+      fmt: function (b) { return badge(phaseOf(b.first)) + ' &rarr; ' + badge(phaseOf(b.last)); } },
     { key: 'offset', label: 'arena offset', num: true, fmt: function (b) { return b.offset; } }
   ];
   var sortKey = 'bytes', asc = false, selected = -1, LIMIT = 400;
@@ -288,7 +310,12 @@ const char* kPage = R"HTML(<!DOCTYPE html>
   head.addEventListener('click', function (e) {
     var k = e.target.getAttribute('data-key');
     if (!k) return;
-    if (k === sortKey) asc = !asc; else { sortKey = k; asc = !cols.filter(function (c) { return c.key === k; })[0].num; }
+    if (k === sortKey) {
+      asc = !asc;
+    } else {
+      sortKey = k;
+      asc = !cols.filter(function (c) { return c.key === k; })[0].num;
+    }
     renderTable();
   });
   document.getElementById('filter').addEventListener('input', renderTable);
@@ -310,7 +337,8 @@ const char* kPage = R"HTML(<!DOCTYPE html>
     document.getElementById('count').textContent = rows.length + ' of ' + bufs.length + ' buffers' +
         (rows.length > LIMIT ? ' (first ' + LIMIT + ' shown)' : '');
     document.getElementById('buffer-rows').innerHTML = rows.slice(0, LIMIT).map(function (b) {
-      return '<tr class="buf-row' + (b.id === selected ? ' sel' : '') + '" data-id="' + b.id + '">' + cols.map(function (c) {
+      var open = '<tr class="buf-row' + (b.id === selected ? ' sel' : '') + '" data-id="' + b.id + '">';
+      return open + cols.map(function (c) {
         return '<td' + (c.num ? ' class="num"' : '') + '>' + c.fmt(b) + '</td>';
       }).join('') + '</tr>';
     }).join('');

@@ -342,7 +342,8 @@ TEST_F(SafetensorsTest, RejectsBadHeaderLengthAndText) {
   write_bytes(
       p,
       raw_file(
-          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, )"
+          R"("a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
           8));
   expect_rejected(p, "header has the key 'a' twice");
   write_bytes(p, raw_file(R"({"__metadata__": {"k": 1}})", 0));
@@ -391,13 +392,15 @@ TEST_F(SafetensorsTest, RejectsBadShapesAndOffsets) {
   write_bytes(
       p,
       raw_file(
-          R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+          R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
+          R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
           12));
   expect_rejected(p, "tensor 'b': data_offsets [4, 12] overlap tensor 'a' [0, 8]");
   write_bytes(
       p,
       raw_file(
-          R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+          R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
+          R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
           8));
   expect_rejected(p, "overlap tensor 'a' [0, 8]");
   // Holes: before the first tensor, between two, after the last.
@@ -406,7 +409,8 @@ TEST_F(SafetensorsTest, RejectsBadShapesAndOffsets) {
   write_bytes(
       p,
       raw_file(
-          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
+          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, )"
+          R"("b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
           12));
   expect_rejected(p, "bytes [4, 8] of the data buffer belong to no tensor (a hole between tensor 'a' and tensor 'b')");
   write_bytes(p, raw_file(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 6));
@@ -435,7 +439,10 @@ TEST_F(SafetensorsTest, EmptyTensorsMayShareAnOffset) {
   write_bytes(
       p,
       raw_file(
-          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "z": {"dtype": "F16", "shape": [0, 3], "data_offsets": [4, 4]}, "y": {"dtype": "I32", "shape": [0], "data_offsets": [4, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+          R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, )"
+          R"("z": {"dtype": "F16", "shape": [0, 3], "data_offsets": [4, 4]}, )"
+          R"("y": {"dtype": "I32", "shape": [0], "data_offsets": [4, 4]}, )"
+          R"("b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
           8));
   const auto ts = read_safetensors(p);
   ASSERT_EQ(ts.size(), 4u);

@@ -26,7 +26,8 @@ for dir in "$src"/*/; do
   room=$(basename "$dir")
   rooms=$((rooms + 1))
   if [[ -z "${allowed[$room]+x}" ]]; then
-    echo "src/$room/: a room the layering does not know (add it to tests/layout/check_includes.sh and docs/ARCHITECTURE.md)"
+    echo "src/$room/: a room the layering does not know" \
+         "(add it to tests/layout/check_includes.sh and docs/ARCHITECTURE.md)"
     bad=1
     continue
   fi

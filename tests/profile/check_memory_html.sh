@@ -41,7 +41,8 @@ if [ -z "$browser" ]; then
     echo "chromium not found: installing Debian's chromium package (apt-get install -y chromium)"
     export DEBIAN_FRONTEND=noninteractive
     timeout 300 apt-get install -y chromium >"$out/apt.log" 2>&1 ||
-      { timeout 120 apt-get update >>"$out/apt.log" 2>&1 && timeout 300 apt-get install -y chromium >>"$out/apt.log" 2>&1; }
+      { timeout 120 apt-get update >>"$out/apt.log" 2>&1 &&
+          timeout 300 apt-get install -y chromium >>"$out/apt.log" 2>&1; }
     browser=$(find_browser)
   fi
 fi
@@ -63,7 +64,8 @@ check() {  # check CONDITION_RESULT MESSAGE
 html="$out/memory.html"
 (cd "$src" && "$loom" memory model.kind=transformer model.hidden_size=32 model.num_layers=2 model.head_dim=8 \
   model.vocab_size=31 model.num_outputs=31 model.max_seq_len=16 data.kind=random_tokens data.batch_size=4 \
-  data.seq_len=16 data.vocab_size=31 optimizer.num_minibatches=2 'model.remat=MLP,Attn' --html "$html" >"$out/memory.txt" 2>&1)
+  data.seq_len=16 data.vocab_size=31 optimizer.num_minibatches=2 'model.remat=MLP,Attn' --html "$html" \
+  >"$out/memory.txt" 2>&1)
 check $? "loom memory --html wrote $html"
 [ -s "$html" ] || { echo "FAIL: no memory.html"; exit 1; }
 
@@ -72,7 +74,8 @@ timeout 120 "$browser" "${flags[@]}" --screenshot="$out/memory.png" "file://$htm
 [ -s "$out/memory.png" ]
 check $? "screenshot $out/memory.png"
 
-timeout 120 "$browser" "${flags[@]}" --enable-logging=stderr --v=0 --dump-dom "file://$html" >"$out/dom.html" 2>"$out/dom.log"
+dump=(timeout 120 "$browser" "${flags[@]}" --enable-logging=stderr --v=0 --dump-dom)
+"${dump[@]}" "file://$html" >"$out/dom.html" 2>"$out/dom.log"
 check $? "chromium --dump-dom ran"
 
 rendered=$(grep -o 'data-rendered="[0-9]*"' "$out/dom.html" | grep -o '[0-9]\+')
@@ -101,10 +104,11 @@ hover="$out/memory_hover.html"
 sed 's|</body>|<script>(function () {\
   var hit = document.getElementById("hit"), r = hit.getBoundingClientRect();\
   var D = JSON.parse(document.getElementById("plan-data").textContent);\
-  hit.dispatchEvent(new MouseEvent("mousemove", { bubbles: true, clientX: r.left + (D.peak_step + 0.5) / D.live.length * r.width, clientY: r.top + r.height / 2 }));\
+  var x = r.left + (D.peak_step + 0.5) / D.live.length * r.width;\
+  hit.dispatchEvent(new MouseEvent("mousemove", { bubbles: true, clientX: x, clientY: r.top + r.height / 2 }));\
   document.body.setAttribute("data-hover", document.getElementById("tip").style.display);\
 })();</script></body>|' "$html" >"$hover"
-timeout 120 "$browser" "${flags[@]}" --enable-logging=stderr --v=0 --dump-dom "file://$hover" >"$out/dom_hover.html" 2>"$out/dom_hover.log"
+"${dump[@]}" "file://$hover" >"$out/dom_hover.html" 2>"$out/dom_hover.log"
 grep -q 'data-hover="block"' "$out/dom_hover.html"
 check $? "hovering the plot shows the tooltip"
 tip=$(grep -o '<div id="tip"[^>]*>.*</table></div>' "$out/dom_hover.html" | head -1)

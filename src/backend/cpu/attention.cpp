@@ -80,9 +80,9 @@ using simd::whole_vectors;
 // T = 64 (D = 32 to 256), T = 128 (D = 64) and T = 256 (D = 32), causal; it lost past that (T = 512
 // with D = 64; 25% at T = 1024) and with all T = 128 rows in one non-causal block. At T = 256 with
 // D = 64 (K and V 64 KiB each, more than L1) it still won in whole training steps at bench shape (c)
-// (docs/performance.md, lever 17), hence the AVX-512 bound of 16384. Built for AVX2 against sgemm held to AVX2, it won at T·D = 4096 (T =
-// 64 with D = 64, T = 128 with D = 32) and broke even or lost at 8192. Without AVX the limits are
-// the AVX2 ones, unmeasured.
+// (docs/performance.md, lever 17), hence the AVX-512 bound of 16384. Built for AVX2 against sgemm
+// held to AVX2, it won at T·D = 4096 (T = 64 with D = 64, T = 128 with D = 32) and broke even or
+// lost at 8192. Without AVX the limits are the AVX2 ones, unmeasured.
 constexpr int64_t kHandMaxTD = kW == 16 ? 16384 : 4096;
 
 struct Geometry {
