@@ -2,8 +2,9 @@
 // `mpirun --oversubscribe --allow-run-as-root -np N` and `threads = 1` per rank, as a user would,
 // and checks what the job promises: the collectives are exact, N ranks train like one process
 // with N× the minibatches, a repeat is bit-identical, a mismatched configuration or a failed or
-// killed rank ends the job with a message naming it (never a hang), and checkpoints resume with
-// any rank count. Skips (with a message) where mpirun is not installed.
+// killed rank ends the job with a message naming it (never a hang), checkpoints resume with any
+// rank count, and two hosts (network namespaces) train like one. Skips (with a message) where
+// mpirun is not installed, and the two-host case where network namespaces cannot be made.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -312,6 +313,21 @@ TEST(Dist, ProfileWritesATracePerRankAndOneWithEvery) {
   count_spans(out / "trace.json");
   EXPECT_EQ(spans.size(), 4u);
   EXPECT_EQ(at(1, 2), at(2, 2)) << "both ranks sum the same buckets";
+}
+
+TEST(Dist, TwoHostsOverANetworkLinkTrainLikeOneHost) {
+  REQUIRE_MPIRUN();
+  // One rank in each of two network namespaces joined by a veth pair, talking TCP as two machines
+  // would (two_hosts.sh; it needs root). The sums have a fixed order whatever carries them, so the
+  // run is bit for bit the one of two ranks on one host.
+  const fs::path hosts = scratch("two_hosts"), local = scratch("one_host");
+  const RunResult r = shell(std::string(LOOM_SOURCE_DIR) + "/tests/dist/two_hosts.sh " + LOOM_BINARY + " " +
+                            train_args(hosts, "optimizer.num_minibatches=2"));
+  if (r.status == 77) GTEST_SKIP() << r.out;
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("2 ranks × 2 minibatches"), std::string::npos) << r.out;
+  ASSERT_EQ(loom_on(2, train_args(local, "optimizer.num_minibatches=2")).status, 0);
+  expect_identical(hosts, local, "ckpt_000020");
 }
 
 // The pid of the process whose environment holds all of `vars` ("NAME=value"), or -1.
