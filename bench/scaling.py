@@ -2,7 +2,7 @@
 """loom's data-parallel scaling on one machine: tokens/s at 1 and 2 ranks, 1 thread each.
 
 For shapes (b) and (c) of docs/performance.md (bench/bench.py's SHAPES, same overrides), runs
-  1 rank:  loom train CONFIG OVERRIDES threads=1 --steps N --log-every 1 train.metrics_file=...
+  1 rank:  loom train CONFIG OVERRIDES threads=1 --steps N --log-every 1 train.metrics_file=... --out TMP
   2 ranks: mpirun --oversubscribe --allow-run-as-root -np 2 <the same>
 alternately (--repeats rounds), and reports the best median step time after warm-up as tokens/s
 (global batch x seq_len / step time), the 2-rank scaling efficiency (tok/s at 2 / (2 x tok/s at
@@ -32,8 +32,9 @@ def run(loom, shape, ranks):
     with tempfile.TemporaryDirectory(prefix="loom-scaling-") as td:
         mfile = os.path.join(td, "metrics.jsonl")
         n = shape["warmup"] + shape["steps"]
+        # A run directory of its own: a second run into the config's default one would be refused.
         cmd = [loom, "train", shape["config"], *shape["overrides"], "threads=1", "--steps", str(n),
-               "--log-every", "1", f"train.metrics_file={mfile}"]
+               "--log-every", "1", f"train.metrics_file={mfile}", "--out", os.path.join(td, "run")]
         if ranks > 1:
             cmd = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", str(ranks), *cmd]
         load_before = os.getloadavg()[0]
