@@ -6,6 +6,7 @@ PKGS=(
   g++ cmake ninja-build pkg-config
   libdnnl-dev              # oneDNN sgemm (runs on libgomp: one thread pool with our kernels; docs/blas.md)
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev
+  openmpi-bin libopenmpi-dev  # data parallelism across processes and machines (src/dist/, mpirun)
   libgtest-dev
   gnuplot-nox              # `loom plot RUN`: the PNG of the training curves
 )

@@ -32,11 +32,15 @@ struct TensorArg {
   }
 };
 
-// Per-run coordinates that key the counter-based RNG (dropout masks).
+// Per-run coordinates that key the counter-based RNG (dropout masks), and which minibatch of the
+// step is this process's first: its gradient writes flagged assign_in_first_minibatch assign,
+// later ones add. Under data parallelism (train/trainer.h) rank r runs the step's minibatches
+// r·M .. r·M + M - 1, keyed like the same minibatches of one process.
 struct RunCtx {
   uint64_t seed = 0;
   uint64_t step = 0;
   uint32_t minibatch = 0;
+  uint32_t first_minibatch = 0;
 };
 
 // A node's workspace: the arena span the plan reserved for it (Backend::workspace_bytes bytes,

@@ -6,6 +6,7 @@
 //       UserError (printed with its fix) or an invalid argument
 //   1   a failure while running (I/O, an internal error)
 //   130 / 143  the run stopped on SIGINT / SIGTERM (run/run.cpp returns 128 + the signal)
+// Under mpirun (src/dist/) an error only this rank knows of ends the whole job (dist::fail_job).
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
@@ -19,6 +20,7 @@
 #include "cli/command.h"
 #include "cli/version.h"
 #include "core/error.h"
+#include "dist/comm.h"
 #include "train/console.h"
 
 namespace {
@@ -55,6 +57,7 @@ int parse_failure(const CLI::App& app, const CLI::ParseError& e, int argc, char*
 }  // namespace
 
 int main(int argc, char** argv) {
+  loom::dist::Launch launch(&argc, &argv);  // MPI, only when started by mpirun
   CLI::App app{
       "loom: train Transformer language models (and small MLPs) on one device, with every memory and speed "
       "technique measurable.\nConfigs are TOML; any key can be overridden as section.key=value."};
@@ -83,14 +86,14 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const UserError& e) {
     print_error(e.what(), e.hint());
-    return 2;
+    return dist::fail_job(2);
   } catch (const std::invalid_argument& e) {
     print_error(e.what(), "");
-    return 2;
+    return dist::fail_job(2);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     clear_status_line();
     fmt::print(stderr, "loom: failed: {}\n", e.what());
-    return 1;
+    return dist::fail_job(1);
   }
 }

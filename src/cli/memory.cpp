@@ -1,6 +1,6 @@
 // `loom memory [CONFIG] [overrides] [--json] [--sweep key=v1,v2 ...] [--budget 24GiB]
-// [--no-inplace] [--html FILE]`: the plan's device memory (report/memory_report.h), for one
-// configuration or for every combination of the swept values.
+// [--no-inplace] [--html FILE] [--ranks N]`: the plan's device memory (report/memory_report.h), for
+// one configuration or for every combination of the swept values; with --ranks, one rank's of N.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,10 +26,11 @@ struct MemoryArgs {
   std::string budget;
   bool no_inplace = false;
   std::string html;
+  int ranks = 1;
 };
 
-void print_one(const Config& c, bool json, int64_t budget, PlanOptions popts) {
-  const MemoryReport r = memory_report(c, 15, popts);
+void print_one(const Config& c, bool json, int64_t budget, PlanOptions popts, int ranks) {
+  const MemoryReport r = memory_report(c, 15, popts, ranks);
   if (json) {
     nlohmann::json j = memory_report_json(r);
     if (budget) j["fits_budget"] = r.total_bytes <= budget;
@@ -38,6 +39,7 @@ void print_one(const Config& c, bool json, int64_t budget, PlanOptions popts) {
     fmt::print("{}", format_memory_report(r));
     if (budget)
       fmt::print("\nbudget {}: {}\n", format_bytes(budget), r.total_bytes <= budget ? "fits" : "does NOT fit");
+    if (ranks > 1) fmt::print("\n{}", format_shard_modes(c, ranks, popts));
   }
 }
 
@@ -76,7 +78,7 @@ void print_sweep(const MemoryArgs& a, int64_t budget, PlanOptions popts) {
       cols += fmt::format("{:<26} ", v);
       row[axes[i].first] = v;
     }
-    const MemoryReport r = memory_report(a.config.load(ov), 15, popts);
+    const MemoryReport r = memory_report(a.config.load(ov), 15, popts, a.ranks);
     if (a.json) {
       row["report"] = memory_report_json(r);
       if (budget) row["fits_budget"] = r.total_bytes <= budget;
@@ -106,12 +108,14 @@ CommandBody add_memory_command(CLI::App& sub) {
   sub.add_option("--budget", a->budget, "device memory to fit in, e.g. 24GiB: marks which rows fit");
   sub.add_flag("--no-inplace", a->no_inplace, "plan without in-place buffer reuse (to see what it saves)");
   sub.add_option("--html", a->html, "also write the memory viewer (one self-contained HTML page) to FILE");
+  sub.add_option("--ranks", a->ranks, "plan one rank of N (mpirun -np N): its share of the batch and state")
+      ->check(CLI::PositiveNumber);
   return [a] {
     if (!a->html.empty()) write_memory_html(a->config.load(), a->html);
     const int64_t budget = a->budget.empty() ? 0 : parse_bytes(a->budget, "--budget");
     const PlanOptions popts{.inplace = !a->no_inplace, .reuse = true};
     if (a->sweeps.empty())
-      print_one(a->config.load(), a->json, budget, popts);
+      print_one(a->config.load(), a->json, budget, popts, a->ranks);
     else
       print_sweep(*a, budget, popts);
     return 0;

@@ -21,8 +21,15 @@
   X(static_, "the fixed scale loss_scale_init")                                                   \
   X(none, "no loss scaling")
 
+// How the optimizer's state is split across the ranks of a data-parallel job (src/dist/); with one
+// rank every mode is none.
+#define LOOM_OPTIMIZER_SHARDS(X)                              \
+  X(none, "every rank keeps the whole optimizer state (DDP)") \
+  X(state, "ZeRO-1: each rank keeps and updates its slice of the moments, parameters all-gathered")
+
 namespace loom {
 
+LOOM_CHOICE(OptimizerShard, "shard mode", LOOM_OPTIMIZER_SHARDS)
 LOOM_CHOICE(OptimizerName, "optimizer", LOOM_OPTIMIZERS)
 LOOM_CHOICE(WeightDecayMask, "mask", LOOM_WEIGHT_DECAY_MASKS)
 LOOM_CHOICE(LossScaleMode, "loss scaling", LOOM_LOSS_SCALES)
@@ -37,7 +44,8 @@ struct OptimizerConfig {
   bool nesterov = false;       // sgd
   double weight_decay = 1e-4;  // adamw (Optax's default)
   WeightDecayMask weight_decay_mask = WeightDecayMask::all;
-  double clip_norm = 0.0;  // clip_by_global_norm before the optimizer; 0 = off
+  double clip_norm = 0.0;                       // clip_by_global_norm before the optimizer; 0 = off
+  OptimizerShard shard = OptimizerShard::none;  // with more than one rank (train/trainer.h)
   int64_t num_minibatches = 1;
   ScheduleSpec schedule;  // kind constant uses learning_rate
   // float16 loss scaling (PyTorch GradScaler semantics); ignored for float32 / bfloat16.

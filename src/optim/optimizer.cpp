@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/error.h"
+
 namespace loom {
 
 void LossScaler::update(bool found_inf) {
@@ -33,15 +35,22 @@ bool weight_decay_applies(WeightDecayMask mask, const std::string& path, const S
   return (slash == std::string::npos ? path : path.substr(slash + 1)) == "kernel";
 }
 
-Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be, const Graph& g, const Executor& ex)
-    : cfg_(c), be_(be) {
-  const int64_t moments = optimizer_moments(c);
-  for (const Param& p : g.params()) {
+Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be, const Graph& g, const Executor& ex,
+                     std::optional<std::vector<OptimSlice>> slices, std::function<double(double)> sum_over_ranks)
+    : cfg_(c), be_(be), sum_over_ranks_(std::move(sum_over_ranks)), moments_(optimizer_moments(c)) {
+  if (slices)
+    slices_ = std::move(*slices);
+  else
+    for (size_t i = 0; i < g.params().size(); ++i)
+      slices_.push_back({.param = i, .begin = 0, .n = g.value(g.params()[i].value).shape.numel()});
+  for (const OptimSlice& s : slices_) {
+    const Param& p = g.params().at(s.param);
     const Value& v = g.value(p.value);
+    LOOM_ASSERT(s.begin >= 0 && s.n > 0 && s.begin + s.n <= v.shape.numel(), "a slice outside its parameter");
     OptimTensor t;
-    t.param = static_cast<float*>(ex.ptr(p.value));
-    t.grad = static_cast<float*>(ex.ptr(p.grad));
-    t.n = v.shape.numel();
+    t.param = static_cast<float*>(ex.ptr(p.value)) + s.begin;
+    t.grad = static_cast<float*>(ex.ptr(p.grad)) + s.begin;
+    t.n = s.n;
     t.weight_decay = c.name == OptimizerName::adamw && weight_decay_applies(c.weight_decay_mask, v.name, v.shape)
                          ? static_cast<float>(c.weight_decay)
                          : 0.f;
@@ -53,8 +62,8 @@ Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be,
       bufs_.push_back(b);
       *slot = static_cast<float*>(b);
     };
-    if (moments >= 1) alloc(&t.mu);
-    if (moments == 2) alloc(&t.nu);
+    if (moments_ >= 1) alloc(&t.mu);
+    if (moments_ == 2) alloc(&t.nu);
     ts_.push_back(t);
   }
   scaler_.enabled = compute_dtype == DType::f16 && c.loss_scale != LossScaleMode::none;
@@ -88,7 +97,8 @@ OptimizerReport Optimizer::step(bool loss_finite) {
   const auto inv_scale = static_cast<float>(1.0 / r.loss_scale);
   float grad_scale = inv_scale;
   if (scaler_.enabled || cfg_.clip_norm > 0) {
-    const double sq = be_.grad_sq_norm(ts_);
+    double sq = be_.grad_sq_norm(ts_);
+    if (sum_over_ranks_) sq = sum_over_ranks_(sq);
     if (!std::isfinite(sq)) {
       r.skipped = true;
       r.nonfinite = "gradient norm";

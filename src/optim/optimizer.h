@@ -7,6 +7,8 @@
 // so gradients are read once.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,14 @@ struct LossScaler {
   void update(bool found_inf);
 };
 
+// The elements [begin, begin + n) of parameter `param` (an index into Graph::params()): a part of
+// the model whose optimizer state this process holds and updates. One whole slice per parameter
+// in a single process; under sharded optimizer state (train/trainer.h) each rank's own parts.
+struct OptimSlice {
+  size_t param = 0;
+  int64_t begin = 0, n = 0;
+};
+
 struct OptimizerReport {
   double lr = 0;               // learning rate used (0 when skipped)
   double grad_norm = -1;       // global norm of the unscaled gradients, -1 when not computed
@@ -43,8 +53,11 @@ struct OptimizerReport {
 
 class Optimizer {
  public:
-  // Allocates the moments for every parameter of `g` (zeroed) on `be`.
-  Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be, const Graph& g, const Executor& ex);
+  // Allocates the moments (zeroed) on `be` for `slices` (none given: every parameter of `g` whole).
+  // `sum_over_ranks`, when set, turns this process's part of the squared gradient norm into the
+  // whole model's (the parts are summed over the ranks holding the other slices).
+  Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be, const Graph& g, const Executor& ex,
+            std::optional<std::vector<OptimSlice>> slices = {}, std::function<double(double)> sum_over_ranks = {});
   ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -60,13 +73,19 @@ class Optimizer {
   const LossScaler& scaler() const { return scaler_; }
   LossScaler& scaler() { return scaler_; }
   void set_count(int64_t c) { count_ = c; }
-  // Device buffers of the moments (for checkpoints): per tensor, mu then nu where present.
+  // The slices and, for each, its parameter, gradient and moment buffers (offset to the slice).
+  const std::vector<OptimSlice>& slices() const { return slices_; }
   const std::vector<OptimTensor>& tensors() const { return ts_; }
+  // Whether the optimizer keeps moment `which` (0: mu, the first; 1: nu, the second).
+  bool keeps_moment(int which) const { return which < moments_; }
 
  private:
   OptimizerConfig cfg_;
   Backend& be_;
+  std::vector<OptimSlice> slices_;
   std::vector<OptimTensor> ts_;
+  std::function<double(double)> sum_over_ranks_;
+  int64_t moments_ = 0;  // optimizer_moments(cfg_)
   std::vector<void*> bufs_;
   LossScaler scaler_;
   int64_t count_ = 0;

@@ -50,10 +50,11 @@ MemoryPlan plan_training(const Config& c, const TrainProgram& prog, PlanOptions 
   return plan_program(*be, prog.model.graph, prog.schedule, opts, resolve_threads(static_cast<int>(c.threads)));
 }
 
-MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
+MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ranks) {
   MemoryReport r;
+  r.ranks = ranks;
   const auto t0 = std::chrono::steady_clock::now();
-  TrainProgram prog = build_train_program(c);
+  TrainProgram prog = build_train_program(c, ranks);
   const Graph& g = prog.model.graph;
   const MemoryPlan p = plan_training(c, prog, opts);
   r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -61,7 +62,9 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
   r.params_bytes = p.param_bytes;
   r.grads_bytes = p.grad_bytes;
   r.num_params = p.param_bytes / 4;
-  r.optimizer_bytes = optimizer_moments(c.optimizer) * p.param_bytes;
+  const RankMemory rank = rank_memory(c, prog, ranks);
+  r.optimizer_bytes = optimizer_moments(c.optimizer) * rank.optimizer_elems * static_cast<int64_t>(sizeof(float));
+  r.communication_bytes = rank.comm_buffer_bytes;
   r.activations_bytes = p.arena_bytes;
   r.inputs_bytes = p.input_bytes;
   r.workspace_threads = p.workspace_threads;
@@ -116,8 +119,8 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
   }
   // The arena is the activations and, at the peak, the running node's workspace.
   r.activations_bytes = p.arena_bytes - r.workspace_bytes;
-  r.total_bytes =
-      r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes + r.workspace_bytes;
+  r.total_bytes = r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes +
+                  r.workspace_bytes + r.communication_bytes;
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
                    [](const BufferRow& a, const BufferRow& b) { return a.bytes > b.bytes; });
   if (r.largest_at_peak.size() > top) r.largest_at_peak.resize(top);
@@ -127,7 +130,24 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts) {
                   nn::model_kind(c.model.kind).language_model ? c.model.num_layers : 1, c.data.batch_size,
                   c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es",
                   choice_set_name(c.model.remat), choice_name(c.model.remat_policy));
+  if (ranks > 1)
+    r.config_summary += fmt::format("; per rank of {}, optimizer.shard = {}", ranks, choice_name(c.optimizer.shard));
   return r;
+}
+
+std::string format_shard_modes(const Config& c, int ranks, PlanOptions opts) {
+  std::string o = fmt::format("per rank of {} (optimizer.shard):\n  {:<12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}\n",
+                              ranks, "shard", "total", "params", "grads", "optimizer", "activations", "comm bufs");
+  for (size_t i = 0; i < choices_of(OptimizerShard{}).size(); ++i) {
+    Config m = c;
+    m.optimizer.shard = static_cast<OptimizerShard>(i);
+    const MemoryReport r = memory_report(m, 0, opts, ranks);
+    o += fmt::format("  {:<12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}\n", choice_name(m.optimizer.shard),
+                     format_bytes(r.total_bytes), format_bytes(r.params_bytes), format_bytes(r.grads_bytes),
+                     format_bytes(r.optimizer_bytes), format_bytes(r.activations_bytes),
+                     format_bytes(r.communication_bytes));
+  }
+  return o;
 }
 
 std::string format_memory_report(const MemoryReport& r) {
@@ -142,6 +162,7 @@ std::string format_memory_report(const MemoryReport& r) {
   line("activations", r.activations_bytes, "arena less the workspace at the peak (one minibatch's forward + backward)");
   line("inputs", r.inputs_bytes, "one minibatch of token ids / features and the loss seed");
   line("workspace", r.workspace_bytes, "kernel scratch of the node at the peak, in the arena");
+  if (r.ranks > 1) line("communication", r.communication_bytes, "gradient buckets' staging and receive buffers");
   o += fmt::format("  {:<13} {:>16} B  {:>12}\n\n", "total", r.total_bytes, format_bytes(r.total_bytes));
   const int64_t arena = r.activations_bytes + r.workspace_bytes;
   const double frag = r.lower_bound_bytes ? 100.0 * (arena - r.lower_bound_bytes) / r.lower_bound_bytes : 0;
@@ -187,6 +208,8 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
           {"workspace_bytes", r.workspace_bytes},
           {"max_workspace_bytes", r.max_workspace_bytes},
           {"workspace_threads", r.workspace_threads},
+          {"communication_bytes", r.communication_bytes},
+          {"ranks", r.ranks},
           {"lower_bound_bytes", r.lower_bound_bytes},
           {"num_params", r.num_params},
           {"peak_step", r.peak_step},

@@ -3,6 +3,9 @@
 // and the kernels' workspace (each node's, live at its step): at the live-bytes peak, `workspace` is
 // the workspace of the node running there and `activations` the rest of the arena. The plan is the
 // one `loom train` runs: for the configured device and thread count (workspace depends on both).
+// With `ranks` > 1 it is one rank's memory: a minibatch of data.batch_size / (ranks × num_minibatches)
+// examples, the gradient buckets' communication buffers, and with optimizer.shard = state the moments
+// of the largest share (train/trainer.h, rank_memory).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -30,7 +33,8 @@ struct BufferRow {
 struct MemoryReport {
   std::string config_summary;
   int64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_bytes = 0, inputs_bytes = 0,
-          workspace_bytes = 0, total_bytes = 0, lower_bound_bytes = 0;
+          workspace_bytes = 0, communication_bytes = 0, total_bytes = 0, lower_bound_bytes = 0;
+  int ranks = 1;
   int32_t peak_step = 0, num_steps = 0;
   std::string peak_op, peak_scope, peak_phase;
   // The largest workspace of any node (not necessarily live at the peak), and the thread count the
@@ -47,7 +51,9 @@ struct MemoryReport {
 // c.threads threads.
 MemoryPlan plan_training(const Config& c, const TrainProgram& prog, PlanOptions opts = {});
 // Builds and plans the configured training program (timed) and summarises it.
-MemoryReport memory_report(const Config& c, size_t top = 15, PlanOptions opts = {});
+MemoryReport memory_report(const Config& c, size_t top = 15, PlanOptions opts = {}, int ranks = 1);
+// `loom memory --ranks N`: one rank's memory in each optimizer.shard mode, one row each.
+std::string format_shard_modes(const Config& c, int ranks, PlanOptions opts = {});
 std::string format_memory_report(const MemoryReport& r);
 nlohmann::json memory_report_json(const MemoryReport& r);
 

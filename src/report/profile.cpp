@@ -12,6 +12,7 @@
 
 #include "backend/registry.h"
 #include "core/error.h"
+#include "dist/comm.h"
 #include "nn/models.h"
 #include "report/ceiling.h"
 #include "report/memory_html.h"
@@ -109,12 +110,16 @@ int64_t optimizer_state_bytes(const Trainer& t) {
 std::unique_ptr<OpRecorder> make_step_recorder(const Trainer& t, int64_t steps) {
   const auto nmb = static_cast<size_t>(t.config().optimizer.num_minibatches);
   const auto n = static_cast<size_t>(steps);
-  return std::make_unique<OpRecorder>(t.executor().backend(), t.plan().schedule.size() * nmb * n, n * (nmb + 2));
+  return std::make_unique<OpRecorder>(t.executor().backend(), t.plan().schedule.size() * nmb * n,
+                                      n * (nmb + 2 + t.num_buckets()));
 }
 
-ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::string& out_dir, bool measure_ceiling,
-                            FILE* log, const MachineLoad& load) {
+ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::string& top_dir, bool measure_ceiling,
+                            FILE* log, const MachineLoad& load, double origin_us) {
   namespace fs = std::filesystem;
+  dist::Comm& comm = t.comm();
+  const std::string out_dir =
+      comm.size() == 1 ? top_dir : (fs::path(top_dir) / fmt::format("rank{}", comm.rank())).string();
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) throw std::runtime_error("cannot create the profile directory '" + out_dir + "': " + ec.message());
@@ -143,12 +148,28 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   out.html_path = (dir / "memory.html").string();
 
   TraceInfo info;
-  info.process_name = "loom (";
-  info.process_name += be.name();
-  info.process_name += ")";
+  info.process_name = comm.size() == 1 ? fmt::format("loom ({})", be.name())
+                                       : fmt::format("loom rank {} of {} ({})", comm.rank(), comm.size(), be.name());
+  info.pid = comm.rank() + 1;
+  info.origin_us = origin_us;
   info.title = title;
   info.persistent_bytes = plan.param_bytes + plan.grad_bytes + plan.input_bytes + opt_bytes;
-  write_file(out.trace_path, chrome_trace(g, plan, rec, info));
+  const std::string trace = chrome_trace(g, plan, rec, info);
+  write_file(out.trace_path, trace);
+  if (comm.size() > 1) {
+    // Every rank's events in one file (process r + 1 is rank r), for one Perfetto timeline.
+    nlohmann::json merged;
+    for (int r = 0; r < comm.size(); ++r) {
+      const std::string text = dist::broadcast_string(comm, trace, r);
+      if (comm.rank() != 0) continue;
+      nlohmann::json j = nlohmann::json::parse(text);
+      if (r == 0)
+        merged = std::move(j);
+      else
+        for (auto& e : j["traceEvents"]) merged["traceEvents"].push_back(std::move(e));
+    }
+    if (comm.rank() == 0) write_file(fs::path(top_dir) / "trace.json", merged.dump() + "\n");
+  }
 
   nlohmann::json j = profile_summary_json(out.summary);
   j["config"] = title;
@@ -162,9 +183,13 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
       {"measured", load.measured},        {"other_cpus", load.other_cpus}, {"cpus", load.cpus},
       {"threads", load.threads},          {"loadavg_1min", load.loadavg},  {"contended", load.contended()},
       {"from_loadavg", load.from_loadavg}};
-  j["memory"] = {{"arena_bytes", plan.arena_bytes}, {"live_bytes_peak", plan.lower_bound_bytes},
-                 {"param_bytes", plan.param_bytes}, {"grad_bytes", plan.grad_bytes},
-                 {"optimizer_bytes", opt_bytes},    {"input_bytes", plan.input_bytes}};
+  j["memory"] = {{"arena_bytes", plan.arena_bytes},
+                 {"live_bytes_peak", plan.lower_bound_bytes},
+                 {"param_bytes", plan.param_bytes},
+                 {"grad_bytes", plan.grad_bytes},
+                 {"optimizer_bytes", opt_bytes},
+                 {"input_bytes", plan.input_bytes},
+                 {"communication_bytes", t.comm_buffer_bytes()}};
   write_file(out.summary_path, j.dump(2) + "\n");
   write_file(out.html_path, memory_html(t.program(), plan, title, opt_bytes));
 
@@ -173,6 +198,9 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
     fmt::print(log, "\n{}\n{}{}", title, format_profile_summary(out.summary), format_machine_load(load));
     fmt::print(log, "\nwrote {} (open in ui.perfetto.dev or chrome://tracing)\n      {}\n      {}\n", out.trace_path,
                out.summary_path, out.html_path);
+    if (comm.size() > 1)
+      fmt::print(log, "and the same for each rank in {}/rank<r>/; {} holds every rank's trace\n", top_dir,
+                 (fs::path(top_dir) / "trace.json").string());
     std::fflush(log);
   }
   return out;
@@ -182,33 +210,36 @@ ProfileOutput run_profile(const Config& c, Backend& be, const DataSource& data, 
   if (o.steps < 1) throw UserError("--steps", "must be at least 1", "profile e.g. --steps 3");
   if (o.warmup < 0) throw UserError("--warmup", "must be >= 0", "e.g. --warmup 1");
   if (o.out_dir.empty()) throw UserError("--out", "needs a directory", "e.g. --out profile/");
-  Trainer t(c, be);
-  if (o.log) {
+  Trainer t(c, be, {}, &dist::world());
+  FILE* const log = t.comm().rank() == 0 ? o.log : nullptr;  // one log for the job
+  if (log) {
     const MemoryPlan& p = t.plan();
-    fmt::print(o.log, "loom profile: {}\nprogram: {} nodes, arena {:.2f} MiB; {} warm-up step{}, then {} profiled\n",
+    fmt::print(log, "loom profile: {}\nprogram: {} nodes, arena {:.2f} MiB; {} warm-up step{}, then {} profiled\n",
                run_title(c), p.schedule.size(), p.arena_bytes / 1048576.0, o.warmup, o.warmup == 1 ? "" : "s", o.steps);
-    std::fflush(o.log);
+    std::fflush(log);
   }
   for (int64_t i = 0; i < o.warmup; ++i) {
     const StepReport r = t.step(data.train_batch(t.steps_done()));
-    if (o.log) fmt::print(o.log, "warm-up step {}: {:.2f} ms\n", i + 1, r.seconds * 1e3);
+    if (log) fmt::print(log, "warm-up step {}: {:.2f} ms\n", i + 1, r.seconds * 1e3);
   }
   std::unique_ptr<OpRecorder> rec = make_step_recorder(t, o.steps);
   LoadSampler sampler;
+  t.comm().barrier();  // the ranks' traces start together
+  const double origin = rec->now_us();
   sampler.start();
   t.set_recorder(rec.get());
   for (int64_t i = 0; i < o.steps; ++i) {
     const Batch batch = data.train_batch(t.steps_done());
     const StepReport r = t.step(batch);
-    if (o.log) {
-      fmt::print(o.log, "profiled step {}/{}: {:.2f} ms  loss {:.6f}\n", i + 1, o.steps, r.seconds * 1e3,
+    if (log) {
+      fmt::print(log, "profiled step {}/{}: {:.2f} ms  loss {:.6f}\n", i + 1, o.steps, r.seconds * 1e3,
                  r.metrics.at("loss").mean());
-      std::fflush(o.log);
+      std::fflush(log);
     }
   }
   t.set_recorder(nullptr);
   const MachineLoad load = sampler.stop();
-  return write_profile(t, *rec, o.out_dir, o.measure_ceiling, o.log, load);
+  return write_profile(t, *rec, o.out_dir, o.measure_ceiling, log, load, origin);
 }
 
 StepWindow parse_step_window(const std::string& text) {
@@ -241,6 +272,8 @@ TrainProfiler::~TrainProfiler() {
 void TrainProfiler::before_step(int64_t step) {
   if (step == w_.first && !written_) {
     rec_->clear();
+    t_.comm().barrier();  // the ranks' traces start together
+    origin_us_ = rec_->now_us();
     load_.start();
     t_.set_recorder(rec_.get());
   }
@@ -264,7 +297,7 @@ void TrainProfiler::finish() {
     clear_status_line();
     fmt::print(log_, "\nprofile of steps {}..{}:\n", w_.first, w_.last);
   }
-  write_profile(t_, *rec_, dir_, /*measure_ceiling=*/true, log_, load);
+  write_profile(t_, *rec_, dir_, /*measure_ceiling=*/true, log_, load, origin_us_);
   written_ = true;
 }
 
@@ -320,7 +353,7 @@ int profile_command(Config c, const ProfileCommand& cmd) {
   o.warmup = cmd.warmup;
   o.out_dir = cmd.out_dir;
   o.measure_ceiling = !cmd.no_ceiling;
-  fmt::print("device {} ({} threads)\n", be->name(), num_threads());
+  if (dist::world().rank() == 0) fmt::print("device {} ({} threads)\n", be->name(), num_threads());
   if (cmd.overhead_pairs > 0) {
     fmt::print("recorder overhead: {}, {} warm-up steps, then {} steps each with recording off and on, alternating\n",
                run_title(c), cmd.warmup, cmd.overhead_pairs);

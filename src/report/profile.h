@@ -72,9 +72,14 @@ struct ProfileOutput {
 ProfileOutput run_profile(const Config& c, Backend& be, const DataSource& data, const ProfileOptions& o);
 
 // Writes the three files of a finished recording of `t`'s steps (the recorder must be detached or
-// idle) and prints the summary to `log` (when set). Measures the matmul ceiling when asked.
+// idle) and prints the summary to `log` (when set). Measures the matmul ceiling when asked. The
+// trace's time 0 is `origin_us` (the recorder's clock; < 0: the first event).
+//
+// Under data parallelism every rank calls it (it gathers): rank r writes DIR/rank<r>/ (its trace
+// as process r + 1, "loom rank r"), and rank 0 also DIR/trace.json, every rank's trace in one
+// file, their clocks aligned at `origin_us`, which each rank takes right after a common barrier.
 ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::string& out_dir, bool measure_ceiling,
-                            FILE* log, const MachineLoad& load = {});
+                            FILE* log, const MachineLoad& load = {}, double origin_us = -1);
 
 // A preallocated recorder big enough for `steps` steps of `t` (every node of every minibatch).
 std::unique_ptr<OpRecorder> make_step_recorder(const Trainer& t, int64_t steps);
@@ -108,6 +113,7 @@ class TrainProfiler {
   FILE* log_;
   std::unique_ptr<OpRecorder> rec_;
   LoadSampler load_;
+  double origin_us_ = -1;
   bool written_ = false;
 };
 

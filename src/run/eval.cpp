@@ -38,7 +38,7 @@ int run_eval(const EvalOptions& o) {
                           "directory: loom eval RUN");
     ck = load_checkpoint(dir, &skipped, /*with_optimizer=*/false);
     const Config stored = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
-    const std::string diff = first_model_difference(config_to_toml(stored), config_to_toml(c));
+    const std::string diff = first_config_difference(config_to_toml(stored), config_to_toml(c), "model.");
     if (!diff.empty())
       throw UserError(ck.path, "was written for a different model: " + diff + " differs from " + o.target,
                       "evaluate it with its own configuration: loom eval " + ck.path);

@@ -24,6 +24,7 @@
 #include "sample/sample.h"
 #include "train/checkpoint.h"
 #include "train/console.h"
+#include "train/distributed.h"
 #include "train/evaluator.h"
 #include "train/loop.h"
 
@@ -80,6 +81,12 @@ void write_config(const fs::path& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
+// Where ranks other than 0 print: nowhere (rank 0 prints the log for the job).
+FILE* null_output() {
+  static FILE* f = std::fopen("/dev/null", "w");
+  return f;
+}
+
 std::string read_text(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::ostringstream os;
@@ -94,6 +101,12 @@ int run_train(const RunOptions& o) {
   auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
+  // Data parallelism (train/trainer.h): every rank reads the configuration, the data and a resumed
+  // checkpoint itself, trains and evaluates its share; rank 0 alone prints and owns the run
+  // directory (its lock, checkpoints, metrics).
+  dist::Comm& comm = dist::world();
+  const bool writer = comm.rank() == 0;
+  FILE* const out = writer ? o.out : null_output();
   // Configuration: a file (or the default), or the checkpoint's own when resuming without one.
   Checkpoint ckpt;
   fs::path run_dir = o.out_dir;
@@ -106,13 +119,13 @@ int run_train(const RunOptions& o) {
     const fs::path given(o.resume);
     const fs::path guess = fs::exists(given / "state.json") ? given.parent_path() : given;
     std::error_code guess_ec;
-    if (o.out_dir.empty() || fs::equivalent(o.out_dir, guess, guess_ec)) {
+    if (writer && (o.out_dir.empty() || fs::equivalent(o.out_dir, guess, guess_ec))) {
       rd = std::make_unique<RunDir>(guess);
       if (rd->holds_run()) rd->lock();
     }
     std::vector<std::string> skipped;
     ckpt = load_checkpoint(o.resume, &skipped);
-    for (const std::string& s : skipped) fmt::print(o.out, "skipping a damaged checkpoint: {}\n", s);
+    for (const std::string& s : skipped) fmt::print(out, "skipping a damaged checkpoint: {}\n", s);
     c = o.config_path.empty() ? config_from_toml_text(ckpt.state.config_toml, ckpt.path + "/state.json", o.overrides)
                               : load_config(o.config_path, o.overrides);
     const fs::path home = fs::path(ckpt.path).parent_path();
@@ -120,7 +133,7 @@ int run_train(const RunOptions& o) {
     resume_in_place = run_dir.empty() || fs::equivalent(run_dir, home, ec);
     if (resume_in_place) {
       run_dir = home;
-      if (!RunDir(run_dir).holds_run())
+      if (writer && !RunDir(run_dir).holds_run())
         throw UserError(ckpt.path, "is not inside a loom run directory, so there is no run to continue in place",
                         "give --out DIR to continue it as a new run in DIR");
     }
@@ -130,12 +143,18 @@ int run_train(const RunOptions& o) {
   }
   if (o.steps >= 0) c.train.steps = o.steps;
   if (o.log_every > 0) c.train.log_every = o.log_every;
-  validate_config(c);
+  check_same_job(c, comm);
+  try {
+    validate_config(c);
+    minibatch_size(c, comm.size());
+  } catch (const UserError& e) {
+    throw dist::AgreedError(e);  // every rank checked the same configuration
+  }
 
   // Refusals that need nothing built come first, and nothing on disk changes before the whole new
   // run (config, data, model, plan, allocation) has been validated below.
   std::error_code same_ec;
-  if (!run_dir.empty() && (!rd || !fs::equivalent(rd->path(), run_dir, same_ec))) {
+  if (writer && !run_dir.empty() && (!rd || !fs::equivalent(rd->path(), run_dir, same_ec))) {
     rd = std::make_unique<RunDir>(run_dir);
     if (!resume_in_place && rd->holds_run() && !o.overwrite)
       throw UserError(
@@ -146,21 +165,22 @@ int run_train(const RunOptions& o) {
   if (c.train.tensorboard && run_dir.empty())
     throw UserError(c.source + ": train.tensorboard", "needs a run directory for its event file",
                     "give --out DIR (tensorboard --logdir DIR's parent then shows it)");
-  const std::string metrics_file = !c.train.metrics_file.empty() ? c.train.metrics_file
-                                   : run_dir.empty()             ? ""
-                                                                 : (run_dir / "metrics.jsonl").string();
+  const std::string metrics_file = !writer                         ? ""
+                                   : !c.train.metrics_file.empty() ? c.train.metrics_file
+                                   : run_dir.empty()               ? ""
+                                                                   : (run_dir / "metrics.jsonl").string();
 
   set_num_threads(static_cast<int>(c.threads));
   auto be = make_backend(c.device);
-  fmt::print(o.out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {} minibatch{}{}\n", c.source,
+  fmt::print(out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {}{} minibatch{}{}\n", c.source,
              choice_name(c.model.kind), be->name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
-             c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es",
+             comm.size() == 1 ? "" : fmt::format("{} ranks × ", comm.size()), c.optimizer.num_minibatches,
+             c.optimizer.num_minibatches == 1 ? "" : "es",
              run_dir.empty() ? "" : ", run directory " + run_dir.string());
   DataSource data(c.data, data_context(c));
-  Trainer t(c, *be);
+  Trainer t(c, *be, {}, &comm);
   const MemoryPlan& p = t.plan();
-  fmt::print(o.out,
-             "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
+  fmt::print(out, "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
              p.schedule.size(), p.param_bytes / 4, p.arena_bytes / 1048576.0, p.lower_bound_bytes / 1048576.0);
   const std::string config_text = config_to_toml(c);
   double best_val = -1;
@@ -177,7 +197,7 @@ int run_train(const RunOptions& o) {
       remove_stale_checkpoint_files(run_dir.string());
       const std::vector<std::string> moved = rd->fork_at(t.steps_done(), o.overwrite);
       if (!moved.empty())
-        fmt::print(o.out, "resuming at step {}: the later {} {} {}\n", t.steps_done(),
+        fmt::print(out, "resuming at step {}: the later {} {} {}\n", t.steps_done(),
                    moved.size() == 1 ? "checkpoint" : "checkpoints", fmt::join(moved, ", "),
                    o.overwrite ? "were deleted (--overwrite)" : "were moved to " + (run_dir / "superseded").string());
       rd->truncate_metrics(t.steps_done());
@@ -195,9 +215,9 @@ int run_train(const RunOptions& o) {
     }
     write_config(run_dir / "config.toml", config_text);
   }
-  if (!o.resume.empty()) fmt::print(o.out, "resumed from {} at step {}\n", ckpt.path, t.steps_done());
-  MetricsLog metrics(metrics_file, c.train.tensorboard ? run_dir.string() : "");
-  if (metrics.tensorboard()) fmt::print(o.out, "TensorBoard events: {}\n", metrics.tensorboard()->path());
+  if (!o.resume.empty()) fmt::print(out, "resumed from {} at step {}\n", ckpt.path, t.steps_done());
+  MetricsLog metrics(metrics_file, c.train.tensorboard && writer ? run_dir.string() : "");
+  if (metrics.tensorboard()) fmt::print(out, "TensorBoard events: {}\n", metrics.tensorboard()->path());
 
   std::unique_ptr<Evaluator> eval;
   if (c.train.eval_interval > 0 && data.has_val()) eval = std::make_unique<Evaluator>(t, *be);
@@ -225,15 +245,17 @@ int run_train(const RunOptions& o) {
   // What is kept and how to go on, for a run that diverged (said once, for both ways of noticing).
   auto diverged = [&](const std::string& why) {
     const bool kept = !run_dir.empty() && saved_step >= 0;
-    return UserError(run_dir.empty() ? c.source : run_dir.string(),
-                     "training diverged: " + why + "; " +
-                         (run_dir.empty() ? std::string("there is no run directory, so nothing was saved")
-                          : kept          ? fmt::format("the last checkpoint, step {}, is intact", saved_step)
-                                          : std::string("no checkpoint was written before it")),
-                     kept ? "resume with `loom train --resume " + run_dir.string() +
-                                "` and a lower optimizer.learning_rate (or optimizer.clip_norm = 1.0); "
-                                "train.on_nonfinite = skip goes on past such steps"
-                          : "lower optimizer.learning_rate, set optimizer.clip_norm = 1.0, or train in float32");
+    // Every rank sees the same losses and norms, so every rank raises it at the same step.
+    return dist::AgreedError(run_dir.empty() ? c.source : run_dir.string(),
+                             "training diverged: " + why + "; " +
+                                 (run_dir.empty() ? std::string("there is no run directory, so nothing was saved")
+                                  : kept          ? fmt::format("the last checkpoint, step {}, is intact", saved_step)
+                                                  : std::string("no checkpoint was written before it")),
+                             kept
+                                 ? "resume with `loom train --resume " + run_dir.string() +
+                                       "` and a lower optimizer.learning_rate (or optimizer.clip_norm = 1.0); "
+                                       "train.on_nonfinite = skip goes on past such steps"
+                                 : "lower optimizer.learning_rate, set optimizer.clip_norm = 1.0, or train in float32");
   };
   // Saves, and prunes only after a successful save. A state holding a NaN is never written: the
   // run stops with the checkpoints it has.
@@ -246,7 +268,7 @@ int run_train(const RunOptions& o) {
       throw diverged(fmt::format("tensor '{}' is not finite after step {} (not saved)", sr.nonfinite, t.steps_done()));
     if (name != "best") {
       saved_step = t.steps_done();
-      prune_checkpoints(run_dir.string(), c.train.keep_last);
+      if (writer) prune_checkpoints(run_dir.string(), c.train.keep_last);
     }
   };
   auto after_step = [&](int64_t step) {
@@ -261,8 +283,8 @@ int run_train(const RunOptions& o) {
       const bool improved = std::isfinite(vl) && (best_val < 0 || vl < best_val);
       if (improved) best_val = vl, best_val_step = step;
       clear_status_line();
-      fmt::print(o.out, "step {}: val loss {:.4f}{}\n", step, vl, improved ? " (best so far)" : "");
-      std::fflush(o.out);
+      fmt::print(out, "step {}: val loss {:.4f}{}\n", step, vl, improved ? " (best so far)" : "");
+      std::fflush(out);
       metrics.write({{"step", step}, {"val_loss", vl}, {"best_val_loss", best_val}});
       if (improved && !run_dir.empty()) save("best");
     }
@@ -276,13 +298,25 @@ int run_train(const RunOptions& o) {
   lo.steps = c.train.steps;
   lo.log_every = c.train.log_every;
   lo.metrics = &metrics;
-  lo.progress_bar = o.progress_bar;
-  lo.out = o.out;
+  lo.progress_bar = o.progress_bar && writer;
+  lo.out = out;
   lo.after_step = after_step;
-  lo.should_stop = [] { return g_signal != 0; };
+  // mpirun forwards a signal to every rank, each at its own moment: the ranks stop after the first
+  // step that ends with any of them signalled, all at the same step.
+  lo.should_stop = [&comm] {
+    const int mine = g_signal;
+    std::vector<int> all(static_cast<size_t>(comm.size()));
+    comm.all_gather_bytes(&mine, sizeof mine, all.data());
+    for (int sig : all) {
+      if (sig == 0) continue;
+      g_signal = sig;  // the message below names the signal
+      return true;
+    }
+    return false;
+  };
   // MFU on the log lines: model FLOPs against the cached matmul ceiling (report/ceiling.h).
   lo.model_flops_per_step = step_flops(t).model;
-  lo.ceiling_flops_per_s = matmul_ceiling_flops(*be, c.model.dtype, o.out);
+  lo.ceiling_flops_per_s = writer ? matmul_ceiling_flops(*be, c.model.dtype, out) : 0;  // only rank 0 logs
   // The ETA's share of evaluations and checkpoints still to come after `step`, at their mean time
   // so far; before the first evaluation, eval_iters forward passes of one minibatch at a third of
   // a training minibatch's time (forward ≈ 1/3 of forward + backward).
@@ -303,19 +337,19 @@ int run_train(const RunOptions& o) {
     return static_cast<double>(evals_left) * per_eval + static_cast<double>(saves_left) * per_save;
   };
   const SignalGuard signals;
-  const auto profiler = attach_train_profiler(t, o.profile_dir, o.profile_steps, lo, o.out);
+  const auto profiler = attach_train_profiler(t, o.profile_dir, o.profile_steps, lo, out);
   const LoopResult res = run_training(t, data, lo);
   if (profiler) profiler->finish();
   if (res.end == LoopEnd::diverged) throw diverged(res.why);
   if (res.end == LoopEnd::stopped) {
     const int sig = g_signal;
     if (!run_dir.empty() && saved_step != t.steps_done()) save(fmt::format("ckpt_{:06d}", t.steps_done()));
-    fmt::print(o.out, "{} at step {}/{}{}\n", sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated (SIGTERM)",
+    fmt::print(out, "{} at step {}/{}{}\n", sig == SIGINT ? "interrupted (Ctrl-C)" : "terminated (SIGTERM)",
                t.steps_done(), c.train.steps,
                run_dir.empty()
                    ? " (no run directory: nothing saved)"
                    : fmt::format(": checkpoint saved; continue with `loom train --resume {}`", run_dir.string()));
-    std::fflush(o.out);
+    std::fflush(out);
     return 128 + sig;
   }
   // Part 1.1's accumulation experiment prints the tutorial's print_metrics block, named by its
@@ -323,36 +357,36 @@ int run_train(const RunOptions& o) {
   // reached and what it cost.
   const bool lm = nn::model_kind(c.model.kind).language_model;
   if (!lm && !res.total.empty())
-    fmt::print(o.out, "{}", format_metrics(res.total, fmt::format("Minibatch {}", c.optimizer.num_minibatches)));
+    fmt::print(out, "{}", format_metrics(res.total, fmt::format("Minibatch {}", c.optimizer.num_minibatches)));
   if (res.steps_run > 0)
-    fmt::print(
-        o.out, "{}",
-        format_run_summary({.first_step = t.steps_done() - res.steps_run + 1,
-                            .last_step = t.steps_done(),
-                            .total_steps = c.train.steps,
-                            .last_loss = res.last.metrics.at("loss").mean(),
-                            .last_val = last_val,
-                            .best_val = best_val,
-                            .last_val_step = last_val_step,
-                            .best_val_step = best_val_step,
-                            .items_per_step = static_cast<double>(t.model().examples * c.optimizer.num_minibatches),
-                            .tokens = lm,
-                            .wall_s = seconds_since(started),
-                            .step_s = res.step_seconds,
-                            .eval_s = eval_s,
-                            .save_s = save_s}));
+    fmt::print(out, "{}",
+               format_run_summary({.first_step = t.steps_done() - res.steps_run + 1,
+                                   .last_step = t.steps_done(),
+                                   .total_steps = c.train.steps,
+                                   .last_loss = res.last.metrics.at("loss").mean(),
+                                   .last_val = last_val,
+                                   .best_val = best_val,
+                                   .last_val_step = last_val_step,
+                                   .best_val_step = best_val_step,
+                                   .items_per_step = static_cast<double>(t.model().examples *
+                                                                         c.optimizer.num_minibatches * comm.size()),
+                                   .tokens = lm,
+                                   .wall_s = seconds_since(started),
+                                   .step_s = res.step_seconds,
+                                   .eval_s = eval_s,
+                                   .save_s = save_s}));
   if (t.optimizer().scaler().enabled)
-    fmt::print(o.out, "float16 loss scale {:g}, {} skipped step(s)\n", t.optimizer().scaler().scale,
+    fmt::print(out, "float16 loss scale {:g}, {} skipped step(s)\n", t.optimizer().scaler().scale,
                t.optimizer().scaler().skipped);
-  if (c.train.sample_tokens > 0 && !run_dir.empty() && data.tokenizer_json()) {
+  if (c.train.sample_tokens > 0 && !run_dir.empty() && data.tokenizer_json() && writer) {
     SampleOptions so;  // nanoGPT's sample.py defaults (Sampling's): temperature 0.8, top-k 200
     so.checkpoint = run_dir.string();
     so.tokens = c.train.sample_tokens;
     so.seed = c.seed;
-    so.out = o.out;
-    fmt::print(o.out, "\nsample ({} tokens, temperature {:g}, top-k {}; more with `loom sample {}`):\n", so.tokens,
+    so.out = out;
+    fmt::print(out, "\nsample ({} tokens, temperature {:g}, top-k {}; more with `loom sample {}`):\n", so.tokens,
                so.sampling.temperature, so.sampling.top_k, run_dir.string());
-    std::fflush(o.out);
+    std::fflush(out);
     run_sample(so);
   }
   return 0;

@@ -118,12 +118,16 @@ std::vector<OpGroup> group_ops(const OpRecorder& rec) {
   return groups;
 }
 
+// Trace thread ids: the executor's ops and spans, and the gradient buckets' sums over ranks.
+constexpr int kExecutorTid = 1, kCommunicationTid = 2;
+
 struct XEvent {
   std::string name;
   const char* cat;
   int64_t b, e;  // ns from the trace origin
   int depth;
   nlohmann::json args;
+  int tid = kExecutorTid;
 };
 
 double us(int64_t ns) { return static_cast<double>(ns) / 1000.0; }
@@ -137,9 +141,10 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
 
   // Times as integer nanoseconds from the first event, so a parent's end is exactly its last
   // child's end.
-  double origin = std::numeric_limits<double>::infinity();
+  double origin = info.origin_us >= 0 ? info.origin_us : std::numeric_limits<double>::infinity();
   for (const OpEvent& e : ops) origin = std::min(origin, e.t_begin_us);
   for (const SpanEvent& s : spans) origin = std::min(origin, s.t_begin_us);
+  bool communication = false;
   auto ns = [&](double t) { return static_cast<int64_t>(std::llround((t - origin) * 1000.0)); };
 
   std::vector<XEvent> xs;
@@ -164,13 +169,21 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
         name = "optimizer";
         args = {{"step", s.index}};
         break;
+      case SpanKind::communication:
+        name = "bucket_";
+        name += std::to_string(s.index);
+        args = {{"bucket", s.index}};
+        depth = 0;
+        communication = true;
+        break;
     }
     xs.push_back(XEvent{.name = std::move(name),
                         .cat = span_kind_name(s.kind),
                         .b = ns(s.t_begin_us),
                         .e = ns(s.t_end_us),
                         .depth = depth,
-                        .args = args});
+                        .args = args,
+                        .tid = s.kind == SpanKind::communication ? kCommunicationTid : kExecutorTid});
   }
 
   struct Open {
@@ -242,13 +255,18 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
     first = false;
     out += j.dump();
   };
-  emit({{"ph", "M"}, {"pid", 1}, {"name", "process_name"}, {"args", {{"name", info.process_name}}}});
-  emit({{"ph", "M"}, {"pid", 1}, {"name", "process_sort_index"}, {"args", {{"sort_index", 0}}}});
-  emit({{"ph", "M"}, {"pid", 1}, {"tid", 1}, {"name", "thread_name"}, {"args", {{"name", "train step (executor)"}}}});
-  emit({{"ph", "M"}, {"pid", 1}, {"tid", 1}, {"name", "thread_sort_index"}, {"args", {{"sort_index", 0}}}});
+  const int pid = info.pid;
+  emit({{"ph", "M"}, {"pid", pid}, {"name", "process_name"}, {"args", {{"name", info.process_name}}}});
+  emit({{"ph", "M"}, {"pid", pid}, {"name", "process_sort_index"}, {"args", {{"sort_index", pid - 1}}}});
+  auto thread = [&](int tid, const char* name) {
+    emit({{"ph", "M"}, {"pid", pid}, {"tid", tid}, {"name", "thread_name"}, {"args", {{"name", name}}}});
+    emit({{"ph", "M"}, {"pid", pid}, {"tid", tid}, {"name", "thread_sort_index"}, {"args", {{"sort_index", tid}}}});
+  };
+  thread(kExecutorTid, "train step (executor)");
+  if (communication) thread(kCommunicationTid, "communication (gradient buckets)");
   for (const XEvent& x : xs) {
-    nlohmann::json j = {
-        {"ph", "X"}, {"pid", 1}, {"tid", 1}, {"name", x.name}, {"cat", x.cat}, {"ts", us(x.b)}, {"dur", us(x.e - x.b)}};
+    nlohmann::json j = {{"ph", "X"},    {"pid", pid},    {"tid", x.tid},        {"name", x.name},
+                        {"cat", x.cat}, {"ts", us(x.b)}, {"dur", us(x.e - x.b)}};
     if (!x.args.empty()) j["args"] = x.args;
     emit(j);
   }
@@ -256,9 +274,9 @@ std::string chrome_trace(const Graph& g, const MemoryPlan& plan, const OpRecorde
     const auto s = static_cast<size_t>(e.step);
     const int64_t live = s < plan.live_bytes.size() ? plan.live_bytes[s] : 0;
     const double ts = us(ns(e.t_begin_us));
-    emit({{"ph", "C"}, {"pid", 1}, {"name", "arena"}, {"ts", ts}, {"args", {{"live_bytes", live}}}});
+    emit({{"ph", "C"}, {"pid", pid}, {"name", "arena"}, {"ts", ts}, {"args", {{"live_bytes", live}}}});
     emit({{"ph", "C"},
-          {"pid", 1},
+          {"pid", pid},
           {"name", "memory"},
           {"ts", ts},
           {"args", {{"total_bytes", info.persistent_bytes + live}}}});
@@ -272,7 +290,7 @@ ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const O
   ProfileSummary s;
   s.dropped_events = rec.dropped();
   s.ceiling_gflop_per_s = ceiling_gflop_per_s;
-  double step_total_ms = 0, optimizer_us = 0;
+  double step_total_ms = 0, optimizer_us = 0, communication_us = 0;
   for (const SpanEvent& sp : rec.spans()) {
     if (!closed(sp)) continue;
     const double dur = sp.t_end_us - sp.t_begin_us;
@@ -281,8 +299,10 @@ ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const O
       step_total_ms += dur / 1000.0;
     } else if (sp.kind == SpanKind::minibatch) {
       ++s.minibatches;
-    } else {
+    } else if (sp.kind == SpanKind::optimizer) {
       optimizer_us += dur;
+    } else {
+      communication_us += dur;
     }
   }
   s.steps = static_cast<int64_t>(s.step_ms.size());
@@ -349,6 +369,7 @@ ProfileSummary summarize_profile(const Graph& g, const MemoryPlan& plan, const O
   s.backward_ms = phase_us[static_cast<size_t>(Phase::backward)] / 1000.0 / nsteps;
   s.recompute_ms = phase_us[static_cast<size_t>(Phase::recompute)] / 1000.0 / nsteps;
   s.optimizer_ms = optimizer_us / 1000.0 / nsteps;
+  s.communication_ms = communication_us / 1000.0 / nsteps;
   if (s.steps > 0)
     s.other_ms = std::max(0.0, step_total_ms / nsteps - s.forward_ms - s.backward_ms - s.recompute_ms - s.optimizer_ms);
   s.step_gflop = total_flops / nsteps * 1e-9;
@@ -392,6 +413,7 @@ nlohmann::json profile_summary_json(const ProfileSummary& s) {
             {"recompute", s.recompute_ms},
             {"optimizer", s.optimizer_ms},
             {"other", s.other_ms}}},
+          {"communication_ms_per_step", s.communication_ms},
           {"step_gflop", s.step_gflop},
           {"model_step_gflop", s.model_step_gflop},
           {"step_gbytes", s.step_gbytes},
@@ -423,6 +445,9 @@ std::string format_profile_summary(const ProfileSummary& s) {
   phase("recompute", s.recompute_ms);
   phase("optimizer", s.optimizer_ms);
   phase("other", s.other_ms);
+  if (s.communication_ms > 0)
+    o += fmt::format("  gradient sums over ranks {:.2f} ms per step, start to completion (alongside the backward)\n",
+                     s.communication_ms);
   o += fmt::format("op traffic {:.3f} GB per step\n", s.step_gbytes);
   const bool ceiling = s.ceiling_gflop_per_s > 0;
   o += fmt::format("hardware FLOPs (every op run, recompute included): {:.3f} GFLOP per step, {:.2f} GFLOP/s{}\n",

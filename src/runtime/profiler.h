@@ -7,7 +7,8 @@
 //     recompute nodes grouped in `rematted_computation` spans inside the backward of their
 //     region, and two counter tracks sampled at every op: the arena's live bytes at that
 //     schedule step (MemoryPlan::live_bytes) and the total with params, grads, optimizer state
-//     and inputs;
+//     and inputs; under data parallelism, one span per gradient bucket's sum over ranks on a
+//     "communication" thread track beside the executor's;
 //   - a summary: median step time, time per phase, the most expensive ops, achieved GFLOP/s and
 //     GB/s per op kind (from the op table's cost rules) and the step's FLOP/s against the
 //     device's measured matmul ceiling.
@@ -26,6 +27,8 @@ namespace loom {
 
 struct TraceInfo {
   std::string process_name = "loom";  // the trace's process ("loom train (cpu)")
+  int pid = 1;                        // its process id in the trace (rank + 1: ranks' traces merge)
+  double origin_us = -1;              // the time the trace's 0 stands for (< 0: its first event)
   std::string title;                  // the run's description, stored in otherData
   int64_t persistent_bytes = 0;       // params + grads + optimizer state + inputs (the total track's base)
 };
@@ -58,6 +61,9 @@ struct ProfileSummary {
   // Mean per step. backward excludes recompute; other = step time not inside any op or the
   // optimizer (uploads, zeroing gradients, reading the loss, executor overhead).
   double forward_ms = 0, backward_ms = 0, recompute_ms = 0, optimizer_ms = 0, other_ms = 0;
+  // Mean per step of the gradient buckets' sums over ranks, start to completion (overlapping the
+  // backward: not part of the phases above).
+  double communication_ms = 0;
   // Hardware FLOPs: every op executed, the recomputed forward included (what the machine did).
   // Model FLOPs: without the recompute (what the model needs; the basis of MFU).
   double step_gflop = 0;                  // hardware FLOPs of one step, all minibatches (GFLOP)

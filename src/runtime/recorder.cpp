@@ -10,6 +10,8 @@ const char* span_kind_name(SpanKind k) {
       return "minibatch";
     case SpanKind::optimizer:
       return "optimizer";
+    case SpanKind::communication:
+      return "communication";
   }
   return "?";
 }

@@ -5,7 +5,9 @@
 //
 // Two kinds of events:
 //   - OpEvent: one executed node — its schedule step and when it ran (Executor::run_steps);
-//   - SpanEvent: a span the trainer marks around executor runs (train step, minibatch, optimizer).
+//   - SpanEvent: a span the trainer marks around executor runs (train step, minibatch, optimizer),
+//     or one gradient bucket's sum over ranks from its start to its completion (communication:
+//     it runs alongside the backward's ops, on a track of its own).
 // Times are Backend::now_us(). On an asynchronous backend every reading synchronizes first, so a
 // node's interval is its execution, not its launch.
 #pragma once
@@ -23,12 +25,12 @@ struct OpEvent {
   double t_begin_us = 0, t_end_us = 0;
 };
 
-enum class SpanKind : uint8_t { train_step, minibatch, optimizer };
+enum class SpanKind : uint8_t { train_step, minibatch, optimizer, communication };
 const char* span_kind_name(SpanKind);
 
 struct SpanEvent {
   SpanKind kind = SpanKind::train_step;
-  int64_t index = 0;                     // train step number (1-based, as logged) or minibatch index (0-based)
+  int64_t index = 0;                     // train step number (1-based, as logged), minibatch or bucket index (0-based)
   double t_begin_us = 0, t_end_us = -1;  // t_end_us < 0 while the span is open
 };
 

@@ -89,22 +89,33 @@ void check_finite(std::vector<StSource>& sources) {
   }
 }
 
+constexpr const char* kMomentPrefix[2] = {"opt/mu/", "opt/nu/"};
+
 // The moments of every parameter, named like the parameters with an "opt/mu/" or "opt/nu/" prefix.
-std::vector<StSource> moment_sources(const Trainer& t) {
+// Read from the device as they are written, or, when the optimizer state is sharded, from
+// `gathered`: every rank's parts (Trainer::moments, which every rank calls).
+std::vector<StSource> moment_sources(const Trainer& t, const std::vector<std::vector<float>> (&gathered)[2]) {
   std::vector<StSource> out;
   const Graph& g = t.model().graph;
   const auto& ts = t.optimizer().tensors();
   Backend& be = t.executor().backend();
-  for (size_t i = 0; i < g.params().size(); ++i) {
-    const Value& v = g.value(g.params()[i].value);
-    for (auto [name, buf] : {std::pair<const char*, float*>{"opt/mu/", ts[i].mu}, {"opt/nu/", ts[i].nu}}) {
-      if (!buf) continue;
-      out.push_back({.name = name + v.name,
-                     .dtype = DType::f32,
-                     .shape = v.shape,
-                     .read = [&be, buf](void* dst, size_t off, size_t n) {
-                       be.copy_to_host(dst, reinterpret_cast<const unsigned char*>(buf) + off, n);
-                     }});
+  for (int which : {0, 1}) {
+    if (!t.optimizer().keeps_moment(which)) continue;
+    for (size_t i = 0; i < g.params().size(); ++i) {
+      const Value& v = g.value(g.params()[i].value);
+      StSource s{.name = kMomentPrefix[which] + v.name, .dtype = DType::f32, .shape = v.shape, .read = {}};
+      if (t.sharded()) {
+        const float* host = gathered[which][i].data();
+        s.read = [host](void* dst, size_t off, size_t n) {
+          std::memcpy(dst, reinterpret_cast<const unsigned char*>(host) + off, n);
+        };
+      } else {  // one whole slice per parameter, in parameter order
+        const float* buf = which == 0 ? ts[i].mu : ts[i].nu;
+        s.read = [&be, buf](void* dst, size_t off, size_t n) {
+          be.copy_to_host(dst, reinterpret_cast<const unsigned char*>(buf) + off, n);
+        };
+      }
+      out.push_back(std::move(s));
     }
   }
   return out;
@@ -179,10 +190,8 @@ Checkpoint load_one(const std::string& dir, bool with_optimizer) {
   return c;
 }
 
-}  // namespace
-
-SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
-                           const nlohmann::json* tokenizer) {
+SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
+                            const nlohmann::json* tokenizer, const std::vector<std::vector<float>> (&gathered)[2]) {
   const fs::path final_dir(dir);
   const fs::path tmp = sibling(final_dir, ".tmp");
   std::error_code ec;
@@ -190,7 +199,7 @@ SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std
   fs::create_directories(tmp);
   try {
     std::vector<StSource> params = param_sources(t.executor(), t.config().model.scan_layers);
-    std::vector<StSource> moments = moment_sources(t);
+    std::vector<StSource> moments = moment_sources(t, gathered);
     check_finite(params);
     check_finite(moments);
     stream_safetensors((tmp / kModelFile).string(), params, {{"format", "pt"}, {"loom", "checkpoint parameters"}});
@@ -219,6 +228,22 @@ SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std
     throw;
   }
   return {.saved = true, .nonfinite = {}};
+}
+
+}  // namespace
+
+SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
+                           const nlohmann::json* tokenizer) {
+  std::vector<std::vector<float>> gathered[2];
+  if (t.sharded())
+    for (int which : {0, 1}) gathered[which] = t.moments(which);  // every rank takes part
+  SaveResult r{.saved = true, .nonfinite = {}};
+  if (t.comm().rank() == 0) r = write_checkpoint(t, s, dir, tokenizer, gathered);
+  if (t.comm().size() > 1) {  // every rank learns what rank 0 found ("" when it saved)
+    r.nonfinite = dist::broadcast_string(t.comm(), r.nonfinite, 0);
+    r.saved = r.nonfinite.empty();
+  }
+  return r;
 }
 
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
@@ -290,33 +315,30 @@ Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* sk
                   "every checkpoint is damaged; start a new run (or restore the directory from a backup)");
 }
 
-namespace {
-// key -> value lines of the [model] section of a config_to_toml text.
-std::map<std::string, std::string> model_section(const std::string& toml_text) {
+std::map<std::string, std::string> config_values(const std::string& toml_text) {
   std::map<std::string, std::string> out;
   std::istringstream in(toml_text);
-  std::string line;
-  bool in_model = false;
+  std::string line, section;
   while (std::getline(in, line)) {
     if (!line.empty() && line[0] == '[') {
-      in_model = line == "[model]";
+      section = line.substr(1, line.size() - 2) + ".";
       continue;
     }
     const size_t eq = line.find(" = ");
-    if (in_model && eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 3);
+    if (eq != std::string::npos) out[section + line.substr(0, eq)] = line.substr(eq + 3);
   }
   return out;
 }
-}  // namespace
 
-std::string first_model_difference(const std::string& a_toml, const std::string& b_toml) {
-  const auto a = model_section(a_toml), b = model_section(b_toml);
+std::string first_config_difference(const std::string& a_toml, const std::string& b_toml, const std::string& prefix) {
+  const auto a = config_values(a_toml), b = config_values(b_toml);
+  auto under = [&](const std::string& k) { return k.compare(0, prefix.size(), prefix) == 0; };
   for (const auto& [k, v] : a) {
     auto it = b.find(k);
-    if (it == b.end() || it->second != v) return "model." + k;
+    if (under(k) && (it == b.end() || it->second != v)) return k;
   }
   for (const auto& [k, v] : b)
-    if (!a.count(k)) return "model." + k;
+    if (under(k) && !a.count(k)) return k;
   return "";
 }
 
@@ -331,7 +353,7 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
   // equal (checkpoints before the choice enums wrote no remat as "", now "none").
   const std::string stored =
       config_to_toml(config_from_toml_text(c.state.config_toml, (fs::path(c.path) / kStateFile).string()));
-  const std::string diff = first_model_difference(stored, config_to_toml(t.config()));
+  const std::string diff = first_config_difference(stored, config_to_toml(t.config()), "model.");
   if (!diff.empty())
     throw UserError(c.path, "was written for a different model: " + diff + " differs",
                     "resume with the checkpoint's model configuration (or start a new run with --out)");
@@ -340,17 +362,17 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
   for (const StTensor& s : c.tensors) by_name[s.name] = &s;
   const std::string file = (fs::path(c.path) / kOptimizerFile).string();
   const Graph& g = t.model().graph;
-  const auto& ts = t.optimizer().tensors();
-  for (size_t i = 0; i < g.params().size(); ++i) {
-    const Value& v = g.value(g.params()[i].value);
-    for (auto [prefix, buf] : {std::pair<const char*, float*>{"opt/mu/", ts[i].mu}, {"opt/nu/", ts[i].nu}}) {
-      if (!buf) continue;
-      auto it = by_name.find(prefix + v.name);
+  for (int which : {0, 1}) {
+    if (!t.optimizer().keeps_moment(which)) continue;
+    for (size_t i = 0; i < g.params().size(); ++i) {
+      const Value& v = g.value(g.params()[i].value);
+      const std::string name = kMomentPrefix[which] + v.name;
+      auto it = by_name.find(name);
       if (it == by_name.end() || it->second->shape != v.shape || it->second->dtype != DType::f32)
-        throw UserError(file,
-                        "optimizer tensor '" + std::string(prefix) + v.name + "' is missing or has the wrong shape",
+        throw UserError(file, "optimizer tensor '" + name + "' is missing or has the wrong shape",
                         "the checkpoint was written with another optimizer or model");
-      t.executor().backend().copy_to_device(buf, it->second->bytes.data(), it->second->bytes.size());
+      // This rank's part (all of it unless the optimizer state is sharded): resharded on load.
+      t.set_moment(which, i, reinterpret_cast<const float*>(it->second->bytes.data()));
     }
   }
   t.restore_progress(c.state.step, c.state.opt_count, c.state.loss_scale, c.state.scaler_tracker,

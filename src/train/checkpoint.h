@@ -57,6 +57,8 @@ struct SaveResult {
 // Writes the trainer's parameters and optimizer state into `dir` atomically (and the data's
 // tokenizer as tokenizer.json, when given, so `loom sample` can decode). A non-finite parameter
 // or moment writes nothing and is reported in the result; I/O failures throw std::runtime_error.
+// Every rank of t.comm() calls it (sharded optimizer state is gathered); rank 0 alone writes, and
+// every rank returns its result.
 SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
                            const nlohmann::json* tokenizer = nullptr);
 // Reads and verifies a checkpoint directory, or a run directory: its newest checkpoint that
@@ -66,7 +68,8 @@ SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std
 Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* skipped = nullptr,
                            bool with_optimizer = true);
 // Loads params and optimizer state into `t` (which must be built from a config whose model
-// matches: otherwise a UserError naming the first differing model.* key).
+// matches: otherwise a UserError naming the first differing model.* key). Each rank takes its
+// part of sharded optimizer state, whatever the rank count that wrote the checkpoint.
 void restore_checkpoint(Trainer& t, const Checkpoint& c);
 // Loads only the parameters (fine-tuning from a run: optimizer state fresh).
 void restore_params(Trainer& t, const Checkpoint& c);
@@ -78,8 +81,12 @@ std::string latest_checkpoint(const std::string& run_dir);
 void prune_checkpoints(const std::string& run_dir, int64_t keep);
 // Removes what an interrupted save or prune left behind (.ckpt_*.tmp, .*.old, .ckpt_*.del).
 void remove_stale_checkpoint_files(const std::string& run_dir);
-// model.* keys whose values differ between two TOML config texts ("" if none: the first key).
-std::string first_model_difference(const std::string& a_toml, const std::string& b_toml);
+// "section.key" -> value of a config_to_toml text.
+std::map<std::string, std::string> config_values(const std::string& toml_text);
+// The first key (in key order) starting with `prefix` ("model.", or "" for any) whose value
+// differs between two config_to_toml texts; "" if none.
+std::string first_config_difference(const std::string& a_toml, const std::string& b_toml,
+                                    const std::string& prefix = "");
 // The step recorded in a checkpoint directory's state.json (-1 when unreadable).
 int64_t checkpoint_step(const std::string& dir);
 

@@ -302,6 +302,8 @@ const std::vector<KeySpec>& schema() {
               adamw),
       make_number("optimizer.clip_norm", "clip_by_global_norm before the optimizer (0 = off)",
                   LOOM_REF(optimizer.clip_norm)),
+      make_choice("optimizer.shard", "more than one rank (mpirun): how the optimizer state is split over the ranks",
+                  LOOM_REF(optimizer.shard)),
       make_choice("optimizer.schedule", "learning-rate schedule", LOOM_REF(optimizer.schedule.kind)),
       only_if(make_number("optimizer.init_value", "schedule: value at step 0 (warmup start)",
                           LOOM_REF(optimizer.schedule.init_value)),
@@ -380,6 +382,10 @@ const std::vector<KeySpec>& schema() {
       make_int("train.max_skipped_steps",
                "stop after this many skipped steps in a row, in any dtype (float16 overflow included; 0 = never)",
                LOOM_REF(train.max_skipped_steps)),
+      make_int("train.bucket_kib",
+               "more than one rank (mpirun): gradients are summed over ranks in buckets of this many KiB, each as "
+               "soon as the backward has written it (no effect on the result)",
+               LOOM_REF(train.bucket_kib)),
   };
   return keys;
 }
@@ -540,6 +546,7 @@ void validate_config(const Config& c) {
   need(c.train.checkpoint_interval >= 0, "train.checkpoint_interval", "must be >= 0", "0 saves at evaluations");
   need(c.train.keep_last >= 1, "train.keep_last", "must be >= 1", "e.g. 3");
   need(c.train.sample_tokens >= 0, "train.sample_tokens", "must be >= 0", "e.g. 200");
+  need(c.train.bucket_kib >= 1, "train.bucket_kib", "must be >= 1", "e.g. 4096 (4 MiB)");
   need(c.train.max_skipped_steps >= 0, "train.max_skipped_steps", "must be >= 0", "e.g. 25 (0 = never stop)");
   in_file([&] { kind.validate(c.model); });
   need(c.model.remat_policy != RematPolicyKind::save_only_these_names || !c.model.remat_save_names.empty(),

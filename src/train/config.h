@@ -34,6 +34,7 @@ struct TrainConfig {
   int64_t sample_tokens = 0;        // print a sample of this many tokens at the end (0 = none)
   OnNonFinite on_nonfinite = OnNonFinite::stop;
   int64_t max_skipped_steps = 25;  // stop after this many skipped steps in a row, any dtype (0 = never)
+  int64_t bucket_kib = 4096;       // gradient buckets summed over ranks during the backward (train/trainer.h)
 };
 
 struct Config {

@@ -1,23 +1,23 @@
 #include "train/evaluator.h"
 
 #include <stdexcept>
+#include <vector>
 
 #include "nn/models.h"
 
 namespace loom {
 
-Evaluator::Evaluator(const Trainer& t, Backend& be) : cfg_(t.config()) {
+Evaluator::Evaluator(const Trainer& t, Backend& be) : cfg_(t.config()), comm_(t.comm()) {
   Executor::External params;
   const Graph& tg = t.model().graph;
   for (const Param& p : tg.params()) params[tg.value(p.value).name] = t.executor().ptr(p.value);
   build(be, &params);
 }
 
-Evaluator::Evaluator(const Config& c, Backend& be) : cfg_(c) { build(be, nullptr); }
+Evaluator::Evaluator(const Config& c, Backend& be) : cfg_(c), comm_(dist::single_process()) { build(be, nullptr); }
 
 void Evaluator::build(Backend& be, const Executor::External* params) {
-  const int64_t mb = cfg_.data.batch_size / cfg_.optimizer.num_minibatches;
-  model_ = nn::build_model(cfg_.model, model_input(cfg_, mb), /*train=*/false);
+  model_ = nn::build_model(cfg_.model, model_input(cfg_, minibatch_size(cfg_, comm_.size())), /*train=*/false);
   MemoryPlan plan = plan_program(be, model_.graph, default_schedule(model_.graph));
   if (Status s = Executor::create(be, model_.graph, std::move(plan), &exec_, params); !s)
     throw std::runtime_error(s.message());
@@ -26,18 +26,27 @@ void Evaluator::build(Backend& be, const Executor::External* params) {
 
 Evaluator::~Evaluator() = default;
 
+int64_t Evaluator::rows() const { return cfg_.data.batch_size / cfg_.optimizer.num_minibatches; }
+
 void Evaluator::run_rows(const Batch& b, int64_t first, Metrics& into) {
   const size_t in_row = b.inputs.size() / static_cast<size_t>(b.batch_size);
   const size_t label_row = b.labels.size() / static_cast<size_t>(b.batch_size);
-  exec_->upload(model_.inputs, b.inputs.data() + static_cast<size_t>(first) * in_row);
-  exec_->upload(model_.labels, b.labels.data() + static_cast<size_t>(first) * label_row);
+  const auto row = static_cast<size_t>(first + comm_.rank() * minibatch_size(cfg_, comm_.size()));
+  exec_->upload(model_.inputs, b.inputs.data() + row * in_row);
+  exec_->upload(model_.labels, b.labels.data() + row * label_row);
   exec_->run(RunCtx{.seed = cfg_.seed, .step = 0, .minibatch = 0});
-  float loss = 0;
-  int32_t correct = 0;
-  exec_->download(model_.loss_sum, &loss);
-  exec_->download(model_.correct, &correct);
-  add_metrics(into, {{"loss", {.sum = loss, .count = model_.examples}},
-                     {"accuracy", {.sum = static_cast<double>(correct), .count = model_.examples}}});
+  struct Sums {
+    float loss = 0;
+    int32_t correct = 0;
+  };
+  std::vector<Sums> sums(static_cast<size_t>(comm_.size()));
+  Sums& mine = sums[static_cast<size_t>(comm_.rank())];
+  exec_->download(model_.loss_sum, &mine.loss);
+  exec_->download(model_.correct, &mine.correct);
+  comm_.all_gather_bytes(&mine, sizeof mine, sums.data());
+  for (const Sums& s : sums)
+    add_metrics(into, {{"loss", {.sum = s.loss, .count = model_.examples}},
+                       {"accuracy", {.sum = static_cast<double>(s.correct), .count = model_.examples}}});
 }
 
 Metrics Evaluator::validation(DataSource& data, int64_t iters) {
@@ -48,10 +57,9 @@ Metrics Evaluator::validation(DataSource& data, int64_t iters) {
 
 Metrics Evaluator::training(const DataSource& data, int64_t iters) {
   Metrics m;
-  const int64_t rows = cfg_.data.batch_size / cfg_.optimizer.num_minibatches;
   for (int64_t i = 0; i < iters; ++i) {
     const Batch b = data.train_batch(i);
-    for (int64_t first = 0; first < b.batch_size; first += rows) run_rows(b, first, m);
+    for (int64_t first = 0; first < b.batch_size; first += rows()) run_rows(b, first, m);
   }
   return m;
 }

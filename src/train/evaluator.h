@@ -1,6 +1,10 @@
 // Evaluation: the model's forward program in eval mode (no dropout) over batches of one minibatch,
 // summing the loss and the correct predictions. During training it shares the trainer's parameter
 // buffers (no copy); `loom eval` gives it buffers of its own and loads a checkpoint into them.
+// Under data parallelism (the trainer's dist::Comm) every rank walks the same batches and runs its
+// slice of each minibatch (the trainer's minibatch size), and the sums are gathered and added in
+// rank order: the examples are those of one process, the loss equal to its value up to float32
+// rounding of the partial sums.
 #pragma once
 #include <memory>
 
@@ -14,7 +18,7 @@ class Evaluator {
  public:
   // Shares `t`'s parameters.
   Evaluator(const Trainer& t, Backend& be);
-  // Owns its parameters (uninitialised: load them through executor(), e.g. io/param_io.h).
+  // Owns its parameters (uninitialised: load them through executor(), e.g. io/param_io.h); one process.
   Evaluator(const Config& c, Backend& be);
   ~Evaluator();
   // Mean loss per example (per token for a language model) over `iters` batches from `data`
@@ -28,10 +32,14 @@ class Evaluator {
 
  private:
   void build(Backend& be, const Executor::External* params);
-  // Adds one minibatch's loss and correct count (the batch's rows [first, first + rows)).
+  // Rows of one minibatch summed over the ranks.
+  int64_t rows() const;
+  // Adds the loss and correct count of the batch's rows [first, first + rows()): rank r runs its
+  // slice of them, the ranks' sums are added in rank order.
   void run_rows(const Batch& b, int64_t first, Metrics& into);
 
   const Config& cfg_;
+  dist::Comm& comm_;
   nn::ModelGraph model_;
   std::unique_ptr<Executor> exec_;
 };

@@ -23,7 +23,8 @@ std::string format_duration(double s) {
 LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
   const bool lm = nn::model_kind(t.config().model.kind).language_model;
   const char* unit = lm ? "tok/s" : "ex/s";
-  const double items_per_step = static_cast<double>(t.model().examples * t.config().optimizer.num_minibatches);
+  const double items_per_step =
+      static_cast<double>(t.model().examples * t.config().optimizer.num_minibatches * t.comm().size());
   LoopResult res;
   Metrics& total = res.total;
   const TrainConfig& tc = t.config().train;

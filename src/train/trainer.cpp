@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -14,9 +15,25 @@
 
 namespace loom {
 
-TrainProgram build_train_program(const Config& c) {
+namespace {
+// Elements of a gradient bucket (train.bucket_kib).
+int64_t bucket_elems(const Config& c) { return c.train.bucket_kib * 1024 / static_cast<int64_t>(sizeof(float)); }
+}  // namespace
+
+int64_t minibatch_size(const Config& c, int ranks) {
+  const int64_t per_step = ranks * c.optimizer.num_minibatches;  // minibatches of one global step
+  if (c.data.batch_size % per_step != 0)
+    throw UserError("data.batch_size",
+                    fmt::format("batch size {} is not divisible by {} rank{} × optimizer.num_minibatches {} = {}",
+                                c.data.batch_size, ranks, ranks == 1 ? "" : "s", c.optimizer.num_minibatches, per_step),
+                    "make data.batch_size a multiple of ranks × optimizer.num_minibatches, or change "
+                    "optimizer.num_minibatches or the number of ranks (mpirun -np)");
+  return c.data.batch_size / per_step;
+}
+
+TrainProgram build_train_program(const Config& c, int ranks) {
   TrainProgram p;
-  p.model = nn::build_model(c.model, model_input(c, c.data.batch_size / c.optimizer.num_minibatches), /*train=*/true);
+  p.model = nn::build_model(c.model, model_input(c, minibatch_size(c, ranks)), /*train=*/true);
   Graph& g = p.model.graph;
   p.dloss = g.add_input("loss_seed", Shape{}, DType::f32);
   p.num_forward = build_backward(g, p.model.loss_sum, p.dloss);
@@ -32,14 +49,48 @@ TrainProgram build_train_program(const Config& c) {
   return p;
 }
 
-Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options)
-    : cfg_(c), be_(be), prog_(build_train_program(c)) {
+std::vector<std::pair<size_t, size_t>> gradient_order(const TrainProgram& p) {
+  const Graph& g = p.model.graph;
+  std::vector<size_t> written(g.values().size(), 0);
+  for (size_t s = 0; s < p.schedule.size(); ++s) {
+    const Node& n = g.node(p.schedule[s]);
+    if (op_info(n.op).flags & kOpWritesGrad) written[n.in[0]] = s + 1;
+  }
+  std::vector<std::pair<size_t, size_t>> out;
+  for (size_t i = 0; i < g.params().size(); ++i) out.emplace_back(i, written[g.params()[i].grad]);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  return out;
+}
+
+RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks) {
+  const Graph& g = p.model.graph;
+  std::vector<int64_t> sizes;
+  for (const auto& [param, at] : gradient_order(p)) sizes.push_back(g.value(g.params()[param].value).shape.numel());
+  RankMemory m;
+  for (int64_t n : sizes) m.optimizer_elems += n;
+  if (ranks == 1) return m;
+  const std::vector<dist::Bucket> buckets = dist::plan_buckets(sizes, bucket_elems(c));
+  m.comm_buffer_bytes = dist::BucketReducer::buffer_bytes(buckets, ranks);
+  if (c.optimizer.shard == OptimizerShard::state) {
+    m.optimizer_elems = 0;
+    for (const dist::Bucket& b : buckets) m.optimizer_elems += dist::chunk(b.elems, ranks, 0).size();  // the largest
+  }
+  return m;
+}
+
+Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::Comm* comm)
+    : cfg_(c),
+      be_(be),
+      prog_(build_train_program(c, comm ? comm->size() : 1)),
+      comm_(comm ? *comm : dist::single_process()) {
   const Graph& g = prog_.model.graph;
   MemoryPlan plan = plan_program(be, g, prog_.schedule, plan_options);
   // Everything the run will hold, from the plan (what `loom memory` prints): refuse before any
   // allocation when it cannot fit, with the figures and the levers, instead of failing inside.
+  const RankMemory rank = rank_memory(c, prog_, comm_.size());
   const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
-                         optimizer_moments(c.optimizer) * plan.param_bytes;
+                         optimizer_moments(c.optimizer) * rank.optimizer_elems * static_cast<int64_t>(sizeof(float)) +
+                         rank.comm_buffer_bytes;
   const int64_t available = be.memory_available();
   if (available >= 0 && needed > available)
     throw UserError(c.source,
@@ -57,7 +108,45 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options)
     init_param(g, p, c.seed, host);
     exec_->upload(p.value, host.data());
   }
-  opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_);
+  const std::vector<std::pair<size_t, size_t>> written = gradient_order(prog_);
+  for (const auto& [param, at] : written) order_.push_back(param);
+  std::vector<dist::FloatSpan> grads;
+  for (size_t i : order_) {
+    const Param& p = g.params()[i];
+    const int64_t n = g.value(p.value).shape.numel();
+    grads.push_back({static_cast<float*>(exec_->ptr(p.grad)), n});
+    params_.push_back({static_cast<float*>(exec_->ptr(p.value)), n});
+  }
+  sharded_ = c.optimizer.shard == OptimizerShard::state && comm_.size() > 1;
+  reducer_ = std::make_unique<dist::BucketReducer>(comm_, std::move(grads), bucket_elems(c), sharded_);
+  for (size_t b = 0; b < reducer_->num_buckets(); ++b) bucket_ready_.push_back(written[reducer_->last(b) - 1].second);
+  bucket_span_.assign(reducer_->num_buckets(), -1);
+  reducer_->set_on_complete([this](size_t b) {
+    if (recorder_) recorder_->end_span(bucket_span_[b]);
+  });
+  if (!sharded_) {
+    opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_);
+    return;
+  }
+  // This rank's slices: its chunk of every bucket, cut at the parameters' boundaries.
+  std::vector<OptimSlice> slices;
+  for (size_t b = 0; b < reducer_->num_buckets(); ++b) {
+    const dist::Range own = reducer_->own(b);
+    int64_t at = 0;  // where buffer k starts in the bucket
+    for (size_t k = reducer_->first(b); k < reducer_->last(b); at += params_[k++].n) {
+      const int64_t lo = std::max(own.begin, at), hi = std::min(own.end, at + params_[k].n);
+      if (lo < hi) slices.push_back({.param = order_[k], .begin = lo - at, .n = hi - lo});
+    }
+  }
+  // Σ over ranks of their parts of the squared norm, in rank order (the same on every rank).
+  auto sum_over_ranks = [this](double part) {
+    std::vector<double> parts(static_cast<size_t>(comm_.size()));
+    comm_.all_gather_bytes(&part, sizeof part, parts.data());
+    double s = 0;
+    for (double p : parts) s += p;
+    return s;
+  };
+  opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_, std::move(slices), sum_over_ranks);
 }
 
 Trainer::~Trainer() = default;
@@ -67,39 +156,104 @@ StepReport Trainer::step(const Batch& batch) {
   ScopedSpan step_span(recorder_, SpanKind::train_step, step_ + 1);
   const Graph& g = prog_.model.graph;
   const int64_t nmb = cfg_.optimizer.num_minibatches;
+  const int64_t ranks = comm_.size();
+  const auto first = static_cast<uint32_t>(comm_.rank() * nmb);  // this rank's first global minibatch
   LOOM_ASSERT(batch.batch_size == cfg_.data.batch_size, "batch size differs from the configured one");
-  for (ValueId grad : prog_.zero_grads) exec_->zero(grad);  // the others are assigned in minibatch 0
-  // Seed of d(loss_sum): the loss is the mean over every example (token) of the batch — each
-  // minibatch's mean, averaged over minibatches, is Σ / (examples per minibatch × minibatches) —
-  // times the fp16 loss scale.
-  const auto seed = static_cast<float>(opt_->loss_scale() / static_cast<double>(prog_.model.examples * nmb));
+  for (ValueId grad : prog_.zero_grads) exec_->zero(grad);  // the others are assigned in minibatch `first`
+  // Seed of d(loss_sum): the loss is the mean over every example (token) of the global batch —
+  // each minibatch's mean, averaged over all minibatches of all ranks, is
+  // Σ / (examples per minibatch × minibatches × ranks) — times the fp16 loss scale.
+  const auto seed = static_cast<float>(opt_->loss_scale() / static_cast<double>(prog_.model.examples * nmb * ranks));
   exec_->upload(prog_.dloss, &seed);
   const size_t in_bytes = static_cast<size_t>(g.value(prog_.model.inputs).bytes());
   const size_t lab_count = static_cast<size_t>(g.value(prog_.model.labels).shape.numel());
-  StepReport r;
-  for (int64_t i = 0; i < nmb; ++i) {
-    ScopedSpan minibatch_span(recorder_, SpanKind::minibatch, i);
-    exec_->upload(prog_.model.inputs, batch.inputs.data() + static_cast<size_t>(i) * in_bytes);
-    exec_->upload(prog_.model.labels, batch.labels.data() + static_cast<size_t>(i) * lab_count);
-    exec_->run(RunCtx{.seed = cfg_.seed, .step = static_cast<uint64_t>(step_), .minibatch = static_cast<uint32_t>(i)});
+  struct MinibatchResult {
     float loss = 0;
     int32_t correct = 0;
-    exec_->download(prog_.model.loss_sum, &loss);
-    exec_->download(prog_.model.correct, &correct);
-    r.metrics["loss"].sum += loss;
+  };
+  std::vector<MinibatchResult> results(static_cast<size_t>(nmb * ranks));
+  for (int64_t i = 0; i < nmb; ++i) {
+    ScopedSpan minibatch_span(recorder_, SpanKind::minibatch, i);
+    const uint32_t mb = first + static_cast<uint32_t>(i);
+    exec_->upload(prog_.model.inputs, batch.inputs.data() + mb * in_bytes);
+    exec_->upload(prog_.model.labels, batch.labels.data() + mb * lab_count);
+    const RunCtx rc{.seed = cfg_.seed, .step = static_cast<uint64_t>(step_), .minibatch = mb, .first_minibatch = first};
+    if (i + 1 < nmb)
+      exec_->run(rc);
+    else
+      run_last_minibatch(rc);
+    exec_->download(prog_.model.loss_sum, &results[mb].loss);
+    exec_->download(prog_.model.correct, &results[mb].correct);
+  }
+  reducer_->finish();
+  // Every rank's results in global minibatch order, summed as one process sums its minibatches.
+  comm_.all_gather_bytes(&results[first], static_cast<size_t>(nmb) * sizeof(MinibatchResult), results.data());
+  StepReport r;
+  for (const MinibatchResult& m : results) {
+    r.metrics["loss"].sum += m.loss;
     r.metrics["loss"].count += prog_.model.examples;
-    r.metrics["accuracy"].sum += correct;
+    r.metrics["accuracy"].sum += m.correct;
     r.metrics["accuracy"].count += prog_.model.examples;
   }
   {
     ScopedSpan optimizer_span(recorder_, SpanKind::optimizer, step_ + 1);
     // A non-finite loss (the forward diverged or overflowed) applies no update: the run decides
-    // whether to stop (train.on_nonfinite) with the last good state intact.
+    // whether to stop (train.on_nonfinite) with the last good state intact. Every rank sees the
+    // same summed loss, so all of them skip or none.
     r.opt = opt_->step(std::isfinite(r.metrics["loss"].sum));
+    if (sharded_ && !r.opt.skipped) reducer_->all_gather(params_);  // every rank's updated chunks to every rank
   }
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+// The last minibatch with the gradient buckets started as they become final, and advanced
+// between kernels while the rest of the backward runs.
+void Trainer::run_last_minibatch(const RunCtx& rc) {
+  const size_t nodes = prog_.schedule.size();
+  if (reducer_->num_buckets() == 0) return exec_->run(rc);
+  size_t s = 0;
+  for (size_t b = 0; b <= reducer_->num_buckets(); ++b) {
+    const size_t until = b < reducer_->num_buckets() ? bucket_ready_[b] : nodes;
+    for (; s < until; ++s) {
+      exec_->run_steps(rc, s, s + 1);
+      reducer_->progress();
+    }
+    if (b == reducer_->num_buckets()) break;
+    bucket_span_[b] = recorder_ ? recorder_->begin_span(SpanKind::communication, static_cast<int64_t>(b)) : -1;
+    reducer_->start(b);
+  }
+}
+
+std::vector<std::vector<float>> Trainer::moments(int which) const {
+  const Graph& g = prog_.model.graph;
+  std::vector<std::vector<float>> out(g.params().size());
+  const auto& ts = opt_->tensors();
+  const auto& slices = opt_->slices();
+  const auto buffer = [&](size_t k) { return which == 0 ? ts[k].mu : ts[k].nu; };
+  if (!opt_->keeps_moment(which)) return out;
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i].resize(static_cast<size_t>(g.value(g.params()[i].value).shape.numel()));
+  for (size_t k = 0; k < slices.size(); ++k)
+    be_.copy_to_host(out[slices[k].param].data() + slices[k].begin, buffer(k),
+                     static_cast<size_t>(slices[k].n) * sizeof(float));
+  if (sharded_) {
+    std::vector<dist::FloatSpan> parts;
+    for (size_t i : order_) parts.push_back({out[i].data(), static_cast<int64_t>(out[i].size())});
+    reducer_->all_gather(parts);
+  }
+  return out;
+}
+
+void Trainer::set_moment(int which, size_t param, const float* values) {
+  const auto& ts = opt_->tensors();
+  const auto& slices = opt_->slices();
+  for (size_t k = 0; k < slices.size(); ++k) {
+    float* buf = which == 0 ? ts[k].mu : ts[k].nu;
+    if (slices[k].param == param && buf)
+      be_.copy_to_device(buf, values + slices[k].begin, static_cast<size_t>(slices[k].n) * sizeof(float));
+  }
 }
 
 void Trainer::restore_progress(int64_t step, int64_t opt_count, double loss_scale, int64_t scaler_tracker,

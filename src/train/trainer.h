@@ -5,6 +5,19 @@
 //   and moments in one fused pass.
 // Params, grads and optimizer state are persistent fp32 buffers on the backend: never copied,
 // never duplicated (the tutorial's buffer donation).
+//
+// Data parallelism over N ranks (a dist::Comm): data.batch_size stays the global batch; rank r
+// takes rows [r·B/N, (r+1)·B/N) of every global batch and still runs optimizer.num_minibatches
+// (M) minibatches in it, which are the global minibatches r·M .. r·M + M - 1 (the same rows and
+// dropout keys as one process with N·M minibatches). The loss seed is 1/(tokens of all N·M
+// minibatches), so the sum of the ranks' gradients (dist::Comm's fixed rank order) is the mean
+// gradient; clipping and the update then run identically on every rank (optimizer.shard = state,
+// ZeRO-1: each rank receives only its chunk of every bucket's sum (reduce-scatter), holds the
+// moments of and updates only those elements, and the parameters are all-gathered; the clip norm
+// is the whole gradient's, its per-rank parts summed in rank order). The sum runs in buckets
+// of train.bucket_kib while the last minibatch's backward still computes (each bucket starts once
+// the schedule has written its gradients for the last time); buckets never change the bits. Metrics are gathered per
+// minibatch and summed in global minibatch order, as one process would.
 #pragma once
 #include <memory>
 #include <string>
@@ -12,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "data/data.h"
+#include "dist/comm.h"
 #include "nn/model.h"
 #include "optim/optimizer.h"
 #include "runtime/executor.h"
@@ -20,8 +34,14 @@
 
 namespace loom {
 
+// Examples per minibatch when `ranks` ranks split data.batch_size and each accumulates
+// optimizer.num_minibatches: a UserError naming both keys unless ranks × num_minibatches divides
+// the batch.
+int64_t minibatch_size(const Config& c, int ranks = 1);
+
 // The per-minibatch training program, ready to plan: the model, its backward (autodiff), the
-// remat pass and the resulting schedule. Pure graph work: nothing is allocated or run.
+// remat pass and the resulting schedule, with minibatches of minibatch_size(c, ranks). Pure
+// graph work: nothing is allocated or run.
 struct TrainProgram {
   nn::ModelGraph model;
   ValueId dloss = kNoValue;  // the loss seed input
@@ -29,7 +49,20 @@ struct TrainProgram {
   std::vector<NodeId> schedule;
   std::vector<ValueId> zero_grads;  // gradients to zero before each step (mark_first_grad_writes)
 };
-TrainProgram build_train_program(const Config& c);
+TrainProgram build_train_program(const Config& c, int ranks = 1);
+
+// The parameters (indices into Graph::params()) in the order the schedule writes their gradients
+// for the last time, each with the number of scheduled nodes run by then (0: never written): the
+// order of the gradient buckets summed over ranks.
+std::vector<std::pair<size_t, size_t>> gradient_order(const TrainProgram& p);
+
+// What data parallelism over `ranks` ranks adds to, or takes from, one rank's memory, from the
+// program alone (`loom memory --ranks`); a Trainer allocates exactly this.
+struct RankMemory {
+  int64_t optimizer_elems = 0;    // parameter elements whose moments the largest share holds
+  int64_t comm_buffer_bytes = 0;  // the gradient buckets' staging and receive buffers
+};
+RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks);
 
 struct StepReport {
   Metrics metrics;      // this step's (sum, count) pairs
@@ -41,12 +74,14 @@ class Trainer {
  public:
   // Builds, differentiates and plans the program and initialises the train state.
   // Throws UserError for configuration problems and std::runtime_error for resource failures.
-  Trainer(const Config& c, Backend& be, PlanOptions plan_options = {});
+  // `comm` (default: a single process) is the data-parallel group this trainer is one rank of.
+  Trainer(const Config& c, Backend& be, PlanOptions plan_options = {}, dist::Comm* comm = nullptr);
   ~Trainer();
 
   StepReport step(const Batch& batch);
 
   int64_t steps_done() const { return step_; }
+  dist::Comm& comm() const { return comm_; }
   const Config& config() const { return cfg_; }
   const nn::ModelGraph& model() const { return prog_.model; }
   const MemoryPlan& plan() const { return exec_->plan(); }
@@ -58,13 +93,25 @@ class Trainer {
   // Continues a run from a checkpoint (after its params and moments are loaded).
   void restore_progress(int64_t step, int64_t opt_count, double loss_scale, int64_t scaler_tracker,
                         int64_t scaler_skipped, int64_t scaler_consecutive = 0);
-  // Host copies of a parameter (by path) and of its gradient from the last step.
+  // Host copies of a parameter (by path) and of its gradient from the last step (with sharded
+  // optimizer state only this rank's chunks of the gradient hold the sum over ranks).
   std::vector<float> param(const std::string& path) const;
   std::vector<float> grad(const std::string& path) const;
   void set_param(const std::string& path, const std::vector<float>& values);
   // Profiling (report/profile.h): with a recorder set, step() marks its spans (train step,
-  // minibatches, optimizer) and the executor times every node; nullptr turns recording off.
+  // minibatches, optimizer, each gradient bucket's sum over ranks) and the executor times every
+  // node; nullptr turns recording off.
   void set_recorder(OpRecorder* r);
+  // Gradient buckets summed over ranks per step (0 in a single process).
+  size_t num_buckets() const { return reducer_->num_buckets(); }
+  // Optimizer moment `which` (0: the first, mu; 1: the second, nu) of every parameter, whole, in
+  // Graph::params() order (empty vectors when the optimizer keeps none). With sharded state every
+  // rank must call it: the parts are gathered.
+  std::vector<std::vector<float>> moments(int which) const;
+  // Sets this process's part of moment `which` of parameter `param` from the whole tensor.
+  void set_moment(int which, size_t param, const float* values);
+  bool sharded() const { return sharded_; }
+  int64_t comm_buffer_bytes() const { return reducer_->buffer_bytes(); }
 
  private:
   Config cfg_;
@@ -74,6 +121,17 @@ class Trainer {
   std::unique_ptr<Optimizer> opt_;
   int64_t step_ = 0;
   OpRecorder* recorder_ = nullptr;
+  dist::Comm& comm_;
+  // Every gradient, in the order of their last write in the schedule, summed over ranks in
+  // buckets during the last minibatch's backward: bucket b starts once the first
+  // bucket_ready_[b] scheduled nodes have run.
+  std::unique_ptr<dist::BucketReducer> reducer_;
+  bool sharded_ = false;                 // optimizer.shard = state on more than one rank
+  std::vector<size_t> order_;            // the parameter behind each of the reducer's buffers
+  std::vector<dist::FloatSpan> params_;  // the parameters in that order (gathered after a sharded update)
+  std::vector<size_t> bucket_ready_;
+  std::vector<int32_t> bucket_span_;  // the recorder's communication span of each bucket in flight
+  void run_last_minibatch(const RunCtx& rc);
 };
 
 }  // namespace loom

@@ -365,7 +365,7 @@ GemmSpans dense_grad_weight_spans(Bump& ws, const KernelArgs& a) {
 
 void cpu_dense_grad_weight(const KernelArgs& a) {
   const auto& at = std::get<DenseGradWeightAttrs>(a.node.attrs);
-  const bool assign = at.assign_in_first_minibatch && a.run.minibatch == 0;
+  const bool assign = at.assign_in_first_minibatch && a.run.minibatch == a.run.first_minibatch;
   Bump ws(a.workspace);
   const GemmSpans s = dense_grad_weight_spans(ws, a);
   const Gemm g = dense_grad_weight_gemm(a, assign);

@@ -142,7 +142,8 @@ void cpu_grad_accumulate(const KernelArgs& a) {
   const TensorArg& ct = a.in[1];
   const int64_t n = acc.shape.numel();
   LOOM_ASSERT(acc.dtype == DType::f32 && ct.dtype == DType::f32 && ct.shape.numel() == n);
-  const bool assign = std::get<GradAccumulateAttrs>(a.node.attrs).assign_in_first_minibatch && a.run.minibatch == 0;
+  const bool assign =
+      std::get<GradAccumulateAttrs>(a.node.attrs).assign_in_first_minibatch && a.run.minibatch == a.run.first_minibatch;
   float* g = acc.as<float>();
   const int64_t nb = ceil_div(n, kBlock);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)

@@ -57,7 +57,7 @@ void ref_dense_grad_input(const KernelArgs& a) {
 void ref_dense_grad_weight(const KernelArgs& a) {
   const auto& at = std::get<DenseGradWeightAttrs>(a.node.attrs);
   const bool wt = at.transpose_w;
-  const bool assign = at.assign_in_first_minibatch && a.run.minibatch == 0;
+  const bool assign = at.assign_in_first_minibatch && a.run.minibatch == a.run.first_minibatch;
   const TensorArg& grad = a.in[0];
   const TensorArg& x = a.in[1];
   const TensorArg& dy = a.in[2];

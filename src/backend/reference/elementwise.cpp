@@ -69,7 +69,8 @@ void ref_grad_accumulate(const KernelArgs& a) {
   const TensorArg& acc = a.in[0];
   const TensorArg& ct = a.in[1];
   LOOM_ASSERT(acc.dtype == DType::f32 && acc.shape.numel() == ct.shape.numel());
-  const bool assign = std::get<GradAccumulateAttrs>(a.node.attrs).assign_in_first_minibatch && a.run.minibatch == 0;
+  const bool assign =
+      std::get<GradAccumulateAttrs>(a.node.attrs).assign_in_first_minibatch && a.run.minibatch == a.run.first_minibatch;
   for (int64_t i = 0; i < acc.shape.numel(); ++i) st(acc, i, assign ? ld(ct, i) : ld(acc, i) + ld(ct, i));
 }
 

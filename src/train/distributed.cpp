@@ -1,0 +1,81 @@
+#include "train/distributed.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "train/checkpoint.h"
+
+namespace loom {
+
+namespace {
+
+// FNV-1a over 8-byte words (and the tail bytes): a fingerprint, not a defence against tampering.
+struct Fnv {
+  uint64_t h = 0xcbf29ce484222325ull;
+  void add(const char* p, size_t n) {
+    for (; n >= 8; p += 8, n -= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      h = (h ^ w) * 0x100000001b3ull;
+    }
+    for (; n > 0; ++p, --n) h = (h ^ static_cast<unsigned char>(*p)) * 0x100000001b3ull;
+  }
+};
+
+uint64_t hash_text(const std::string& s) {
+  Fnv f;
+  f.add(s.data(), s.size());
+  return f.h;
+}
+
+uint64_t hash_own_executable() {
+  std::ifstream in("/proc/self/exe", std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read /proc/self/exe to compare the ranks' binaries");
+  Fnv f;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    f.add(buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  return f.h;
+}
+
+}  // namespace
+
+void check_same_job(const Config& c, dist::Comm& comm) {
+  if (comm.size() == 1) return;
+  struct Fingerprint {
+    uint64_t config, binary;
+  };
+  const std::string text = config_to_toml(c);
+  const Fingerprint mine{.config = hash_text(text), .binary = hash_own_executable()};
+  std::vector<Fingerprint> all(static_cast<size_t>(comm.size()));
+  comm.all_gather_bytes(&mine, sizeof mine, all.data());
+  for (int r = 1; r < comm.size(); ++r)
+    if (all[static_cast<size_t>(r)].binary != all[0].binary)
+      throw dist::AgreedError(
+          "loom binary",
+          fmt::format("rank {} runs a different executable from rank 0 (hash {:016x}, rank 0: {:016x})", r,
+                      all[static_cast<size_t>(r)].binary, all[0].binary),
+          "build loom once and launch that same binary on every rank and host");
+  for (int r = 1; r < comm.size(); ++r) {
+    if (all[static_cast<size_t>(r)].config == all[0].config) continue;
+    const std::string a = dist::broadcast_string(comm, text, 0), b = dist::broadcast_string(comm, text, r);
+    const std::string key = first_config_difference(a, b);
+    const auto va = config_values(a), vb = config_values(b);
+    const auto value = [&](const std::map<std::string, std::string>& m) {
+      auto it = m.find(key);
+      return it == m.end() ? std::string("(absent)") : it->second;
+    };
+    throw dist::AgreedError(key,
+                            fmt::format("rank {}'s configuration differs from rank 0's: {} on rank {}, {} on rank 0", r,
+                                        value(vb), r, value(va)),
+                            "launch every rank with the same config file and the same overrides");
+  }
+}
+
+}  // namespace loom

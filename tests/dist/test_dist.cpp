@@ -1,0 +1,441 @@
+// Data parallelism over Open MPI (dist/comm.h, train/trainer.h): each case launches jobs with
+// `mpirun --oversubscribe --allow-run-as-root -np N` and `threads = 1` per rank, as a user would,
+// and checks what the job promises: the collectives are exact, N ranks train like one process
+// with N× the minibatches, a repeat is bit-identical, a mismatched configuration or a failed or
+// killed rank ends the job with a message naming it (never a hang), checkpoints resume with any
+// rank count, and two hosts (network namespaces) train like one. Skips (with a message) where
+// mpirun is not installed, and the two-host case where network namespaces cannot be made.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "support/run_fixture.h"
+#include "support/run_loom.h"
+
+namespace fs = std::filesystem;
+using loom::testing::RunResult;
+
+namespace {
+
+// Two runs that differ only in how the global batch is split (N ranks × M minibatches against one
+// process with N·M) differ in the order of float32 additions of the gradient (per-rank sums first)
+// and nothing else. Measured here after 20 AdamW steps (each case prints its numbers): about 77 %
+// of the parameter and Adam moment elements differ, the worst by 4.6e-7 of its tensor's largest
+// magnitude (a few float32 ulps); the logged losses by at most 5.1e-8 relative (under one ulp).
+// The bound leaves 10× room.
+constexpr double kTol = 5e-6;
+
+// A hang guard, not a performance bound: a job that has not ended by then is reported as hung.
+constexpr double kHangSeconds = 120;
+
+bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
+#define REQUIRE_MPIRUN()                                                                                   \
+  if (!have_mpirun())                                                                                      \
+  GTEST_SKIP() << "mpirun not found: the data-parallel tests need Open MPI (openmpi-bin, libopenmpi-dev; " \
+                  "scripts/install-deps.sh installs them)"
+
+RunResult shell(const std::string& cmd) {
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+  const int st = pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// `timeout`: a job that hangs fails its test (mpirun passes the TERM on to its ranks).
+std::string mpirun(int np) {
+  return "timeout " + std::to_string(static_cast<int>(kHangSeconds)) +
+         " mpirun --oversubscribe --allow-run-as-root -np " + std::to_string(np) + " ";
+}
+
+// `loom args` on `np` ranks (np = 0: one process without mpirun).
+RunResult loom_on(int np, const std::string& args) {
+  return np == 0 ? loom::testing::run_loom(args) : shell(mpirun(np) + LOOM_BINARY + " " + args);
+}
+
+using loom::testing::fixture;
+using loom::testing::scratch;
+
+// support/run_fixture.h's dataset and tiny GPT, here with 1 minibatch of 8 sequences, validation
+// every 10 steps and 1 thread per rank (kBase, given on every command line).
+const std::string kBase =
+    " threads=1 optimizer.num_minibatches=1 data.batch_size=8 train.eval_interval=10 train.eval_iters=2 ";
+
+std::string train_args(const fs::path& out, const std::string& overrides = {}) {
+  return "train " + fixture().config.string() + kBase + "--out " + out.string() + " --overwrite " + overrides;
+}
+
+std::vector<double> train_losses(const fs::path& run) {
+  std::vector<double> out;
+  std::ifstream f(run / "metrics.jsonl");
+  std::string line;
+  while (std::getline(f, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
+// A checkpoint's files: the parameters, then the optimizer state.
+const char* const kCheckpointFiles[] = {"model.safetensors", "optimizer.safetensors"};
+
+std::vector<loom::StTensor> tensors(const fs::path& ckpt) {
+  std::vector<loom::StTensor> all;
+  for (const char* file : kCheckpointFiles)
+    for (loom::StTensor& t : loom::read_safetensors((ckpt / file).string())) all.push_back(std::move(t));
+  return all;
+}
+
+std::vector<char> file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+// Both checkpoints' files hold the same bytes.
+void expect_same_files(const fs::path& a_ckpt, const fs::path& b_ckpt) {
+  for (const char* file : kCheckpointFiles)
+    EXPECT_TRUE(file_bytes(a_ckpt / file) == file_bytes(b_ckpt / file)) << a_ckpt << " and " << b_ckpt << ": " << file;
+}
+
+// Every parameter and optimizer moment of two checkpoints within kTol of its tensor's largest
+// magnitude; prints how many elements differ at all and the worst difference.
+void expect_close(const fs::path& a_ckpt, const fs::path& b_ckpt) {
+  const auto a = tensors(a_ckpt), b = tensors(b_ckpt);
+  ASSERT_EQ(a.size(), b.size());
+  size_t differing = 0, total = 0;
+  double worst = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    ASSERT_EQ(a[t].name, b[t].name);
+    ASSERT_EQ(a[t].bytes.size(), b[t].bytes.size());
+    const auto* x = reinterpret_cast<const float*>(a[t].bytes.data());
+    const auto* y = reinterpret_cast<const float*>(b[t].bytes.data());
+    const size_t n = a[t].bytes.size() / sizeof(float);
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < n; ++i) {
+      scale = std::max(scale, static_cast<double>(std::fabs(x[i])));
+      diff = std::max(diff, std::fabs(static_cast<double>(x[i]) - y[i]));
+      differing += x[i] != y[i];
+    }
+    total += n;
+    if (scale > 0) worst = std::max(worst, diff / scale);
+    EXPECT_LE(diff, kTol * scale) << a[t].name;
+  }
+  std::printf("  %zu of %zu parameter and moment elements differ; worst difference %.3g of its tensor's largest\n",
+              differing, total, worst);
+}
+
+void expect_losses_close(const std::vector<double>& a, const std::vector<double>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i], b[i], kTol * std::fabs(a[i])) << "logged loss " << i;
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / std::fabs(a[i]));
+  }
+  std::printf("  losses: worst relative difference %.3g\n", worst);
+}
+
+void expect_identical(const fs::path& a_run, const fs::path& b_run, const std::string& ckpt) {
+  EXPECT_EQ(train_losses(a_run), train_losses(b_run));
+  expect_same_files(a_run / ckpt, b_run / ckpt);
+}
+
+TEST(Dist, CollectivesAreExactInAnyRankCount) {
+  REQUIRE_MPIRUN();
+  for (int np : {0, 2, 3}) {
+    const RunResult r = shell((np ? mpirun(np) : std::string()) + LOOM_DIST_WORKER);
+    EXPECT_EQ(r.status, 0) << np << " ranks:\n" << r.out;
+    EXPECT_EQ(count(r.out, "all collectives exact"), static_cast<size_t>(std::max(np, 1))) << r.out;
+  }
+}
+
+TEST(Dist, RanksTrainLikeOneProcessWithAsManyMoreMinibatches) {
+  REQUIRE_MPIRUN();
+  for (int m : {1, 2}) {
+    const fs::path one = scratch("one_" + std::to_string(m)), two = scratch("two_" + std::to_string(m));
+    RunResult r = loom_on(0, train_args(one, "optimizer.num_minibatches=" + std::to_string(2 * m)));
+    ASSERT_EQ(r.status, 0) << r.out;
+    r = loom_on(2, train_args(two, "optimizer.num_minibatches=" + std::to_string(m)));
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("2 ranks × " + std::to_string(m) + " minibatch"), std::string::npos) << r.out;
+    std::printf("2 ranks × %d minibatches against 1 process × %d:\n", m, 2 * m);
+    expect_losses_close(train_losses(one), train_losses(two));
+    expect_close(one / "ckpt_000020", two / "ckpt_000020");
+  }
+}
+
+TEST(Dist, SameRankCountIsBitIdenticalWhateverTheBuckets) {
+  REQUIRE_MPIRUN();
+  // The default bucket holds every gradient of this model; 1 KiB buckets (about 30 of them) are
+  // summed one by one while the backward runs.
+  const fs::path a = scratch("repeat_a"), b = scratch("repeat_b"), c = scratch("repeat_c");
+  for (const auto& [out, buckets] : {std::pair{a, ""}, std::pair{b, ""}, std::pair{c, "train.bucket_kib=1"}}) {
+    const RunResult r = loom_on(2, train_args(out, std::string("optimizer.num_minibatches=2 ") + buckets));
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  expect_identical(a, b, "ckpt_000020");
+  expect_identical(a, c, "ckpt_000020");
+  // Only rank 0 writes: one line per logged step, not two.
+  EXPECT_EQ(train_losses(a).size(), 20u);
+}
+
+TEST(Dist, ShardedOptimizerStateTrainsLikeUnsharded) {
+  REQUIRE_MPIRUN();
+  // ZeRO-1 with 1 KiB buckets (parameters cut across ranks and buckets): each rank updates its
+  // elements with the same summed gradients. Without clipping nothing else differs: bit-identical.
+  // With clipping the norm is summed from per-rank parts, which may round differently.
+  for (const char* clip : {"0", "1.0"}) {
+    const fs::path none = scratch(std::string("shard_none_") + clip),
+                   state = scratch(std::string("shard_state_") + clip);
+    for (const auto& [out, mode] : {std::pair{none, "none"}, std::pair{state, "state"}}) {
+      const RunResult r = loom_on(2, train_args(out, std::string("optimizer.clip_norm=") + clip +
+                                                         " train.bucket_kib=1 optimizer.shard=" + mode));
+      ASSERT_EQ(r.status, 0) << r.out;
+    }
+    std::printf("optimizer.shard = state against none, clip_norm %s:\n", clip);
+    expect_losses_close(train_losses(none), train_losses(state));
+    expect_close(none / "ckpt_000020", state / "ckpt_000020");
+    if (std::string(clip) == "0") expect_identical(none, state, "ckpt_000020");
+  }
+}
+
+TEST(Dist, MemoryPlanPerRankIsWhatEachRankAllocates) {
+  REQUIRE_MPIRUN();
+  // `loom memory --ranks 2` (nothing runs) against what each rank of a 2-rank run allocated (its
+  // profile summary). The plan gives the largest rank's share of the sharded optimizer state.
+  std::map<std::string, int64_t> optimizer_total;  // mode -> both ranks' optimizer bytes
+  for (const char* mode : {"none", "state"}) {
+    const std::string overrides = std::string(" optimizer.shard=") + mode + " train.bucket_kib=1";
+    const RunResult plan = loom_on(0, "memory " + fixture().config.string() + kBase + "--ranks 2 --json" + overrides);
+    ASSERT_EQ(plan.status, 0) << plan.out;
+    const auto p = nlohmann::json::parse(plan.out);
+    const fs::path out = scratch(std::string("memory_") + mode);
+    const RunResult run = loom_on(2, "profile " + fixture().config.string() + kBase + overrides +
+                                         " --steps 1 --no-ceiling --out " + out.string());
+    ASSERT_EQ(run.status, 0) << run.out;
+    int64_t largest = 0;
+    for (int rank : {0, 1}) {
+      std::ifstream f(out / ("rank" + std::to_string(rank)) / "summary.json");
+      const auto m = nlohmann::json::parse(f)["memory"];
+      EXPECT_EQ(m["communication_bytes"], p["communication_bytes"]) << mode << " rank " << rank;
+      // The arena holds the activations and, at the peak, the running node's kernel workspace.
+      EXPECT_EQ(m["arena_bytes"], p["activations_bytes"].get<int64_t>() + p["workspace_bytes"].get<int64_t>())
+          << mode << " rank " << rank;
+      EXPECT_EQ(m["param_bytes"], p["params_bytes"]) << mode << " rank " << rank;
+      EXPECT_EQ(m["grad_bytes"], p["grads_bytes"]) << mode << " rank " << rank;
+      largest = std::max(largest, m["optimizer_bytes"].get<int64_t>());
+      optimizer_total[mode] += m["optimizer_bytes"].get<int64_t>();
+    }
+    EXPECT_EQ(largest, p["optimizer_bytes"].get<int64_t>()) << mode;
+  }
+  EXPECT_EQ(optimizer_total["state"] * 2, optimizer_total["none"]) << "each rank holds its half of the moments";
+}
+
+TEST(Dist, ConfigurationMismatchIsAnErrorOnEveryRankBeforeAnyStep) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("mismatch");
+  const std::string args = train_args(out);
+  const RunResult r = shell(mpirun(1) + LOOM_BINARY + " " + args + " optimizer.learning_rate=0.003 : -np 1 " +
+                            LOOM_BINARY + " " + args + " optimizer.learning_rate=0.001");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, "optimizer.learning_rate: rank 1's configuration differs from rank 0's"), 2u)
+      << "each rank reports it:\n"
+      << r.out;
+  EXPECT_NE(r.out.find("0.001"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "no step may run:\n" << r.out;
+
+  const RunResult split = loom_on(2, train_args(out, "data.batch_size=6 optimizer.num_minibatches=2"));
+  EXPECT_EQ(split.status, 2) << split.out;
+  EXPECT_NE(split.out.find("data.batch_size: batch size 6 is not divisible by 2 ranks × optimizer.num_minibatches"),
+            std::string::npos)
+      << split.out;
+}
+
+TEST(Dist, OneFailingRankStopsTheJobWithItsMessage) {
+  REQUIRE_MPIRUN();
+  // Only rank 0 looks at the run directory: it fails alone while rank 1 goes on to its first step.
+  const fs::path out = scratch("occupied");
+  ASSERT_EQ(loom_on(0, train_args(out, "train.steps=2")).status, 0);
+  const RunResult r = loom_on(2, "train " + fixture().config.string() + kBase + "--out " + out.string());
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("already holds a run"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 0 of 2 failed"), std::string::npos) << r.out;
+}
+
+TEST(Dist, ProfileWritesATracePerRankAndOneWithEvery) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("profile");
+  const RunResult r = loom_on(2, "profile " + fixture().config.string() + kBase +
+                                     "train.bucket_kib=1 --steps 2 --no-ceiling --out " + out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("gradient sums over ranks"), std::string::npos) << r.out;
+  // Each rank's trace is its own process; the merged one holds both, each with its executor and
+  // its communication track (one span per bucket and step).
+  std::map<std::pair<int, int>, int> spans;  // (pid, tid) -> complete events
+  const auto at = [&](int pid, int tid) { return spans[std::pair{pid, tid}]; };
+  const auto count_spans = [&](const fs::path& trace) {
+    spans.clear();
+    std::ifstream f(trace);
+    const nlohmann::json j = nlohmann::json::parse(f);
+    for (const auto& e : j["traceEvents"])
+      if (e["ph"] == "X") ++spans[{e["pid"].get<int>(), e["tid"].get<int>()}];
+  };
+  for (int rank : {0, 1}) {
+    count_spans(out / ("rank" + std::to_string(rank)) / "trace.json");
+    EXPECT_EQ(spans.size(), 2u);
+    EXPECT_GT(at(rank + 1, 1), 0);
+    EXPECT_GT(at(rank + 1, 2), 0);
+  }
+  count_spans(out / "trace.json");
+  EXPECT_EQ(spans.size(), 4u);
+  EXPECT_EQ(at(1, 2), at(2, 2)) << "both ranks sum the same buckets";
+}
+
+TEST(Dist, TwoHostsOverANetworkLinkTrainLikeOneHost) {
+  REQUIRE_MPIRUN();
+  // One rank in each of two network namespaces joined by a veth pair, talking TCP as two machines
+  // would (two_hosts.sh; it needs root). The sums have a fixed order whatever carries them, so the
+  // run is bit for bit the one of two ranks on one host.
+  const fs::path hosts = scratch("two_hosts"), local = scratch("one_host");
+  const RunResult r = shell(std::string(LOOM_SOURCE_DIR) + "/tests/dist/two_hosts.sh " + LOOM_BINARY + " " +
+                            train_args(hosts, "optimizer.num_minibatches=2"));
+  if (r.status == 77) GTEST_SKIP() << r.out;
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("2 ranks × 2 minibatches"), std::string::npos) << r.out;
+  ASSERT_EQ(loom_on(2, train_args(local, "optimizer.num_minibatches=2")).status, 0);
+  expect_identical(hosts, local, "ckpt_000020");
+}
+
+// The pid of the process whose environment holds all of `vars` ("NAME=value"), or -1.
+pid_t find_process(const std::vector<std::string>& vars) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "environ", std::ios::binary);
+    const std::string env{std::istreambuf_iterator<char>(f), {}};
+    bool all = true;
+    for (const std::string& v : vars) all = all && env.find(std::string(1, '\0') + v + '\0') != std::string::npos;
+    if (all) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
+int latest_checkpoint_step(const fs::path& run) {
+  int best = -1;
+  for (const auto& e : fs::directory_iterator(run)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("ckpt_", 0) == 0) best = std::max(best, std::stoi(n.substr(5)));
+  }
+  return best;
+}
+
+TEST(Dist, KilledRankEndsTheJobAndTheLastCheckpointResumes) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("killed"), log = out.parent_path() / "killed.log";
+  const std::string tag = "LOOM_DIST_TEST_TAG=" + std::to_string(getpid());
+  const std::string cmd = "exec env " + tag + " " + mpirun(2) + LOOM_BINARY + " " +
+                          train_args(out,
+                                     "train.steps=1000000 train.eval_interval=0 train.checkpoint_interval=5 "
+                                     "train.log_every=1000") +
+                          " > " + log.string() + " 2>&1";
+  const pid_t job = fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  using clock = std::chrono::steady_clock;
+  const auto elapsed = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  const auto start = clock::now();
+  pid_t victim = -1;
+  while (elapsed(start) < kHangSeconds && (!fs::exists(out / "ckpt_000010") || victim < 0)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    victim = find_process({tag, "OMPI_COMM_WORLD_RANK=1"});
+  }
+  ASSERT_TRUE(fs::exists(out / "ckpt_000010") && victim > 0) << file_bytes(log).data();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const auto killed = clock::now();
+  int status = 0;
+  while (waitpid(job, &status, WNOHANG) == 0 && elapsed(killed) < kHangSeconds)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const double seconds = elapsed(killed);
+  if (waitpid(job, &status, WNOHANG) == 0) {
+    kill(job, SIGKILL);
+    waitpid(job, &status, 0);
+    FAIL() << "the job still ran " << kHangSeconds << " s after rank 1 was killed";
+  }
+  std::printf("the job ended %.2f s after rank 1 was killed\n", seconds);
+  const std::vector<char> text = file_bytes(log);
+  const std::string printed(text.begin(), text.end());
+  EXPECT_NE(printed.find("rank 1"), std::string::npos) << printed;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << printed;
+
+  // The last checkpoint is whole: it equals a clean run's at the same step, and it resumes.
+  const int last = latest_checkpoint_step(out);
+  ASSERT_GE(last, 10);
+  const std::string ckpt = fmt::format("ckpt_{:06d}", last);
+  const fs::path clean = scratch("clean");
+  RunResult r = loom_on(2, train_args(clean, "train.eval_interval=0 --steps " + std::to_string(last)));
+  ASSERT_EQ(r.status, 0) << r.out;
+  expect_same_files(out / ckpt, clean / ckpt);
+  r = loom_on(2, "train --resume " + (out / ckpt).string() + " --steps " + std::to_string(last + 2));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+}
+
+TEST(Dist, CheckpointsResumeWithAnyRankCount) {
+  REQUIRE_MPIRUN();
+  // Reference: one process, 2 minibatches, 20 steps straight.
+  const fs::path straight = scratch("straight");
+  ASSERT_EQ(loom_on(0, train_args(straight, "optimizer.num_minibatches=2")).status, 0);
+  struct Leg {
+    int first_np, second_np;  // 0 = one process with 2 minibatches, 2 = two ranks with 1
+    const char* shard;        // the two ranks' optimizer.shard
+  };
+  for (const Leg leg :
+       {Leg{2, 0, "none"}, Leg{0, 2, "none"}, Leg{2, 2, "none"}, Leg{2, 0, "state"}, Leg{0, 2, "state"}}) {
+    const std::string name = fmt::format("resume_{}_{}_{}", leg.first_np, leg.second_np, leg.shard);
+    const fs::path out = scratch(name);
+    const auto mb = [&](int np) {
+      return std::string("optimizer.num_minibatches=") + (np ? "1 optimizer.shard=" + std::string(leg.shard) : "2");
+    };
+    RunResult r = loom_on(leg.first_np, train_args(out, mb(leg.first_np) + " train.steps=10"));
+    ASSERT_EQ(r.status, 0) << r.out;
+    r = loom_on(leg.second_np, "train --resume " + out.string() + " train.steps=20 " + mb(leg.second_np));
+    ASSERT_EQ(r.status, 0) << name << ":\n" << r.out;
+    EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+    std::printf("%s against one process straight through:\n", name.c_str());
+    expect_losses_close(train_losses(straight), train_losses(out));
+    expect_close(straight / "ckpt_000020", out / "ckpt_000020");
+  }
+  // Same rank count: a resumed run is bit-identical to one straight through.
+  const fs::path two = scratch("two_straight");
+  ASSERT_EQ(loom_on(2, train_args(two)).status, 0);
+  expect_identical(two, two.parent_path() / "resume_2_2_none", "ckpt_000020");
+}
+
+}  // namespace
