@@ -392,3 +392,30 @@ TEST(CliPlot, DrawsTheCurvesAndNamesGnuplotWhenMissing) {
 }
 
 }  // namespace
+
+namespace {
+
+// metrics.jsonl as runs write it in two cases the first test's run does not reach: a skipped
+// step's non-finite loss is null (train.on_nonfinite = skip), and a run stopped before its first
+// logged step holds only evaluations. Both still plot; gnuplot is not handed an empty panel.
+TEST(CliPlot, PlotsSkippedStepsAndEvaluationsOnly) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
+  std::ofstream(scratch() / "skipped.jsonl")
+      << R"({"accuracy":0.2,"loss":3.1,"lr":0.001,"mfu":0.04,"step":1,"step_time_s":0.1,"tokens_per_s":900})"
+         "\n"
+      << R"({"accuracy":0.2,"loss":null,"lr":0.0,"mfu":0.04,"step":2,"step_time_s":0.1,"tokens_per_s":900})"
+         "\n"
+      << R"({"accuracy":0.3,"loss":2.9,"lr":0.001,"mfu":0.05,"step":3,"step_time_s":0.1,"tokens_per_s":950})"
+         "\n";
+  Result r = run("plot skipped.jsonl --out skipped.png");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(scratch() / "skipped.png")) << r.out;
+
+  std::ofstream(scratch() / "val_only.jsonl") << R"({"best_val_loss":2.6,"step":50,"val_loss":2.6})"
+                                                 "\n";
+  r = run("plot val_only.jsonl --out val_only.png");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(scratch() / "val_only.png")) << r.out;
+}
+
+}  // namespace
