@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <system_error>
 
 #include "core/error.h"
 
@@ -80,8 +82,11 @@ std::string plot_run(const PlotOptions& o) {
                     "TensorBoard (train.tensorboard = true) or " +
                         metrics.string());
   const std::string png = !o.out.empty() ? o.out : (metrics.parent_path() / "curves.png").string();
-  const fs::path tmp = fs::temp_directory_path() / fmt::format("loom_plot_{}", getpid());
-  fs::create_directories(tmp);
+  // A fresh private directory (mkdtemp): a fixed name in a shared /tmp could be made in advance
+  // by another user, with links that would redirect these writes onto the caller's files.
+  std::string made = (fs::temp_directory_path() / "loom_plot_XXXXXX").string();
+  if (!mkdtemp(made.data())) throw std::system_error(errno, std::generic_category(), "loom plot: mkdtemp " + made);
+  const fs::path tmp = made;
   std::ofstream(tmp / "metrics.dat") << rows;
   const std::string data = quoted((tmp / "metrics.dat").string());
   std::string script = fmt::format(

@@ -419,3 +419,26 @@ TEST(CliPlot, PlotsSkippedStepsAndEvaluationsOnly) {
 }
 
 }  // namespace
+
+namespace {
+
+// loom plot's scratch files go into a directory of its own making: one that another user made in
+// advance under the name it would use (loom_plot_<pid> once), with a link inside, is not written
+// through. `exec` keeps the shell's pid for loom, so the test knows that name.
+TEST(CliPlot, ScratchFilesDoNotFollowALinkPlantedInTmp) {
+  const auto tmp = scratch() / "shared_tmp";
+  std::filesystem::create_directories(tmp);
+  std::ofstream(scratch() / "precious.txt") << "precious\n";
+  std::ofstream(scratch() / "plant.jsonl") << R"({"loss":3.0,"lr":0.001,"step":1,"tokens_per_s":900})"
+                                              "\n";
+  std::ofstream(scratch() / "plant.sh") << "mkdir -p \"$TMPDIR/loom_plot_$$\" && ln -s \"$VICTIM\" "
+                                           "\"$TMPDIR/loom_plot_$$/metrics.dat\"\nexec "
+                                        << LOOM_INSTALLED_BINARY << " \"$@\"\n";
+  const Result r = loom::testing::run_loom(
+      "plot plant.jsonl --out plant.png", scratch().string(),
+      "TMPDIR=" + tmp.string() + " VICTIM=" + (scratch() / "precious.txt").string() + " sh plant.sh");
+  std::ifstream victim(scratch() / "precious.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(victim), {}), "precious\n") << r.out;
+}
+
+}  // namespace
