@@ -105,7 +105,8 @@ CommandBody add_memory_command(CLI::App& sub) {
                  "e.g. model.remat=none,MLP+Attn,Block");
   sub.add_option("--budget", a->budget, "device memory to fit in, e.g. 24GiB: marks which rows fit");
   sub.add_flag("--no-inplace", a->no_inplace, "plan without in-place buffer reuse (to see what it saves)");
-  sub.add_option("--html", a->html, "also write the memory viewer (one self-contained HTML page) to FILE");
+  sub.add_option("--html", a->html, "also write the memory viewer (one self-contained HTML page) to FILE")
+      ->transform(home_path());
   return [a] {
     if (!a->html.empty()) write_memory_html(a->config.load(), a->html);
     const int64_t budget = a->budget.empty() ? 0 : parse_bytes(a->budget, "--budget");

@@ -312,6 +312,15 @@ TEST(CliPaths, ConfigPathsAreRelativeToTheFileOverridesToTheWorkingDirectory) {
   r = loom::testing::run_loom("train " + cfg + " data.dir=~/data --out run4", scratch().string(),
                               "HOME=" + project.string() + " " + LOOM_INSTALLED_BINARY);
   EXPECT_EQ(r.status, 0) << r.out;
+  // Also in a path flag the shell does not expand (--out=~/...) or a quoted path: no directory named ~.
+  r = loom::testing::run_loom("train " + cfg + " --out=~/run5", scratch().string(),
+                              "HOME=" + project.string() + " " + LOOM_INSTALLED_BINARY);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(project / "run5" / "config.toml")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(scratch() / "~")) << r.out;
+  r = loom::testing::run_loom("eval '~/run5' --iters 1", scratch().string(),
+                              "HOME=" + project.string() + " " + LOOM_INSTALLED_BINARY);
+  EXPECT_EQ(r.status, 0) << r.out;
 }
 
 }  // namespace
