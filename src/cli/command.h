@@ -49,6 +49,10 @@ int print_config_help();
 // A CLI11 check for an integer flag: a whole number in [min, 2^63 - 1], else a message naming
 // the range (CLI11 reports it as a parse error: status 2).
 CLI::Validator integer_at_least(int64_t min);
+// A CLI11 transform for a path argument: a leading ~ or ~/ is the home directory, as inside a
+// config file (README, "Paths"); the shell leaves it alone in --out=~/runs/x or a quoted word,
+// and loom would otherwise make a directory named ~ in the current one.
+CLI::Validator home_path();
 
 // The `config` and `overrides` positionals of the commands that read a configuration.
 struct ConfigArgs {

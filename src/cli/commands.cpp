@@ -76,6 +76,15 @@ CLI::Validator integer_at_least(int64_t min) {
       fmt::format("INT>={}", min));
 }
 
+CLI::Validator home_path() {
+  return CLI::Validator(
+      [](std::string& text) {
+        if (text == "~" || text.starts_with("~/")) text = resolve_path(text, {});
+        return std::string();
+      },
+      "");
+}
+
 CommandBody add_help_command(CLI::App& sub) {
   auto topic = std::make_shared<std::string>();
   sub.add_option("topic", *topic, "a command, or config (every configuration key)");
@@ -100,6 +109,7 @@ void ConfigArgs::add(CLI::App& sub, bool required, const std::string& overrides_
   CLI::Option* config = sub.add_option(
       "config", first_,
       required ? std::string("config file (TOML)") : std::string("config file (TOML); default ") + kDefaultConfig);
+  config->transform(home_path());
   if (required) config->required();
   sub.add_option("overrides", rest_, overrides_help);
 }

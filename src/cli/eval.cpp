@@ -18,10 +18,12 @@ CommandBody add_eval_command(CLI::App& sub) {
   auto a = std::make_shared<EvalArgs>();
   sub.add_option("target", a->eval.target,
                  "a run directory (its latest checkpoint), a ckpt_<step> or best/ directory, or a config file")
-      ->required();
+      ->required()
+      ->transform(home_path());
   sub.add_option("overrides", a->overrides, "section.key=value overrides, e.g. data.dir=other_data");
   sub.add_option("--checkpoint", a->eval.checkpoint,
-                 "with a config file: the checkpoint (or run directory) to evaluate (default runs/<config name>)");
+                 "with a config file: the checkpoint (or run directory) to evaluate (default runs/<config name>)")
+      ->transform(home_path());
   sub.add_option("--iters", a->eval.iters, "batches per split (default train.eval_iters)")->check(integer_at_least(1));
   sub.add_flag("--train", a->eval.train, "also evaluate on the first N training batches");
   sub.add_flag("--json", a->eval.json, "print one JSON object");

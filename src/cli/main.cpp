@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <pthread.h>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <stdexcept>
@@ -57,7 +59,16 @@ int parse_failure(const CLI::App& app, const CLI::ParseError& e, int argc, char*
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under mpirun, MPI_Init starts Open MPI's own threads. They must never take SIGINT / SIGTERM (loom train
+  // leaves those to a watcher thread, run/run.cpp; the other commands to the main thread's default action), so
+  // they are made with both blocked, which they inherit; the main thread's mask is restored after.
+  sigset_t stop_signals, old_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
   loom::dist::Launch launch(&argc, &argv);  // MPI, only when started by mpirun
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   CLI::App app{
       "loom: train Transformer language models (and small MLPs) on one device, with every memory and speed "
       "technique measurable.\nConfigs are TOML; any key can be overridden as section.key=value."};

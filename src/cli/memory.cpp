@@ -107,7 +107,8 @@ CommandBody add_memory_command(CLI::App& sub) {
                  "e.g. model.remat=none,MLP+Attn,Block");
   sub.add_option("--budget", a->budget, "device memory to fit in, e.g. 24GiB: marks which rows fit");
   sub.add_flag("--no-inplace", a->no_inplace, "plan without in-place buffer reuse (to see what it saves)");
-  sub.add_option("--html", a->html, "also write the memory viewer (one self-contained HTML page) to FILE");
+  sub.add_option("--html", a->html, "also write the memory viewer (one self-contained HTML page) to FILE")
+      ->transform(home_path());
   sub.add_option("--ranks", a->ranks, "plan one rank of N (mpirun -np N): its share of the batch and state")
       ->check(CLI::PositiveNumber);
   return [a] {

@@ -10,8 +10,10 @@ namespace loom::cli {
 
 CommandBody add_plot_command(CLI::App& sub) {
   auto o = std::make_shared<PlotOptions>();
-  sub.add_option("run", o->run, "a run directory (its metrics.jsonl) or a metrics JSONL file")->required();
-  sub.add_option("--out", o->out, "the PNG to write (default RUN/curves.png)");
+  sub.add_option("run", o->run, "a run directory (its metrics.jsonl) or a metrics JSONL file")
+      ->required()
+      ->transform(home_path());
+  sub.add_option("--out", o->out, "the PNG to write (default RUN/curves.png)")->transform(home_path());
   return [o] {
     fmt::print("wrote {}\n", plot_run(*o));
     return 0;

@@ -19,7 +19,7 @@ CommandBody add_profile_command(CLI::App& sub) {
   sub.add_option("--steps", a->profile.steps, "profiled steps (default 3)")->check(integer_at_least(1));
   sub.add_option("--warmup", a->profile.warmup, "steps run first and not recorded (default 1)")
       ->check(integer_at_least(0));
-  sub.add_option("--out", a->profile.out_dir, "output directory (default profile)");
+  sub.add_option("--out", a->profile.out_dir, "output directory (default profile)")->transform(home_path());
   sub.add_flag("--no-ceiling", a->profile.no_ceiling, "skip measuring the matmul ceiling (about a second)");
   sub.add_option("--overhead", a->profile.overhead_pairs,
                  "instead of profiling, time N steps with recording off and N with it on, alternating")

@@ -11,10 +11,13 @@ namespace loom::cli {
 CommandBody add_sample_command(CLI::App& sub) {
   auto o = std::make_shared<SampleOptions>();
   sub.add_option("checkpoint", o->checkpoint, "a ckpt_<step> directory, or a run directory (its latest checkpoint)")
-      ->required();
+      ->required()
+      ->transform(home_path());
   CLI::Option* prompt =
       sub.add_option("--prompt", o->prompt, "text to continue (default: a newline, or <|endoftext|> for GPT-2)");
-  sub.add_option("--prompt-file", o->prompt_file, "read the text to continue from FILE")->excludes(prompt);
+  sub.add_option("--prompt-file", o->prompt_file, "read the text to continue from FILE")
+      ->excludes(prompt)
+      ->transform(home_path());
   sub.add_option("--tokens", o->tokens, "tokens to generate per sample (default 256)")->check(integer_at_least(0));
   sub.add_option("--num-samples", o->num_samples, "samples to generate, each from the prompt (default 1)")
       ->check(integer_at_least(1));

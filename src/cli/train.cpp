@@ -25,11 +25,14 @@ CommandBody add_train_command(CLI::App& sub) {
       ->check(integer_at_least(1));
   sub.add_option("--out", a->run.out_dir,
                  "run directory for config.toml, metrics.jsonl and checkpoints (default runs/<config name> for "
-                 "token data)");
+                 "token data)")
+      ->transform(home_path());
   sub.add_flag("--overwrite", a->run.overwrite, "replace the run already in --out");
-  sub.add_option("--resume", a->run.resume, "continue the run in this directory (or ckpt_<step> directory)");
+  sub.add_option("--resume", a->run.resume, "continue the run in this directory (or ckpt_<step> directory)")
+      ->transform(home_path());
   sub.add_option("--profile", a->run.profile_dir,
-                 "profile a window of steps into DIR (trace.json, summary.json, memory.html)");
+                 "profile a window of steps into DIR (trace.json, summary.json, memory.html)")
+      ->transform(home_path());
   sub.add_option("--profile-steps", a->run.profile_steps,
                  "the window for --profile: FIRST:LAST, 1-based, inclusive (default 2:4)");
   sub.add_flag("--help-config", a->help_config, "list every configuration key with its type, default and choices");

@@ -5,11 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <system_error>
 
 #include "core/error.h"
 
@@ -49,22 +52,27 @@ std::string plot_run(const PlotOptions& o) {
     throw UserError(metrics.string(), "cannot be opened",
                     "give a run directory written by `loom train --out DIR` (it holds metrics.jsonl), or the metrics "
                     "file itself");
-  // Columns of the data file: step, loss, val_loss, lr, throughput, mfu or accuracy ("NaN" = absent).
+  // Columns of the data file: step, loss, val_loss, lr, throughput, mfu, accuracy ("NaN" = absent,
+  // or null: a skipped step's non-finite loss is written as null).
   std::string rows;
   int64_t train_rows = 0, val_rows = 0;
-  bool tokens = false, mfu = false;
+  std::array<bool, 7> drawn{};  // a column holds a number somewhere: gnuplot refuses a plot with no point
+  bool tokens = false;
   std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
+  while (std::getline(in, line)) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("step")) continue;
-    auto col = [&](const char* key) { return j.contains(key) ? fmt::format("{}", j[key].get<double>()) : "NaN"; };
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
     tokens = tokens || j.contains("tokens_per_s");
-    mfu = mfu || j.contains("mfu");
     train_rows += j.contains("loss");
     val_rows += j.contains("val_loss");
-    rows += fmt::format("{} {} {} {} {} {} {}\n", j["step"].get<int64_t>(), col("loss"), col("val_loss"), col("lr"),
-                        j.contains("tokens_per_s") ? col("tokens_per_s") : col("examples_per_s"), col("mfu"),
-                        col("accuracy"));
+    const char* keys[] = {"loss", "val_loss", "lr", tokens ? "tokens_per_s" : "examples_per_s", "mfu", "accuracy"};
+    rows += fmt::format("{}", j["step"].get<int64_t>());
+    for (size_t c = 0; c < std::size(keys); ++c) {
+      const bool number = j.contains(keys[c]) && j[keys[c]].is_number();
+      drawn[c + 1] = drawn[c + 1] || number;
+      rows += number ? fmt::format(" {}", j[keys[c]].get<double>()) : std::string(" NaN");
+    }
+    rows += "\n";
   }
   if (train_rows + val_rows == 0)
     throw UserError(metrics.string(), "holds no logged step", "plot a run that has trained at least one step");
@@ -74,8 +82,11 @@ std::string plot_run(const PlotOptions& o) {
                     "TensorBoard (train.tensorboard = true) or " +
                         metrics.string());
   const std::string png = !o.out.empty() ? o.out : (metrics.parent_path() / "curves.png").string();
-  const fs::path tmp = fs::temp_directory_path() / fmt::format("loom_plot_{}", getpid());
-  fs::create_directories(tmp);
+  // A fresh private directory (mkdtemp): a fixed name in a shared /tmp could be made in advance
+  // by another user, with links that would redirect these writes onto the caller's files.
+  std::string made = (fs::temp_directory_path() / "loom_plot_XXXXXX").string();
+  if (!mkdtemp(made.data())) throw std::system_error(errno, std::generic_category(), "loom plot: mkdtemp " + made);
+  const fs::path tmp = made;
   std::ofstream(tmp / "metrics.dat") << rows;
   const std::string data = quoted((tmp / "metrics.dat").string());
   std::string script = fmt::format(
@@ -85,16 +96,22 @@ std::string plot_run(const PlotOptions& o) {
       "set grid\nset key top right\nset xlabel 'step'\n"
       "set multiplot layout 2,2 title {}\n",
       quoted(png), quoted(fs::absolute(metrics).parent_path().string()));
-  script += fmt::format(
-      "set title 'loss'\nplot {0} using 1:2 with lines title 'train', {0} using 1:3 with "
-      "linespoints pt 7 ps 0.6 title 'val'\n",
-      data);
-  script += fmt::format("set title 'learning rate'\nplot {} using 1:4 with lines notitle\n", data);
-  script +=
-      fmt::format("set title '{}'\nplot {} using 1:5 with lines notitle\n", tokens ? "tokens/s" : "examples/s", data);
-  script +=
-      mfu ? fmt::format("set title 'MFU'\nset format y '%.0f%%'\nplot {} using 1:($6*100) with lines notitle\n", data)
-          : fmt::format("set title 'training accuracy'\nplot {} using 1:7 with lines notitle\n", data);
+  // A panel draws the series that have points, and is left out when none has.
+  auto panel = [&](const std::string& title, std::initializer_list<std::pair<int, std::string>> series) {
+    std::string plots;
+    for (const auto& [column, how] : series)
+      if (drawn[column]) plots += (plots.empty() ? "" : ", ") + data + " " + how;
+    if (!plots.empty()) script += "set title '" + title + "'\nplot " + plots + "\n";
+  };
+  panel("loss", {{1, "using 1:2 with lines title 'train'"}, {2, "using 1:3 with linespoints pt 7 ps 0.6 title 'val'"}});
+  panel("learning rate", {{3, "using 1:4 with lines notitle"}});
+  panel(tokens ? "tokens/s" : "examples/s", {{4, "using 1:5 with lines notitle"}});
+  if (drawn[5]) {
+    script += "set format y '%.0f%%'\n";
+    panel("MFU", {{5, "using 1:($6*100) with lines notitle"}});
+  } else {
+    panel("training accuracy", {{6, "using 1:7 with lines notitle"}});
+  }
   script += "unset multiplot\n";
   std::ofstream(tmp / "plot.gp") << script;
 

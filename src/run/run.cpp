@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -13,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "backend/registry.h"
 #include "core/error.h"
@@ -34,36 +37,47 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// SIGINT / SIGTERM: the first asks the loop to stop after the current step (and its checkpoint);
-// a second one exits at once. Only async-signal-safe work happens in the handler.
-volatile sig_atomic_t g_signal = 0;
+// SIGINT / SIGTERM. No thread that runs kernels ever handles them: oneDNN's JIT sgemm (Debian's
+// 2.x; oneDNN issue 4845, fixed upstream in 2026) points rsp at a heap workspace while it runs, so
+// a handler run on that thread pushes its signal frame onto the heap ("corrupted size vs.
+// prev_size" aborts after Ctrl-C, about one run in fifteen here). They are blocked from the start
+// of run_train, before its first parallel region creates the OpenMP threads (which inherit the
+// mask), and one watcher thread takes them. While the loop runs (armed), the first asks it to stop
+// after the current step (and its checkpoint) and a second exits at once; before and after the
+// loop one exits at once, as the default action would.
+std::atomic<int> g_signal{0};
 
-void on_signal(int sig) {
-  if (g_signal != 0) _exit(128 + sig);
-  g_signal = sig;
-}
-
-// Installs the handlers for the lifetime of a run and restores the previous ones after it.
-class SignalGuard {
+class SignalWatcher {
  public:
-  SignalGuard() {
+  SignalWatcher() {
     g_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+    thread_ = std::thread([this] {
+      const timespec tick{.tv_sec = 0, .tv_nsec = 50'000'000};  // how long the destructor's join may wait
+      while (!done_) {
+        const int sig = sigtimedwait(&set_, nullptr, &tick);
+        if (sig <= 0) continue;
+        if (!armed_ || g_signal != 0) _exit(128 + sig);
+        g_signal = sig;
+      }
+    });
   }
-  ~SignalGuard() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
+  ~SignalWatcher() {
+    done_ = true;
+    thread_.join();
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
   }
-  SignalGuard(const SignalGuard&) = delete;
-  SignalGuard& operator=(const SignalGuard&) = delete;
+  SignalWatcher(const SignalWatcher&) = delete;
+  SignalWatcher& operator=(const SignalWatcher&) = delete;
+  void arm(bool on) { armed_ = on; }
 
  private:
-  struct sigaction old_int_ {
-  }, old_term_{};
+  sigset_t set_{}, old_{};
+  std::atomic<bool> armed_{false}, done_{false};
+  std::thread thread_;
 };
 
 void write_config(const fs::path& path, const std::string& text) {
@@ -98,6 +112,7 @@ std::string read_text(const fs::path& p) {
 
 int run_train(const RunOptions& o) {
   const auto started = std::chrono::steady_clock::now();
+  SignalWatcher signals;  // first: every thread made after it leaves the signals to it
   auto seconds_since = [](std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
@@ -336,9 +351,10 @@ int run_train(const RunOptions& o) {
     const double per_save = saves ? save_s / static_cast<double>(saves) : 0.0;
     return static_cast<double>(evals_left) * per_eval + static_cast<double>(saves_left) * per_save;
   };
-  const SignalGuard signals;
   const auto profiler = attach_train_profiler(t, o.profile_dir, o.profile_steps, lo, out);
+  signals.arm(true);
   const LoopResult res = run_training(t, data, lo);
+  signals.arm(false);
   if (profiler) profiler->finish();
   if (res.end == LoopEnd::diverged) throw diverged(res.why);
   if (res.end == LoopEnd::stopped) {

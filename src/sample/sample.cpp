@@ -248,8 +248,13 @@ int run_sample(const SampleOptions& o) {
     if (!f) throw UserError("--prompt-file " + o.prompt_file, "cannot be opened", "check the path");
     text.assign(std::istreambuf_iterator<char>(f), {});
   }
-  std::vector<int32_t> prompt = tok->encode(text);  // UserError for text outside the vocabulary
-  if (prompt.empty()) {                             // nanoGPT starts from "\n"; GPT-2 vocabularies from <|endoftext|>
+  std::vector<int32_t> prompt;
+  try {
+    prompt = tok->encode(text);
+  } catch (const UserError& e) {  // text outside the vocabulary, or not UTF-8: say which argument
+    throw UserError(o.prompt_file.empty() ? "--prompt" : "--prompt-file " + o.prompt_file, e.what(), e.hint());
+  }
+  if (prompt.empty()) {  // nanoGPT starts from "\n"; GPT-2 vocabularies from <|endoftext|>
     const auto* g2 = dynamic_cast<const Gpt2Tokenizer*>(tok.get());
     if (g2 && g2->eot_id() >= 0)
       prompt = {g2->eot_id()};

@@ -312,6 +312,15 @@ TEST(CliPaths, ConfigPathsAreRelativeToTheFileOverridesToTheWorkingDirectory) {
   r = loom::testing::run_loom("train " + cfg + " data.dir=~/data --out run4", scratch().string(),
                               "HOME=" + project.string() + " " + LOOM_INSTALLED_BINARY);
   EXPECT_EQ(r.status, 0) << r.out;
+  // Also in a path flag the shell does not expand (--out=~/...) or a quoted path: no directory named ~.
+  r = loom::testing::run_loom("train " + cfg + " --out=~/run5", scratch().string(),
+                              "HOME=" + project.string() + " " + LOOM_INSTALLED_BINARY);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(project / "run5" / "config.toml")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(scratch() / "~")) << r.out;
+  r = loom::testing::run_loom("eval '~/run5' --iters 1", scratch().string(),
+                              "HOME=" + project.string() + " " + LOOM_INSTALLED_BINARY);
+  EXPECT_EQ(r.status, 0) << r.out;
 }
 
 }  // namespace
@@ -389,6 +398,56 @@ TEST(CliPlot, DrawsTheCurvesAndNamesGnuplotWhenMissing) {
   r = run("plot " + (run_dir / "metrics.jsonl").string() + " --out other.png");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(std::filesystem::exists(scratch() / "other.png")) << "--out is relative to the working directory";
+}
+
+}  // namespace
+
+namespace {
+
+// metrics.jsonl as runs write it in two cases the first test's run does not reach: a skipped
+// step's non-finite loss is null (train.on_nonfinite = skip), and a run stopped before its first
+// logged step holds only evaluations. Both still plot; gnuplot is not handed an empty panel.
+TEST(CliPlot, PlotsSkippedStepsAndEvaluationsOnly) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) GTEST_SKIP() << "gnuplot is not installed";
+  std::ofstream(scratch() / "skipped.jsonl")
+      << R"({"accuracy":0.2,"loss":3.1,"lr":0.001,"mfu":0.04,"step":1,"step_time_s":0.1,"tokens_per_s":900})"
+         "\n"
+      << R"({"accuracy":0.2,"loss":null,"lr":0.0,"mfu":0.04,"step":2,"step_time_s":0.1,"tokens_per_s":900})"
+         "\n"
+      << R"({"accuracy":0.3,"loss":2.9,"lr":0.001,"mfu":0.05,"step":3,"step_time_s":0.1,"tokens_per_s":950})"
+         "\n";
+  Result r = run("plot skipped.jsonl --out skipped.png");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(scratch() / "skipped.png")) << r.out;
+
+  std::ofstream(scratch() / "val_only.jsonl") << R"({"best_val_loss":2.6,"step":50,"val_loss":2.6})"
+                                                 "\n";
+  r = run("plot val_only.jsonl --out val_only.png");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(scratch() / "val_only.png")) << r.out;
+}
+
+}  // namespace
+
+namespace {
+
+// loom plot's scratch files go into a directory of its own making: one that another user made in
+// advance under the name it would use (loom_plot_<pid> once), with a link inside, is not written
+// through. `exec` keeps the shell's pid for loom, so the test knows that name.
+TEST(CliPlot, ScratchFilesDoNotFollowALinkPlantedInTmp) {
+  const auto tmp = scratch() / "shared_tmp";
+  std::filesystem::create_directories(tmp);
+  std::ofstream(scratch() / "precious.txt") << "precious\n";
+  std::ofstream(scratch() / "plant.jsonl") << R"({"loss":3.0,"lr":0.001,"step":1,"tokens_per_s":900})"
+                                              "\n";
+  std::ofstream(scratch() / "plant.sh") << "mkdir -p \"$TMPDIR/loom_plot_$$\" && ln -s \"$VICTIM\" "
+                                           "\"$TMPDIR/loom_plot_$$/metrics.dat\"\nexec "
+                                        << LOOM_INSTALLED_BINARY << " \"$@\"\n";
+  const Result r = loom::testing::run_loom(
+      "plot plant.jsonl --out plant.png", scratch().string(),
+      "TMPDIR=" + tmp.string() + " VICTIM=" + (scratch() / "precious.txt").string() + " sh plant.sh");
+  std::ifstream victim(scratch() / "precious.txt");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(victim), {}), "precious\n") << r.out;
 }
 
 }  // namespace

@@ -126,6 +126,30 @@ TEST(RunSafety, TerminateExits143AndASecondSignalExitsAtOnce) {
   EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
 }
 
+// SIGINT and SIGTERM are taken by one watcher thread, never by a thread running kernels: oneDNN's
+// JIT sgemm points rsp at the heap while it runs, and a handler on that thread corrupted the heap
+// (run/run.cpp). So every thread of a training process blocks both but the watcher, whose
+// sigtimedwait unblocks them while it waits.
+TEST(RunSafety, NoKernelThreadHandlesTheStopSignals) {
+  const fs::path out = scratch("sigmask");
+  const pid_t pid = spawn(train(out, "train.steps=100000 train.eval_interval=0"), out.parent_path() / "mask.log");
+  wait_for_lines(out / "metrics.jsonl", 2);
+  int blocking = 0, taking = 0;
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("SigBlk:", 0) != 0) continue;
+      const unsigned long long blocked = std::stoull(line.substr(7), nullptr, 16);
+      const unsigned long long both = (1ull << (SIGINT - 1)) | (1ull << (SIGTERM - 1));
+      ((blocked & both) == both ? blocking : taking) += 1;
+    }
+  }
+  EXPECT_GE(blocking, 1) << "the main thread runs kernels";
+  EXPECT_LE(taking, 1) << "only the watcher takes the signals";
+  kill(pid, SIGTERM);
+  EXPECT_EQ(wait_status(pid), 143) << read(out.parent_path() / "mask.log");
+}
+
 TEST(RunSafety, KillsAtRandomInstantsLeaveALoadableCheckpoint) {
   const fs::path out = scratch("kills");
   std::mt19937 rng(1234);

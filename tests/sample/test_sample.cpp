@@ -512,6 +512,11 @@ TEST_F(SampleCli, BadInputs) {
   const CmdResult missing = run_cmd("sample " + ck + " --prompt-file " + (dir_ / "no_such.txt").string(), dir_);
   EXPECT_EQ(missing.status, 2) << missing.err;
   EXPECT_NE(missing.err.find("no_such.txt"), std::string::npos) << missing.err;
+  // A prompt file the tokenizer cannot read (not UTF-8 here): the message names the file.
+  std::ofstream(dir_ / "binary.txt", std::ios::binary) << std::string("\x9b\xff\x00\x01", 4);
+  const CmdResult binary = run_cmd("sample " + ck + " --prompt-file " + (dir_ / "binary.txt").string(), dir_);
+  EXPECT_EQ(binary.status, 2) << binary.err;
+  EXPECT_NE(binary.err.find("--prompt-file " + (dir_ / "binary.txt").string()), std::string::npos) << binary.err;
 }
 
 }  // namespace
