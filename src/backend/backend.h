@@ -119,6 +119,9 @@ class Backend {
   // Bytes that allocations can still get now (host: the kernel's MemAvailable), -1 when unknown.
   // Lets a run say "needs X, Y available" before it allocates anything.
   virtual int64_t memory_available() const { return -1; }
+  // The most bytes this backend's allocations held at once so far (as requested, before any
+  // rounding), -1 when not tracked: what a run measures against its memory plan.
+  virtual int64_t peak_allocated_bytes() const { return -1; }
   // Whether run() may return before the kernel finished (a GPU stream): the profiler then
   // synchronizes around every timed node. Host backends run synchronously.
   virtual bool asynchronous() const { return false; }

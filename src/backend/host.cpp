@@ -1,5 +1,6 @@
 #include "backend/host.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -11,9 +12,29 @@ namespace loom {
 
 void* HostBackend::allocate(size_t bytes) {
   const size_t rounded = (bytes + 63) / 64 * 64;
-  return std::aligned_alloc(64, rounded ? rounded : 64);
+  void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+  if (!p) return nullptr;
+  const std::lock_guard lock(alloc_mutex_);
+  allocated_[p] = bytes;
+  live_bytes_ += static_cast<int64_t>(bytes);
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+  return p;
 }
-void HostBackend::deallocate(void* p) { std::free(p); }
+void HostBackend::deallocate(void* p) {
+  if (!p) return;
+  {
+    const std::lock_guard lock(alloc_mutex_);
+    const auto it = allocated_.find(p);
+    LOOM_ASSERT(it != allocated_.end(), "deallocating memory this backend did not allocate");
+    live_bytes_ -= static_cast<int64_t>(it->second);
+    allocated_.erase(it);
+  }
+  std::free(p);
+}
+int64_t HostBackend::peak_allocated_bytes() const {
+  const std::lock_guard lock(alloc_mutex_);
+  return peak_bytes_;
+}
 void HostBackend::copy_to_device(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void HostBackend::copy_to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void HostBackend::fill_zero(void* dst, size_t bytes) { std::memset(dst, 0, bytes); }

@@ -2,6 +2,9 @@
 // memcpy transfers, a steady clock, and dispatch through kernel and workspace tables generated
 // from the op table.
 #pragma once
+#include <mutex>
+#include <unordered_map>
+
 #include "backend/backend.h"
 
 namespace loom {
@@ -20,6 +23,7 @@ class HostBackend : public Backend {
   void synchronize() override {}
   double now_us() const override;
   int64_t memory_available() const override;
+  int64_t peak_allocated_bytes() const override;
   void run(const KernelArgs& a) override { kernels_[static_cast<size_t>(a.node.op)](a); }
   // workspace_[op] on the node's value descriptions; 0 without a workspace table.
   int64_t workspace_bytes(const Graph& g, const Node& n, int threads) const override;
@@ -31,6 +35,9 @@ class HostBackend : public Backend {
  private:
   const KernelFn* kernels_;
   const WorkspaceFn* workspace_;
+  mutable std::mutex alloc_mutex_;               // allocations are rare (set-up), and may come from any thread
+  std::unordered_map<void*, size_t> allocated_;  // live allocations and their requested sizes
+  int64_t live_bytes_ = 0, peak_bytes_ = 0;
 };
 
 }  // namespace loom

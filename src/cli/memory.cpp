@@ -114,7 +114,7 @@ CommandBody add_memory_command(CLI::App& sub) {
   return [a] {
     if (!a->html.empty()) write_memory_html(a->config.load(), a->html);
     const int64_t budget = a->budget.empty() ? 0 : parse_bytes(a->budget, "--budget");
-    const PlanOptions popts{.inplace = !a->no_inplace, .reuse = true};
+    const PlanOptions popts{.inplace = !a->no_inplace, .reuse = true, .grad_release = {}};
     if (a->sweeps.empty())
       print_one(a->config.load(), a->json, budget, popts, a->ranks);
     else

@@ -9,6 +9,9 @@
 // configuration parser, the TOML printer, --help-config and the error messages all read the same
 // spellings. A trailing '_' on an enumerator (for C++ keywords: static_, auto_) is not part of its
 // name. A list may carry more columns after the help (X(id, help, ...)); LOOM_CHOICE ignores them.
+//
+// Names that are not identifiers ("state+grads") are spelled out: such a list has the name as its
+// second column, X(id, name, help, ...), and is declared with LOOM_CHOICE_SPELLED instead.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -35,11 +38,16 @@ constexpr std::string_view choice_spelling(std::string_view id) {
 
 #define LOOM_CHOICE_ENUMERATOR(id, help, ...) id,
 #define LOOM_CHOICE_INFO(id, help, ...) ::loom::ChoiceInfo{::loom::choice_spelling(#id), help},
-#define LOOM_CHOICE(Enum, noun, LIST)                                                         \
-  enum class Enum : uint8_t { LIST(LOOM_CHOICE_ENUMERATOR) };                                 \
-  inline constexpr ::loom::ChoiceInfo k##Enum##Choices[] = {LIST(LOOM_CHOICE_INFO)};          \
+#define LOOM_CHOICE_SPELLED_ENUMERATOR(id, name, help, ...) id,
+#define LOOM_CHOICE_SPELLED_INFO(id, name, help, ...) ::loom::ChoiceInfo{name, help},
+#define LOOM_CHOICE_TABLE(Enum, noun, ENUMERATOR, INFO, LIST)                                 \
+  enum class Enum : uint8_t { LIST(ENUMERATOR) };                                             \
+  inline constexpr ::loom::ChoiceInfo k##Enum##Choices[] = {LIST(INFO)};                      \
   constexpr std::span<const ::loom::ChoiceInfo> choices_of(Enum) { return k##Enum##Choices; } \
   constexpr std::string_view choice_noun(Enum) { return noun; }
+#define LOOM_CHOICE(Enum, noun, LIST) LOOM_CHOICE_TABLE(Enum, noun, LOOM_CHOICE_ENUMERATOR, LOOM_CHOICE_INFO, LIST)
+#define LOOM_CHOICE_SPELLED(Enum, noun, LIST) \
+  LOOM_CHOICE_TABLE(Enum, noun, LOOM_CHOICE_SPELLED_ENUMERATOR, LOOM_CHOICE_SPELLED_INFO, LIST)
 
 template <class E>
 concept Choice = std::is_enum_v<E> && requires(E e) {

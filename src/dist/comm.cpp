@@ -63,8 +63,15 @@ int64_t BucketReducer::buffer_bytes() const {
   return b;
 }
 
-BucketReducer::BucketReducer(Comm& comm, std::vector<FloatSpan> xs, int64_t bucket_elems, bool scatter)
-    : comm_(comm), scatter_(scatter), xs_(std::move(xs)), slots_(Comm::kMaxPending) {
+int64_t BucketReducer::shard_elems(std::span<const Bucket> buckets, int ranks) {
+  int64_t n = 0;
+  for (const Bucket& b : buckets) n += chunk(b.elems, ranks, 0).size();  // rank 0's chunks are the largest
+  return n;
+}
+
+BucketReducer::BucketReducer(Comm& comm, std::vector<FloatSpan> xs, int64_t bucket_elems, bool scatter, float* shard)
+    : comm_(comm), scatter_(scatter), shard_(shard), xs_(std::move(xs)), slots_(Comm::kMaxPending) {
+  LOOM_ASSERT(!shard_ || scatter_, "a gradient shard takes the scattered sums");
   if (comm_.size() == 1) return;  // nothing to sum: no buckets
   std::vector<int64_t> sizes;
   for (const FloatSpan& x : xs_) sizes.push_back(x.n);
@@ -74,6 +81,9 @@ BucketReducer::BucketReducer(Comm& comm, std::vector<FloatSpan> xs, int64_t buck
     s.staging.resize(static_cast<size_t>(staging));
     s.scratch.resize(static_cast<size_t>(scratch));
   }
+  if (!shard_) return;
+  shard_offset_.push_back(0);
+  for (size_t b = 0; b < buckets_.size(); ++b) shard_offset_.push_back(shard_offset_.back() + own(b).size());
 }
 
 BucketReducer::~BucketReducer() = default;
@@ -100,7 +110,14 @@ void BucketReducer::start(size_t b) {
 
 void BucketReducer::complete(Slot& s) {
   const Bucket& k = buckets_[s.bucket];
-  if (k.packed()) copy(k, xs_, s.staging.data(), scatter_ ? own(s.bucket) : Range{0, k.elems}, /*to_staging=*/false);
+  if (shard_) {
+    const Range mine = own(s.bucket);
+    const float* sum = (k.packed() ? s.staging.data() : xs_[k.first].data) + mine.begin;
+    float* into = shard_ + shard_offset(s.bucket);
+    for (int64_t i = 0; i < mine.size(); ++i) into[i] += sum[i];
+  } else if (k.packed()) {
+    copy(k, xs_, s.staging.data(), scatter_ ? own(s.bucket) : Range{0, k.elems}, /*to_staging=*/false);
+  }
   s.pending.reset();
   if (on_complete_) on_complete_(s.bucket);
 }

@@ -98,7 +98,10 @@ class Comm {
 // With `scatter` (sharded optimizer state) only this rank's chunk own(b) of each bucket (the
 // buckets' buffers laid end to end) receives the sum; the rest keeps this rank's own values.
 // all_gather() then gives every rank every rank's chunks of another list of the same shapes
-// (the parameters after each rank updated its chunks).
+// (the parameters after each rank updated its chunks). With a `shard` as well (sharded
+// gradients) the sum of chunk own(b) is added into the shard at shard_offset(b) instead, and
+// the buffers are not written: the shard holds this rank's chunks of every bucket end to end
+// (shard_elems() elements) and accumulates over rounds until the caller zeroes it.
 struct Bucket {
   size_t first = 0, last = 0;  // buffers [first, last)
   int64_t elems = 0;
@@ -109,7 +112,8 @@ std::vector<Bucket> plan_buckets(std::span<const int64_t> sizes, int64_t bucket_
 
 class BucketReducer {
  public:
-  BucketReducer(Comm& comm, std::vector<FloatSpan> xs, int64_t bucket_elems, bool scatter = false);
+  BucketReducer(Comm& comm, std::vector<FloatSpan> xs, int64_t bucket_elems, bool scatter = false,
+                float* shard = nullptr);
   ~BucketReducer();
   size_t num_buckets() const { return buckets_.size(); }
   // The buffers of bucket b: xs[first, last).
@@ -118,6 +122,11 @@ class BucketReducer {
   int64_t elems(size_t b) const { return buckets_[b].elems; }
   // This rank's chunk of bucket b (elements of its buffers laid end to end).
   Range own(size_t b) const { return chunk(buckets_[b].elems, comm_.size(), comm_.rank()); }
+  // With a shard: where own(b) starts in it, and its length (Σ own(b).size()); without, 0.
+  int64_t shard_offset(size_t b) const { return shard_offset_[b]; }
+  int64_t shard_elems() const { return shard_offset_.empty() ? 0 : shard_offset_.back(); }
+  // The shard's length for the largest share, for buckets of plan_buckets(...) over `ranks` ranks.
+  static int64_t shard_elems(std::span<const Bucket> buckets, int ranks);
   // Starts bucket b. Buckets are started in order 0, 1, ... once per round (start(0) begins a
   // round); at most Comm::kMaxPending are in flight, so this may first wait for the oldest.
   void start(size_t b);
@@ -148,8 +157,10 @@ class BucketReducer {
   void copy(const Bucket& k, std::span<const FloatSpan> bufs, float* staging, Range r, bool to_staging) const;
   Comm& comm_;
   bool scatter_;
+  float* shard_;
   std::vector<FloatSpan> xs_;
   std::vector<Bucket> buckets_;
+  std::vector<int64_t> shard_offset_;  // per bucket, and the shard's length at the end
   std::vector<Slot> slots_;
   size_t next_slot_ = 0;  // slots are used round-robin, so the oldest in flight is the next one
   std::function<void(size_t)> on_complete_;

@@ -22,14 +22,16 @@
   X(none, "no loss scaling")
 
 // How the optimizer's state is split across the ranks of a data-parallel job (src/dist/); with one
-// rank every mode is none.
-#define LOOM_OPTIMIZER_SHARDS(X)                              \
-  X(none, "every rank keeps the whole optimizer state (DDP)") \
-  X(state, "ZeRO-1: each rank keeps and updates its slice of the moments, parameters all-gathered")
+// rank every mode is none. Columns: enumerator, name, help (LOOM_CHOICE_SPELLED).
+#define LOOM_OPTIMIZER_SHARDS(X)                                                                             \
+  X(none, "none", "every rank keeps the whole optimizer state (DDP)")                                        \
+  X(state, "state", "ZeRO-1: each rank keeps and updates its slice of the moments, parameters all-gathered") \
+  X(state_grads, "state+grads",                                                                              \
+    "ZeRO-2: as state, and each rank keeps only its slice of the fp32 gradients (reduce-scattered per minibatch)")
 
 namespace loom {
 
-LOOM_CHOICE(OptimizerShard, "shard mode", LOOM_OPTIMIZER_SHARDS)
+LOOM_CHOICE_SPELLED(OptimizerShard, "shard mode", LOOM_OPTIMIZER_SHARDS)
 LOOM_CHOICE(OptimizerName, "optimizer", LOOM_OPTIMIZERS)
 LOOM_CHOICE(WeightDecayMask, "mask", LOOM_WEIGHT_DECAY_MASKS)
 LOOM_CHOICE(LossScaleMode, "loss scaling", LOOM_LOSS_SCALES)

@@ -49,7 +49,7 @@ Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be,
     LOOM_ASSERT(s.begin >= 0 && s.n > 0 && s.begin + s.n <= v.shape.numel(), "a slice outside its parameter");
     OptimTensor t;
     t.param = static_cast<float*>(ex.ptr(p.value)) + s.begin;
-    t.grad = static_cast<float*>(ex.ptr(p.grad)) + s.begin;
+    t.grad = s.grad ? s.grad : static_cast<float*>(ex.ptr(p.grad)) + s.begin;
     t.n = s.n;
     t.weight_decay = c.name == OptimizerName::adamw && weight_decay_applies(c.weight_decay_mask, v.name, v.shape)
                          ? static_cast<float>(c.weight_decay)

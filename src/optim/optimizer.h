@@ -38,9 +38,12 @@ struct LossScaler {
 // The elements [begin, begin + n) of parameter `param` (an index into Graph::params()): a part of
 // the model whose optimizer state this process holds and updates. One whole slice per parameter
 // in a single process; under sharded optimizer state (train/trainer.h) each rank's own parts.
+// Its gradient is elements [begin, begin + n) of the parameter's gradient buffer, or with `grad`
+// set n elements there (a rank's gradient shard under optimizer.shard = state+grads).
 struct OptimSlice {
   size_t param = 0;
   int64_t begin = 0, n = 0;
+  float* grad = nullptr;
 };
 
 struct OptimizerReport {

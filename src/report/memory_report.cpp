@@ -53,16 +53,17 @@ MemoryPlan plan_training(const Config& c, const TrainProgram& prog, PlanOptions 
 MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ranks) {
   MemoryReport r;
   r.ranks = ranks;
+  r.grad_shard = c.optimizer.shard == OptimizerShard::state_grads;
   const auto t0 = std::chrono::steady_clock::now();
   TrainProgram prog = build_train_program(c, ranks);
   const Graph& g = prog.model.graph;
-  const MemoryPlan p = plan_training(c, prog, opts);
+  const MemoryPlan p = plan_training(c, prog, rank_plan_options(c, prog, ranks, opts));
   r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   r.params_bytes = p.param_bytes;
-  r.grads_bytes = p.grad_bytes;
-  r.num_params = p.param_bytes / 4;
   const RankMemory rank = rank_memory(c, prog, ranks);
+  r.grads_bytes = p.grad_bytes + rank.grad_shard_elems * static_cast<int64_t>(sizeof(float));
+  r.num_params = p.param_bytes / 4;
   r.optimizer_bytes = optimizer_moments(c.optimizer) * rank.optimizer_elems * static_cast<int64_t>(sizeof(float));
   r.communication_bytes = rank.comm_buffer_bytes;
   r.activations_bytes = p.arena_bytes;
@@ -105,10 +106,10 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
       continue;
     }
     const Value& v = g.value(b.value);
-    const Node& prod = g.node(v.producer);
+    const Node* prod = v.producer >= 0 ? &g.node(v.producer) : nullptr;  // none: a gradient planned in the arena
     r.largest_at_peak.push_back(BufferRow{.workspace = false,
-                                          .scope = prod.scope,
-                                          .op = op_name(prod.op),
+                                          .scope = prod ? prod->scope : v.name,
+                                          .op = prod ? op_name(prod->op) : "gradient",
                                           .shape = v.shape,
                                           .dtype = v.dtype,
                                           .bytes = b.bytes,
@@ -157,7 +158,9 @@ std::string format_memory_report(const MemoryReport& r) {
     o += fmt::format("  {:<13} {:>16} B  {:>12}  {}\n", name, b, format_bytes(b), note);
   };
   line("params", r.params_bytes, "float32 masters");
-  line("grads", r.grads_bytes, "float32, accumulated in place over minibatches");
+  line("grads", r.grads_bytes,
+       r.ranks > 1 && r.grad_shard ? "float32, this rank's shard (the whole gradients are working memory, in the arena)"
+                                   : "float32, accumulated in place over minibatches");
   line("optimizer", r.optimizer_bytes, "moments, float32");
   line("activations", r.activations_bytes, "arena less the workspace at the peak (one minibatch's forward + backward)");
   line("inputs", r.inputs_bytes, "one minibatch of token ids / features and the loss seed");

@@ -5,7 +5,9 @@
 // one `loom train` runs: for the configured device and thread count (workspace depends on both).
 // With `ranks` > 1 it is one rank's memory: a minibatch of data.batch_size / (ranks × num_minibatches)
 // examples, the gradient buckets' communication buffers, and with optimizer.shard = state the moments
-// of the largest share (train/trainer.h, rank_memory).
+// of the largest share (train/trainer.h, rank_memory); with state+grads also the gradients: the
+// largest share's shard as `grads`, the whole gradients planned in the arena with their buckets'
+// lifetimes (rank_plan_options).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -35,6 +37,7 @@ struct MemoryReport {
   int64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_bytes = 0, inputs_bytes = 0,
           workspace_bytes = 0, communication_bytes = 0, total_bytes = 0, lower_bound_bytes = 0;
   int ranks = 1;
+  bool grad_shard = false;  // optimizer.shard = state+grads: `grads` is one rank's shard
   int32_t peak_step = 0, num_steps = 0;
   std::string peak_op, peak_scope, peak_phase;
   // The largest workspace of any node (not necessarily live at the peak), and the thread count the

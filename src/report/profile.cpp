@@ -111,7 +111,7 @@ std::unique_ptr<OpRecorder> make_step_recorder(const Trainer& t, int64_t steps) 
   const auto nmb = static_cast<size_t>(t.config().optimizer.num_minibatches);
   const auto n = static_cast<size_t>(steps);
   return std::make_unique<OpRecorder>(t.executor().backend(), t.plan().schedule.size() * nmb * n,
-                                      n * (nmb + 2 + t.num_buckets()));
+                                      n * (nmb + 2 + t.bucket_sums_per_step()));
 }
 
 ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::string& top_dir, bool measure_ceiling,
@@ -153,7 +153,7 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   info.pid = comm.rank() + 1;
   info.origin_us = origin_us;
   info.title = title;
-  info.persistent_bytes = plan.param_bytes + plan.grad_bytes + plan.input_bytes + opt_bytes;
+  info.persistent_bytes = plan.param_bytes + plan.grad_bytes + t.grad_shard_bytes() + plan.input_bytes + opt_bytes;
   const std::string trace = chrome_trace(g, plan, rec, info);
   write_file(out.trace_path, trace);
   if (comm.size() > 1) {
@@ -186,10 +186,11 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   j["memory"] = {{"arena_bytes", plan.arena_bytes},
                  {"live_bytes_peak", plan.lower_bound_bytes},
                  {"param_bytes", plan.param_bytes},
-                 {"grad_bytes", plan.grad_bytes},
+                 {"grad_bytes", plan.grad_bytes + t.grad_shard_bytes()},
                  {"optimizer_bytes", opt_bytes},
                  {"input_bytes", plan.input_bytes},
-                 {"communication_bytes", t.comm_buffer_bytes()}};
+                 {"communication_bytes", t.comm_buffer_bytes()},
+                 {"peak_allocated_bytes", be.peak_allocated_bytes()}};
   write_file(out.summary_path, j.dump(2) + "\n");
   write_file(out.html_path, memory_html(t.program(), plan, title, opt_bytes));
 

@@ -62,7 +62,7 @@ Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::uniqu
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v) {
     const Value& val = g.value(v);
     if (p.value_root[v] != v) continue;
-    if (val.kind == ValueKind::activation) {
+    if (val.kind == ValueKind::activation || p.value_offset[v] >= 0) {  // in the arena (planned gradients too)
       if (p.value_offset[v] >= 0) e->ptrs_[v] = static_cast<char*>(e->arena_) + p.value_offset[v];
       continue;
     }

@@ -18,6 +18,23 @@ namespace loom {
 namespace {
 // Elements of a gradient bucket (train.bucket_kib).
 int64_t bucket_elems(const Config& c) { return c.train.bucket_kib * 1024 / static_cast<int64_t>(sizeof(float)); }
+
+// The gradients in the order of their last write (gradient_order) and the buckets every rank
+// cuts them into (what the Trainer's dist::BucketReducer plans from the same sizes).
+struct GradientBuckets {
+  std::vector<std::pair<size_t, size_t>> order;
+  std::vector<dist::Bucket> buckets;
+  // Scheduled nodes run once bucket b's gradients are final: when it starts.
+  size_t ready(size_t b) const { return order[buckets[b].last - 1].second; }
+};
+GradientBuckets gradient_buckets(const Config& c, const TrainProgram& p) {
+  const Graph& g = p.model.graph;
+  GradientBuckets gb{.order = gradient_order(p), .buckets = {}};
+  std::vector<int64_t> sizes;
+  for (const auto& [param, at] : gb.order) sizes.push_back(g.value(g.params()[param].value).shape.numel());
+  gb.buckets = dist::plan_buckets(sizes, bucket_elems(c));
+  return gb;
+}
 }  // namespace
 
 int64_t minibatch_size(const Config& c, int ranks) {
@@ -63,19 +80,31 @@ std::vector<std::pair<size_t, size_t>> gradient_order(const TrainProgram& p) {
 }
 
 RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks) {
-  const Graph& g = p.model.graph;
-  std::vector<int64_t> sizes;
-  for (const auto& [param, at] : gradient_order(p)) sizes.push_back(g.value(g.params()[param].value).shape.numel());
+  const GradientBuckets gb = gradient_buckets(c, p);
   RankMemory m;
-  for (int64_t n : sizes) m.optimizer_elems += n;
+  for (const dist::Bucket& b : gb.buckets) m.optimizer_elems += b.elems;
   if (ranks == 1) return m;
-  const std::vector<dist::Bucket> buckets = dist::plan_buckets(sizes, bucket_elems(c));
-  m.comm_buffer_bytes = dist::BucketReducer::buffer_bytes(buckets, ranks);
-  if (c.optimizer.shard == OptimizerShard::state) {
-    m.optimizer_elems = 0;
-    for (const dist::Bucket& b : buckets) m.optimizer_elems += dist::chunk(b.elems, ranks, 0).size();  // the largest
-  }
+  m.comm_buffer_bytes = dist::BucketReducer::buffer_bytes(gb.buckets, ranks);
+  if (c.optimizer.shard != OptimizerShard::none)
+    m.optimizer_elems = dist::BucketReducer::shard_elems(gb.buckets, ranks);  // the largest share
+  if (c.optimizer.shard == OptimizerShard::state_grads) m.grad_shard_elems = m.optimizer_elems;
   return m;
+}
+
+PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks, PlanOptions base) {
+  if (ranks == 1 || c.optimizer.shard != OptimizerShard::state_grads) return base;
+  const Graph& g = p.model.graph;
+  const GradientBuckets gb = gradient_buckets(c, p);
+  const auto last_step = static_cast<int32_t>(p.schedule.size()) - 1;
+  base.grad_release.assign(g.values().size(), -1);
+  for (size_t b = 0; b < gb.buckets.size(); ++b) {
+    const size_t waits_at = b + dist::Comm::kMaxPending;  // the bucket whose start waits for this one
+    const int32_t release =
+        waits_at < gb.buckets.size() ? std::max(0, static_cast<int32_t>(gb.ready(waits_at)) - 1) : last_step;
+    for (size_t k = gb.buckets[b].first; k < gb.buckets[b].last; ++k)
+      base.grad_release[static_cast<size_t>(g.params()[gb.order[k].first].grad)] = release;
+  }
+  return base;
 }
 
 Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::Comm* comm)
@@ -84,12 +113,13 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
       prog_(build_train_program(c, comm ? comm->size() : 1)),
       comm_(comm ? *comm : dist::single_process()) {
   const Graph& g = prog_.model.graph;
-  MemoryPlan plan = plan_program(be, g, prog_.schedule, plan_options);
+  MemoryPlan plan = plan_program(be, g, prog_.schedule, rank_plan_options(c, prog_, comm_.size(), plan_options));
   // Everything the run will hold, from the plan (what `loom memory` prints): refuse before any
   // allocation when it cannot fit, with the figures and the levers, instead of failing inside.
   const RankMemory rank = rank_memory(c, prog_, comm_.size());
   const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
-                         optimizer_moments(c.optimizer) * rank.optimizer_elems * static_cast<int64_t>(sizeof(float)) +
+                         (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *
+                             static_cast<int64_t>(sizeof(float)) +
                          rank.comm_buffer_bytes;
   const int64_t available = be.memory_available();
   if (available >= 0 && needed > available)
@@ -117,8 +147,21 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
     grads.push_back({static_cast<float*>(exec_->ptr(p.grad)), n});
     params_.push_back({static_cast<float*>(exec_->ptr(p.value)), n});
   }
-  sharded_ = c.optimizer.shard == OptimizerShard::state && comm_.size() > 1;
-  reducer_ = std::make_unique<dist::BucketReducer>(comm_, std::move(grads), bucket_elems(c), sharded_);
+  sharded_ = c.optimizer.shard != OptimizerShard::none && comm_.size() > 1;
+  if (sharded_ && c.optimizer.shard == OptimizerShard::state_grads) {
+    // This rank's chunk of every bucket, end to end (BucketReducer's shard).
+    const GradientBuckets gb = gradient_buckets(c, prog_);
+    int64_t elems = 0;
+    for (const dist::Bucket& b : gb.buckets) elems += dist::chunk(b.elems, comm_.size(), comm_.rank()).size();
+    grad_shard_ = static_cast<float*>(be.allocate(static_cast<size_t>(elems) * sizeof(float)));
+    if (!grad_shard_) throw std::runtime_error("could not allocate the gradient shard");
+    // A gradient the first writer does not assign is zeroed right before its buffer's first step.
+    zero_at_.resize(prog_.schedule.size());
+    for (ValueId v : prog_.zero_grads)
+      for (const BufferInfo& b : exec_->plan().buffers)
+        if (b.value == v) zero_at_[static_cast<size_t>(b.first)].push_back(v);
+  }
+  reducer_ = std::make_unique<dist::BucketReducer>(comm_, std::move(grads), bucket_elems(c), sharded_, grad_shard_);
   for (size_t b = 0; b < reducer_->num_buckets(); ++b) bucket_ready_.push_back(written[reducer_->last(b) - 1].second);
   bucket_span_.assign(reducer_->num_buckets(), -1);
   reducer_->set_on_complete([this](size_t b) {
@@ -135,7 +178,11 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
     int64_t at = 0;  // where buffer k starts in the bucket
     for (size_t k = reducer_->first(b); k < reducer_->last(b); at += params_[k++].n) {
       const int64_t lo = std::max(own.begin, at), hi = std::min(own.end, at + params_[k].n);
-      if (lo < hi) slices.push_back({.param = order_[k], .begin = lo - at, .n = hi - lo});
+      if (lo < hi)
+        slices.push_back({.param = order_[k],
+                          .begin = lo - at,
+                          .n = hi - lo,
+                          .grad = grad_shard_ ? grad_shard_ + reducer_->shard_offset(b) + (lo - own.begin) : nullptr});
     }
   }
   // Σ over ranks of their parts of the squared norm, in rank order (the same on every rank).
@@ -149,7 +196,9 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
   opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_, std::move(slices), sum_over_ranks);
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (grad_shard_) be_.deallocate(grad_shard_);
+}
 
 StepReport Trainer::step(const Batch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -159,7 +208,12 @@ StepReport Trainer::step(const Batch& batch) {
   const int64_t ranks = comm_.size();
   const auto first = static_cast<uint32_t>(comm_.rank() * nmb);  // this rank's first global minibatch
   LOOM_ASSERT(batch.batch_size == cfg_.data.batch_size, "batch size differs from the configured one");
-  for (ValueId grad : prog_.zero_grads) exec_->zero(grad);  // the others are assigned in minibatch `first`
+  // The others are assigned in minibatch `first`; sharded gradients are the arena's, assigned in
+  // every minibatch (zero_at_) and summed into the shard.
+  if (grad_shard_)
+    be_.fill_zero(grad_shard_, static_cast<size_t>(grad_shard_bytes()));
+  else
+    for (ValueId grad : prog_.zero_grads) exec_->zero(grad);
   // Seed of d(loss_sum): the loss is the mean over every example (token) of the global batch —
   // each minibatch's mean, averaged over all minibatches of all ranks, is
   // Σ / (examples per minibatch × minibatches × ranks) — times the fp16 loss scale.
@@ -177,15 +231,17 @@ StepReport Trainer::step(const Batch& batch) {
     const uint32_t mb = first + static_cast<uint32_t>(i);
     exec_->upload(prog_.model.inputs, batch.inputs.data() + mb * in_bytes);
     exec_->upload(prog_.model.labels, batch.labels.data() + mb * lab_count);
-    const RunCtx rc{.seed = cfg_.seed, .step = static_cast<uint64_t>(step_), .minibatch = mb, .first_minibatch = first};
-    if (i + 1 < nmb)
+    const RunCtx rc{.seed = cfg_.seed,
+                    .step = static_cast<uint64_t>(step_),
+                    .minibatch = mb,
+                    .first_minibatch = grad_shard_ ? mb : first};
+    if (i + 1 < nmb && !grad_shard_)
       exec_->run(rc);
     else
-      run_last_minibatch(rc);
+      run_with_buckets(rc);
     exec_->download(prog_.model.loss_sum, &results[mb].loss);
     exec_->download(prog_.model.correct, &results[mb].correct);
   }
-  reducer_->finish();
   // Every rank's results in global minibatch order, summed as one process sums its minibatches.
   comm_.all_gather_bytes(&results[first], static_cast<size_t>(nmb) * sizeof(MinibatchResult), results.data());
   StepReport r;
@@ -208,22 +264,25 @@ StepReport Trainer::step(const Batch& batch) {
   return r;
 }
 
-// The last minibatch with the gradient buckets started as they become final, and advanced
-// between kernels while the rest of the backward runs.
-void Trainer::run_last_minibatch(const RunCtx& rc) {
-  const size_t nodes = prog_.schedule.size();
-  if (reducer_->num_buckets() == 0) return exec_->run(rc);
-  size_t s = 0;
-  for (size_t b = 0; b <= reducer_->num_buckets(); ++b) {
-    const size_t until = b < reducer_->num_buckets() ? bucket_ready_[b] : nodes;
-    for (; s < until; ++s) {
-      exec_->run_steps(rc, s, s + 1);
-      reducer_->progress();
+// A minibatch (the last one, or each with sharded gradients) with the gradient buckets started as
+// they become final and advanced between kernels while the rest of the backward runs; every sum
+// has completed on return.
+void Trainer::run_with_buckets(const RunCtx& rc) {
+  const size_t nodes = prog_.schedule.size(), buckets = reducer_->num_buckets();
+  if (buckets == 0) return exec_->run(rc);
+  size_t b = 0;
+  for (size_t s = 0;; ++s) {
+    if (s < zero_at_.size())
+      for (ValueId v : zero_at_[s]) exec_->zero(v);
+    for (; b < buckets && bucket_ready_[b] == s; ++b) {
+      bucket_span_[b] = recorder_ ? recorder_->begin_span(SpanKind::communication, static_cast<int64_t>(b)) : -1;
+      reducer_->start(b);
     }
-    if (b == reducer_->num_buckets()) break;
-    bucket_span_[b] = recorder_ ? recorder_->begin_span(SpanKind::communication, static_cast<int64_t>(b)) : -1;
-    reducer_->start(b);
+    if (s == nodes) break;
+    exec_->run_steps(rc, s, s + 1);
+    reducer_->progress();
   }
+  reducer_->finish();
 }
 
 std::vector<std::vector<float>> Trainer::moments(int which) const {
@@ -281,10 +340,19 @@ std::vector<float> Trainer::param(const std::string& path) const {
 }
 
 std::vector<float> Trainer::grad(const std::string& path) const {
-  const ValueId v = prog_.model.graph.input_by_name(path);
-  if (v == kNoValue || !prog_.model.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
-  std::vector<float> out(static_cast<size_t>(prog_.model.graph.value(v).shape.numel()));
-  exec_->download(prog_.model.graph.grad_of(v), out.data());
+  const Graph& g = prog_.model.graph;
+  const ValueId v = g.input_by_name(path);
+  if (v == kNoValue || !g.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
+  std::vector<float> out(static_cast<size_t>(g.value(v).shape.numel()));
+  if (!grad_shard_) {
+    exec_->download(g.grad_of(v), out.data());
+    return out;
+  }
+  for (size_t k = 0; k < opt_->slices().size(); ++k) {  // the shard's parts of this parameter
+    const OptimSlice& sl = opt_->slices()[k];
+    if (g.params()[sl.param].value == v)
+      be_.copy_to_host(out.data() + sl.begin, opt_->tensors()[k].grad, static_cast<size_t>(sl.n) * sizeof(float));
+  }
   return out;
 }
 

@@ -16,8 +16,13 @@
 // moments of and updates only those elements, and the parameters are all-gathered; the clip norm
 // is the whole gradient's, its per-rank parts summed in rank order). The sum runs in buckets
 // of train.bucket_kib while the last minibatch's backward still computes (each bucket starts once
-// the schedule has written its gradients for the last time); buckets never change the bits. Metrics are gathered per
-// minibatch and summed in global minibatch order, as one process would.
+// the schedule has written its gradients for the last time); buckets never change the bits.
+// optimizer.shard = state+grads (ZeRO-2) also shards the gradients: they are working memory in
+// the arena (rank_plan_options), each live until its bucket's sum is taken; every minibatch's
+// gradients are reduce-scattered during its backward and this rank's chunks added into a
+// persistent gradient shard (1/N of the gradients), which the optimizer reads. The sum over ranks
+// then comes before the sum over minibatches: equal to `none` to float32 rounding, not bit for bit.
+// Metrics are gathered per minibatch and summed in global minibatch order, as one process would.
 #pragma once
 #include <memory>
 #include <string>
@@ -60,9 +65,16 @@ std::vector<std::pair<size_t, size_t>> gradient_order(const TrainProgram& p);
 // program alone (`loom memory --ranks`); a Trainer allocates exactly this.
 struct RankMemory {
   int64_t optimizer_elems = 0;    // parameter elements whose moments the largest share holds
+  int64_t grad_shard_elems = 0;   // state+grads: gradient elements the largest share keeps
   int64_t comm_buffer_bytes = 0;  // the gradient buckets' staging and receive buffers
 };
 RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks);
+
+// `base` with, under optimizer.shard = state+grads on more than one rank, every gradient planned
+// in the arena (PlanOptions::grad_release) until its bucket's sum over ranks has completed: a
+// bucket started after schedule step s - 1 completes at the latest when the bucket
+// Comm::kMaxPending later starts (the trainer waits for it there) or at the end of the schedule.
+PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks, PlanOptions base = {});
 
 struct StepReport {
   Metrics metrics;      // this step's (sum, count) pairs
@@ -94,7 +106,8 @@ class Trainer {
   void restore_progress(int64_t step, int64_t opt_count, double loss_scale, int64_t scaler_tracker,
                         int64_t scaler_skipped, int64_t scaler_consecutive = 0);
   // Host copies of a parameter (by path) and of its gradient from the last step (with sharded
-  // optimizer state only this rank's chunks of the gradient hold the sum over ranks).
+  // optimizer state only this rank's chunks of the gradient hold the sum over ranks; with
+  // state+grads the rest is zero: only the shard is kept).
   std::vector<float> param(const std::string& path) const;
   std::vector<float> grad(const std::string& path) const;
   void set_param(const std::string& path, const std::vector<float>& values);
@@ -104,6 +117,10 @@ class Trainer {
   void set_recorder(OpRecorder* r);
   // Gradient buckets summed over ranks per step (0 in a single process).
   size_t num_buckets() const { return reducer_->num_buckets(); }
+  // Bucket sums per step: every minibatch's with sharded gradients (state+grads), else the last's.
+  size_t bucket_sums_per_step() const {
+    return num_buckets() * static_cast<size_t>(grad_shard_ ? cfg_.optimizer.num_minibatches : 1);
+  }
   // Optimizer moment `which` (0: the first, mu; 1: the second, nu) of every parameter, whole, in
   // Graph::params() order (empty vectors when the optimizer keeps none). With sharded state every
   // rank must call it: the parts are gathered.
@@ -112,6 +129,8 @@ class Trainer {
   void set_moment(int which, size_t param, const float* values);
   bool sharded() const { return sharded_; }
   int64_t comm_buffer_bytes() const { return reducer_->buffer_bytes(); }
+  // Bytes of the gradient shard (state+grads on more than one rank; else 0).
+  int64_t grad_shard_bytes() const { return reducer_->shard_elems() * static_cast<int64_t>(sizeof(float)); }
 
  private:
   Config cfg_;
@@ -123,15 +142,17 @@ class Trainer {
   OpRecorder* recorder_ = nullptr;
   dist::Comm& comm_;
   // Every gradient, in the order of their last write in the schedule, summed over ranks in
-  // buckets during the last minibatch's backward: bucket b starts once the first
-  // bucket_ready_[b] scheduled nodes have run.
+  // buckets during the last minibatch's backward (every minibatch's with state+grads): bucket b
+  // starts once the first bucket_ready_[b] scheduled nodes have run.
   std::unique_ptr<dist::BucketReducer> reducer_;
-  bool sharded_ = false;                 // optimizer.shard = state on more than one rank
-  std::vector<size_t> order_;            // the parameter behind each of the reducer's buffers
-  std::vector<dist::FloatSpan> params_;  // the parameters in that order (gathered after a sharded update)
+  bool sharded_ = false;                       // optimizer.shard = state or state+grads on more than one rank
+  float* grad_shard_ = nullptr;                // state+grads: this rank's chunks of the summed gradients
+  std::vector<std::vector<ValueId>> zero_at_;  // state+grads: gradients zeroed before each schedule step
+  std::vector<size_t> order_;                  // the parameter behind each of the reducer's buffers
+  std::vector<dist::FloatSpan> params_;        // the parameters in that order (gathered after a sharded update)
   std::vector<size_t> bucket_ready_;
   std::vector<int32_t> bucket_span_;  // the recorder's communication span of each bucket in flight
-  void run_last_minibatch(const RunCtx& rc);
+  void run_with_buckets(const RunCtx& rc);
 };
 
 }  // namespace loom

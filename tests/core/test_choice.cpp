@@ -9,9 +9,9 @@
 namespace loom {
 namespace {
 
-#define TEST_FRUITS(X)  \
-  X(apple, "red")       \
-  X(pear, "green")      \
+#define TEST_FRUITS(X) \
+  X(apple, "red")      \
+  X(pear, "green")     \
   X(static_, "a keyword")
 LOOM_CHOICE(Fruit, "fruit", TEST_FRUITS)
 
@@ -22,6 +22,21 @@ TEST(Choice, NamesComeFromTheList) {
   EXPECT_EQ(choices_of(Fruit{})[1].help, "green");
   EXPECT_EQ(choice_names<Fruit>(), "apple, pear or static");
   EXPECT_EQ(choice_names<Fruit>(", "), "apple, pear, static");
+}
+
+#define TEST_MIXES(X)                       \
+  X(plain, "plain", "one fruit")            \
+  X(apple_pear, "apple+pear", "two fruits") \
+  X(static_, "static", "a keyword")
+LOOM_CHOICE_SPELLED(Mix, "mix", TEST_MIXES)
+
+TEST(Choice, SpelledListsNameEachChoiceInTheirSecondColumn) {
+  EXPECT_EQ(choice_name(Mix::apple_pear), "apple+pear");
+  EXPECT_EQ(choice_name(Mix::static_), "static");
+  EXPECT_EQ(choices_of(Mix{})[1].help, "two fruits");
+  EXPECT_EQ(parse_choice<Mix>("apple+pear"), Mix::apple_pear);
+  EXPECT_EQ(parse_choice<Mix>("apple_pear"), std::nullopt);  // the enumerator is not a name
+  EXPECT_EQ(choice_names<Mix>(), "plain, apple+pear or static");
 }
 
 TEST(Choice, ParsesEachNameBackAndNothingElse) {

@@ -3,7 +3,9 @@
 // is never smaller than the live-bytes lower bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <tuple>
 
 #include "graph/graph.h"
 #include "graph/passes/autodiff.h"
@@ -129,8 +131,8 @@ TEST(MemoryPlan, InplaceOpsReuseTheirDyingInput) {
   const ValueId y = g.node(g.add_node(OpKind::add, {shared, shared}, NoAttrs{}, "", Phase::forward)).out[0];
   g.mark_output(y);
   (void)x;
-  const MemoryPlan in = plan_memory(g, default_schedule(g), PlanOptions{true, true});
-  const MemoryPlan out = plan_memory(g, default_schedule(g), PlanOptions{false, true});
+  const MemoryPlan in = plan_memory(g, default_schedule(g), PlanOptions{true, true, {}});
+  const MemoryPlan out = plan_memory(g, default_schedule(g), PlanOptions{false, true, {}});
   EXPECT_EQ(verify_plan(g, in), "");
   // In place, dense -> silu -> gelu -> silu is one buffer; add(s, s) reads s twice, so it may
   // not write over it. Without in-place reuse every step of the chain needs a second buffer.
@@ -161,6 +163,49 @@ TEST(MemoryPlan, PersistentValuesStayOutOfTheArena) {
   EXPECT_EQ(p.param_bytes, 15 * 4);
   EXPECT_EQ(p.grad_bytes, 15 * 4);
   EXPECT_GE(p.value_offset[y], 0);
+}
+
+TEST(MemoryPlan, GradientsWithAReleaseStepLiveInTheArenaUntilThen) {
+  // Sharded gradients (optimizer.shard = state+grads): a gradient is working memory from its first
+  // write to its release step (its bucket's sum over ranks), the others stay persistent.
+  Graph g;
+  const ValueId x = g.add_input("x", Shape{2, 3}, DType::f32);
+  const ValueId w = g.add_param("w", Shape{3, 5}, {});
+  const ValueId b = g.add_param("b", Shape{5}, {});
+  const ValueId unused = g.add_param("unused", Shape{7}, {});
+  ValueId y = g.node(g.add_node(OpKind::dense, {x, w}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
+  y = g.node(g.add_node(OpKind::add, {y, b}, NoAttrs{}, "", Phase::forward)).out[0];
+  const ValueId lab = g.add_input("labels", Shape{2}, DType::i32);
+  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
+  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  const std::vector<NodeId> schedule = default_schedule(g);
+  const auto first_write = [&](ValueId grad) {
+    for (size_t s = 0; s < schedule.size(); ++s)
+      if (g.node(schedule[s]).in[0] == grad && (op_info(g.node(schedule[s]).op).flags & kOpWritesGrad))
+        return static_cast<int32_t>(s);
+    return -1;
+  };
+  const auto last = static_cast<int32_t>(schedule.size()) - 1;
+  PlanOptions opts;
+  opts.grad_release.assign(g.values().size(), -1);
+  opts.grad_release[g.grad_of(w)] = last;  // past its write
+  opts.grad_release[g.grad_of(unused)] = 1;
+  const ValueId gb = g.grad_of(b);
+  const MemoryPlan p = plan_memory(g, schedule, opts);
+  EXPECT_EQ(verify_plan(g, p), "");
+  EXPECT_EQ(p.value_offset[gb], -1);
+  EXPECT_EQ(p.grad_bytes, 5 * 4);  // only b's gradient is persistent
+  ASSERT_GE(first_write(g.grad_of(w)), 0);
+  ASSERT_EQ(first_write(g.grad_of(unused)), -1);
+  for (const auto& [grad, first, until] :
+       {std::tuple{g.grad_of(w), first_write(g.grad_of(w)), last}, std::tuple{g.grad_of(unused), 0, 1}}) {
+    EXPECT_GE(p.value_offset[grad], 0);
+    const auto it =
+        std::find_if(p.buffers.begin(), p.buffers.end(), [&](const BufferInfo& bi) { return bi.value == grad; });
+    ASSERT_NE(it, p.buffers.end());
+    EXPECT_EQ(it->first, first) << "from its first write (never written: from step 0)";
+    EXPECT_EQ(it->last, until);
+  }
 }
 
 }  // namespace

@@ -217,7 +217,7 @@ TEST(Remat, PlannedCpuMatchesUnplannedReference) {
     // The reference backend on a plan where every buffer has its own bytes (no reuse at all).
     const Config c = default_config(ov);
     auto be = make_backend("reference");
-    Trainer ref(c, *be, PlanOptions{false, false});  // same init; compare losses step by step
+    Trainer ref(c, *be, PlanOptions{false, false, {}});  // same init; compare losses step by step
     EXPECT_EQ(verify_plan(ref.model().graph, ref.plan()), "");
     const Batch b = make_batch(c.data, data_context(c));
     for (int s = 0; s < 3; ++s) {
@@ -234,7 +234,7 @@ TEST(Remat, InplacePlanningChangesNoBits) {
   std::vector<std::vector<unsigned char>> results;
   for (bool inplace : {true, false}) {
     auto be = make_backend("cpu");
-    Trainer t(c, *be, PlanOptions{inplace, true});
+    Trainer t(c, *be, PlanOptions{inplace, true, {}});
     t.step(b);
     std::vector<unsigned char> all;
     for (const StTensor& s : export_params(t.executor(), false, true))

@@ -29,10 +29,18 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
   p.value_root.resize(nv);
   std::iota(p.value_root.begin(), p.value_root.end(), 0);
 
-  for (const Value& v : g.values()) {
-    if (v.kind == ValueKind::param) p.param_bytes += v.bytes();
-    if (v.kind == ValueKind::grad) p.grad_bytes += v.bytes();
-    if (v.kind == ValueKind::input) p.input_bytes += v.bytes();
+  LOOM_ASSERT(opts.grad_release.empty() || opts.grad_release.size() == nv, "one release step per value");
+  // Whether value v is placed in the arena: activations, and gradients with a release step.
+  const auto planned = [&](ValueId v) {
+    const ValueKind k = g.value(v).kind;
+    return k == ValueKind::activation ||
+           (k == ValueKind::grad && !opts.grad_release.empty() && opts.grad_release[static_cast<size_t>(v)] >= 0);
+  };
+  for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v) {
+    const Value& val = g.value(v);
+    if (val.kind == ValueKind::param) p.param_bytes += val.bytes();
+    if (val.kind == ValueKind::grad && !planned(v)) p.grad_bytes += val.bytes();
+    if (val.kind == ValueKind::input) p.input_bytes += val.bytes();
   }
 
   // Live ranges of storage roots (views share their source's storage).
@@ -49,6 +57,8 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
       }
       for (ValueId i : n.in) {
         const ValueId r = p.value_root[i];
+        // A planned gradient is input 0 of its writers (kOpWritesGrad): the first of them starts it.
+        if (g.value(r).kind == ValueKind::grad && first[r] < 0) first[r] = s;
         LOOM_ASSERT(g.value(r).kind != ValueKind::activation || first[r] >= 0,
                     "schedule reads a value before it is produced");
         last[r] = std::max(last[r], s);
@@ -56,6 +66,11 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
     }
     for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
       if (g.value(v).is_output && first[p.value_root[v]] >= 0) last[p.value_root[v]] = nsteps - 1;
+    for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
+      if (g.value(v).kind == ValueKind::grad && planned(v)) {
+        if (first[v] < 0) first[v] = 0;  // never written: zero from the start
+        last[v] = std::min(nsteps - 1, std::max({last[v], first[v], opts.grad_release[static_cast<size_t>(v)]}));
+      }
   };
   for (int32_t s = 0; s < nsteps; ++s) {
     const Node& n = g.node(p.schedule[s]);
@@ -86,7 +101,7 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
   }
 
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
-    if (g.value(v).kind == ValueKind::activation && p.value_root[v] == v && first[v] >= 0)
+    if (planned(v) && p.value_root[v] == v && first[v] >= 0)
       p.buffers.push_back(BufferInfo{v, -1, align_up(g.value(v).bytes()), first[v], last[v]});
   LOOM_ASSERT(workspace.bytes.empty() || workspace.bytes.size() == g.nodes().size(), "one workspace size per node");
   p.workspace_threads = workspace.threads;

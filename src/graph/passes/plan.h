@@ -7,7 +7,9 @@
 // the same table without running anything.
 //
 // Rules (after ggml-alloc and tinygrad's memory planner):
-//   - only ValueKind::activation values are placed; params, grads, inputs are persistent;
+//   - only ValueKind::activation values are placed; params, grads, inputs are persistent,
+//     except the gradients given a release step (PlanOptions::grad_release: sharded gradients,
+//     which live only until their sum over ranks is taken, train/trainer.h);
 //   - a value is live from the step that produces it to the last step that reads it (outputs
 //     marked with Graph::mark_output stay live to the end);
 //   - a view (kOpView) gets no storage: it aliases its root and extends the root's live range;
@@ -49,7 +51,7 @@ struct MemoryPlan {
   int64_t arena_bytes = 0;        // the arena's size: activations and kernel workspace
   int64_t lower_bound_bytes = 0;  // max over steps of live bytes (no allocator can do better)
   int32_t peak_step = 0;          // a step where live bytes reach the lower bound
-  // Persistent memory by kind (not in the arena).
+  // Persistent memory by kind (not in the arena; gradients planned in the arena are not counted).
   int64_t param_bytes = 0, grad_bytes = 0, input_bytes = 0;
 };
 
@@ -60,6 +62,10 @@ std::vector<NodeId> default_schedule(const Graph& g);
 struct PlanOptions {
   bool inplace = true;  // let kOpInplace outputs reuse a dying input's buffer
   bool reuse = true;    // false: every buffer gets bytes of its own (the unplanned baseline for tests)
+  // Per value (indexed by ValueId; empty: none): for a gradient, a step >= 0 puts it in the arena,
+  // live from the first step that writes it (step 0 when none does) to the later of its last use
+  // and this step; -1 leaves it persistent. Such a gradient holds nothing from one run to the next.
+  std::vector<int32_t> grad_release;
 };
 
 // The kernel workspace of a program on the backend that will run it (Backend::workspace_bytes;
