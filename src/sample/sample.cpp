@@ -255,9 +255,8 @@ int run_sample(const SampleOptions& o) {
     throw UserError(o.prompt_file.empty() ? "--prompt" : "--prompt-file " + o.prompt_file, e.what(), e.hint());
   }
   if (prompt.empty()) {  // nanoGPT starts from "\n"; GPT-2 vocabularies from <|endoftext|>
-    const auto* g2 = dynamic_cast<const Gpt2Tokenizer*>(tok.get());
-    if (g2 && g2->eot_id() >= 0)
-      prompt = {g2->eot_id()};
+    if (tok->start_id() >= 0)
+      prompt = {tok->start_id()};
     else {
       try {
         prompt = tok->encode("\n");
