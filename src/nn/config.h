@@ -63,6 +63,19 @@ struct ModelConfig {
   bool tie_embeddings = false;
   InitScheme init = InitScheme::flax;
   bool embed_dropout = false;
+  // Where the parameters start from (train/model_source.h): "" = drawn by `init`; otherwise a
+  // Hugging Face model directory or a loom run or checkpoint directory, whose architecture keys
+  // this configuration takes.
+  std::string init_from;
+};
+
+// A model.* key that a starting point (model.init_from) decides, and where its value comes from.
+struct ArchKey {
+  std::string key;     // "model.hidden_size"
+  std::string origin;  // "n_embd = 768 in gpt2/config.json", for messages
+  // An architecture key, which a loom config may not contradict; false: a default of the source
+  // (model.embed_dropout for GPT-2) that a loom config may change.
+  bool fixed = true;
 };
 
 // What a model reads from outside `model.*`: the shape of one minibatch (train/config.h:
