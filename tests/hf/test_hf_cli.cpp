@@ -46,6 +46,16 @@ sample_tokens = 8
   r = run_loom("sample " + hf_golden("gpt2") + " --tokens 5 --prompt ROMEO: --temperature 0");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.rfind("ROMEO:", 0), 0u) << r.out;
+  // The run exported, and the export sampled greedily, as the run itself.
+  r = run_loom("export hf " + d.path("run") + " " + d.path("hf"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("as GPT2LMHeadModel to " + d.path("hf") + ": model.safetensors, config.json, tokenizer.json"),
+            std::string::npos)
+      << r.out;
+  const auto from_run = run_loom("sample " + d.path("run") + " --tokens 20 --prompt ROMEO: --temperature 0");
+  const auto from_export = run_loom("sample " + d.path("hf") + " --tokens 20 --prompt ROMEO: --temperature 0");
+  EXPECT_EQ(from_export.status, 0) << from_export.out;
+  EXPECT_EQ(from_export.out, from_run.out);
   // A config that contradicts the checkpoint stops before anything runs.
   r = run_loom("train " + d.path("ft.toml") + " model.num_layers=3 --init-from " + hf_golden("gpt2") + " --out " +
                d.path("run2"));
