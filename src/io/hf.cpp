@@ -219,8 +219,9 @@ nlohmann::json hf_config_json(const ModelConfig& c, int32_t bos_id, int32_t eos_
       {"use_cache", true},
       {"dtype", "float32"},
   };
-  if (bos_id >= 0) j["bos_token_id"] = bos_id;
-  if (eos_id >= 0) j["eos_token_id"] = eos_id;
+  // null, not absent: GPT2Config's defaults (50256) are outside most vocabularies.
+  j["bos_token_id"] = bos_id >= 0 ? nlohmann::json(bos_id) : nlohmann::json(nullptr);
+  j["eos_token_id"] = eos_id >= 0 ? nlohmann::json(eos_id) : nlohmann::json(nullptr);
   return j;
 }
 
@@ -285,6 +286,7 @@ std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTenso
   std::vector<StTensor> out;
   out.reserve(map.params.size());
   for (const nn::HfParam& p : map.params) {
+    LOOM_ASSERT(!p.path.empty(), "hf_to_loom: a model from config.json has every GPT-2 bias");
     auto it = found.find(p.hf_name);
     if (it == found.end()) throw UserError(source, "tensor '" + p.hf_name + "' is missing", fix);
     const StTensor& t = *it->second;
@@ -318,6 +320,11 @@ std::vector<StTensor> loom_to_hf(const ModelConfig& c, const std::map<std::strin
   std::vector<StTensor> out;
   out.reserve(map.params.size());
   for (const nn::HfParam& p : map.params) {
+    if (p.path.empty()) {  // a bias the model lacks: zero
+      out.push_back(
+          {p.hf_name, DType::f32, p.hf_shape, std::vector<unsigned char>(static_cast<size_t>(p.hf_shape.numel()) * 4)});
+      continue;
+    }
     auto it = loom.find(p.path);
     LOOM_ASSERT(it != loom.end() && it->second->dtype == DType::f32 && it->second->shape == p.shape,
                 "loom_to_hf: parameter '" + p.path + "' is missing or misshapen");

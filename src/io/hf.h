@@ -39,7 +39,7 @@ bool is_hf_model_dir(const std::string& dir);
 HfConfig read_hf_config(const std::string& dir);
 
 // config.json for `c` (nn::hf_model_map(c) must accept it), as transformers writes it for
-// GPT2LMHeadModel; bos/eos token ids when >= 0. Dropout rates are c.dropout_rate (attn_pdrop 0:
+// GPT2LMHeadModel; bos/eos token ids when >= 0 (null otherwise). Dropout rates are c.dropout_rate (attn_pdrop 0:
 // loom has no attention dropout).
 nlohmann::json hf_config_json(const ModelConfig& c, int32_t bos_id = -1, int32_t eos_id = -1);
 
@@ -58,7 +58,8 @@ std::vector<StTensor> read_hf_tensors(const std::string& dir, std::string* file 
 std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTensor>& hf, const std::string& source);
 
 // The inverse: `loom` maps every parameter path of `c` to its float32 tensor (per layer); the
-// result holds transformers' names and layouts, float32, in the order of nn::hf_model_map.
+// result holds transformers' names and layouts, float32, in the order of nn::hf_model_map (zero
+// biases for a model without biases).
 std::vector<StTensor> loom_to_hf(const ModelConfig& c, const std::map<std::string, const StTensor*>& loom);
 
 }  // namespace loom

@@ -8,20 +8,20 @@ namespace {
 void need(bool ok, const char* key, const std::string& problem) {
   if (!ok)
     throw UserError(key, problem + ": GPT2LMHeadModel cannot hold this model",
-                    "GPT-2's variant is block_order = attn_first, use_bias = true, tie_embeddings = true, "
-                    "causal_mask = true (configs/gpt2_124m.toml)");
+                    "GPT-2's variant is block_order = attn_first, tie_embeddings = true, causal_mask = true "
+                    "(configs/gpt2_124m.toml)");
 }
 }  // namespace
 
 HfModelMap hf_model_map(const ModelConfig& c) {
   need(c.kind == ModelKind::transformer, "model.kind", "is not transformer");
   need(c.block_order == BlockOrder::attn_first, "model.block_order", "is not attn_first");
-  need(c.use_bias, "model.use_bias", "is false (GPT-2 has biases)");
   need(c.tie_embeddings, "model.tie_embeddings", "is false (loom's untied head has a bias, GPT-2's lm_head none)");
   need(c.causal_mask, "model.causal_mask", "is false");
   const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = c.mlp_expansion * C;
   HfModelMap m{.architecture = "GPT2LMHeadModel", .model_type = "gpt2", .heads = H, .head_dim = D, .params = {}};
   auto add = [&](std::string hf, Shape hf_shape, std::string path, Shape shape, HfLayout layout = HfLayout::same) {
+    if (!c.use_bias && path.ends_with("/bias")) path.clear();
     m.params.push_back({.hf_name = "transformer." + hf,
                         .hf_shape = hf_shape,
                         .path = std::move(path),

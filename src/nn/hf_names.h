@@ -14,7 +14,8 @@
 //   mlp/output_layer/{kernel,bias}  mlp.c_proj.{weight [4C, C], bias}
 // and embed/embedding <- transformer.wte.weight, pos_emb <- transformer.wpe.weight [n_positions, C],
 // post_norm/{scale,bias} <- transformer.ln_f.{weight,bias}; the tied head has no tensor of its
-// own (lm_head.weight is wte's).
+// own (lm_head.weight is wte's). A model without biases (use_bias = false, nanoGPT's bias=False:
+// the default main job) is GPT-2 with every bias zero: its bias entries have no loom path.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -33,7 +34,7 @@ enum class HfLayout {
 struct HfParam {
   std::string hf_name;  // "transformer.h.0.attn.c_attn.weight"
   Shape hf_shape;       // [C, 3C]
-  std::string path;     // "block_0/attn/qkv/kernel"
+  std::string path;     // "block_0/attn/qkv/kernel"; "" for a bias the model lacks (zero)
   Shape shape;          // [C, H, 3D]
   HfLayout layout = HfLayout::same;
 };
@@ -46,8 +47,8 @@ struct HfModelMap {
 };
 
 // The map of `c`'s parameters. A model that no `transformers` architecture loom knows can hold
-// (the tutorial's mlp_first blocks, no biases, an untied head with its bias, ...) is a UserError
-// naming the model.* key.
+// (the tutorial's mlp_first blocks, an untied head with its bias, ...) is a UserError naming the
+// model.* key.
 HfModelMap hf_model_map(const ModelConfig& c);
 
 }  // namespace loom::nn

@@ -5,6 +5,7 @@
 // checked by hand with tools/check_hf_export.py: docs/ARCHITECTURE.md.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -97,6 +98,43 @@ TEST(HfExport, AnUnchangedImportExportsTheSameTensors) {
     EXPECT_EQ(t.shape, want.at(t.name).shape) << t.name;
     EXPECT_EQ(t.bytes, want.at(t.name).bytes) << t.name;
   }
+}
+
+TEST(HfExport, ABiasFreeModelIsGpt2WithZeroBiases) {
+  // nanoGPT's bias=False (the default main job's blocks): exported with zero biases, it imports as
+  // GPT-2 with the same parameters and the same loss.
+  TempDir d;
+  auto be = make_backend(Device::cpu);
+  const std::vector<std::string> data = {
+      "device=cpu",         "data.kind=random_tokens", "data.batch_size=2",        "data.seq_len=8",
+      "data.vocab_size=12", "optimizer.name=sgd",      "optimizer.learning_rate=0"};
+  std::vector<std::string> model = {
+      "model.kind=transformer", "model.block_order=attn_first", "model.use_bias=false", "model.tie_embeddings=true",
+      "model.init=gpt2",        "model.hidden_size=16",         "model.head_dim=8",     "model.num_layers=2",
+      "model.vocab_size=12",    "model.num_outputs=12",         "model.max_seq_len=8",  "model.layer_norm_eps=1e-5"};
+  model.insert(model.end(), data.begin(), data.end());
+  const Config a = default_config(model);
+  Trainer ta(a, *be);
+  const Batch b = make_batch(a.data, data_context(a));
+  const double loss_a = ta.step(b).metrics.at("loss").mean();
+  ASSERT_TRUE(save_checkpoint(ta, CheckpointState{.config_toml = config_to_toml(a)}, d.path("ckpt")).saved);
+  export_hf(d.path("ckpt"), d.path("out"));
+
+  std::vector<std::string> from = {"model.init_from=" + d.path("out")};
+  from.insert(from.end(), data.begin(), data.end());
+  const Config c = default_config(from);
+  EXPECT_TRUE(c.model.use_bias);
+  Trainer tb(c, *be);
+  ModelSource(d.path("out")).load_params(tb.executor());
+  for (const Param& p : tb.model().graph.params()) {
+    const std::string& path = tb.model().graph.value(p.value).name;
+    const std::vector<float> v = tb.param(path);
+    if (path.ends_with("/bias"))
+      EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.f; })) << path;
+    else
+      EXPECT_EQ(v, ta.param(path)) << path;
+  }
+  EXPECT_NEAR(tb.step(b).metrics.at("loss").mean(), loss_a, 1e-6);
 }
 
 TEST(HfExport, Refusals) {
