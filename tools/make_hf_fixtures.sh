@@ -11,10 +11,8 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv-hf"
-python="${PYTHON:-}"
-if [[ -z "$python" ]]; then
-  if command -v python3.11 >/dev/null 2>&1; then python=python3.11; else python=python3; fi
-fi
+# shellcheck source=tools/venv.sh
+source "$root/tools/venv.sh"
 
 pins=(
   torch==2.15.0
@@ -24,11 +22,7 @@ pins=(
   numpy==2.4.6
 )
 
-if [[ ! -x "$venv/bin/python" ]]; then
-  echo "make_hf_fixtures: creating $venv with $($python --version 2>&1)"
-  "$python" -m venv "$venv"
-fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${pins[@]}"
+make_venv "$venv" "${pins[@]}"
 
 export CUDA_VISIBLE_DEVICES=""
 "$venv/bin/python" "$root/tools/make_hf_fixtures.py" --out "$root/tests/golden/hf" \

@@ -21,18 +21,10 @@ namespace {
 namespace fs = std::filesystem;
 
 void write_json(const fs::path& path, const nlohmann::json& j) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << j.dump(2) << "\n";
-    f.flush();
-    if (!f) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw std::runtime_error("cannot write '" + path.string() + "' (disk full?)");
-    }
-  }
-  fs::rename(tmp, path);
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << j.dump(2) << "\n";
+  f.flush();
+  if (!f) throw std::runtime_error("cannot write '" + path.string() + "' (disk full?)");
 }
 
 }  // namespace
@@ -59,19 +51,31 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
   std::map<std::string, const StTensor*> by_path;
   for (const StTensor& t : params) by_path[t.name] = &t;
 
-  fs::create_directories(out_dir);
+  // Written beside OUTDIR and renamed into place: OUTDIR appears whole or not at all.
+  fs::path out = fs::absolute(out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // "DIR/"
+  const fs::path staging = out.string() + ".loom-export.tmp";
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging);
   HfExport r{.checkpoint = ck.path, .architecture = map.architecture, .files = {}, .tokenizer_note = {}};
   const std::unique_ptr<Tokenizer> tok = src.tokenizer();
   const int32_t start = tok ? tok->start_id() : -1;
-  write_safetensors((fs::path(out_dir) / "model.safetensors").string(), loom_to_hf(stored.model, by_path),
-                    {{"format", "pt"}});
-  r.files.push_back("model.safetensors");
-  write_json(fs::path(out_dir) / "config.json", hf_config_json(stored.model, start, start));
-  r.files.push_back("config.json");
-  if (const auto* hf = dynamic_cast<const HfTokenizer*>(tok.get())) {
-    write_json(fs::path(out_dir) / "tokenizer.json", hf->tokenizer_json());
-    r.files.push_back("tokenizer.json");
-  } else {
+  const auto* hf = dynamic_cast<const HfTokenizer*>(tok.get());
+  try {
+    write_safetensors((staging / "model.safetensors").string(), loom_to_hf(stored.model, by_path), {{"format", "pt"}});
+    r.files.push_back("model.safetensors");
+    write_json(staging / "config.json", hf_config_json(stored.model, start, start));
+    r.files.push_back("config.json");
+    if (hf) {
+      write_json(staging / "tokenizer.json", hf->tokenizer_json());
+      r.files.push_back("tokenizer.json");
+    }
+    fs::rename(staging, out);  // onto a missing or empty directory
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+  if (!hf) {
     r.tokenizer_note = tok ? "its " + tok->kind() +
                                  " tokenizer has no tokenizer.json (prepare the data with "
                                  "`loom prepare hf` to carry one)"

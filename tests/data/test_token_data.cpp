@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
+#include "support/files.h"
 
 namespace loom {
 
@@ -28,16 +29,9 @@ void write_tiny_gpt2_vocab(const std::string& dir, bool with_eot = true);  // te
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const std::string& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << s;
-}
+using testing::read_file;
+using testing::user_error;
+using testing::write_file;
 
 // uint16 little-endian tokens, as train.bin holds them.
 void write_tokens(const std::string& p, const std::vector<int>& ids) {
@@ -47,17 +41,6 @@ void write_tokens(const std::string& p, const std::vector<int>& ids) {
     s += static_cast<char>((t >> 8) & 0xFF);
   }
   write_file(p, s);
-}
-
-template <class F>
-std::string user_error(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a UserError";
-  return {};
 }
 
 class TokenData : public ::testing::Test {
