@@ -65,6 +65,7 @@ class Gpt2ConfigReader {
     m.max_seq_len = n_positions;
     m.layer_norm_eps = eps;
     m.block_order = BlockOrder::attn_first;
+    m.norm = NormKind::layernorm;
     m.use_bias = true;
     m.tie_embeddings = true;
     m.causal_mask = true;
@@ -84,6 +85,7 @@ class Gpt2ConfigReader {
         {.key = "model.layer_norm_eps", .origin = "layer_norm_epsilon = " + nlohmann::json(eps).dump()},
         {.key = "model.tie_embeddings", .origin = "tie_word_embeddings = true"},
         {.key = "model.block_order", .origin = a + " (attention before MLP)"},
+        {.key = "model.norm", .origin = a + " (LayerNorm)"},
         {.key = "model.use_bias", .origin = a + " (biases everywhere)"},
         {.key = "model.causal_mask", .origin = a + " (causal)"},
         {.key = "model.embed_dropout", .origin = "embd_pdrop", .fixed = false},

@@ -27,6 +27,11 @@
   X(mlp_first, "the tutorial: x + mlp(x), then x + attn(x)") \
   X(attn_first, "GPT-2: x + attn(x), then x + mlp(x)")
 
+// The normalisation layers of a transformer (model.norm; both take model.layer_norm_eps).
+#define LOOM_NORMS(X)                                                      \
+  X(layernorm, "LayerNorm: centred, scale and bias (the tutorial, GPT-2)") \
+  X(rmsnorm, "RMSNorm: root mean square, scale only (Llama's LlamaRMSNorm)")
+
 #define LOOM_INITS(X)                                            \
   X(flax, "the tutorial's Flax defaults (lecun_normal kernels)") \
   X(gpt2, "normal(0.02), residual projections / sqrt(2·layers)")
@@ -36,6 +41,7 @@ namespace loom {
 LOOM_CHOICE(ModelKind, "model kind", LOOM_MODEL_KINDS)
 LOOM_CHOICE(RematRegion, "remat region", LOOM_REMAT_REGIONS)
 LOOM_CHOICE(BlockOrder, "block order", LOOM_BLOCK_ORDERS)
+LOOM_CHOICE(NormKind, "norm", LOOM_NORMS)
 LOOM_CHOICE(InitScheme, "init", LOOM_INITS)
 
 struct ModelConfig {
@@ -59,6 +65,7 @@ struct ModelConfig {
   std::string remat_save_names;  // save_only_these_names: comma-separated scope patterns
   bool scan_layers = false;      // parameter layout only: stacked [num_layers, ...] in files
   BlockOrder block_order = BlockOrder::mlp_first;
+  NormKind norm = NormKind::layernorm;
   bool use_bias = true;
   bool tie_embeddings = false;
   InitScheme init = InitScheme::flax;

@@ -288,6 +288,8 @@ const std::vector<KeySpec>& schema() {
       only_if(
           make_choice("model.block_order", "order of the residual branches in a block", LOOM_REF(model.block_order)),
           language_model),
+      only_if(make_choice("model.norm", "normalisation layers (epsilon: model.layer_norm_eps)", LOOM_REF(model.norm)),
+              language_model),
       only_if(make_bool("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", LOOM_REF(model.use_bias)),
               language_model),
       only_if(make_bool("model.tie_embeddings",

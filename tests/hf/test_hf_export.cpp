@@ -157,6 +157,16 @@ TEST(HfExport, Refusals) {
   m = user_error([&] { export_hf(d.path("tut"), d.path("y")); });
   EXPECT_NE(m.find("model.block_order: is not attn_first"), std::string::npos) << m;
   EXPECT_FALSE(fs::exists(d.path("y")));
+  // GPT-2's blocks have LayerNorms.
+  const Config rms = default_config({"model.kind=transformer", "model.hidden_size=16", "model.head_dim=8",
+                                     "model.vocab_size=12", "model.num_outputs=12", "model.max_seq_len=8",
+                                     "model.block_order=attn_first", "model.tie_embeddings=true", "model.norm=rmsnorm",
+                                     "data.kind=random_tokens", "data.vocab_size=12", "data.seq_len=8"});
+  Trainer tr(rms, *be);
+  ASSERT_TRUE(save_checkpoint(tr, CheckpointState{.config_toml = config_to_toml(rms)}, d.path("rms")).saved);
+  m = user_error([&] { export_hf(d.path("rms"), d.path("z")); });
+  EXPECT_NE(m.find("model.norm: is not layernorm"), std::string::npos) << m;
+  EXPECT_FALSE(fs::exists(d.path("z")));
 }
 
 }  // namespace

@@ -322,6 +322,12 @@ TEST(HfGpt2, AConfigMayNotContradictTheCheckpoint) {
     default_config({"model.init_from=" + hf_golden("gpt2"), "model.layer_norm_eps=1e-6", "data.kind=random_tokens"});
   });
   EXPECT_NE(m.find("layer_norm_epsilon = 1e-05"), std::string::npos) << m;
+  m = user_error([] {
+    default_config({"model.init_from=" + hf_golden("gpt2"), "model.norm=rmsnorm", "data.kind=random_tokens"});
+  });
+  EXPECT_NE(m.find("model.norm: is \"rmsnorm\", but the model of model.init_from has GPT2LMHeadModel (LayerNorm)"),
+            std::string::npos)
+      << m;
   // Keys it does not fix may be set; the ones it fixes may be repeated.
   const Config c =
       default_config({"model.init_from=" + hf_golden("gpt2"), "model.hidden_size=32", "model.embed_dropout=false",
