@@ -10,10 +10,8 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv-golden"
-python="${PYTHON:-}"
-if [[ -z "$python" ]]; then
-  if command -v python3.11 >/dev/null 2>&1; then python=python3.11; else python=python3; fi
-fi
+# shellcheck source=tools/venv.sh
+source "$root/tools/venv.sh"
 
 pins=(
   jax==0.10.2
@@ -26,11 +24,7 @@ pins=(
   numpy==2.4.6
 )
 
-if [[ ! -x "$venv/bin/python" ]]; then
-  echo "make_goldens: creating $venv with $($python --version 2>&1)"
-  "$python" -m venv "$venv"
-fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${pins[@]}"
+make_venv "$venv" "${pins[@]}"
 
 # CPU only, so the goldens do not depend on whatever accelerator this machine has.
 export JAX_PLATFORMS=cpu

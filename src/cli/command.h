@@ -37,6 +37,7 @@ CommandBody add_profile_command(CLI::App& sub);
 CommandBody add_sample_command(CLI::App& sub);
 CommandBody add_eval_command(CLI::App& sub);
 CommandBody add_plot_command(CLI::App& sub);
+CommandBody add_export_command(CLI::App& sub);
 CommandBody add_help_command(CLI::App& sub);
 
 // "params, train, ... or help": the commands' names, for messages.

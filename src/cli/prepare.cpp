@@ -1,29 +1,55 @@
-// `loom prepare char|gpt2 INPUT OUTDIR [--val-fraction F] [--vocab DIR]` (data/prepare.h).
+// `loom prepare char|gpt2 INPUT OUTDIR [--val-fraction F] [--vocab DIR]` and
+// `loom prepare hf TOKENIZER_JSON INPUT OUTDIR` (or `hf INPUT OUTDIR --tokenizer PATH`)
+// (data/prepare.h).
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/command.h"
+#include "core/error.h"
 #include "data/prepare.h"
 
 namespace loom::cli {
 
 namespace {
 struct PrepareArgs {
-  std::string tokenizer, input, out_dir, vocab;
+  std::string tokenizer, vocab, hf_tokenizer;
+  std::vector<std::string> paths;  // [TOKENIZER_JSON] INPUT OUTDIR
   double val_fraction = 0.1;
 };
 }  // namespace
 
 CommandBody add_prepare_command(CLI::App& sub) {
   auto a = std::make_shared<PrepareArgs>();
-  sub.add_option("tokenizer", a->tokenizer, "char (sorted unique characters) or gpt2 (byte-level BPE)")
+  sub.add_option("tokenizer", a->tokenizer,
+                 "char (sorted unique characters), gpt2 (GPT-2's byte-level BPE files) or hf (a Hugging Face "
+                 "tokenizer.json with a byte-level BPE model)")
       ->required()
-      ->check(CLI::IsMember({"char", "gpt2"}));
-  sub.add_option("input", a->input, "UTF-8 text file")->required()->transform(home_path());
-  sub.add_option("outdir", a->out_dir, "output directory")->required()->transform(home_path());
+      ->check(CLI::IsMember({"char", "gpt2", "hf"}));
+  sub.add_option("paths", a->paths, "INPUT (UTF-8 text file) and OUTDIR; for hf: TOKENIZER_JSON INPUT OUTDIR")
+      ->required()
+      ->expected(2, 3)
+      ->transform(home_path());
   sub.add_option("--val-fraction", a->val_fraction, "fraction of the text held out for validation (default 0.1)");
   sub.add_option("--vocab", a->vocab, "gpt2: directory with encoder.json and vocab.bpe")->transform(home_path());
-  return [a] { return run_prepare(a->tokenizer, a->input, a->out_dir, a->val_fraction, a->vocab); };
+  sub.add_option("--tokenizer", a->hf_tokenizer, "hf: tokenizer.json, or a directory holding it")
+      ->transform(home_path());
+  return [a] {
+    std::vector<std::string> p = a->paths;
+    std::string vocab = a->tokenizer == "hf" ? a->hf_tokenizer : a->vocab;
+    if (a->tokenizer == "hf" && p.size() == 3) {
+      if (!vocab.empty())
+        throw UserError("--tokenizer", "is given twice: as --tokenizer and as the first of three paths",
+                        "give either loom prepare hf TOKENIZER_JSON INPUT OUTDIR or hf INPUT OUTDIR --tokenizer PATH");
+      vocab = p[0];
+      p.erase(p.begin());
+    }
+    if (p.size() != 2)
+      throw UserError("prepare " + a->tokenizer,
+                      "takes INPUT OUTDIR" + std::string(a->tokenizer == "hf" ? " (after TOKENIZER_JSON)" : ""),
+                      "e.g. loom prepare char data/tinyshakespeare.txt data/shakespeare_char");
+    return run_prepare(a->tokenizer, p[0], p[1], a->val_fraction, vocab);
+  };
 }
 
 }  // namespace loom::cli

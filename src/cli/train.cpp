@@ -13,6 +13,7 @@ namespace {
 struct TrainArgs {
   ConfigArgs config;
   RunOptions run;
+  std::string init_from;
   bool help_config = false;
 };
 }  // namespace
@@ -30,6 +31,8 @@ CommandBody add_train_command(CLI::App& sub) {
   sub.add_flag("--overwrite", a->run.overwrite, "replace the run already in --out");
   sub.add_option("--resume", a->run.resume, "continue the run in this directory (or ckpt_<step> directory)")
       ->transform(home_path());
+  sub.add_option("--init-from", a->init_from,
+                 "start from this model's parameters (model.init_from): a Hugging Face directory or a loom run");
   sub.add_option("--profile", a->run.profile_dir,
                  "profile a window of steps into DIR (trace.json, summary.json, memory.html)")
       ->transform(home_path());
@@ -41,6 +44,7 @@ CommandBody add_train_command(CLI::App& sub) {
     RunOptions run = a->run;
     run.config_path = a->config.path();
     run.overrides = a->config.overrides();
+    if (!a->init_from.empty()) run.overrides.push_back("model.init_from=" + a->init_from);
     run.progress_bar = isatty(STDOUT_FILENO);
     return run_train(run);
   };

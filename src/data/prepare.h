@@ -1,4 +1,4 @@
-// `loom prepare char|gpt2 INPUT OUTDIR [--val-fraction 0.1] [--vocab DIR]`: the command body,
+// `loom prepare char|gpt2|hf INPUT OUTDIR [--val-fraction 0.1] [--vocab DIR | --tokenizer PATH]`: the command body,
 // for the CLI to call. It turns a text file into a token data directory (train.bin, val.bin,
 // meta.json; see data/token_data.h) and prints a short summary, as nanoGPT's prepare.py does.
 #pragma once
@@ -7,10 +7,10 @@
 
 namespace loom {
 
-// Runs prepare_dataset(kind, input, out_dir, val_fraction, gpt2_vocab_dir) and prints the vocab
-// size, the train/val token counts and the files written to `out`. Returns 0 (the exit status);
+// Runs prepare_dataset(kind, input, out_dir, val_fraction, vocab) and prints the vocab size, the
+// train/val token counts, the token format and the files written to `out`. Returns 0 (the exit status);
 // every problem is a UserError from prepare_dataset, for the CLI to print.
 int run_prepare(const std::string& kind, const std::string& input, const std::string& out_dir, double val_fraction,
-                const std::string& gpt2_vocab_dir, FILE* out = stdout);
+                const std::string& vocab, FILE* out = stdout);
 
 }  // namespace loom

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 
 namespace loom {
@@ -23,7 +24,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kMaxVocab = 65536;  // ids must fit uint16
+constexpr int64_t kMaxUint16Vocab = 65536;  // ids of uint16 token files
+constexpr int64_t kMaxVocab = INT32_MAX;    // ids are int32 inside loom
 
 std::string errno_text(int e) {
   std::string s = "(";
@@ -110,14 +112,17 @@ void write_file_atomic(const std::string& path, const void* bytes, size_t size) 
   }
 }
 
-void write_tokens(const std::string& path, const std::vector<int32_t>& ids) {
-  std::vector<unsigned char> bytes(ids.size() * 2);
-  for (size_t i = 0; i < ids.size(); ++i) {  // little-endian whatever the host
-    bytes[2 * i] = static_cast<unsigned char>(ids[i] & 0xFF);
-    bytes[2 * i + 1] = static_cast<unsigned char>((ids[i] >> 8) & 0xFF);
-  }
+// `width` bytes per token (2: uint16, 4: uint32), little-endian whatever the host.
+void write_tokens(const std::string& path, const std::vector<int32_t>& ids, int width) {
+  std::vector<unsigned char> bytes(ids.size() * static_cast<size_t>(width));
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int b = 0; b < width; ++b)
+      bytes[i * static_cast<size_t>(width) + static_cast<size_t>(b)] =
+          static_cast<unsigned char>((static_cast<uint32_t>(ids[i]) >> (8 * b)) & 0xFF);
   write_file_atomic(path, bytes.data(), bytes.size());
 }
+
+const char* format_name(int width) { return width == 2 ? "uint16" : "uint32"; }
 
 std::string json_text(const nlohmann::json& j) {
   // Paths need not be UTF-8; replace what is not rather than fail after the tokens are written.
@@ -129,12 +134,14 @@ std::string json_text(const nlohmann::json& j) {
 // ---- prepare --------------------------------------------------------------------------------
 
 PreparedDataset prepare_dataset(const std::string& kind, const std::string& input_path, const std::string& out_dir,
-                                double val_fraction, const std::string& gpt2_vocab_dir) {
-  if (kind != "char" && kind != "gpt2") {
+                                double val_fraction, const std::string& vocab) {
+  if (kind != "char" && kind != "gpt2" && kind != "hf") {
     std::string msg = "unknown tokenizer kind '";
     msg += kind;
     msg += "'";
-    throw UserError("prepare", msg, "use 'char' (characters of the text) or 'gpt2' (GPT-2's BPE, with --vocab DIR)");
+    throw UserError("prepare", msg,
+                    "use 'char' (characters of the text), 'gpt2' (GPT-2's BPE, with --vocab DIR) or 'hf' (a "
+                    "tokenizer.json, with --tokenizer PATH)");
   }
   if (!(val_fraction > 0.0 && val_fraction < 1.0)) {
     std::string msg = "is ";
@@ -142,28 +149,23 @@ PreparedDataset prepare_dataset(const std::string& kind, const std::string& inpu
     msg += "; it must be in (0, 1)";
     throw UserError("--val-fraction", msg, "give the share of the text kept for validation, e.g. 0.1 (nanoGPT's)");
   }
-  if (kind == "gpt2" && gpt2_vocab_dir.empty())
+  if (kind == "gpt2" && vocab.empty())
     throw UserError("--vocab", "gpt2 needs GPT-2's vocabulary files",
                     "pass --vocab DIR, where DIR holds encoder.json and vocab.bpe (openai/gpt-2, models/124M)");
+  if (kind == "hf" && vocab.empty())
+    throw UserError("--tokenizer", "hf needs a Hugging Face tokenizer.json",
+                    "give it: loom prepare hf TOKENIZER_JSON INPUT OUTDIR (or --tokenizer DIR holding tokenizer.json)");
 
   // Load the vocabulary before reading a possibly large text, so its errors come first.
   std::unique_ptr<Tokenizer> tok;
-  if (kind == "gpt2") tok = Gpt2Tokenizer::load_dir(gpt2_vocab_dir);
+  if (kind == "gpt2") tok = Gpt2Tokenizer::load_dir(vocab);
+  if (kind == "hf") tok = HfTokenizer::load(vocab);
 
   const std::string text = read_input_text(input_path);
   const int64_t n = utf8_length(text, input_path);
   if (kind == "char") tok = std::make_unique<CharTokenizer>(CharTokenizer::fit(text, input_path));
-  if (tok->vocab_size() > kMaxVocab) {
-    std::string msg = "the ";
-    msg += kind;
-    msg += " vocabulary has ";
-    msg += std::to_string(tok->vocab_size());
-    msg += " tokens, more than the 65536 that uint16 token files can hold";
-    throw UserError(input_path, msg,
-                    kind == "char"
-                        ? "a text with more than 65536 distinct characters needs a subword tokenizer: use gpt2"
-                        : "use a vocabulary of at most 65536 tokens");
-  }
+  // uint16 token files while the ids fit (nanoGPT's), uint32 beyond (Llama 3's 128,256 tokens).
+  const int width = tok->vocab_size() > kMaxUint16Vocab ? 4 : 2;
 
   // nanoGPT: train_data = data[:int(n*0.9)], val_data = data[int(n*0.9):] (on characters).
   const auto n_train_chars = static_cast<int64_t>(static_cast<double>(n) * (1.0 - val_fraction));
@@ -195,6 +197,7 @@ PreparedDataset prepare_dataset(const std::string& kind, const std::string& inpu
   r.kind = kind;
   r.characters = n;
   r.vocab_size = tok->vocab_size();
+  r.format = format_name(width);
   r.train_tokens = static_cast<int64_t>(train.size());
   r.val_tokens = static_cast<int64_t>(val.size());
   r.train_path = join(out_dir, "train.bin");
@@ -207,11 +210,13 @@ PreparedDataset prepare_dataset(const std::string& kind, const std::string& inpu
     msg += errno_text(errno);
     throw UserError(r.meta_path, msg, "check the permissions of the output directory");
   }
-  write_tokens(r.train_path, train);
-  write_tokens(r.val_path, val);
+  write_tokens(r.train_path, train, width);
+  write_tokens(r.val_path, val, width);
 
   // Top-level keys in a fixed, readable order, the (possibly large) tokenizer last.
-  std::string meta = "{\n  \"format\": \"uint16\",\n  \"vocab_size\": ";
+  std::string meta = "{\n  \"format\": \"";
+  meta += r.format;
+  meta += "\",\n  \"vocab_size\": ";
   meta += std::to_string(r.vocab_size);
   meta += ",\n  \"train_tokens\": ";
   meta += std::to_string(r.train_tokens);
@@ -229,7 +234,7 @@ PreparedDataset prepare_dataset(const std::string& kind, const std::string& inpu
 TokenMeta read_token_meta(const std::string& data_dir) {
   TokenMeta m;
   m.path = join(data_dir, "meta.json");
-  const std::string fix = "prepare the data directory again: loom prepare char|gpt2 INPUT DIR";
+  const std::string fix = "prepare the data directory again: loom prepare char|gpt2|hf INPUT DIR";
   std::ifstream f(m.path, std::ios::binary);
   if (!f) {
     std::string msg = "cannot be opened ";
@@ -261,9 +266,11 @@ TokenMeta read_token_meta(const std::string& data_dir) {
     return it->get<int64_t>();
   };
   auto fmt = j.find("format");
-  if (fmt == j.end() || *fmt != "uint16")
-    throw UserError(m.path, "\"format\" is missing or not \"uint16\" (the only token format loom reads)", fix);
-  m.vocab_size = integer("vocab_size", 1, kMaxVocab);
+  if (fmt == j.end() || (*fmt != "uint16" && *fmt != "uint32"))
+    throw UserError(m.path, "\"format\" is missing or not \"uint16\" or \"uint32\" (the token formats loom reads)",
+                    fix);
+  m.token_bytes = *fmt == "uint16" ? 2 : 4;
+  m.vocab_size = integer("vocab_size", 1, m.token_bytes == 2 ? kMaxUint16Vocab : kMaxVocab);
   m.train_tokens = integer("train_tokens", 0, INT64_MAX / 2);
   m.val_tokens = integer("val_tokens", 0, INT64_MAX / 2);
   if (auto it = j.find("source"); it != j.end() && it->is_string()) m.source = it->get<std::string>();
@@ -275,10 +282,12 @@ TokenMeta read_token_meta(const std::string& data_dir) {
 
 // ---- TokenFile ------------------------------------------------------------------------------
 
-TokenFile::TokenFile(const std::string& path, int64_t vocab_size, int64_t expected_tokens)
-    : path_(path), vocab_size_(vocab_size) {
-  LOOM_ASSERT(vocab_size > 0 && vocab_size <= kMaxVocab, "TokenFile: vocab_size must be in [1, 65536]");
-  const std::string fix = "prepare the data directory again: loom prepare char|gpt2 INPUT DIR";
+TokenFile::TokenFile(const std::string& path, int64_t vocab_size, int64_t expected_tokens, int token_bytes)
+    : path_(path), vocab_size_(vocab_size), width_(token_bytes) {
+  LOOM_ASSERT(token_bytes == 2 || token_bytes == 4, "TokenFile: tokens are 2 or 4 bytes");
+  LOOM_ASSERT(vocab_size > 0 && vocab_size <= (token_bytes == 2 ? kMaxUint16Vocab : kMaxVocab),
+              "TokenFile: vocab_size must fit the token width");
+  const std::string fix = "prepare the data directory again: loom prepare char|gpt2|hf INPUT DIR";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     std::string msg = "cannot be opened ";
@@ -295,17 +304,22 @@ TokenFile::TokenFile(const std::string& path, int64_t vocab_size, int64_t expect
     ::close(fd);
     throw UserError(path, "is empty: a token file needs at least one token", fix);
   }
-  if (size % 2 != 0) {
+  const auto w = static_cast<size_t>(width_);
+  if (size % w != 0) {
     ::close(fd);
     std::string msg = "has ";
     msg += std::to_string(size);
-    msg += " bytes, an odd number: it is not a file of uint16 tokens (truncated or not a token file)";
+    msg += " bytes, not a multiple of ";
+    msg += std::to_string(w);
+    msg += ": it is not a file of ";
+    msg += format_name(width_);
+    msg += " tokens (truncated or not a token file)";
     throw UserError(path, msg, fix);
   }
-  if (expected_tokens >= 0 && static_cast<int64_t>(size / 2) != expected_tokens) {
+  if (expected_tokens >= 0 && static_cast<int64_t>(size / w) != expected_tokens) {
     ::close(fd);
     std::string msg = "has ";
-    msg += std::to_string(size / 2);
+    msg += std::to_string(size / w);
     msg += " tokens but meta.json says ";
     msg += std::to_string(expected_tokens);
     msg += " (the directory was changed after `loom prepare`)";
@@ -332,7 +346,7 @@ TokenFile::TokenFile(const std::string& path, int64_t vocab_size, int64_t expect
       std::string msg = "token ";
       msg += std::to_string(i);
       msg += " (byte offset ";
-      msg += std::to_string(2 * i);
+      msg += std::to_string(static_cast<int64_t>(w) * i);
       msg += ") is id ";
       msg += std::to_string(t);
       msg += ", outside the vocabulary of ";
@@ -352,7 +366,7 @@ TokenFile TokenFile::open_split(const std::string& data_dir, const std::string& 
   }
   const TokenMeta meta = read_token_meta(data_dir);
   return TokenFile(join(data_dir, split + ".bin"), meta.vocab_size,
-                   split == "train" ? meta.train_tokens : meta.val_tokens);
+                   split == "train" ? meta.train_tokens : meta.val_tokens, meta.token_bytes);
 }
 
 void TokenFile::unmap() {
@@ -367,7 +381,8 @@ TokenFile::TokenFile(TokenFile&& o) noexcept
     : path_(std::move(o.path_)),
       data_(std::exchange(o.data_, nullptr)),
       bytes_(std::exchange(o.bytes_, 0)),
-      vocab_size_(o.vocab_size_) {}
+      vocab_size_(o.vocab_size_),
+      width_(o.width_) {}
 
 TokenFile& TokenFile::operator=(TokenFile&& o) noexcept {
   if (this != &o) {
@@ -376,6 +391,7 @@ TokenFile& TokenFile::operator=(TokenFile&& o) noexcept {
     data_ = std::exchange(o.data_, nullptr);
     bytes_ = std::exchange(o.bytes_, 0);
     vocab_size_ = o.vocab_size_;
+    width_ = o.width_;
   }
   return *this;
 }

@@ -1,6 +1,7 @@
 // Real-text token data in nanoGPT's layout: a data directory holds
-//   train.bin, val.bin  the token ids as raw little-endian uint16, nothing else (np.memmap-able)
-//   meta.json           {"format": "uint16", "vocab_size", "train_tokens", "val_tokens",
+//   train.bin, val.bin  the token ids as raw little-endian uint16 (uint32 when the vocabulary has
+//                       more than 65536 tokens), nothing else (np.memmap-able)
+//   meta.json           {"format": "uint16" | "uint32", "vocab_size", "train_tokens", "val_tokens",
 //                        "source": the text's absolute path, "tokenizer": Tokenizer::to_json()}
 // `prepare_dataset` (the `loom prepare` command) makes it from a text file; `TokenFile` maps a
 // .bin read-only and checks it; `TokenBatcher` cuts it into (inputs, labels) batches.
@@ -21,7 +22,8 @@ namespace loom {
 
 // What prepare_dataset wrote.
 struct PreparedDataset {
-  std::string kind;        // "char" | "gpt2"
+  std::string kind;        // "char" | "gpt2" | "hf"
+  std::string format;      // "uint16" | "uint32"
   int64_t characters = 0;  // code points of the input text
   int64_t vocab_size = 0;
   int64_t train_tokens = 0;
@@ -35,18 +37,24 @@ struct PreparedDataset {
 // text and the rest the validation text, each encoded on its own (for "char" that is the same as
 // splitting the tokens; tiny Shakespeare gives 1,003,854 train and 111,540 val tokens).
 //   kind "char": the vocabulary is fitted to the whole text (CharTokenizer::fit);
-//   kind "gpt2": GPT-2's BPE from gpt2_vocab_dir/{encoder.json, vocab.bpe}.
+//   kind "gpt2": GPT-2's BPE from vocab/{encoder.json, vocab.bpe};
+//   kind "hf": the byte-level BPE of the tokenizer.json `vocab` (or vocab/tokenizer.json), with
+//     `tokenizers`' ids (data/hf_tokenizer.h).
+// Token files are uint16 for vocabularies of at most 65536 tokens, uint32 above.
 // Each file is written to "<name>.tmp", fsync'ed and renamed, and an old meta.json is removed
 // first and written last, so an interrupted run never leaves a meta.json that describes other
 // .bin files. UserErrors: unknown kind, val_fraction not in (0, 1), a missing, unreadable, empty
-// or non-UTF-8 input, a text too short to give both splits a token, no gpt2_vocab_dir for
-// "gpt2", a vocabulary above 65536 tokens (uint16), and files that cannot be written.
+// or non-UTF-8 input, a text too short to give both splits a token, no `vocab` for "gpt2" or
+// "hf", a text the tokenizer refuses (not in NFC for an NFC tokenizer), and files that cannot be
+// written.
 PreparedDataset prepare_dataset(const std::string& kind, const std::string& input_path, const std::string& out_dir,
-                                double val_fraction = 0.1, const std::string& gpt2_vocab_dir = {});
+                                double val_fraction = 0.1, const std::string& vocab = {});
 
-// meta.json of a data directory, checked: format "uint16", 1 <= vocab_size <= 65536, token
-// counts >= 0, a "tokenizer" object. Problems are UserErrors naming the file and the key.
+// meta.json of a data directory, checked: format "uint16" (1 <= vocab_size <= 65536) or "uint32"
+// (vocab_size < 2^31), token counts >= 0, a "tokenizer" object. Problems are UserErrors naming the
+// file and the key.
 struct TokenMeta {
+  int token_bytes = 2;  // 2: uint16, 4: uint32
   int64_t vocab_size = 0;
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
@@ -56,13 +64,13 @@ struct TokenMeta {
 };
 TokenMeta read_token_meta(const std::string& data_dir);
 
-// A .bin token file, memory-mapped read-only for its lifetime. Opening checks it once: it exists,
-// is not empty, has an even size, has `expected_tokens` tokens when that is >= 0, and every token
-// is < vocab_size; each failure is a UserError naming the file (and for a bad token, its index,
-// byte offset and id). Move-only.
+// A .bin token file of `token_bytes`-byte tokens (2 or 4), memory-mapped read-only for its
+// lifetime. Opening checks it once: it exists, is not empty, has a whole number of tokens, has
+// `expected_tokens` tokens when that is >= 0, and every token is < vocab_size; each failure is a
+// UserError naming the file (and for a bad token, its index, byte offset and id). Move-only.
 class TokenFile {
  public:
-  TokenFile(const std::string& path, int64_t vocab_size, int64_t expected_tokens = -1);
+  TokenFile(const std::string& path, int64_t vocab_size, int64_t expected_tokens = -1, int token_bytes = 2);
   // data_dir/<split>.bin checked against data_dir/meta.json (vocab size and token count).
   static TokenFile open_split(const std::string& data_dir, const std::string& split);
   ~TokenFile();
@@ -71,11 +79,13 @@ class TokenFile {
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
 
-  int64_t size() const { return static_cast<int64_t>(bytes_ / 2); }  // tokens
+  int64_t size() const { return static_cast<int64_t>(bytes_) / width_; }  // tokens
   // Token i (0 <= i < size()), decoded little-endian whatever the host's byte order.
   int32_t operator[](int64_t i) const {
-    const unsigned char* p = data_ + 2 * i;
-    return static_cast<int32_t>(p[0] | (p[1] << 8));
+    const unsigned char* p = data_ + width_ * i;
+    if (width_ == 2) return static_cast<int32_t>(p[0] | (p[1] << 8));
+    return static_cast<int32_t>(static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+                                static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24);
   }
   int64_t vocab_size() const { return vocab_size_; }
   const std::string& path() const { return path_; }
@@ -87,6 +97,7 @@ class TokenFile {
   const unsigned char* data_ = nullptr;
   size_t bytes_ = 0;
   int64_t vocab_size_ = 0;
+  int width_ = 2;  // bytes per token
 };
 
 enum class BatchMode { train, val };

@@ -53,9 +53,12 @@ std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const 
   return out;
 }
 
-void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
-                   const std::string& file, const std::string& prefix) {
-  const Graph& g = ex.graph();
+namespace {
+// Calls fn(param, bytes of its values) for every parameter of `g`, cut out of `tensors` in the file
+// layout; a missing tensor, a wrong shape or a non-float32 dtype is a UserError naming `file`.
+template <class Fn>
+void for_each_param(const Graph& g, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
+                    const std::string& file, const std::string& prefix, Fn&& fn) {
   for (const nn::FileTensor& f : nn::param_file_layout(g, scan_layers)) {
     const std::string name = prefix + f.name;
     auto it = tensors.find(name);
@@ -71,10 +74,27 @@ void import_params(Executor& ex, const std::map<std::string, const StTensor*>& t
                       "the file was written for a different model configuration");
     size_t off = 0;
     for (ValueId p : f.params) {
-      ex.upload(p, t.bytes.data() + off);
+      fn(p, t.bytes.data() + off);
       off += static_cast<size_t>(g.value(p).bytes());
     }
   }
+}
+}  // namespace
+
+void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
+                   const std::string& file, const std::string& prefix) {
+  for_each_param(ex.graph(), tensors, scan_layers, file, prefix,
+                 [&](ValueId p, const unsigned char* bytes) { ex.upload(p, bytes); });
+}
+
+std::vector<StTensor> params_by_path(const Graph& g, const std::map<std::string, const StTensor*>& tensors,
+                                     bool scan_layers, const std::string& file) {
+  std::vector<StTensor> out;
+  for_each_param(g, tensors, scan_layers, file, {}, [&](ValueId p, const unsigned char* bytes) {
+    const Value& v = g.value(p);
+    out.push_back({v.name, DType::f32, v.shape, std::vector<unsigned char>(bytes, bytes + v.bytes())});
+  });
+  return out;
 }
 
 }  // namespace loom

@@ -20,5 +20,10 @@ std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const 
 // tensor, a wrong shape or a non-float32 dtype is a UserError naming `file` and the tensor.
 void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
                    const std::string& file, const std::string& prefix = {});
+// The parameters of graph `g` as float32 tensors named by path (one per layer), cut out of
+// `tensors` in the file layout (stacked for scan_layers), with import_params' checks: a file's
+// parameters without an executor.
+std::vector<StTensor> params_by_path(const Graph& g, const std::map<std::string, const StTensor*>& tensors,
+                                     bool scan_layers, const std::string& file);
 
 }  // namespace loom

@@ -27,6 +27,11 @@
   X(mlp_first, "the tutorial: x + mlp(x), then x + attn(x)") \
   X(attn_first, "GPT-2: x + attn(x), then x + mlp(x)")
 
+// The normalisation layers of a transformer (model.norm; both take model.layer_norm_eps).
+#define LOOM_NORMS(X)                                                      \
+  X(layernorm, "LayerNorm: centred, scale and bias (the tutorial, GPT-2)") \
+  X(rmsnorm, "RMSNorm: root mean square, scale only (Llama's LlamaRMSNorm)")
+
 #define LOOM_INITS(X)                                            \
   X(flax, "the tutorial's Flax defaults (lecun_normal kernels)") \
   X(gpt2, "normal(0.02), residual projections / sqrt(2·layers)")
@@ -36,6 +41,7 @@ namespace loom {
 LOOM_CHOICE(ModelKind, "model kind", LOOM_MODEL_KINDS)
 LOOM_CHOICE(RematRegion, "remat region", LOOM_REMAT_REGIONS)
 LOOM_CHOICE(BlockOrder, "block order", LOOM_BLOCK_ORDERS)
+LOOM_CHOICE(NormKind, "norm", LOOM_NORMS)
 LOOM_CHOICE(InitScheme, "init", LOOM_INITS)
 
 struct ModelConfig {
@@ -59,10 +65,24 @@ struct ModelConfig {
   std::string remat_save_names;  // save_only_these_names: comma-separated scope patterns
   bool scan_layers = false;      // parameter layout only: stacked [num_layers, ...] in files
   BlockOrder block_order = BlockOrder::mlp_first;
+  NormKind norm = NormKind::layernorm;
   bool use_bias = true;
   bool tie_embeddings = false;
   InitScheme init = InitScheme::flax;
   bool embed_dropout = false;
+  // Where the parameters start from (train/model_source.h): "" = drawn by `init`; otherwise a
+  // Hugging Face model directory or a loom run or checkpoint directory, whose architecture keys
+  // this configuration takes.
+  std::string init_from;
+};
+
+// A model.* key that a starting point (model.init_from) decides, and where its value comes from.
+struct ArchKey {
+  std::string key;     // "model.hidden_size"
+  std::string origin;  // "n_embd = 768 in gpt2/config.json", for messages
+  // An architecture key, which a loom config may not contradict; false: a default of the source
+  // (model.embed_dropout for GPT-2) that a loom config may change.
+  bool fixed = true;
 };
 
 // What a model reads from outside `model.*`: the shape of one minibatch (train/config.h:

@@ -29,6 +29,12 @@ ValueId layer_norm(const Scope& s, ValueId x, DType dtype, float eps, bool use_b
   return s.op(OpKind::layer_norm, {x, scale, bias}, LayerNormAttrs{eps, dtype}).at(0);
 }
 
+ValueId rms_norm(const Scope& s, ValueId x, DType dtype, float eps) {
+  const int64_t c = s.graph().value(x).shape.last();
+  const ValueId scale = s.param("scale", Shape{c}, ParamInit{ParamInit::ones, 0});
+  return s.op(OpKind::rms_norm, {x, scale}, LayerNormAttrs{eps, dtype}).at(0);
+}
+
 ValueId dropout(const Scope& s, ValueId x, float rate, bool train) {
   if (rate == 0.f || !train) return x;
   // The stream is this node's id: unique in the graph, shared by the VJP and any recompute.

@@ -15,6 +15,8 @@ ValueId dense(const Scope& s, ValueId x, int64_t features, DType dtype, bool use
 // nn.LayerNorm(dtype): scale (ones) and bias (zeros) of [C], fp32 statistics, output in dtype.
 // use_bias = false: no bias parameter (nanoGPT's LayerNorm(bias=False)).
 ValueId layer_norm(const Scope& s, ValueId x, DType dtype, float eps, bool use_bias = true);
+// transformers' LlamaRMSNorm: scale (ones) of [C], no bias, fp32 statistics, output in dtype.
+ValueId rms_norm(const Scope& s, ValueId x, DType dtype, float eps);
 // nn.Dropout(rate): identity when rate is 0 or not training (Flax returns its input unchanged).
 ValueId dropout(const Scope& s, ValueId x, float rate, bool train);
 ValueId cast(const Scope& s, ValueId x, DType dtype);

@@ -40,10 +40,17 @@ ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const ModelConfig&
   return s.op1(OpKind::dense, {x, wv, bv}, DenseAttrs{c.dtype});
 }
 
+// The block's and the final normalisation (model.norm): LayerNorm (biases per model.use_bias) or
+// RMSNorm (none), both with model.layer_norm_eps.
+ValueId norm(const Scope& s, ValueId x, const ModelConfig& c) {
+  const auto eps = static_cast<float>(c.layer_norm_eps);
+  return c.norm == NormKind::rmsnorm ? rms_norm(s, x, c.dtype, eps) : layer_norm(s, x, c.dtype, eps, c.use_bias);
+}
+
 // MLPBlock: [B, T, C] -> [B, T, C]
 ValueId mlp_block(const Scope& s, ValueId x, const ModelConfig& c, bool train) {
   const int64_t features = s.graph().value(x).shape.last();
-  ValueId h = layer_norm(s / "pre_norm", x, c.dtype, c.layer_norm_eps, c.use_bias);
+  ValueId h = norm(s / "pre_norm", x, c);
   h = linear(s / "input_layer", h, Shape{features, c.mlp_expansion * features}, c, false);  // [B, T, 4C]
   h = s.op1(OpKind::gelu, {h});
   h = linear(s / "output_layer", h, Shape{c.mlp_expansion * features, features}, c, true);  // [B, T, C]
@@ -74,7 +81,7 @@ ValueId attention_block(const Scope& s, ValueId x, const ModelConfig& c, bool tr
   const Shape xs = g.value(x).shape;
   const int64_t B = xs[0], T = xs[1], C = xs[2];
   const int64_t H = c.hidden_size / c.head_dim, D = c.head_dim;
-  ValueId h = layer_norm(s / "pre_norm", x, c.dtype, c.layer_norm_eps, c.use_bias);
+  ValueId h = norm(s / "pre_norm", x, c);
   // DenseGeneral(features=(H, 3D)): kernel [C, H, 3D] and bias [H, 3D], used as a [C, H·3D] dense.
   const Scope qs = s / "qkv";
   ValueId qkv = linear(qs, h, Shape{C, H, 3 * D}, c, false);  // [B, T, H·3D]
@@ -121,7 +128,7 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Mo
     const Scope bs = root / name;
     x = transformer_block(c.remat.has(RematRegion::Block) ? bs.remat_region() : bs, x, c, train, dec);
   }
-  x = layer_norm(root / "post_norm", x, c.dtype, c.layer_norm_eps, c.use_bias);
+  x = norm(root / "post_norm", x, c);
   if (c.tie_embeddings)  // wte.attend(x): the embedding table, transposed, is the output layer
     x = es.op1(OpKind::dense, {x, table}, DenseAttrs{c.dtype, /*transpose_w=*/true});  // [B, T, V]
   else

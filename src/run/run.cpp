@@ -30,6 +30,7 @@
 #include "train/distributed.h"
 #include "train/evaluator.h"
 #include "train/loop.h"
+#include "train/model_source.h"
 
 namespace loom {
 
@@ -203,6 +204,10 @@ int run_train(const RunOptions& o) {
     restore_checkpoint(t, ckpt);
     data.set_val_position(ckpt.state.val_position);
     best_val = ckpt.state.best_val_loss;
+  } else if (!c.model.init_from.empty()) {  // fine-tuning: the parameters only
+    const ModelSource src(c.model.init_from);
+    src.load_params(t.executor());
+    fmt::print(o.out, "parameters from {}\n", src.description());
   }
 
   // Everything is valid: now the run directory changes, under its lock.

@@ -5,11 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "backend/registry.h"
@@ -17,14 +14,11 @@
 #include "core/rng.h"
 #include "data/tokenizer.h"
 #include "graph/passes/plan.h"
-#include "io/param_io.h"
 #include "nn/models.h"
-#include "train/checkpoint.h"
+#include "train/model_source.h"
 #include "train/trainer.h"
 
 namespace loom {
-
-namespace fs = std::filesystem;
 
 // ---- Sampler ---------------------------------------------------------------------------------
 
@@ -211,21 +205,6 @@ void write_out(std::FILE* f, std::string_view s) {
   std::fflush(f);
 }
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& ckpt_dir) {
-  const std::string path = (fs::path(ckpt_dir) / "tokenizer.json").string();
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    throw UserError(ckpt_dir, "the checkpoint has no tokenizer (tokenizer.json)",
-                    "sample from a run trained on token data (data.kind = tokens, prepared by `loom prepare`)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(path, std::string("is not valid JSON (") + e.what() + ")", "the checkpoint is corrupted");
-  }
-  return Tokenizer::from_json(j, path);
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -234,11 +213,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int run_sample(const SampleOptions& o) {
   validate_sample_options(o);
-  const Checkpoint ck = load_checkpoint(o.checkpoint, nullptr, /*with_optimizer=*/false);
-  const Config c = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
-  const std::unique_ptr<Tokenizer> tok = load_tokenizer(ck.path);
+  const ModelSource src(o.checkpoint);  // a loom run or checkpoint, or a Hugging Face directory
+  const Config& c = src.config();
+  const std::unique_ptr<Tokenizer> tok = src.tokenizer();
+  if (!tok)
+    throw UserError(o.checkpoint, "has no tokenizer (tokenizer.json)",
+                    "sample from a run trained on token data (data.kind = tokens, prepared by `loom prepare`), or "
+                    "a Hugging Face directory with its tokenizer.json");
   if (nn::model_kind(c.model.kind).language_model && tok->vocab_size() > c.model.vocab_size)
-    throw UserError(ck.path,
+    throw UserError(o.checkpoint,
                     "its tokenizer has " + std::to_string(tok->vocab_size()) + " tokens but model.vocab_size is " +
                         std::to_string(c.model.vocab_size),
                     "the tokenizer.json does not belong to this checkpoint");
@@ -255,9 +238,8 @@ int run_sample(const SampleOptions& o) {
     throw UserError(o.prompt_file.empty() ? "--prompt" : "--prompt-file " + o.prompt_file, e.what(), e.hint());
   }
   if (prompt.empty()) {  // nanoGPT starts from "\n"; GPT-2 vocabularies from <|endoftext|>
-    const auto* g2 = dynamic_cast<const Gpt2Tokenizer*>(tok.get());
-    if (g2 && g2->eot_id() >= 0)
-      prompt = {g2->eot_id()};
+    if (tok->start_id() >= 0)
+      prompt = {tok->start_id()};
     else {
       try {
         prompt = tok->encode("\n");
@@ -270,9 +252,7 @@ int run_sample(const SampleOptions& o) {
   const std::unique_ptr<Backend> be = make_backend(Device::cpu);
   set_num_threads(static_cast<int>(o.threads >= 0 ? o.threads : c.threads));
   Sampler s(c, *be);
-  std::map<std::string, const StTensor*> by_name;
-  for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
-  import_params(s.executor(), by_name, c.model.scan_layers, (fs::path(ck.path) / "model.safetensors").string());
+  src.load_params(s.executor());
 
   double prefill_s = 0, decode_s = 0;
   int64_t prefilled = 0, decode_runs = 0;
@@ -306,7 +286,7 @@ int run_sample(const SampleOptions& o) {
     std::fprintf(stderr,
                  "loom sample: %s, %d threads: prefill %lld tokens in %.1f ms; %lld tokens in %.1f ms = %.3f ms/token "
                  "(%lld program runs of %zu nodes, %.3f ms each; %lld window refills)\n",
-                 ck.path.c_str(), num_threads(), static_cast<long long>(prefilled), prefill_s * 1e3,
+                 o.checkpoint.c_str(), num_threads(), static_cast<long long>(prefilled), prefill_s * 1e3,
                  static_cast<long long>(tokens), decode_s * 1e3,
                  tokens ? decode_s * 1e3 / static_cast<double>(tokens) : 0.0, static_cast<long long>(runs),
                  s.nodes_per_token(), runs ? decode_s * 1e3 / static_cast<double>(runs) : 0.0,

@@ -287,6 +287,10 @@ void remove_stale_checkpoint_files(const std::string& run_dir) {
   }
 }
 
+CheckpointState read_checkpoint_state(const std::string& dir) {
+  return parse_state((fs::path(dir) / kStateFile).string());
+}
+
 int64_t checkpoint_step(const std::string& dir) {
   try {
     return parse_state((fs::path(dir) / kStateFile).string()).step;

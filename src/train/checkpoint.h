@@ -87,6 +87,8 @@ std::map<std::string, std::string> config_values(const std::string& toml_text);
 // differs between two config_to_toml texts; "" if none.
 std::string first_config_difference(const std::string& a_toml, const std::string& b_toml,
                                     const std::string& prefix = "");
+// A checkpoint directory's state.json, checked (UserError naming the file), without its tensors.
+CheckpointState read_checkpoint_state(const std::string& dir);
 // The step recorded in a checkpoint directory's state.json (-1 when unreadable).
 int64_t checkpoint_step(const std::string& dir);
 

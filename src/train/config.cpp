@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <span>
 #include <sstream>
 #include <string_view>
@@ -14,6 +15,7 @@
 
 #include "core/error.h"
 #include "nn/models.h"
+#include "train/model_source.h"
 
 namespace loom {
 
@@ -36,7 +38,14 @@ struct KeySpec {
   // A file or directory (nullptr: not a path): resolved when read (resolve_path), relative to the
   // config file that sets it or, on the command line, to the current directory.
   std::function<std::string&(Config&)> path = nullptr;
+  std::function<void(Config& dst, const Config& src)> copy;  // dst's value = src's
 };
+
+// copy for the key whose member `ref` returns.
+template <class Get>
+auto copier(Get ref) {
+  return [ref](Config& dst, const Config& src) { ref(dst) = ref(const_cast<Config&>(src)); };
+}
 
 // A TOML basic string holding exactly `s`: quotes, backslashes and control characters escaped, so
 // any accepted value (a path with a quote in it) reads back from config.toml and state.json.
@@ -134,7 +143,8 @@ KeySpec make_int(const char* key, const char* help, Get ref) {
               [ref](Config& c, const std::string& s) {
                 ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(parse_int(s));
               },
-          .get = [ref](const Config& c) { return std::to_string(ref(const_cast<Config&>(c))); }};
+          .get = [ref](const Config& c) { return std::to_string(ref(const_cast<Config&>(c))); },
+          .copy = copier(ref)};
 }
 template <class Get>
 KeySpec make_number(const char* key, const char* help, Get ref) {
@@ -150,7 +160,8 @@ KeySpec make_number(const char* key, const char* help, Get ref) {
                 ref(c) = *n.value<double>();
               },
           .set_text = [ref](Config& c, const std::string& s) { ref(c) = parse_number(s); },
-          .get = [ref](const Config& c) { return fmt_double(ref(const_cast<Config&>(c))); }};
+          .get = [ref](const Config& c) { return fmt_double(ref(const_cast<Config&>(c))); },
+          .copy = copier(ref)};
 }
 template <class Get>
 KeySpec make_bool(const char* key, const char* help, Get ref) {
@@ -172,7 +183,8 @@ KeySpec make_bool(const char* key, const char* help, Get ref) {
                 else
                   throw std::invalid_argument("not a boolean");
               },
-          .get = [ref](const Config& c) { return std::string(ref(const_cast<Config&>(c)) ? "true" : "false"); }};
+          .get = [ref](const Config& c) { return std::string(ref(const_cast<Config&>(c)) ? "true" : "false"); },
+          .copy = copier(ref)};
 }
 
 // A key written as a TOML string: `parse` turns the text into the member's value, `print` back.
@@ -189,7 +201,8 @@ KeySpec make_text(const char* key, const char* type, std::string expected, const
                 ref(c) = parse(*n.value<std::string>());
               },
           .set_text = [ref, parse](Config& c, const std::string& s) { ref(c) = parse(s); },
-          .get = [ref, print](const Config& c) { return toml_quote(print(ref(const_cast<Config&>(c)))); }};
+          .get = [ref, print](const Config& c) { return toml_quote(print(ref(const_cast<Config&>(c)))); },
+          .copy = copier(ref)};
 }
 template <class Get>
 KeySpec make_string(const char* key, const char* help, Get ref) {
@@ -275,6 +288,8 @@ const std::vector<KeySpec>& schema() {
       only_if(
           make_choice("model.block_order", "order of the residual branches in a block", LOOM_REF(model.block_order)),
           language_model),
+      only_if(make_choice("model.norm", "normalisation layers (epsilon: model.layer_norm_eps)", LOOM_REF(model.norm)),
+              language_model),
       only_if(make_bool("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", LOOM_REF(model.use_bias)),
               language_model),
       only_if(make_bool("model.tie_embeddings",
@@ -285,6 +300,10 @@ const std::vector<KeySpec>& schema() {
       only_if(make_bool("model.embed_dropout", "dropout after the token + position embedding (GPT-2)",
                         LOOM_REF(model.embed_dropout)),
               language_model),
+      make_path("model.init_from",
+                "start from this model's parameters, taking its architecture: a Hugging Face directory "
+                "(config.json, model.safetensors) or a loom run or checkpoint (\"\" = random init)",
+                LOOM_REF(model.init_from)),
       make_choice("optimizer.name", "optimizer (Optax semantics)", LOOM_REF(optimizer.name)),
       make_number("optimizer.learning_rate", "learning rate (the peak value when a warmup schedule is set)",
                   LOOM_REF(optimizer.learning_rate)),
@@ -437,15 +456,17 @@ std::string more_reason(const std::string& reason) {
   return reason.rfind("not ", 0) == 0 ? std::string() : " (" + reason + ")";
 }
 
-// `base`: the directory relative paths in this table are relative to ("" = leave them relative).
+// Sets every key of `t` in `c` and adds it to `given`. `base`: the directory relative paths in
+// this table are relative to ("" = leave them relative).
 void walk(Config& c, const toml::table& t, const std::string& prefix, const std::string& file,
-          const std::filesystem::path& base) {
+          const std::filesystem::path& base, std::set<std::string>& given) {
   for (const auto& [k, node] : t) {
     const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     if (const toml::table* sub = node.as_table()) {
-      walk(c, *sub, key, file, base);
+      walk(c, *sub, key, file, base, given);
       continue;
     }
+    given.insert(key);
     const KeySpec* spec = find_key(key);
     if (!spec) throw UserError(file + ": " + key, "unknown configuration key", unknown_key_fix(key));
     try {
@@ -457,6 +478,42 @@ void walk(Config& c, const toml::table& t, const std::string& prefix, const std:
     } catch (const UserError& e) {  // an unknown choice: the message names the valid ones
       throw UserError(file + ": " + key, e.what(), e.hint());
     }
+  }
+}
+
+// Applies the overrides and records their keys in `given`.
+void apply_overrides(Config& c, const std::vector<std::string>& overrides, std::set<std::string>& given) {
+  for (const std::string& o : overrides) {
+    apply_override(c, o);
+    given.insert(o.substr(0, o.find('=')));
+  }
+}
+
+// model.init_from: the source's architecture keys replace c's, except those the file or the
+// overrides gave (`given`), which must agree with the source's when the key is fixed.
+void apply_init_from(Config& c, const std::set<std::string>& given) {
+  if (c.model.init_from.empty()) return;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(c.model.init_from, ec))
+    throw UserError("model.init_from = " + c.model.init_from, "no such directory",
+                    "give a Hugging Face model directory (config.json, model.safetensors) or a loom run or checkpoint "
+                    "(in a config file a relative model.init_from is relative to that file; on the command line and "
+                    "in --init-from, to the current directory)");
+  const ModelSource src(c.model.init_from);
+  const std::string& f = c.source.empty() ? std::string("config") : c.source;
+  for (const ArchKey& k : src.keys()) {
+    const KeySpec* spec = find_key(k.key);
+    LOOM_ASSERT(spec != nullptr, "model source key '" + k.key + "' is not in the schema");
+    if (!given.count(k.key)) {
+      spec->copy(c, src.config());
+      continue;
+    }
+    const std::string mine = spec->get(c), theirs = spec->get(src.config());
+    if (k.fixed && mine != theirs)
+      throw UserError(
+          f + ": " + k.key,
+          "is " + mine + ", but the model of model.init_from has " + k.origin + ", i.e. " + k.key + " = " + theirs,
+          "remove " + k.key + " (model.init_from sets it) or start from another model");
   }
 }
 
@@ -577,7 +634,9 @@ void validate_config(const Config& c) {
 
 Config default_config(const std::vector<std::string>& overrides) {
   Config c;
-  for (const std::string& o : overrides) apply_override(c, o);
+  std::set<std::string> given;
+  apply_overrides(c, overrides, given);
+  apply_init_from(c, given);
   validate_config(c);
   return c;
 }
@@ -604,8 +663,10 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
     throw UserError(
         path, "sets no key (the file is empty, or only comments)",
         "give a config file such as configs/shakespeare_char.toml; `loom train --help-config` lists every key");
-  walk(c, t, "", path, std::filesystem::absolute(path).parent_path());
-  for (const std::string& o : overrides) apply_override(c, o);
+  std::set<std::string> given;
+  walk(c, t, "", path, std::filesystem::absolute(path).parent_path(), given);
+  apply_overrides(c, overrides, given);
+  apply_init_from(c, given);
   validate_config(c);
   return c;
 }
@@ -622,8 +683,9 @@ Config config_from_toml_text(const std::string& text, const std::string& source,
     throw UserError(source + ":" + std::to_string(where.line) + ":" + std::to_string(where.column),
                     "invalid TOML: " + std::string(e.description()), "the stored configuration is corrupted");
   }
-  walk(c, t, "", source, {});
-  for (const std::string& o : overrides) apply_override(c, o);
+  std::set<std::string> given;  // a stored configuration's init_from is resolved already
+  walk(c, t, "", source, {}, given);
+  apply_overrides(c, overrides, given);
   validate_config(c);
   return c;
 }

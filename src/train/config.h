@@ -48,7 +48,7 @@ struct Config {
   std::string source;  // the file it came from (for messages)
 };
 
-// Path keys (data.dir, train.metrics_file): a relative path set in a config file is relative to
+// Path keys (data.dir, train.metrics_file, model.init_from): a relative path set in a config file is relative to
 // that file's directory, one set by an override to the current directory; `~` and `~/...` are the
 // home directory. Both become absolute when read, so the saved configuration (config.toml, a
 // checkpoint's state) names the same files from anywhere. A checkpoint's stored configuration
@@ -56,12 +56,16 @@ struct Config {
 // `base` leaves a relative path relative.
 std::string resolve_path(const std::string& path, const std::filesystem::path& base);
 
-// Loads `path` (TOML), applies `overrides` ("section.key=value"), validates. Throws UserError.
+// Loads `path` (TOML), applies `overrides` ("section.key=value"), takes the architecture keys of
+// model.init_from when set (train/model_source.h: keys the file or the overrides do not give are
+// set from it; a given key that contradicts it is a UserError naming both values), validates.
+// Throws UserError.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
-// A configuration from TOML text (a checkpoint's stored config); `source` names it in messages.
+// A configuration from TOML text (a checkpoint's stored config, whose model.init_from was resolved
+// when it was made and is not read again); `source` names it in messages.
 Config config_from_toml_text(const std::string& text, const std::string& source,
                              const std::vector<std::string>& overrides = {});
-// The defaults with overrides applied (no file).
+// The defaults with overrides applied (no file), and model.init_from as load_config does.
 Config default_config(const std::vector<std::string>& overrides = {});
 // Applies one override to `c` (exposed for tests).
 void apply_override(Config& c, const std::string& assignment);

@@ -173,7 +173,8 @@ void expect_outputs_close(const Outputs& o, const std::string& what) {
 // is still perfectly accurate. So reductions are checked element by element against
 //   |cpu − ref| ≤ kAccumRel·A + 2·ulp_prec(A),   A = the same computation on |terms|,
 // (2 ulps of the coarsest rounding dtype involved: the compute-dtype rounding of the sum and
-// that of the output), plus NMSE where the output has enough elements for it to be meaningful.
+// that of the output), plus NMSE where the output has enough elements for it to be meaningful and
+// is not made of cancellations throughout (`cancels`).
 constexpr double kAccumRel = 1e-5;
 
 // The coarser of two float dtypes (the one with fewer significand bits).
@@ -192,7 +193,7 @@ double ulp_at(DType dt, double v) {
 }
 
 void expect_bounded(const HostTensor& cpu, const HostTensor& ref, const std::vector<double>& mag, DType prec,
-                    const std::string& what) {
+                    const std::string& what, bool cancels = false) {
   ASSERT_EQ(cpu.shape, ref.shape) << what;
   ASSERT_EQ(cpu.dtype, ref.dtype) << what;
   ASSERT_EQ(static_cast<int64_t>(mag.size()), ref.numel()) << what;
@@ -206,7 +207,7 @@ void expect_bounded(const HostTensor& cpu, const HostTensor& ref, const std::vec
       return;
     }
   }
-  if (ref.numel() >= kNmseMinElems) expect_close(cpu, ref, prec, what);
+  if (ref.numel() >= kNmseMinElems && !cancels) expect_close(cpu, ref, prec, what);
 }
 
 // Runs a multilinear op (dense family, sum_leading) on both backends, and the reference once more
@@ -355,9 +356,9 @@ void expect_tile_buffer_agrees(const GemmTile& t, T (*from_f32)(float)) {
   for (const int64_t stride : {ldc, t.ldc_whole == t.n ? t.n : t.n + 1}) {
     const std::vector<float> got = product(t.block, stride);
     const std::string what = std::string(sizeof(T) == 2 ? "bf16" : "f32") + " ta " + std::to_string(t.ta) + " tb " +
-                             std::to_string(t.tb) + " m " + std::to_string(t.m) + " n " + std::to_string(t.n) +
-                             " K " + std::to_string(t.K) + ": blocks of " + std::to_string(t.block) +
-                             " rows, row stride " + std::to_string(stride) + " vs whole";
+                             std::to_string(t.tb) + " m " + std::to_string(t.m) + " n " + std::to_string(t.n) + " K " +
+                             std::to_string(t.K) + ": blocks of " + std::to_string(t.block) + " rows, row stride " +
+                             std::to_string(stride) + " vs whole";
     if (exact) {
       EXPECT_EQ(std::memcmp(got.data(), whole.data(), whole.size() * sizeof(float)), 0) << what;
     } else {
@@ -396,64 +397,88 @@ TEST(CpuOps, SumLeading) {
 
 // ---- layer norm --------------------------------------------------------------------------
 
+// The inputs of layer_norm (x, scale, bias) or rms_norm (x, scale).
+std::vector<ValueDesc> norm_inputs(OpKind op, const Shape& x, DType xdt) {
+  std::vector<ValueDesc> in = {{x, xdt}, {Shape{x.last()}, DType::f32}};
+  if (op == OpKind::layer_norm) in.push_back({Shape{x.last()}, DType::f32});
+  return in;
+}
+
 TEST(CpuOps, LayerNorm) {
-  for (DType xdt : kFloatTypes)
-    for (DType out : f32_and(xdt))
-      for (int64_t R : kRows)
-        for (int64_t C : kWidths)
-          for (float eps : {1e-6f, 1e-5f}) {
-            const std::string what = "layer_norm x=" + dn(xdt) + " out=" + dn(out) + " R=" + std::to_string(R) +
-                                     " C=" + std::to_string(C) + " eps=" + std::to_string(eps);
-            OpCase oc(OpKind::layer_norm, {{Shape{R, C}, xdt}, {Shape{C}, DType::f32}, {Shape{C}, DType::f32}},
-                      LayerNormAttrs{eps, out});
-            oc.fill_random(next_seed());
-            expect_outputs_close(run_both(oc), what);
-          }
+  for (OpKind op : {OpKind::layer_norm, OpKind::rms_norm})
+    for (DType xdt : kFloatTypes)
+      for (DType out : f32_and(xdt))
+        for (int64_t R : kRows)
+          for (int64_t C : kWidths)
+            for (float eps : {1e-6f, 1e-5f}) {
+              const std::string what = std::string(op_name(op)) + " x=" + dn(xdt) + " out=" + dn(out) +
+                                       " R=" + std::to_string(R) + " C=" + std::to_string(C) +
+                                       " eps=" + std::to_string(eps);
+              OpCase oc(op, norm_inputs(op, Shape{R, C}, xdt), LayerNormAttrs{eps, out});
+              oc.fill_random(next_seed());
+              expect_outputs_close(run_both(oc), what);
+            }
 }
 
 TEST(CpuOps, LayerNormRank3) {
-  OpCase oc(OpKind::layer_norm, {{Shape{3, 5, 64}, DType::bf16}, {Shape{64}, DType::f32}, {Shape{64}, DType::f32}},
-            LayerNormAttrs{1e-6f, DType::bf16});
-  oc.fill_random(next_seed());
-  expect_outputs_close(run_both(oc), "layer_norm [3,5,64] bf16");
-}
-
-// Inputs for layer_norm_grad with consistent statistics: mean/rstd as the forward would save.
-void set_ln_stats(OpCase& oc, int64_t R, int64_t C) {
-  HostTensor& x = oc.input(1);
-  for (int64_t r = 0; r < R; ++r) {
-    double s = 0, sq = 0;
-    for (int64_t c = 0; c < C; ++c) s += x.get(r * C + c);
-    const double mean = s / static_cast<double>(C);
-    for (int64_t c = 0; c < C; ++c) sq += (x.get(r * C + c) - mean) * (x.get(r * C + c) - mean);
-    oc.input(3).set(r, static_cast<float>(mean));
-    oc.input(4).set(r, static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(C) + 1e-6)));
+  for (OpKind op : {OpKind::layer_norm, OpKind::rms_norm}) {
+    OpCase oc(op, norm_inputs(op, Shape{3, 5, 64}, DType::bf16), LayerNormAttrs{1e-6f, DType::bf16});
+    oc.fill_random(next_seed());
+    expect_outputs_close(run_both(oc), std::string(op_name(op)) + " [3,5,64] bf16");
   }
 }
 
-// Magnitudes of the terms of each layer_norm_grad output (see expect_bounded), in double:
-// dx: |rstd|·(|g| + mean|g| + |xhat|·mean|g·xhat|), dscale: Σ_rows |dy·xhat|, dbias: Σ_rows |dy|.
-struct LnGradMagnitudes {
+// The inputs of layer_norm_grad (dy, x, scale, mean, rstd) or rms_norm_grad (dy, x, scale, rstd).
+std::vector<ValueDesc> norm_grad_inputs(OpKind op, int64_t R, int64_t C, DType ydt, DType xdt) {
+  std::vector<ValueDesc> in = {{Shape{R, C}, ydt}, {Shape{R, C}, xdt}, {Shape{C}, DType::f32}, {Shape{R}, DType::f32}};
+  if (op == OpKind::layer_norm_grad) in.push_back({Shape{R}, DType::f32});
+  return in;
+}
+bool centred(OpKind op) { return op == OpKind::layer_norm_grad; }
+// The saved statistics of a norm_grad case: mean (0 for rms_norm_grad) and rstd of row r.
+double stat_mean(OpCase& oc, OpKind op, int64_t r) { return centred(op) ? oc.input(3).get(r) : 0.0; }
+HostTensor& stat_rstd(OpCase& oc, OpKind op) { return oc.input(centred(op) ? 4 : 3); }
+
+// Inputs for layer_norm_grad / rms_norm_grad with consistent statistics, as the forward would save.
+void set_norm_stats(OpCase& oc, OpKind op, int64_t R, int64_t C) {
+  HostTensor& x = oc.input(1);
+  for (int64_t r = 0; r < R; ++r) {
+    double s = 0, sq = 0;
+    if (centred(op))
+      for (int64_t c = 0; c < C; ++c) s += x.get(r * C + c);
+    const double mean = s / static_cast<double>(C);
+    for (int64_t c = 0; c < C; ++c) sq += (x.get(r * C + c) - mean) * (x.get(r * C + c) - mean);
+    if (centred(op)) oc.input(3).set(r, static_cast<float>(mean));
+    stat_rstd(oc, op).set(r, static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(C) + 1e-6)));
+  }
+}
+
+// Magnitudes of the terms of each norm_grad output (see expect_bounded), in double:
+// dx: |rstd|·(|g| + mean|g| + |xhat|·mean|g·xhat|) (no mean|g| term for rms_norm_grad),
+// dscale: Σ_rows |dy·xhat|, dbias: Σ_rows |dy|.
+struct NormGradMagnitudes {
   std::vector<double> dx, dscale, dbias;
 };
-LnGradMagnitudes ln_grad_magnitudes(OpCase& oc, int64_t R, int64_t C) {
-  LnGradMagnitudes m;
+NormGradMagnitudes norm_grad_magnitudes(OpCase& oc, OpKind op, int64_t R, int64_t C) {
+  NormGradMagnitudes m;
   m.dx.resize(static_cast<size_t>(R * C));
   m.dscale.assign(static_cast<size_t>(C), 0.0);
   m.dbias.assign(static_cast<size_t>(C), 0.0);
-  const HostTensor &dy = oc.input(0), &x = oc.input(1), &scale = oc.input(2), &mean = oc.input(3), &rstd = oc.input(4);
+  const HostTensor &dy = oc.input(0), &x = oc.input(1), &scale = oc.input(2), &rstd = stat_rstd(oc, op);
   for (int64_t r = 0; r < R; ++r) {
+    const double mean = stat_mean(oc, op, r);
     double g_abs = 0, gx_abs = 0;
     for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (x.get(r * C + c) - static_cast<double>(mean.get(r))) * rstd.get(r);
+      const double xhat = (x.get(r * C + c) - mean) * rstd.get(r);
       const double d = dy.get(r * C + c);
       g_abs += std::fabs(d * scale.get(c));
       gx_abs += std::fabs(d * scale.get(c) * xhat);
       m.dscale[static_cast<size_t>(c)] += std::fabs(d * xhat);
       m.dbias[static_cast<size_t>(c)] += std::fabs(d);
     }
+    if (!centred(op)) g_abs = 0;
     for (int64_t c = 0; c < C; ++c) {
-      const double xhat = (x.get(r * C + c) - static_cast<double>(mean.get(r))) * rstd.get(r);
+      const double xhat = (x.get(r * C + c) - mean) * rstd.get(r);
       m.dx[static_cast<size_t>(r * C + c)] =
           std::fabs(rstd.get(r)) * (std::fabs(dy.get(r * C + c) * scale.get(c)) + g_abs / static_cast<double>(C) +
                                     std::fabs(xhat) * gx_abs / static_cast<double>(C));
@@ -463,28 +488,27 @@ LnGradMagnitudes ln_grad_magnitudes(OpCase& oc, int64_t R, int64_t C) {
 }
 
 TEST(CpuOps, LayerNormGrad) {
-  for (DType xdt : kFloatTypes)
-    for (DType ydt : f32_and(xdt))
-      for (int64_t R : kRows)
-        for (int64_t C : kWidths)
-          for (bool real_stats : {false, true}) {
-            const std::string what = "layer_norm_grad x=" + dn(xdt) + " dy=" + dn(ydt) + " R=" + std::to_string(R) +
-                                     " C=" + std::to_string(C) + (real_stats ? " stats" : " random");
-            OpCase oc(OpKind::layer_norm_grad,
-                      {{Shape{R, C}, ydt},
-                       {Shape{R, C}, xdt},
-                       {Shape{C}, DType::f32},
-                       {Shape{R}, DType::f32},
-                       {Shape{R}, DType::f32}},
-                      LayerNormAttrs{1e-6f, ydt});
-            oc.fill_random(next_seed());
-            if (real_stats) set_ln_stats(oc, R, C);
-            const Outputs o = run_both(oc);
-            const LnGradMagnitudes m = ln_grad_magnitudes(oc, R, C);
-            expect_bounded(o.cpu[0], o.ref[0], m.dx, xdt, what + " dx");
-            expect_bounded(o.cpu[1], o.ref[1], m.dscale, DType::f32, what + " dscale");
-            expect_bounded(o.cpu[2], o.ref[2], m.dbias, DType::f32, what + " dbias");
-          }
+  for (OpKind op : {OpKind::layer_norm_grad, OpKind::rms_norm_grad})
+    for (DType xdt : kFloatTypes)
+      for (DType ydt : f32_and(xdt))
+        for (int64_t R : kRows)
+          for (int64_t C : kWidths)
+            for (bool real_stats : {false, true}) {
+              const std::string what = std::string(op_name(op)) + " x=" + dn(xdt) + " dy=" + dn(ydt) +
+                                       " R=" + std::to_string(R) + " C=" + std::to_string(C) +
+                                       (real_stats ? " stats" : " random");
+              OpCase oc(op, norm_grad_inputs(op, R, C, ydt, xdt), LayerNormAttrs{1e-6f, ydt});
+              oc.fill_random(next_seed());
+              if (real_stats) set_norm_stats(oc, op, R, C);
+              const Outputs o = run_both(oc);
+              const NormGradMagnitudes m = norm_grad_magnitudes(oc, op, R, C);
+              // One column with its own statistics: rms_norm_grad's dx = rstd·g·(1 − xhat²) with
+              // xhat² = x²/(x² + eps), all cancellation.
+              const bool cancels = !centred(op) && C == 1 && real_stats;
+              expect_bounded(o.cpu[0], o.ref[0], m.dx, xdt, what + " dx", cancels);
+              expect_bounded(o.cpu[1], o.ref[1], m.dscale, DType::f32, what + " dscale");
+              if (centred(op)) expect_bounded(o.cpu[2], o.ref[2], m.dbias, DType::f32, what + " dbias");
+            }
 }
 
 // ---- activations ---------------------------------------------------------------------------
@@ -1027,17 +1051,12 @@ TEST(CpuOptimizer, SgdMatchesReference) {
 // ---- thread-count independence ---------------------------------------------------------------
 
 TEST(CpuThreads, LayerNormGrad) {
-  for (DType dt : {DType::f32, DType::bf16}) {
-    OpCase oc(OpKind::layer_norm_grad,
-              {{Shape{300, 256}, dt},
-               {Shape{300, 256}, dt},
-               {Shape{256}, DType::f32},
-               {Shape{300}, DType::f32},
-               {Shape{300}, DType::f32}},
-              LayerNormAttrs{1e-6f, dt});
-    oc.fill_random(next_seed());
-    expect_thread_invariant(oc, "layer_norm_grad " + dn(dt));
-  }
+  for (OpKind op : {OpKind::layer_norm_grad, OpKind::rms_norm_grad})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      OpCase oc(op, norm_grad_inputs(op, 300, 256, dt, dt), LayerNormAttrs{1e-6f, dt});
+      oc.fill_random(next_seed());
+      expect_thread_invariant(oc, std::string(op_name(op)) + " " + dn(dt));
+    }
 }
 
 TEST(CpuThreads, SumLeading) {
@@ -1120,6 +1139,8 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::sum_leading, "CpuOps.SumLeading"},
     {OpKind::layer_norm, "CpuOps.LayerNorm"},
     {OpKind::layer_norm_grad, "CpuOps.LayerNormGrad"},
+    {OpKind::rms_norm, "CpuOps.LayerNorm"},
+    {OpKind::rms_norm_grad, "CpuOps.LayerNormGrad"},
     {OpKind::silu, "CpuOps.Activations"},
     {OpKind::silu_grad, "CpuOps.ActivationGrads"},
     {OpKind::gelu, "CpuOps.Activations"},

@@ -108,6 +108,40 @@ TEST(ReferenceBasics, LayerNormOf1234) {
                                 static_cast<float>(0.5 * rstd), static_cast<float>(1.5 * rstd * 2 + 0.5)}));
 }
 
+// transformers' LlamaRMSNorm: y = x / sqrt(mean(x²) + eps) · weight.
+TEST(ReferenceBasics, RmsNormOf1234) {
+  ReferenceBackend be;
+  OpCase c(OpKind::rms_norm, {{Shape{1, 4}, DType::f32}, {Shape{4}, DType::f32}}, LayerNormAttrs{1e-6f, DType::f32});
+  set_all(c.input(0), {1, 2, 3, 4});
+  set_all(c.input(1), {1, 1, 1, 2});
+  const auto out = c.run(be);
+  // mean(x²) = (1 + 4 + 9 + 16) / 4 = 7.5.
+  const double rstd = 1.0 / std::sqrt(7.5 + static_cast<double>(1e-6f));
+  EXPECT_EQ(out[1].get(0), static_cast<float>(rstd));
+  EXPECT_EQ(values(out[0]), (std::vector<float>{static_cast<float>(rstd), static_cast<float>(2 * rstd),
+                                                static_cast<float>(3 * rstd), static_cast<float>(8 * rstd)}));
+}
+
+TEST(ReferenceBasics, RmsNormGradOfOneRow) {
+  // x = (3, 4), scale 1, rstd = 1/sqrt(12.5) (no eps): xhat = x·rstd, dy = (1, 0):
+  // dx = rstd·(dy − xhat·mean(dy·xhat)) = rstd·((1, 0) − xhat·xhat₀/2); dscale = dy·xhat.
+  ReferenceBackend be;
+  OpCase c(OpKind::rms_norm_grad,
+           {{Shape{1, 2}, DType::f32}, {Shape{1, 2}, DType::f32}, {Shape{2}, DType::f32}, {Shape{1}, DType::f32}},
+           LayerNormAttrs{});
+  const double rstd = 1.0 / std::sqrt(12.5);
+  set_all(c.input(0), {1, 0});
+  set_all(c.input(1), {3, 4});
+  set_all(c.input(2), {1, 1});
+  set_all(c.input(3), {static_cast<float>(rstd)});
+  const auto out = c.run(be);
+  const double r = static_cast<float>(rstd), x0 = 3 * r, x1 = 4 * r;
+  EXPECT_FLOAT_EQ(out[0].get(0), static_cast<float>(r * (1 - x0 * x0 / 2)));
+  EXPECT_FLOAT_EQ(out[0].get(1), static_cast<float>(r * (0 - x1 * x0 / 2)));
+  EXPECT_FLOAT_EQ(out[1].get(0), static_cast<float>(x0));
+  EXPECT_FLOAT_EQ(out[1].get(1), 0.f);
+}
+
 TEST(ReferenceBasics, LayerNormGradOfConstantDy) {
   // dy = 1 with scale 1: dx = rstd·(1 − 1 − xhat·mean(xhat)) = 0 (mean(xhat) = 0);
   // dbias = Σ_rows dy = rows; dscale = Σ_rows xhat.

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "data/prepare.h"
 #include "data/tokenizer.h"
+#include "support/files.h"
 
 namespace loom {
 
@@ -28,16 +29,9 @@ void write_tiny_gpt2_vocab(const std::string& dir, bool with_eot = true);  // te
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const std::string& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << s;
-}
+using testing::read_file;
+using testing::user_error;
+using testing::write_file;
 
 // uint16 little-endian tokens, as train.bin holds them.
 void write_tokens(const std::string& p, const std::vector<int>& ids) {
@@ -47,17 +41,6 @@ void write_tokens(const std::string& p, const std::vector<int>& ids) {
     s += static_cast<char>((t >> 8) & 0xFF);
   }
   write_file(p, s);
-}
-
-template <class F>
-std::string user_error(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a UserError";
-  return {};
 }
 
 class TokenData : public ::testing::Test {
@@ -169,17 +152,33 @@ TEST_F(TokenData, InputErrors) {
   m = user_error([&] { prepare_dataset("bytes", path("short.txt"), path("out")); });
   EXPECT_NE(m.find("'bytes'"), std::string::npos) << m;
   EXPECT_FALSE(fs::exists(path("out")));
+}
 
-  // More than 65536 distinct characters do not fit uint16 ids.
+// More than 65536 distinct characters do not fit uint16 ids: the token files are uint32, meta.json
+// says so, and they read back as the tokenizer's ids.
+TEST_F(TokenData, WideVocabularyWritesUint32) {
   std::string wide;
   for (char32_t c = 0x20, k = 0; k < 65537; ++c) {
     if (c >= 0xD800 && c <= 0xDFFF) continue;
     utf8_append(wide, c);
     ++k;
   }
-  write_file(path("wide.txt"), wide);
-  m = user_error([&] { prepare_dataset("char", path("wide.txt"), path("out")); });
-  EXPECT_NE(m.find("65537 tokens"), std::string::npos) << m;
+  write_file(path("wide.txt"), wide + wide);
+  const PreparedDataset r = prepare_dataset("char", path("wide.txt"), path("out"), 0.5);
+  EXPECT_EQ(r.vocab_size, 65537);
+  EXPECT_EQ(r.format, "uint32");
+  EXPECT_EQ(fs::file_size(r.train_path), static_cast<uintmax_t>(4 * r.train_tokens));
+  const TokenMeta meta = read_token_meta(path("out"));
+  EXPECT_EQ(meta.token_bytes, 4);
+  const auto tok = Tokenizer::from_json(meta.tokenizer, meta.path);
+  const std::vector<int32_t> want = tok->encode(wide);
+  const TokenFile train = TokenFile::open_split(path("out"), "train");
+  ASSERT_EQ(train.size(), static_cast<int64_t>(want.size()));
+  for (int64_t i = 0; i < train.size(); ++i) ASSERT_EQ(train[i], want[static_cast<size_t>(i)]) << i;
+  EXPECT_EQ(train[train.size() - 1], 65536);  // the last character has the highest id
+  // A uint32 file read as uint16 data would have the wrong token count.
+  std::string m = user_error([&] { TokenFile(r.train_path, 65536, r.train_tokens); });
+  EXPECT_NE(m.find("meta.json says"), std::string::npos) << m;
 }
 
 TEST_F(TokenData, TokenFileChecks) {
@@ -199,7 +198,7 @@ TEST_F(TokenData, TokenFileChecks) {
 
   write_file(path("odd.bin"), std::string("\x01\x00\x02", 3));
   m = user_error([&] { TokenFile(path("odd.bin"), 65); });
-  EXPECT_NE(m.find("odd.bin: has 3 bytes, an odd number"), std::string::npos) << m;
+  EXPECT_NE(m.find("odd.bin: has 3 bytes, not a multiple of 2"), std::string::npos) << m;
 
   write_file(path("empty.bin"), "");
   m = user_error([&] { TokenFile(path("empty.bin"), 65); });

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "support/files.h"
 
 namespace loom {
 
@@ -26,6 +27,10 @@ void write_tiny_gpt2_vocab(const std::string& dir, bool with_eot = true);
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_file;
+using testing::TempDir;
+using testing::user_error;
+using testing::write_file;
 
 // Merges in rank order. "Ã ©" is é's two UTF-8 bytes (C3 A9, both printable, so their own
 // symbols); "æĹ ¥" builds 日 (E6 97 A5) from its three byte symbols.
@@ -35,45 +40,6 @@ std::string sym(uint8_t b) {
   std::string s;
   utf8_append(s, gpt2_byte_to_unicode(b));
   return s;
-}
-
-std::string read_file(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const std::string& p, const std::string& s) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f << s;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "loom_tok_XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name = {}) const { return name.empty() ? dir_.string() : (dir_ / name).string(); }
-
- private:
-  fs::path dir_;
-};
-
-// The error message of `f()`, which must throw UserError.
-template <class F>
-std::string user_error(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a UserError";
-  return {};
 }
 
 std::string shakespeare() { return read_file(LOOM_SOURCE_DIR "/data/tinyshakespeare.txt"); }

@@ -32,6 +32,7 @@ using testing::Result;
 constexpr testing::OpTestTable kFdCase = testing::op_test_table({
     {OpKind::dense, "VjpFd.DenseWithBiasRank3"},
     {OpKind::layer_norm, "VjpFd.LayerNorm"},
+    {OpKind::rms_norm, "VjpFd.RmsNorm"},
     {OpKind::silu, "VjpFd.Silu"},
     {OpKind::gelu, "VjpFd.Gelu"},
     {OpKind::dropout, "VjpFd.Dropout"},
@@ -99,6 +100,18 @@ TEST(VjpFd, LayerNorm) {
         const ValueId scale = s.param("scale", Shape{6}, {});
         const ValueId bias = s.param("bias", Shape{6}, {});
         return s.op(OpKind::layer_norm, {x, scale, bias}, LayerNormAttrs{1e-6f, DType::f32})[0];
+      },
+      o);
+}
+
+TEST(VjpFd, RmsNorm) {
+  Options o;
+  o.init = [](const std::string& path, int64_t, float d) { return path == "op/scale" ? 1.f + 0.3f * d : d; };
+  check_vjp(
+      [](const Scope& s) {
+        const ValueId x = s.param("x", Shape{3, 6}, {});
+        const ValueId scale = s.param("scale", Shape{6}, {});
+        return s.op(OpKind::rms_norm, {x, scale}, LayerNormAttrs{1e-6f, DType::f32})[0];
       },
       o);
 }

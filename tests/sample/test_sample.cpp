@@ -46,7 +46,7 @@ namespace fs = std::filesystem;
 constexpr int64_t kVocab = 20, kMaxLen = 16;
 
 // The brief's tiny model: GPT-2 style (attn_first, tied embeddings, no biases) unless `variant`
-// overrides it ("tutorial": mlp_first, untied, biases).
+// overrides it ("tutorial": mlp_first, untied, biases; "rmsnorm": GPT-2 style with RMSNorm).
 Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype = "float32") {
   std::vector<std::string> ov = {"model.kind=transformer",  "model.hidden_size=32",
                                  "model.num_layers=2",      "model.head_dim=8",
@@ -55,7 +55,8 @@ Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype
                                  "data.kind=random_tokens", "data.seq_len=16",
                                  "data.vocab_size=20",      "data.batch_size=2",
                                  "model.dtype=" + dtype,    "seed=7"};
-  if (variant == "gpt2") {
+  if (variant == "rmsnorm") ov.push_back("model.norm=rmsnorm");
+  if (variant == "gpt2" || variant == "rmsnorm") {
     for (const char* o :
          {"model.block_order=attn_first", "model.tie_embeddings=true", "model.use_bias=false", "model.init=gpt2"})
       ov.push_back(o);
@@ -142,11 +143,35 @@ TEST(Decoder, LogitsMatchTrainingForwardF32) {
   CpuBackend cpu;
   expect_decoder_matches(tiny_config("gpt2"), cpu, 1e-5);
   expect_decoder_matches(tiny_config("tutorial"), cpu, 1e-5);
+  expect_decoder_matches(tiny_config("rmsnorm"), cpu, 1e-5);
 }
 
 TEST(Decoder, LogitsMatchTrainingForwardReference) {
   ReferenceBackend ref;
   expect_decoder_matches(tiny_config("gpt2"), ref, 1e-5);
+  expect_decoder_matches(tiny_config("rmsnorm"), ref, 1e-5);
+}
+
+// model.norm = rmsnorm: every norm of the model is an rms_norm with a scale and no bias (the
+// decoder's program too), with model.layer_norm_eps.
+TEST(Decoder, RmsNormModelHasOnlyRmsNorms) {
+  const Config c = tiny_config("rmsnorm");
+  for (bool decoder : {false, true}) {
+    const nn::ModelGraph m = decoder ? nn::build_transformer_decoder(c.model, 1, kMaxLen)
+                                     : nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, true);
+    int rms = 0;
+    for (const Node& n : m.graph.nodes()) {
+      EXPECT_NE(n.op, OpKind::layer_norm) << n.scope;
+      if (n.op != OpKind::rms_norm) continue;
+      ++rms;
+      EXPECT_EQ(std::get<LayerNormAttrs>(n.attrs).eps, static_cast<float>(c.model.layer_norm_eps));
+    }
+    EXPECT_EQ(rms, 2 * c.model.num_layers + 1) << "pre_norm of attention and MLP per layer, post_norm";
+    for (const Param& p : m.graph.params()) {
+      const std::string& name = m.graph.value(p.value).name;
+      EXPECT_FALSE(name.find("_norm/") != std::string::npos && !name.ends_with("/scale")) << name;
+    }
+  }
 }
 
 // bf16 compute: both programs round the same intermediates to bf16, but an f32 summation-order

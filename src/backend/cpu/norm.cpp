@@ -1,6 +1,7 @@
-// CPU kernels for layer_norm and its backward op (graph/ops/norm.cpp). Statistics in f32, one
-// row per iteration, OpenMP over rows; per-thread row buffers and the backward's partial sums in
-// the node's workspace (workspace.h).
+// CPU kernels for layer_norm, rms_norm and their backward ops (graph/ops/norm.cpp). Statistics in
+// f32, one row per iteration, OpenMP over rows; per-thread row buffers and the backward's partial
+// sums in the node's workspace (workspace.h). RMS normalisation is layer normalisation with the
+// mean taken as 0 and no bias: each kernel is a template on kCentred that serves both.
 #include <algorithm>
 #include <cmath>
 
@@ -29,18 +30,24 @@ LayerNormSpans layer_norm_spans(Bump& ws, const KernelArgs& a) {
 
 // Per row of C elements: mean = Σx/C, var = Σ(x − mean)²/C (two passes, f32), rstd =
 // 1/sqrtf(var + eps), y = round_dtype((x − mean)·rstd·scale + bias); mean and rstd stored as f32.
-void cpu_layer_norm(const KernelArgs& a) {
+// Not centred: var = Σx²/C, y = round_dtype(x·rstd·scale), rstd stored. Inputs (x, scale[, bias]),
+// outputs (y[, mean], rstd).
+namespace {
+template <bool kCentred>
+void cpu_norm(const KernelArgs& a) {
   const auto& at = std::get<LayerNormAttrs>(a.node.attrs);
   const TensorArg& x = a.in[0];
   const TensorArg& y = a.out[0];
   const int64_t C = x.shape.last(), R = x.shape.rows();
-  LOOM_ASSERT(a.in[1].shape.numel() == C && a.in[2].shape.numel() == C && y.shape == x.shape);
-  LOOM_ASSERT(a.in[1].dtype == DType::f32 && a.in[2].dtype == DType::f32);
-  LOOM_ASSERT(a.out[1].shape.numel() == R && a.out[2].shape.numel() == R);
+  LOOM_ASSERT(a.in[1].shape.numel() == C && a.in[1].dtype == DType::f32 && y.shape == x.shape);
+  if constexpr (kCentred) {
+    LOOM_ASSERT(a.in[2].shape.numel() == C && a.in[2].dtype == DType::f32);
+  }
+  LOOM_ASSERT(a.out[1].shape.numel() == R && a.out.back().shape.numel() == R);
   const float* scale = a.in[1].as<float>();
-  const float* bias = a.in[2].as<float>();
-  float* mean_out = a.out[1].as<float>();
-  float* rstd_out = a.out[2].as<float>();
+  const float* bias = kCentred ? a.in[2].as<float>() : nullptr;
+  float* mean_out = kCentred ? a.out[1].as<float>() : nullptr;
+  float* rstd_out = a.out[kCentred ? 2 : 1].as<float>();
   const auto fc = static_cast<float>(C);
   Bump ws(a.workspace);
   const LayerNormSpans s = layer_norm_spans(ws, a);
@@ -48,25 +55,34 @@ void cpu_layer_norm(const KernelArgs& a) {
   for (int64_t r = 0; r < R; ++r) {
     const float* xr = row_f32(x, r * C, C, s.x.mine());
     float* t = y.dtype == DType::f32 ? y.as<float>() + r * C : s.y.mine();
-    const float mean = sum_f32(xr, C) / fc;
-    for (int64_t c = 0; c < C; ++c) t[c] = xr[c] - mean;
-    const float var = dot_f32(t, t, C) / fc;
-    const float rstd = 1.f / std::sqrt(var + at.eps);
-    for (int64_t c = 0; c < C; ++c) t[c] = t[c] * rstd * scale[c] + bias[c];
+    if constexpr (kCentred) {
+      const float mean = sum_f32(xr, C) / fc;
+      for (int64_t c = 0; c < C; ++c) t[c] = xr[c] - mean;
+      const float var = dot_f32(t, t, C) / fc;
+      const float rstd = 1.f / std::sqrt(var + at.eps);
+      for (int64_t c = 0; c < C; ++c) t[c] = t[c] * rstd * scale[c] + bias[c];
+      mean_out[r] = mean;
+      rstd_out[r] = rstd;
+    } else {
+      const float rstd = 1.f / std::sqrt(dot_f32(xr, xr, C) / fc + at.eps);
+      for (int64_t c = 0; c < C; ++c) t[c] = xr[c] * rstd * scale[c];
+      rstd_out[r] = rstd;
+    }
     if (y.dtype != DType::f32) store_f32(t, y.data, y.dtype, r * C, C);
-    mean_out[r] = mean;
-    rstd_out[r] = rstd;
   }
 }
+}  // namespace
 
 // With the saved statistics: xhat = (x − mean)·rstd, g = dy·scale,
-// dx = rstd·(g − mean_row(g) − xhat·mean_row(g·xhat)), dscale = Σ_rows dy·xhat, dbias = Σ_rows dy.
-// dscale/dbias: the rows are split into a number of chunks that depends only on R; each chunk
-// accumulates its rows in order into its own partial rows, and the partials are added in chunk
-// order, so the result does not depend on the thread count.
+// dx = rstd·(g − mean_row(g) − xhat·mean_row(g·xhat)), dscale = Σ_rows dy·xhat, dbias = Σ_rows dy;
+// not centred, mean = 0 and the mean_row(g) term goes. Inputs (dy, x, scale[, mean], rstd),
+// outputs (dx, dscale[, dbias]). dscale/dbias: the rows are split into a number of chunks that depends only on R; each
+// chunk accumulates its rows in order into its own partial rows, and the partials are added in chunk order, so the
+// result does not depend on the thread count.
 namespace {
 constexpr int64_t kMaxChunks = 32;
-// The partial sums ([chunks, C] for dscale, then [chunks, C] for dbias) and per thread xhat, g and
+// The partial sums ([chunks, C] for dscale, then [chunks, C] for dbias, also taken when not centred)
+// and per thread xhat, g and
 // the rows of dy and x widened (when they are not f32).
 struct LayerNormGradSpans {
   float* part;
@@ -85,26 +101,25 @@ LayerNormGradSpans layer_norm_grad_spans(Bump& ws, const KernelArgs& a) {
           .x = ws.per_thread<float>(row_floats(x, C), team),
           .team = team};
 }
-}  // namespace
 
-void cpu_layer_norm_grad(const KernelArgs& a) {
+template <bool kCentred>
+void cpu_norm_grad(const KernelArgs& a) {
   const TensorArg& dy = a.in[0];
   const TensorArg& x = a.in[1];
   const TensorArg& dx = a.out[0];
   const int64_t C = x.shape.last(), R = x.shape.rows();
   LOOM_ASSERT(dy.shape == x.shape && dx.shape == x.shape);
   LOOM_ASSERT(a.in[2].shape.numel() == C && a.in[2].dtype == DType::f32);
-  LOOM_ASSERT(a.in[3].shape.numel() == R && a.in[3].dtype == DType::f32);
-  LOOM_ASSERT(a.in[4].shape.numel() == R && a.in[4].dtype == DType::f32);
-  LOOM_ASSERT(a.out[1].shape.numel() == C && a.out[2].shape.numel() == C);
+  for (size_t i = 3; i < a.in.size(); ++i) LOOM_ASSERT(a.in[i].shape.numel() == R && a.in[i].dtype == DType::f32);
+  for (size_t i = 1; i < a.out.size(); ++i) LOOM_ASSERT(a.out[i].shape.numel() == C);
   const float* scale = a.in[2].as<float>();
-  const float* mean_in = a.in[3].as<float>();
-  const float* rstd_in = a.in[4].as<float>();
+  const float* mean_in = kCentred ? a.in[3].as<float>() : nullptr;
+  const float* rstd_in = a.in[kCentred ? 4 : 3].as<float>();
   float* dscale = a.out[1].as<float>();
-  float* dbias = a.out[2].as<float>();
+  float* dbias = kCentred ? a.out[2].as<float>() : nullptr;
   if (R == 0) {
     std::fill(dscale, dscale + C, 0.f);
-    std::fill(dbias, dbias + C, 0.f);
+    if (dbias) std::fill(dbias, dbias + C, 0.f);
     return;
   }
   const int64_t nchunks = std::min(R, kMaxChunks);
@@ -123,7 +138,7 @@ void cpu_layer_norm_grad(const KernelArgs& a) {
     for (int64_t r = ch * R / nchunks; r < (ch + 1) * R / nchunks; ++r) {
       const float* dyr = row_f32(dy, r * C, C, s.dy.mine());
       const float* xr = row_f32(x, r * C, C, s.x.mine());
-      const float mean = mean_in[r], rstd = rstd_in[r];
+      const float mean = kCentred ? mean_in[r] : 0.f, rstd = rstd_in[r];
       // The rows never overlap; without `omp simd` GCC gives up on the alias checks and this
       // loop stays scalar.
 #pragma omp simd
@@ -133,7 +148,7 @@ void cpu_layer_norm_grad(const KernelArgs& a) {
         ds[c] += dyr[c] * xhat[c];
         db[c] += dyr[c];
       }
-      const float g_mean = sum_f32(g, C) / fc;
+      const float g_mean = kCentred ? sum_f32(g, C) / fc : 0.f;
       const float gx_mean = dot_f32(g, xhat, C) / fc;
       // g becomes dx (f32) in place, then is stored in x's dtype.
       for (int64_t c = 0; c < C; ++c) g[c] = rstd * (g[c] - g_mean - xhat[c] * gx_mean);
@@ -148,11 +163,19 @@ void cpu_layer_norm_grad(const KernelArgs& a) {
       b += part[(nchunks + ch) * C + c];
     }
     dscale[c] = s;
-    dbias[c] = b;
+    if (dbias) dbias[c] = b;
   }
 }
+}  // namespace
+
+void cpu_layer_norm(const KernelArgs& a) { cpu_norm<true>(a); }
+void cpu_rms_norm(const KernelArgs& a) { cpu_norm<false>(a); }
+void cpu_layer_norm_grad(const KernelArgs& a) { cpu_norm_grad<true>(a); }
+void cpu_rms_norm_grad(const KernelArgs& a) { cpu_norm_grad<false>(a); }
 
 int64_t cpu_workspace_layer_norm(const KernelArgs& a) { return workspace_of<layer_norm_spans>(a); }
 int64_t cpu_workspace_layer_norm_grad(const KernelArgs& a) { return workspace_of<layer_norm_grad_spans>(a); }
+int64_t cpu_workspace_rms_norm(const KernelArgs& a) { return workspace_of<layer_norm_spans>(a); }
+int64_t cpu_workspace_rms_norm_grad(const KernelArgs& a) { return workspace_of<layer_norm_grad_spans>(a); }
 
 }  // namespace loom

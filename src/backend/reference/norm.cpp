@@ -1,4 +1,6 @@
-// Reference kernels for layer_norm and its backward op (graph/ops/norm.cpp).
+// Reference kernels for layer_norm, rms_norm and their backward ops (graph/ops/norm.cpp). RMS
+// normalisation is layer normalisation with the mean taken as 0 and no bias: one kernel serves
+// both, told which by `centred`.
 #include <cmath>
 #include <vector>
 
@@ -10,23 +12,27 @@ namespace loom {
 using refk::ld;
 using refk::st;
 
-// Per row of C elements: mean = Σx/C, var = Σ(x − mean)²/C (two passes), rstd = 1/sqrt(var + eps),
-// y = round_dtype((x − mean)·rstd·scale + bias); mean and rstd are stored as f32.
-void ref_layer_norm(const KernelArgs& a) {
+namespace {
+
+// Per row of C elements: mean = Σx/C (0 when not centred), var = Σ(x − mean)²/C (two passes),
+// rstd = 1/sqrt(var + eps), y = round_dtype((x − mean)·rstd·scale (+ bias)); the statistics (mean
+// when centred, then rstd) stored as f32. Inputs (x, scale[, bias]), outputs (y[, mean], rstd).
+void ref_norm(const KernelArgs& a, bool centred) {
   const auto& at = std::get<LayerNormAttrs>(a.node.attrs);
   const TensorArg& x = a.in[0];
   const TensorArg& scale = a.in[1];
-  const TensorArg& bias = a.in[2];
+  const TensorArg* bias = centred ? &a.in[2] : nullptr;
   const TensorArg& y = a.out[0];
-  const TensorArg& mean_out = a.out[1];
-  const TensorArg& rstd_out = a.out[2];
+  const TensorArg* mean_out = centred ? &a.out[1] : nullptr;
+  const TensorArg& rstd_out = a.out[centred ? 2 : 1];
   const int64_t C = x.shape.last(), R = x.shape.rows();
-  LOOM_ASSERT(scale.shape.numel() == C && bias.shape.numel() == C && y.shape == x.shape);
-  LOOM_ASSERT(mean_out.shape.numel() == R && rstd_out.shape.numel() == R);
+  LOOM_ASSERT(scale.shape.numel() == C && (!bias || bias->shape.numel() == C) && y.shape == x.shape);
+  LOOM_ASSERT((!mean_out || mean_out->shape.numel() == R) && rstd_out.shape.numel() == R);
   for (int64_t r = 0; r < R; ++r) {
     const int64_t base = r * C;
     double sum = 0;
-    for (int64_t c = 0; c < C; ++c) sum += ld(x, base + c);
+    if (centred)
+      for (int64_t c = 0; c < C; ++c) sum += ld(x, base + c);
     const double mean = sum / static_cast<double>(C);
     double sq = 0;
     for (int64_t c = 0; c < C; ++c) {
@@ -35,32 +41,35 @@ void ref_layer_norm(const KernelArgs& a) {
     }
     const double var = sq / static_cast<double>(C);
     const double rstd = 1.0 / std::sqrt(var + static_cast<double>(at.eps));
-    for (int64_t c = 0; c < C; ++c) st(y, base + c, (ld(x, base + c) - mean) * rstd * ld(scale, c) + ld(bias, c));
-    st(mean_out, r, mean);
+    for (int64_t c = 0; c < C; ++c)
+      st(y, base + c, (ld(x, base + c) - mean) * rstd * ld(scale, c) + (bias ? ld(*bias, c) : 0.0));
+    if (mean_out) st(*mean_out, r, mean);
     st(rstd_out, r, rstd);
   }
 }
 
 // With the saved statistics: xhat = (x − mean)·rstd, g = dy·scale,
-// dx = rstd·(g − mean_row(g) − xhat·mean_row(g·xhat)), dscale = Σ_rows dy·xhat, dbias = Σ_rows dy.
-void ref_layer_norm_grad(const KernelArgs& a) {
+// dx = rstd·(g − mean_row(g) − xhat·mean_row(g·xhat)), dscale = Σ_rows dy·xhat, dbias = Σ_rows dy;
+// not centred, mean = 0 and the mean_row(g) term goes (it is the mean's derivative).
+// Inputs (dy, x, scale[, mean], rstd), outputs (dx, dscale[, dbias]).
+void ref_norm_grad(const KernelArgs& a, bool centred) {
   const TensorArg& dy = a.in[0];
   const TensorArg& x = a.in[1];
   const TensorArg& scale = a.in[2];
-  const TensorArg& mean_in = a.in[3];
-  const TensorArg& rstd_in = a.in[4];
+  const TensorArg* mean_in = centred ? &a.in[3] : nullptr;
+  const TensorArg& rstd_in = a.in[centred ? 4 : 3];
   const TensorArg& dx = a.out[0];
   const TensorArg& dscale = a.out[1];
-  const TensorArg& dbias = a.out[2];
+  const TensorArg* dbias = centred ? &a.out[2] : nullptr;
   const int64_t C = x.shape.last(), R = x.shape.rows();
   LOOM_ASSERT(dy.shape == x.shape && dx.shape == x.shape && scale.shape.numel() == C);
-  LOOM_ASSERT(mean_in.shape.numel() == R && rstd_in.shape.numel() == R);
-  LOOM_ASSERT(dscale.shape.numel() == C && dbias.shape.numel() == C);
+  LOOM_ASSERT((!mean_in || mean_in->shape.numel() == R) && rstd_in.shape.numel() == R);
+  LOOM_ASSERT(dscale.shape.numel() == C && (!dbias || dbias->shape.numel() == C));
   std::vector<double> ds(static_cast<size_t>(C), 0.0), db(static_cast<size_t>(C), 0.0);
   std::vector<double> xhat(static_cast<size_t>(C)), g(static_cast<size_t>(C));
   for (int64_t r = 0; r < R; ++r) {
     const int64_t base = r * C;
-    const double mean = ld(mean_in, r), rstd = ld(rstd_in, r);
+    const double mean = mean_in ? ld(*mean_in, r) : 0.0, rstd = ld(rstd_in, r);
     double g_sum = 0, gx_sum = 0;
     for (int64_t c = 0; c < C; ++c) {
       const auto i = static_cast<size_t>(c);
@@ -72,7 +81,8 @@ void ref_layer_norm_grad(const KernelArgs& a) {
       ds[i] += d * xhat[i];
       db[i] += d;
     }
-    const double g_mean = g_sum / static_cast<double>(C), gx_mean = gx_sum / static_cast<double>(C);
+    const double g_mean = centred ? g_sum / static_cast<double>(C) : 0.0;
+    const double gx_mean = gx_sum / static_cast<double>(C);
     for (int64_t c = 0; c < C; ++c) {
       const auto i = static_cast<size_t>(c);
       st(dx, base + c, rstd * (g[i] - g_mean - xhat[i] * gx_mean));
@@ -80,8 +90,15 @@ void ref_layer_norm_grad(const KernelArgs& a) {
   }
   for (int64_t c = 0; c < C; ++c) {
     st(dscale, c, ds[static_cast<size_t>(c)]);
-    st(dbias, c, db[static_cast<size_t>(c)]);
+    if (dbias) st(*dbias, c, db[static_cast<size_t>(c)]);
   }
 }
+
+}  // namespace
+
+void ref_layer_norm(const KernelArgs& a) { ref_norm(a, /*centred=*/true); }
+void ref_rms_norm(const KernelArgs& a) { ref_norm(a, /*centred=*/false); }
+void ref_layer_norm_grad(const KernelArgs& a) { ref_norm_grad(a, /*centred=*/true); }
+void ref_rms_norm_grad(const KernelArgs& a) { ref_norm_grad(a, /*centred=*/false); }
 
 }  // namespace loom

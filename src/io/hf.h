@@ -1,0 +1,65 @@
+// Hugging Face model directories, in and out (docs/ARCHITECTURE.md, "Hugging Face checkpoints"):
+//   config.json                     the architecture (transformers' config class fields)
+//   model.safetensors               the parameters by transformers' names, or shards listed by
+//   model.safetensors.index.json    {"weight_map": {tensor name: shard file}}
+// Which loom parameter is which tensor is nn/hf_names.h; this file reads and writes the files and
+// converts the tensors (float32, bfloat16 and float16 in; float32 out).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "nn/config.h"
+
+namespace loom {
+
+struct HfConfig {
+  std::string path;           // of config.json
+  std::string architecture;   // "GPT2LMHeadModel"
+  ModelConfig model;          // loom's defaults with every key of `keys` set
+  std::vector<ArchKey> keys;  // origins name config.json's keys
+};
+
+// True when `dir` holds a config.json, i.e. is a Hugging Face model directory (a loom run holds
+// config.toml, a loom checkpoint state.json).
+bool is_hf_model_dir(const std::string& dir);
+
+// Reads dir/config.json. GPT-2 (model_type "gpt2", GPT2LMHeadModel) maps onto loom's transformer:
+//   n_embd -> hidden_size, n_layer -> num_layers, n_embd / n_head -> head_dim,
+//   n_inner / n_embd (null: 4) -> mlp_expansion, vocab_size -> vocab_size and num_outputs,
+//   n_positions -> max_seq_len, layer_norm_epsilon (1e-5) -> layer_norm_eps,
+//   tie_word_embeddings -> tie_embeddings; block_order attn_first, use_bias, causal_mask fixed;
+//   embed_dropout true by default.
+// Missing keys take transformers' GPT2Config defaults. An architecture or an option loom cannot
+// run exactly (Llama-family models, activation_function other than the tanh GELU, an untied head,
+// unscaled or layer-scaled attention, cross-attention) is a UserError naming the file and the key.
+HfConfig read_hf_config(const std::string& dir);
+
+// config.json for `c` (nn::hf_model_map(c) must accept it), as transformers writes it for
+// GPT2LMHeadModel; bos/eos token ids when >= 0 (null otherwise). Dropout rates are c.dropout_rate (attn_pdrop 0:
+// loom has no attention dropout).
+nlohmann::json hf_config_json(const ModelConfig& c, int32_t bos_id = -1, int32_t eos_id = -1);
+
+// Every tensor of dir/model.safetensors, or of the shards dir/model.safetensors.index.json lists
+// (each listed tensor must be in its shard); `file` (when given) gets the path of the file or
+// index read, for messages. No weights file, a bad index or a damaged file is a UserError naming
+// the file.
+std::vector<StTensor> read_hf_tensors(const std::string& dir, std::string* file = nullptr);
+
+// The parameters of model `c` (per layer, loom paths, float32) from a Hugging Face checkpoint's
+// tensors `hf`: names mapped (with or without the "transformer." prefix older GPT-2 files lack),
+// shapes checked, float32/bfloat16/float16 converted, GPT-2's c_attn columns permuted. GPT-2's
+// causal-mask buffers (h.<l>.attn.bias, h.<l>.attn.masked_bias) are skipped, and an lm_head.weight
+// must equal the tied wte. A missing, extra or misshapen tensor, or another dtype, is a UserError
+// naming `source` (the file) and the tensor.
+std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTensor>& hf, const std::string& source);
+
+// The inverse: `loom` maps every parameter path of `c` to its float32 tensor (per layer); the
+// result holds transformers' names and layouts, float32, in the order of nn::hf_model_map (zero
+// biases for a model without biases).
+std::vector<StTensor> loom_to_hf(const ModelConfig& c, const std::map<std::string, const StTensor*>& loom);
+
+}  // namespace loom

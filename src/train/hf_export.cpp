@@ -1,0 +1,87 @@
+#include "train/hf_export.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "core/error.h"
+#include "data/hf_tokenizer.h"
+#include "io/hf.h"
+#include "io/param_io.h"
+#include "nn/hf_names.h"
+#include "nn/models.h"
+#include "train/checkpoint.h"
+#include "train/model_source.h"
+
+namespace loom {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+void write_json(const fs::path& path, const nlohmann::json& j) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << j.dump(2) << "\n";
+  f.flush();
+  if (!f) throw std::runtime_error("cannot write '" + path.string() + "' (disk full?)");
+}
+
+}  // namespace
+
+HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir) {
+  const ModelSource src(run_or_checkpoint);
+  if (src.is_hf())
+    throw UserError(run_or_checkpoint, "is a Hugging Face directory already",
+                    "export a loom run or checkpoint (loom train --out DIR)");
+  const ModelConfig& m = src.config().model;
+  const nn::HfModelMap map = nn::hf_model_map(m);  // refuses what transformers cannot hold
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
+    throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
+
+  // The checkpoint's parameters by path (unstacked when it was saved with model.scan_layers).
+  const Checkpoint ck = load_checkpoint(run_or_checkpoint, nullptr, /*with_optimizer=*/false);
+  const Config stored = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
+  std::map<std::string, const StTensor*> by_name;
+  for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
+  const nn::ModelGraph g = nn::build_model(stored.model, model_input(stored, 1), /*train=*/false);
+  const std::vector<StTensor> params =
+      params_by_path(g.graph, by_name, stored.model.scan_layers, (fs::path(ck.path) / "model.safetensors").string());
+  std::map<std::string, const StTensor*> by_path;
+  for (const StTensor& t : params) by_path[t.name] = &t;
+
+  // Written beside OUTDIR and renamed into place: OUTDIR appears whole or not at all.
+  fs::path out = fs::absolute(out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // "DIR/"
+  const fs::path staging = out.string() + ".loom-export.tmp";
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging);
+  HfExport r{.checkpoint = ck.path, .architecture = map.architecture, .files = {}, .tokenizer_note = {}};
+  const std::unique_ptr<Tokenizer> tok = src.tokenizer();
+  const int32_t start = tok ? tok->start_id() : -1;
+  const auto* hf = dynamic_cast<const HfTokenizer*>(tok.get());
+  try {
+    write_safetensors((staging / "model.safetensors").string(), loom_to_hf(stored.model, by_path), {{"format", "pt"}});
+    r.files.push_back("model.safetensors");
+    write_json(staging / "config.json", hf_config_json(stored.model, start, start));
+    r.files.push_back("config.json");
+    if (hf) {
+      write_json(staging / "tokenizer.json", hf->tokenizer_json());
+      r.files.push_back("tokenizer.json");
+    }
+    fs::rename(staging, out);  // onto a missing or empty directory
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+  if (!hf) {
+    r.tokenizer_note = tok ? "its " + tok->kind() +
+                                 " tokenizer has no tokenizer.json (prepare the data with "
+                                 "`loom prepare hf` to carry one)"
+                           : "the run has no tokenizer";
+  }
+  return r;
+}
+
+}  // namespace loom

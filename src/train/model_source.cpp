@@ -1,0 +1,90 @@
+#include "train/model_source.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/hf_tokenizer.h"
+#include "io/hf.h"
+#include "io/param_io.h"
+#include "train/checkpoint.h"
+
+namespace loom {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The model.* keys of a loom checkpoint that shape its parameters or change what they compute.
+constexpr const char* kLoomArchKeys[] = {
+    "model.kind",          "model.hidden_size", "model.num_classes", "model.num_layers",  "model.head_dim",
+    "model.mlp_expansion", "model.vocab_size",  "model.num_outputs", "model.max_seq_len", "model.layer_norm_eps",
+    "model.causal_mask",   "model.block_order", "model.norm",        "model.use_bias",    "model.tie_embeddings",
+};
+
+}  // namespace
+
+ModelSource::ModelSource(const std::string& path) : path_(path), dir_(path) {
+  std::error_code ec;
+  if (is_hf_model_dir(path)) {
+    HfConfig hf = read_hf_config(path);
+    hf_ = true;
+    config_.model = hf.model;
+    config_.source = hf.path;
+    for (ArchKey& k : hf.keys) {
+      k.origin += " in " + hf.path;
+      keys_.push_back(std::move(k));
+    }
+    description_ = "the Hugging Face " + hf.architecture + " in " + path;
+    return;
+  }
+  if (!fs::exists(fs::path(path) / "state.json", ec)) dir_ = latest_checkpoint(path);
+  if (dir_.empty())
+    throw UserError(path,
+                    fs::exists(path, ec) ? "is neither a Hugging Face model directory (config.json) nor a loom run or "
+                                           "checkpoint (state.json, ckpt_<step>/)"
+                                         : "does not exist",
+                    "give a directory with config.json and model.safetensors, a run directory of `loom train --out`, "
+                    "or one of its ckpt_<step> directories");
+  const std::string state = (fs::path(dir_) / "state.json").string();
+  config_ = config_from_toml_text(read_checkpoint_state(dir_).config_toml, state);
+  for (const char* k : kLoomArchKeys) keys_.push_back({.key = k, .origin = state, .fixed = true});
+  description_ = "the loom checkpoint " + dir_;
+}
+
+void ModelSource::load_params(Executor& ex) const {
+  if (hf_) {
+    std::string file;
+    const std::vector<StTensor> hf = read_hf_tensors(path_, &file);
+    const std::vector<StTensor> params = hf_to_loom(config_.model, hf, file);
+    std::map<std::string, const StTensor*> by_name;
+    for (const StTensor& t : params) by_name[t.name] = &t;
+    import_params(ex, by_name, /*scan_layers=*/false, file);
+    return;
+  }
+  const Checkpoint ck = load_checkpoint(path_, nullptr, /*with_optimizer=*/false);
+  // The file layout is the checkpoint's (model.scan_layers), whatever the new run's is.
+  const Config stored = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
+  std::map<std::string, const StTensor*> by_name;
+  for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
+  import_params(ex, by_name, stored.model.scan_layers, (fs::path(ck.path) / "model.safetensors").string());
+}
+
+std::unique_ptr<Tokenizer> ModelSource::tokenizer() const {
+  const fs::path file = fs::path(dir_) / "tokenizer.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return nullptr;
+  if (hf_) return HfTokenizer::load(file.string());
+  std::ifstream f(file, std::ios::binary);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(file.string(), std::string("is not valid JSON (") + e.what() + ")", "the checkpoint is corrupted");
+  }
+  return Tokenizer::from_json(j, file.string());
+}
+
+}  // namespace loom

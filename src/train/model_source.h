@@ -1,0 +1,50 @@
+// A model to start from (model.init_from) or to sample from (`loom sample DIR`): a loom
+// checkpoint, a loom run directory (its newest checkpoint that verifies), or a Hugging Face model
+// directory (io/hf.h: config.json + model.safetensors or shards).
+//
+// Fine-tuning takes the parameters only: the optimizer state, step and schedule start fresh, as
+// nanoGPT's init_from does. The architecture keys come from the source (keys()); train/config.cpp
+// sets them in the configuration being loaded and refuses a configuration that contradicts one.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "runtime/executor.h"
+#include "train/config.h"
+
+namespace loom {
+
+class ModelSource {
+ public:
+  // Reads the source's configuration (config.json, or the checkpoint's state.json), not its
+  // tensors. A path that is neither is a UserError naming it.
+  explicit ModelSource(const std::string& path);
+
+  bool is_hf() const { return hf_; }
+  // The configuration it was made with: a loom checkpoint's own; for a Hugging Face directory
+  // loom's defaults with the architecture set.
+  const Config& config() const { return config_; }
+  // The model.* keys it decides, each with where its value comes from.
+  const std::vector<ArchKey>& keys() const { return keys_; }
+  // "the Hugging Face GPT2LMHeadModel in DIR", "the loom checkpoint DIR".
+  const std::string& description() const { return description_; }
+
+  // Loads every parameter of `ex`, a program built from a model whose architecture keys equal
+  // keys()' (the training or decoding program). Reads and verifies the tensors (a loom run
+  // directory: its newest checkpoint that verifies); problems are UserErrors naming the file and
+  // the tensor.
+  void load_params(Executor& ex) const;
+  // The tokenizer saved with it (tokenizer.json), or nullptr when it has none.
+  std::unique_ptr<Tokenizer> tokenizer() const;
+
+ private:
+  std::string path_, dir_;  // as given; the directory holding the files (a checkpoint's)
+  bool hf_ = false;
+  Config config_;
+  std::vector<ArchKey> keys_;
+  std::string description_;
+};
+
+}  // namespace loom

@@ -1,0 +1,112 @@
+// The Hugging Face commands as a user runs them (the loom binary): prepare text with a
+// tokenizer.json, fine-tune a GPT-2 directory with --init-from, sample from the directory itself.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "support/files.h"
+#include "support/run_loom.h"
+
+namespace loom {
+namespace {
+
+using testing::hf_golden;
+using testing::read_file;
+using testing::run_loom;
+using testing::TempDir;
+using testing::write_file;
+
+TEST(HfCli, PrepareFineTuneAndSample) {
+  TempDir d;
+  write_file(d.path("text.txt"), read_file(LOOM_SOURCE_DIR "/data/tinyshakespeare.txt").substr(0, 20000));
+  auto r = run_loom("prepare hf " + hf_golden("gpt2/tokenizer.json") + " " + d.path("text.txt") + " " + d.path("data"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("vocab size: 320"), std::string::npos) << r.out;
+  write_file(d.path("ft.toml"), R"(
+[optimizer]
+name = "adamw"
+learning_rate = 1e-3
+[data]
+kind = "tokens"
+dir = ")" + d.path("data") + R"("
+batch_size = 4
+seq_len = 32
+[train]
+steps = 3
+sample_tokens = 8
+)");
+  r = run_loom("train " + d.path("ft.toml") + " --init-from " + hf_golden("gpt2") + " --out " + d.path("run"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("parameters from the Hugging Face GPT2LMHeadModel in " + hf_golden("gpt2")), std::string::npos)
+      << r.out;
+  // The run's own checkpoint samples, and so does the directory it started from.
+  r = run_loom("sample " + d.path("run") + " --tokens 5 --prompt ROMEO:");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run_loom("sample " + hf_golden("gpt2") + " --tokens 5 --prompt ROMEO: --temperature 0");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("ROMEO:", 0), 0u) << r.out;
+  // The run exported, and the export sampled greedily, as the run itself.
+  r = run_loom("export hf " + d.path("run") + " " + d.path("hf"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("as GPT2LMHeadModel to " + d.path("hf") + ": model.safetensors, config.json, tokenizer.json"),
+            std::string::npos)
+      << r.out;
+  const auto from_run = run_loom("sample " + d.path("run") + " --tokens 20 --prompt ROMEO: --temperature 0");
+  const auto from_export = run_loom("sample " + d.path("hf") + " --tokens 20 --prompt ROMEO: --temperature 0");
+  EXPECT_EQ(from_export.status, 0) << from_export.out;
+  EXPECT_EQ(from_export.out, from_run.out);
+  // A config that contradicts the checkpoint stops before anything runs.
+  r = run_loom("train " + d.path("ft.toml") + " model.num_layers=3 --init-from " + hf_golden("gpt2") + " --out " +
+               d.path("run2"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("model.num_layers: is 3, but the model of model.init_from has n_layer = 2"), std::string::npos)
+      << r.out;
+}
+
+// README, "Paths": model.init_from in a config file is relative to that file, like data.dir; on the
+// command line (an override or --init-from), to the current directory.
+TEST(HfCli, InitFromIsRelativeToTheConfigFileOrTheWorkingDirectory) {
+  namespace fs = std::filesystem;
+  TempDir d;
+  const fs::path project = d.path("project");
+  fs::create_directories(project / "configs");
+  fs::create_directories(project / "models");
+  fs::copy(hf_golden("gpt2"), project / "models" / "gpt2");
+  write_file((project / "text.txt").string(), read_file(LOOM_SOURCE_DIR "/data/tinyshakespeare.txt").substr(0, 5000));
+  auto r = run_loom("prepare hf " + hf_golden("gpt2/tokenizer.json") + " " + (project / "text.txt").string() + " " +
+                    (project / "data").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  write_file((project / "configs" / "ft.toml").string(), R"(
+[model]
+init_from = "../models/gpt2"
+[data]
+kind = "tokens"
+dir = "../data"
+batch_size = 2
+seq_len = 16
+[train]
+steps = 1
+)");
+  // Run from d, away from the config file's directory.
+  r = run_loom("train project/configs/ft.toml --out run1", d.path());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("parameters from the Hugging Face GPT2LMHeadModel in " + (project / "models" / "gpt2").string()),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(
+      read_file(d.path("run1/config.toml")).find("init_from = \"" + (project / "models" / "gpt2").string() + "\""),
+      std::string::npos)
+      << "the saved config names the model absolutely";
+  // An override is relative to the working directory: d/models/gpt2 is not there.
+  r = run_loom("train project/configs/ft.toml model.init_from=models/gpt2 --out run2", d.path());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("model.init_from = " + d.path("models/gpt2") + ": no such directory"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("relative to that file"), std::string::npos) << "the fix explains the rule: " << r.out;
+  r = run_loom("train project/configs/ft.toml --init-from project/models/gpt2 --out run3", d.path());
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,173 @@
+// `loom export hf` (src/train/hf_export.h): a run started from the GPT-2 fixture, trained a few
+// steps, exported and imported again has bit-identical parameters; an export of the unchanged
+// fixture is the fixture's model.safetensors tensor for tensor; config.json and tokenizer.json
+// describe the model. (transformers loading the export and matching loom's greedy text was
+// checked by hand with tools/check_hf_export.py: docs/ARCHITECTURE.md.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/registry.h"
+#include "data/hf_tokenizer.h"
+#include "io/safetensors.h"
+#include "support/files.h"
+#include "train/checkpoint.h"
+#include "train/hf_export.h"
+#include "train/model_source.h"
+#include "train/trainer.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::hf_golden;
+using testing::read_file;
+using testing::TempDir;
+using testing::user_error;
+using testing::write_file;
+
+// A loom checkpoint of the fixture after `steps` AdamW steps on random tokens, saved with the
+// fixture's tokenizer and in the stacked layout (model.scan_layers), in dir/ckpt.
+std::unique_ptr<Trainer> trained_checkpoint(Backend& be, const std::string& dir, int steps) {
+  const Config c = default_config({"model.init_from=" + hf_golden("gpt2"), "model.scan_layers=true", "device=cpu",
+                                   "data.kind=random_tokens", "data.batch_size=2", "data.seq_len=16",
+                                   "data.vocab_size=320", "optimizer.name=adamw", "optimizer.learning_rate=0.01"});
+  auto t = std::make_unique<Trainer>(c, be);
+  ModelSource(c.model.init_from).load_params(t->executor());
+  const Batch b = make_batch(c.data, data_context(c));
+  for (int i = 0; i < steps; ++i) t->step(b);
+  const nlohmann::json tok = HfTokenizer::load(hf_golden("gpt2/tokenizer.json"))->to_json();
+  const CheckpointState st{.config_toml = config_to_toml(c), .step = steps};
+  EXPECT_TRUE(save_checkpoint(*t, st, (fs::path(dir) / "ckpt").string(), &tok).saved);
+  return t;
+}
+
+TEST(HfExport, RoundTripIsBitIdentical) {
+  TempDir d;
+  auto be = make_backend(Device::cpu);
+  const auto trained = trained_checkpoint(*be, d.path(), 3);
+  const HfExport r = export_hf(d.path("ckpt"), d.path("out"));
+  EXPECT_EQ(r.architecture, "GPT2LMHeadModel");
+  EXPECT_EQ(r.files, (std::vector<std::string>{"model.safetensors", "config.json", "tokenizer.json"}));
+  EXPECT_TRUE(r.tokenizer_note.empty());
+
+  const nlohmann::json cfg = nlohmann::json::parse(read_file(d.path("out/config.json")));
+  EXPECT_EQ(cfg["architectures"][0], "GPT2LMHeadModel");
+  EXPECT_EQ(cfg["model_type"], "gpt2");
+  EXPECT_EQ(cfg["n_embd"], 32);
+  EXPECT_EQ(cfg["n_layer"], 2);
+  EXPECT_EQ(cfg["n_head"], 4);
+  EXPECT_EQ(cfg["n_positions"], 64);
+  EXPECT_EQ(cfg["vocab_size"], 320);
+  EXPECT_EQ(cfg["layer_norm_epsilon"], 1e-5);
+  EXPECT_EQ(cfg["activation_function"], "gelu_new");
+  EXPECT_EQ(cfg["tie_word_embeddings"], true);
+  EXPECT_EQ(nlohmann::json::parse(read_file(d.path("out/tokenizer.json"))),
+            nlohmann::json::parse(read_file(hf_golden("gpt2/tokenizer.json"))));
+
+  // Import the export: every parameter is the trained one, bit for bit.
+  Trainer back(default_config({"model.init_from=" + d.path("out"), "device=cpu", "data.kind=random_tokens",
+                               "data.batch_size=2", "data.seq_len=16", "data.vocab_size=320"}),
+               *be);
+  ModelSource(d.path("out")).load_params(back.executor());
+  int n = 0;
+  for (const Param& p : trained->model().graph.params()) {
+    const std::string& path = trained->model().graph.value(p.value).name;
+    EXPECT_EQ(back.param(path), trained->param(path)) << path;
+    ++n;
+  }
+  EXPECT_EQ(n, 2 + 2 * 12 + 2);
+}
+
+TEST(HfExport, AnUnchangedImportExportsTheSameTensors) {
+  TempDir d;
+  auto be = make_backend(Device::cpu);
+  trained_checkpoint(*be, d.path(), 0);
+  export_hf(d.path("ckpt"), d.path("out"));
+  std::map<std::string, StTensor> want;
+  for (StTensor& t : read_safetensors(hf_golden("gpt2/model.safetensors"))) want.emplace(t.name, std::move(t));
+  const std::vector<StTensor> got = read_safetensors(d.path("out/model.safetensors"));
+  EXPECT_EQ(got.size(), want.size());
+  for (const StTensor& t : got) {
+    ASSERT_TRUE(want.count(t.name)) << t.name;
+    EXPECT_EQ(t.dtype, DType::f32) << t.name;
+    EXPECT_EQ(t.shape, want.at(t.name).shape) << t.name;
+    EXPECT_EQ(t.bytes, want.at(t.name).bytes) << t.name;
+  }
+}
+
+TEST(HfExport, ABiasFreeModelIsGpt2WithZeroBiases) {
+  // nanoGPT's bias=False (the default main job's blocks): exported with zero biases, it imports as
+  // GPT-2 with the same parameters and the same loss.
+  TempDir d;
+  auto be = make_backend(Device::cpu);
+  const std::vector<std::string> data = {
+      "device=cpu",         "data.kind=random_tokens", "data.batch_size=2",        "data.seq_len=8",
+      "data.vocab_size=12", "optimizer.name=sgd",      "optimizer.learning_rate=0"};
+  std::vector<std::string> model = {
+      "model.kind=transformer", "model.block_order=attn_first", "model.use_bias=false", "model.tie_embeddings=true",
+      "model.init=gpt2",        "model.hidden_size=16",         "model.head_dim=8",     "model.num_layers=2",
+      "model.vocab_size=12",    "model.num_outputs=12",         "model.max_seq_len=8",  "model.layer_norm_eps=1e-5"};
+  model.insert(model.end(), data.begin(), data.end());
+  const Config a = default_config(model);
+  Trainer ta(a, *be);
+  const Batch b = make_batch(a.data, data_context(a));
+  const double loss_a = ta.step(b).metrics.at("loss").mean();
+  ASSERT_TRUE(save_checkpoint(ta, CheckpointState{.config_toml = config_to_toml(a)}, d.path("ckpt")).saved);
+  export_hf(d.path("ckpt"), d.path("out"));
+
+  std::vector<std::string> from = {"model.init_from=" + d.path("out")};
+  from.insert(from.end(), data.begin(), data.end());
+  const Config c = default_config(from);
+  EXPECT_TRUE(c.model.use_bias);
+  Trainer tb(c, *be);
+  ModelSource(d.path("out")).load_params(tb.executor());
+  for (const Param& p : tb.model().graph.params()) {
+    const std::string& path = tb.model().graph.value(p.value).name;
+    const std::vector<float> v = tb.param(path);
+    if (path.ends_with("/bias"))
+      EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.f; })) << path;
+    else
+      EXPECT_EQ(v, ta.param(path)) << path;
+  }
+  EXPECT_NEAR(tb.step(b).metrics.at("loss").mean(), loss_a, 1e-6);
+}
+
+TEST(HfExport, Refusals) {
+  TempDir d;
+  auto be = make_backend(Device::cpu);
+  trained_checkpoint(*be, d.path(), 0);
+  fs::create_directories(d.path("full"));
+  write_file(d.path("full/keep.txt"), "mine");
+  std::string m = user_error([&] { export_hf(d.path("ckpt"), d.path("full")); });
+  EXPECT_NE(m.find("full: exists and is not an empty directory"), std::string::npos) << m;
+  EXPECT_EQ(read_file(d.path("full/keep.txt")), "mine");
+  m = user_error([&] { export_hf(hf_golden("gpt2"), d.path("x")); });
+  EXPECT_NE(m.find("is a Hugging Face directory already"), std::string::npos) << m;
+  // The tutorial's Transformer (MLP first) is no transformers architecture.
+  const Config tut = default_config({"model.kind=transformer", "model.hidden_size=16", "model.head_dim=8",
+                                     "model.vocab_size=12", "model.num_outputs=12", "model.max_seq_len=8",
+                                     "data.kind=random_tokens", "data.vocab_size=12", "data.seq_len=8"});
+  Trainer t(tut, *be);
+  ASSERT_TRUE(save_checkpoint(t, CheckpointState{.config_toml = config_to_toml(tut)}, d.path("tut")).saved);
+  m = user_error([&] { export_hf(d.path("tut"), d.path("y")); });
+  EXPECT_NE(m.find("model.block_order: is not attn_first"), std::string::npos) << m;
+  EXPECT_FALSE(fs::exists(d.path("y")));
+  // GPT-2's blocks have LayerNorms.
+  const Config rms = default_config({"model.kind=transformer", "model.hidden_size=16", "model.head_dim=8",
+                                     "model.vocab_size=12", "model.num_outputs=12", "model.max_seq_len=8",
+                                     "model.block_order=attn_first", "model.tie_embeddings=true", "model.norm=rmsnorm",
+                                     "data.kind=random_tokens", "data.vocab_size=12", "data.seq_len=8"});
+  Trainer tr(rms, *be);
+  ASSERT_TRUE(save_checkpoint(tr, CheckpointState{.config_toml = config_to_toml(rms)}, d.path("rms")).saved);
+  m = user_error([&] { export_hf(d.path("rms"), d.path("z")); });
+  EXPECT_NE(m.find("model.norm: is not layernorm"), std::string::npos) << m;
+  EXPECT_FALSE(fs::exists(d.path("z")));
+}
+
+}  // namespace
+}  // namespace loom

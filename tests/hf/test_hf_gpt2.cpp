@@ -1,0 +1,375 @@
+// Hugging Face GPT-2 checkpoints in and out (src/io/hf.h, src/nn/hf_names.h,
+// src/train/model_source.h) against tests/golden/hf/gpt2: a random-weight GPT2LMHeadModel and
+// the logits, loss and gradients transformers computes for fixed ids (tools/make_hf_fixtures.py).
+// loom started from that directory must compute the same (float32; logits within 1e-4 absolute,
+// the brief's bound, and 1e-5 relative to their range), on the training program, the evaluation
+// program and the sampler's one-token program, on the CPU backend and on the reference oracle.
+// Then what the importer accepts (bfloat16 / float16 files, shards, GPT2Model names, the mask
+// buffers) and refuses (a missing, extra or misshapen tensor, other architectures and options,
+// a configuration that contradicts the checkpoint), and fine-tuning from a loom run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/registry.h"
+#include "graph/passes/plan.h"
+#include "io/hf.h"
+#include "io/param_io.h"
+#include "nn/models.h"
+#include "sample/sample.h"
+#include "support/files.h"
+#include "train/checkpoint.h"
+#include "train/model_source.h"
+#include "train/trainer.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::hf_golden;
+using testing::read_file;
+using testing::TempDir;
+using testing::user_error;
+using testing::write_file;
+
+struct Expected {
+  std::map<std::string, StTensor> t;
+  const StTensor& at(const std::string& n) const { return t.at(n); }
+  std::vector<float> f32(const std::string& n) const {
+    const StTensor& x = at(n);
+    std::vector<float> v(static_cast<size_t>(x.shape.numel()));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = load_as_f32(x.bytes.data(), x.dtype, i);
+    return v;
+  }
+  std::vector<int32_t> ids(const std::string& n) const {
+    const StTensor& x = at(n);
+    std::vector<int32_t> v(static_cast<size_t>(x.shape.numel()));
+    std::memcpy(v.data(), x.bytes.data(), x.bytes.size());
+    return v;
+  }
+};
+
+Expected expected(const std::string& dir = "gpt2") {
+  Expected e;
+  for (StTensor& t : read_safetensors(hf_golden(dir + "/expected.safetensors"))) e.t.emplace(t.name, std::move(t));
+  return e;
+}
+
+// Where loom's values and transformers' differ most, relative to the range of transformers'.
+struct Diff {
+  double max_abs = 0, range = 0;
+};
+Diff compare(const std::vector<float>& got, const std::vector<float>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  Diff d;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    d.max_abs = std::max(d.max_abs, std::abs(double(got[i]) - double(want[i])));
+    d.range = std::max(d.range, std::abs(double(want[i])));
+  }
+  return d;
+}
+
+// A configuration that starts from the fixture, for its [2, 8] batch; sgd with learning rate 0
+// so a step leaves the parameters and the gradients can be read.
+Config fixture_config(const std::string& dir, const std::string& device = "cpu") {
+  return default_config({"model.init_from=" + dir, "device=" + device, "data.kind=random_tokens", "data.batch_size=2",
+                         "data.seq_len=8", "data.vocab_size=2", "optimizer.name=sgd", "optimizer.learning_rate=0"});
+}
+
+Batch fixture_batch(const Expected& e) {
+  Batch b;
+  b.batch_size = 2;
+  const std::vector<int32_t> in = e.ids("inputs");
+  b.inputs.resize(in.size() * 4);
+  std::memcpy(b.inputs.data(), in.data(), b.inputs.size());
+  b.labels = e.ids("labels");
+  return b;
+}
+
+// The evaluation program's logits [2, 8, V] and mean loss on the fixture's batch.
+std::pair<std::vector<float>, double> forward(const Config& c, const Expected& e) {
+  auto be = make_backend(c.device);
+  nn::ModelGraph m = nn::build_model(c.model, model_input(c, 2), /*train=*/false);
+  m.graph.mark_output(m.output);
+  std::unique_ptr<Executor> ex;
+  const Status st = Executor::create(*be, m.graph, plan_program(*be, m.graph, default_schedule(m.graph)), &ex);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  if (!st.is_ok()) return {};
+  ModelSource(c.model.init_from).load_params(*ex);
+  for (const auto& [v, bytes] : m.constants) ex->upload(v, bytes.data());
+  const Batch b = fixture_batch(e);
+  ex->upload(m.inputs, b.inputs.data());
+  ex->upload(m.labels, b.labels.data());
+  ex->run(RunCtx{c.seed, 0, 0});
+  std::vector<float> logits(static_cast<size_t>(m.graph.value(m.output).shape.numel()));
+  ex->download(m.output, logits.data());
+  float loss_sum = 0;
+  ex->download(m.loss_sum, &loss_sum);
+  return {logits, loss_sum / static_cast<double>(m.examples)};
+}
+
+void expect_logits_match(const std::vector<float>& got, const Expected& e, const std::string& what) {
+  const Diff d = compare(got, e.f32("logits"));
+  EXPECT_LE(d.max_abs, 1e-4) << what;
+  EXPECT_LE(d.max_abs, 1e-5 * d.range) << what << ": max abs diff " << d.max_abs << " of range " << d.range;
+}
+
+TEST(HfGpt2, ConfigMapsOntoTheGpt2Variant) {
+  const Config c = fixture_config(hf_golden("gpt2"));
+  EXPECT_EQ(c.model.kind, ModelKind::transformer);
+  EXPECT_EQ(c.model.block_order, BlockOrder::attn_first);
+  EXPECT_EQ(c.model.hidden_size, 32);
+  EXPECT_EQ(c.model.head_dim, 8);
+  EXPECT_EQ(c.model.num_layers, 2);
+  EXPECT_EQ(c.model.mlp_expansion, 4);
+  EXPECT_EQ(c.model.vocab_size, 320);
+  EXPECT_EQ(c.model.num_outputs, 320);
+  EXPECT_EQ(c.model.max_seq_len, 64);
+  EXPECT_EQ(c.model.layer_norm_eps, 1e-5);
+  EXPECT_TRUE(c.model.use_bias && c.model.tie_embeddings && c.model.causal_mask && c.model.embed_dropout);
+}
+
+TEST(HfGpt2, LogitsAndLossEqualTransformers) {
+  const Expected e = expected();
+  for (const char* device : {"cpu", "reference"}) {
+    const auto [logits, loss] = forward(fixture_config(hf_golden("gpt2"), device), e);
+    expect_logits_match(logits, e, device);
+    EXPECT_NEAR(loss, e.f32("loss")[0], 1e-5) << device;
+  }
+}
+
+TEST(HfGpt2, TrainingLossAndGradientsEqualTransformers) {
+  const Expected e = expected();
+  const Config c = fixture_config(hf_golden("gpt2"));
+  auto be = make_backend(c.device);
+  Trainer t(c, *be);
+  ModelSource(c.model.init_from).load_params(t.executor());
+  const StepReport r = t.step(fixture_batch(e));
+  EXPECT_NEAR(r.metrics.at("loss").mean(), e.f32("loss")[0], 1e-5);
+  // loom's gradients by path, in transformers' names and layouts.
+  std::vector<StTensor> grads = export_params(t.executor(), /*scan_layers=*/false, /*grads=*/true);
+  std::map<std::string, const StTensor*> by_path;
+  for (const StTensor& g : grads) by_path[g.name] = &g;
+  int compared = 0;
+  for (const StTensor& g : loom_to_hf(c.model, by_path)) {
+    if (!e.t.count("grad/" + g.name)) continue;
+    std::vector<float> got(static_cast<size_t>(g.shape.numel()));
+    std::memcpy(got.data(), g.bytes.data(), g.bytes.size());
+    const Diff d = compare(got, e.f32("grad/" + g.name));
+    EXPECT_LE(d.max_abs, 1e-5 * d.range) << g.name << " range " << d.range;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 6);
+}
+
+TEST(HfGpt2, SamplerLogitsEqualTransformers) {
+  // `loom sample DIR` decodes one token at a time with the KV cache: position p's logits are the
+  // full-sequence logits at p.
+  const Expected e = expected();
+  const ModelSource src(hf_golden("gpt2"));
+  auto be = make_backend(Device::cpu);
+  Sampler s(src.config(), *be);
+  src.load_params(s.executor());
+  const std::vector<int32_t> in = e.ids("inputs");
+  std::vector<float> logits;
+  for (int b = 0; b < 2; ++b) {
+    s.reset();
+    for (int p = 0; p < 8; ++p) {
+      const std::span<const float> l = s.feed(in[static_cast<size_t>(b * 8 + p)]);
+      logits.insert(logits.end(), l.begin(), l.end());
+    }
+  }
+  expect_logits_match(logits, e, "sampler");
+  ASSERT_NE(src.tokenizer(), nullptr);
+  EXPECT_EQ(src.tokenizer()->kind(), "hf");
+}
+
+// The fixture rewritten: bfloat16 or float16 values, two shards with an index, GPT2Model names
+// (no "transformer."), the causal-mask buffers of older files and a tied lm_head.weight.
+void write_variant(const std::string& dir, DType dt) {
+  fs::copy_file(hf_golden("gpt2/config.json"), fs::path(dir) / "config.json");
+  std::vector<StTensor> shards[2];
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+  int k = 0;
+  for (const StTensor& t : read_safetensors(hf_golden("gpt2/model.safetensors"))) {
+    StTensor c{t.name.substr(std::string("transformer.").size()), dt, t.shape,
+               std::vector<unsigned char>(static_cast<size_t>(t.shape.numel()) * dtype_size(dt))};
+    for (int64_t i = 0; i < t.shape.numel(); ++i)
+      store_from_f32(c.bytes.data(), dt, static_cast<size_t>(i), load_as_f32(t.bytes.data(), DType::f32, i));
+    if (c.name == "wte.weight") {
+      StTensor head = c;
+      head.name = "lm_head.weight";
+      shards[1].push_back(std::move(head));
+    }
+    shards[k % 2].push_back(std::move(c));
+    ++k;
+  }
+  for (int l = 0; l < 2; ++l)
+    shards[l].push_back(StTensor{"h." + std::to_string(l) + ".attn.bias", DType::f32, Shape{1, 1, 4, 4},
+                                 std::vector<unsigned char>(64, 0)});
+  for (int s = 0; s < 2; ++s) {
+    const std::string file = "model-0000" + std::to_string(s + 1) + "-of-00002.safetensors";
+    for (const StTensor& t : shards[s]) index["weight_map"][t.name] = file;
+    write_safetensors((fs::path(dir) / file).string(), shards[s]);
+  }
+  write_file((fs::path(dir) / "model.safetensors.index.json").string(), index.dump());
+}
+
+TEST(HfGpt2, ReadsHalfPrecisionShardsAndOldNames) {
+  const Config c = fixture_config(hf_golden("gpt2"));
+  auto be = make_backend(Device::cpu);
+  for (DType dt : {DType::bf16, DType::f16}) {
+    TempDir d;
+    write_variant(d.path(), dt);
+    Trainer t(c, *be);
+    ModelSource(d.path()).load_params(t.executor());
+    // Every parameter is the fixture's value rounded to `dt` and widened back, exactly.
+    const std::vector<StTensor> want = hf_to_loom(c.model, read_safetensors(hf_golden("gpt2/model.safetensors")), "");
+    for (const StTensor& w : want) {
+      const std::vector<float> got = t.param(w.name);
+      const auto* f = reinterpret_cast<const float*>(w.bytes.data());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], round_to(dt, f[i])) << w.name << "[" << i << "]";
+    }
+  }
+}
+
+// The message loading a copy of the fixture edited by `edit` gives.
+template <class Edit>
+std::string import_error(Edit&& edit) {
+  TempDir d;
+  fs::copy_file(hf_golden("gpt2/config.json"), fs::path(d.path()) / "config.json");
+  nlohmann::json config = nlohmann::json::parse(read_file(d.path("config.json")));
+  std::vector<StTensor> tensors = read_safetensors(hf_golden("gpt2/model.safetensors"));
+  edit(config, tensors);
+  write_file(d.path("config.json"), config.dump());
+  write_safetensors(d.path("model.safetensors"), tensors);
+  return user_error([&] {
+    const ModelSource src(d.path());
+    auto be = make_backend(Device::cpu);
+    Sampler s(src.config(), *be);
+    src.load_params(s.executor());
+  });
+}
+
+StTensor& tensor(std::vector<StTensor>& ts, const std::string& name) {
+  for (StTensor& t : ts)
+    if (t.name == name) return t;
+  throw std::runtime_error("no tensor " + name);
+}
+
+TEST(HfGpt2, RefusesTensorsThatDoNotFit) {
+  using J = nlohmann::json;
+  using Ts = std::vector<StTensor>;
+  std::string m = import_error([](J&, Ts& ts) {
+    ts.erase(
+        std::find_if(ts.begin(), ts.end(), [](const StTensor& t) { return t.name == "transformer.h.1.ln_2.bias"; }));
+  });
+  EXPECT_NE(m.find("model.safetensors"), std::string::npos) << m;
+  EXPECT_NE(m.find("tensor 'transformer.h.1.ln_2.bias' is missing"), std::string::npos) << m;
+  m = import_error([](J&, Ts& ts) {
+    StTensor extra = tensor(ts, "transformer.h.1.ln_2.bias");
+    extra.name = "transformer.h.2.ln_2.bias";
+    ts.push_back(extra);
+  });
+  EXPECT_NE(m.find("'transformer.h.2.ln_2.bias' is not a parameter of GPT2LMHeadModel"), std::string::npos) << m;
+  m = import_error([](J&, Ts& ts) {
+    StTensor& t = tensor(ts, "transformer.h.0.mlp.c_fc.weight");
+    t.shape = Shape{128, 32};
+  });
+  EXPECT_NE(m.find("'transformer.h.0.mlp.c_fc.weight' is [128, 32]"), std::string::npos) << m;
+  EXPECT_NE(m.find("[32, 128]"), std::string::npos) << m;
+  m = import_error([](J&, Ts& ts) { tensor(ts, "transformer.ln_f.bias").dtype = DType::i32; });
+  EXPECT_NE(m.find("'transformer.ln_f.bias' is int32"), std::string::npos) << m;
+  m = import_error([](J&, Ts& ts) {
+    StTensor head = tensor(ts, "transformer.wte.weight");
+    head.name = "lm_head.weight";
+    head.bytes[5] ^= 1;
+    ts.push_back(head);
+  });
+  EXPECT_NE(m.find("'lm_head.weight' differs"), std::string::npos) << m;
+}
+
+TEST(HfGpt2, RefusesArchitecturesAndOptionsItCannotRun) {
+  using J = nlohmann::json;
+  using Ts = std::vector<StTensor>;
+  std::string m = import_error([](J& c, Ts&) { c["activation_function"] = "gelu"; });
+  EXPECT_NE(m.find("config.json: \"activation_function\" is \"gelu\""), std::string::npos) << m;
+  m = import_error([](J& c, Ts&) { c["tie_word_embeddings"] = false; });
+  EXPECT_NE(m.find("\"tie_word_embeddings\" is false"), std::string::npos) << m;
+  m = import_error([](J& c, Ts&) { c["scale_attn_by_inverse_layer_idx"] = true; });
+  EXPECT_NE(m.find("scale_attn_by_inverse_layer_idx"), std::string::npos) << m;
+  m = import_error([](J& c, Ts&) { c["n_head"] = 5; });
+  EXPECT_NE(m.find("\"n_head\""), std::string::npos) << m;
+  m = user_error([] { ModelSource src(hf_golden("llama_tied")); });
+  EXPECT_NE(m.find("LlamaForCausalLM is a Llama-family model"), std::string::npos) << m;
+  m = user_error([] { ModelSource src("/nonexistent/model"); });
+  EXPECT_NE(m.find("/nonexistent/model: does not exist"), std::string::npos) << m;
+}
+
+TEST(HfGpt2, AConfigMayNotContradictTheCheckpoint) {
+  std::string m = user_error([] {
+    default_config({"model.init_from=" + hf_golden("gpt2"), "model.hidden_size=64", "data.kind=random_tokens"});
+  });
+  EXPECT_NE(m.find("model.hidden_size: is 64, but the model of model.init_from has n_embd = 32"), std::string::npos)
+      << m;
+  m = user_error([] {
+    default_config({"model.init_from=" + hf_golden("gpt2"), "model.layer_norm_eps=1e-6", "data.kind=random_tokens"});
+  });
+  EXPECT_NE(m.find("layer_norm_epsilon = 1e-05"), std::string::npos) << m;
+  m = user_error([] {
+    default_config({"model.init_from=" + hf_golden("gpt2"), "model.norm=rmsnorm", "data.kind=random_tokens"});
+  });
+  EXPECT_NE(m.find("model.norm: is \"rmsnorm\", but the model of model.init_from has GPT2LMHeadModel (LayerNorm)"),
+            std::string::npos)
+      << m;
+  // Keys it does not fix may be set; the ones it fixes may be repeated.
+  const Config c =
+      default_config({"model.init_from=" + hf_golden("gpt2"), "model.hidden_size=32", "model.embed_dropout=false",
+                      "model.dropout_rate=0.1", "data.kind=random_tokens", "data.vocab_size=300", "data.seq_len=64"});
+  EXPECT_FALSE(c.model.embed_dropout);
+  EXPECT_EQ(c.model.dropout_rate, 0.1);
+}
+
+TEST(InitFrom, ALoomRunGivesItsParametersAndArchitecture) {
+  // A loom run trained a few steps, then a new configuration that starts from it.
+  TempDir d;
+  const Config a =
+      default_config({"model.kind=transformer", "model.block_order=attn_first", "model.hidden_size=16",
+                      "model.head_dim=8", "model.num_layers=1", "model.vocab_size=12", "model.num_outputs=12",
+                      "model.max_seq_len=8", "model.scan_layers=true", "data.kind=random_tokens", "data.vocab_size=12",
+                      "data.seq_len=8", "data.batch_size=2", "optimizer.learning_rate=0.1"});
+  auto be = make_backend(Device::cpu);
+  Trainer ta(a, *be);
+  const Batch b = make_batch(a.data, data_context(a));
+  for (int i = 0; i < 3; ++i) ta.step(b);
+  const CheckpointState st{.config_toml = config_to_toml(a), .step = 3};
+  ASSERT_TRUE(save_checkpoint(ta, st, d.path("ckpt_000003")).saved);
+
+  const Config c = default_config({"model.init_from=" + d.path(), "data.kind=random_tokens", "data.vocab_size=12",
+                                   "data.seq_len=4", "optimizer.learning_rate=0.5"});
+  EXPECT_EQ(c.model.hidden_size, 16);
+  EXPECT_EQ(c.model.vocab_size, 12);
+  EXPECT_FALSE(c.model.scan_layers);  // a file layout, not the architecture
+  Trainer tc(c, *be);
+  const ModelSource src(c.model.init_from);
+  EXPECT_EQ(src.description(), "the loom checkpoint " + d.path("ckpt_000003"));
+  src.load_params(tc.executor());
+  for (const Param& p : tc.model().graph.params()) {
+    const std::string& path = tc.model().graph.value(p.value).name;
+    EXPECT_EQ(tc.param(path), ta.param(path)) << path;
+  }
+  EXPECT_EQ(tc.steps_done(), 0);  // optimizer and step start fresh
+  const std::string m = user_error([&] {
+    default_config({"model.init_from=" + d.path(), "model.num_layers=2", "data.vocab_size=12"});
+  });
+  EXPECT_NE(m.find("model.num_layers: is 2, but the model of model.init_from has"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,61 @@
+"""Checks a directory written by `loom export hf` with transformers (run in the venv of
+tools/make_hf_fixtures.sh):
+
+  .venv-hf/bin/python tools/check_hf_export.py OUTDIR [--expected EXPECTED] [--loom-text FILE --prompt P --tokens N]
+
+- loads OUTDIR with AutoModelForCausalLM.from_pretrained (float32) and its tokenizer.json;
+- --expected: the fixture's expected.safetensors (tests/golden/hf/gpt2): the logits of the
+  exported model on its fixed ids against the expected logits (for an export of the unchanged
+  fixture; max abs difference printed, must be <= 1e-4);
+- --loom-text: what `loom sample RUN --prompt P --temperature 0 --tokens N` printed: transformers'
+  greedy continuation (N tokens) of the same prompt must be the same text (keep the prompt and
+  the N tokens within the model's positions: loom slides its window past them, transformers
+  cannot).
+Exits 1 when a check fails.
+"""
+
+import argparse
+import sys
+
+import torch
+from safetensors.torch import load_file
+from tokenizers import Tokenizer
+from transformers import AutoModelForCausalLM
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("outdir")
+    ap.add_argument("--expected")
+    ap.add_argument("--loom-text")
+    ap.add_argument("--prompt", default="")
+    ap.add_argument("--tokens", type=int, default=40)
+    a = ap.parse_args()
+    model = AutoModelForCausalLM.from_pretrained(a.outdir, dtype=torch.float32).eval()
+    print(f"loaded {type(model).__name__} from {a.outdir}")
+    ok = True
+    if a.expected:
+        e = load_file(a.expected)
+        with torch.no_grad():
+            logits = model(input_ids=e["inputs"].long()).logits
+        diff = (logits - e["logits"]).abs().max().item()
+        print(f"logits on the fixture's ids: max abs difference {diff:.3g} (range {e['logits'].abs().max().item():.3g})")
+        ok &= diff <= 1e-4
+    if a.loom_text:
+        tok = Tokenizer.from_file(f"{a.outdir}/tokenizer.json")
+        loom = open(a.loom_text, encoding="utf-8", errors="surrogateescape").read()
+        ids = tok.encode(a.prompt, add_special_tokens=False).ids
+        with torch.no_grad():
+            for _ in range(a.tokens):
+                ids.append(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax().item())
+        text = a.prompt + tok.decode(ids[len(ids) - a.tokens:], skip_special_tokens=False)
+        same = text == loom
+        print(f"greedy continuation of {a.prompt!r}: {'the same as' if same else 'DIFFERENT from'} loom's")
+        print("  transformers:", repr(text))
+        print("  loom:        ", repr(loom))
+        ok &= same
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""Writes tests/golden/hf/: small Hugging Face fixtures for loom's tokenizer.json reader, its
+import of GPT-2 (and, later, Llama) checkpoints and its export (tools/make_hf_fixtures.sh runs
+this in its own venv; the C++ tests read the outputs and need neither Python nor a network).
+
+  tokenizers/<variant>.json   byte-level BPE tokenizers trained here with `tokenizers` on tiny
+                              Shakespeare plus a multilingual paragraph, one per pre-tokenizer
+                              style: gpt2 (ByteLevel regex), smollm (Digits + ByteLevel), llama3
+                              (Split regex + ByteLevel, ignore_merges, BOS template, one vocabulary
+                              token no merge reaches), qwen2 (NFC + Split regex + ByteLevel)
+  tokenizers/expected.json    {"texts": [...], "ids": {variant: [[ids of text k], ...]}}: what
+                              `tokenizers` gives with add_special_tokens=False
+  gpt2/                       GPT2LMHeadModel, 2 layers, hidden 32, 4 heads, vocab of the gpt2
+                              tokenizer, 64 positions, tied head, random weights (every parameter,
+                              LayerNorm scales around 1): config.json, model.safetensors,
+                              tokenizer.json, expected.safetensors
+  llama_tied/, llama_untied/  LlamaForCausalLM, 2 layers, hidden 32, 4 heads, 2 key/value heads
+                              (GQA), SwiGLU 64, RoPE theta 10000, vocab of the llama3 tokenizer,
+                              tied / untied head; same files
+
+expected.safetensors holds "inputs" and "labels" (int32 [2, 8]: fixed ids), "logits" (float32
+[2, 8, V]), "loss" (float32 []: mean cross-entropy of logits against labels) and "grad/<name>"
+(float32: the gradient of that loss with respect to parameter <name>, for a few parameters).
+
+Deterministic: running it twice gives the same files.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import unicodedata
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+LLAMA3 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+QWEN2 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
+MULTILINGUAL = (
+    "Café crème, naïve façade — déjà vu! Straße, Übermaß, ÆØÅ æøå. 日本語のテキストと中文文本。"
+    "Русский текст, ελληνικά, العربية ١٢٣, हिन्दी. Numbers 12345 and 3.14159; x² ½ ⅓. "
+    "Emoji 😀🎉 and tabs\tand\r\nCRLF lines.\n"
+)
+
+# Encoded by every tokenizer variant; expected ids come from `tokenizers`. All NFC (the qwen2
+# variant's normalizer would change a non-NFC text, which loom refuses instead).
+TEXTS = [
+    "Hello world! It's 2024.\n\n  ok",
+    "I'm sure they'll go; WE'VE won, YOU'RE 'right' I'D say, isn't it? 'ſ and K",
+    "a   b\tc\r\n\r\n  \r\n x 12345678 1,234.5 0.000001",
+    "café 日本語, naïve½ x²\u00a0y — \u2028 \u3000end  \n\t\n   \nfoo!!\r\n\r\nbar?\n:-)  😀😀 ٣٤٥ ١٢ 𝟘𝟙",
+    "it<|endoftext|> the<|endoftext|><|endoftext|>x",
+    "<|begin_of_text|>ROMEO: zebra zebras, a zebra!<|end_of_text|>",
+    "",
+    " ",
+    "  leading and trailing spaces  ",
+]
+
+# The token added to the llama3 variant's vocabulary that no merge produces: with
+# ignore_merges = true a pre-token equal to it is that one token.
+UNREACHABLE = "Ġzebra"
+
+
+def train_tokenizer(texts, vocab_size, pre_tokenizer, normalizer=None, specials=("<|endoftext|>",)):
+    tok = Tokenizer(models.BPE())
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=list(specials),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def make_tokenizers(out, corpus):
+    variants = {}
+    variants["gpt2"] = train_tokenizer(
+        corpus, 320, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
+    variants["smollm"] = train_tokenizer(
+        corpus, 320,
+        pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]))
+    llama = train_tokenizer(
+        corpus, 320,
+        pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]),
+        specials=("<|begin_of_text|>", "<|end_of_text|>", "<|endoftext|>"))
+    llama.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A $B:1",
+                                      special_tokens=[("<|begin_of_text|>", llama.token_to_id("<|begin_of_text|>"))]),
+    ])
+    # ignore_merges and a vocabulary token that the merges never build (Llama 3's tokenizer.json
+    # has both): rebuilt from its JSON.
+    j = json.loads(llama.to_str())
+    j["model"]["ignore_merges"] = True
+    assert UNREACHABLE not in j["model"]["vocab"]
+    j["model"]["vocab"][UNREACHABLE] = len(j["model"]["vocab"])
+    variants["llama3"] = Tokenizer.from_str(json.dumps(j))
+    variants["qwen2"] = train_tokenizer(
+        corpus, 320,
+        pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]),
+        normalizer=normalizers.NFC())
+
+    os.makedirs(out, exist_ok=True)
+    expected = {"texts": TEXTS, "ids": {}}
+    for name, tok in variants.items():
+        tok.save(os.path.join(out, name + ".json"))
+        expected["ids"][name] = [tok.encode(t, add_special_tokens=False).ids for t in TEXTS]
+        for t in TEXTS:
+            assert unicodedata.is_normalized("NFC", t)
+            assert tok.decode(tok.encode(t, add_special_tokens=False).ids, skip_special_tokens=False) == t, (name, t)
+    # The ignore_merges token is actually used, so the test would see its absence.
+    assert variants["llama3"].token_to_id(UNREACHABLE) in sum(expected["ids"]["llama3"], [])
+    with open(os.path.join(out, "expected.json"), "w", encoding="utf-8") as f:
+        json.dump(expected, f, ensure_ascii=False, indent=0)
+        f.write("\n")
+    return variants
+
+
+def randomize(model, gen):
+    """Every parameter random, so a misplaced or misread tensor changes the logits: norm scales
+    1 + N(0, 0.1^2), everything else N(0, 0.1^2)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen) * 0.1
+            is_scale = p.dim() == 1 and ("ln_" in name or "norm" in name) and name.endswith("weight")
+            p.copy_(noise + 1.0 if is_scale else noise)
+
+
+def write_expected(model, out, vocab_size, grad_names, gen):
+    inputs = torch.randint(0, vocab_size, (2, 8), generator=gen)
+    labels = torch.randint(0, vocab_size, (2, 8), generator=gen)
+    model.zero_grad()
+    logits = model(input_ids=inputs).logits.float()
+    loss = F.cross_entropy(logits.reshape(-1, vocab_size), labels.reshape(-1))
+    loss.backward()
+    params = dict(model.named_parameters())
+    tensors = {
+        "inputs": inputs.to(torch.int32).contiguous(),
+        "labels": labels.to(torch.int32).contiguous(),
+        "logits": logits.detach().contiguous(),
+        "loss": loss.detach().reshape(()).contiguous(),
+    }
+    for n in grad_names:
+        tensors["grad/" + n] = params[n].grad.detach().contiguous()
+    save_file(tensors, os.path.join(out, "expected.safetensors"), metadata={"loss": repr(loss.item())})
+
+
+def save_model(model, out, tokenizer_file):
+    shutil.rmtree(out, ignore_errors=True)
+    model.save_pretrained(out, safe_serialization=True)
+    gen_cfg = os.path.join(out, "generation_config.json")
+    if os.path.exists(gen_cfg):
+        os.remove(gen_cfg)  # not read by loom
+    shutil.copy(tokenizer_file, os.path.join(out, "tokenizer.json"))
+
+
+def make_gpt2(out, tokenizer_file, vocab_size):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=vocab_size, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                     activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     layer_norm_epsilon=1e-5, tie_word_embeddings=True, bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(cfg).float().eval()
+    gen = torch.Generator().manual_seed(1)
+    randomize(model, gen)
+    save_model(model, out, tokenizer_file)
+    write_expected(model, out, vocab_size,
+                   ["transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.attn.c_attn.weight",
+                    "transformer.h.0.attn.c_attn.bias", "transformer.h.1.mlp.c_proj.weight", "transformer.ln_f.weight"],
+                   gen)
+
+
+def make_llama(out, tokenizer_file, vocab_size, tied, seed):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rope_theta=10000.0,
+                      rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False, mlp_bias=False,
+                      tie_word_embeddings=tied, attention_dropout=0.0, bos_token_id=0, eos_token_id=1,
+                      attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).float().eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    randomize(model, gen)
+    save_model(model, out, tokenizer_file)
+    grads = ["model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+             "model.layers.1.mlp.gate_proj.weight", "model.layers.1.post_attention_layernorm.weight",
+             "model.norm.weight"]
+    grads.append("model.embed_tokens.weight" if tied else "lm_head.weight")  # the head's gradient
+    write_expected(model, out, vocab_size, grads, gen)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shakespeare", required=True)
+    a = ap.parse_args()
+    torch.use_deterministic_algorithms(True)
+    with open(a.shakespeare, encoding="utf-8") as f:
+        shakespeare = f.read()
+    corpus = [shakespeare[i:i + 1000] for i in range(0, 200000, 1000)] + [MULTILINGUAL] * 20
+    tok_dir = os.path.join(a.out, "tokenizers")
+    variants = make_tokenizers(tok_dir, corpus)
+    make_gpt2(os.path.join(a.out, "gpt2"), os.path.join(tok_dir, "gpt2.json"), variants["gpt2"].get_vocab_size())
+    llama_vocab = variants["llama3"].get_vocab_size()
+    make_llama(os.path.join(a.out, "llama_tied"), os.path.join(tok_dir, "llama3.json"), llama_vocab, True, 10)
+    make_llama(os.path.join(a.out, "llama_untied"), os.path.join(tok_dir, "llama3.json"), llama_vocab, False, 20)
+
+
+if __name__ == "__main__":
+    main()

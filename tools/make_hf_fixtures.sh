@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Regenerates tests/golden/hf/ (tools/make_hf_fixtures.py says what is there) with transformers,
+# torch, tokenizers and safetensors in their own venv:
+#
+#   bash tools/make_hf_fixtures.sh        # venv in .venv-hf/ (gitignored), CPU only
+#
+# The outputs are deterministic. The pins below are the versions the committed fixtures were made
+# with (Python 3.11). Needs network access to the Python package index (pip's configured index);
+# the C++ tests that read the fixtures need neither.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv-hf"
+# shellcheck source=tools/venv.sh
+source "$root/tools/venv.sh"
+
+pins=(
+  torch==2.15.0
+  transformers==5.23.0
+  tokenizers==0.23.3
+  safetensors==0.8.0
+  numpy==2.4.6
+)
+
+make_venv "$venv" "${pins[@]}"
+
+export CUDA_VISIBLE_DEVICES=""
+"$venv/bin/python" "$root/tools/make_hf_fixtures.py" --out "$root/tests/golden/hf" \
+  --shakespeare "$root/data/tinyshakespeare.txt"
+find "$root/tests/golden/hf" -type f -exec chmod 0644 {} +
+du -cb $(find "$root/tests/golden/hf" -type f) | tail -n 1 |
+  awk '{print "make_hf_fixtures: tests/golden/hf/ holds " $1 " bytes"}'
