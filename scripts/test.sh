@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Quick start 2: install what is missing, build, and run every test (ctest).
 #
-# Two builds: build/ (Release, -march=native: what `loom` runs as here), whose whole suite runs
-# last, and build-avx2/ (no -march=native, -mavx2 -mfma -mf16c: the portable AVX2 code paths of
-# the CPU kernels, e.g. attention's 8-wide product loops), whose backend op tests run first
-# against the reference backend with oneDNN held to AVX2 as well.
+# Three builds: build/ (Release, -march=native: what `loom` runs as here), whose whole suite runs
+# last; build-avx2/ (no -march=native, -mavx2 -mfma -mf16c: the portable AVX2 code paths of the
+# CPU kernels, e.g. attention's 8-wide product loops), whose backend op tests run first against
+# the reference backend with oneDNN held to AVX2 as well; and build-asan/ (AddressSanitizer +
+# UndefinedBehaviorSanitizer, -DLOOM_SANITIZE=ON), whose whole suite runs second: any report
+# fails the test that hit it. LOOM_TEST_SANITIZE=0 skips that build (e.g. while iterating).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -13,5 +15,13 @@ cmake -S . -B build-avx2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_NATIVE=OFF \
       "-DCMAKE_CXX_FLAGS=-mavx2 -mfma -mf16c" >/dev/null
 ninja -C build-avx2 test_backend
 (cd build-avx2 && ONEDNN_MAX_CPU_ISA=AVX2 ctest --output-on-failure -j 2 -L backend)
+if [ "${LOOM_TEST_SANITIZE:-1}" != 0 ]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOOM_SANITIZE=ON >/dev/null
+  ninja -C build-asan
+  # Leaks count too; the suppressions name only third-party libraries' own start-up allocations.
+  (cd build-asan &&
+    ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/../tests/lsan.supp" \
+    UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j 2 "$@")
+fi
 cd build
 ctest --output-on-failure -j 2 "$@"
