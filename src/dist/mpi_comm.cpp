@@ -54,6 +54,7 @@ struct Round {
   }
   // out[0, p) = recv's p-element blocks summed in rank order.
   void sum(const float* recv, int size, float* out) const {
+    if (p == 0) return;  // an empty chunk: recv and out may be null, which memcpy may not be given
     std::memcpy(out, recv, static_cast<size_t>(p) * sizeof(float));
     for (int r = 1; r < size; ++r) {
       const float* in = recv + r * p;
