@@ -13,11 +13,18 @@ namespace loom::kmath {
 // sqrt(2/pi), the constant of the tanh approximation used by jax.nn.gelu(approximate=True).
 inline constexpr double kSqrt2OverPi = 0.7978845608028654;
 inline constexpr double kGeluCoeff = 0.044715;
+// 1/√2 and 1/√(2π), of the exact GELU's normal distribution function Φ and density φ.
+inline constexpr double kSqrtHalf = 0.7071067811865476;
+inline constexpr double kInvSqrt2Pi = 0.3989422804014327;
 
 struct StdMath {
   template <class T>
   static T exp(T x) {
     return std::exp(x);
+  }
+  template <class T>
+  static T erfc(T x) {
+    return std::erfc(x);
   }
 };
 
@@ -53,6 +60,33 @@ T gelu_grad(T x, T dy) {
   const T s = T(1) / (T(1) + M::exp(T(-2) * u));
   const T du = T(kSqrt2OverPi) * (T(1) + T(3 * kGeluCoeff) * x * x);
   return dy * (s + T(2) * x * s * (T(1) - s) * du);
+}
+
+// The exact GELU, transformers' "gelu" (torch.nn.functional.gelu, approximate="none"):
+// x·Φ(x) with Φ(x) = erfc(−x/√2)/2. erfc rather than 1 + erf keeps Φ's relative accuracy in the
+// left tail, where gelu is tiny.
+template <class T, class M = StdMath>
+T gelu_erf(T x) {
+  return T(0.5) * x * M::erfc(-x * T(kSqrtHalf));
+}
+// d/dx [x·Φ(x)] = Φ(x) + x·φ(x), φ(x) = exp(−x²/2)/√(2π).
+template <class T, class M = StdMath>
+T gelu_erf_grad(T x, T dy) {
+  return dy * (T(0.5) * M::erfc(-x * T(kSqrtHalf)) + x * T(kInvSqrt2Pi) * M::exp(T(-0.5) * x * x));
+}
+
+// SwiGLU's gate (transformers' LlamaMLP: act_fn(gate_proj(x)) * up_proj(x), act_fn = silu):
+// silu(gate)·up, and its gradients for dy, sharing one sigmoid: dup = dy·silu(gate),
+// dgate = dy·up·silu'(gate) with silu' as in silu_grad.
+template <class T, class M = StdMath>
+T silu_mul(T gate, T up) {
+  return silu<T, M>(gate) * up;
+}
+template <class T, class M = StdMath>
+void silu_mul_grad(T gate, T up, T dy, T& dgate, T& dup) {
+  const T s = sigmoid<T, M>(gate);
+  dup = dy * gate * s;
+  dgate = dy * up * s * (T(1) + gate * (T(1) - s));
 }
 
 // Dropout keeps element i when its uniform draw is below keep = 1 − rate (Flax: bernoulli(keep)),

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "nn/hf_names.h"
+#include "nn/transformer.h"
 
 namespace loom {
 
@@ -47,8 +48,8 @@ class Gpt2ConfigReader {
     }
     const double eps = number("layer_norm_epsilon", 1e-5);
     const std::string act = text("activation_function", "gelu_new");
-    if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-      fail("activation_function", "is \"" + act + "\"; loom's GELU is the tanh approximation (gelu_new)");
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu")
+      fail("activation_function", "is \"" + act + "\"; loom runs gelu_new, gelu_pytorch_tanh (tanh GELU) and gelu");
     const bool tied = boolean("tie_word_embeddings", true);
     if (!tied) fail("tie_word_embeddings", "is false; loom runs GPT-2 with its tied head (lm_head = wte)");
     if (!boolean("scale_attn_weights", true)) fail("scale_attn_weights", "is false; loom scales by 1/sqrt(head dim)");
@@ -61,11 +62,13 @@ class Gpt2ConfigReader {
     m.num_layers = n_layer;
     m.head_dim = n_embd / n_head;
     m.mlp_expansion = inner / n_embd;
+    m.intermediate_size = 0;
     m.vocab_size = m.num_outputs = vocab;
     m.max_seq_len = n_positions;
     m.layer_norm_eps = eps;
     m.block_order = BlockOrder::attn_first;
     m.norm = NormKind::layernorm;
+    m.mlp = act == "gelu" ? MlpKind::gelu : MlpKind::gelu_tanh;
     m.use_bias = true;
     m.tie_embeddings = true;
     m.causal_mask = true;
@@ -79,6 +82,7 @@ class Gpt2ConfigReader {
         {.key = "model.head_dim",
          .origin = "n_embd / n_head = " + std::to_string(n_embd) + " / " + std::to_string(n_head)},
         {.key = "model.mlp_expansion", .origin = inner_origin},
+        {.key = "model.intermediate_size", .origin = inner_origin + " (0: from mlp_expansion)"},
         {.key = "model.vocab_size", .origin = "vocab_size = " + std::to_string(vocab)},
         {.key = "model.num_outputs", .origin = "vocab_size = " + std::to_string(vocab)},
         {.key = "model.max_seq_len", .origin = "n_positions = " + std::to_string(n_positions)},
@@ -86,6 +90,7 @@ class Gpt2ConfigReader {
         {.key = "model.tie_embeddings", .origin = "tie_word_embeddings = true"},
         {.key = "model.block_order", .origin = a + " (attention before MLP)"},
         {.key = "model.norm", .origin = a + " (LayerNorm)"},
+        {.key = "model.mlp", .origin = "activation_function = \"" + act + "\""},
         {.key = "model.use_bias", .origin = a + " (biases everywhere)"},
         {.key = "model.causal_mask", .origin = a + " (causal)"},
         {.key = "model.embed_dropout", .origin = "embd_pdrop", .fixed = false},
@@ -204,12 +209,12 @@ nlohmann::json hf_config_json(const ModelConfig& c, int32_t bos_id, int32_t eos_
       {"n_embd", c.hidden_size},
       {"n_layer", c.num_layers},
       {"n_head", map.heads},
-      {"n_inner", c.mlp_expansion == 4 ? nlohmann::json(nullptr) : nlohmann::json(c.mlp_expansion * c.hidden_size)},
+      {"n_inner", nn::mlp_width(c) == 4 * c.hidden_size ? nlohmann::json(nullptr) : nlohmann::json(nn::mlp_width(c))},
       {"n_positions", c.max_seq_len},
       {"n_ctx", c.max_seq_len},
       {"vocab_size", c.vocab_size},
       {"layer_norm_epsilon", c.layer_norm_eps},
-      {"activation_function", "gelu_new"},
+      {"activation_function", c.mlp == MlpKind::gelu ? "gelu" : "gelu_new"},
       {"resid_pdrop", c.dropout_rate},
       {"embd_pdrop", c.embed_dropout ? c.dropout_rate : 0.0},
       {"attn_pdrop", 0.0},

@@ -31,10 +31,11 @@ bool is_hf_model_dir(const std::string& dir);
 //   n_embd -> hidden_size, n_layer -> num_layers, n_embd / n_head -> head_dim,
 //   n_inner / n_embd (null: 4) -> mlp_expansion, vocab_size -> vocab_size and num_outputs,
 //   n_positions -> max_seq_len, layer_norm_epsilon (1e-5) -> layer_norm_eps,
-//   tie_word_embeddings -> tie_embeddings; block_order attn_first, use_bias, causal_mask fixed;
+//   tie_word_embeddings -> tie_embeddings, activation_function gelu_new or gelu_pytorch_tanh (the
+//   default) -> mlp gelu_tanh, gelu -> mlp gelu; block_order attn_first, use_bias, causal_mask fixed;
 //   embed_dropout true by default.
 // Missing keys take transformers' GPT2Config defaults. An architecture or an option loom cannot
-// run exactly (Llama-family models, activation_function other than the tanh GELU, an untied head,
+// run exactly (Llama-family models, another activation_function, an untied head,
 // unscaled or layer-scaled attention, cross-attention) is a UserError naming the file and the key.
 HfConfig read_hf_config(const std::string& dir);
 

@@ -32,6 +32,12 @@
   X(layernorm, "LayerNorm: centred, scale and bias (the tutorial, GPT-2)") \
   X(rmsnorm, "RMSNorm: root mean square, scale only (Llama's LlamaRMSNorm)")
 
+// The MLP of a transformer block (model.mlp), of width model.intermediate_size.
+#define LOOM_MLPS(X)                                                                        \
+  X(gelu_tanh, "Dense -> tanh-approximate GELU -> Dense (the tutorial, GPT-2's gelu_new)")  \
+  X(gelu, "Dense -> exact (erf) GELU -> Dense (transformers' \"gelu\", PyTorch's default)") \
+  X(swiglu, "down(silu(gate(x)) * up(x)) (transformers' LlamaMLP)")
+
 #define LOOM_INITS(X)                                            \
   X(flax, "the tutorial's Flax defaults (lecun_normal kernels)") \
   X(gpt2, "normal(0.02), residual projections / sqrt(2·layers)")
@@ -42,6 +48,7 @@ LOOM_CHOICE(ModelKind, "model kind", LOOM_MODEL_KINDS)
 LOOM_CHOICE(RematRegion, "remat region", LOOM_REMAT_REGIONS)
 LOOM_CHOICE(BlockOrder, "block order", LOOM_BLOCK_ORDERS)
 LOOM_CHOICE(NormKind, "norm", LOOM_NORMS)
+LOOM_CHOICE(MlpKind, "mlp", LOOM_MLPS)
 LOOM_CHOICE(InitScheme, "init", LOOM_INITS)
 
 struct ModelConfig {
@@ -66,6 +73,8 @@ struct ModelConfig {
   bool scan_layers = false;      // parameter layout only: stacked [num_layers, ...] in files
   BlockOrder block_order = BlockOrder::mlp_first;
   NormKind norm = NormKind::layernorm;
+  MlpKind mlp = MlpKind::gelu_tanh;
+  int64_t intermediate_size = 0;  // the MLP's hidden width; 0: nn::mlp_width's default
   bool use_bias = true;
   bool tie_embeddings = false;
   InitScheme init = InitScheme::flax;

@@ -1,16 +1,17 @@
 #include "nn/hf_names.h"
 
 #include "core/error.h"
+#include "nn/transformer.h"
 
 namespace loom::nn {
 
 namespace {
 void need(bool ok, const char* key, const std::string& problem) {
   if (!ok)
-    throw UserError(
-        key, problem + ": GPT2LMHeadModel cannot hold this model",
-        "GPT-2's variant is block_order = attn_first, norm = layernorm, tie_embeddings = true, causal_mask = true "
-        "(configs/gpt2_124m.toml)");
+    throw UserError(key, problem + ": GPT2LMHeadModel cannot hold this model",
+                    "GPT-2's variant is block_order = attn_first, norm = layernorm, mlp = gelu_tanh or gelu, "
+                    "tie_embeddings = true, causal_mask = true "
+                    "(configs/gpt2_124m.toml)");
 }
 }  // namespace
 
@@ -18,9 +19,10 @@ HfModelMap hf_model_map(const ModelConfig& c) {
   need(c.kind == ModelKind::transformer, "model.kind", "is not transformer");
   need(c.block_order == BlockOrder::attn_first, "model.block_order", "is not attn_first");
   need(c.norm == NormKind::layernorm, "model.norm", "is not layernorm");
+  need(c.mlp != MlpKind::swiglu, "model.mlp", "is swiglu");
   need(c.tie_embeddings, "model.tie_embeddings", "is false (loom's untied head has a bias, GPT-2's lm_head none)");
   need(c.causal_mask, "model.causal_mask", "is false");
-  const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = c.mlp_expansion * C;
+  const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = mlp_width(c);
   HfModelMap m{.architecture = "GPT2LMHeadModel", .model_type = "gpt2", .heads = H, .head_dim = D, .params = {}};
   auto add = [&](std::string hf, Shape hf_shape, std::string path, Shape shape, HfLayout layout = HfLayout::same) {
     if (!c.use_bias && path.ends_with("/bias")) path.clear();

@@ -49,11 +49,17 @@ ValueId norm(const Scope& s, ValueId x, const ModelConfig& c) {
 
 // MLPBlock: [B, T, C] -> [B, T, C]
 ValueId mlp_block(const Scope& s, ValueId x, const ModelConfig& c, bool train) {
-  const int64_t features = s.graph().value(x).shape.last();
+  const int64_t features = s.graph().value(x).shape.last(), F = mlp_width(c);
   ValueId h = norm(s / "pre_norm", x, c);
-  h = linear(s / "input_layer", h, Shape{features, c.mlp_expansion * features}, c, false);  // [B, T, 4C]
-  h = s.op1(OpKind::gelu, {h});
-  h = linear(s / "output_layer", h, Shape{c.mlp_expansion * features, features}, c, true);  // [B, T, C]
+  if (c.mlp == MlpKind::swiglu) {
+    const ValueId gate = linear(s / "gate_layer", h, Shape{features, F}, c, false);  // [B, T, F]
+    const ValueId up = linear(s / "up_layer", h, Shape{features, F}, c, false);      // [B, T, F]
+    h = s.op1(OpKind::silu_mul, {gate, up});
+  } else {
+    h = linear(s / "input_layer", h, Shape{features, F}, c, false);  // [B, T, F]
+    h = s.op1(c.mlp == MlpKind::gelu ? OpKind::gelu_erf : OpKind::gelu, {h});
+  }
+  h = linear(s / "output_layer", h, Shape{F, features}, c, true);  // [B, T, C]
   return dropout(s, h, c.dropout_rate, train);
 }
 
@@ -171,6 +177,12 @@ ModelGraph build_transformer_decoder(const ModelConfig& config, int64_t batch, i
   return m;
 }
 
+int64_t mlp_width(const ModelConfig& c) {
+  if (c.intermediate_size > 0) return c.intermediate_size;
+  const int64_t f = c.mlp_expansion * c.hidden_size;
+  return c.mlp == MlpKind::swiglu ? (2 * f / 3 + 255) / 256 * 256 : f;
+}
+
 void validate_transformer(const ModelConfig& c) {
   auto need = [](bool ok, const char* key, const std::string& problem, const char* hint) {
     if (!ok) throw UserError(key, problem, hint);
@@ -182,6 +194,8 @@ void validate_transformer(const ModelConfig& c) {
            std::to_string(c.head_dim),
        "num_heads = hidden_size / head_dim must be whole: change either");
   need(c.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
+  need(c.intermediate_size >= 0, "model.intermediate_size", "must be >= 0",
+       "0 takes the default width (nn::mlp_width), e.g. 4 × hidden_size");
   need(c.vocab_size >= 2, "model.vocab_size", "must be >= 2", "e.g. 2048");
   need(c.num_outputs >= 1, "model.num_outputs", "must be >= 1", "usually the vocabulary size");
   need(c.max_seq_len >= 1, "model.max_seq_len", "must be >= 1", "e.g. 512");

@@ -2,7 +2,9 @@
 //   embed (nn.Embed, dtype) + pos_emb[:T] (normal 0.02, cast to dtype)
 //   num_layers × TransformerBlock: x = x + MLPBlock(x); x = x + AttentionBlock(x)   (mlp_first)
 //   post_norm LayerNorm -> output_layer Dense(num_outputs) -> cast float32
-// MLPBlock: pre_norm -> input_layer Dense(mlp_expansion·C) -> gelu -> output_layer Dense(C) -> dropout
+// MLPBlock: pre_norm -> input_layer Dense(F) -> gelu -> output_layer Dense(C) -> dropout, F = mlp_width
+//   (model.mlp = gelu: the exact GELU; swiglu: output_layer(silu(gate_layer(h)) · up_layer(h)),
+//   transformers' LlamaMLP with down_proj = output_layer; biases per model.use_bias as everywhere)
 // AttentionBlock: pre_norm -> qkv DenseGeneral((H, 3·D)) -> dot_product_attention(softmax_dtype)
 //                 -> output_layer DenseGeneral(C, axis=(-2, -1)) -> dropout
 // Parameter paths are those of the tutorial with scan_layers=False ("block_3/mlp/input_layer/kernel");
@@ -22,6 +24,12 @@ namespace loom::nn {
 // The model of `c` (model.kind = transformer) for `in.batch` sequences of `in.seq_len` tokens.
 // The tutorial's model is block_order = mlp_first, use_bias, untied, init = flax, no embed_dropout.
 ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool train);
+// The MLP's hidden width: model.intermediate_size, or when 0, mlp_expansion·hidden_size for the
+// GELU MLPs and for swiglu Meta's Llama rule, 2/3 of that rounded up to a multiple of 256
+// (hidden 576 -> 1536 as SmolLM, 4096 -> 11008 as Llama 2 7B; transformers' LlamaConfig files
+// state intermediate_size, which an import takes). The 2/3 keeps swiglu's three matrices at the
+// GELU MLP's parameters and FLOPs, which ⌊8·hidden/3⌋ matches without the rounding.
+int64_t mlp_width(const ModelConfig& c);
 // Its model.* keys (num_heads = hidden_size / head_dim must be whole, ...): UserError naming the key.
 void validate_transformer(const ModelConfig& c);
 

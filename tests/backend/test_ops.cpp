@@ -541,7 +541,7 @@ void expect_ulp(const HostTensor& cpu, const HostTensor& ref, const HostTensor& 
 const std::vector<Shape> kElemShapes = {Shape{1}, Shape{7, 5}, Shape{33, 130}, Shape{3, 7, 64}, Shape{300, 130}};
 
 TEST(CpuOps, Activations) {
-  for (OpKind op : {OpKind::silu, OpKind::gelu})
+  for (OpKind op : {OpKind::silu, OpKind::gelu, OpKind::gelu_erf})
     for (DType dt : kFloatTypes)
       for (const Shape& s : kElemShapes) {
         const std::string what = std::string(op_name(op)) + " " + dn(dt) + " " + s.str();
@@ -553,8 +553,9 @@ TEST(CpuOps, Activations) {
       }
 }
 
+// The gradients (x, dy) -> dx, and silu_mul (gate, up) -> silu(gate)·up of the same form.
 TEST(CpuOps, ActivationGrads) {
-  for (OpKind op : {OpKind::silu_grad, OpKind::gelu_grad})
+  for (OpKind op : {OpKind::silu_grad, OpKind::gelu_grad, OpKind::gelu_erf_grad, OpKind::silu_mul})
     for (DType dt : kFloatTypes)
       for (const Shape& s : kElemShapes) {
         const std::string what = std::string(op_name(op)) + " " + dn(dt) + " " + s.str();
@@ -566,11 +567,29 @@ TEST(CpuOps, ActivationGrads) {
       }
 }
 
+// (gate, up, dy) -> dgate, dup: each against the reference, dgate's ulps scaled by up and dy.
+TEST(CpuOps, SiluMulGrad) {
+  for (DType dt : kFloatTypes)
+    for (const Shape& s : kElemShapes) {
+      const std::string what = "silu_mul_grad " + dn(dt) + " " + s.str();
+      OpCase oc(OpKind::silu_mul_grad, {{s, dt}, {s, dt}, {s, dt}});
+      oc.fill_random(next_seed());
+      const Outputs o = run_both(oc);
+      expect_outputs_close(o, what);
+      if (dt == DType::f32) continue;
+      HostTensor up_dy = oc.input(1);
+      for (int64_t i = 0; i < up_dy.numel(); ++i) up_dy.set(i, oc.input(1).get(i) * oc.input(2).get(i));
+      expect_ulp(o.cpu[0], o.ref[0], oc.input(0), &up_dy, what + " dgate");
+      expect_ulp(o.cpu[1], o.ref[1], oc.input(0), &oc.input(2), what + " dup");
+    }
+}
+
 // Wide-range inputs (|x| up to ~12) reach the saturated tails of the activations.
 TEST(CpuOps, ActivationTails) {
-  for (OpKind op : {OpKind::silu, OpKind::gelu, OpKind::silu_grad, OpKind::gelu_grad})
+  for (OpKind op :
+       {OpKind::silu, OpKind::gelu, OpKind::gelu_erf, OpKind::silu_grad, OpKind::gelu_grad, OpKind::gelu_erf_grad})
     for (DType dt : kFloatTypes) {
-      const bool grad = op == OpKind::silu_grad || op == OpKind::gelu_grad;
+      const bool grad = op == OpKind::silu_grad || op == OpKind::gelu_grad || op == OpKind::gelu_erf_grad;
       std::vector<ValueDesc> ins = {{Shape{4001}, dt}};
       if (grad) ins.push_back({Shape{4001}, dt});
       OpCase oc(op, ins);
@@ -759,10 +778,14 @@ TEST(CpuOps, InPlaceAliasing) {
   for (DType dt : kFloatTypes) {
     cases.push_back({OpKind::silu, {{s, dt}}, NoAttrs{}, 0});
     cases.push_back({OpKind::gelu, {{s, dt}}, NoAttrs{}, 0});
+    cases.push_back({OpKind::gelu_erf, {{s, dt}}, NoAttrs{}, 0});
     for (size_t k : {0u, 1u}) {
       cases.push_back({OpKind::silu_grad, {{s, dt}, {s, dt}}, NoAttrs{}, k});
       cases.push_back({OpKind::gelu_grad, {{s, dt}, {s, dt}}, NoAttrs{}, k});
+      cases.push_back({OpKind::gelu_erf_grad, {{s, dt}, {s, dt}}, NoAttrs{}, k});
+      cases.push_back({OpKind::silu_mul, {{s, dt}, {s, dt}}, NoAttrs{}, k});
     }
+    for (size_t k : {0u, 1u, 2u}) cases.push_back({OpKind::silu_mul_grad, {{s, dt}, {s, dt}, {s, dt}}, NoAttrs{}, k});
     cases.push_back({OpKind::dropout, {{s, dt}}, DropoutAttrs{0.3f, 5}, 0});
     cases.push_back({OpKind::dropout, {{s, dt}}, DropoutAttrs{0.f, 5}, 0});
     cases.push_back({OpKind::add, {{s, dt}, {s, dt}}, NoAttrs{}, 0});
@@ -784,23 +807,25 @@ TEST(CpuOps, InPlaceAliasing) {
     oc.fill_random(next_seed(), 1 << 20);
     const RunCtx rc{9, 1, 0};
     CpuBackend cpu;
-    const HostTensor expected = oc.run(cpu, rc).at(0);
-    ASSERT_EQ(expected.bytes.size(), oc.input(c.alias).bytes.size()) << what;
+    const std::vector<HostTensor> expected = oc.run(cpu, rc);
+    ASSERT_EQ(expected[0].bytes.size(), oc.input(c.alias).bytes.size()) << what;
+    // The inputs' copies, then the buffers of the outputs after the first (silu_mul_grad's dup).
     std::vector<std::vector<unsigned char>> bufs;
-    std::vector<TensorArg> in;
-    for (size_t k = 0; k < c.ins.size(); ++k) {
-      bufs.push_back(oc.input(k).bytes);
-      in.push_back(TensorArg{nullptr, c.ins[k].shape, c.ins[k].dtype});
-    }
-    for (size_t k = 0; k < c.ins.size(); ++k) in[k].data = bufs[k].data();
-    const TensorArg out{bufs[c.alias].data(), expected.shape, expected.dtype};
+    std::vector<TensorArg> in, out;
+    for (size_t k = 0; k < c.ins.size(); ++k) bufs.push_back(oc.input(k).bytes);
+    for (size_t k = 1; k < expected.size(); ++k) bufs.emplace_back(expected[k].bytes.size());
+    for (size_t k = 0; k < c.ins.size(); ++k) in.push_back(TensorArg{bufs[k].data(), c.ins[k].shape, c.ins[k].dtype});
+    for (size_t k = 0; k < expected.size(); ++k)
+      out.push_back(
+          TensorArg{bufs[k == 0 ? c.alias : c.ins.size() + k - 1].data(), expected[k].shape, expected[k].dtype});
     const int threads = omp_get_max_threads();
     std::vector<std::byte> ws(static_cast<size_t>(cpu.workspace_bytes(oc.graph(), oc.node(), threads)));
-    cpu.run(KernelArgs{oc.node(), in, std::span<const TensorArg>(&out, 1), rc,
-                       Workspace{ws.data(), static_cast<int64_t>(ws.size()), threads}});
-    HostTensor got(expected.shape, expected.dtype);
-    got.bytes = bufs[c.alias];
-    expect_bytes_equal(got, expected, what);
+    cpu.run(KernelArgs{oc.node(), in, out, rc, Workspace{ws.data(), static_cast<int64_t>(ws.size()), threads}});
+    for (size_t k = 0; k < expected.size(); ++k) {
+      HostTensor got(expected[k].shape, expected[k].dtype);
+      got.bytes = bufs[k == 0 ? c.alias : c.ins.size() + k - 1];
+      expect_bytes_equal(got, expected[k], what + " out" + std::to_string(k));
+    }
   }
   for (int i = 0; i < kNumOps; ++i) {
     const auto op = static_cast<OpKind>(i);
@@ -1145,6 +1170,10 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::silu_grad, "CpuOps.ActivationGrads"},
     {OpKind::gelu, "CpuOps.Activations"},
     {OpKind::gelu_grad, "CpuOps.ActivationGrads"},
+    {OpKind::gelu_erf, "CpuOps.Activations"},
+    {OpKind::gelu_erf_grad, "CpuOps.ActivationGrads"},
+    {OpKind::silu_mul, "CpuOps.ActivationGrads"},
+    {OpKind::silu_mul_grad, "CpuOps.SiluMulGrad"},
     {OpKind::dropout, "CpuOps.DropoutBitExact"},
     {OpKind::reshape, "CpuOps.ReshapeView"},
     {OpKind::cast, "CpuOps.CastBitExact"},

@@ -185,6 +185,36 @@ TEST(ReferenceBasics, Activations) {
   EXPECT_EQ(values(gg.run(be)[0]), (std::vector<float>{1.5f}));
 }
 
+// The exact GELU at hand values of Φ: Φ(0) = 1/2, Φ(±1) = (1 ± erf(1/√2))/2; its slope at 0 is
+// Φ(0) = 1/2 and at 1 it is Φ(1) + φ(1). silu_mul(g, u) = silu(g)·u with both cotangents.
+TEST(ReferenceBasics, GeluErfAndSiluMul) {
+  ReferenceBackend be;
+  const double e1 = std::erf(1 / std::sqrt(2.0));
+  OpCase g(OpKind::gelu_erf, {{Shape{3}, DType::f32}});
+  set_all(g.input(0), {0, 1, -1});
+  EXPECT_EQ(values(g.run(be)[0]),
+            (std::vector<float>{0.f, static_cast<float>((1 + e1) / 2), static_cast<float>(-(1 - e1) / 2)}));
+  OpCase gg(OpKind::gelu_erf_grad, {{Shape{2}, DType::f32}, {Shape{2}, DType::f32}});
+  set_all(gg.input(0), {0, 1});
+  set_all(gg.input(1), {3, 2});
+  const double phi1 = std::exp(-0.5) / std::sqrt(2 * M_PI);
+  EXPECT_EQ(values(gg.run(be)[0]), (std::vector<float>{1.5f, static_cast<float>(2 * ((1 + e1) / 2 + phi1))}));
+
+  OpCase m(OpKind::silu_mul, {{Shape{2}, DType::f32}, {Shape{2}, DType::f32}});
+  set_all(m.input(0), {0, 1});
+  set_all(m.input(1), {5, -3});
+  const double s1 = 1 / (1 + std::exp(-1.0));
+  EXPECT_EQ(values(m.run(be)[0]), (std::vector<float>{0.f, static_cast<float>(-3 * s1)}));
+  // silu'(0) = 1/2: dgate = dy·up/2 and dup = dy·silu(0) = 0 at gate 0; at gate 1, dup = dy·σ(1).
+  OpCase mg(OpKind::silu_mul_grad, {{Shape{2}, DType::f32}, {Shape{2}, DType::f32}, {Shape{2}, DType::f32}});
+  set_all(mg.input(0), {0, 1});
+  set_all(mg.input(1), {5, -3});
+  set_all(mg.input(2), {2, 4});
+  const auto grads = mg.run(be);
+  EXPECT_EQ(values(grads[0]), (std::vector<float>{5.f, static_cast<float>(4 * -3 * s1 * (1 + (1 - s1)))}));
+  EXPECT_EQ(values(grads[1]), (std::vector<float>{0.f, static_cast<float>(4 * s1)}));
+}
+
 TEST(ReferenceBasics, DropoutMatchesTheCounterRng) {
   ReferenceBackend be;
   const RunCtx rc{42, 3, 1};

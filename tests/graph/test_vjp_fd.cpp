@@ -35,6 +35,8 @@ constexpr testing::OpTestTable kFdCase = testing::op_test_table({
     {OpKind::rms_norm, "VjpFd.RmsNorm"},
     {OpKind::silu, "VjpFd.Silu"},
     {OpKind::gelu, "VjpFd.Gelu"},
+    {OpKind::gelu_erf, "VjpFd.GeluErf"},
+    {OpKind::silu_mul, "VjpFd.SiluMul"},
     {OpKind::dropout, "VjpFd.Dropout"},
     {OpKind::reshape, "VjpFd.Reshape"},
     {OpKind::cast, "VjpFd.CastF32"},
@@ -126,6 +128,23 @@ TEST(VjpFd, Gelu) {
   Options o;
   o.init = [](const std::string&, int64_t, float d) { return 1.5f * d; };
   check_vjp([](const Scope& s) { return s.op1(OpKind::gelu, {s.param("x", Shape{3, 5}, {})}); }, o);
+}
+
+TEST(VjpFd, GeluErf) {
+  Options o;
+  o.init = [](const std::string&, int64_t, float d) { return 1.5f * d; };
+  check_vjp([](const Scope& s) { return s.op1(OpKind::gelu_erf, {s.param("x", Shape{3, 5}, {})}); }, o);
+}
+
+// Both cotangents of the fused SwiGLU gate, gate and up drawn independently.
+TEST(VjpFd, SiluMul) {
+  Options o;
+  o.init = [](const std::string&, int64_t, float d) { return 1.5f * d; };
+  check_vjp(
+      [](const Scope& s) {
+        return s.op1(OpKind::silu_mul, {s.param("gate", Shape{3, 5}, {}), s.param("up", Shape{3, 5}, {})});
+      },
+      o);
 }
 
 TEST(VjpFd, Dropout) {

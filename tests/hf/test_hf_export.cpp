@@ -157,16 +157,21 @@ TEST(HfExport, Refusals) {
   m = user_error([&] { export_hf(d.path("tut"), d.path("y")); });
   EXPECT_NE(m.find("model.block_order: is not attn_first"), std::string::npos) << m;
   EXPECT_FALSE(fs::exists(d.path("y")));
-  // GPT-2's blocks have LayerNorms.
-  const Config rms = default_config({"model.kind=transformer", "model.hidden_size=16", "model.head_dim=8",
+  // GPT-2's blocks have LayerNorms and a GELU MLP.
+  for (const auto& [key, problem] :
+       {std::pair<std::string, std::string>{"model.norm=rmsnorm", "model.norm: is not layernorm"},
+        {"model.mlp=swiglu", "model.mlp: is swiglu"}}) {
+    const Config c = default_config({"model.kind=transformer", "model.hidden_size=16", "model.head_dim=8",
                                      "model.vocab_size=12", "model.num_outputs=12", "model.max_seq_len=8",
-                                     "model.block_order=attn_first", "model.tie_embeddings=true", "model.norm=rmsnorm",
+                                     "model.block_order=attn_first", "model.tie_embeddings=true", key,
                                      "data.kind=random_tokens", "data.vocab_size=12", "data.seq_len=8"});
-  Trainer tr(rms, *be);
-  ASSERT_TRUE(save_checkpoint(tr, CheckpointState{.config_toml = config_to_toml(rms)}, d.path("rms")).saved);
-  m = user_error([&] { export_hf(d.path("rms"), d.path("z")); });
-  EXPECT_NE(m.find("model.norm: is not layernorm"), std::string::npos) << m;
-  EXPECT_FALSE(fs::exists(d.path("z")));
+    Trainer tr(c, *be);
+    ASSERT_TRUE(save_checkpoint(tr, CheckpointState{.config_toml = config_to_toml(c)}, d.path("ck")).saved);
+    m = user_error([&] { export_hf(d.path("ck"), d.path("z")); });
+    EXPECT_NE(m.find(problem), std::string::npos) << m;
+    EXPECT_FALSE(fs::exists(d.path("z")));
+    fs::remove_all(d.path("ck"));
+  }
 }
 
 }  // namespace

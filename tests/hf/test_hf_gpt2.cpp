@@ -128,6 +128,7 @@ TEST(HfGpt2, ConfigMapsOntoTheGpt2Variant) {
   EXPECT_EQ(c.model.head_dim, 8);
   EXPECT_EQ(c.model.num_layers, 2);
   EXPECT_EQ(c.model.mlp_expansion, 4);
+  EXPECT_EQ(c.model.mlp, MlpKind::gelu_tanh);  // gelu_new
   EXPECT_EQ(c.model.vocab_size, 320);
   EXPECT_EQ(c.model.num_outputs, 320);
   EXPECT_EQ(c.model.max_seq_len, 64);
@@ -263,6 +264,22 @@ StTensor& tensor(std::vector<StTensor>& ts, const std::string& name) {
   throw std::runtime_error("no tensor " + name);
 }
 
+// activation_function "gelu" is the exact GELU: model.mlp = gelu, fixed like the other
+// architecture keys; an export of such a model says "gelu" again.
+TEST(HfGpt2, ExactGeluActivationMapsOntoMlpGelu) {
+  TempDir d;
+  nlohmann::json config = nlohmann::json::parse(read_file(hf_golden("gpt2/config.json")));
+  config["activation_function"] = "gelu";
+  write_file(d.path("config.json"), config.dump());
+  const HfConfig hc = read_hf_config(d.path());
+  EXPECT_EQ(hc.model.mlp, MlpKind::gelu);
+  const auto key = std::find_if(hc.keys.begin(), hc.keys.end(), [](const ArchKey& k) { return k.key == "model.mlp"; });
+  ASSERT_NE(key, hc.keys.end());
+  EXPECT_TRUE(key->fixed);
+  EXPECT_EQ(key->origin, "activation_function = \"gelu\"");
+  EXPECT_EQ(hf_config_json(hc.model)["activation_function"], "gelu");  // and back
+}
+
 TEST(HfGpt2, RefusesTensorsThatDoNotFit) {
   using J = nlohmann::json;
   using Ts = std::vector<StTensor>;
@@ -298,8 +315,8 @@ TEST(HfGpt2, RefusesTensorsThatDoNotFit) {
 TEST(HfGpt2, RefusesArchitecturesAndOptionsItCannotRun) {
   using J = nlohmann::json;
   using Ts = std::vector<StTensor>;
-  std::string m = import_error([](J& c, Ts&) { c["activation_function"] = "gelu"; });
-  EXPECT_NE(m.find("config.json: \"activation_function\" is \"gelu\""), std::string::npos) << m;
+  std::string m = import_error([](J& c, Ts&) { c["activation_function"] = "relu"; });
+  EXPECT_NE(m.find("config.json: \"activation_function\" is \"relu\""), std::string::npos) << m;
   m = import_error([](J& c, Ts&) { c["tie_word_embeddings"] = false; });
   EXPECT_NE(m.find("\"tie_word_embeddings\" is false"), std::string::npos) << m;
   m = import_error([](J& c, Ts&) { c["scale_attn_by_inverse_layer_idx"] = true; });

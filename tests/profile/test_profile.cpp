@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -353,6 +354,27 @@ TEST(Profile, CostRules) {
   }
   EXPECT_TRUE(dense && attn && attn_grad);
   (void)reshape;
+}
+
+// The SwiGLU and exact-GELU MLPs' ops are costed per element of their output (graph/ops/activation.cpp's
+// counts): silu_mul 5, its backward 10, gelu_erf 24, its backward 30.
+TEST(Profile, MlpCostRules) {
+  std::map<OpKind, int64_t> per_element = {
+      {OpKind::silu_mul, 5}, {OpKind::silu_mul_grad, 10}, {OpKind::gelu_erf, 24}, {OpKind::gelu_erf_grad, 30}};
+  std::set<OpKind> seen;
+  for (const char* mlp : {"swiglu", "gelu"}) {
+    std::vector<std::string> o = tiny("none", 1);
+    o.push_back(std::string("model.mlp=") + mlp);
+    const TrainProgram prog = build_train_program(default_config(o));
+    const Graph& g = prog.model.graph;
+    for (const Node& n : g.nodes()) {
+      const auto it = per_element.find(n.op);
+      if (it == per_element.end()) continue;
+      seen.insert(n.op);
+      EXPECT_EQ(node_cost(g, n).flops, it->second * g.value(n.out[0]).shape.numel()) << op_name(n.op);
+    }
+  }
+  EXPECT_EQ(seen.size(), per_element.size());
 }
 
 TEST(Profile, RecorderOffByDefaultAndBounded) {

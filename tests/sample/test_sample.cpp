@@ -46,7 +46,8 @@ namespace fs = std::filesystem;
 constexpr int64_t kVocab = 20, kMaxLen = 16;
 
 // The brief's tiny model: GPT-2 style (attn_first, tied embeddings, no biases) unless `variant`
-// overrides it ("tutorial": mlp_first, untied, biases; "rmsnorm": GPT-2 style with RMSNorm).
+// overrides it ("tutorial": mlp_first, untied, biases; "rmsnorm", "gelu", "swiglu": GPT-2 style with
+// RMSNorm, the exact GELU, a SwiGLU MLP of width 40).
 Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype = "float32") {
   std::vector<std::string> ov = {"model.kind=transformer",  "model.hidden_size=32",
                                  "model.num_layers=2",      "model.head_dim=8",
@@ -56,7 +57,10 @@ Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype
                                  "data.vocab_size=20",      "data.batch_size=2",
                                  "model.dtype=" + dtype,    "seed=7"};
   if (variant == "rmsnorm") ov.push_back("model.norm=rmsnorm");
-  if (variant == "gpt2" || variant == "rmsnorm") {
+  if (variant == "gelu") ov.push_back("model.mlp=gelu");
+  if (variant == "swiglu")
+    for (const char* o : {"model.mlp=swiglu", "model.intermediate_size=40"}) ov.push_back(o);
+  if (variant != "tutorial") {
     for (const char* o :
          {"model.block_order=attn_first", "model.tie_embeddings=true", "model.use_bias=false", "model.init=gpt2"})
       ov.push_back(o);
@@ -144,12 +148,69 @@ TEST(Decoder, LogitsMatchTrainingForwardF32) {
   expect_decoder_matches(tiny_config("gpt2"), cpu, 1e-5);
   expect_decoder_matches(tiny_config("tutorial"), cpu, 1e-5);
   expect_decoder_matches(tiny_config("rmsnorm"), cpu, 1e-5);
+  expect_decoder_matches(tiny_config("gelu"), cpu, 1e-5);
+  expect_decoder_matches(tiny_config("swiglu"), cpu, 1e-5);
 }
 
 TEST(Decoder, LogitsMatchTrainingForwardReference) {
   ReferenceBackend ref;
   expect_decoder_matches(tiny_config("gpt2"), ref, 1e-5);
   expect_decoder_matches(tiny_config("rmsnorm"), ref, 1e-5);
+  expect_decoder_matches(tiny_config("gelu"), ref, 1e-5);
+  expect_decoder_matches(tiny_config("swiglu"), ref, 1e-5);
+}
+
+// model.mlp: each layer's MLP holds its activation op once (swiglu: the fused silu_mul, no separate
+// silu), in the training and the decoding program, with the kernels of transformers' LlamaMLP
+// (gate_layer, up_layer [C, F], output_layer [F, C]) for swiglu.
+TEST(Decoder, MlpVariantsHoldTheirOps) {
+  const std::map<std::string, OpKind> act = {
+      {"gpt2", OpKind::gelu}, {"gelu", OpKind::gelu_erf}, {"swiglu", OpKind::silu_mul}};
+  for (const auto& [variant, op] : act) {
+    const Config c = tiny_config(variant);
+    for (bool decoder : {false, true}) {
+      const nn::ModelGraph m = decoder ? nn::build_transformer_decoder(c.model, 1, kMaxLen)
+                                       : nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, true);
+      std::map<OpKind, int> count;
+      for (const Node& n : m.graph.nodes()) ++count[n.op];
+      EXPECT_EQ(count[op], c.model.num_layers) << variant;
+      EXPECT_EQ(count[OpKind::gelu] + count[OpKind::gelu_erf] + count[OpKind::silu_mul] + count[OpKind::silu],
+                c.model.num_layers)
+          << variant;
+      std::map<std::string, Shape> kernels;
+      for (const Param& p : m.graph.params()) {
+        const std::string& name = m.graph.value(p.value).name;
+        if (name.starts_with("block_0/mlp/")) kernels[name] = m.graph.value(p.value).shape;
+      }
+      const int64_t C = c.model.hidden_size, F = nn::mlp_width(c.model);
+      EXPECT_EQ(F, variant == "swiglu" ? 40 : 4 * C);
+      const std::map<std::string, Shape> want =
+          variant == "swiglu" ? std::map<std::string, Shape>{{"block_0/mlp/gate_layer/kernel", Shape{C, F}},
+                                                             {"block_0/mlp/up_layer/kernel", Shape{C, F}},
+                                                             {"block_0/mlp/output_layer/kernel", Shape{F, C}},
+                                                             {"block_0/mlp/pre_norm/scale", Shape{C}}}
+                              : std::map<std::string, Shape>{{"block_0/mlp/input_layer/kernel", Shape{C, F}},
+                                                             {"block_0/mlp/output_layer/kernel", Shape{F, C}},
+                                                             {"block_0/mlp/pre_norm/scale", Shape{C}}};
+      EXPECT_EQ(kernels, want) << variant;
+    }
+  }
+}
+
+// model.intermediate_size = 0: mlp_expansion·hidden_size, and for swiglu Meta's Llama rule
+// (2/3 of it rounded up to 256), which gives SmolLM's and Llama 2's widths; a width set wins.
+TEST(Decoder, MlpWidthRule) {
+  ModelConfig c;
+  c.hidden_size = 128;
+  EXPECT_EQ(nn::mlp_width(c), 512);
+  c.mlp = MlpKind::swiglu;
+  EXPECT_EQ(nn::mlp_width(c), 512);  // 341 rounded up
+  c.hidden_size = 576;
+  EXPECT_EQ(nn::mlp_width(c), 1536);  // SmolLM-135M
+  c.hidden_size = 4096;
+  EXPECT_EQ(nn::mlp_width(c), 11008);  // Llama 2 7B
+  c.intermediate_size = 341;
+  EXPECT_EQ(nn::mlp_width(c), 341);
 }
 
 // model.norm = rmsnorm: every norm of the model is an rms_norm with a scale and no bias (the

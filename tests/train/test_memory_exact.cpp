@@ -92,6 +92,10 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
   for (const std::string dtype : {"float32", "bfloat16"})
     for (const std::string remat : {"none", "MLP,Attn"})
       expect_holds_the_plan(default_config(small_transformer(dtype, remat)), dtype + " remat " + remat);
+  // SwiGLU: two [B, T, F] projections into silu_mul, and its backward's two outputs.
+  std::vector<std::string> swiglu = small_transformer("bfloat16", "MLP");
+  swiglu.push_back("model.mlp=swiglu");
+  expect_holds_the_plan(default_config(swiglu), "swiglu bfloat16 remat MLP");
 }
 
 TEST(MemoryExact, Gpt2ShapeHoldsExactlyItsPlan) {

@@ -76,6 +76,28 @@ TEST(Remat, TransformerGradientsBitIdentical) {
   }
 }
 
+// The exact GELU's and SwiGLU's MLPs (silu_mul and its two-output backward) under every policy:
+// recomputing the MLP, alone or in its block, changes no bits.
+TEST(Remat, GeluAndSwigluMlpGradientsBitIdentical) {
+  for (const char* dtype : {"float32", "bfloat16"})
+    for (const char* mlp : {"gelu", "swiglu"}) {
+      auto config = [&](const char* remat, const char* policy) {
+        std::vector<std::string> o = tiny_transformer(dtype, remat, policy);
+        o.push_back(std::string("model.mlp=") + mlp);
+        o.push_back("model.intermediate_size=48");
+        o.push_back("model.remat_save_names=*/mlp/gate_layer,*/mlp/input_layer");
+        return o;
+      };
+      const StepResult base = train(config("none", "nothing_saveable"));
+      for (const char* remat : {"MLP", "Block"})
+        for (const char* policy : kPolicies) {
+          const StepResult r = train(config(remat, policy));
+          EXPECT_EQ(r.losses, base.losses) << dtype << " " << mlp << " " << remat << " " << policy;
+          EXPECT_TRUE(r.grads == base.grads) << dtype << " " << mlp << " " << remat << " " << policy;
+        }
+    }
+}
+
 TEST(Remat, MlpClassifierGradientsBitIdentical) {
   for (const char* dtype : {"float32", "bfloat16"}) {
     auto cfg = [&](const std::string& remat, const std::string& policy) {

@@ -29,41 +29,37 @@ void block_out(const TensorArg& t, int64_t off, int64_t len, const float* buf) {
   if (t.dtype != DType::f32) store_f32(buf, t.data, t.dtype, off, len);
 }
 
-// y = f(x) elementwise. The ops are kOpInplace, so y may be x: `omp simd` states what GCC cannot
-// prove, that element i is read before it is written and by nothing else.
-template <class F>
-void unary(const KernelArgs& a, F f) {
-  const TensorArg& x = a.in[0];
-  const TensorArg& y = a.out[0];
-  const int64_t n = x.shape.numel();
-  LOOM_ASSERT(y.shape.numel() == n);
+// The kernel's NO outputs from its NI inputs, element by element: f(x, y, i) reads element i of
+// the input blocks x[0..NI) and writes element i of the output blocks y[0..NO). The ops are
+// kOpInplace, so output 0 may be an input: `omp simd` states what GCC cannot prove, that element i
+// is read before it is written and by nothing else.
+template <size_t NI, size_t NO, class F>
+void map_elements(const KernelArgs& a, F f) {
+  LOOM_ASSERT(a.in.size() == NI && a.out.size() == NO);
+  const int64_t n = a.in[0].shape.numel();
+  for (const TensorArg& t : a.in) LOOM_ASSERT(t.shape.numel() == n);
+  for (const TensorArg& t : a.out) LOOM_ASSERT(t.shape.numel() == n);
   for_blocks(n, [&](int64_t off, int64_t len) {
-    float xb[kBlock], yb[kBlock];
-    const float* xs = block_in(x, off, len, xb);
-    float* ys = block_dst(y, off, yb);
+    float ib[NI][kBlock], ob[NO][kBlock];
+    const float* x[NI];
+    float* y[NO];
+    for (size_t k = 0; k < NI; ++k) x[k] = block_in(a.in[k], off, len, ib[k]);
+    for (size_t k = 0; k < NO; ++k) y[k] = block_dst(a.out[k], off, ob[k]);
 #pragma omp simd
-    for (int64_t i = 0; i < len; ++i) ys[i] = f(xs[i]);
-    block_out(y, off, len, ys);
+    for (int64_t i = 0; i < len; ++i) f(x, y, i);
+    for (size_t k = 0; k < NO; ++k) block_out(a.out[k], off, len, y[k]);
   });
 }
 
-// (x, dy) -> dx, elementwise (dx may be x or dy).
+// y = f(x)
 template <class F>
-void unary_grad(const KernelArgs& a, F f) {
-  const TensorArg& x = a.in[0];
-  const TensorArg& dy = a.in[1];
-  const TensorArg& dx = a.out[0];
-  const int64_t n = x.shape.numel();
-  LOOM_ASSERT(dy.shape.numel() == n && dx.shape.numel() == n);
-  for_blocks(n, [&](int64_t off, int64_t len) {
-    float xb[kBlock], gb[kBlock], ob[kBlock];
-    const float* xs = block_in(x, off, len, xb);
-    const float* gs = block_in(dy, off, len, gb);
-    float* os = block_dst(dx, off, ob);
-#pragma omp simd
-    for (int64_t i = 0; i < len; ++i) os[i] = f(xs[i], gs[i]);
-    block_out(dx, off, len, os);
-  });
+void unary(const KernelArgs& a, F f) {
+  map_elements<1, 1>(a, [&](const float* const* x, float* const* y, int64_t i) { y[0][i] = f(x[0][i]); });
+}
+// z = f(x, y): (x, dy) -> dx of the gradients, (gate, up) -> silu(gate)·up.
+template <class F>
+void binary(const KernelArgs& a, F f) {
+  map_elements<2, 1>(a, [&](const float* const* x, float* const* y, int64_t i) { y[0][i] = f(x[0][i], x[1][i]); });
 }
 
 }  // namespace
@@ -76,15 +72,34 @@ void cpu_gelu(const KernelArgs& a) {
   unary(a, [](float x) { return kmath::gelu<float, FastMath>(x); });
 }
 void cpu_silu_grad(const KernelArgs& a) {
-  unary_grad(a, [](float x, float dy) { return kmath::silu_grad<float, FastMath>(x, dy); });
+  binary(a, [](float x, float dy) { return kmath::silu_grad<float, FastMath>(x, dy); });
 }
 void cpu_gelu_grad(const KernelArgs& a) {
-  unary_grad(a, [](float x, float dy) { return kmath::gelu_grad<float, FastMath>(x, dy); });
+  binary(a, [](float x, float dy) { return kmath::gelu_grad<float, FastMath>(x, dy); });
+}
+void cpu_gelu_erf(const KernelArgs& a) {
+  unary(a, [](float x) { return kmath::gelu_erf<float, FastMath>(x); });
+}
+void cpu_gelu_erf_grad(const KernelArgs& a) {
+  binary(a, [](float x, float dy) { return kmath::gelu_erf_grad<float, FastMath>(x, dy); });
+}
+void cpu_silu_mul(const KernelArgs& a) {
+  binary(a, [](float gate, float up) { return kmath::silu_mul<float, FastMath>(gate, up); });
+}
+// (gate, up, dy) -> dgate, dup
+void cpu_silu_mul_grad(const KernelArgs& a) {
+  map_elements<3, 2>(a, [](const float* const* x, float* const* y, int64_t i) {
+    kmath::silu_mul_grad<float, FastMath>(x[0][i], x[1][i], x[2][i], y[0][i], y[1][i]);
+  });
 }
 
 LOOM_CPU_NO_WORKSPACE(silu)
 LOOM_CPU_NO_WORKSPACE(gelu)
 LOOM_CPU_NO_WORKSPACE(silu_grad)
 LOOM_CPU_NO_WORKSPACE(gelu_grad)
+LOOM_CPU_NO_WORKSPACE(gelu_erf)
+LOOM_CPU_NO_WORKSPACE(gelu_erf_grad)
+LOOM_CPU_NO_WORKSPACE(silu_mul)
+LOOM_CPU_NO_WORKSPACE(silu_mul_grad)
 
 }  // namespace loom

@@ -17,9 +17,9 @@ void unary(const KernelArgs& a, F f) {
   LOOM_ASSERT(x.shape.numel() == y.shape.numel());
   for (int64_t i = 0; i < x.shape.numel(); ++i) st(y, i, f(ld(x, i)));
 }
-// (x, dy) -> dx
+// z = f(x, y) elementwise: (x, dy) -> dx of the gradients, (gate, up) -> silu(gate)·up.
 template <class F>
-void unary_grad(const KernelArgs& a, F f) {
+void binary(const KernelArgs& a, F f) {
   const TensorArg& x = a.in[0];
   const TensorArg& dy = a.in[1];
   const TensorArg& dx = a.out[0];
@@ -35,10 +35,31 @@ void ref_gelu(const KernelArgs& a) {
   unary(a, [](double x) { return kmath::gelu(x); });
 }
 void ref_silu_grad(const KernelArgs& a) {
-  unary_grad(a, [](double x, double dy) { return kmath::silu_grad(x, dy); });
+  binary(a, [](double x, double dy) { return kmath::silu_grad(x, dy); });
 }
 void ref_gelu_grad(const KernelArgs& a) {
-  unary_grad(a, [](double x, double dy) { return kmath::gelu_grad(x, dy); });
+  binary(a, [](double x, double dy) { return kmath::gelu_grad(x, dy); });
+}
+void ref_gelu_erf(const KernelArgs& a) {
+  unary(a, [](double x) { return kmath::gelu_erf(x); });
+}
+void ref_gelu_erf_grad(const KernelArgs& a) {
+  binary(a, [](double x, double dy) { return kmath::gelu_erf_grad(x, dy); });
+}
+void ref_silu_mul(const KernelArgs& a) {
+  binary(a, [](double gate, double up) { return kmath::silu_mul(gate, up); });
+}
+// (gate, up, dy) -> dgate, dup
+void ref_silu_mul_grad(const KernelArgs& a) {
+  const int64_t n = a.in[0].shape.numel();
+  for (const TensorArg& t : a.in) LOOM_ASSERT(t.shape.numel() == n);
+  for (const TensorArg& t : a.out) LOOM_ASSERT(t.shape.numel() == n);
+  for (int64_t i = 0; i < n; ++i) {
+    double dgate, dup;
+    kmath::silu_mul_grad(ld(a.in[0], i), ld(a.in[1], i), ld(a.in[2], i), dgate, dup);
+    st(a.out[0], i, dgate);
+    st(a.out[1], i, dup);
+  }
 }
 
 }  // namespace loom
