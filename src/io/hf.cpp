@@ -66,6 +66,7 @@ class Gpt2ConfigReader {
     m.layer_norm_eps = eps;
     m.block_order = BlockOrder::attn_first;
     m.norm = NormKind::layernorm;
+    m.position = PositionKind::learned;
     m.use_bias = true;
     m.tie_embeddings = true;
     m.causal_mask = true;
@@ -86,6 +87,7 @@ class Gpt2ConfigReader {
         {.key = "model.tie_embeddings", .origin = "tie_word_embeddings = true"},
         {.key = "model.block_order", .origin = a + " (attention before MLP)"},
         {.key = "model.norm", .origin = a + " (LayerNorm)"},
+        {.key = "model.position", .origin = a + " (learned wpe)"},
         {.key = "model.use_bias", .origin = a + " (biases everywhere)"},
         {.key = "model.causal_mask", .origin = a + " (causal)"},
         {.key = "model.embed_dropout", .origin = "embd_pdrop", .fixed = false},

@@ -32,6 +32,11 @@
   X(layernorm, "LayerNorm: centred, scale and bias (the tutorial, GPT-2)") \
   X(rmsnorm, "RMSNorm: root mean square, scale only (Llama's LlamaRMSNorm)")
 
+// Where a transformer's token positions enter (model.position).
+#define LOOM_POSITIONS(X)                                                              \
+  X(learned, "a learned position table added to the embeddings (the tutorial, GPT-2)") \
+  X(rope, "rotary embeddings of q and k in every attention, no table (Llama; model.rope_theta)")
+
 #define LOOM_INITS(X)                                            \
   X(flax, "the tutorial's Flax defaults (lecun_normal kernels)") \
   X(gpt2, "normal(0.02), residual projections / sqrt(2·layers)")
@@ -42,6 +47,7 @@ LOOM_CHOICE(ModelKind, "model kind", LOOM_MODEL_KINDS)
 LOOM_CHOICE(RematRegion, "remat region", LOOM_REMAT_REGIONS)
 LOOM_CHOICE(BlockOrder, "block order", LOOM_BLOCK_ORDERS)
 LOOM_CHOICE(NormKind, "norm", LOOM_NORMS)
+LOOM_CHOICE(PositionKind, "position", LOOM_POSITIONS)
 LOOM_CHOICE(InitScheme, "init", LOOM_INITS)
 
 struct ModelConfig {
@@ -66,6 +72,8 @@ struct ModelConfig {
   bool scan_layers = false;      // parameter layout only: stacked [num_layers, ...] in files
   BlockOrder block_order = BlockOrder::mlp_first;
   NormKind norm = NormKind::layernorm;
+  PositionKind position = PositionKind::learned;
+  double rope_theta = 10000;  // RoPE's frequency base (transformers' rope_theta)
   bool use_bias = true;
   bool tie_embeddings = false;
   InitScheme init = InitScheme::flax;

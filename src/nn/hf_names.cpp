@@ -7,10 +7,9 @@ namespace loom::nn {
 namespace {
 void need(bool ok, const char* key, const std::string& problem) {
   if (!ok)
-    throw UserError(
-        key, problem + ": GPT2LMHeadModel cannot hold this model",
-        "GPT-2's variant is block_order = attn_first, norm = layernorm, tie_embeddings = true, causal_mask = true "
-        "(configs/gpt2_124m.toml)");
+    throw UserError(key, problem + ": GPT2LMHeadModel cannot hold this model",
+                    "GPT-2's variant is block_order = attn_first, norm = layernorm, position = learned, "
+                    "tie_embeddings = true, causal_mask = true (configs/gpt2_124m.toml)");
 }
 }  // namespace
 
@@ -18,6 +17,7 @@ HfModelMap hf_model_map(const ModelConfig& c) {
   need(c.kind == ModelKind::transformer, "model.kind", "is not transformer");
   need(c.block_order == BlockOrder::attn_first, "model.block_order", "is not attn_first");
   need(c.norm == NormKind::layernorm, "model.norm", "is not layernorm");
+  need(c.position == PositionKind::learned, "model.position", "is not learned (GPT-2 has a position table)");
   need(c.tie_embeddings, "model.tie_embeddings", "is false (loom's untied head has a bias, GPT-2's lm_head none)");
   need(c.causal_mask, "model.causal_mask", "is false");
   const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = c.mlp_expansion * C;

@@ -1,5 +1,6 @@
 // The Transformer language model of the Part 1.2 tutorial (seed 001), exactly as it writes it:
-//   embed (nn.Embed, dtype) + pos_emb[:T] (normal 0.02, cast to dtype)
+//   embed (nn.Embed, dtype) + pos_emb[:T] (normal 0.02, cast to dtype; none with model.position =
+//   rope, where a rope op rotates q and k of the packed qkv at the tokens' positions instead)
 //   num_layers × TransformerBlock: x = x + MLPBlock(x); x = x + AttentionBlock(x)   (mlp_first)
 //   post_norm LayerNorm -> output_layer Dense(num_outputs) -> cast float32
 // MLPBlock: pre_norm -> input_layer Dense(mlp_expansion·C) -> gelu -> output_layer Dense(C) -> dropout

@@ -290,6 +290,12 @@ const std::vector<KeySpec>& schema() {
           language_model),
       only_if(make_choice("model.norm", "normalisation layers (epsilon: model.layer_norm_eps)", LOOM_REF(model.norm)),
               language_model),
+      only_if(make_choice("model.position", "how token positions enter: learned table or rotary (RoPE)",
+                          LOOM_REF(model.position)),
+              language_model),
+      only_if(
+          make_number("model.rope_theta", "RoPE frequency base (model.position = rope)", LOOM_REF(model.rope_theta)),
+          language_model),
       only_if(make_bool("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", LOOM_REF(model.use_bias)),
               language_model),
       only_if(make_bool("model.tie_embeddings",

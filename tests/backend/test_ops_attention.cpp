@@ -522,5 +522,79 @@ TEST(CpuThreadsAttention, AttentionDecode) {
   }
 }
 
+// ---- rope ---------------------------------------------------------------------------------
+
+struct RopeShape {
+  int64_t B, T, S;
+  int32_t group;
+  int64_t D;
+  std::string str() const {
+    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " S=" + std::to_string(S) +
+           " group=" + std::to_string(group) + " D=" + std::to_string(D);
+  }
+};
+
+// Positions drawn from [0, 4096): angles up to ~4096 radians, where the f32 angle matters.
+OpCase make_rope_case(DType d, const RopeShape& r, bool inverse) {
+  OpCase oc(OpKind::rope, {{Shape{r.B, r.T, r.S, (r.group + 2) * r.D}, d}, {Shape{r.T}, DType::i32}},
+            RopeAttrs{.theta = 10000.f, .group = r.group, .inverse = inverse});
+  oc.fill_random(next_seed(), 4096);
+  return oc;
+}
+
+// CPU vs reference over dtypes, both directions and shapes (one pair per head, odd lengths,
+// groups of query heads); the value part is copied bit for bit by both.
+TEST(CpuOpsAttention, Rope) {
+  for (DType d : kFloatTypes)
+    for (bool inverse : {false, true})
+      for (const RopeShape& r :
+           {RopeShape{1, 1, 1, 1, 2}, RopeShape{2, 7, 3, 1, 8}, RopeShape{1, 5, 1, 2, 6}, RopeShape{2, 33, 2, 3, 64}}) {
+        const std::string what = "rope " + dn(d) + (inverse ? " inverse " : " ") + r.str();
+        OpCase oc = make_rope_case(d, r, inverse);
+        const Outputs o = run_both(oc);
+        ASSERT_EQ(o.cpu.size(), 1u) << what;
+        expect_close(o.cpu[0], o.ref[0], d, what);
+        const int64_t W = (r.group + 2) * r.D;
+        for (int64_t row = 0; row < r.B * r.T * r.S; ++row)
+          for (int64_t e = (r.group + 1) * r.D; e < W; ++e) {
+            ASSERT_EQ(o.cpu[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
+            ASSERT_EQ(o.ref[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
+          }
+      }
+}
+
+// The definition on both backends: position 0 is the identity; with D = 2 the one frequency is 1,
+// so the angle is the position itself (transformers: cos(p)·x0 − sin(p)·x1, cos(p)·x1 + sin(p)·x0);
+// the inverse undoes the rotation.
+TEST(CpuOpsAttention, RopeDefinition) {
+  for (Backend* be : std::initializer_list<Backend*>{new CpuBackend, new ReferenceBackend}) {
+    OpCase oc = make_rope_case(DType::f32, {1, 3, 1, 1, 2}, false);  // row: q0 q1 k0 k1 v0 v1
+    for (int32_t t = 0; t < 3; ++t) oc.input(1).set_i32(t, t * 5);   // positions 0, 5, 10
+    const HostTensor x = oc.input(0);
+    const HostTensor y = oc.run(*be).at(0);
+    for (int64_t e = 0; e < 6; ++e) EXPECT_EQ(y.get(e), x.get(e)) << be->name() << " position 0";
+    for (int64_t t = 1; t < 3; ++t)
+      for (int64_t h = 0; h < 2; ++h) {
+        const double c = std::cos(5.0 * t), sn = std::sin(5.0 * t);
+        const int64_t i = t * 6 + h * 2;
+        EXPECT_NEAR(y.get(i), c * x.get(i) - sn * x.get(i + 1), 1e-6) << be->name() << " t=" << t;
+        EXPECT_NEAR(y.get(i + 1), c * x.get(i + 1) + sn * x.get(i), 1e-6) << be->name() << " t=" << t;
+      }
+    OpCase back = make_rope_case(DType::f32, {1, 3, 1, 1, 2}, true);
+    back.input(0) = y;
+    back.input(1) = oc.input(1);
+    const HostTensor z = back.run(*be).at(0);
+    for (int64_t i = 0; i < 18; ++i) EXPECT_NEAR(z.get(i), x.get(i), 1e-6 * (1 + std::fabs(x.get(i)))) << be->name();
+    delete be;
+  }
+}
+
+TEST(CpuThreadsAttention, Rope) {
+  for (DType d : {DType::f32, DType::bf16}) {
+    OpCase oc = make_rope_case(d, {4, 64, 4, 2, 64}, false);
+    expect_thread_invariant(oc, "rope " + dn(d));
+  }
+}
+
 }  // namespace
 }  // namespace loom

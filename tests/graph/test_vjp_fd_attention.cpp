@@ -53,6 +53,21 @@ TEST(VjpFdAttention, AfterDenseAndReshape) {
       o);
 }
 
+// rope (a rotation of q and k by position) then attention, as in a model with model.position =
+// rope: positions out of order and large (big angles).
+TEST(VjpFdAttention, RopeThenAttention) {
+  Options o;
+  o.int_inputs["positions"] = {7, 0, 1000, 3};
+  check_vjp(
+      [](const Scope& s) {
+        const ValueId pos = s.graph().add_input("positions", Shape{4}, DType::i32);
+        const ValueId qkv = s.param("qkv", Shape{2, 4, 2, 12}, {});  // B=2, T=4, H=2, D=4
+        const ValueId roped = s.op1(OpKind::rope, {qkv, pos}, RopeAttrs{.theta = 100.f});
+        return s.op(OpKind::attention, {roped}, AttentionAttrs{true, DType::f32}).at(0);
+      },
+      o);
+}
+
 // lse is a statistic: a cotangent reaching only lse emits nothing for qkv.
 TEST(VjpFdAttention, LseCotangentIsIgnored) {
   Graph g;

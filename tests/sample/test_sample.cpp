@@ -46,7 +46,8 @@ namespace fs = std::filesystem;
 constexpr int64_t kVocab = 20, kMaxLen = 16;
 
 // The brief's tiny model: GPT-2 style (attn_first, tied embeddings, no biases) unless `variant`
-// overrides it ("tutorial": mlp_first, untied, biases; "rmsnorm": GPT-2 style with RMSNorm).
+// overrides it ("tutorial": mlp_first, untied, biases; "rmsnorm": GPT-2 style with RMSNorm;
+// "llama": GPT-2 style with RMSNorm and rotary positions, a small rope_theta for large angles).
 Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype = "float32") {
   std::vector<std::string> ov = {"model.kind=transformer",  "model.hidden_size=32",
                                  "model.num_layers=2",      "model.head_dim=8",
@@ -55,8 +56,10 @@ Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype
                                  "data.kind=random_tokens", "data.seq_len=16",
                                  "data.vocab_size=20",      "data.batch_size=2",
                                  "model.dtype=" + dtype,    "seed=7"};
-  if (variant == "rmsnorm") ov.push_back("model.norm=rmsnorm");
-  if (variant == "gpt2" || variant == "rmsnorm") {
+  if (variant == "rmsnorm" || variant == "llama") ov.push_back("model.norm=rmsnorm");
+  if (variant == "llama")
+    for (const char* o : {"model.position=rope", "model.rope_theta=100"}) ov.push_back(o);
+  if (variant == "gpt2" || variant == "rmsnorm" || variant == "llama") {
     for (const char* o :
          {"model.block_order=attn_first", "model.tie_embeddings=true", "model.use_bias=false", "model.init=gpt2"})
       ov.push_back(o);
@@ -144,12 +147,36 @@ TEST(Decoder, LogitsMatchTrainingForwardF32) {
   expect_decoder_matches(tiny_config("gpt2"), cpu, 1e-5);
   expect_decoder_matches(tiny_config("tutorial"), cpu, 1e-5);
   expect_decoder_matches(tiny_config("rmsnorm"), cpu, 1e-5);
+  expect_decoder_matches(tiny_config("llama"), cpu, 1e-5);
 }
 
 TEST(Decoder, LogitsMatchTrainingForwardReference) {
   ReferenceBackend ref;
   expect_decoder_matches(tiny_config("gpt2"), ref, 1e-5);
   expect_decoder_matches(tiny_config("rmsnorm"), ref, 1e-5);
+  expect_decoder_matches(tiny_config("llama"), ref, 1e-5);
+}
+
+// model.position = rope: no position table, and one rope per layer on the packed qkv with the
+// model's theta, in the training graph and in the decoder (whose cache then holds rotated keys).
+TEST(Decoder, RopeModelHasNoPositionTable) {
+  const Config c = tiny_config("llama");
+  for (bool decoder : {false, true}) {
+    const nn::ModelGraph m = decoder ? nn::build_transformer_decoder(c.model, 1, kMaxLen)
+                                     : nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, true);
+    int ropes = 0;
+    for (const Node& n : m.graph.nodes())
+      if (n.op == OpKind::rope && n.phase == Phase::forward) {
+        ++ropes;
+        EXPECT_EQ(std::get<RopeAttrs>(n.attrs).theta, 100.f) << n.scope;
+      }
+    EXPECT_EQ(ropes, c.model.num_layers);
+    for (const Param& p : m.graph.params()) EXPECT_EQ(m.graph.value(p.value).name.find("pos_emb"), std::string::npos);
+  }
+  Config odd = c;
+  odd.model.head_dim = 7;
+  odd.model.hidden_size = 28;
+  EXPECT_THROW(nn::validate_transformer(odd.model), UserError);
 }
 
 // model.norm = rmsnorm: every norm of the model is an rms_norm with a scale and no bias (the
@@ -179,6 +206,7 @@ TEST(Decoder, RmsNormModelHasOnlyRmsNorms) {
 TEST(Decoder, LogitsMatchTrainingForwardBf16) {
   CpuBackend cpu;
   expect_decoder_matches(tiny_config("gpt2", "bfloat16"), cpu, 3e-2);
+  expect_decoder_matches(tiny_config("llama", "bfloat16"), cpu, 3e-2);
 }
 
 // One program for every token: its size depends on the model, not on the cache length or the

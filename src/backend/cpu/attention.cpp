@@ -511,3 +511,70 @@ int64_t cpu_workspace_attention_grad(const KernelArgs& a) { return workspace_of<
 int64_t cpu_workspace_attention_decode(const KernelArgs& a) { return workspace_of<attention_decode_spans>(a); }
 
 }  // namespace loom
+
+namespace loom {
+
+// RoPE: the cos/sin table [T, D] (per position: D/2 cosines, then D/2 sines, sines negated for
+// the inverse) is built once per call, then each (b, t, row) of qkv is widened into its thread's
+// row buffer, its rotated heads turned pair by pair in f32 and the row stored back (the value part
+// unchanged): a row is read whole before it is written, so the op may run in place.
+namespace {
+struct RopeSpans {
+  float* table;
+  PerThread<float> row;
+  int team;
+};
+RopeSpans rope_spans(Bump& ws, const KernelArgs& a) {
+  const Shape& s = a.in[0].shape;
+  const int64_t rows = s[0] * s[1] * s[2];
+  const int team = ws.team(rows * s[3] >= kParallelMin, rows);
+  return {.table = ws.take<float>(s[1] * (s[3] / (std::get<RopeAttrs>(a.node.attrs).group + 2))),
+          .row = ws.per_thread<float>(s[3], team),
+          .team = team};
+}
+}  // namespace
+
+void cpu_rope(const KernelArgs& a) {
+  const auto& at = std::get<RopeAttrs>(a.node.attrs);
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  const int64_t T = x.shape[1], S = x.shape[2], W = x.shape[3], rows = x.shape[0] * T * S;
+  const int64_t parts = at.group + 2, D = W / parts, half = D / 2;
+  LOOM_ASSERT(y.shape == x.shape && y.dtype == x.dtype);
+  const int32_t* positions = a.in[1].as<const int32_t>();
+  Bump ws(a.workspace);
+  const RopeSpans sp = rope_spans(ws, a);
+  // One region for both loops: the table's implicit barrier is all that separates them.
+#pragma omp parallel num_threads(sp.team)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        const RopeCosSin cs = rope_cos_sin(at.theta, D, i, positions[t]);
+        sp.table[t * D + i] = cs.cos;
+        sp.table[t * D + half + i] = at.inverse ? -cs.sin : cs.sin;
+      }
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* buf = sp.row.mine();
+      const float* cos = sp.table + (r / S % T) * D;
+      const float* sin = cos + half;
+      load_f32(x.data, x.dtype, r * W, buf, W);
+      for (int64_t p = 0; p + 1 < parts; ++p) {
+        float* x1 = buf + p * D;
+        float* x2 = x1 + half;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) {
+          const float u = x1[i], v = x2[i];
+          x1[i] = u * cos[i] - v * sin[i];
+          x2[i] = v * cos[i] + u * sin[i];
+        }
+      }
+      store_f32(buf, y.data, y.dtype, r * W, W);
+    }
+  }
+}
+
+int64_t cpu_workspace_rope(const KernelArgs& a) { return workspace_of<rope_spans>(a); }
+
+}  // namespace loom

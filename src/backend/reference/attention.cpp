@@ -228,3 +228,35 @@ void ref_attention_decode(const KernelArgs& a) {
 }
 
 }  // namespace loom
+
+namespace loom {
+
+// Each rotated head's pairs (i, i + D/2) in double from the shared f32 cos/sin table, one rounding to
+// the dtype; the value part copied. Each pair is read before it is written (the op runs in place).
+void ref_rope(const KernelArgs& a) {
+  const auto& at = std::get<RopeAttrs>(a.node.attrs);
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  const int64_t B = x.shape[0], T = x.shape[1], S = x.shape[2], W = x.shape[3];
+  const int64_t parts = at.group + 2, D = W / parts, half = D / 2;
+  LOOM_ASSERT(y.shape == x.shape && y.dtype == x.dtype);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t pos = refk::ld_i32(a.in[1], t);
+      for (int64_t r = 0; r < S; ++r) {
+        const int64_t row = ((b * T + t) * S + r) * W;
+        for (int64_t p = 0; p + 1 < parts; ++p)
+          for (int64_t i = 0; i < half; ++i) {
+            const RopeCosSin cs = rope_cos_sin(at.theta, D, i, pos);
+            const double c = cs.cos, s = at.inverse ? -double{cs.sin} : double{cs.sin};
+            const int64_t i1 = row + p * D + i, i2 = i1 + half;
+            const double x1 = ld(x, i1), x2 = ld(x, i2);
+            st(y, i1, x1 * c - x2 * s);
+            st(y, i2, x2 * c + x1 * s);
+          }
+        for (int64_t e = (parts - 1) * D; e < W; ++e) st(y, row + e, ld(x, row + e));
+      }
+    }
+}
+
+}  // namespace loom

@@ -120,3 +120,39 @@ OpCost cost_attention_decode(const Graph& g, const Node& n) {
 }
 
 }  // namespace loom
+
+namespace loom {
+
+// qkv [B, T, S, (G+2)·D] float with D even, positions [T] int32.
+void infer_rope(const Graph& g, const Node& n, ValueDesc* out) {
+  const auto& a = attrs_of<RopeAttrs>(n);
+  const Value& x = in_val(g, n, 0);
+  const Value& pos = in_val(g, n, 1);
+  if (a.group < 1) op_fail(g, n, "attrs.group (query heads per key/value head) must be >= 1");
+  if (!(a.theta > 0.f)) op_fail(g, n, "attrs.theta must be > 0");
+  if (!dtype_is_float(x.dtype)) op_fail(g, n, "qkv must be a float dtype");
+  if (x.shape.rank != 4) op_fail(g, n, "qkv must have rank 4: [batch, length, kv heads, (group+2)·head_dim]");
+  const int64_t parts = a.group + 2;
+  if (x.shape[3] == 0 || x.shape[3] % (2 * parts) != 0)
+    op_fail(g, n,
+            "qkv's last dim (" + std::to_string(x.shape[3]) +
+                ") must be (group+2)·head_dim with group = " + std::to_string(a.group) + " and an even head_dim");
+  if (pos.shape != Shape{x.shape[1]} || pos.dtype != DType::i32)
+    op_fail(g, n, "positions must be int32 [length] (length = qkv's dim 1)");
+  out[0] = {x.shape, x.dtype};
+}
+
+// Two multiplies and an add per rotated element (the group's queries and the key: (G+1)/(G+2) of qkv).
+OpCost cost_rope(const Graph& g, const Node& n) {
+  const int64_t parts = attrs_of<RopeAttrs>(n).group + 2;
+  return OpCost{.flops = 3 * in_val(g, n, 0).shape.numel() / parts * (parts - 1), .bytes = io_bytes(g, n)};
+}
+
+void vjp_rope(VjpCtx& c) {
+  if (c.out_ct[0] == kNoValue || !c.needs[0]) return;
+  RopeAttrs a = attrs_of<RopeAttrs>(c.node);
+  a.inverse = !a.inverse;
+  c.in_ct[0] = c.emit1(OpKind::rope, {c.out_ct[0], c.in_id(1)}, a);
+}
+
+}  // namespace loom
