@@ -85,6 +85,10 @@ struct GradAccumulateAttrs {
 struct AttentionAttrs {
   bool causal = false;               // mask key j > query i (nn.make_causal_mask)
   DType softmax_dtype = DType::f32;  // dtype of the logits and the softmax (the tutorial's softmax_dtype)
+  // Query heads per key/value head (grouped-query attention): qkv is [B, T, KV, (group+2)·D], per
+  // key/value head its group's queries, then its key, then its value; 1 is multi-head attention's
+  // [B, T, H, 3D]. Query head h = j·group + i uses key/value head j, as transformers' repeat_kv.
+  int32_t group = 1;
   bool operator==(const AttentionAttrs&) const = default;
 };
 

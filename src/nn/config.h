@@ -74,6 +74,7 @@ struct ModelConfig {
   NormKind norm = NormKind::layernorm;
   PositionKind position = PositionKind::learned;
   double rope_theta = 10000;  // RoPE's frequency base (transformers' rope_theta)
+  int64_t num_kv_heads = 0;   // key/value heads (grouped-query attention); 0 = num_heads
   bool use_bias = true;
   bool tie_embeddings = false;
   InitScheme init = InitScheme::flax;

@@ -64,15 +64,25 @@ struct Decode {
   ValueId pos = kNoValue;  // int32 scalar: the current token's position
 };
 
+// Key/value heads (model.num_kv_heads, 0 = one per query head) and query heads per key/value head.
+struct HeadGroups {
+  int64_t kv, group;
+};
+HeadGroups head_groups(const ModelConfig& c) {
+  const int64_t H = c.hidden_size / c.head_dim, kv = c.num_kv_heads > 0 ? c.num_kv_heads : H;
+  return {kv, H / kv};
+}
+
 // attention_decode of one token against this layer's persistent caches "<scope>/k_cache" and
-// "<scope>/v_cache" [B, max_len, H, D] (in the compute dtype), which it updates at row pos.
+// "<scope>/v_cache" [B, max_len, KV, D] (in the compute dtype), which it updates at row pos.
 ValueId cached_attention(const Scope& s, ValueId qkv, const ModelConfig& c, const Decode& d) {
   Graph& g = s.graph();
   const Shape q = g.value(qkv).shape;
-  const Shape cache{q[0], d.max_len, q[2], q[3] / 3};
+  const Shape cache{q[0], d.max_len, q[2], c.head_dim};
   const ValueId k = g.add_input(s.path() + "/k_cache", cache, c.dtype);
   const ValueId v = g.add_input(s.path() + "/v_cache", cache, c.dtype);
-  return s.op1(OpKind::attention_decode, {qkv, k, v, d.pos}, AttentionAttrs{true, c.softmax_dtype});
+  const auto group = static_cast<int32_t>(head_groups(c).group);
+  return s.op1(OpKind::attention_decode, {qkv, k, v, d.pos}, AttentionAttrs{true, c.softmax_dtype, group});
 }
 
 // AttentionBlock: [B, T, C] -> [B, T, C] (with `dec`: T = 1, attending over the KV cache); the
@@ -83,16 +93,20 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   const Shape xs = g.value(x).shape;
   const int64_t B = xs[0], T = xs[1], C = xs[2];
   const int64_t H = c.hidden_size / c.head_dim, D = c.head_dim;
+  const auto [KV, G] = head_groups(c);
   ValueId h = norm(s / "pre_norm", x, c);
-  // DenseGeneral(features=(H, 3D)): kernel [C, H, 3D] and bias [H, 3D], used as a [C, H·3D] dense.
+  // DenseGeneral(features=(KV, (G+2)·D)): kernel [C, KV, (G+2)·D] and bias [KV, (G+2)·D], used as a
+  // [C, KV·(G+2)·D] dense: per key/value head its G queries, its key and its value. G = 1 is the
+  // tutorial's (H, 3D).
   const Scope qs = s / "qkv";
-  ValueId qkv = linear(qs, h, Shape{C, H, 3 * D}, c, false);  // [B, T, H·3D]
-  qkv = view(qs, qkv, Shape{B, T, H, 3 * D});                 // [B, T, H, 3D]
+  ValueId qkv = linear(qs, h, Shape{C, KV, (G + 2) * D}, c, false);  // [B, T, KV·(G+2)·D]
+  qkv = view(qs, qkv, Shape{B, T, KV, (G + 2) * D});                 // [B, T, KV, (G+2)·D]
+  const auto group = static_cast<int32_t>(G);
   if (c.position == PositionKind::rope)  // the decoder's cache then holds rotated keys, as transformers' does
-    qkv = s.op1(OpKind::rope, {qkv, positions}, RopeAttrs{.theta = static_cast<float>(c.rope_theta)});
-  const ValueId att =
-      dec ? cached_attention(s, qkv, c, *dec)
-          : s.op(OpKind::attention, {qkv}, AttentionAttrs{c.causal_mask, c.softmax_dtype}).at(0);  // [B, T, H, D]
+    qkv = s.op1(OpKind::rope, {qkv, positions}, RopeAttrs{.theta = static_cast<float>(c.rope_theta), .group = group});
+  const ValueId att = dec ? cached_attention(s, qkv, c, *dec)
+                          : s.op(OpKind::attention, {qkv}, AttentionAttrs{c.causal_mask, c.softmax_dtype, group})
+                                .at(0);  // [B, T, H, D]
   // DenseGeneral(features=C, axis=(-2, -1)): kernel [H, D, C] (fan_in H·D), bias [C].
   const Scope os = s / "output_layer";
   ValueId o = linear(os, view(os, att, Shape{B, T, H * D}), Shape{H, D, C}, c, true, 2);  // [B, T, C]
@@ -188,6 +202,11 @@ void validate_transformer(const ModelConfig& c) {
        "hidden_size " + std::to_string(c.hidden_size) + " is not a multiple of model.head_dim " +
            std::to_string(c.head_dim),
        "num_heads = hidden_size / head_dim must be whole: change either");
+  const int64_t H = c.hidden_size / c.head_dim;
+  need(c.num_kv_heads >= 0 && (c.num_kv_heads == 0 || H % c.num_kv_heads == 0), "model.num_kv_heads",
+       std::to_string(c.num_kv_heads) + " does not divide num_heads " + std::to_string(H) +
+           " (model.hidden_size / model.head_dim)",
+       "use a divisor of num_heads, or 0 for one key/value head per query head");
   need(c.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
   need(c.vocab_size >= 2, "model.vocab_size", "must be >= 2", "e.g. 2048");
   need(c.num_outputs >= 1, "model.num_outputs", "must be >= 1", "usually the vocabulary size");

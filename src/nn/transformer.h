@@ -30,7 +30,8 @@ void validate_transformer(const ModelConfig& c);
 // sample/sample.h): run once per token, with the same program for every position. Inputs:
 // "inputs" [B, 1] i32, the current tokens; "positions" [1] i32, their position p (< max_len; the
 // attention's scalar `pos` is a view of it); per layer the persistent caches
-// "block_<l>/attn/k_cache" and "block_<l>/attn/v_cache" [B, max_len, H, head_dim] in c.dtype,
+// "block_<l>/attn/k_cache" and "block_<l>/attn/v_cache" [B, max_len, KV, head_dim] in c.dtype
+// (KV = model.num_kv_heads, or num_heads when 0),
 // which attention_decode fills at row p. Output (m.output, marked): logits [B, 1, num_outputs] f32,
 // equal to build_transformer's logits at position p given the tokens 0..p (to kernel rounding).
 // Parameters and their paths are build_transformer's (one block builder serves both), so

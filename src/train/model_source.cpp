@@ -19,10 +19,10 @@ namespace fs = std::filesystem;
 
 // The model.* keys of a loom checkpoint that shape its parameters or change what they compute.
 constexpr const char* kLoomArchKeys[] = {
-    "model.kind",          "model.hidden_size", "model.num_classes", "model.num_layers",  "model.head_dim",
-    "model.mlp_expansion", "model.vocab_size",  "model.num_outputs", "model.max_seq_len", "model.layer_norm_eps",
-    "model.causal_mask",   "model.block_order", "model.norm",        "model.use_bias",    "model.tie_embeddings",
-    "model.position",      "model.rope_theta",
+    "model.kind",          "model.hidden_size", "model.num_classes",  "model.num_layers",  "model.head_dim",
+    "model.mlp_expansion", "model.vocab_size",  "model.num_outputs",  "model.max_seq_len", "model.layer_norm_eps",
+    "model.causal_mask",   "model.block_order", "model.norm",         "model.use_bias",    "model.tie_embeddings",
+    "model.position",      "model.rope_theta",  "model.num_kv_heads",
 };
 
 }  // namespace

@@ -47,7 +47,8 @@ constexpr int64_t kVocab = 20, kMaxLen = 16;
 
 // The brief's tiny model: GPT-2 style (attn_first, tied embeddings, no biases) unless `variant`
 // overrides it ("tutorial": mlp_first, untied, biases; "rmsnorm": GPT-2 style with RMSNorm;
-// "llama": GPT-2 style with RMSNorm and rotary positions, a small rope_theta for large angles).
+// "llama": GPT-2 style with RMSNorm, rotary positions (a small rope_theta for large angles) and
+// grouped-query attention, 2 key/value heads for 4 query heads).
 Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype = "float32") {
   std::vector<std::string> ov = {"model.kind=transformer",  "model.hidden_size=32",
                                  "model.num_layers=2",      "model.head_dim=8",
@@ -58,7 +59,7 @@ Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype
                                  "model.dtype=" + dtype,    "seed=7"};
   if (variant == "rmsnorm" || variant == "llama") ov.push_back("model.norm=rmsnorm");
   if (variant == "llama")
-    for (const char* o : {"model.position=rope", "model.rope_theta=100"}) ov.push_back(o);
+    for (const char* o : {"model.position=rope", "model.rope_theta=100", "model.num_kv_heads=2"}) ov.push_back(o);
   if (variant == "gpt2" || variant == "rmsnorm" || variant == "llama") {
     for (const char* o :
          {"model.block_order=attn_first", "model.tie_embeddings=true", "model.use_bias=false", "model.init=gpt2"})
@@ -177,6 +178,37 @@ TEST(Decoder, RopeModelHasNoPositionTable) {
   odd.model.head_dim = 7;
   odd.model.hidden_size = 28;
   EXPECT_THROW(nn::validate_transformer(odd.model), UserError);
+}
+
+// model.num_kv_heads = 2 of 4 heads: the qkv projection is [C, KV, (G+2)·D], every attention has
+// group 2, and the decoder's caches have 2 heads, not 4.
+TEST(Decoder, GroupedQueryModelSizesByKeyValueHeads) {
+  const Config c = tiny_config("llama");
+  const nn::ModelGraph dec = nn::build_transformer_decoder(c.model, 1, kMaxLen);
+  int caches = 0;
+  for (const Node& n : dec.graph.nodes())
+    if (n.op == OpKind::attention_decode) {
+      EXPECT_EQ(std::get<AttentionAttrs>(n.attrs).group, 2);
+      for (int i : {1, 2}) EXPECT_EQ(dec.graph.value(n.in[i]).shape, (Shape{1, kMaxLen, 2, 8}));
+      ++caches;
+    }
+  EXPECT_EQ(caches, c.model.num_layers);
+  const nn::ModelGraph train = nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, true);
+  for (const Param& p : train.graph.params()) {
+    const Value& v = train.graph.value(p.value);
+    if (v.name.ends_with("qkv/kernel")) EXPECT_EQ(v.shape, (Shape{32, 2, 4 * 8})) << v.name;
+  }
+  for (int64_t bad : {3, 8, -1}) {
+    Config b = c;
+    b.model.num_kv_heads = bad;
+    try {
+      nn::validate_transformer(b.model);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("model.num_kv_heads"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("model.hidden_size / model.head_dim"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // model.norm = rmsnorm: every norm of the model is an rms_norm with a scale and no bias (the

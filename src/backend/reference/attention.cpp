@@ -33,13 +33,17 @@ double finfo_min(DType dt) {
   }
 }
 
-// The dims and the index maps of qkv [B, T, H, 3D], out [B, T, H, D], lse [B, H, T].
+// The dims and the index maps of qkv [B, T, KV, (G+2)·D], out [B, T, H, D], lse [B, H, T]
+// (H = KV·G query heads; G = 1: qkv [B, T, H, 3D]).
 struct Dims {
-  int64_t B, T, H, D;
-  explicit Dims(const Shape& qkv) : B(qkv[0]), T(qkv[1]), H(qkv[2]), D(qkv[3] / 3) {}
-  // Element d of part (0 = q, 1 = k, 2 = v) of row (b, t, h) of qkv.
+  int64_t B, T, KV, G, H, D;
+  Dims(const Shape& qkv, const AttentionAttrs& at)
+      : B(qkv[0]), T(qkv[1]), KV(qkv[2]), G(at.group), H(qkv[2] * at.group), D(qkv[3] / (at.group + 2)) {}
+  // Element d of part (0 = q, 1 = k, 2 = v) of query head h's operands at row (b, t): its own
+  // query, its key/value head's key and value.
   int64_t qkv(int64_t b, int64_t t, int64_t h, int part, int64_t d) const {
-    return ((b * T + t) * H + h) * 3 * D + part * D + d;
+    const int64_t slot = part == 0 ? h % G : G + part - 1;
+    return ((b * T + t) * KV + h / G) * (G + 2) * D + slot * D + d;
   }
   int64_t out(int64_t b, int64_t t, int64_t h, int64_t d) const { return ((b * T + t) * H + h) * D + d; }
   int64_t lse(int64_t b, int64_t h, int64_t t) const { return (b * H + h) * T + t; }
@@ -82,7 +86,7 @@ void ref_attention(const KernelArgs& a) {
   const TensorArg& qkv = a.in[0];
   const TensorArg& out = a.out[0];
   const TensorArg& lse = a.out[1];
-  const Dims n(qkv.shape);
+  const Dims n(qkv.shape, at);
   const DType d = qkv.dtype, s = at.softmax_dtype;
   LOOM_ASSERT(out.shape == (Shape{n.B, n.T, n.H, n.D}) && out.dtype == d);
   LOOM_ASSERT(lse.shape == (Shape{n.B, n.H, n.T}) && lse.dtype == DType::f32);
@@ -121,16 +125,20 @@ void ref_attention_grad(const KernelArgs& a) {
   const TensorArg& lse = a.in[1];
   const TensorArg& dout = a.in[2];
   const TensorArg& dqkv = a.out[0];
-  const Dims n(qkv.shape);
+  const Dims n(qkv.shape, at);
   const DType d = qkv.dtype, s = at.softmax_dtype;
   auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
   LOOM_ASSERT(lse.shape == (Shape{n.B, n.H, n.T}) && lse.dtype == DType::f32);
   LOOM_ASSERT(dout.shape == (Shape{n.B, n.T, n.H, n.D}) && dqkv.shape == qkv.shape && dqkv.dtype == d);
   const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));
-  const auto TT = static_cast<size_t>(n.T * n.T);
-  std::vector<double> p(TT), ds(TT);
+  const auto TT = static_cast<size_t>(n.T * n.T), TD = static_cast<size_t>(n.T * n.D);
+  std::vector<double> p(TT), ds(TT), dk(TD), dv(TD);  // dk, dv: the sums over a group's heads
   for (int64_t b = 0; b < n.B; ++b)
     for (int64_t h = 0; h < n.H; ++h) {
+      if (h % n.G == 0) {
+        std::fill(dk.begin(), dk.end(), 0.0);
+        std::fill(dv.begin(), dv.end(), 0.0);
+      }
       const Operands o = operands(qkv, n, b, h, at);
       for (int64_t i = 0; i < n.T; ++i) {
         const double l_i = ld(lse, n.lse(b, h, i));
@@ -139,14 +147,12 @@ void ref_attention_grad(const KernelArgs& a) {
           p[k] = at.causal && j > i ? 0.0 : rs(std::exp(o.logits[k] - l_i));
         }
       }
-      // dv[j] = round_d(Σ_i w[i, j]·dout[i])
+      // dv[j] = round_d(Σ_heads Σ_i w[i, j]·dout[i])
       for (int64_t j = 0; j < n.T; ++j)
-        for (int64_t e = 0; e < n.D; ++e) {
-          double acc = 0;
+        for (int64_t e = 0; e < n.D; ++e)
           for (int64_t i = 0; i < n.T; ++i)
-            acc += rnd(d, p[static_cast<size_t>(i * n.T + j)]) * ld(dout, n.out(b, i, h, e));
-          st(dqkv, n.qkv(b, j, h, 2, e), acc);
-        }
+            dv[static_cast<size_t>(j * n.D + e)] +=
+                rnd(d, p[static_cast<size_t>(i * n.T + j)]) * ld(dout, n.out(b, i, h, e));
       // dp, then ds row by row.
       for (int64_t i = 0; i < n.T; ++i) {
         double* dsr = ds.data() + i * n.T;
@@ -160,14 +166,19 @@ void ref_attention_grad(const KernelArgs& a) {
         for (int64_t j = 0; j < n.T; ++j) row += pr[j] * dsr[j];
         for (int64_t j = 0; j < n.T; ++j) dsr[j] = rs(pr[j] * (dsr[j] - row));
       }
-      // dk[j] = round_d(round_s(Σ_i ds[i, j]·qs[i])), dq[i] = round_d(round_d(round_s(Σ_j ds[i, j]·ks[j]))·scale)
+      // dk[j] = round_d(round_s(Σ_heads Σ_i ds[i, j]·qs[i])), dq[i] = round_d(round_d(round_s(Σ_j ds[i,
+      // j]·ks[j]))·scale)
       for (int64_t j = 0; j < n.T; ++j)
-        for (int64_t e = 0; e < n.D; ++e) {
-          double acc = 0;
+        for (int64_t e = 0; e < n.D; ++e)
           for (int64_t i = 0; i < n.T; ++i)
-            acc += ds[static_cast<size_t>(i * n.T + j)] * o.qs[static_cast<size_t>(i * n.D + e)];
-          st(dqkv, n.qkv(b, j, h, 1, e), rs(acc));
-        }
+            dk[static_cast<size_t>(j * n.D + e)] +=
+                ds[static_cast<size_t>(i * n.T + j)] * o.qs[static_cast<size_t>(i * n.D + e)];
+      if (h % n.G == n.G - 1)
+        for (int64_t j = 0; j < n.T; ++j)
+          for (int64_t e = 0; e < n.D; ++e) {
+            st(dqkv, n.qkv(b, j, h, 1, e), rs(dk[static_cast<size_t>(j * n.D + e)]));
+            st(dqkv, n.qkv(b, j, h, 2, e), dv[static_cast<size_t>(j * n.D + e)]);
+          }
       for (int64_t i = 0; i < n.T; ++i)
         for (int64_t e = 0; e < n.D; ++e) {
           double acc = 0;
@@ -186,7 +197,7 @@ void ref_attention_decode(const KernelArgs& a) {
   const TensorArg& kc = a.in[1];
   const TensorArg& vc = a.in[2];
   const TensorArg& out = a.out[0];
-  const Dims n(qkv.shape);  // T = 1
+  const Dims n(qkv.shape, at);  // T = 1
   const int64_t Tmax = kc.shape[1];
   const int32_t pos = refk::ld_i32(a.in[3], 0);
   LOOM_ASSERT(pos >= 0 && pos < Tmax,
@@ -194,9 +205,10 @@ void ref_attention_decode(const KernelArgs& a) {
   const DType d = qkv.dtype, s = at.softmax_dtype;
   auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
   const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));
-  auto cache = [&](int64_t b, int64_t t, int64_t h, int64_t e) { return ((b * Tmax + t) * n.H + h) * n.D + e; };
+  // Row t of query head h's key/value head in a cache [B, Tmax, KV, D].
+  auto cache = [&](int64_t b, int64_t t, int64_t h, int64_t e) { return ((b * Tmax + t) * n.KV + h / n.G) * n.D + e; };
   for (int64_t b = 0; b < n.B; ++b)
-    for (int64_t h = 0; h < n.H; ++h)
+    for (int64_t h = 0; h < n.H; h += n.G)
       for (int64_t e = 0; e < n.D; ++e) {  // exact copies: the caches have qkv's dtype
         st(kc, cache(b, pos, h, e), ld(qkv, n.qkv(b, 0, h, 1, e)));
         st(vc, cache(b, pos, h, e), ld(qkv, n.qkv(b, 0, h, 2, e)));
