@@ -1,6 +1,7 @@
 // Op kinds, their typed attributes, and the static op table generated from ops.def.
 #pragma once
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -84,11 +85,36 @@ struct GradAccumulateAttrs {
 struct AttentionAttrs {
   bool causal = false;               // mask key j > query i (nn.make_causal_mask)
   DType softmax_dtype = DType::f32;  // dtype of the logits and the softmax (the tutorial's softmax_dtype)
+  // Query heads per key/value head (grouped-query attention): qkv is [B, T, KV, (group+2)·D], per
+  // key/value head its group's queries, then its key, then its value; 1 is multi-head attention's
+  // [B, T, H, 3D]. Query head h = j·group + i uses key/value head j, as transformers' repeat_kv.
+  int32_t group = 1;
   bool operator==(const AttentionAttrs&) const = default;
 };
 
+// rope: rotary position embeddings on the q and k parts of a packed qkv (ops.def).
+struct RopeAttrs {
+  float theta = 10000.f;  // the base of the frequencies (transformers' rope_theta)
+  int32_t group = 1;      // query heads per key/value head: qkv's last dim is (group + 2)·head_dim
+  bool inverse = false;   // rotate by −angle (the VJP: the rotation's transpose is its inverse)
+  bool operator==(const RopeAttrs&) const = default;
+};
+
+// cos and sin of RoPE's angle pos·inv_freq_i, inv_freq_i = 1 / theta^(2i / head_dim), for
+// i < head_dim / 2. The angle is computed in float32 as transformers' LlamaRotaryEmbedding does
+// (its inv_freq and position product are float32); cos and sin are taken in double and rounded
+// to float32, so both backends share one table.
+struct RopeCosSin {
+  float cos, sin;
+};
+inline RopeCosSin rope_cos_sin(float theta, int64_t head_dim, int64_t i, int32_t pos) {
+  const float inv_freq = 1.f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  const double angle = static_cast<float>(pos) * inv_freq;
+  return {static_cast<float>(std::cos(angle)), static_cast<float>(std::sin(angle))};
+}
+
 using Attrs = std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DenseGradWeightAttrs, DTypeAttrs, ReduceAttrs,
-                           ShapeAttrs, LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs>;
+                           ShapeAttrs, LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs, RopeAttrs>;
 
 enum class OpKind : uint16_t {
 #define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) name,

@@ -69,6 +69,8 @@ class Gpt2ConfigReader {
     m.block_order = BlockOrder::attn_first;
     m.norm = NormKind::layernorm;
     m.mlp = act == "gelu" ? MlpKind::gelu : MlpKind::gelu_tanh;
+    m.position = PositionKind::learned;
+    m.num_kv_heads = 0;
     m.use_bias = true;
     m.tie_embeddings = true;
     m.causal_mask = true;
@@ -91,6 +93,8 @@ class Gpt2ConfigReader {
         {.key = "model.block_order", .origin = a + " (attention before MLP)"},
         {.key = "model.norm", .origin = a + " (LayerNorm)"},
         {.key = "model.mlp", .origin = "activation_function = \"" + act + "\""},
+        {.key = "model.position", .origin = a + " (learned wpe)"},
+        {.key = "model.num_kv_heads", .origin = a + " (every head has its keys and values)"},
         {.key = "model.use_bias", .origin = a + " (biases everywhere)"},
         {.key = "model.causal_mask", .origin = a + " (causal)"},
         {.key = "model.embed_dropout", .origin = "embd_pdrop", .fixed = false},

@@ -37,6 +37,10 @@
   X(gelu_tanh, "Dense -> tanh-approximate GELU -> Dense (the tutorial, GPT-2's gelu_new)")  \
   X(gelu, "Dense -> exact (erf) GELU -> Dense (transformers' \"gelu\", PyTorch's default)") \
   X(swiglu, "down(silu(gate(x)) * up(x)) (transformers' LlamaMLP)")
+// Where a transformer's token positions enter (model.position).
+#define LOOM_POSITIONS(X)                                                              \
+  X(learned, "a learned position table added to the embeddings (the tutorial, GPT-2)") \
+  X(rope, "rotary embeddings of q and k in every attention, no table (Llama; model.rope_theta)")
 
 #define LOOM_INITS(X)                                            \
   X(flax, "the tutorial's Flax defaults (lecun_normal kernels)") \
@@ -49,6 +53,7 @@ LOOM_CHOICE(RematRegion, "remat region", LOOM_REMAT_REGIONS)
 LOOM_CHOICE(BlockOrder, "block order", LOOM_BLOCK_ORDERS)
 LOOM_CHOICE(NormKind, "norm", LOOM_NORMS)
 LOOM_CHOICE(MlpKind, "mlp", LOOM_MLPS)
+LOOM_CHOICE(PositionKind, "position", LOOM_POSITIONS)
 LOOM_CHOICE(InitScheme, "init", LOOM_INITS)
 
 struct ModelConfig {
@@ -75,6 +80,9 @@ struct ModelConfig {
   NormKind norm = NormKind::layernorm;
   MlpKind mlp = MlpKind::gelu_tanh;
   int64_t intermediate_size = 0;  // the MLP's hidden width; 0: nn::mlp_width's default
+  PositionKind position = PositionKind::learned;
+  double rope_theta = 10000;  // RoPE's frequency base (transformers' rope_theta)
+  int64_t num_kv_heads = 0;   // key/value heads (grouped-query attention); 0 = num_heads
   bool use_bias = true;
   bool tie_embeddings = false;
   InitScheme init = InitScheme::flax;

@@ -10,8 +10,7 @@ void need(bool ok, const char* key, const std::string& problem) {
   if (!ok)
     throw UserError(key, problem + ": GPT2LMHeadModel cannot hold this model",
                     "GPT-2's variant is block_order = attn_first, norm = layernorm, mlp = gelu_tanh or gelu, "
-                    "tie_embeddings = true, causal_mask = true "
-                    "(configs/gpt2_124m.toml)");
+                    "position = learned, tie_embeddings = true, causal_mask = true (configs/gpt2_124m.toml)");
 }
 }  // namespace
 
@@ -20,6 +19,9 @@ HfModelMap hf_model_map(const ModelConfig& c) {
   need(c.block_order == BlockOrder::attn_first, "model.block_order", "is not attn_first");
   need(c.norm == NormKind::layernorm, "model.norm", "is not layernorm");
   need(c.mlp != MlpKind::swiglu, "model.mlp", "is swiglu");
+  need(c.position == PositionKind::learned, "model.position", "is not learned (GPT-2 has a position table)");
+  need(c.num_kv_heads == 0 || c.num_kv_heads * c.head_dim == c.hidden_size, "model.num_kv_heads",
+       "is fewer than num_heads (GPT-2 has no grouped-query attention)");
   need(c.tie_embeddings, "model.tie_embeddings", "is false (loom's untied head has a bias, GPT-2's lm_head none)");
   need(c.causal_mask, "model.causal_mask", "is false");
   const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = mlp_width(c);

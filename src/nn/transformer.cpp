@@ -70,42 +70,61 @@ struct Decode {
   ValueId pos = kNoValue;  // int32 scalar: the current token's position
 };
 
+// Key/value heads (model.num_kv_heads, 0 = one per query head) and query heads per key/value head.
+struct HeadGroups {
+  int64_t kv, group;
+};
+HeadGroups head_groups(const ModelConfig& c) {
+  const int64_t H = c.hidden_size / c.head_dim, kv = c.num_kv_heads > 0 ? c.num_kv_heads : H;
+  return {kv, H / kv};
+}
+
 // attention_decode of one token against this layer's persistent caches "<scope>/k_cache" and
-// "<scope>/v_cache" [B, max_len, H, D] (in the compute dtype), which it updates at row pos.
+// "<scope>/v_cache" [B, max_len, KV, D] (in the compute dtype), which it updates at row pos.
 ValueId cached_attention(const Scope& s, ValueId qkv, const ModelConfig& c, const Decode& d) {
   Graph& g = s.graph();
   const Shape q = g.value(qkv).shape;
-  const Shape cache{q[0], d.max_len, q[2], q[3] / 3};
+  const Shape cache{q[0], d.max_len, q[2], c.head_dim};
   const ValueId k = g.add_input(s.path() + "/k_cache", cache, c.dtype);
   const ValueId v = g.add_input(s.path() + "/v_cache", cache, c.dtype);
-  return s.op1(OpKind::attention_decode, {qkv, k, v, d.pos}, AttentionAttrs{true, c.softmax_dtype});
+  const auto group = static_cast<int32_t>(head_groups(c).group);
+  return s.op1(OpKind::attention_decode, {qkv, k, v, d.pos}, AttentionAttrs{true, c.softmax_dtype, group});
 }
 
-// AttentionBlock: [B, T, C] -> [B, T, C] (with `dec`: T = 1, attending over the KV cache)
-ValueId attention_block(const Scope& s, ValueId x, const ModelConfig& c, bool train, const Decode* dec) {
+// AttentionBlock: [B, T, C] -> [B, T, C] (with `dec`: T = 1, attending over the KV cache); the
+// tokens' positions [T] rotate q and k when model.position = rope.
+ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const ModelConfig& c, bool train,
+                        const Decode* dec) {
   Graph& g = s.graph();
   const Shape xs = g.value(x).shape;
   const int64_t B = xs[0], T = xs[1], C = xs[2];
   const int64_t H = c.hidden_size / c.head_dim, D = c.head_dim;
+  const auto [KV, G] = head_groups(c);
   ValueId h = norm(s / "pre_norm", x, c);
-  // DenseGeneral(features=(H, 3D)): kernel [C, H, 3D] and bias [H, 3D], used as a [C, H·3D] dense.
+  // DenseGeneral(features=(KV, (G+2)·D)): kernel [C, KV, (G+2)·D] and bias [KV, (G+2)·D], used as a
+  // [C, KV·(G+2)·D] dense: per key/value head its G queries, its key and its value. G = 1 is the
+  // tutorial's (H, 3D).
   const Scope qs = s / "qkv";
-  ValueId qkv = linear(qs, h, Shape{C, H, 3 * D}, c, false);  // [B, T, H·3D]
-  qkv = view(qs, qkv, Shape{B, T, H, 3 * D});                 // [B, T, H, 3D]
-  const ValueId att =
-      dec ? cached_attention(s, qkv, c, *dec)
-          : s.op(OpKind::attention, {qkv}, AttentionAttrs{c.causal_mask, c.softmax_dtype}).at(0);  // [B, T, H, D]
+  ValueId qkv = linear(qs, h, Shape{C, KV, (G + 2) * D}, c, false);  // [B, T, KV·(G+2)·D]
+  qkv = view(qs, qkv, Shape{B, T, KV, (G + 2) * D});                 // [B, T, KV, (G+2)·D]
+  const auto group = static_cast<int32_t>(G);
+  if (c.position == PositionKind::rope)  // the decoder's cache then holds rotated keys, as transformers' does
+    qkv = s.op1(OpKind::rope, {qkv, positions}, RopeAttrs{.theta = static_cast<float>(c.rope_theta), .group = group});
+  const ValueId att = dec ? cached_attention(s, qkv, c, *dec)
+                          : s.op(OpKind::attention, {qkv}, AttentionAttrs{c.causal_mask, c.softmax_dtype, group})
+                                .at(0);  // [B, T, H, D]
   // DenseGeneral(features=C, axis=(-2, -1)): kernel [H, D, C] (fan_in H·D), bias [C].
   const Scope os = s / "output_layer";
   ValueId o = linear(os, view(os, att, Shape{B, T, H * D}), Shape{H, D, C}, c, true, 2);  // [B, T, C]
   return dropout(s, o, c.dropout_rate, train);
 }
 
-ValueId transformer_block(const Scope& s, ValueId x, const ModelConfig& c, bool train, const Decode* dec) {
+ValueId transformer_block(const Scope& s, ValueId x, ValueId positions, const ModelConfig& c, bool train,
+                          const Decode* dec) {
   const Scope mlp_s = c.remat.has(RematRegion::MLP) ? (s / "mlp").remat_region() : s / "mlp";
   const Scope attn_s = c.remat.has(RematRegion::Attn) ? (s / "attn").remat_region() : s / "attn";
   auto mlp = [&](ValueId v) { return s.op1(OpKind::add, {v, mlp_block(mlp_s, v, c, train)}); };
-  auto attn = [&](ValueId v) { return s.op1(OpKind::add, {v, attention_block(attn_s, v, c, train, dec)}); };
+  auto attn = [&](ValueId v) { return s.op1(OpKind::add, {v, attention_block(attn_s, v, positions, c, train, dec)}); };
   return c.block_order == BlockOrder::attn_first ? mlp(attn(x)) : attn(mlp(x));
 }
 
@@ -123,16 +142,18 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Mo
   const float embed_std = c.init == InitScheme::gpt2 ? 0.02f : static_cast<float>(1.0 / std::sqrt(double(C)));
   const ValueId table = es.param("embedding", Shape{c.vocab_size, C}, ParamInit{ParamInit::normal, embed_std});
   ValueId x = es.op1(OpKind::embedding, {tokens, table}, DTypeAttrs{c.dtype});  // [B, T, C]
-  // pos_emb.astype(dtype)[:T]: a gather of rows 0..T-1 rounds exactly like the cast-then-slice.
-  const ValueId pos_emb = root.param("pos_emb", Shape{c.max_seq_len, C}, ParamInit{ParamInit::normal, 0.02f});
-  const ValueId pos = root.op1(OpKind::embedding, {positions, pos_emb}, DTypeAttrs{c.dtype});  // [T, C]
-  x = root.op1(OpKind::add, {x, pos});
+  if (c.position == PositionKind::learned) {
+    // pos_emb.astype(dtype)[:T]: a gather of rows 0..T-1 rounds exactly like the cast-then-slice.
+    const ValueId pos_emb = root.param("pos_emb", Shape{c.max_seq_len, C}, ParamInit{ParamInit::normal, 0.02f});
+    const ValueId pos = root.op1(OpKind::embedding, {positions, pos_emb}, DTypeAttrs{c.dtype});  // [T, C]
+    x = root.op1(OpKind::add, {x, pos});
+  }
   if (c.embed_dropout) x = dropout(root, x, c.dropout_rate, train);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     std::string name = "block_";
     name += std::to_string(l);
     const Scope bs = root / name;
-    x = transformer_block(c.remat.has(RematRegion::Block) ? bs.remat_region() : bs, x, c, train, dec);
+    x = transformer_block(c.remat.has(RematRegion::Block) ? bs.remat_region() : bs, x, positions, c, train, dec);
   }
   x = norm(root / "post_norm", x, c);
   if (c.tie_embeddings)  // wte.attend(x): the embedding table, transposed, is the output layer
@@ -193,12 +214,20 @@ void validate_transformer(const ModelConfig& c) {
        "hidden_size " + std::to_string(c.hidden_size) + " is not a multiple of model.head_dim " +
            std::to_string(c.head_dim),
        "num_heads = hidden_size / head_dim must be whole: change either");
+  const int64_t H = c.hidden_size / c.head_dim;
+  need(c.num_kv_heads >= 0 && (c.num_kv_heads == 0 || H % c.num_kv_heads == 0), "model.num_kv_heads",
+       std::to_string(c.num_kv_heads) + " does not divide num_heads " + std::to_string(H) +
+           " (model.hidden_size / model.head_dim)",
+       "use a divisor of num_heads, or 0 for one key/value head per query head");
   need(c.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
   need(c.intermediate_size >= 0, "model.intermediate_size", "must be >= 0",
        "0 takes the default width (nn::mlp_width), e.g. 4 × hidden_size");
   need(c.vocab_size >= 2, "model.vocab_size", "must be >= 2", "e.g. 2048");
   need(c.num_outputs >= 1, "model.num_outputs", "must be >= 1", "usually the vocabulary size");
   need(c.max_seq_len >= 1, "model.max_seq_len", "must be >= 1", "e.g. 512");
+  need(c.position != PositionKind::rope || c.head_dim % 2 == 0, "model.head_dim",
+       "is odd: rotary embeddings (model.position = rope) turn pairs of a head's dims", "use an even head_dim");
+  need(c.rope_theta > 0, "model.rope_theta", "must be > 0", "Llama uses 10000 (Llama 3: 500000)");
   need(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
        "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
 }

@@ -1,5 +1,6 @@
 // The Transformer language model of the Part 1.2 tutorial (seed 001), exactly as it writes it:
-//   embed (nn.Embed, dtype) + pos_emb[:T] (normal 0.02, cast to dtype)
+//   embed (nn.Embed, dtype) + pos_emb[:T] (normal 0.02, cast to dtype; none with model.position =
+//   rope, where a rope op rotates q and k of the packed qkv at the tokens' positions instead)
 //   num_layers × TransformerBlock: x = x + MLPBlock(x); x = x + AttentionBlock(x)   (mlp_first)
 //   post_norm LayerNorm -> output_layer Dense(num_outputs) -> cast float32
 // MLPBlock: pre_norm -> input_layer Dense(F) -> gelu -> output_layer Dense(C) -> dropout, F = mlp_width
@@ -37,7 +38,8 @@ void validate_transformer(const ModelConfig& c);
 // sample/sample.h): run once per token, with the same program for every position. Inputs:
 // "inputs" [B, 1] i32, the current tokens; "positions" [1] i32, their position p (< max_len; the
 // attention's scalar `pos` is a view of it); per layer the persistent caches
-// "block_<l>/attn/k_cache" and "block_<l>/attn/v_cache" [B, max_len, H, head_dim] in c.dtype,
+// "block_<l>/attn/k_cache" and "block_<l>/attn/v_cache" [B, max_len, KV, head_dim] in c.dtype
+// (KV = model.num_kv_heads, or num_heads when 0),
 // which attention_decode fills at row p. Output (m.output, marked): logits [B, 1, num_outputs] f32,
 // equal to build_transformer's logits at position p given the tokens 0..p (to kernel rounding).
 // Parameters and their paths are build_transformer's (one block builder serves both), so

@@ -296,6 +296,16 @@ const std::vector<KeySpec>& schema() {
                        "2/3 of that rounded up to a multiple of 256",
                        LOOM_REF(model.intermediate_size)),
               language_model),
+      only_if(make_choice("model.position", "how token positions enter: learned table or rotary (RoPE)",
+                          LOOM_REF(model.position)),
+              language_model),
+      only_if(
+          make_number("model.rope_theta", "RoPE frequency base (model.position = rope)", LOOM_REF(model.rope_theta)),
+          language_model),
+      only_if(
+          make_int("model.num_kv_heads", "key/value heads, dividing num_heads (grouped-query attention; 0 = num_heads)",
+                   LOOM_REF(model.num_kv_heads)),
+          language_model),
       only_if(make_bool("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", LOOM_REF(model.use_bias)),
               language_model),
       only_if(make_bool("model.tie_embeddings",

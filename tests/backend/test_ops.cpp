@@ -791,6 +791,7 @@ TEST(CpuOps, InPlaceAliasing) {
     cases.push_back({OpKind::add, {{s, dt}, {s, dt}}, NoAttrs{}, 0});
     cases.push_back({OpKind::add, {{s, dt}, {s, dt}}, NoAttrs{}, 1});
     cases.push_back({OpKind::add, {{s, dt}, {Shape{130}, dt}}, NoAttrs{}, 0});
+    cases.push_back({OpKind::rope, {{Shape{3, 37, 2, 32}, dt}, {Shape{37}, DType::i32}}, RopeAttrs{.group = 2}, 0});
   }
   cases.push_back({OpKind::add, {{s, DType::i32}, {s, DType::i32}}, NoAttrs{}, 1});
   cases.push_back({OpKind::cast, {{s, DType::f32}}, DTypeAttrs{DType::i32}, 0});
@@ -1189,6 +1190,7 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::attention, "CpuOpsAttention.Attention"},
     {OpKind::attention_grad, "CpuOpsAttention.Attention"},
     {OpKind::attention_decode, "CpuOpsAttention.AttentionDecodeMatchesAttention"},
+    {OpKind::rope, "CpuOpsAttention.Rope"},
 });
 #define LOOM_OP(name, ...) \
   static_assert(testing::has_test(kCpuCase, OpKind::name), "op '" #name "' has no CPU-vs-reference test in kCpuCase");

@@ -228,8 +228,10 @@ const DtypePair kAttnDtypes[] = {{DType::f32, DType::f32},  {DType::bf16, DType:
                                  {DType::f32, DType::bf16}, {DType::bf16, DType::bf16}, {DType::f16, DType::f16},
                                  {DType::f16, DType::bf16}};
 
+// H key/value heads, each with G query heads (G = 1: multi-head attention with H heads).
 struct AttnShape {
   int64_t B, T, H, D;
+  int32_t G = 1;
   std::string str() const {
     std::string s = "B=";
     s += std::to_string(B);
@@ -239,8 +241,12 @@ struct AttnShape {
     s += std::to_string(H);
     s += " D=";
     s += std::to_string(D);
+    s += " G=";
+    s += std::to_string(G);
     return s;
   }
+  Shape qkv() const { return Shape{B, T, H, (G + 2) * D}; }
+  Shape out() const { return Shape{B, T, H * G, D}; }
 };
 
 std::vector<AttnShape> attn_shapes() {
@@ -255,6 +261,11 @@ std::vector<AttnShape> attn_shapes() {
   v.push_back({2, 150, 2, 16});
   // The register-blocked products at their largest domain on AVX-512 (T·D = 16384), sgemm on AVX2.
   v.push_back({1, 256, 1, 64});
+  // Grouped-query attention: groups of 2 and 4 query heads (one key/value head: multi-query),
+  // through product() and, past a causal block, sgemm.
+  v.push_back({2, 7, 3, 4, 2});
+  v.push_back({2, 33, 1, 16, 4});
+  v.push_back({1, 150, 2, 8, 2});
   return v;
 }
 
@@ -276,8 +287,8 @@ struct AttnCases {
 };
 
 AttnCases make_attention_cases(const DtypePair& p, bool causal, const AttnShape& s) {
-  const AttentionAttrs at{causal, p.s};
-  const Shape qkv{s.B, s.T, s.H, 3 * s.D}, out{s.B, s.T, s.H, s.D}, lse{s.B, s.H, s.T};
+  const AttentionAttrs at{causal, p.s, s.G};
+  const Shape qkv = s.qkv(), out = s.out(), lse{s.B, s.H * s.G, s.T};
   AttnCases c{OpCase(OpKind::attention, {{qkv, p.d}}, at),
               OpCase(OpKind::attention_grad, {{qkv, p.d}, {lse, DType::f32}, {out, p.d}}, at)};
   c.fwd.fill_random(next_seed());
@@ -349,11 +360,57 @@ TEST(CpuOpsAttention, AttentionDefinitionSpotChecks) {
   }
 }
 
+// Grouped-query attention is multi-head attention with each key/value head repeated for its group
+// (transformers' repeat_kv): on the reference, out, lse and dq equal those of the repeated layout
+// bit for bit, and dk, dv of a key/value head are the sums of its query heads' (f32, to rounding).
+TEST(CpuOpsAttention, GroupedQueryEqualsRepeatedKeysAndValues) {
+  const AttnShape gs{2, 9, 2, 4, 3}, ms{2, 9, 6, 4};  // 2 key/value heads of 3 queries; 6 heads
+  AttnCases gqa = make_attention_cases({DType::f32, DType::f32}, true, gs);
+  AttnCases mha = make_attention_cases({DType::f32, DType::f32}, true, ms);
+  const HostTensor& x = gqa.fwd.input(0);
+  const int64_t D = 4, G = 3;
+  // mha(b, t, h, part, e) from gqa's row of key/value head h / G.
+  auto gqa_at = [&](int64_t b, int64_t t, int64_t h, int part, int64_t e) {
+    const int64_t slot = part == 0 ? h % G : G + part - 1;
+    return ((b * 9 + t) * 2 + h / G) * (G + 2) * D + slot * D + e;
+  };
+  auto mha_at = [&](int64_t b, int64_t t, int64_t h, int part, int64_t e) {
+    return ((b * 9 + t) * 6 + h) * 3 * D + part * D + e;
+  };
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 9; ++t)
+      for (int64_t h = 0; h < 6; ++h)
+        for (int part = 0; part < 3; ++part)
+          for (int64_t e = 0; e < D; ++e)
+            mha.fwd.input(0).set(mha_at(b, t, h, part, e), x.get(gqa_at(b, t, h, part, e)));
+  ReferenceBackend ref;
+  const std::vector<HostTensor> go = gqa.fwd.run(ref), mo = mha.fwd.run(ref);
+  expect_bytes_equal(go[0], mo[0], "gqa out vs repeated");
+  expect_bytes_equal(go[1], mo[1], "gqa lse vs repeated");
+  gqa.bwd.input(1) = go[1];
+  mha.bwd.input(0) = mha.fwd.input(0);
+  mha.bwd.input(1) = mo[1];
+  mha.bwd.input(2) = gqa.bwd.input(2);  // the same dout [B, T, 6, D]
+  const HostTensor gd = gqa.bwd.run(ref).at(0), md = mha.bwd.run(ref).at(0);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 9; ++t)
+      for (int64_t h = 0; h < 6; ++h)
+        for (int64_t e = 0; e < D; ++e) {
+          ASSERT_EQ(gd.get(gqa_at(b, t, h, 0, e)), md.get(mha_at(b, t, h, 0, e))) << "dq";
+          if (h % G != 0) continue;
+          for (int part : {1, 2}) {
+            double sum = 0;
+            for (int64_t i = h; i < h + G; ++i) sum += md.get(mha_at(b, t, i, part, e));
+            EXPECT_NEAR(gd.get(gqa_at(b, t, h, part, e)), sum, 1e-6 * (1 + std::fabs(sum))) << "part " << part;
+          }
+        }
+}
+
 TEST(CpuThreadsAttention, Attention) {
   for (const DtypePair& p :
        {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32}, DtypePair{DType::f16, DType::bf16}})
     for (bool causal : {false, true})
-      for (const AttnShape& s : {AttnShape{2, 33, 3, 16}, AttnShape{2, 150, 3, 16}}) {
+      for (const AttnShape& s : {AttnShape{2, 33, 3, 16}, AttnShape{2, 150, 3, 16}, AttnShape{2, 70, 2, 16, 3}}) {
         AttnCases c = make_attention_cases(p, causal, s);
         expect_thread_invariant(c.fwd, attn_what("attention", p, causal, s));
         expect_thread_invariant(c.bwd, attn_what("attention_grad", p, causal, s));
@@ -384,32 +441,33 @@ struct DecodeResult {
   HostTensor out, k_cache, v_cache;
 };
 
-DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype, int64_t Tmax) {
-  const int64_t B = qkv.shape[0], T = qkv.shape[1], H = qkv.shape[2], D3 = qkv.shape[3], D = D3 / 3;
+DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype, int64_t Tmax, int32_t G = 1) {
+  const int64_t B = qkv.shape[0], T = qkv.shape[1], KV = qkv.shape[2], D3 = qkv.shape[3], D = D3 / (G + 2);
+  const int64_t H = KV * G;  // query heads: the output's; KV: the caches'
   const DType d = qkv.dtype;
   Graph g;
-  const ValueId x = g.add_input("qkv", Shape{B, 1, H, D3}, d);
-  const ValueId kc = g.add_input("k_cache", Shape{B, Tmax, H, D}, d);
-  const ValueId vc = g.add_input("v_cache", Shape{B, Tmax, H, D}, d);
+  const ValueId x = g.add_input("qkv", Shape{B, 1, KV, D3}, d);
+  const ValueId kc = g.add_input("k_cache", Shape{B, Tmax, KV, D}, d);
+  const ValueId vc = g.add_input("v_cache", Shape{B, Tmax, KV, D}, d);
   const ValueId pos = g.add_input("pos", Shape{}, DType::i32);
-  const NodeId id = g.add_node(OpKind::attention_decode, {x, kc, vc, pos}, AttentionAttrs{true, softmax_dtype}, "test",
-                               Phase::forward);
+  const NodeId id = g.add_node(OpKind::attention_decode, {x, kc, vc, pos}, AttentionAttrs{true, softmax_dtype, G},
+                               "test", Phase::forward);
   const ValueId out = g.node(id).out.at(0);
   g.mark_output(out);
   std::unique_ptr<Executor> ex;
   const Status st = Executor::create(be, g, plan_program(be, g, default_schedule(g)), &ex);
   EXPECT_TRUE(st.is_ok()) << st.message();
-  DecodeResult r{HostTensor(Shape{B, T, H, D}, d), HostTensor(Shape{B, Tmax, H, D}, d),
-                 HostTensor(Shape{B, Tmax, H, D}, d)};
+  DecodeResult r{HostTensor(Shape{B, T, H, D}, d), HostTensor(Shape{B, Tmax, KV, D}, d),
+                 HostTensor(Shape{B, Tmax, KV, D}, d)};
   if (!st.is_ok()) return r;
-  HostTensor nan(Shape{B, Tmax, H, D}, d);
+  HostTensor nan(Shape{B, Tmax, KV, D}, d);
   for (int64_t i = 0; i < nan.numel(); ++i) nan.set(i, NAN);
   ex->upload(kc, nan.bytes.data());
   ex->upload(vc, nan.bytes.data());
-  HostTensor step(Shape{B, 1, H, D3}, d), o(Shape{B, 1, H, D}, d);
+  HostTensor step(Shape{B, 1, KV, D3}, d), o(Shape{B, 1, H, D}, d);
   for (int32_t t = 0; t < T; ++t) {
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < H * D3; ++i) step.set(b * H * D3 + i, qkv.get((b * T + t) * H * D3 + i));
+      for (int64_t i = 0; i < KV * D3; ++i) step.set(b * KV * D3 + i, qkv.get((b * T + t) * KV * D3 + i));
     ex->upload(x, step.bytes.data());
     ex->upload(pos, &t);
     ex->run(RunCtx{});
@@ -431,27 +489,27 @@ TEST(CpuOpsAttention, AttentionDecodeMatchesAttention) {
   for (const DtypePair& p : kAttnDtypes)
     for (const AttnShape& s : attn_shapes()) {
       const std::string what = attn_what("attention_decode", p, true, s);
-      OpCase full(OpKind::attention, {{Shape{s.B, s.T, s.H, 3 * s.D}, p.d}}, AttentionAttrs{true, p.s});
+      OpCase full(OpKind::attention, {{s.qkv(), p.d}}, AttentionAttrs{true, p.s, s.G});
       full.fill_random(next_seed());
       const HostTensor& qkv = full.input(0);
       const Outputs att = run_both(full);
       const int64_t Tmax = s.T + 3;
       CpuBackend cpu;
       ReferenceBackend ref;
-      const DecodeResult dc = run_decode(cpu, qkv, p.s, Tmax);
-      const DecodeResult dr = run_decode(ref, qkv, p.s, Tmax);
+      const DecodeResult dc = run_decode(cpu, qkv, p.s, Tmax, s.G);
+      const DecodeResult dr = run_decode(ref, qkv, p.s, Tmax, s.G);
       expect_bytes_equal(dr.out, att.ref[0], what + " ref decode vs ref attention");
       expect_close(dc.out, att.cpu[0], coarser(p.d, p.s), what + " cpu decode vs cpu attention");
       expect_close(dc.out, dr.out, coarser(p.d, p.s), what + " cpu decode vs ref decode");
       for (const DecodeResult* r : {&dc, &dr})
         for (int64_t b = 0; b < s.B; ++b)
           for (int64_t t = 0; t < Tmax; ++t)
-            for (int64_t i = 0; i < s.H * s.D; ++i) {
+            for (int64_t i = 0; i < s.H * s.D; ++i) {  // H key/value heads: the caches' rows
               const int64_t h = i / s.D, e = i % s.D, c = ((b * Tmax + t) * s.H) * s.D + i;
-              const int64_t q = ((b * s.T + t) * s.H + h) * 3 * s.D + e;
+              const int64_t q = ((b * s.T + t) * s.H + h) * (s.G + 2) * s.D + s.G * s.D + e;  // its key
               if (t < s.T) {
-                ASSERT_EQ(r->k_cache.get(c), qkv.get(q + s.D)) << what << " k_cache row " << t;
-                ASSERT_EQ(r->v_cache.get(c), qkv.get(q + 2 * s.D)) << what << " v_cache row " << t;
+                ASSERT_EQ(r->k_cache.get(c), qkv.get(q)) << what << " k_cache row " << t;
+                ASSERT_EQ(r->v_cache.get(c), qkv.get(q + s.D)) << what << " v_cache row " << t;
               } else {
                 ASSERT_TRUE(std::isnan(r->k_cache.get(c)) && std::isnan(r->v_cache.get(c))) << what << " row " << t;
               }
@@ -519,6 +577,80 @@ TEST(CpuThreadsAttention, AttentionDecode) {
     }
     for (size_t r = 1; r < runs.size(); ++r)
       expect_bytes_equal(runs[r].out, runs[0].out, "attention_decode " + dn(p.d) + " threads");
+  }
+}
+
+// ---- rope ---------------------------------------------------------------------------------
+
+struct RopeShape {
+  int64_t B, T, S;
+  int32_t group;
+  int64_t D;
+  std::string str() const {
+    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " S=" + std::to_string(S) +
+           " group=" + std::to_string(group) + " D=" + std::to_string(D);
+  }
+};
+
+// Positions drawn from [0, 4096): angles up to ~4096 radians, where the f32 angle matters.
+OpCase make_rope_case(DType d, const RopeShape& r, bool inverse) {
+  OpCase oc(OpKind::rope, {{Shape{r.B, r.T, r.S, (r.group + 2) * r.D}, d}, {Shape{r.T}, DType::i32}},
+            RopeAttrs{.theta = 10000.f, .group = r.group, .inverse = inverse});
+  oc.fill_random(next_seed(), 4096);
+  return oc;
+}
+
+// CPU vs reference over dtypes, both directions and shapes (one pair per head, odd lengths,
+// groups of query heads); the value part is copied bit for bit by both.
+TEST(CpuOpsAttention, Rope) {
+  for (DType d : kFloatTypes)
+    for (bool inverse : {false, true})
+      for (const RopeShape& r :
+           {RopeShape{1, 1, 1, 1, 2}, RopeShape{2, 7, 3, 1, 8}, RopeShape{1, 5, 1, 2, 6}, RopeShape{2, 33, 2, 3, 64}}) {
+        const std::string what = "rope " + dn(d) + (inverse ? " inverse " : " ") + r.str();
+        OpCase oc = make_rope_case(d, r, inverse);
+        const Outputs o = run_both(oc);
+        ASSERT_EQ(o.cpu.size(), 1u) << what;
+        expect_close(o.cpu[0], o.ref[0], d, what);
+        const int64_t W = (r.group + 2) * r.D;
+        for (int64_t row = 0; row < r.B * r.T * r.S; ++row)
+          for (int64_t e = (r.group + 1) * r.D; e < W; ++e) {
+            ASSERT_EQ(o.cpu[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
+            ASSERT_EQ(o.ref[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
+          }
+      }
+}
+
+// The definition on both backends: position 0 is the identity; with D = 2 the one frequency is 1,
+// so the angle is the position itself (transformers: cos(p)·x0 − sin(p)·x1, cos(p)·x1 + sin(p)·x0);
+// the inverse undoes the rotation.
+TEST(CpuOpsAttention, RopeDefinition) {
+  for (Backend* be : std::initializer_list<Backend*>{new CpuBackend, new ReferenceBackend}) {
+    OpCase oc = make_rope_case(DType::f32, {1, 3, 1, 1, 2}, false);  // row: q0 q1 k0 k1 v0 v1
+    for (int32_t t = 0; t < 3; ++t) oc.input(1).set_i32(t, t * 5);   // positions 0, 5, 10
+    const HostTensor x = oc.input(0);
+    const HostTensor y = oc.run(*be).at(0);
+    for (int64_t e = 0; e < 6; ++e) EXPECT_EQ(y.get(e), x.get(e)) << be->name() << " position 0";
+    for (int64_t t = 1; t < 3; ++t)
+      for (int64_t h = 0; h < 2; ++h) {
+        const double c = std::cos(5.0 * t), sn = std::sin(5.0 * t);
+        const int64_t i = t * 6 + h * 2;
+        EXPECT_NEAR(y.get(i), c * x.get(i) - sn * x.get(i + 1), 1e-6) << be->name() << " t=" << t;
+        EXPECT_NEAR(y.get(i + 1), c * x.get(i + 1) + sn * x.get(i), 1e-6) << be->name() << " t=" << t;
+      }
+    OpCase back = make_rope_case(DType::f32, {1, 3, 1, 1, 2}, true);
+    back.input(0) = y;
+    back.input(1) = oc.input(1);
+    const HostTensor z = back.run(*be).at(0);
+    for (int64_t i = 0; i < 18; ++i) EXPECT_NEAR(z.get(i), x.get(i), 1e-6 * (1 + std::fabs(x.get(i)))) << be->name();
+    delete be;
+  }
+}
+
+TEST(CpuThreadsAttention, Rope) {
+  for (DType d : {DType::f32, DType::bf16}) {
+    OpCase oc = make_rope_case(d, {4, 64, 4, 2, 64}, false);
+    expect_thread_invariant(oc, "rope " + dn(d));
   }
 }
 

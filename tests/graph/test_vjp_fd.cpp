@@ -45,6 +45,7 @@ constexpr testing::OpTestTable kFdCase = testing::op_test_table({
     {OpKind::cross_entropy, "VjpFd.CrossEntropy"},
     {OpKind::embedding, "VjpFdAttention.EmbeddingTable"},
     {OpKind::attention, "VjpFdAttention.QkvParameter"},
+    {OpKind::rope, "VjpFdAttention.RopeThenAttention"},
 });
 #define LOOM_OP(name, ...)                                                            \
   static_assert(testing::has_test(kFdCase, OpKind::name) == op_has_vjp(OpKind::name), \

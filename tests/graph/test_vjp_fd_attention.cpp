@@ -53,6 +53,33 @@ TEST(VjpFdAttention, AfterDenseAndReshape) {
       o);
 }
 
+// rope (a rotation of q and k by position) then attention, as in a model with model.position =
+// rope: positions out of order and large (big angles); multi-head and grouped-query (2 key/value
+// heads of 2 query heads each).
+TEST(VjpFdAttention, RopeThenAttention) {
+  for (int32_t group : {1, 2}) {
+    Options o;
+    o.int_inputs["positions"] = {7, 0, 1000, 3};
+    check_vjp(
+        [group](const Scope& s) {
+          const ValueId pos = s.graph().add_input("positions", Shape{4}, DType::i32);
+          const ValueId qkv = s.param("qkv", Shape{2, 4, 2, (group + 2) * 4}, {});  // B=2, T=4, KV=2, D=4
+          const ValueId roped = s.op1(OpKind::rope, {qkv, pos}, RopeAttrs{.theta = 100.f, .group = group});
+          return s.op(OpKind::attention, {roped}, AttentionAttrs{true, DType::f32, group}).at(0);
+        },
+        o);
+  }
+}
+
+// Grouped-query attention alone, full and causal: dk and dv sum over each group's query heads.
+TEST(VjpFdAttention, GroupedQuery) {
+  for (bool causal : {false, true})
+    check_vjp([causal](const Scope& s) {
+      const ValueId qkv = s.param("qkv", Shape{1, 5, 1, 5 * 4}, {});  // one key/value head, 3 queries, D = 4
+      return s.op(OpKind::attention, {qkv}, AttentionAttrs{causal, DType::f32, 3}).at(0);
+    });
+}
+
 // lse is a statistic: a cotangent reaching only lse emits nothing for qkv.
 TEST(VjpFdAttention, LseCotangentIsIgnored) {
   Graph g;

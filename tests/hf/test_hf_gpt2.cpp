@@ -345,6 +345,12 @@ TEST(HfGpt2, AConfigMayNotContradictTheCheckpoint) {
   EXPECT_NE(m.find("model.norm: is \"rmsnorm\", but the model of model.init_from has GPT2LMHeadModel (LayerNorm)"),
             std::string::npos)
       << m;
+  m = user_error([] {
+    default_config({"model.init_from=" + hf_golden("gpt2"), "model.position=rope", "data.kind=random_tokens"});
+  });
+  EXPECT_NE(m.find("model.position: is \"rope\", but the model of model.init_from has GPT2LMHeadModel (learned wpe)"),
+            std::string::npos)
+      << m;
   // Keys it does not fix may be set; the ones it fixes may be repeated.
   const Config c =
       default_config({"model.init_from=" + hf_golden("gpt2"), "model.hidden_size=32", "model.embed_dropout=false",

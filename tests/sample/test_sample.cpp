@@ -47,7 +47,9 @@ constexpr int64_t kVocab = 20, kMaxLen = 16;
 
 // The brief's tiny model: GPT-2 style (attn_first, tied embeddings, no biases) unless `variant`
 // overrides it ("tutorial": mlp_first, untied, biases; "rmsnorm", "gelu", "swiglu": GPT-2 style with
-// RMSNorm, the exact GELU, a SwiGLU MLP of width 40).
+// RMSNorm, the exact GELU, a SwiGLU MLP of width 40; "llama": GPT-2 style with RMSNorm, rotary
+// positions (a small rope_theta for large angles) and grouped-query attention, 2 key/value heads
+// for 4 query heads).
 Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype = "float32") {
   std::vector<std::string> ov = {"model.kind=transformer",  "model.hidden_size=32",
                                  "model.num_layers=2",      "model.head_dim=8",
@@ -56,10 +58,12 @@ Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype
                                  "data.kind=random_tokens", "data.seq_len=16",
                                  "data.vocab_size=20",      "data.batch_size=2",
                                  "model.dtype=" + dtype,    "seed=7"};
-  if (variant == "rmsnorm") ov.push_back("model.norm=rmsnorm");
+  if (variant == "rmsnorm" || variant == "llama") ov.push_back("model.norm=rmsnorm");
   if (variant == "gelu") ov.push_back("model.mlp=gelu");
   if (variant == "swiglu")
     for (const char* o : {"model.mlp=swiglu", "model.intermediate_size=40"}) ov.push_back(o);
+  if (variant == "llama")
+    for (const char* o : {"model.position=rope", "model.rope_theta=100", "model.num_kv_heads=2"}) ov.push_back(o);
   if (variant != "tutorial") {
     for (const char* o :
          {"model.block_order=attn_first", "model.tie_embeddings=true", "model.use_bias=false", "model.init=gpt2"})
@@ -150,6 +154,7 @@ TEST(Decoder, LogitsMatchTrainingForwardF32) {
   expect_decoder_matches(tiny_config("rmsnorm"), cpu, 1e-5);
   expect_decoder_matches(tiny_config("gelu"), cpu, 1e-5);
   expect_decoder_matches(tiny_config("swiglu"), cpu, 1e-5);
+  expect_decoder_matches(tiny_config("llama"), cpu, 1e-5);
 }
 
 TEST(Decoder, LogitsMatchTrainingForwardReference) {
@@ -158,6 +163,7 @@ TEST(Decoder, LogitsMatchTrainingForwardReference) {
   expect_decoder_matches(tiny_config("rmsnorm"), ref, 1e-5);
   expect_decoder_matches(tiny_config("gelu"), ref, 1e-5);
   expect_decoder_matches(tiny_config("swiglu"), ref, 1e-5);
+  expect_decoder_matches(tiny_config("llama"), ref, 1e-5);
 }
 
 // model.mlp: each layer's MLP holds its activation op once (swiglu: the fused silu_mul, no separate
@@ -213,6 +219,59 @@ TEST(Decoder, MlpWidthRule) {
   EXPECT_EQ(nn::mlp_width(c), 341);
 }
 
+// model.position = rope: no position table, and one rope per layer on the packed qkv with the
+// model's theta, in the training graph and in the decoder (whose cache then holds rotated keys).
+TEST(Decoder, RopeModelHasNoPositionTable) {
+  const Config c = tiny_config("llama");
+  for (bool decoder : {false, true}) {
+    const nn::ModelGraph m = decoder ? nn::build_transformer_decoder(c.model, 1, kMaxLen)
+                                     : nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, true);
+    int ropes = 0;
+    for (const Node& n : m.graph.nodes())
+      if (n.op == OpKind::rope && n.phase == Phase::forward) {
+        ++ropes;
+        EXPECT_EQ(std::get<RopeAttrs>(n.attrs).theta, 100.f) << n.scope;
+      }
+    EXPECT_EQ(ropes, c.model.num_layers);
+    for (const Param& p : m.graph.params()) EXPECT_EQ(m.graph.value(p.value).name.find("pos_emb"), std::string::npos);
+  }
+  Config odd = c;
+  odd.model.head_dim = 7;
+  odd.model.hidden_size = 28;
+  EXPECT_THROW(nn::validate_transformer(odd.model), UserError);
+}
+
+// model.num_kv_heads = 2 of 4 heads: the qkv projection is [C, KV, (G+2)·D], every attention has
+// group 2, and the decoder's caches have 2 heads, not 4.
+TEST(Decoder, GroupedQueryModelSizesByKeyValueHeads) {
+  const Config c = tiny_config("llama");
+  const nn::ModelGraph dec = nn::build_transformer_decoder(c.model, 1, kMaxLen);
+  int caches = 0;
+  for (const Node& n : dec.graph.nodes())
+    if (n.op == OpKind::attention_decode) {
+      EXPECT_EQ(std::get<AttentionAttrs>(n.attrs).group, 2);
+      for (int i : {1, 2}) EXPECT_EQ(dec.graph.value(n.in[i]).shape, (Shape{1, kMaxLen, 2, 8}));
+      ++caches;
+    }
+  EXPECT_EQ(caches, c.model.num_layers);
+  const nn::ModelGraph train = nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, true);
+  for (const Param& p : train.graph.params()) {
+    const Value& v = train.graph.value(p.value);
+    if (v.name.ends_with("qkv/kernel")) EXPECT_EQ(v.shape, (Shape{32, 2, 4 * 8})) << v.name;
+  }
+  for (int64_t bad : {3, 8, -1}) {
+    Config b = c;
+    b.model.num_kv_heads = bad;
+    try {
+      nn::validate_transformer(b.model);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("model.num_kv_heads"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("model.hidden_size / model.head_dim"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // model.norm = rmsnorm: every norm of the model is an rms_norm with a scale and no bias (the
 // decoder's program too), with model.layer_norm_eps.
 TEST(Decoder, RmsNormModelHasOnlyRmsNorms) {
@@ -240,6 +299,7 @@ TEST(Decoder, RmsNormModelHasOnlyRmsNorms) {
 TEST(Decoder, LogitsMatchTrainingForwardBf16) {
   CpuBackend cpu;
   expect_decoder_matches(tiny_config("gpt2", "bfloat16"), cpu, 3e-2);
+  expect_decoder_matches(tiny_config("llama", "bfloat16"), cpu, 3e-2);
 }
 
 // One program for every token: its size depends on the model, not on the cache length or the

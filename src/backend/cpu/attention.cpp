@@ -1,7 +1,9 @@
 // CPU kernels for attention and its backward op (graph/ops/attention.cpp has the formulas).
 //
-// One (batch, head) pair per iteration of an OpenMP loop. Each pair packs Q (scaled and rounded)
-// as a contiguous f32 [T, D] matrix in its thread's span of the node's workspace (workspace.h); K
+// One (batch, head) pair per iteration of an OpenMP loop (grouped-query attention: the forward's
+// pairs are (batch, query head), each reading its group's K and V; the backward's are (batch,
+// key/value head), running the group's query heads in turn, so that one thread owns its dK, dV). Each pair packs Q
+// (scaled and rounded) as a contiguous f32 [T, D] matrix in its thread's span of the node's workspace (workspace.h); K
 // (rounded to the softmax dtype), V and dO are packed likewise only when they need a conversion or
 // rounding; f32 ones are read in place, with the tensor's row stride (small heads made the per-row
 // copies a large part of the time). For product() (below), Kᵀ, and in the backward Vᵀ, are
@@ -85,22 +87,30 @@ using simd::whole_vectors;
 // lost at 8192. Without AVX the limits are the AVX2 ones, unmeasured.
 constexpr int64_t kHandMaxTD = kW == 16 ? 16384 : 4096;
 
+// qkv [B, T, KV, (G+2)·D]: KV key/value heads, each with G query heads (H = KV·G).
 struct Geometry {
-  int64_t B, T, H, D;
+  int64_t B, T, KV, G, H, D;
   DType d, s;  // qkv dtype, softmax dtype
   bool causal;
   float scale;  // round_d(D^-0.5)
   explicit Geometry(const TensorArg& qkv, const AttentionAttrs& at)
       : B(qkv.shape[0]),
         T(qkv.shape[1]),
-        H(qkv.shape[2]),
-        D(qkv.shape[3] / 3),
+        KV(qkv.shape[2]),
+        G(at.group),
+        H(qkv.shape[2] * at.group),
+        D(qkv.shape[3] / (at.group + 2)),
         d(qkv.dtype),
         s(at.softmax_dtype),
         causal(at.causal),
-        scale(round_to(qkv.dtype, static_cast<float>(std::pow(static_cast<double>(qkv.shape[3] / 3), -0.5)))) {}
-  // Offset of element 0 of part (0 = q, 1 = k, 2 = v) of row (b, t, h) in qkv / dqkv.
-  int64_t qkv_at(int64_t b, int64_t t, int64_t h, int part) const { return ((b * T + t) * H + h) * 3 * D + part * D; }
+        scale(round_to(qkv.dtype, static_cast<float>(std::pow(static_cast<double>(D), -0.5)))) {}
+  // Offset of element 0 of query head h's part (0 = its q, 1 = its group's k, 2 = v) of row (b, t)
+  // in qkv / dqkv.
+  int64_t qkv_at(int64_t b, int64_t t, int64_t h, int part) const {
+    const int64_t slot = part == 0 ? h % G : G + part - 1;
+    return ((b * T + t) * KV + h / G) * (G + 2) * D + slot * D;
+  }
+  int64_t qkv_ld() const { return KV * (G + 2) * D; }  // between rows t of qkv
   int64_t out_at(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * H + h) * D; }
   // Number of keys query row i sees.
   int64_t keys(int64_t i) const { return causal ? i + 1 : T; }
@@ -136,7 +146,7 @@ struct Slice {
   int64_t off, ld;
 };
 Slice qkv_part(const Geometry& g, const TensorArg& qkv, int64_t b, int64_t h, int part) {
-  return {qkv, g.qkv_at(b, 0, h, part), g.H * 3 * g.D};
+  return {qkv, g.qkv_at(b, 0, h, part), g.qkv_ld()};
 }
 Slice out_rows(const Geometry& g, const TensorArg& out, int64_t b, int64_t h) {
   return {out, g.out_at(b, 0, h), g.H * g.D};
@@ -264,16 +274,18 @@ BackwardBlocks backward_blocks(Bump& b, const Geometry& g) {
 }
 
 // Per thread of the pair loop (team threads), a span that `Layout` carves one pair's blocks from.
+// The forward's loop is over (batch, query head) pairs, the backward's over (batch, key/value
+// head) pairs (kPerKvHead), whose group of query heads adds into one dK and dV.
 struct PairSpans {
   PerThread<std::byte> pair;
   int team;
 };
-template <auto Layout>
+template <auto Layout, bool kPerKvHead>
 PairSpans pair_spans(Bump& ws, const KernelArgs& a) {
   const Geometry g(a.in[0], std::get<AttentionAttrs>(a.node.attrs));
   Bump one = Bump::counter(1);
   if (g.B * g.H > 0 && g.T > 0) Layout(one, g);
-  const int team = ws.team(g.parallel(), g.B * g.H);
+  const int team = ws.team(g.parallel(), kPerKvHead ? g.B * g.KV : g.B * g.H);
   return {ws.per_thread<std::byte>(one.used(), team), team};
 }
 }  // namespace
@@ -291,7 +303,7 @@ void cpu_attention(const KernelArgs& a) {
   const int64_t T = g.T, D = g.D, pairs = g.B * g.H;
   if (pairs == 0 || T == 0) return;
   Bump ws(a.workspace);
-  const PairSpans sp = pair_spans<forward_blocks>(ws, a);
+  const PairSpans sp = pair_spans<forward_blocks, false>(ws, a);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(sp.team)
   for (int64_t pr = 0; pr < pairs; ++pr) {
     omp_set_num_threads(1);  // this implicit task's copy: the sgemm runs single-threaded
@@ -341,11 +353,13 @@ void cpu_attention_grad(const KernelArgs& a) {
   // W differs from P only when rounding p to d changes it.
   const bool w_is_p = !rounding_changes(g.s, g.d);
   Bump ws(a.workspace);
-  const PairSpans sp = pair_spans<backward_blocks>(ws, a);
+  const PairSpans sp = pair_spans<backward_blocks, true>(ws, a);
+  // One (batch, key/value head) pair per iteration: its K and V are packed once, and the query
+  // heads of its group add into its dK and dV in turn (so no two threads write the same rows).
 #pragma omp parallel for schedule(dynamic, 1) num_threads(sp.team)
-  for (int64_t pr = 0; pr < pairs; ++pr) {
+  for (int64_t kp = 0; kp < g.B * g.KV; ++kp) {
     omp_set_num_threads(1);
-    const int64_t b = pr / g.H, h = pr % g.H, bq = g.block_rows(), Tp = g.Tp();
+    const int64_t b = kp / g.KV, h0 = kp % g.KV * g.G, bq = g.block_rows(), Tp = g.Tp();
     Bump mine_ws(mine(sp.pair));
     const BackwardBlocks bb = backward_blocks(mine_ws, g);
     float* Q = bb.Q;
@@ -353,10 +367,8 @@ void cpu_attention_grad(const KernelArgs& a) {
     float* Vt = bb.Vt;
     float* P = bb.P;    // one row block's probabilities
     float* dS = bb.dS;  // the block's W, then dP, then dS
-    pack_q(g, qkv_part(g, qkv, b, h, 0), Q);
-    const Rows K = operand(g, qkv_part(g, qkv, b, h, 1), g.s, bb.K);
-    const Rows V = operand(g, qkv_part(g, qkv, b, h, 2), DType::f32, bb.V);
-    const Rows dO = operand(g, out_rows(g, dout, b, h), DType::f32, bb.dO);
+    const Rows K = operand(g, qkv_part(g, qkv, b, h0, 1), g.s, bb.K);
+    const Rows V = operand(g, qkv_part(g, qkv, b, h0, 2), DType::f32, bb.V);
     if (g.hand()) {
       transpose(g, K, Kt);
       transpose(g, V, Vt);
@@ -364,70 +376,76 @@ void cpu_attention_grad(const KernelArgs& a) {
     // dQ and dK are rounded to s before they are stored, dV only to d. dQ's scaling is no rounding
     // step: it is applied in place below.
     const bool in_place = g.d == DType::f32 && g.s == DType::f32;
-    const Slice dq = qkv_part(g, dqkv, b, h, 0), dk = qkv_part(g, dqkv, b, h, 1);
-    const Slice dv = qkv_part(g, dqkv, b, h, 2);
-    const Rows dQ = result(g, dq, in_place, bb.dQ);
+    const Slice dk = qkv_part(g, dqkv, b, h0, 1), dv = qkv_part(g, dqkv, b, h0, 2);
     const Rows dK = result(g, dk, in_place, bb.dK);
     const Rows dV = result(g, dv, g.d == DType::f32, bb.dV);
-    // The row blocks add into dK and dV, each reaching keys [0, c) only.
+    // The row blocks of every query head of the group add into dK and dV, each reaching keys [0, c) only.
     for (int64_t t = 0; t < T; ++t) {
       std::fill_n(dK.p + t * dK.ld, D, 0.f);
       std::fill_n(dV.p + t * dV.ld, D, 0.f);
     }
-    for (int64_t r0 = 0; r0 < T; r0 += bq) {
-      const int64_t r1 = std::min(T, r0 + bq), m = r1 - r0, c = g.block_keys(r1), cp = whole_vectors(c);
-      logits(g, Q, K, Kt, r0, r1, c, P);
-      // P, W and dS are zero past each row's width, up to the padded stride cp (so the whole
-      // block rounds and copies as one run).
-      for (int64_t i = r0; i < r1; ++i) {
-        float* row = P + (i - r0) * cp;
-        const int64_t w = g.row_width(i, c);
-        const float l = lse[pr * T + i];
-        for (int64_t j = 0; j < w; ++j) row[j] = exp_f32(row[j] - l);
-        std::fill(row + w, row + cp, 0.f);
-      }
-      round_inplace(P, m * cp, g.s);
-      // dV[0, c) += W[r0, r1)ᵀ·dO[r0, r1)
-      const float* W = P;
-      if (!w_is_p) {
-        std::copy(P, P + m * cp, dS);
+    for (int64_t h = h0; h < h0 + g.G; ++h) {
+      const int64_t pr = b * g.H + h;
+      pack_q(g, qkv_part(g, qkv, b, h, 0), Q);
+      const Rows dO = operand(g, out_rows(g, dout, b, h), DType::f32, bb.dO);
+      const Slice dq = qkv_part(g, dqkv, b, h, 0);
+      const Rows dQ = result(g, dq, in_place, bb.dQ);
+      for (int64_t r0 = 0; r0 < T; r0 += bq) {
+        const int64_t r1 = std::min(T, r0 + bq), m = r1 - r0, c = g.block_keys(r1), cp = whole_vectors(c);
+        logits(g, Q, K, Kt, r0, r1, c, P);
+        // P, W and dS are zero past each row's width, up to the padded stride cp (so the whole
+        // block rounds and copies as one run).
+        for (int64_t i = r0; i < r1; ++i) {
+          float* row = P + (i - r0) * cp;
+          const int64_t w = g.row_width(i, c);
+          const float l = lse[pr * T + i];
+          for (int64_t j = 0; j < w; ++j) row[j] = exp_f32(row[j] - l);
+          std::fill(row + w, row + cp, 0.f);
+        }
+        round_inplace(P, m * cp, g.s);
+        // dV[0, c) += W[r0, r1)ᵀ·dO[r0, r1)
+        const float* W = P;
+        if (!w_is_p) {
+          std::copy(P, P + m * cp, dS);
+          round_inplace(dS, m * cp, g.d);
+          W = dS;
+        }
+        mul(g, {true, c, D, m, W, cp, dO.p + r0 * dO.ld, dO.ld, dV.p, dV.ld, true, Skip::k_lo, r0});
+        // dP = round_s(round_d(dO[r0, r1)·V[0, c)ᵀ)), then dS row by row in place.
+        mul(g, {false, m, c, D, dO.p + r0 * dO.ld, dO.ld, Vt, Tp, dS, cp, false, Skip::cols, r0, V.p, V.ld});
         round_inplace(dS, m * cp, g.d);
-        W = dS;
+        if (rounding_changes(g.d, g.s)) round_inplace(dS, m * cp, g.s);
+        for (int64_t i = r0; i < r1; ++i) {
+          float* ds = dS + (i - r0) * cp;
+          const float* p = P + (i - r0) * cp;
+          const int64_t n = g.keys(i), w = g.row_width(i, c);
+          // The row sum over the keys only (see the header: FMA contraction differs in dot_f32's tail).
+          const float rs = dot_f32(p, ds, n);
+          for (int64_t j = 0; j < w; ++j) ds[j] = p[j] * (ds[j] - rs);
+          std::fill(ds + n, ds + cp, 0.f);
+        }
+        round_inplace(dS, m * cp, g.s);
+        // dQ[r0, r1) = dS·K[0, c), dK[0, c) += dSᵀ·Q[r0, r1)
+        mul(g, {false, m, D, c, dS, cp, K.p, K.ld, dQ.p + r0 * dQ.ld, dQ.ld, false, Skip::k_hi, r0});
+        mul(g, {true, c, D, m, dS, cp, Q + r0 * D, D, dK.p, dK.ld, true, Skip::k_lo, r0});
       }
-      mul(g, {true, c, D, m, W, cp, dO.p + r0 * dO.ld, dO.ld, dV.p, dV.ld, true, Skip::k_lo, r0});
-      // dP = round_s(round_d(dO[r0, r1)·V[0, c)ᵀ)), then dS row by row in place.
-      mul(g, {false, m, c, D, dO.p + r0 * dO.ld, dO.ld, Vt, Tp, dS, cp, false, Skip::cols, r0, V.p, V.ld});
-      round_inplace(dS, m * cp, g.d);
-      if (rounding_changes(g.d, g.s)) round_inplace(dS, m * cp, g.s);
-      for (int64_t i = r0; i < r1; ++i) {
-        float* ds = dS + (i - r0) * cp;
-        const float* p = P + (i - r0) * cp;
-        const int64_t n = g.keys(i), w = g.row_width(i, c);
-        // The row sum over the keys only (see the header: FMA contraction differs in dot_f32's tail).
-        const float rs = dot_f32(p, ds, n);
-        for (int64_t j = 0; j < w; ++j) ds[j] = p[j] * (ds[j] - rs);
-        std::fill(ds + n, ds + cp, 0.f);
+      const bool round_dq_d = rounding_changes(g.s, g.d);
+      for (int64_t t = 0; t < T; ++t) {
+        float* q = dQ.p + t * dQ.ld;
+        round_inplace(q, D, g.s);
+        if (round_dq_d) round_inplace(q, D, g.d);
+        for (int64_t e = 0; e < D; ++e) q[e] *= g.scale;
       }
-      round_inplace(dS, m * cp, g.s);
-      // dQ[r0, r1) = dS·K[0, c), dK[0, c) += dSᵀ·Q[r0, r1)
-      mul(g, {false, m, D, c, dS, cp, K.p, K.ld, dQ.p + r0 * dQ.ld, dQ.ld, false, Skip::k_hi, r0});
-      mul(g, {true, c, D, m, dS, cp, Q + r0 * D, D, dK.p, dK.ld, true, Skip::k_lo, r0});
+      store(g, dQ, dq);
     }
-    const bool round_dq_d = rounding_changes(g.s, g.d);
-    for (int64_t t = 0; t < T; ++t) {
-      float* q = dQ.p + t * dQ.ld;
-      round_inplace(q, D, g.s);
-      if (round_dq_d) round_inplace(q, D, g.d);
-      for (int64_t e = 0; e < D; ++e) q[e] *= g.scale;
-      round_inplace(dK.p + t * dK.ld, D, g.s);
-    }
-    store(g, dQ, dq);
+    for (int64_t t = 0; t < T; ++t) round_inplace(dK.p + t * dK.ld, D, g.s);
     store(g, dK, dk);
     store(g, dV, dv);
   }
 }
 
-// One decoding step (KV cache): copy the token's k, v into cache row pos, then per (b, h) one
+// One decoding step (KV cache): copy the token's k, v (one per key/value head) into cache row pos,
+// then per (b, h), h a query head reading its group's cache rows, one
 // query against rows [0, pos]: logits by dot products (f32, fixed order), the same softmax and
 // roundings as cpu_attention, out = round_d(Σ_j w_j·v_j) accumulated over j in order. The work is
 // tiny (B·H·(pos+1)·D multiply-adds), so pairs go parallel only when there are enough of them.
@@ -463,9 +481,10 @@ void cpu_attention_decode(const KernelArgs& a) {
   LOOM_ASSERT(pos >= 0 && pos < Tmax,
               "attention_decode pos " + std::to_string(pos) + " out of range [0, Tmax = " + std::to_string(Tmax) + ")");
   const size_t esz = dtype_size(g.d);
-  auto cache_at = [&](int64_t b, int64_t t, int64_t h) { return ((b * Tmax + t) * g.H + h) * D; };
+  // Row t of query head h's key/value head in a cache [B, Tmax, KV, D].
+  auto cache_at = [&](int64_t b, int64_t t, int64_t h) { return ((b * Tmax + t) * g.KV + h / g.G) * D; };
   for (int64_t b = 0; b < g.B; ++b)
-    for (int64_t h = 0; h < g.H; ++h) {  // exact copies: the caches have qkv's dtype
+    for (int64_t h = 0; h < g.H; h += g.G) {  // exact copies: the caches have qkv's dtype
       const auto* src = static_cast<const char*>(qkv.data) + g.qkv_at(b, 0, h, 1) * static_cast<int64_t>(esz);
       std::memcpy(static_cast<char*>(kc.data) + cache_at(b, pos, h) * static_cast<int64_t>(esz), src, D * esz);
       std::memcpy(static_cast<char*>(vc.data) + cache_at(b, pos, h) * static_cast<int64_t>(esz), src + D * esz,
@@ -506,8 +525,75 @@ void cpu_attention_decode(const KernelArgs& a) {
   }
 }
 
-int64_t cpu_workspace_attention(const KernelArgs& a) { return workspace_of<pair_spans<forward_blocks>>(a); }
-int64_t cpu_workspace_attention_grad(const KernelArgs& a) { return workspace_of<pair_spans<backward_blocks>>(a); }
+int64_t cpu_workspace_attention(const KernelArgs& a) { return workspace_of<pair_spans<forward_blocks, false>>(a); }
+int64_t cpu_workspace_attention_grad(const KernelArgs& a) { return workspace_of<pair_spans<backward_blocks, true>>(a); }
 int64_t cpu_workspace_attention_decode(const KernelArgs& a) { return workspace_of<attention_decode_spans>(a); }
+
+}  // namespace loom
+
+namespace loom {
+
+// RoPE: the cos/sin table [T, D] (per position: D/2 cosines, then D/2 sines, sines negated for
+// the inverse) is built once per call, then each (b, t, row) of qkv is widened into its thread's
+// row buffer, its rotated heads turned pair by pair in f32 and the row stored back (the value part
+// unchanged): a row is read whole before it is written, so the op may run in place.
+namespace {
+struct RopeSpans {
+  float* table;
+  PerThread<float> row;
+  int team;
+};
+RopeSpans rope_spans(Bump& ws, const KernelArgs& a) {
+  const Shape& s = a.in[0].shape;
+  const int64_t rows = s[0] * s[1] * s[2];
+  const int team = ws.team(rows * s[3] >= kParallelMin, rows);
+  return {.table = ws.take<float>(s[1] * (s[3] / (std::get<RopeAttrs>(a.node.attrs).group + 2))),
+          .row = ws.per_thread<float>(s[3], team),
+          .team = team};
+}
+}  // namespace
+
+void cpu_rope(const KernelArgs& a) {
+  const auto& at = std::get<RopeAttrs>(a.node.attrs);
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  const int64_t T = x.shape[1], S = x.shape[2], W = x.shape[3], rows = x.shape[0] * T * S;
+  const int64_t parts = at.group + 2, D = W / parts, half = D / 2;
+  LOOM_ASSERT(y.shape == x.shape && y.dtype == x.dtype);
+  const int32_t* positions = a.in[1].as<const int32_t>();
+  Bump ws(a.workspace);
+  const RopeSpans sp = rope_spans(ws, a);
+  // One region for both loops: the table's implicit barrier is all that separates them.
+#pragma omp parallel num_threads(sp.team)
+  {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        const RopeCosSin cs = rope_cos_sin(at.theta, D, i, positions[t]);
+        sp.table[t * D + i] = cs.cos;
+        sp.table[t * D + half + i] = at.inverse ? -cs.sin : cs.sin;
+      }
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* buf = sp.row.mine();
+      const float* cos = sp.table + (r / S % T) * D;
+      const float* sin = cos + half;
+      load_f32(x.data, x.dtype, r * W, buf, W);
+      for (int64_t p = 0; p + 1 < parts; ++p) {
+        float* x1 = buf + p * D;
+        float* x2 = x1 + half;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) {
+          const float u = x1[i], v = x2[i];
+          x1[i] = u * cos[i] - v * sin[i];
+          x2[i] = v * cos[i] + u * sin[i];
+        }
+      }
+      store_f32(buf, y.data, y.dtype, r * W, W);
+    }
+  }
+}
+
+int64_t cpu_workspace_rope(const KernelArgs& a) { return workspace_of<rope_spans>(a); }
 
 }  // namespace loom

@@ -33,13 +33,17 @@ double finfo_min(DType dt) {
   }
 }
 
-// The dims and the index maps of qkv [B, T, H, 3D], out [B, T, H, D], lse [B, H, T].
+// The dims and the index maps of qkv [B, T, KV, (G+2)·D], out [B, T, H, D], lse [B, H, T]
+// (H = KV·G query heads; G = 1: qkv [B, T, H, 3D]).
 struct Dims {
-  int64_t B, T, H, D;
-  explicit Dims(const Shape& qkv) : B(qkv[0]), T(qkv[1]), H(qkv[2]), D(qkv[3] / 3) {}
-  // Element d of part (0 = q, 1 = k, 2 = v) of row (b, t, h) of qkv.
+  int64_t B, T, KV, G, H, D;
+  Dims(const Shape& qkv, const AttentionAttrs& at)
+      : B(qkv[0]), T(qkv[1]), KV(qkv[2]), G(at.group), H(qkv[2] * at.group), D(qkv[3] / (at.group + 2)) {}
+  // Element d of part (0 = q, 1 = k, 2 = v) of query head h's operands at row (b, t): its own
+  // query, its key/value head's key and value.
   int64_t qkv(int64_t b, int64_t t, int64_t h, int part, int64_t d) const {
-    return ((b * T + t) * H + h) * 3 * D + part * D + d;
+    const int64_t slot = part == 0 ? h % G : G + part - 1;
+    return ((b * T + t) * KV + h / G) * (G + 2) * D + slot * D + d;
   }
   int64_t out(int64_t b, int64_t t, int64_t h, int64_t d) const { return ((b * T + t) * H + h) * D + d; }
   int64_t lse(int64_t b, int64_t h, int64_t t) const { return (b * H + h) * T + t; }
@@ -82,7 +86,7 @@ void ref_attention(const KernelArgs& a) {
   const TensorArg& qkv = a.in[0];
   const TensorArg& out = a.out[0];
   const TensorArg& lse = a.out[1];
-  const Dims n(qkv.shape);
+  const Dims n(qkv.shape, at);
   const DType d = qkv.dtype, s = at.softmax_dtype;
   LOOM_ASSERT(out.shape == (Shape{n.B, n.T, n.H, n.D}) && out.dtype == d);
   LOOM_ASSERT(lse.shape == (Shape{n.B, n.H, n.T}) && lse.dtype == DType::f32);
@@ -121,16 +125,20 @@ void ref_attention_grad(const KernelArgs& a) {
   const TensorArg& lse = a.in[1];
   const TensorArg& dout = a.in[2];
   const TensorArg& dqkv = a.out[0];
-  const Dims n(qkv.shape);
+  const Dims n(qkv.shape, at);
   const DType d = qkv.dtype, s = at.softmax_dtype;
   auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
   LOOM_ASSERT(lse.shape == (Shape{n.B, n.H, n.T}) && lse.dtype == DType::f32);
   LOOM_ASSERT(dout.shape == (Shape{n.B, n.T, n.H, n.D}) && dqkv.shape == qkv.shape && dqkv.dtype == d);
   const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));
-  const auto TT = static_cast<size_t>(n.T * n.T);
-  std::vector<double> p(TT), ds(TT);
+  const auto TT = static_cast<size_t>(n.T * n.T), TD = static_cast<size_t>(n.T * n.D);
+  std::vector<double> p(TT), ds(TT), dk(TD), dv(TD);  // dk, dv: the sums over a group's heads
   for (int64_t b = 0; b < n.B; ++b)
     for (int64_t h = 0; h < n.H; ++h) {
+      if (h % n.G == 0) {
+        std::fill(dk.begin(), dk.end(), 0.0);
+        std::fill(dv.begin(), dv.end(), 0.0);
+      }
       const Operands o = operands(qkv, n, b, h, at);
       for (int64_t i = 0; i < n.T; ++i) {
         const double l_i = ld(lse, n.lse(b, h, i));
@@ -139,14 +147,12 @@ void ref_attention_grad(const KernelArgs& a) {
           p[k] = at.causal && j > i ? 0.0 : rs(std::exp(o.logits[k] - l_i));
         }
       }
-      // dv[j] = round_d(Σ_i w[i, j]·dout[i])
+      // dv[j] = round_d(Σ_heads Σ_i w[i, j]·dout[i])
       for (int64_t j = 0; j < n.T; ++j)
-        for (int64_t e = 0; e < n.D; ++e) {
-          double acc = 0;
+        for (int64_t e = 0; e < n.D; ++e)
           for (int64_t i = 0; i < n.T; ++i)
-            acc += rnd(d, p[static_cast<size_t>(i * n.T + j)]) * ld(dout, n.out(b, i, h, e));
-          st(dqkv, n.qkv(b, j, h, 2, e), acc);
-        }
+            dv[static_cast<size_t>(j * n.D + e)] +=
+                rnd(d, p[static_cast<size_t>(i * n.T + j)]) * ld(dout, n.out(b, i, h, e));
       // dp, then ds row by row.
       for (int64_t i = 0; i < n.T; ++i) {
         double* dsr = ds.data() + i * n.T;
@@ -160,14 +166,19 @@ void ref_attention_grad(const KernelArgs& a) {
         for (int64_t j = 0; j < n.T; ++j) row += pr[j] * dsr[j];
         for (int64_t j = 0; j < n.T; ++j) dsr[j] = rs(pr[j] * (dsr[j] - row));
       }
-      // dk[j] = round_d(round_s(Σ_i ds[i, j]·qs[i])), dq[i] = round_d(round_d(round_s(Σ_j ds[i, j]·ks[j]))·scale)
+      // dk[j] = round_d(round_s(Σ_heads Σ_i ds[i, j]·qs[i])), dq[i] = round_d(round_d(round_s(Σ_j ds[i,
+      // j]·ks[j]))·scale)
       for (int64_t j = 0; j < n.T; ++j)
-        for (int64_t e = 0; e < n.D; ++e) {
-          double acc = 0;
+        for (int64_t e = 0; e < n.D; ++e)
           for (int64_t i = 0; i < n.T; ++i)
-            acc += ds[static_cast<size_t>(i * n.T + j)] * o.qs[static_cast<size_t>(i * n.D + e)];
-          st(dqkv, n.qkv(b, j, h, 1, e), rs(acc));
-        }
+            dk[static_cast<size_t>(j * n.D + e)] +=
+                ds[static_cast<size_t>(i * n.T + j)] * o.qs[static_cast<size_t>(i * n.D + e)];
+      if (h % n.G == n.G - 1)
+        for (int64_t j = 0; j < n.T; ++j)
+          for (int64_t e = 0; e < n.D; ++e) {
+            st(dqkv, n.qkv(b, j, h, 1, e), rs(dk[static_cast<size_t>(j * n.D + e)]));
+            st(dqkv, n.qkv(b, j, h, 2, e), dv[static_cast<size_t>(j * n.D + e)]);
+          }
       for (int64_t i = 0; i < n.T; ++i)
         for (int64_t e = 0; e < n.D; ++e) {
           double acc = 0;
@@ -186,7 +197,7 @@ void ref_attention_decode(const KernelArgs& a) {
   const TensorArg& kc = a.in[1];
   const TensorArg& vc = a.in[2];
   const TensorArg& out = a.out[0];
-  const Dims n(qkv.shape);  // T = 1
+  const Dims n(qkv.shape, at);  // T = 1
   const int64_t Tmax = kc.shape[1];
   const int32_t pos = refk::ld_i32(a.in[3], 0);
   LOOM_ASSERT(pos >= 0 && pos < Tmax,
@@ -194,9 +205,10 @@ void ref_attention_decode(const KernelArgs& a) {
   const DType d = qkv.dtype, s = at.softmax_dtype;
   auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
   const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));
-  auto cache = [&](int64_t b, int64_t t, int64_t h, int64_t e) { return ((b * Tmax + t) * n.H + h) * n.D + e; };
+  // Row t of query head h's key/value head in a cache [B, Tmax, KV, D].
+  auto cache = [&](int64_t b, int64_t t, int64_t h, int64_t e) { return ((b * Tmax + t) * n.KV + h / n.G) * n.D + e; };
   for (int64_t b = 0; b < n.B; ++b)
-    for (int64_t h = 0; h < n.H; ++h)
+    for (int64_t h = 0; h < n.H; h += n.G)
       for (int64_t e = 0; e < n.D; ++e) {  // exact copies: the caches have qkv's dtype
         st(kc, cache(b, pos, h, e), ld(qkv, n.qkv(b, 0, h, 1, e)));
         st(vc, cache(b, pos, h, e), ld(qkv, n.qkv(b, 0, h, 2, e)));
@@ -223,6 +235,38 @@ void ref_attention_decode(const KernelArgs& a) {
         double acc = 0;
         for (int64_t j = 0; j <= pos; ++j) acc += l[static_cast<size_t>(j)] * ld(vc, cache(b, j, h, e));
         st(out, n.out(b, 0, h, e), acc);
+      }
+    }
+}
+
+}  // namespace loom
+
+namespace loom {
+
+// Each rotated head's pairs (i, i + D/2) in double from the shared f32 cos/sin table, one rounding to
+// the dtype; the value part copied. Each pair is read before it is written (the op runs in place).
+void ref_rope(const KernelArgs& a) {
+  const auto& at = std::get<RopeAttrs>(a.node.attrs);
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  const int64_t B = x.shape[0], T = x.shape[1], S = x.shape[2], W = x.shape[3];
+  const int64_t parts = at.group + 2, D = W / parts, half = D / 2;
+  LOOM_ASSERT(y.shape == x.shape && y.dtype == x.dtype);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t pos = refk::ld_i32(a.in[1], t);
+      for (int64_t r = 0; r < S; ++r) {
+        const int64_t row = ((b * T + t) * S + r) * W;
+        for (int64_t p = 0; p + 1 < parts; ++p)
+          for (int64_t i = 0; i < half; ++i) {
+            const RopeCosSin cs = rope_cos_sin(at.theta, D, i, pos);
+            const double c = cs.cos, s = at.inverse ? -double{cs.sin} : double{cs.sin};
+            const int64_t i1 = row + p * D + i, i2 = i1 + half;
+            const double x1 = ld(x, i1), x2 = ld(x, i2);
+            st(y, i1, x1 * c - x2 * s);
+            st(y, i2, x2 * c + x1 * s);
+          }
+        for (int64_t e = (parts - 1) * D; e < W; ++e) st(y, row + e, ld(x, row + e));
       }
     }
 }

@@ -20,6 +20,12 @@
 //   ds[i, j] = round_s(p[i, j]·(dp[i, j] − Σ_j' p[i, j']·dp[i, j']))
 //   dk[j] = round_d(round_s(Σ_i ds[i, j]·qs[i]))     dq[i] = round_d(round_d(round_s(Σ_j ds[i, j]·ks[j]))·scale)
 //
+// Grouped-query attention (attrs.group = G): qkv is [B, T, KV, (G+2)·D], each key/value head's G
+// queries, then its key and value; query head h = j·G + i attends with key/value head j
+// (transformers' repeat_kv, without the copy). dk and dv of a key/value head sum its G query
+// heads' terms before the roundings above: dk[j] = round_d(round_s(Σ_heads Σ_i ds·qs)),
+// dv[j] = round_d(Σ_heads Σ_i w·dout). G = 1 is the [B, T, H, 3D] layout above, unchanged.
+//
 // Memory: only out and lse are saved. The [T, T] logits / weights exist only inside a kernel's
 // scratch (flash-attention style), so the plan never holds a B·H·T² buffer.
 // FLOPs: forward 4·B·H·T²·D (QKᵀ and PV); backward 8·B·H·T²·D (dV, dP, dQ, dK) plus 2·B·H·T²·D
@@ -30,42 +36,50 @@ namespace loom {
 
 namespace {
 
-void check_qkv(const Graph& g, const Node& n, const Value& qkv) {
+// The heads of a packed qkv [B, T, KV, (group+2)·D]: KV key/value heads, H = KV·group query heads.
+struct Heads {
+  int64_t B, T, KV, H, D;
+};
+
+Heads check_qkv(const Graph& g, const Node& n, const Value& qkv) {
   const auto& a = attrs_of<AttentionAttrs>(n);
   if (!dtype_is_float(a.softmax_dtype)) op_fail(g, n, "softmax_dtype must be a float dtype");
+  if (a.group < 1) op_fail(g, n, "attrs.group (query heads per key/value head) must be >= 1");
   if (!dtype_is_float(qkv.dtype)) op_fail(g, n, "qkv must be a float dtype");
-  if (qkv.shape.rank != 4) op_fail(g, n, "qkv must have rank 4: [batch, length, heads, 3·head_dim]");
-  if (qkv.shape[3] % 3 != 0 || qkv.shape[3] == 0) {
+  if (qkv.shape.rank != 4) op_fail(g, n, "qkv must have rank 4: [batch, length, kv heads, (group+2)·head_dim]");
+  const int64_t parts = a.group + 2;
+  if (qkv.shape[3] % parts != 0 || qkv.shape[3] == 0) {
     std::string msg = "qkv's last dim (";
     msg += std::to_string(qkv.shape[3]);
-    msg += ") must be 3·head_dim, a positive multiple of 3";
+    msg += ") must be (group+2)·head_dim, a positive multiple of ";
+    msg += std::to_string(parts);
     op_fail(g, n, msg);
   }
+  return {qkv.shape[0], qkv.shape[1], qkv.shape[2], qkv.shape[2] * a.group, qkv.shape[3] / parts};
 }
 
 }  // namespace
 
 void infer_attention(const Graph& g, const Node& n, ValueDesc* out) {
   const Value& qkv = in_val(g, n, 0);
-  check_qkv(g, n, qkv);
-  const int64_t B = qkv.shape[0], T = qkv.shape[1], H = qkv.shape[2], D = qkv.shape[3] / 3;
-  out[0] = {Shape{B, T, H, D}, qkv.dtype};
-  out[1] = {Shape{B, H, T}, DType::f32};
+  const Heads h = check_qkv(g, n, qkv);
+  out[0] = {Shape{h.B, h.T, h.H, h.D}, qkv.dtype};
+  out[1] = {Shape{h.B, h.H, h.T}, DType::f32};
 }
 
 namespace {
-// B·H·(query, key) pairs·D: the unit of attention's FLOPs. Causal attention counts only the
-// T·(T+1)/2 unmasked pairs (about half).
-int64_t attention_units(const Node& n, const Value& qkv) {
-  const int64_t B = qkv.shape[0], T = qkv.shape[1], H = qkv.shape[2], D = qkv.shape[3] / 3;
-  const int64_t pairs = attrs_of<AttentionAttrs>(n).causal ? T * (T + 1) / 2 : T * T;
-  return B * H * pairs * D;
+// B·H·(query, key) pairs·D: the unit of attention's FLOPs (H query heads: the key/value heads are
+// shared, the products are not). Causal attention counts only the T·(T+1)/2 unmasked pairs.
+int64_t attention_units(const Graph& g, const Node& n) {
+  const Heads h = check_qkv(g, n, in_val(g, n, 0));
+  const int64_t pairs = attrs_of<AttentionAttrs>(n).causal ? h.T * (h.T + 1) / 2 : h.T * h.T;
+  return h.B * h.H * pairs * h.D;
 }
 }  // namespace
 
 // QKᵀ and P·V: 2 FLOPs per pair and head dim each. The softmax (a few per pair) is not counted.
 OpCost cost_attention(const Graph& g, const Node& n) {
-  return OpCost{.flops = 4 * attention_units(n, in_val(g, n, 0)), .bytes = io_bytes(g, n)};
+  return OpCost{.flops = 4 * attention_units(g, n), .bytes = io_bytes(g, n)};
 }
 
 // lse is a saved statistic, not a model output: its cotangent is ignored, and when only lse has
@@ -79,8 +93,7 @@ void infer_attention_grad(const Graph& g, const Node& n, ValueDesc* out) {
   const Value& qkv = in_val(g, n, 0);
   const Value& lse = in_val(g, n, 1);
   const Value& dout = in_val(g, n, 2);
-  check_qkv(g, n, qkv);
-  const int64_t B = qkv.shape[0], T = qkv.shape[1], H = qkv.shape[2], D = qkv.shape[3] / 3;
+  const auto [B, T, KV, H, D] = check_qkv(g, n, qkv);
   if (lse.shape != Shape{B, H, T} || lse.dtype != DType::f32) op_fail(g, n, "lse must be [B, H, T] float32");
   if (dout.shape != Shape{B, T, H, D} || dout.dtype != qkv.dtype)
     op_fail(g, n, "dout must be [B, T, H, head_dim] in qkv's dtype");
@@ -89,22 +102,22 @@ void infer_attention_grad(const Graph& g, const Node& n, ValueDesc* out) {
 
 // dV, dP, dQ, dK (8 per pair and head dim) plus QKᵀ again to recompute the probabilities (2).
 OpCost cost_attention_grad(const Graph& g, const Node& n) {
-  return OpCost{.flops = 10 * attention_units(n, in_val(g, n, 0)), .bytes = io_bytes(g, n)};
+  return OpCost{.flops = 10 * attention_units(g, n), .bytes = io_bytes(g, n)};
 }
 
-// qkv [B, 1, H, 3D] (the current token), k_cache and v_cache [B, Tmax, H, D] in qkv's dtype and
-// persistent inputs (the op writes row pos of both), pos an int32 scalar. Causal by definition.
+// qkv [B, 1, KV, (group+2)·D] (the current token), k_cache and v_cache [B, Tmax, KV, D] in qkv's
+// dtype and persistent inputs (the op writes row pos of both), pos an int32 scalar. Causal by
+// definition. out [B, 1, H, D].
 void infer_attention_decode(const Graph& g, const Node& n, ValueDesc* out) {
   const Value& qkv = in_val(g, n, 0);
-  check_qkv(g, n, qkv);
+  const auto [B, T, KV, H, D] = check_qkv(g, n, qkv);
   if (!attrs_of<AttentionAttrs>(n).causal) op_fail(g, n, "decoding is causal: attrs.causal must be true");
-  const int64_t B = qkv.shape[0], H = qkv.shape[2], D = qkv.shape[3] / 3;
-  if (qkv.shape[1] != 1) op_fail(g, n, "qkv must be one token: [batch, 1, heads, 3·head_dim]");
+  if (T != 1) op_fail(g, n, "qkv must be one token: [batch, 1, kv heads, (group+2)·head_dim]");
   for (int i : {1, 2}) {
     const Value& c = in_val(g, n, i);
-    if (c.shape.rank != 4 || c.shape[0] != B || c.shape[1] < 1 || c.shape[2] != H || c.shape[3] != D ||
+    if (c.shape.rank != 4 || c.shape[0] != B || c.shape[1] < 1 || c.shape[2] != KV || c.shape[3] != D ||
         c.dtype != qkv.dtype || c.shape != in_val(g, n, 1).shape)
-      op_fail(g, n, "k_cache and v_cache must both be [batch, max_len >= 1, heads, head_dim] in qkv's dtype");
+      op_fail(g, n, "k_cache and v_cache must both be [batch, max_len >= 1, kv heads, head_dim] in qkv's dtype");
     if (c.kind != ValueKind::input)
       op_fail(g, n, "k_cache and v_cache must be persistent inputs (the op updates them)");
   }
@@ -113,10 +126,47 @@ void infer_attention_decode(const Graph& g, const Node& n, ValueDesc* out) {
   out[0] = {Shape{B, 1, H, D}, qkv.dtype};
 }
 
-// At the last position (pos = Tmax − 1, the most expensive step): 4·B·H·Tmax·D, and every cache row read.
+// At the last position (pos = Tmax − 1, the most expensive step): 4·B·H·Tmax·D (every query head
+// against its group's cache rows), and every cache row read.
 OpCost cost_attention_decode(const Graph& g, const Node& n) {
   const Value& kc = in_val(g, n, 1);
-  return OpCost{.flops = 4 * kc.shape.numel(), .bytes = io_bytes(g, n)};
+  return OpCost{.flops = 4 * kc.shape.numel() * attrs_of<AttentionAttrs>(n).group, .bytes = io_bytes(g, n)};
+}
+
+}  // namespace loom
+
+namespace loom {
+
+// qkv [B, T, S, (G+2)·D] float with D even, positions [T] int32.
+void infer_rope(const Graph& g, const Node& n, ValueDesc* out) {
+  const auto& a = attrs_of<RopeAttrs>(n);
+  const Value& x = in_val(g, n, 0);
+  const Value& pos = in_val(g, n, 1);
+  if (a.group < 1) op_fail(g, n, "attrs.group (query heads per key/value head) must be >= 1");
+  if (!(a.theta > 0.f)) op_fail(g, n, "attrs.theta must be > 0");
+  if (!dtype_is_float(x.dtype)) op_fail(g, n, "qkv must be a float dtype");
+  if (x.shape.rank != 4) op_fail(g, n, "qkv must have rank 4: [batch, length, kv heads, (group+2)·head_dim]");
+  const int64_t parts = a.group + 2;
+  if (x.shape[3] == 0 || x.shape[3] % (2 * parts) != 0)
+    op_fail(g, n,
+            "qkv's last dim (" + std::to_string(x.shape[3]) +
+                ") must be (group+2)·head_dim with group = " + std::to_string(a.group) + " and an even head_dim");
+  if (pos.shape != Shape{x.shape[1]} || pos.dtype != DType::i32)
+    op_fail(g, n, "positions must be int32 [length] (length = qkv's dim 1)");
+  out[0] = {x.shape, x.dtype};
+}
+
+// Two multiplies and an add per rotated element (the group's queries and the key: (G+1)/(G+2) of qkv).
+OpCost cost_rope(const Graph& g, const Node& n) {
+  const int64_t parts = attrs_of<RopeAttrs>(n).group + 2;
+  return OpCost{.flops = 3 * in_val(g, n, 0).shape.numel() / parts * (parts - 1), .bytes = io_bytes(g, n)};
+}
+
+void vjp_rope(VjpCtx& c) {
+  if (c.out_ct[0] == kNoValue || !c.needs[0]) return;
+  RopeAttrs a = attrs_of<RopeAttrs>(c.node);
+  a.inverse = !a.inverse;
+  c.in_ct[0] = c.emit1(OpKind::rope, {c.out_ct[0], c.in_id(1)}, a);
 }
 
 }  // namespace loom
