@@ -483,12 +483,14 @@ TEST(ProfileCli, WarnsWhenTheMachineIsBusy) {
     burners.push_back(pid);
   }
   const fs::path d = temp_dir("cli_busy");
-  // Steps long enough for /proc/stat's 10 ms ticks to sample the window (not the load average).
+  // Enough steps for /proc/stat's 10 ms ticks to sample the window (not the load average): a step
+  // of this model takes about 2 ms of CPU, so 50 take at least 0.1 s: above the 50 ms minimum
+  // even on a machine twice as fast.
   std::vector<std::string> bigger = tiny("none");
   for (const char* o : {"model.hidden_size=64", "model.head_dim=16", "model.max_seq_len=64", "data.seq_len=64"})
     bigger.push_back(o);
   const testing::RunResult r =
-      run("profile" + joined(bigger) + " --steps 3 --warmup 1 --no-ceiling --out " + d.string());
+      run("profile" + joined(bigger) + " --steps 50 --warmup 1 --no-ceiling --out " + d.string());
   for (pid_t pid : burners) {
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
