@@ -4,7 +4,7 @@ tools/make_hf_fixtures.sh):
   .venv-hf/bin/python tools/check_hf_export.py OUTDIR [--expected EXPECTED] [--loom-text FILE --prompt P --tokens N]
 
 - loads OUTDIR with AutoModelForCausalLM.from_pretrained (float32) and its tokenizer.json;
-- --expected: the fixture's expected.safetensors (tests/golden/hf/gpt2): the logits of the
+- --expected: a fixture's expected.safetensors (tests/golden/hf/<model>): the logits of the
   exported model on its fixed ids against the expected logits (for an export of the unchanged
   fixture; max abs difference printed, must be <= 1e-4);
 - --loom-text: what `loom sample RUN --prompt P --temperature 0 --tokens N` printed: transformers'
@@ -43,7 +43,8 @@ def main():
         ok &= diff <= 1e-4
     if a.loom_text:
         tok = Tokenizer.from_file(f"{a.outdir}/tokenizer.json")
-        loom = open(a.loom_text, encoding="utf-8", errors="surrogateescape").read()
+        # loom ends each sample with a newline of its own.
+        loom = open(a.loom_text, encoding="utf-8", errors="surrogateescape").read().removesuffix("\n")
         ids = tok.encode(a.prompt, add_special_tokens=False).ids
         with torch.no_grad():
             for _ in range(a.tokens):

@@ -28,13 +28,13 @@ nlohmann::json read_json(const std::string& path, const std::string& fix) {
   }
 }
 
-// Reads config.json's GPT-2 keys (GPT2Config's defaults when absent) and checks the options loom
-// does not run.
-class Gpt2ConfigReader {
+// Reads config.json's keys of one architecture (its transformers config class's defaults when
+// absent) and checks the options loom does not run.
+class ConfigReader {
  public:
-  Gpt2ConfigReader(const nlohmann::json& j, const std::string& path) : j_(j), path_(path) {}
+  ConfigReader(const nlohmann::json& j, const std::string& path) : j_(j), path_(path) {}
 
-  void read(HfConfig& out) {
+  void read_gpt2(HfConfig& out) {
     ModelConfig& m = out.model;
     const int64_t n_embd = integer("n_embd", 768), n_layer = integer("n_layer", 12), n_head = integer("n_head", 12);
     const int64_t n_positions = integer("n_positions", 1024), vocab = integer("vocab_size", 50257);
@@ -102,9 +102,92 @@ class Gpt2ConfigReader {
     };
   }
 
+  // LlamaForCausalLM (LlamaConfig's defaults): rotary embeddings of the default type only.
+  void read_llama(HfConfig& out) {
+    ModelConfig& m = out.model;
+    const int64_t hidden = integer("hidden_size", 4096), layers = integer("num_hidden_layers", 32);
+    const int64_t heads = integer("num_attention_heads", 32), kv = integer("num_key_value_heads", heads);
+    const int64_t inter = integer("intermediate_size", 11008), vocab = integer("vocab_size", 32000);
+    const int64_t positions = integer("max_position_embeddings", 2048);
+    if (hidden % heads != 0) fail("num_attention_heads", "does not divide hidden_size = " + std::to_string(hidden));
+    const int64_t head_dim = integer("head_dim", hidden / heads);
+    if (head_dim * heads != hidden)
+      fail("head_dim", "× num_attention_heads is not hidden_size = " + std::to_string(hidden) +
+                           "; loom's attention projects back from hidden_size features");
+    if (heads % kv != 0) fail("num_key_value_heads", "does not divide num_attention_heads = " + std::to_string(heads));
+    const double eps = number("rms_norm_eps", 1e-6);
+    const std::string act = text("hidden_act", "silu");
+    if (act != "silu") fail("hidden_act", "is \"" + act + "\"; loom's SwiGLU MLP is SiLU-gated");
+    if (boolean("attention_bias", false)) fail("attention_bias", "is true; loom's Llama layers have no biases");
+    if (boolean("mlp_bias", false)) fail("mlp_bias", "is true; loom's Llama layers have no biases");
+    // transformers 5 writes rope_parameters {rope_theta, rope_type}; older versions rope_theta
+    // and rope_scaling (null or {"rope_type" or "type": ...}).
+    double theta = number("rope_theta", 10000);
+    std::string rope_type = "default", rope_key = "rope_scaling";
+    if (const nlohmann::json* rp = find("rope_parameters")) {
+      rope_key = "rope_parameters";
+      if (!rp->is_object()) fail(rope_key, "is not an object");
+      if (auto t = rp->find("rope_theta"); t != rp->end()) {
+        if (!t->is_number() || !(t->get<double>() > 0)) fail("rope_parameters.rope_theta", "is not a positive number");
+        theta = t->get<double>();
+      }
+      rope_type = rp->value("rope_type", rp->value("type", std::string("default")));
+    } else if (const nlohmann::json* rs = find("rope_scaling")) {
+      if (!rs->is_object()) fail(rope_key, "is not an object or null");
+      rope_type = rs->value("rope_type", rs->value("type", std::string("default")));
+    }
+    if (rope_type != "default")
+      fail(rope_key, "asks for rope_type \"" + rope_type + "\"; loom's rotary embeddings are the default type");
+    const bool tied = boolean("tie_word_embeddings", false);
+
+    m.kind = ModelKind::transformer;
+    m.hidden_size = hidden;
+    m.num_layers = layers;
+    m.head_dim = head_dim;
+    m.intermediate_size = inter;
+    m.vocab_size = m.num_outputs = vocab;
+    m.max_seq_len = positions;
+    m.layer_norm_eps = eps;
+    m.block_order = BlockOrder::attn_first;
+    m.norm = NormKind::rmsnorm;
+    m.mlp = MlpKind::swiglu;
+    m.position = PositionKind::rope;
+    m.rope_theta = theta;
+    m.num_kv_heads = kv;
+    m.use_bias = false;
+    m.tie_embeddings = tied;
+    m.causal_mask = true;
+    m.embed_dropout = false;
+    m.init = InitScheme::gpt2;
+    const std::string a = out.architecture;
+    const auto n = [](int64_t v) { return std::to_string(v); };
+    out.keys = {
+        {.key = "model.kind", .origin = a},
+        {.key = "model.hidden_size", .origin = "hidden_size = " + n(hidden)},
+        {.key = "model.num_layers", .origin = "num_hidden_layers = " + n(layers)},
+        {.key = "model.head_dim", .origin = "head_dim = " + n(head_dim)},
+        {.key = "model.intermediate_size", .origin = "intermediate_size = " + n(inter)},
+        {.key = "model.vocab_size", .origin = "vocab_size = " + n(vocab)},
+        {.key = "model.num_outputs", .origin = "vocab_size = " + n(vocab)},
+        {.key = "model.max_seq_len", .origin = "max_position_embeddings = " + n(positions)},
+        {.key = "model.layer_norm_eps", .origin = "rms_norm_eps = " + nlohmann::json(eps).dump()},
+        {.key = "model.tie_embeddings", .origin = std::string("tie_word_embeddings = ") + (tied ? "true" : "false")},
+        {.key = "model.block_order", .origin = a + " (attention before MLP)"},
+        {.key = "model.norm", .origin = a + " (RMSNorm)"},
+        {.key = "model.mlp", .origin = "hidden_act = \"silu\" (SwiGLU)"},
+        {.key = "model.position", .origin = a + " (rotary embeddings)"},
+        {.key = "model.rope_theta", .origin = "rope_theta = " + nlohmann::json(theta).dump()},
+        {.key = "model.num_kv_heads", .origin = "num_key_value_heads = " + n(kv)},
+        {.key = "model.use_bias", .origin = a + " (no biases)"},
+        {.key = "model.causal_mask", .origin = a + " (causal)"},
+        {.key = "model.embed_dropout", .origin = a + " (no embedding dropout)", .fixed = false},
+        {.key = "model.init", .origin = a, .fixed = false},
+    };
+  }
+
  private:
   [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw UserError(path_, "\"" + key + "\" " + what, "loom imports GPT-2 checkpoints as transformers writes them");
+    throw UserError(path_, "\"" + key + "\" " + what, "loom imports checkpoints as transformers writes them");
   }
   const nlohmann::json* find(const char* key) const {
     auto it = j_.find(key);
@@ -139,16 +222,38 @@ class Gpt2ConfigReader {
   const std::string& path_;
 };
 
-// GPT-2's c_attn: the last axis of each of `rows` rows is (3, H, D) in the file and (H, 3, D) in
-// loom. to_loom picks the direction.
-void permute_qkv(const float* src, float* dst, int64_t rows, int64_t H, int64_t D, bool to_loom) {
-  const int64_t C = H * D;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t s = 0; s < 3; ++s)
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t hf = r * 3 * C + s * C + h * D, loom = r * 3 * C + h * 3 * D + s * D;
-        std::memcpy(dst + (to_loom ? loom : hf), src + (to_loom ? hf : loom), static_cast<size_t>(D) * 4);
+// Where one Hugging Face tensor's values sit in loom's parameter (nn/hf_names.h's layouts):
+// run(hf_offset, loom_offset, n) for each run of n consecutive floats in both, in element
+// offsets into p.hf_shape and p.shape.
+template <class Run>
+void for_each_run(const nn::HfParam& p, const nn::HfModelMap& m, Run&& run) {
+  const int64_t D = m.head_dim, n = p.hf_shape.numel();
+  switch (p.layout) {
+    case nn::HfLayout::same:
+      run(0, 0, n);
+      return;
+    case nn::HfLayout::qkv_columns: {  // rows of (3, H, D) <-> rows of (H, 3, D)
+      const int64_t H = m.heads, C = H * D;
+      for (int64_t r = 0; r < n / (3 * C); ++r)
+        for (int64_t s = 0; s < 3; ++s)
+          for (int64_t h = 0; h < H; ++h) run(r * 3 * C + s * C + h * D, r * 3 * C + h * 3 * D + s * D, D);
+      return;
+    }
+    case nn::HfLayout::transposed: {  // hf [a, b] <-> loom [b, a]
+      const int64_t a = p.hf_shape[0], b = n / a;
+      for (int64_t i = 0; i < a; ++i)
+        for (int64_t k = 0; k < b; ++k) run(i * b + k, k * a + i, 1);
+      return;
+    }
+    case nn::HfLayout::qkv_rows: {  // hf row (j·slots + s)·D + d <-> loom [c, j, (slot + s)·D + d]
+      const int64_t C = p.hf_shape[1], width = p.shape.numel() / C, per_head = width / m.kv_heads;
+      for (int64_t r = 0; r < p.hf_shape[0]; ++r) {
+        const int64_t col = r / (p.slots * D) * per_head + p.slot * D + r % (p.slots * D);
+        for (int64_t c = 0; c < C; ++c) run(r * C + c, c * width + col, 1);
       }
+      return;
+    }
+  }
 }
 
 // `t`'s values as float32 (float32, bfloat16 and float16 files).
@@ -161,16 +266,12 @@ std::vector<float> to_f32(const StTensor& t, const std::string& source) {
   return v;
 }
 
-StTensor f32_tensor(std::string name, Shape shape, const float* values) {
-  StTensor t{std::move(name), DType::f32, shape, std::vector<unsigned char>(static_cast<size_t>(shape.numel()) * 4)};
-  std::memcpy(t.bytes.data(), values, t.bytes.size());
-  return t;
-}
-
-// GPT-2's causal-mask buffers, which older checkpoints saved beside the parameters.
-bool is_gpt2_buffer(const std::string& name) {
-  return (name.starts_with("h.") || name.starts_with("transformer.h.")) &&
-         (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"));
+// Buffers older checkpoints saved beside the parameters: GPT-2's causal masks, Llama's rotary
+// inverse frequencies (recomputed from rope_theta).
+bool is_buffer(const std::string& name) {
+  return ((name.starts_with("h.") || name.starts_with("transformer.h.")) &&
+          (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"))) ||
+         name.ends_with(".rotary_emb.inv_freq");
 }
 
 }  // namespace
@@ -188,49 +289,89 @@ HfConfig read_hf_config(const std::string& dir) {
   const std::string type = j.value("model_type", "");
   if (auto a = j.find("architectures"); a != j.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
     out.architecture = (*a)[0].get<std::string>();
+  ConfigReader reader(j, out.path);
   if (type == "gpt2" && (out.architecture.empty() || out.architecture == "GPT2LMHeadModel")) {
     out.architecture = "GPT2LMHeadModel";
-    Gpt2ConfigReader(j, out.path).read(out);
+    reader.read_gpt2(out);
+    return out;
+  }
+  if (type == "llama" && (out.architecture.empty() || out.architecture == "LlamaForCausalLM")) {
+    out.architecture = "LlamaForCausalLM";
+    reader.read_llama(out);
     return out;
   }
   const std::string what = out.architecture.empty() ? "model_type \"" + type + "\"" : out.architecture;
-  for (const char* llama : {"llama", "mistral", "qwen2", "qwen3", "smollm", "smollm3"})
-    if (type == llama)
-      throw UserError(out.path,
-                      what +
-                          " is a Llama-family model: it needs RMSNorm, SwiGLU and rotary position embeddings, "
-                          "which loom does not have yet",
-                      "start from a GPT-2 checkpoint (GPT2LMHeadModel)");
-  throw UserError(out.path, what + " is not an architecture loom can run",
-                  "loom imports GPT-2 checkpoints (model_type \"gpt2\", GPT2LMHeadModel)");
+  const std::string fix =
+      "loom imports GPT2LMHeadModel (model_type \"gpt2\") and LlamaForCausalLM (model_type \"llama\": Llama 2 and 3, "
+      "SmolLM, TinyLlama) checkpoints";
+  // Llama-family variants whose weights or blocks differ from LlamaForCausalLM's.
+  const std::map<std::string, std::string> near = {
+      {"qwen2", "has biases on q_proj, k_proj and v_proj (and no others), which loom's Llama blocks do not have"},
+      {"qwen3", "normalises q and k per head (q_norm, k_norm), which loom's Llama blocks do not do"},
+      {"mistral", "is a Mistral model (sliding-window attention); loom runs LlamaForCausalLM"},
+      {"smollm3", "skips rotary embeddings in some layers (NoPE), which loom's Llama blocks do not do"},
+  };
+  if (auto it = near.find(type); it != near.end()) throw UserError(out.path, what + " " + it->second, fix);
+  throw UserError(out.path, what + " is not an architecture loom can run", fix);
 }
 
 nlohmann::json hf_config_json(const ModelConfig& c, int32_t bos_id, int32_t eos_id) {
   const nn::HfModelMap map = nn::hf_model_map(c);
-  nlohmann::json j = {
-      {"architectures", {map.architecture}},
-      {"model_type", map.model_type},
-      {"n_embd", c.hidden_size},
-      {"n_layer", c.num_layers},
-      {"n_head", map.heads},
-      {"n_inner", nn::mlp_width(c) == 4 * c.hidden_size ? nlohmann::json(nullptr) : nlohmann::json(nn::mlp_width(c))},
-      {"n_positions", c.max_seq_len},
-      {"n_ctx", c.max_seq_len},
-      {"vocab_size", c.vocab_size},
-      {"layer_norm_epsilon", c.layer_norm_eps},
-      {"activation_function", c.mlp == MlpKind::gelu ? "gelu" : "gelu_new"},
-      {"resid_pdrop", c.dropout_rate},
-      {"embd_pdrop", c.embed_dropout ? c.dropout_rate : 0.0},
-      {"attn_pdrop", 0.0},
-      {"scale_attn_weights", true},
-      {"scale_attn_by_inverse_layer_idx", false},
-      {"reorder_and_upcast_attn", false},
-      {"tie_word_embeddings", true},
-      {"initializer_range", 0.02},
-      {"use_cache", true},
-      {"dtype", "float32"},
-  };
-  // null, not absent: GPT2Config's defaults (50256) are outside most vocabularies.
+  nlohmann::json j;
+  if (map.architecture == "LlamaForCausalLM") {
+    j = {
+        {"architectures", {map.architecture}},
+        {"model_type", map.model_type},
+        {"hidden_size", c.hidden_size},
+        {"intermediate_size", nn::mlp_width(c)},
+        {"num_hidden_layers", c.num_layers},
+        {"num_attention_heads", map.heads},
+        {"num_key_value_heads", map.kv_heads},
+        {"head_dim", c.head_dim},
+        {"hidden_act", "silu"},
+        {"max_position_embeddings", c.max_seq_len},
+        {"vocab_size", c.vocab_size},
+        {"rms_norm_eps", c.layer_norm_eps},
+        // Both spellings: transformers 5 reads rope_parameters, 4.x rope_theta and rope_scaling.
+        {"rope_theta", c.rope_theta},
+        {"rope_scaling", nullptr},
+        {"rope_parameters", {{"rope_theta", c.rope_theta}, {"rope_type", "default"}}},
+        {"attention_bias", false},
+        {"mlp_bias", false},
+        {"attention_dropout", 0.0},
+        {"tie_word_embeddings", c.tie_embeddings},
+        {"pretraining_tp", 1},
+        {"initializer_range", 0.02},
+        {"use_cache", true},
+        {"dtype", "float32"},
+    };
+  } else {
+    j = {
+        {"architectures", {map.architecture}},
+        {"model_type", map.model_type},
+        {"n_embd", c.hidden_size},
+        {"n_layer", c.num_layers},
+        {"n_head", map.heads},
+        {"n_inner", nn::mlp_width(c) == 4 * c.hidden_size ? nlohmann::json(nullptr) : nlohmann::json(nn::mlp_width(c))},
+        {"n_positions", c.max_seq_len},
+        {"n_ctx", c.max_seq_len},
+        {"vocab_size", c.vocab_size},
+        {"layer_norm_epsilon", c.layer_norm_eps},
+        {"activation_function", c.mlp == MlpKind::gelu ? "gelu" : "gelu_new"},
+        {"resid_pdrop", c.dropout_rate},
+        {"embd_pdrop", c.embed_dropout ? c.dropout_rate : 0.0},
+        {"attn_pdrop", 0.0},
+        {"scale_attn_weights", true},
+        {"scale_attn_by_inverse_layer_idx", false},
+        {"reorder_and_upcast_attn", false},
+        {"tie_word_embeddings", true},
+        {"initializer_range", 0.02},
+        {"use_cache", true},
+        {"dtype", "float32"},
+    };
+  }
+  // null, not absent: the config classes' defaults (GPT-2's 50256, Llama's 1 and 2) may be outside
+  // the vocabulary or mean other tokens.
   j["bos_token_id"] = bos_id >= 0 ? nlohmann::json(bos_id) : nlohmann::json(nullptr);
   j["eos_token_id"] = eos_id >= 0 ? nlohmann::json(eos_id) : nlohmann::json(nullptr);
   return j;
@@ -278,26 +419,27 @@ std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTenso
   std::map<std::string, const nn::HfParam*> expected;
   for (const nn::HfParam& p : map.params) expected[p.hf_name] = &p;
   std::map<std::string, const StTensor*> found;
-  const StTensor* lm_head = nullptr;
+  const StTensor* tied_head = nullptr;
   for (const StTensor& t : hf) {
-    if (is_gpt2_buffer(t.name)) continue;
-    if (t.name == "lm_head.weight") {
-      lm_head = &t;
+    if (is_buffer(t.name)) continue;
+    if (t.name == "lm_head.weight" && !expected.count(t.name)) {
+      tied_head = &t;
       continue;
     }
-    // GPT-2 files written from GPT2Model (the original hub checkpoint) lack the prefix.
+    // Files written from the base model class (GPT2Model: the original GPT-2 hub checkpoint) lack
+    // the prefix.
     const std::string name =
-        expected.count(t.name) || !expected.count("transformer." + t.name) ? t.name : "transformer." + t.name;
+        expected.count(t.name) || !expected.count(map.prefix + t.name) ? t.name : map.prefix + t.name;
     if (!expected.count(name))
       throw UserError(
           source, "tensor '" + t.name + "' is not a parameter of " + map.architecture + " as config.json has it", fix);
     if (!found.emplace(name, &t).second)
-      throw UserError(source, "tensor '" + name + "' is there twice (with and without 'transformer.')", fix);
+      throw UserError(source, "tensor '" + name + "' is there twice (with and without '" + map.prefix + "')", fix);
   }
-  std::vector<StTensor> out;
-  out.reserve(map.params.size());
+  std::vector<StTensor> out;  // in the order of their first tensor in the map
+  std::map<std::string, size_t> index;
   for (const nn::HfParam& p : map.params) {
-    LOOM_ASSERT(!p.path.empty(), "hf_to_loom: a model from config.json has every GPT-2 bias");
+    LOOM_ASSERT(!p.path.empty(), "hf_to_loom: a model from config.json has every bias its architecture has");
     auto it = found.find(p.hf_name);
     if (it == found.end()) throw UserError(source, "tensor '" + p.hf_name + "' is missing", fix);
     const StTensor& t = *it->second;
@@ -306,22 +448,22 @@ std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTenso
           source, "tensor '" + p.hf_name + "' is " + t.shape.str() + "; config.json's model needs " + p.hf_shape.str(),
           fix);
     const std::vector<float> v = to_f32(t, source);
-    if (p.layout == nn::HfLayout::same) {
-      out.push_back(f32_tensor(p.path, p.shape, v.data()));
-    } else {
-      std::vector<float> w(v.size());
-      permute_qkv(v.data(), w.data(), p.shape.numel() / (3 * map.heads * map.head_dim), map.heads, map.head_dim,
-                  /*to_loom=*/true);
-      out.push_back(f32_tensor(p.path, p.shape, w.data()));
-    }
+    if (auto [at, added] = index.emplace(p.path, out.size()); added)
+      out.push_back(
+          {p.path, DType::f32, p.shape, std::vector<unsigned char>(static_cast<size_t>(p.shape.numel()) * 4)});
+    auto* dst = reinterpret_cast<float*>(out[index.at(p.path)].bytes.data());
+    for_each_run(p, map, [&](int64_t h, int64_t l, int64_t n) {
+      std::memcpy(dst + l, v.data() + h, static_cast<size_t>(n) * 4);
+    });
   }
-  if (lm_head) {  // tied: it must be wte (transformers would tie it and drop its values)
-    const std::vector<float> head = to_f32(*lm_head, source);
-    const StTensor& wte = out.front();
-    if (lm_head->shape != wte.shape || std::memcmp(head.data(), wte.bytes.data(), wte.bytes.size()) != 0)
-      throw UserError(source,
-                      "tensor 'lm_head.weight' differs from 'transformer.wte.weight', but config.json ties them",
-                      "set tie_word_embeddings as the checkpoint was trained");
+  if (tied_head) {  // it must be the embedding (transformers would tie it and drop its values)
+    const std::vector<float> head = to_f32(*tied_head, source);
+    const StTensor& table = out[index.at("embed/embedding")];
+    if (tied_head->shape != table.shape || std::memcmp(head.data(), table.bytes.data(), table.bytes.size()) != 0)
+      throw UserError(
+          source,
+          "tensor 'lm_head.weight' differs from '" + map.params.front().hf_name + "', but config.json ties them",
+          "set tie_word_embeddings as the checkpoint was trained");
   }
   return out;
 }
@@ -331,23 +473,16 @@ std::vector<StTensor> loom_to_hf(const ModelConfig& c, const std::map<std::strin
   std::vector<StTensor> out;
   out.reserve(map.params.size());
   for (const nn::HfParam& p : map.params) {
-    if (p.path.empty()) {  // a bias the model lacks: zero
-      out.push_back(
-          {p.hf_name, DType::f32, p.hf_shape, std::vector<unsigned char>(static_cast<size_t>(p.hf_shape.numel()) * 4)});
-      continue;
-    }
+    out.push_back(
+        {p.hf_name, DType::f32, p.hf_shape, std::vector<unsigned char>(static_cast<size_t>(p.hf_shape.numel()) * 4)});
+    if (p.path.empty()) continue;  // a bias the model lacks: zero
     auto it = loom.find(p.path);
     LOOM_ASSERT(it != loom.end() && it->second->dtype == DType::f32 && it->second->shape == p.shape,
                 "loom_to_hf: parameter '" + p.path + "' is missing or misshapen");
-    const auto* v = reinterpret_cast<const float*>(it->second->bytes.data());
-    if (p.layout == nn::HfLayout::same) {
-      out.push_back(f32_tensor(p.hf_name, p.hf_shape, v));
-    } else {
-      std::vector<float> w(static_cast<size_t>(p.shape.numel()));
-      permute_qkv(v, w.data(), p.shape.numel() / (3 * map.heads * map.head_dim), map.heads, map.head_dim,
-                  /*to_loom=*/false);
-      out.push_back(f32_tensor(p.hf_name, p.hf_shape, w.data()));
-    }
+    const auto* src = reinterpret_cast<const float*>(it->second->bytes.data());
+    auto* dst = reinterpret_cast<float*>(out.back().bytes.data());
+    for_each_run(p, map,
+                 [&](int64_t h, int64_t l, int64_t n) { std::memcpy(dst + h, src + l, static_cast<size_t>(n) * 4); });
   }
   return out;
 }

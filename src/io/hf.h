@@ -51,11 +51,13 @@ nlohmann::json hf_config_json(const ModelConfig& c, int32_t bos_id = -1, int32_t
 std::vector<StTensor> read_hf_tensors(const std::string& dir, std::string* file = nullptr);
 
 // The parameters of model `c` (per layer, loom paths, float32) from a Hugging Face checkpoint's
-// tensors `hf`: names mapped (with or without the "transformer." prefix older GPT-2 files lack),
-// shapes checked, float32/bfloat16/float16 converted, GPT-2's c_attn columns permuted. GPT-2's
-// causal-mask buffers (h.<l>.attn.bias, h.<l>.attn.masked_bias) are skipped, and an lm_head.weight
-// must equal the tied wte. A missing, extra or misshapen tensor, or another dtype, is a UserError
-// naming `source` (the file) and the tensor.
+// tensors `hf`: names mapped (with or without the base model's prefix, "transformer." or
+// "model.", which files written from GPT2Model lack), shapes checked, float32/bfloat16/float16
+// converted, laid out as nn/hf_names.h says (GPT-2's c_attn columns permuted, Llama's matrices
+// transposed and q/k/v packed). Buffers (GPT-2's causal masks h.<l>.attn.bias and .masked_bias,
+// Llama's rotary_emb.inv_freq) are skipped, and the lm_head.weight of a tied model must equal the
+// embedding. A missing, extra or misshapen tensor, or another dtype, is a UserError naming
+// `source` (the file) and the tensor.
 std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTensor>& hf, const std::string& source);
 
 // The inverse: `loom` maps every parameter path of `c` to its float32 tensor (per layer); the

@@ -1,5 +1,6 @@
 // The Hugging Face commands as a user runs them (the loom binary): prepare text with a
-// tokenizer.json, fine-tune a GPT-2 directory with --init-from, sample from the directory itself.
+// tokenizer.json, fine-tune a GPT-2 or a Llama directory with --init-from, sample from the
+// directory itself, export the run; and the README's Llama fine-tuning example.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -17,12 +18,25 @@ using testing::run_loom;
 using testing::TempDir;
 using testing::write_file;
 
-TEST(HfCli, PrepareFineTuneAndSample) {
+// A fixture directory and what loom says about it.
+struct CliFixture {
+  std::string dir, vocab, architecture, layers;  // "gpt2", "320", "GPT2LMHeadModel", "n_layer = 2"
+};
+class HfCli : public ::testing::TestWithParam<CliFixture> {};
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfCli,
+                         ::testing::Values(CliFixture{"gpt2", "320", "GPT2LMHeadModel", "n_layer = 2"},
+                                           CliFixture{"llama_untied", "321", "LlamaForCausalLM",
+                                                      "num_hidden_layers = 2"}),
+                         [](const auto& info) { return info.param.dir; });
+
+TEST_P(HfCli, PrepareFineTuneAndSample) {
+  const CliFixture& f = GetParam();
+  const std::string model = hf_golden(f.dir);
   TempDir d;
   write_file(d.path("text.txt"), read_file(LOOM_SOURCE_DIR "/data/tinyshakespeare.txt").substr(0, 20000));
-  auto r = run_loom("prepare hf " + hf_golden("gpt2/tokenizer.json") + " " + d.path("text.txt") + " " + d.path("data"));
+  auto r = run_loom("prepare hf " + model + "/tokenizer.json " + d.path("text.txt") + " " + d.path("data"));
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("vocab size: 320"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vocab size: " + f.vocab), std::string::npos) << r.out;
   write_file(d.path("ft.toml"), R"(
 [optimizer]
 name = "adamw"
@@ -36,20 +50,22 @@ seq_len = 32
 steps = 3
 sample_tokens = 8
 )");
-  r = run_loom("train " + d.path("ft.toml") + " --init-from " + hf_golden("gpt2") + " --out " + d.path("run"));
+  r = run_loom("train " + d.path("ft.toml") + " --init-from " + model + " --out " + d.path("run"));
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("parameters from the Hugging Face GPT2LMHeadModel in " + hf_golden("gpt2")), std::string::npos)
+  EXPECT_NE(r.out.find("parameters from the Hugging Face " + f.architecture + " in " + model), std::string::npos)
       << r.out;
   // The run's own checkpoint samples, and so does the directory it started from.
   r = run_loom("sample " + d.path("run") + " --tokens 5 --prompt ROMEO:");
   EXPECT_EQ(r.status, 0) << r.out;
-  r = run_loom("sample " + hf_golden("gpt2") + " --tokens 5 --prompt ROMEO: --temperature 0");
+  r = run_loom("sample " + model + " --tokens 5 --prompt ROMEO: --temperature 0");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.rfind("ROMEO:", 0), 0u) << r.out;
   // The run exported, and the export sampled greedily, as the run itself.
   r = run_loom("export hf " + d.path("run") + " " + d.path("hf"));
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("as GPT2LMHeadModel to " + d.path("hf") + ": model.safetensors, config.json, tokenizer.json"),
+  EXPECT_NE(r.out.find("as " + f.architecture + " to " + d.path("hf") +
+                       ": model.safetensors, config.json, "
+                       "tokenizer.json"),
             std::string::npos)
       << r.out;
   const auto from_run = run_loom("sample " + d.path("run") + " --tokens 20 --prompt ROMEO: --temperature 0");
@@ -57,16 +73,39 @@ sample_tokens = 8
   EXPECT_EQ(from_export.status, 0) << from_export.out;
   EXPECT_EQ(from_export.out, from_run.out);
   // A config that contradicts the checkpoint stops before anything runs.
-  r = run_loom("train " + d.path("ft.toml") + " model.num_layers=3 --init-from " + hf_golden("gpt2") + " --out " +
-               d.path("run2"));
+  r = run_loom("train " + d.path("ft.toml") + " model.num_layers=3 --init-from " + model + " --out " + d.path("run2"));
   EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_NE(r.out.find("model.num_layers: is 3, but the model of model.init_from has n_layer = 2"), std::string::npos)
+  EXPECT_NE(r.out.find("model.num_layers: is 3, but the model of model.init_from has " + f.layers), std::string::npos)
       << r.out;
+}
+
+// The README's second worked example as written (configs/llama_finetune.toml, its default
+// init_from: the random-weight Llama fixture standing in for a downloaded model), shortened.
+TEST(HfCliExample, LlamaFineTuneThenSample) {
+  TempDir d;
+  const std::string model = hf_golden("llama_tied");
+  auto r = run_loom("prepare hf " + model + "/tokenizer.json " LOOM_SOURCE_DIR "/data/tinyshakespeare.txt " +
+                    d.path("data"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_loom("train " LOOM_SOURCE_DIR "/configs/llama_finetune.toml data.dir=" + d.path("data") +
+               " train.steps=30 train.eval_interval=15 optimizer.decay_steps=30 --out " + d.path("run"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("parameters from the Hugging Face LlamaForCausalLM in " + model), std::string::npos) << r.out;
+  // It learns: the validation loss at step 30 is below the one at step 15.
+  const auto at = [&](const std::string& step) {
+    const size_t p = r.out.find("step " + step + ": val loss ");
+    return p == std::string::npos ? -1.0 : std::stod(r.out.substr(p + step.size() + 16));
+  };
+  EXPECT_GT(at("15"), at("30")) << r.out;
+  EXPECT_GT(at("30"), 0) << r.out;
+  r = run_loom("sample " + d.path("run") + " --prompt ROMEO: --tokens 20");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("ROMEO:", 0), 0u) << r.out;
 }
 
 // README, "Paths": model.init_from in a config file is relative to that file, like data.dir; on the
 // command line (an override or --init-from), to the current directory.
-TEST(HfCli, InitFromIsRelativeToTheConfigFileOrTheWorkingDirectory) {
+TEST(HfCliPaths, InitFromIsRelativeToTheConfigFileOrTheWorkingDirectory) {
   namespace fs = std::filesystem;
   TempDir d;
   const fs::path project = d.path("project");

@@ -1,12 +1,13 @@
-// Hugging Face GPT-2 checkpoints in and out (src/io/hf.h, src/nn/hf_names.h,
-// src/train/model_source.h) against tests/golden/hf/gpt2: a random-weight GPT2LMHeadModel and
-// the logits, loss and gradients transformers computes for fixed ids (tools/make_hf_fixtures.py).
-// loom started from that directory must compute the same (float32; logits within 1e-4 absolute,
-// the brief's bound, and 1e-5 relative to their range), on the training program, the evaluation
-// program and the sampler's one-token program, on the CPU backend and on the reference oracle.
-// Then what the importer accepts (bfloat16 / float16 files, shards, GPT2Model names, the mask
-// buffers) and refuses (a missing, extra or misshapen tensor, other architectures and options,
-// a configuration that contradicts the checkpoint), and fine-tuning from a loom run.
+// Hugging Face checkpoints in (src/io/hf.h, src/nn/hf_names.h, src/train/model_source.h) against
+// tests/golden/hf/{gpt2, llama_tied, llama_untied}: random-weight GPT2LMHeadModel and
+// LlamaForCausalLM models (GQA; tied and untied heads) and the logits, loss and gradients
+// transformers computes for fixed ids (tools/make_hf_fixtures.py). loom started from each
+// directory must compute the same (float32; logits within 1e-4 absolute, the bound, and
+// 1e-5 relative to their range), on the training program, the evaluation program and the
+// sampler's one-token program, on the CPU backend and on the reference oracle. Then what the
+// importer accepts (bfloat16 / float16 files, shards, GPT2Model names, the mask buffers) and
+// refuses (a missing, extra or misshapen tensor, other architectures and options, a
+// configuration that contradicts the checkpoint), and fine-tuning from a loom run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/registry.h"
@@ -136,18 +138,46 @@ TEST(HfGpt2, ConfigMapsOntoTheGpt2Variant) {
   EXPECT_TRUE(c.model.use_bias && c.model.tie_embeddings && c.model.causal_mask && c.model.embed_dropout);
 }
 
-TEST(HfGpt2, LogitsAndLossEqualTransformers) {
-  const Expected e = expected();
+TEST(HfLlama, ConfigMapsOntoTheLlamaVariant) {
+  for (const bool tied : {true, false}) {
+    const Config c = fixture_config(hf_golden(tied ? "llama_tied" : "llama_untied"));
+    EXPECT_EQ(c.model.kind, ModelKind::transformer);
+    EXPECT_EQ(c.model.block_order, BlockOrder::attn_first);
+    EXPECT_EQ(c.model.norm, NormKind::rmsnorm);
+    EXPECT_EQ(c.model.mlp, MlpKind::swiglu);
+    EXPECT_EQ(c.model.position, PositionKind::rope);
+    EXPECT_EQ(c.model.rope_theta, 10000.0);
+    EXPECT_EQ(c.model.hidden_size, 32);
+    EXPECT_EQ(c.model.head_dim, 8);
+    EXPECT_EQ(c.model.num_kv_heads, 2);
+    EXPECT_EQ(c.model.intermediate_size, 64);
+    EXPECT_EQ(c.model.num_layers, 2);
+    EXPECT_EQ(c.model.vocab_size, 321);
+    EXPECT_EQ(c.model.num_outputs, 321);
+    EXPECT_EQ(c.model.max_seq_len, 64);
+    EXPECT_EQ(c.model.layer_norm_eps, 1e-6);
+    EXPECT_EQ(c.model.tie_embeddings, tied);
+    EXPECT_FALSE(c.model.use_bias || c.model.embed_dropout);
+    EXPECT_TRUE(c.model.causal_mask);
+  }
+}
+
+// Each fixture directory: GPT-2, Llama with a tied head, Llama with an untied one.
+class HfImport : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfImport, ::testing::Values("gpt2", "llama_tied", "llama_untied"));
+
+TEST_P(HfImport, LogitsAndLossEqualTransformers) {
+  const Expected e = expected(GetParam());
   for (const char* device : {"cpu", "reference"}) {
-    const auto [logits, loss] = forward(fixture_config(hf_golden("gpt2"), device), e);
+    const auto [logits, loss] = forward(fixture_config(hf_golden(GetParam()), device), e);
     expect_logits_match(logits, e, device);
     EXPECT_NEAR(loss, e.f32("loss")[0], 1e-5) << device;
   }
 }
 
-TEST(HfGpt2, TrainingLossAndGradientsEqualTransformers) {
-  const Expected e = expected();
-  const Config c = fixture_config(hf_golden("gpt2"));
+TEST_P(HfImport, TrainingLossAndGradientsEqualTransformers) {
+  const Expected e = expected(GetParam());
+  const Config c = fixture_config(hf_golden(GetParam()));
   auto be = make_backend(c.device);
   Trainer t(c, *be);
   ModelSource(c.model.init_from).load_params(t.executor());
@@ -169,11 +199,11 @@ TEST(HfGpt2, TrainingLossAndGradientsEqualTransformers) {
   EXPECT_EQ(compared, 6);
 }
 
-TEST(HfGpt2, SamplerLogitsEqualTransformers) {
+TEST_P(HfImport, SamplerLogitsEqualTransformers) {
   // `loom sample DIR` decodes one token at a time with the KV cache: position p's logits are the
   // full-sequence logits at p.
-  const Expected e = expected();
-  const ModelSource src(hf_golden("gpt2"));
+  const Expected e = expected(GetParam());
+  const ModelSource src(hf_golden(GetParam()));
   auto be = make_backend(Device::cpu);
   Sampler s(src.config(), *be);
   src.load_params(s.executor());
@@ -240,13 +270,12 @@ TEST(HfGpt2, ReadsHalfPrecisionShardsAndOldNames) {
   }
 }
 
-// The message loading a copy of the fixture edited by `edit` gives.
+// The message loading a copy of fixture `dir` edited by `edit` gives.
 template <class Edit>
-std::string import_error(Edit&& edit) {
+std::string import_error(Edit&& edit, const std::string& dir = "gpt2") {
   TempDir d;
-  fs::copy_file(hf_golden("gpt2/config.json"), fs::path(d.path()) / "config.json");
-  nlohmann::json config = nlohmann::json::parse(read_file(d.path("config.json")));
-  std::vector<StTensor> tensors = read_safetensors(hf_golden("gpt2/model.safetensors"));
+  nlohmann::json config = nlohmann::json::parse(read_file(hf_golden(dir + "/config.json")));
+  std::vector<StTensor> tensors = read_safetensors(hf_golden(dir + "/model.safetensors"));
   edit(config, tensors);
   write_file(d.path("config.json"), config.dump());
   write_safetensors(d.path("model.safetensors"), tensors);
@@ -323,34 +352,84 @@ TEST(HfGpt2, RefusesArchitecturesAndOptionsItCannotRun) {
   EXPECT_NE(m.find("scale_attn_by_inverse_layer_idx"), std::string::npos) << m;
   m = import_error([](J& c, Ts&) { c["n_head"] = 5; });
   EXPECT_NE(m.find("\"n_head\""), std::string::npos) << m;
-  m = user_error([] { ModelSource src(hf_golden("llama_tied")); });
-  EXPECT_NE(m.find("LlamaForCausalLM is a Llama-family model"), std::string::npos) << m;
+  m = import_error([](J& c, Ts&) { c["model_type"] = "gpt_neox"; });
+  EXPECT_NE(m.find("GPT2LMHeadModel is not an architecture loom can run"), std::string::npos) << m;
   m = user_error([] { ModelSource src("/nonexistent/model"); });
   EXPECT_NE(m.find("/nonexistent/model: does not exist"), std::string::npos) << m;
 }
 
+TEST(HfLlama, RefusesOptionsItCannotRun) {
+  using J = nlohmann::json;
+  using Ts = std::vector<StTensor>;
+  const auto llama = [](auto edit) { return import_error(edit, "llama_untied"); };
+  std::string m = llama([](J& c, Ts&) { c["hidden_act"] = "gelu"; });
+  EXPECT_NE(m.find("config.json: \"hidden_act\" is \"gelu\""), std::string::npos) << m;
+  m = llama([](J& c, Ts&) { c["attention_bias"] = true; });
+  EXPECT_NE(m.find("\"attention_bias\" is true"), std::string::npos) << m;
+  m = llama([](J& c, Ts&) { c["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "llama3"}}; });
+  EXPECT_NE(m.find("\"rope_parameters\" asks for rope_type \"llama3\""), std::string::npos) << m;
+  m = llama([](J& c, Ts&) {  // transformers 4.x's spelling
+    c.erase("rope_parameters");
+    c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  });
+  EXPECT_NE(m.find("\"rope_scaling\" asks for rope_type \"linear\""), std::string::npos) << m;
+  m = llama([](J& c, Ts&) { c["num_key_value_heads"] = 3; });
+  EXPECT_NE(m.find("\"num_key_value_heads\" does not divide"), std::string::npos) << m;
+  m = llama([](J& c, Ts&) { c["head_dim"] = 16; });
+  EXPECT_NE(m.find("\"head_dim\" × num_attention_heads is not hidden_size"), std::string::npos) << m;
+  m = llama([](J& c, Ts&) {
+    c["model_type"] = "qwen2";
+    c["architectures"] = {"Qwen2ForCausalLM"};
+  });
+  EXPECT_NE(m.find("Qwen2ForCausalLM has biases on q_proj, k_proj and v_proj"), std::string::npos) << m;
+  // Tensors: the untied head is required, misshapen q/k/v are named.
+  m = llama([](J&, Ts& ts) {
+    ts.erase(std::find_if(ts.begin(), ts.end(), [](const StTensor& t) { return t.name == "lm_head.weight"; }));
+  });
+  EXPECT_NE(m.find("tensor 'lm_head.weight' is missing"), std::string::npos) << m;
+  m = llama([](J&, Ts& ts) { tensor(ts, "model.layers.1.self_attn.k_proj.weight").shape = Shape{32, 16}; });
+  EXPECT_NE(m.find("'model.layers.1.self_attn.k_proj.weight' is [32, 16]; config.json's model needs [16, 32]"),
+            std::string::npos)
+      << m;
+}
+
+TEST(HfLlama, ReadsTransformers4ConfigsAndOldBuffers) {
+  // rope_theta at the top level (transformers 4.x) and rotary inverse frequencies saved with the
+  // weights (older Llama files) give the same model.
+  TempDir d;
+  nlohmann::json config = nlohmann::json::parse(read_file(hf_golden("llama_tied/config.json")));
+  config.erase("rope_parameters");
+  config["rope_theta"] = 10000.0;
+  config["rope_scaling"] = nullptr;
+  write_file(d.path("config.json"), config.dump());
+  std::vector<StTensor> ts = read_safetensors(hf_golden("llama_tied/model.safetensors"));
+  ts.push_back(StTensor{"model.layers.0.self_attn.rotary_emb.inv_freq", DType::f32, Shape{4},
+                        std::vector<unsigned char>(16, 0)});
+  write_safetensors(d.path("model.safetensors"), ts);
+  const Expected e = expected("llama_tied");
+  const auto [logits, loss] = forward(fixture_config(d.path()), e);
+  expect_logits_match(logits, e, "transformers 4.x config");
+}
+
 TEST(HfGpt2, AConfigMayNotContradictTheCheckpoint) {
-  std::string m = user_error([] {
-    default_config({"model.init_from=" + hf_golden("gpt2"), "model.hidden_size=64", "data.kind=random_tokens"});
-  });
-  EXPECT_NE(m.find("model.hidden_size: is 64, but the model of model.init_from has n_embd = 32"), std::string::npos)
-      << m;
-  m = user_error([] {
-    default_config({"model.init_from=" + hf_golden("gpt2"), "model.layer_norm_eps=1e-6", "data.kind=random_tokens"});
-  });
-  EXPECT_NE(m.find("layer_norm_epsilon = 1e-05"), std::string::npos) << m;
-  m = user_error([] {
-    default_config({"model.init_from=" + hf_golden("gpt2"), "model.norm=rmsnorm", "data.kind=random_tokens"});
-  });
-  EXPECT_NE(m.find("model.norm: is \"rmsnorm\", but the model of model.init_from has GPT2LMHeadModel (LayerNorm)"),
-            std::string::npos)
-      << m;
-  m = user_error([] {
-    default_config({"model.init_from=" + hf_golden("gpt2"), "model.position=rope", "data.kind=random_tokens"});
-  });
-  EXPECT_NE(m.find("model.position: is \"rope\", but the model of model.init_from has GPT2LMHeadModel (learned wpe)"),
-            std::string::npos)
-      << m;
+  // fixture, a key the configuration sets, what the message must say
+  for (const auto& [fixture, key, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"gpt2", "model.hidden_size=64",
+            "model.hidden_size: is 64, but the model of model.init_from has n_embd = 32"},
+           {"gpt2", "model.layer_norm_eps=1e-6", "layer_norm_epsilon = 1e-05"},
+           {"gpt2", "model.norm=rmsnorm",
+            "model.norm: is \"rmsnorm\", but the model of model.init_from has GPT2LMHeadModel (LayerNorm)"},
+           {"gpt2", "model.position=rope",
+            "model.position: is \"rope\", but the model of model.init_from has GPT2LMHeadModel (learned wpe)"},
+           {"llama_tied", "model.num_kv_heads=4",
+            "model.num_kv_heads: is 4, but the model of model.init_from has num_key_value_heads = 2"},
+           {"llama_tied", "model.rope_theta=500000", "rope_theta = 10000"},
+       }) {
+    const std::string m = user_error([&] {
+      default_config({"model.init_from=" + hf_golden(fixture), key, "data.kind=random_tokens"});
+    });
+    EXPECT_NE(m.find(says), std::string::npos) << m;
+  }
   // Keys it does not fix may be set; the ones it fixes may be repeated.
   const Config c =
       default_config({"model.init_from=" + hf_golden("gpt2"), "model.hidden_size=32", "model.embed_dropout=false",
