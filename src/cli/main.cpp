@@ -59,6 +59,9 @@ int parse_failure(const CLI::App& app, const CLI::ParseError& e, int argc, char*
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file outgrowing `ulimit -f` would kill loom with SIGXFSZ before it could say which file or keep
+  // the last checkpoint; ignored, the write fails with EFBIG and takes the same path as a full disk.
+  signal(SIGXFSZ, SIG_IGN);
   // Under mpirun, MPI_Init starts Open MPI's own threads. They must never take SIGINT / SIGTERM (loom train
   // leaves those to a watcher thread, run/run.cpp; the other commands to the main thread's default action), so
   // they are made with both blocked, which they inherit; the main thread's mask is restored after.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "support/files.h"
 #include "support/run_fixture.h"
 
 namespace fs = std::filesystem;
@@ -146,14 +147,15 @@ TEST(Run, DiskFullWhileSavingKeepsThePreviousCheckpoint) {
   const fs::path out = scratch("diskfull");
   ASSERT_EQ(run("train " + fx.config.string() + " train.steps=5 --out " + out.string()).status, 0);
   const auto before = file_bytes(out / "ckpt_000005" / "model.safetensors");
-  // Resume with a file-size limit smaller than a checkpoint: saving step 10 must fail cleanly.
+  // Resume with a file-size limit smaller than a checkpoint (`ulimit -f`): saving step 10 must fail
+  // cleanly. SIGXFSZ keeps its default action here (killing the process): loom ignores it itself.
   const pid_t pid = fork();
   if (pid == 0) {
     struct rlimit lim {
       4096, 4096
     };
     setrlimit(RLIMIT_FSIZE, &lim);
-    signal(SIGXFSZ, SIG_IGN);
+    signal(SIGXFSZ, SIG_DFL);
     const std::string args =
         "train --resume " + out.string() + " train.steps=10 > " + (out / "log.txt").string() + " 2>&1";
     execl("/bin/sh", "sh", "-c", (std::string(LOOM_BINARY) + " " + args).c_str(), static_cast<char*>(nullptr));
@@ -161,7 +163,10 @@ TEST(Run, DiskFullWhileSavingKeepsThePreviousCheckpoint) {
   }
   int st = 0;
   waitpid(pid, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st)) << "killed by signal " << WTERMSIG(st);
   EXPECT_NE(WEXITSTATUS(st), 0);
+  const std::string log = loom::testing::read_file((out / "log.txt").string());
+  EXPECT_NE(log.find("File too large"), std::string::npos) << log;
   EXPECT_EQ(file_bytes(out / "ckpt_000005" / "model.safetensors"), before);
   EXPECT_FALSE(fs::exists(out / "ckpt_000010")) << "no half-written checkpoint";
   for (const auto& e : fs::directory_iterator(out))
