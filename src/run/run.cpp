@@ -61,6 +61,12 @@ class SignalWatcher {
       while (!done_) {
         const int sig = sigtimedwait(&set_, nullptr, &tick);
         if (sig <= 0) continue;
+        if (armed_ && g_signal != 0) {  // the user insisted: say what is left, then go
+          static constexpr char msg[] =
+              "\nloom: a second stop signal: exiting at once; the checkpoints already saved are intact (a save in "
+              "progress is discarded)\n";
+          [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+        }
         if (!armed_ || g_signal != 0) _exit(128 + sig);
         g_signal = sig;
       }
@@ -172,11 +178,13 @@ int run_train(const RunOptions& o) {
   std::error_code same_ec;
   if (writer && !run_dir.empty() && (!rd || !fs::equivalent(rd->path(), run_dir, same_ec))) {
     rd = std::make_unique<RunDir>(run_dir);
+    // A second process is refused before it builds anything, and a run still going is named as
+    // such (with its pid) before the generic refusal of a directory holding a run.
+    if (fs::exists(run_dir)) rd->lock();
     if (!resume_in_place && rd->holds_run() && !o.overwrite)
       throw UserError(
           run_dir.string(), "already holds a run (config.toml, metrics.jsonl or checkpoints)",
           "continue it with --resume " + run_dir.string() + ", replace it with --overwrite, or choose another --out");
-    if (fs::exists(run_dir)) rd->lock();  // a second process is refused before it builds anything
   }
   if (c.train.tensorboard && run_dir.empty())
     throw UserError(c.source + ": train.tensorboard", "needs a run directory for its event file",
@@ -215,11 +223,11 @@ int run_train(const RunOptions& o) {
     rd->lock();
     if (resume_in_place) {
       remove_stale_checkpoint_files(run_dir.string());
-      const std::vector<std::string> moved = rd->fork_at(t.steps_done(), o.overwrite);
-      if (!moved.empty())
-        fmt::print(out, "resuming at step {}: the later {} {} {}\n", t.steps_done(),
-                   moved.size() == 1 ? "checkpoint" : "checkpoints", fmt::join(moved, ", "),
-                   o.overwrite ? "were deleted (--overwrite)" : "were moved to " + (run_dir / "superseded").string());
+      const RunDir::Forked forked = rd->fork_at(t.steps_done(), o.overwrite);
+      if (!forked.names.empty())
+        fmt::print(out, "resuming at step {}: what came after it {}: {}\n", t.steps_done(),
+                   o.overwrite ? "is deleted (--overwrite)" : "is moved to " + forked.aside.string(),
+                   fmt::join(forked.names, ", "));
       rd->truncate_metrics(t.steps_done());
     } else {
       if (rd->holds_run()) rd->clear_owned();

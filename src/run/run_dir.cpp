@@ -4,6 +4,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -158,7 +160,7 @@ void RunDir::write_marker(const std::string& seeded_from) {
   replace_file(dir_ / kMarker, j.dump(2) + "\n");
 }
 
-std::vector<std::string> RunDir::fork_at(int64_t step, bool discard) {
+RunDir::Forked RunDir::fork_at(int64_t step, bool discard) {
   LOOM_ASSERT(lock_fd_ >= 0, "fork_at without the lock");
   std::vector<fs::path> later;
   for (const auto& [s, path] : list_checkpoints(dir_.string()))
@@ -168,10 +170,10 @@ std::vector<std::string> RunDir::fork_at(int64_t step, bool discard) {
   std::string rest;
   const fs::path metrics = dir_ / "metrics.jsonl";
   const std::string kept = fs::exists(metrics) ? metrics_up_to(read_file(metrics), step, &rest) : std::string();
-  std::vector<std::string> names;
-  if (later.empty() && rest.empty()) return names;
+  Forked f;
+  if (later.empty() && rest.empty()) return f;
   std::error_code ec;
-  fs::path aside;
+  fs::path& aside = f.aside;
   if (!discard) {
     // Unique even when the same step is forked twice within a second (a resume killed and retried).
     const std::string base = utc_now("%Y%m%d-%H%M%S") + "-from-step-" + std::to_string(step);
@@ -181,15 +183,19 @@ std::vector<std::string> RunDir::fork_at(int64_t step, bool discard) {
     if (!rest.empty()) replace_file(aside / "metrics.jsonl", rest);
   }
   for (const fs::path& p : later) {
-    names.push_back(p.filename().string());
+    f.names.push_back(p.filename().string());
     if (discard) {
       fs::remove_all(p, ec);
     } else {
       fs::rename(p, aside / p.filename());
     }
   }
-  if (!rest.empty()) replace_file(metrics, kept);
-  return names;
+  if (!rest.empty()) {
+    replace_file(metrics, kept);
+    const auto lines = std::count(rest.begin(), rest.end(), '\n');
+    f.names.push_back(fmt::format("metrics.jsonl's {} line{} after step {}", lines, lines == 1 ? "" : "s", step));
+  }
+  return f;
 }
 
 void RunDir::truncate_metrics(int64_t step) {

@@ -37,10 +37,15 @@ class RunDir {
   void clear_owned();
   // Writes a fresh marker (new run id); `seeded_from` names the checkpoint a new run starts from.
   void write_marker(const std::string& seeded_from = {});
+  // What fork_at moved aside or deleted, for the log.
+  struct Forked {
+    std::vector<std::string> names;  // "ckpt_000750", "best", "metrics.jsonl (3 lines after step 500)"
+    std::filesystem::path aside;     // where they went; empty when deleted or when nothing moved
+  };
   // Prepares a resume at `step`: later checkpoints (and a later best/) and metrics lines with a
   // larger step are moved to superseded/<time>-from-step-<step>/ or, with `discard`, deleted.
-  // Returns the names moved or deleted (for the log). Needs the lock.
-  std::vector<std::string> fork_at(int64_t step, bool discard);
+  // Needs the lock.
+  Forked fork_at(int64_t step, bool discard);
   // Keeps only the metrics.jsonl lines of steps <= `step` (atomically; no line is logged twice).
   void truncate_metrics(int64_t step);
 

@@ -177,7 +177,7 @@ TEST(RunSafety, ASecondProcessIsRefusedWithTheHoldersPid) {
   const pid_t pid = spawn(train(out, "train.steps=100000"), out.parent_path() / "lock.log");
   wait_for_lines(out / "metrics.jsonl", 2);
   const auto before = read(out / "config.toml");
-  for (const std::string& args : {"train --resume " + out.string(), train(out, "--overwrite")}) {
+  for (const std::string& args : {"train --resume " + out.string(), train(out, "--overwrite"), train(out, "")}) {
     const Result r = run(args);
     EXPECT_EQ(r.status, 2) << r.out;
     EXPECT_NE(r.out.find("in use by another loom process (pid " + std::to_string(pid) + ")"), std::string::npos)
@@ -276,6 +276,9 @@ TEST(RunSafety, ResumingFromAnEarlierCheckpointForksInsteadOfOverwriting) {
   ASSERT_FALSE(aside.empty());
   EXPECT_EQ(file_bytes(aside / "ckpt_000020" / "model.safetensors"), later);
   EXPECT_TRUE(fs::exists(aside / "metrics.jsonl"));
+  // The log says where they went, the metrics lines included.
+  EXPECT_NE(r.out.find("is moved to " + aside.string() + ": ckpt_000015, ckpt_000020"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lines after step 10"), std::string::npos) << r.out;
   // No step is logged twice, and the run ends at 15.
   const auto steps = logged_steps(out / "metrics.jsonl");
   EXPECT_EQ(std::set<int64_t>(steps.begin(), steps.end()).size(), steps.size());
