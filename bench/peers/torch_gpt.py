@@ -228,7 +228,8 @@ def cpu_capability():
 # ---------------------------------------------------------------------------------------------
 # bench: time training steps on a fixed random batch.
 # ---------------------------------------------------------------------------------------------
-def bench(args):
+def build_model(args):
+    """nanoGPT's GPT for the bench flags, initialised from --seed (the same weights in every process)."""
     torch.manual_seed(args.seed)
     cfg = GPTConfig(
         block_size=args.block, vocab_size=args.vocab, n_layer=args.n_layer, n_head=args.n_head,
@@ -236,23 +237,38 @@ def bench(args):
     )
     model = GPT(cfg)
     model.train()
-    opt = model.configure_optimizers(args.weight_decay, args.lr, (args.beta1, args.beta2), "cpu")
+    return model
+
+
+def random_batch(args):
+    """The fixed random batch: inputs x and next-token targets y, each (--batch, --seq) int64."""
     g = torch.Generator().manual_seed(args.seed)
     tokens = torch.randint(1, args.vocab, (args.batch, args.seq + 1), generator=g)
-    x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def train_step(model, opt, x, y, grad_clip):
+    """One timed training step (forward, backward, clip, AdamW, zero_grad); returns the loss. model may
+    be a DistributedDataParallel wrapper, whose backward sums the gradients over the ranks."""
+    _, loss = model(x, y)
+    loss.backward()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.item()
+
+
+def bench(args):
+    model = build_model(args)
+    opt = model.configure_optimizers(args.weight_decay, args.lr, (args.beta1, args.beta2), "cpu")
+    x, y = random_batch(args)
 
     times, losses = [], []
     for it in range(args.warmup + args.steps):
         t0 = time.perf_counter()
-        _, loss = model(x, y)
-        loss.backward()
-        if args.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        lv = loss.item()
+        losses.append(train_step(model, opt, x, y, args.grad_clip))
         times.append(time.perf_counter() - t0)
-        losses.append(lv)
     out = dict(
         framework="pytorch",
         mode="bench",
@@ -398,10 +414,9 @@ def train(args):
             f"({d['ms_per_iter']:.1f} ms/iter without evaluations)")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["bench", "train"])
-    ap.add_argument("--threads", type=int, default=2)
+def add_model_args(ap, threads):
+    """The flags of the model, its fixed random batch and its optimizer step (bench here, torch_ddp.py)."""
+    ap.add_argument("--threads", type=int, default=threads)
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--n-layer", type=int, default=4)
     ap.add_argument("--n-head", type=int, default=4)
@@ -414,11 +429,17 @@ def main():
     ap.add_argument("--steps", type=int, default=20, help="bench: timed steps after warm-up")
     ap.add_argument("--warmup", type=int, default=3, help="bench: untimed warm-up steps")
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--min-lr", type=float, default=1e-4)
     ap.add_argument("--beta1", type=float, default=0.9)
     ap.add_argument("--beta2", type=float, default=0.99)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--grad-clip", type=float, default=1.0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["bench", "train"])
+    add_model_args(ap, threads=2)
+    ap.add_argument("--min-lr", type=float, default=1e-4)
     ap.add_argument("--warmup-iters", type=int, default=100)
     ap.add_argument("--lr-decay-iters", type=int, default=2000)
     ap.add_argument("--max-iters", type=int, default=2000)
