@@ -105,6 +105,7 @@ Sampler::PrefillProgram& Sampler::prefill_program(int64_t len) {
     return *prefills_.front();
   }
   if (prefills_.size() == kPrefillPrograms) prefills_.pop_back();  // its arena goes before the next is allocated
+  const auto t0 = std::chrono::steady_clock::now();
   auto p = std::make_unique<PrefillProgram>();
   p->len = len;
   p->model = nn::model_kind(spec_.kind).build_prefill(spec_, 1, len, max_len_);
@@ -125,6 +126,8 @@ Sampler::PrefillProgram& Sampler::prefill_program(int64_t len) {
   }
   for (const auto& [v, bytes] : p->model.constants) p->exec->upload(v, bytes.data());
   prefills_.insert(prefills_.begin(), std::move(p));
+  ++prefill_stats_.builds;
+  prefill_stats_.build_seconds += seconds_since(t0);
   return *prefills_.front();
 }
 
@@ -347,20 +350,21 @@ int run_sample(const SampleOptions& o) {
   }
   if (o.stats) {
     // Prefill: its passes (the prompt's per sample, and the window refills'); decode: the rest of
-    // the time, per generated token (decoder run, sampling, printing).
+    // the time but for building the prefill programs, per generated token (decoder run, sampling,
+    // printing).
     const Sampler::PrefillStats& p = s.prefill_stats();
-    const double decode_s = total_s - p.seconds;
+    const double decode_s = total_s - p.seconds - p.build_seconds;
     const auto tokens = static_cast<double>(o.tokens * o.num_samples);
-    std::fprintf(stderr,
-                 "loom sample: %s, %d threads, %s prefill: prefill %lld tokens in %lld passes (%lld window refills) "
-                 "in %.1f ms = %.1f tokens/s; decode %.0f tokens in %.1f ms = %.3f ms/token = %.1f tokens/s "
-                 "(decoder of %zu nodes); prefill programs %.1f MiB\n",
-                 o.checkpoint.c_str(), num_threads(), o.prefill == Prefill::batched ? "batched" : "token-by-token",
-                 static_cast<long long>(p.tokens), static_cast<long long>(p.passes),
-                 static_cast<long long>(s.window_refills()), p.seconds * 1e3,
-                 p.seconds > 0 ? static_cast<double>(p.tokens) / p.seconds : 0.0, tokens, decode_s * 1e3,
-                 tokens > 0 ? decode_s * 1e3 / tokens : 0.0, decode_s > 0 ? tokens / decode_s : 0.0,
-                 s.nodes_per_token(), static_cast<double>(s.prefill_bytes()) / (1 << 20));
+    std::fprintf(
+        stderr,
+        "loom sample: %s, %d threads, %s prefill: prefill %lld tokens in %lld passes (%lld window refills) "
+        "in %.1f ms = %.1f tokens/s; decode %.0f tokens in %.1f ms = %.3f ms/token = %.1f tokens/s "
+        "(decoder of %zu nodes); %lld prefill programs built in %.1f ms, %.1f MiB held\n",
+        o.checkpoint.c_str(), num_threads(), o.prefill == Prefill::batched ? "batched" : "token-by-token",
+        static_cast<long long>(p.tokens), static_cast<long long>(p.passes), static_cast<long long>(s.window_refills()),
+        p.seconds * 1e3, p.seconds > 0 ? static_cast<double>(p.tokens) / p.seconds : 0.0, tokens, decode_s * 1e3,
+        tokens > 0 ? decode_s * 1e3 / tokens : 0.0, decode_s > 0 ? tokens / decode_s : 0.0, s.nodes_per_token(),
+        static_cast<long long>(p.builds), p.build_seconds * 1e3, static_cast<double>(s.prefill_bytes()) / (1 << 20));
   }
   return 0;
 }

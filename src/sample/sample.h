@@ -137,11 +137,11 @@ class Sampler {
   // Decoder runs (tokens fed, the token-by-token prefill's included) so far.
   int64_t runs() const { return runs_; }
 
-  // prefill() so far: calls, tokens, and seconds in them (the passes: a program's first build is
-  // not counted, as the decoder's is not).
+  // prefill() so far: calls, tokens, and seconds in the passes; apart, the prefill programs built
+  // and the seconds that took (the graph, its plan and the executor: setup, as the decoder's).
   struct PrefillStats {
-    int64_t passes = 0, tokens = 0;
-    double seconds = 0;
+    int64_t passes = 0, tokens = 0, builds = 0;
+    double seconds = 0, build_seconds = 0;
   };
   const PrefillStats& prefill_stats() const { return prefill_stats_; }
   // Memory of the prefill programs held: their arenas and their own inputs (the parameters and

@@ -384,8 +384,9 @@ TEST(Decoder, PrefillProgramSharesTheDecodersCaches) {
           EXPECT_EQ(cache.shape, dec.graph.value(in_dec).shape) << cache.name;
           EXPECT_EQ(cache.name, n.scope + (i == 1 ? "/k_cache" : "/v_cache"));
         }
-      if (n.op == OpKind::layer_norm && n.scope == "post_norm")
+      if (n.op == OpKind::layer_norm && n.scope == "post_norm") {
         EXPECT_EQ(pre.graph.value(n.in[0]).shape, (Shape{1, 1, spec.hidden_size})) << variant;
+      }
     }
     EXPECT_EQ(count[OpKind::kv_cache_write], spec.num_layers) << variant;
     EXPECT_EQ(count[OpKind::attention], spec.num_layers) << variant;
