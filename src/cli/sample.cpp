@@ -30,7 +30,10 @@ CommandBody add_sample_command(CLI::App& sub) {
   sub.add_option("--seed", o->seed, "random seed (default 0)");
   sub.add_option("--threads", o->threads, "CPU threads (default: the checkpoint's `threads`; 0 = all cores)")
       ->check(integer_at_least(0));
-  sub.add_flag("--stats", o->stats, "print prefill and per-token decode times to stderr");
+  sub.add_flag("--stats", o->stats, "print prefill and decode tokens/s to stderr");
+  sub.add_flag_callback(
+      "--token-prefill", [o] { o->prefill = Prefill::token; },
+      "feed the prompt through the one-token decoder instead of one batched pass (slower; no prefill program)");
   return [o] { return run_sample(*o); };
 }
 

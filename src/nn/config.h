@@ -9,12 +9,13 @@
 #include "graph/passes/remat.h"
 
 // The model kinds (model.kind): name, help, is a language model (trains on token data, reports
-// tokens/s), one-token decoder for `loom sample` (nullptr: cannot generate). nn/models.cpp builds
-// the table from this list; a kind `k` also needs nn::build_k and nn::validate_k (nn/models.h).
-#define LOOM_MODEL_KINDS(X)                                                                                 \
-  X(mlp_classifier, "the Part 1.1 tutorial's MLP classifier on random_classification data", false, nullptr) \
-  X(transformer, "the Part 1.2 tutorial's Transformer language model (and GPT-2's variant)", true,          \
-    build_transformer_decoder)
+// tokens/s), one-token decoder and batched prefill for `loom sample` (nullptr: cannot generate).
+// nn/models.cpp builds the table from this list; a kind `k` also needs nn::build_k and
+// nn::validate_k (nn/models.h).
+#define LOOM_MODEL_KINDS(X)                                                                                          \
+  X(mlp_classifier, "the Part 1.1 tutorial's MLP classifier on random_classification data", false, nullptr, nullptr) \
+  X(transformer, "the Part 1.2 tutorial's Transformer language model (and GPT-2's variant)", true,                   \
+    build_transformer_decoder, build_transformer_prefill)
 
 // The remat regions (model.remat): a Transformer's `MLP` is block_l/mlp, `Attn` block_l/attn,
 // `Block` block_l; the MLP classifier's `MLP` is its hidden block.

@@ -7,12 +7,13 @@ namespace loom::nn {
 
 namespace {
 
-#define LOOM_MODEL_KIND_ROW(id, help, lm, decoder) \
-  ModelKindInfo{.name = choice_spelling(#id),      \
-                .language_model = lm,              \
-                .build = build_##id,               \
-                .validate = validate_##id,         \
-                .build_decoder = decoder},
+#define LOOM_MODEL_KIND_ROW(id, help, lm, decoder, prefill) \
+  ModelKindInfo{.name = choice_spelling(#id),               \
+                .language_model = lm,                       \
+                .build = build_##id,                        \
+                .validate = validate_##id,                  \
+                .build_decoder = decoder,                   \
+                .build_prefill = prefill},
 constexpr ModelKindInfo kModelKinds[] = {LOOM_MODEL_KINDS(LOOM_MODEL_KIND_ROW)};
 #undef LOOM_MODEL_KIND_ROW
 static_assert(std::size(kModelKinds) == choices_of(ModelKind{}).size());

@@ -26,6 +26,8 @@ struct ModelKindInfo {
   // The one-token program with KV caches that `loom sample` runs (nn/transformer.h,
   // build_transformer_decoder); nullptr when the kind cannot generate text.
   ModelGraph (*build_decoder)(const ModelConfig& c, int64_t batch, int64_t max_len);
+  // Its batched prefill over the same caches (build_transformer_prefill); nullptr with no decoder.
+  ModelGraph (*build_prefill)(const ModelConfig& c, int64_t batch, int64_t len, int64_t max_len);
 };
 
 const ModelKindInfo& model_kind(ModelKind k);

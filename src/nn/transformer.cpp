@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "nn/layers.h"
@@ -63,11 +65,14 @@ ValueId mlp_block(const Scope& s, ValueId x, const ModelConfig& c, bool train) {
   return dropout(s, h, c.dropout_rate, train);
 }
 
-// The one-token decoding graph's attention (build_transformer_decoder): this layer's key/value
-// caches and the current position.
-struct Decode {
+// The cached programs' state (build_transformer_decoder, build_transformer_prefill): each layer's
+// key/value caches, and which rows the tokens go to.
+struct Cache {
   int64_t max_len = 0;     // cache rows
-  ValueId pos = kNoValue;  // int32 scalar: the current token's position
+  ValueId pos = kNoValue;  // decoder: int32 scalar, the one token's position; prefill: kNoValue, rows 0..T-1
+  // Prefill: int32 [B], row b·T + T − 1 of each sequence, the only rows of the stream [B·T, C]
+  // that go on past the blocks (the logits of the last token only).
+  ValueId last_rows = kNoValue;
 };
 
 // Key/value heads (model.num_kv_heads, 0 = one per query head) and query heads per key/value head.
@@ -79,22 +84,26 @@ HeadGroups head_groups(const ModelConfig& c) {
   return {kv, H / kv};
 }
 
-// attention_decode of one token against this layer's persistent caches "<scope>/k_cache" and
-// "<scope>/v_cache" [B, max_len, KV, D] (in the compute dtype), which it updates at row pos.
-ValueId cached_attention(const Scope& s, ValueId qkv, const ModelConfig& c, const Decode& d) {
+// This layer's persistent caches "<scope>/k_cache" and "<scope>/v_cache" [B, max_len, KV, D] (in the
+// compute dtype) and the attention over them: the decoder's attention_decode of one token, which
+// updates row pos; the prefill's causal attention over its T tokens, whose keys and values
+// kv_cache_write stores in rows 0..T-1.
+ValueId cached_attention(const Scope& s, ValueId qkv, const ModelConfig& c, const Cache& d) {
   Graph& g = s.graph();
   const Shape q = g.value(qkv).shape;
   const Shape cache{q[0], d.max_len, q[2], c.head_dim};
   const ValueId k = g.add_input(s.path() + "/k_cache", cache, c.dtype);
   const ValueId v = g.add_input(s.path() + "/v_cache", cache, c.dtype);
-  const auto group = static_cast<int32_t>(head_groups(c).group);
-  return s.op1(OpKind::attention_decode, {qkv, k, v, d.pos}, AttentionAttrs{true, c.softmax_dtype, group});
+  const AttentionAttrs attrs{true, c.softmax_dtype, static_cast<int32_t>(head_groups(c).group)};
+  if (d.pos != kNoValue) return s.op1(OpKind::attention_decode, {qkv, k, v, d.pos}, attrs);
+  s.op(OpKind::kv_cache_write, {qkv, k, v}, attrs);
+  return s.op(OpKind::attention, {qkv}, attrs).at(0);
 }
 
-// AttentionBlock: [B, T, C] -> [B, T, C] (with `dec`: T = 1, attending over the KV cache); the
-// tokens' positions [T] rotate q and k when model.position = rope.
+// AttentionBlock: [B, T, C] -> [B, T, C] (with `dec`: over the KV caches, see Cache); the tokens'
+// positions [T] rotate q and k when model.position = rope.
 ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const ModelConfig& c, bool train,
-                        const Decode* dec) {
+                        const Cache* dec) {
   Graph& g = s.graph();
   const Shape xs = g.value(x).shape;
   const int64_t B = xs[0], T = xs[1], C = xs[2];
@@ -120,7 +129,7 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
 }
 
 ValueId transformer_block(const Scope& s, ValueId x, ValueId positions, const ModelConfig& c, bool train,
-                          const Decode* dec) {
+                          const Cache* dec) {
   const Scope mlp_s = c.remat.has(RematRegion::MLP) ? (s / "mlp").remat_region() : s / "mlp";
   const Scope attn_s = c.remat.has(RematRegion::Attn) ? (s / "attn").remat_region() : s / "attn";
   auto mlp = [&](ValueId v) { return s.op1(OpKind::add, {v, mlp_block(mlp_s, v, c, train)}); };
@@ -128,13 +137,25 @@ ValueId transformer_block(const Scope& s, ValueId x, ValueId positions, const Mo
   return c.block_order == BlockOrder::attn_first ? mlp(attn(x)) : attn(mlp(x));
 }
 
-// Embeddings, blocks and head, shared by the training graph and the decoder: the logits [B, T, V]
+// Rows `rows` ([B] int32) of the stream x [B, T, C] flattened to [B·T, C], as [B, 1, C]: an
+// embedding lookup with the stream as its table. It is exact: the table is float32, and a 16-bit
+// stream widened to it rounds back to itself.
+ValueId take_rows(const Scope& s, ValueId x, ValueId rows) {
+  const Value& xv = s.graph().value(x);
+  const Shape xs = xv.shape;
+  const DType dt = xv.dtype;
+  ValueId table = view(s, x, Shape{xs[0] * xs[1], xs[2]});
+  if (dt != DType::f32) table = cast(s, table, DType::f32);
+  return view(s, s.op1(OpKind::embedding, {rows, table}, DTypeAttrs{dt}), Shape{xs[0], 1, xs[2]});
+}
+
+// Embeddings, blocks and head, shared by the training graph and the cached programs: the logits [B, T, V]
 // of tokens [B, T] at positions [T], in the compute dtype. The tutorial's logits.astype(float32)
 // before the loss is inside the loss ops (graph/ops/loss.cpp: they widen low-precision logits
 // exactly), so a bfloat16 model keeps no float32 copy of the logits or of their gradient; the
-// decoder casts for the sampler.
+// cached programs cast for the sampler.
 ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const ModelConfig& c, bool train,
-                           const Decode* dec) {
+                           const Cache* dec) {
   const Scope root(g);
   const int64_t C = c.hidden_size;
   // nn.Embed's default init: variance_scaling(1, fan_in, normal, out_axis=0) -> N(0, 1/C).
@@ -155,6 +176,7 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Mo
     const Scope bs = root / name;
     x = transformer_block(c.remat.has(RematRegion::Block) ? bs.remat_region() : bs, x, positions, c, train, dec);
   }
+  if (dec && dec->last_rows != kNoValue) x = take_rows(root / "last_rows", x, dec->last_rows);  // [B, 1, C]
   x = norm(root / "post_norm", x, c);
   if (c.tie_embeddings)  // wte.attend(x): the embedding table, transposed, is the output layer
     x = es.op1(OpKind::dense, {x, table}, DenseAttrs{c.dtype, /*transpose_w=*/true});  // [B, T, V]
@@ -163,37 +185,72 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Mo
   return x;
 }
 
+// A persistent int32 input [n] whose contents never change (uploaded once: ModelGraph::constants).
+ValueId constant_i32(ModelGraph& m, const std::string& name, const std::vector<int32_t>& values) {
+  const ValueId v = m.graph.add_input(name, Shape{static_cast<int64_t>(values.size())}, DType::i32);
+  std::vector<unsigned char> bytes(values.size() * sizeof(int32_t));
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  m.constants.emplace_back(v, std::move(bytes));
+  return v;
+}
+
+// Positions 0..T-1.
+ValueId positions_from_zero(ModelGraph& m, int64_t T) {
+  std::vector<int32_t> p(static_cast<size_t>(T));
+  std::iota(p.begin(), p.end(), 0);
+  return constant_i32(m, "positions", p);
+}
+
+// The cached programs' requirements, and the model without remat (no backward: nothing to recompute).
+ModelConfig cached_model(const ModelConfig& config, int64_t max_len, const char* who) {
+  if (!config.causal_mask) throw std::invalid_argument(std::string(who) + ": the model must be causal");
+  if (max_len < 1 || max_len > config.max_seq_len)
+    throw std::invalid_argument(std::string(who) + ": max_len must be in [1, max_seq_len]");
+  ModelConfig c = config;
+  c.remat = {};
+  return c;
+}
+
 }  // namespace
 
 ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool train) {
-  const int64_t batch = in.batch, seq_len = in.seq_len;
   ModelGraph m;
   m.name = "Transformer";
   Graph& g = m.graph;
-  m.inputs = g.add_input("inputs", Shape{batch, seq_len}, DType::i32);             // [B, T] token ids
-  m.labels = g.add_input("labels", Shape{batch, seq_len}, DType::i32);             // [B, T] next tokens
-  const ValueId positions = g.add_input("positions", Shape{seq_len}, DType::i32);  // 0..T-1
-  std::vector<unsigned char> pos_bytes(static_cast<size_t>(seq_len) * 4);
-  for (int32_t t = 0; t < seq_len; ++t) std::memcpy(pos_bytes.data() + t * 4, &t, 4);
-  m.constants.emplace_back(positions, std::move(pos_bytes));
+  m.inputs = g.add_input("inputs", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] token ids
+  m.labels = g.add_input("labels", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] next tokens
+  const ValueId positions = positions_from_zero(m, in.seq_len);               // [T]
   add_classification_loss(m, Scope(g), transformer_logits(g, m.inputs, positions, c, train, nullptr));
   return m;
 }
 
 ModelGraph build_transformer_decoder(const ModelConfig& config, int64_t batch, int64_t max_len) {
-  if (!config.causal_mask) throw std::invalid_argument("build_transformer_decoder: the model must be causal");
-  if (max_len < 1 || max_len > config.max_seq_len)
-    throw std::invalid_argument("build_transformer_decoder: max_len must be in [1, max_seq_len]");
-  ModelConfig c = config;
-  c.remat = {};  // no backward: nothing to recompute
+  const ModelConfig c = cached_model(config, max_len, "build_transformer_decoder");
   ModelGraph m;
   m.name = "TransformerDecoder";
   Graph& g = m.graph;
-  m.inputs = g.add_input("inputs", Shape{batch, 1}, DType::i32);             // [B, 1] the current tokens
-  const ValueId positions = g.add_input("positions", Shape{1}, DType::i32);  // [1] their position
-  const Decode dec{max_len, view(Scope(g), positions, Shape{})};             // the same int, as a scalar
+  m.inputs = g.add_input("inputs", Shape{batch, 1}, DType::i32);                   // [B, 1] the current tokens
+  const ValueId positions = g.add_input("positions", Shape{1}, DType::i32);        // [1] their position
+  const Cache dec{.max_len = max_len, .pos = view(Scope(g), positions, Shape{})};  // the same int, as a scalar
   m.output = cast(Scope(g), transformer_logits(g, m.inputs, positions, c, /*train=*/false, &dec),
                   DType::f32);  // [B, 1, V] f32, what the sampler reads
+  g.mark_output(m.output);
+  return m;
+}
+
+ModelGraph build_transformer_prefill(const ModelConfig& config, int64_t batch, int64_t len, int64_t max_len) {
+  const ModelConfig c = cached_model(config, max_len, "build_transformer_prefill");
+  if (len < 1 || len > max_len) throw std::invalid_argument("build_transformer_prefill: len must be in [1, max_len]");
+  ModelGraph m;
+  m.name = "TransformerPrefill";
+  Graph& g = m.graph;
+  m.inputs = g.add_input("inputs", Shape{batch, len}, DType::i32);  // [B, T] the tokens
+  const ValueId positions = positions_from_zero(m, len);            // [T]
+  std::vector<int32_t> last(static_cast<size_t>(batch));
+  for (size_t b = 0; b < last.size(); ++b) last[b] = static_cast<int32_t>((static_cast<int64_t>(b) + 1) * len - 1);
+  const Cache pre{.max_len = max_len, .last_rows = constant_i32(m, "last_rows", last)};
+  m.output = cast(Scope(g), transformer_logits(g, m.inputs, positions, c, /*train=*/false, &pre),
+                  DType::f32);  // [B, 1, V] f32: the last token's
   g.mark_output(m.output);
   return m;
 }

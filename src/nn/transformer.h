@@ -47,4 +47,16 @@ void validate_transformer(const ModelConfig& c);
 // c.causal_mask and 1 <= max_len <= c.max_seq_len (std::invalid_argument otherwise).
 ModelGraph build_transformer_decoder(const ModelConfig& c, int64_t batch, int64_t max_len);
 
+// The decoder's batched prefill (sample/sample.h): `len` tokens per sequence at positions
+// 0..len-1 through the network as one pass (every matmul over len rows, causal attention), which
+// also stores their keys and values in rows 0..len-1 of the same caches (kv_cache_write; rows
+// len.. are left as they were). Inputs: "inputs" [B, len] i32; the constants (m.constants)
+// "positions" [len] and "last_rows" [B]; the caches, named and shaped as the decoder's, so one set
+// of buffers serves both programs (Executor::External). Output (m.output, marked): the logits of
+// each sequence's last token [B, 1, num_outputs] f32, equal to the decoder's after feeding the
+// tokens one at a time (to kernel rounding); only that row goes through post_norm and the head.
+// Parameters as build_transformer's. Requires c.causal_mask and 1 <= len <= max_len <=
+// c.max_seq_len (std::invalid_argument otherwise).
+ModelGraph build_transformer_prefill(const ModelConfig& c, int64_t batch, int64_t len, int64_t max_len);
+
 }  // namespace loom::nn

@@ -22,7 +22,28 @@ namespace loom {
 
 // ---- Sampler ---------------------------------------------------------------------------------
 
-Sampler::Sampler(const Config& c, Backend& be) {
+namespace {
+
+// Why two: a sample's prefills have the prompt's length and the window refill's (the header).
+constexpr size_t kPrefillPrograms = 2;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Both programs' graphs have a gradient value per parameter (Graph::add_param) that none of their
+// nodes reads or writes (no backward). Bound to no storage, they cost nothing; unbound, an executor
+// would allocate a zeroed copy of every parameter.
+void bind_no_gradients(const Graph& g, Executor::External& ext) {
+  for (const Node& n : g.nodes())
+    for (const auto* vs : {&n.in, &n.out})
+      for (ValueId v : *vs) LOOM_ASSERT(g.value(v).kind != ValueKind::grad, "a sampling program uses a gradient");
+  for (const Param& p : g.params()) ext[g.value(p.grad).name] = nullptr;
+}
+
+}  // namespace
+
+Sampler::Sampler(const Config& c, Backend& be, Prefill how) : spec_(c.model), how_(how) {
   const nn::ModelKindInfo& kind = nn::model_kind(c.model.kind);
   if (!kind.build_decoder)
     throw UserError("model.kind",
@@ -37,10 +58,11 @@ Sampler::Sampler(const Config& c, Backend& be) {
   const Graph& g = model_.graph;
   positions_ = g.input_by_name("positions");
   for (const Value& v : g.values())
-    if (v.kind == ValueKind::input && v.name.size() > 6 && v.name.compare(v.name.size() - 6, 6, "_cache") == 0)
-      caches_.push_back(g.input_by_name(v.name));
-  MemoryPlan plan = plan_program(be, g, default_schedule(g));
-  if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
+    if (v.kind == ValueKind::input && v.name.ends_with("_cache")) caches_.push_back(g.input_by_name(v.name));
+  Executor::External none;
+  bind_no_gradients(g, none);
+  if (Status s = Executor::create(be, g, plan_program(be, g, default_schedule(g)), &exec_, &none); !s)
+    throw std::runtime_error(s.message());
   logits_.resize(static_cast<size_t>(num_outputs_));
 }
 
@@ -60,7 +82,6 @@ void Sampler::copy_params_from(const Executor& src) {
 }
 
 void Sampler::reset() {
-  for (ValueId c : caches_) exec_->zero(c);
   cached_.clear();
   start_ = 0;
 }
@@ -77,19 +98,77 @@ std::span<const float> Sampler::feed(int32_t token) {
   return logits_;
 }
 
+Sampler::PrefillProgram& Sampler::prefill_program(int64_t len) {
+  const auto kept = std::find_if(prefills_.begin(), prefills_.end(), [&](const auto& p) { return p->len == len; });
+  if (kept != prefills_.end()) {
+    std::rotate(prefills_.begin(), kept, kept + 1);
+    return *prefills_.front();
+  }
+  if (prefills_.size() == kPrefillPrograms) prefills_.pop_back();  // its arena goes before the next is allocated
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = std::make_unique<PrefillProgram>();
+  p->len = len;
+  p->model = nn::model_kind(spec_.kind).build_prefill(spec_, 1, len, max_len_);
+  // The decoder's parameters and caches, by name: the prefill program allocates neither.
+  Executor::External shared;
+  for (const Param& q : model_.graph.params()) shared[model_.graph.value(q.value).name] = exec_->ptr(q.value);
+  for (ValueId c : caches_) shared[model_.graph.value(c).name] = exec_->ptr(c);
+  const Graph& g = p->model.graph;
+  bind_no_gradients(g, shared);
+  Backend& be = exec_->backend();
+  if (Status s = Executor::create(be, g, plan_program(be, g, default_schedule(g)), &p->exec, &shared); !s)
+    throw std::runtime_error(s.message());
+  p->own_bytes = p->exec->arena_bytes_allocated();
+  for (const Value& v : g.values()) {  // its own: the token, position and row inputs
+    if (v.kind == ValueKind::activation || shared.contains(v.name)) continue;
+    LOOM_ASSERT(v.kind == ValueKind::input, "prefill parameter '" + v.name + "' is not the decoder's");
+    p->own_bytes += v.bytes();
+  }
+  for (const auto& [v, bytes] : p->model.constants) p->exec->upload(v, bytes.data());
+  prefills_.insert(prefills_.begin(), std::move(p));
+  ++prefill_stats_.builds;
+  prefill_stats_.build_seconds += seconds_since(t0);
+  return *prefills_.front();
+}
+
+int64_t Sampler::prefill_bytes() const {
+  int64_t n = 0;
+  for (const auto& p : prefills_) n += p->own_bytes;
+  return n;
+}
+
+std::span<const float> Sampler::prefill(std::span<const int32_t> tokens) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  LOOM_ASSERT(n >= 1 && n <= max_len_, "prefill takes 1 to max_len tokens, got " + std::to_string(n));
+  reset();
+  PrefillProgram* p = how_ == Prefill::batched ? &prefill_program(n) : nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (p) {
+    p->exec->upload(p->model.inputs, tokens.data());
+    p->exec->run(RunCtx{});
+    p->exec->download(p->model.output, logits_.data());
+    cached_.assign(tokens.begin(), tokens.end());
+  } else {
+    for (int32_t t : tokens) feed(t);
+  }
+  prefill_stats_.seconds += seconds_since(t0);
+  ++prefill_stats_.passes;
+  prefill_stats_.tokens += n;
+  return logits_;
+}
+
 std::span<const float> Sampler::next_logits(std::span<const int32_t> context) {
   LOOM_ASSERT(!context.empty(), "next_logits needs at least one token of context");
-  const size_t n = context.size();
+  const size_t n = context.size(), window = static_cast<size_t>(max_len_);
   // Do the caches hold a prefix of what remains of the context? Otherwise start over.
   bool extends = start_ + cached_.size() <= n && !cached_.empty();
   for (size_t i = 0; extends && i < cached_.size(); ++i) extends = context[start_ + i] == cached_[i];
-  if (!extends) {
-    reset();
-    if (n > static_cast<size_t>(max_len_)) start_ = n - static_cast<size_t>(std::max<int64_t>(max_len_ / 2, 1));
-  } else if (n - start_ > static_cast<size_t>(max_len_)) {  // sliding window
-    reset();
-    start_ = n - static_cast<size_t>(std::max<int64_t>(max_len_ / 2, 1));
-    ++refills_;
+  if (!extends || n - start_ > window) {  // start over, from the last max_len/2 tokens when all do not fit
+    if (extends) ++refills_;              // the sliding window
+    const size_t start = n > window ? n - std::max<size_t>(window / 2, 1) : 0;
+    prefill(context.subspan(start));
+    start_ = start;
+    return logits_;
   }
   if (start_ + cached_.size() == n) return logits_;  // nothing new: the last token's logits
   std::span<const float> l;
@@ -205,10 +284,6 @@ void write_out(std::FILE* f, std::string_view s) {
   std::fflush(f);
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 }  // namespace
 
 int run_sample(const SampleOptions& o) {
@@ -251,46 +326,45 @@ int run_sample(const SampleOptions& o) {
 
   const std::unique_ptr<Backend> be = make_backend(Device::cpu);
   set_num_threads(static_cast<int>(o.threads >= 0 ? o.threads : c.threads));
-  Sampler s(c, *be);
+  Sampler s(c, *be, o.prefill);
   src.load_params(s.executor());
 
-  double prefill_s = 0, decode_s = 0;
-  int64_t prefilled = 0, decode_runs = 0;
+  double total_s = 0;  // prefill passes and decoding, every sample
   for (int64_t k = 0; k < o.num_samples; ++k) {
     if (k > 0) write_out(o.out, "---------------\n");  // nanoGPT's separator
     write_out(o.out, text);
     Utf8Stream stream;
-    const int64_t runs0 = s.runs();
-    const auto t0 = std::chrono::steady_clock::now();
-    s.next_logits(prompt);  // prefill (generate() would do it too: timed apart for --stats)
-    prefill_s += seconds_since(t0);
-    prefilled += s.runs() - runs0;
-    const int64_t runs1 = s.runs();
-    const auto t1 = std::chrono::steady_clock::now();
     std::string last;  // what was written last, for the final newline
+    const auto t0 = std::chrono::steady_clock::now();
     generate(s, prompt, o.tokens, o.sampling, o.seed + static_cast<uint64_t>(k), tok->vocab_size(), [&](int32_t id) {
       const int32_t one[1] = {id};
       const std::string ready = stream.push(tok->decode(one));
       if (!ready.empty()) last = ready;
       write_out(o.out, ready);
     });
-    decode_s += seconds_since(t1);
-    decode_runs += s.runs() - runs1;
+    total_s += seconds_since(t0);
     const std::string rest = stream.flush();
     if (!rest.empty()) last = rest;
     write_out(o.out, rest);
     if (last.empty() ? text.empty() || text.back() != '\n' : last.back() != '\n') write_out(o.out, "\n");
   }
   if (o.stats) {
-    const int64_t runs = decode_runs, tokens = o.tokens * o.num_samples;
-    std::fprintf(stderr,
-                 "loom sample: %s, %d threads: prefill %lld tokens in %.1f ms; %lld tokens in %.1f ms = %.3f ms/token "
-                 "(%lld program runs of %zu nodes, %.3f ms each; %lld window refills)\n",
-                 o.checkpoint.c_str(), num_threads(), static_cast<long long>(prefilled), prefill_s * 1e3,
-                 static_cast<long long>(tokens), decode_s * 1e3,
-                 tokens ? decode_s * 1e3 / static_cast<double>(tokens) : 0.0, static_cast<long long>(runs),
-                 s.nodes_per_token(), runs ? decode_s * 1e3 / static_cast<double>(runs) : 0.0,
-                 static_cast<long long>(s.window_refills()));
+    // Prefill: its passes (the prompt's per sample, and the window refills'); decode: the rest of
+    // the time but for building the prefill programs, per generated token (decoder run, sampling,
+    // printing).
+    const Sampler::PrefillStats& p = s.prefill_stats();
+    const double decode_s = total_s - p.seconds - p.build_seconds;
+    const auto tokens = static_cast<double>(o.tokens * o.num_samples);
+    std::fprintf(
+        stderr,
+        "loom sample: %s, %d threads, %s prefill: prefill %lld tokens in %lld passes (%lld window refills) "
+        "in %.1f ms = %.1f tokens/s; decode %.0f tokens in %.1f ms = %.3f ms/token = %.1f tokens/s "
+        "(decoder of %zu nodes); %lld prefill programs built in %.1f ms, %.1f MiB held\n",
+        o.checkpoint.c_str(), num_threads(), o.prefill == Prefill::batched ? "batched" : "token-by-token",
+        static_cast<long long>(p.tokens), static_cast<long long>(p.passes), static_cast<long long>(s.window_refills()),
+        p.seconds * 1e3, p.seconds > 0 ? static_cast<double>(p.tokens) / p.seconds : 0.0, tokens, decode_s * 1e3,
+        tokens > 0 ? decode_s * 1e3 / tokens : 0.0, decode_s > 0 ? tokens / decode_s : 0.0, s.nodes_per_token(),
+        static_cast<long long>(p.builds), p.build_seconds * 1e3, static_cast<double>(s.prefill_bytes()) / (1 << 20));
   }
   return 0;
 }

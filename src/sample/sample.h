@@ -3,15 +3,29 @@
 // The model runs as a one-token program (nn::build_transformer_decoder): each layer keeps the
 // keys and values of the tokens seen so far in persistent caches, so a token costs one pass of
 // the network over one position plus attention over the cached rows — the prefix is never
-// recomputed. The prompt is fed one token at a time (prefill), then every sampled token is fed
-// back. The program is the same for every position; only the `positions` input changes.
+// recomputed. The program is the same for every position; only the `positions` input changes.
+//
+// Prefill (issue 18 point 4): the prompt goes through the network as one [1, T] pass of a second
+// program (nn::build_transformer_prefill: every matmul over T rows, causal attention), which
+// stores the T tokens' keys and values in cache rows 0..T-1 and yields the last token's logits;
+// then every sampled token is fed back through the decoder. The prefill program is built for the
+// exact length T, lazily, and bound to the decoder's parameter and cache buffers
+// (Executor::External): its own memory is its planned arena plus the [T] token and position
+// inputs, nothing is copied. Why exact lengths and not padded power-of-two buckets: a sample
+// needs at most two lengths (the prompt's and the window refill's, max_len/2, below), so the
+// Sampler keeps the two most recently used programs and rebuilds on a third length (a build is
+// a graph and a plan, no weights), and no pass computes padding rows (bucketing wastes up to half
+// of each pass). Prefill::token is the one-token path instead (the decoder run per prompt token:
+// no second program, slower).
 //
 // Sliding window: the caches hold model.max_seq_len positions (pos_emb has no more rows). When
-// the sequence would outgrow them, the caches are cleared and the last max_seq_len/2 tokens are
-// fed again at positions 0.. (re-prefill), so generation goes on indefinitely, each token seeing
-// at least max_seq_len/2 tokens of context. nanoGPT crops the context the same way (it keeps the
-// last block_size tokens, recomputing them for every token); halving the window amortises the
-// re-prefill to one extra token per generated token at worst.
+// the sequence would outgrow them, the last max_seq_len/2 tokens are prefilled again at
+// positions 0.. (re-prefill, one batched pass), so generation goes on indefinitely, each token
+// seeing at least max_seq_len/2 tokens of context. nanoGPT crops the context the same way (it
+// keeps the last block_size tokens, recomputing them for every token); halving the window
+// amortises the re-prefill to one extra token per generated token at worst. Cache rows past the
+// tokens held keep stale values, never read: attention_decode writes row pos before it reads rows
+// 0..pos, so starting over clears nothing.
 //
 // Sampling (nanoGPT's sample.py, with its defaults temperature 0.8 and top-k 200, the same as the
 // sample at the end of `loom train`): logits / temperature, keep the top_k (ties with the k-th
@@ -46,6 +60,12 @@ struct Sampling {
   double top_p = 1.0;        // in (0, 1]; 1 = no nucleus cut
 };
 
+// How the prompt and each window refill reach the caches (the header's prefill).
+enum class Prefill : uint8_t {
+  batched,  // one pass of the prefill program over all the tokens
+  token,    // one decoder run per token (no prefill program)
+};
+
 struct SampleOptions {
   std::string checkpoint;   // a ckpt_<step> directory, or a run directory (its latest checkpoint)
   std::string prompt;       // UTF-8; empty: start from "\n" (char vocabulary) or <|endoftext|> (GPT-2)
@@ -55,8 +75,9 @@ struct SampleOptions {
   Sampling sampling;
   uint64_t seed = 0;
   int64_t threads = -1;     // CPU threads; -1: the checkpoint config's `threads` (0 = all cores)
-  bool stats = false;       // print prefill / decode timings to stderr at the end
+  bool stats = false;       // print prefill and decode tokens/s to stderr at the end
   std::FILE* out = stdout;  // where the text goes (the prompt, then each token as it is produced)
+  Prefill prefill = Prefill::batched;
 };
 
 // Checks the flags: negative --tokens, --top-k or --temperature (or a non-finite temperature), a
@@ -68,19 +89,22 @@ void validate_sample_options(const SampleOptions& o);
 // saved beside it (tokenizer.json; a checkpoint without one is a UserError), builds the decoder
 // on the cpu backend, loads the parameters, and for each sample echoes the prompt and streams
 // `tokens` sampled tokens to o.out, flushing after each complete character, and ends the sample
-// with a newline. Returns the exit status (0).
+// with a newline. With o.stats, prints to stderr the prefill passes' tokens/s and the decoding's
+// per generated token, and the prefill programs' memory. Returns the exit status (0).
 int run_sample(const SampleOptions& o);
 
 // The decoding engine for the transformer of c.model: the decoder program (batch 1, max_len =
-// c.model.max_seq_len) planned once on `be`, its caches and the tokens they hold.
+// c.model.max_seq_len) planned once on `be`, its caches and the tokens they hold, and the prefill
+// programs over the same buffers (built on first use, the two most recent kept).
 class Sampler {
  public:
   // UserError when c.model is not a causal transformer.
-  Sampler(const Config& c, Backend& be);
+  Sampler(const Config& c, Backend& be, Prefill how = Prefill::batched);
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
 
+  // The decoder's executor: its parameters are every program's (load or copy them here).
   Executor& executor() { return *exec_; }
   const nn::ModelGraph& model() const { return model_; }
   int64_t max_len() const { return max_len_; }
@@ -92,33 +116,61 @@ class Sampler {
   // (a Trainer's), e.g. to sample at the end of training.
   void copy_params_from(const Executor& src);
 
-  // Forgets the context: clears the caches; the next token goes to position 0.
+  // Forgets the context: the next token goes to position 0.
   void reset();
   // Runs one token at the next position (which must be < max_len()) and returns its logits
   // (num_outputs() floats, valid until the next call).
   std::span<const float> feed(int32_t token);
+  // Starts over with `tokens` (1 to max_len() of them) at positions 0..: fills the caches and
+  // returns the last token's logits (as feed's), in one pass of the prefill program for that
+  // length or token by token (the constructor's Prefill).
+  std::span<const float> prefill(std::span<const int32_t> tokens);
   // Tokens held in the caches, in position order.
   const std::vector<int32_t>& cached() const { return cached_; }
 
   // The logits for the token that follows `context` (non-empty). Feeds only what the caches do
-  // not hold yet when `context` extends the previous one (otherwise starts over); applies the
+  // not hold yet when `context` extends the previous one (otherwise prefills it); applies the
   // sliding window when the context no longer fits.
   std::span<const float> next_logits(std::span<const int32_t> context);
-  // Times the caches were cleared and refilled because the context outgrew them.
+  // Times the caches were refilled because the context outgrew them.
   int64_t window_refills() const { return refills_; }
-  // Program runs (tokens fed) so far.
+  // Decoder runs (tokens fed, the token-by-token prefill's included) so far.
   int64_t runs() const { return runs_; }
 
+  // prefill() so far: calls, tokens, and seconds in the passes; apart, the prefill programs built
+  // and the seconds that took (the graph, its plan and the executor: setup, as the decoder's).
+  struct PrefillStats {
+    int64_t passes = 0, tokens = 0, builds = 0;
+    double seconds = 0, build_seconds = 0;
+  };
+  const PrefillStats& prefill_stats() const { return prefill_stats_; }
+  // Memory of the prefill programs held: their arenas and their own inputs (the parameters and
+  // caches are the decoder's).
+  int64_t prefill_bytes() const;
+
  private:
+  struct PrefillProgram {
+    int64_t len = 0;
+    nn::ModelGraph model;
+    std::unique_ptr<Executor> exec;
+    int64_t own_bytes = 0;  // arena and unshared inputs
+  };
+  // The program for `len` tokens, built if no kept one has that length; most recent first.
+  PrefillProgram& prefill_program(int64_t len);
+
+  ModelConfig spec_;
+  Prefill how_;
   nn::ModelGraph model_;
   std::unique_ptr<Executor> exec_;
   int64_t max_len_ = 0, num_outputs_ = 0;
   ValueId positions_ = kNoValue;
   std::vector<ValueId> caches_;
-  std::vector<int32_t> cached_;  // tokens at positions 0..size-1
-  size_t start_ = 0;             // index in the context of cached_[0]
+  std::vector<std::unique_ptr<PrefillProgram>> prefills_;  // at most kPrefillPrograms, most recent first
+  std::vector<int32_t> cached_;                            // tokens at positions 0..size-1
+  size_t start_ = 0;                                       // index in the context of cached_[0]
   std::vector<float> logits_;
   int64_t refills_ = 0, runs_ = 0;
+  PrefillStats prefill_stats_;
 };
 
 // One token from `logits` (nanoGPT's sampling, the header's mapping): temperature 0 → argmax;

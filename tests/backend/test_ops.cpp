@@ -1190,6 +1190,7 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::attention, "CpuOpsAttention.Attention"},
     {OpKind::attention_grad, "CpuOpsAttention.Attention"},
     {OpKind::attention_decode, "CpuOpsAttention.AttentionDecodeMatchesAttention"},
+    {OpKind::kv_cache_write, "CpuOpsAttention.KvCacheWrite"},
     {OpKind::rope, "CpuOpsAttention.Rope"},
 });
 #define LOOM_OP(name, ...) \

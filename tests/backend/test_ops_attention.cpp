@@ -441,6 +441,12 @@ struct DecodeResult {
   HostTensor out, k_cache, v_cache;
 };
 
+HostTensor nan_tensor(const Shape& shape, DType d) {
+  HostTensor t(shape, d);
+  for (int64_t i = 0; i < t.numel(); ++i) t.set(i, NAN);
+  return t;
+}
+
 DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype, int64_t Tmax, int32_t G = 1) {
   const int64_t B = qkv.shape[0], T = qkv.shape[1], KV = qkv.shape[2], D3 = qkv.shape[3], D = D3 / (G + 2);
   const int64_t H = KV * G;  // query heads: the output's; KV: the caches'
@@ -460,8 +466,7 @@ DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype,
   DecodeResult r{HostTensor(Shape{B, T, H, D}, d), HostTensor(Shape{B, Tmax, KV, D}, d),
                  HostTensor(Shape{B, Tmax, KV, D}, d)};
   if (!st.is_ok()) return r;
-  HostTensor nan(Shape{B, Tmax, KV, D}, d);
-  for (int64_t i = 0; i < nan.numel(); ++i) nan.set(i, NAN);
+  const HostTensor nan = nan_tensor(Shape{B, Tmax, KV, D}, d);
   ex->upload(kc, nan.bytes.data());
   ex->upload(vc, nan.bytes.data());
   HostTensor step(Shape{B, 1, KV, D3}, d), o(Shape{B, 1, H, D}, d);
@@ -478,6 +483,24 @@ DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype,
   ex->download(kc, r.k_cache.bytes.data());
   ex->download(vc, r.v_cache.bytes.data());
   return r;
+}
+
+// The caches [B, Tmax, KV, D] after tokens 0..T-1 of qkv (s.H key/value heads) were stored: rows
+// [0, T) hold exactly each token's key and value, rows [T, Tmax) are untouched (they started NaN).
+void expect_caches_hold(const DecodeResult& r, const HostTensor& qkv, const AttnShape& s, const std::string& what) {
+  const int64_t Tmax = r.k_cache.shape[1];
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = 0; t < Tmax; ++t)
+      for (int64_t i = 0; i < s.H * s.D; ++i) {  // H key/value heads: the caches' rows
+        const int64_t h = i / s.D, e = i % s.D, c = ((b * Tmax + t) * s.H) * s.D + i;
+        const int64_t q = ((b * s.T + t) * s.H + h) * (s.G + 2) * s.D + s.G * s.D + e;  // its key
+        if (t < s.T) {
+          ASSERT_EQ(r.k_cache.get(c), qkv.get(q)) << what << " k_cache row " << t;
+          ASSERT_EQ(r.v_cache.get(c), qkv.get(q + s.D)) << what << " v_cache row " << t;
+        } else {
+          ASSERT_TRUE(std::isnan(r.k_cache.get(c)) && std::isnan(r.v_cache.get(c))) << what << " row " << t;
+        }
+      }
 }
 
 // Decoding positions 0..T-1 one at a time reproduces causal attention row by row: bit for bit on
@@ -501,20 +524,60 @@ TEST(CpuOpsAttention, AttentionDecodeMatchesAttention) {
       expect_bytes_equal(dr.out, att.ref[0], what + " ref decode vs ref attention");
       expect_close(dc.out, att.cpu[0], coarser(p.d, p.s), what + " cpu decode vs cpu attention");
       expect_close(dc.out, dr.out, coarser(p.d, p.s), what + " cpu decode vs ref decode");
-      for (const DecodeResult* r : {&dc, &dr})
-        for (int64_t b = 0; b < s.B; ++b)
-          for (int64_t t = 0; t < Tmax; ++t)
-            for (int64_t i = 0; i < s.H * s.D; ++i) {  // H key/value heads: the caches' rows
-              const int64_t h = i / s.D, e = i % s.D, c = ((b * Tmax + t) * s.H) * s.D + i;
-              const int64_t q = ((b * s.T + t) * s.H + h) * (s.G + 2) * s.D + s.G * s.D + e;  // its key
-              if (t < s.T) {
-                ASSERT_EQ(r->k_cache.get(c), qkv.get(q)) << what << " k_cache row " << t;
-                ASSERT_EQ(r->v_cache.get(c), qkv.get(q + s.D)) << what << " v_cache row " << t;
-              } else {
-                ASSERT_TRUE(std::isnan(r->k_cache.get(c)) && std::isnan(r->v_cache.get(c))) << what << " row " << t;
-              }
-            }
+      for (const DecodeResult* r : {&dc, &dr}) expect_caches_hold(*r, qkv, s, what);
     }
+}
+
+// Runs kv_cache_write on `be` for qkv [B, T, KV, (G+2)·D] into caches [B, Tmax, KV, D] that start
+// as NaN; returns the caches (out stays empty).
+DecodeResult run_cache_write(Backend& be, const HostTensor& qkv, int64_t Tmax, int32_t G) {
+  const int64_t B = qkv.shape[0], KV = qkv.shape[2], D = qkv.shape[3] / (G + 2);
+  const Shape cache{B, Tmax, KV, D};
+  Graph g;
+  const ValueId x = g.add_input("qkv", qkv.shape, qkv.dtype);
+  const ValueId kc = g.add_input("k_cache", cache, qkv.dtype);
+  const ValueId vc = g.add_input("v_cache", cache, qkv.dtype);
+  g.add_node(OpKind::kv_cache_write, {x, kc, vc}, AttentionAttrs{true, DType::f32, G}, "prefill", Phase::forward);
+  DecodeResult r{HostTensor(), nan_tensor(cache, qkv.dtype), nan_tensor(cache, qkv.dtype)};
+  std::unique_ptr<Executor> ex;
+  const Status st = Executor::create(be, g, plan_program(be, g, default_schedule(g)), &ex);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  if (!st.is_ok()) return r;
+  ex->upload(x, qkv.bytes.data());
+  ex->upload(kc, r.k_cache.bytes.data());
+  ex->upload(vc, r.v_cache.bytes.data());
+  ex->run(RunCtx{});
+  ex->download(kc, r.k_cache.bytes.data());
+  ex->download(vc, r.v_cache.bytes.data());
+  return r;
+}
+
+// kv_cache_write of T tokens: the caches hold their keys and values in rows [0, T) exactly and the
+// rows past them untouched (NaN), on both backends, for every dtype and grouped heads.
+TEST(CpuOpsAttention, KvCacheWrite) {
+  for (const DtypePair& p : kAttnDtypes)
+    for (const AttnShape& s : attn_shapes()) {
+      OpCase full(OpKind::attention, {{s.qkv(), p.d}}, AttentionAttrs{true, p.s, s.G});
+      full.fill_random(next_seed());
+      const std::string what = attn_what("kv_cache_write", p, true, s);
+      CpuBackend cpu;
+      ReferenceBackend ref;
+      expect_caches_hold(run_cache_write(cpu, full.input(0), s.T + 3, s.G), full.input(0), s, what + " cpu");
+      expect_caches_hold(run_cache_write(ref, full.input(0), s.T + 3, s.G), full.input(0), s, what + " reference");
+    }
+  // The shape rule: caches with fewer rows than tokens, in another dtype, or not persistent inputs.
+  auto build = [](int64_t Tmax, DType cache_dt, bool cache_is_input) {
+    Graph g;
+    const ValueId x = g.add_input("qkv", Shape{2, 5, 3, 12}, DType::f32);
+    ValueId kc = g.add_input("k_cache", Shape{2, Tmax, 3, 4}, cache_dt);
+    if (!cache_is_input) kc = g.node(g.add_node(OpKind::cast, {kc}, DTypeAttrs{cache_dt}, "c", Phase::forward)).out[0];
+    const ValueId vc = g.add_input("v_cache", Shape{2, Tmax, 3, 4}, cache_dt);
+    g.add_node(OpKind::kv_cache_write, {x, kc, vc}, AttentionAttrs{true, DType::f32}, "w", Phase::forward);
+  };
+  EXPECT_NO_THROW(build(5, DType::f32, true));
+  EXPECT_THROW(build(4, DType::f32, true), std::invalid_argument);
+  EXPECT_THROW(build(5, DType::bf16, true), std::invalid_argument);
+  EXPECT_THROW(build(5, DType::f32, false), std::invalid_argument);
 }
 
 TEST(CpuOpsAttention, AttentionDecodeShapeRule) {

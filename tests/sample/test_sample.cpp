@@ -17,6 +17,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -27,6 +28,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/reference/reference.h"
 #include "core/error.h"
+#include "data/data.h"
 #include "data/tokenizer.h"
 #include "graph/passes/plan.h"
 #include "io/param_io.h"
@@ -302,6 +304,17 @@ TEST(Decoder, LogitsMatchTrainingForwardBf16) {
   expect_decoder_matches(tiny_config("llama", "bfloat16"), cpu, 3e-2);
 }
 
+// The two graphs have the same parameters, path for path and shape for shape, in the same order.
+void expect_same_params(const Graph& a, const Graph& b) {
+  ASSERT_EQ(a.params().size(), b.params().size());
+  for (size_t i = 0; i < a.params().size(); ++i) {
+    const Value& x = a.value(a.params()[i].value);
+    const Value& y = b.value(b.params()[i].value);
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.shape, y.shape);
+  }
+}
+
 // One program for every token: its size depends on the model, not on the cache length or the
 // position, and it holds exactly one attention_decode per layer over that layer's caches.
 TEST(Decoder, ProgramIndependentOfPosition) {
@@ -328,13 +341,7 @@ TEST(Decoder, ProgramIndependentOfPosition) {
   EXPECT_TRUE(b.graph.value(b.output).is_output);
   // The parameters are the training graph's, path for path.
   const nn::ModelGraph t = nn::build_transformer(spec, {.batch = 1, .seq_len = kMaxLen}, false);
-  ASSERT_EQ(t.graph.params().size(), b.graph.params().size());
-  for (size_t i = 0; i < t.graph.params().size(); ++i) {
-    const Value& x = t.graph.value(t.graph.params()[i].value);
-    const Value& y = b.graph.value(b.graph.params()[i].value);
-    EXPECT_EQ(x.name, y.name);
-    EXPECT_EQ(x.shape, y.shape);
-  }
+  expect_same_params(t.graph, b.graph);
 
   CpuBackend cpu;
   Sampler s(tiny_config(), cpu);
@@ -356,6 +363,129 @@ TEST(Decoder, RejectsNonCausalModels) {
   c.model.causal_mask = false;
   EXPECT_THROW(Sampler(c, cpu), UserError);
   EXPECT_THROW(Sampler(default_config({}), cpu), UserError);  // an mlp_classifier
+}
+
+// The prefill program: per layer one kv_cache_write into caches named and shaped as the decoder's
+// and one causal attention (no attention_decode), the decoder's parameters, and only the last
+// token's row past the blocks (post_norm over [1, 1, C]), giving logits [1, 1, V] f32.
+TEST(Decoder, PrefillProgramSharesTheDecodersCaches) {
+  for (const char* variant : {"gpt2", "llama"}) {
+    const ModelConfig spec = tiny_config(variant).model;
+    const nn::ModelGraph dec = nn::build_transformer_decoder(spec, 1, kMaxLen);
+    const nn::ModelGraph pre = nn::build_transformer_prefill(spec, 1, 5, kMaxLen);
+    std::map<OpKind, int> count;
+    for (const Node& n : pre.graph.nodes()) {
+      ++count[n.op];
+      if (n.op == OpKind::kv_cache_write)
+        for (int i : {1, 2}) {
+          const Value& cache = pre.graph.value(n.in[static_cast<size_t>(i)]);
+          const ValueId in_dec = dec.graph.input_by_name(cache.name);
+          ASSERT_NE(in_dec, kNoValue) << cache.name;
+          EXPECT_EQ(cache.shape, dec.graph.value(in_dec).shape) << cache.name;
+          EXPECT_EQ(cache.name, n.scope + (i == 1 ? "/k_cache" : "/v_cache"));
+        }
+      if (n.op == OpKind::layer_norm && n.scope == "post_norm") {
+        EXPECT_EQ(pre.graph.value(n.in[0]).shape, (Shape{1, 1, spec.hidden_size})) << variant;
+      }
+    }
+    EXPECT_EQ(count[OpKind::kv_cache_write], spec.num_layers) << variant;
+    EXPECT_EQ(count[OpKind::attention], spec.num_layers) << variant;
+    EXPECT_EQ(count[OpKind::attention_decode], 0) << variant;
+    expect_same_params(pre.graph, dec.graph);
+    const Value& out = pre.graph.value(pre.output);
+    EXPECT_EQ(out.shape, (Shape{1, 1, kVocab}));
+    EXPECT_EQ(out.dtype, DType::f32);
+    EXPECT_TRUE(out.is_output);
+    for (int64_t bad : {int64_t{0}, kMaxLen + 1})
+      EXPECT_THROW(nn::build_transformer_prefill(spec, 1, bad, kMaxLen), std::invalid_argument) << bad;
+  }
+}
+
+// The batched prefill against the one-token path on the same parameters: the prompt's last
+// logits, the tokens held, and the logits of the tokens decoded after it (which read the caches
+// the prefill filled), for prompts of 1, 5 and max_len tokens. Returns the largest row_error.
+double prefill_error(const Config& c, Backend& be) {
+  Trainer tr(c, be);
+  Sampler batched(c, be), token(c, be, Prefill::token);
+  batched.copy_params_from(tr.executor());
+  token.copy_params_from(tr.executor());
+  double worst = 0;
+  for (size_t len : {size_t{1}, size_t{5}, static_cast<size_t>(kMaxLen)}) {
+    const std::vector<int32_t> seq = random_tokens(len + 20, kMaxLen);
+    const std::span<const int32_t> prompt = std::span(seq).first(len);
+    const std::span<const float> want = token.prefill(prompt);
+    worst = std::max(worst, row_error(batched.prefill(prompt), want.data()));
+    EXPECT_EQ(batched.cached(), token.cached());
+    for (size_t t = len; t < std::min(len + 4, seq.size()); ++t) {
+      const std::span<const float> next = token.feed(seq[t]);
+      worst = std::max(worst, row_error(batched.feed(seq[t]), next.data()));
+    }
+  }
+  if (std::getenv("STATS")) std::printf("STAT prefill %s %s worst %g\n", be.name(), dtype_name(c.model.dtype), worst);
+  return worst;
+}
+
+// Learned positions (gpt2) and rotary positions with grouped key/value heads (llama). On the
+// reference backend every row is computed alone in double, so the two paths agree bit for bit; on
+// the CPU float32 differs by summation orders (sgemm over T rows vs one row, blocked attention vs
+// dot products: measured 6e-8 of the logits' scale), and bfloat16 could differ by an
+// intermediate's rounding flipped by those, carried through the layers (equal when measured here;
+// the bound is the decoder's own test's, a few bf16 ulps).
+TEST(Prefill, LogitsMatchTokenByToken) {
+  CpuBackend cpu;
+  ReferenceBackend ref;
+  for (const char* variant : {"gpt2", "llama"}) {
+    EXPECT_EQ(prefill_error(tiny_config(variant), ref), 0) << variant;
+    EXPECT_LE(prefill_error(tiny_config(variant), cpu), 1e-5) << variant;
+    EXPECT_LE(prefill_error(tiny_config(variant, "bfloat16"), cpu), 3e-2) << variant;
+  }
+}
+
+// The prefill program reads the decoder's parameters (bound, not copied): built on the zero
+// parameters of a fresh Sampler, it sees the ones copied in afterwards.
+TEST(Prefill, ProgramReadsTheDecodersParameters) {
+  const Config c = tiny_config();
+  CpuBackend cpu;
+  Trainer tr(c, cpu);
+  Sampler s(c, cpu), token(c, cpu, Prefill::token);
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+  for (float x : s.prefill(prompt)) EXPECT_EQ(x, 0.f) << "zero parameters";
+  s.copy_params_from(tr.executor());
+  token.copy_params_from(tr.executor());
+  const std::span<const float> want = token.prefill(prompt);
+  EXPECT_LE(row_error(s.prefill(prompt), want.data()), 1e-5);
+  EXPECT_GT(row_error(want, std::vector<float>(want.size()).data()), 0) << "the logits are not all zero";
+}
+
+// Two programs at most (the prompt's and the window refill's length): a third length replaces the
+// least recently used one, so the memory held does not grow with the lengths seen. The token path
+// holds none. Every prefill call is one pass in the stats.
+TEST(Prefill, KeepsTheTwoLatestPrograms) {
+  const Config c = tiny_config();
+  CpuBackend cpu;
+  Sampler s(c, cpu), token(c, cpu, Prefill::token);
+  const std::vector<int32_t> seq = random_tokens(3, kMaxLen);
+  auto held_after = [&](size_t n) {
+    s.prefill(std::span(seq).first(n));
+    token.prefill(std::span(seq).first(n));
+    return s.prefill_bytes();
+  };
+  EXPECT_EQ(s.prefill_bytes(), 0);
+  const int64_t three = held_after(3);
+  const int64_t three_eight = held_after(8);
+  EXPECT_GT(three, 0);
+  EXPECT_GT(three_eight, three);
+  EXPECT_EQ(held_after(3), three_eight);  // kept: 3 and 8
+  held_after(5);                          // 5 and 3
+  held_after(8);                          // 8 and 5
+  EXPECT_EQ(held_after(3), three_eight);  // 3 and 8 again
+  EXPECT_EQ(token.prefill_bytes(), 0);
+  for (const Sampler* x : {&s, &token}) {
+    EXPECT_EQ(x->prefill_stats().passes, 6);
+    EXPECT_EQ(x->prefill_stats().tokens, 3 + 8 + 3 + 5 + 8 + 3);
+  }
+  EXPECT_EQ(token.runs(), 3 + 8 + 3 + 5 + 8 + 3) << "the token path runs the decoder per token";
+  EXPECT_EQ(s.runs(), 0);
 }
 
 struct Fixture {
@@ -627,6 +757,40 @@ TEST_F(SampleCli, GeneratesFromACheckpoint) {
   EXPECT_EQ(run_cmd(plain + " --top-p 1", dir_).out, run_cmd(plain, dir_).out);
   EXPECT_EQ(run_cmd(plain + " --top-p 0.000001", dir_).out,
             run_cmd("sample " + run.string() + " --prompt abc --tokens 20 --temperature 0", dir_).out);
+}
+
+// A trained tiny checkpoint (40 steps on one batch) decoded greedily: the text is the same with
+// the batched prefill and with --token-prefill, for a short prompt whose sample refills the window
+// and a prompt longer than the window; --stats names the prefill path and gives tokens/s.
+TEST_F(SampleCli, BatchedPrefillKeepsTheText) {
+  const CharTokenizer tok = CharTokenizer::fit("\n abcdefghijklmnopqr", "test vocabulary");
+  Fixture f;
+  const Batch b = random_tokens_batch(f.c.data, data_context(f.c));
+  double first = 0, last = 0;
+  for (int step = 0; step < 40; ++step) {
+    last = f.tr.step(b).metrics.at("loss").mean();
+    if (step == 0) first = last;
+  }
+  ASSERT_LT(last, first) << "the checkpoint learned something";
+  CheckpointState st;
+  st.config_toml = config_to_toml(f.c);
+  const nlohmann::json tj = tok.to_json();
+  const std::string ck = (dir_ / "ckpt_40").string();
+  save_checkpoint(f.tr, st, ck, &tj);
+  for (const char* prompt : {"abc", "abc def ghi jkl mno pqr"}) {
+    const std::string cmd = "sample " + ck + " --prompt '" + prompt + "' --tokens 40 --temperature 0 --stats";
+    const CmdResult batched = run_cmd(cmd, dir_), token = run_cmd(cmd + " --token-prefill", dir_);
+    ASSERT_EQ(batched.status, 0) << batched.err;
+    ASSERT_EQ(token.status, 0) << token.err;
+    EXPECT_EQ(batched.out, token.out) << prompt;
+    EXPECT_EQ(batched.out.size(), ended(batched.out.substr(0, std::strlen(prompt) + 40)).size());
+    EXPECT_NE(batched.err.find("batched prefill"), std::string::npos) << batched.err;
+    EXPECT_NE(token.err.find("token-by-token prefill"), std::string::npos) << token.err;
+    for (const CmdResult* r : {&batched, &token}) {
+      EXPECT_NE(r->err.find("window refills"), std::string::npos) << r->err;
+      EXPECT_NE(r->err.find("ms/token"), std::string::npos) << r->err;
+    }
+  }
 }
 
 TEST_F(SampleCli, BadInputs) {

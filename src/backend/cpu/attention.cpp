@@ -452,6 +452,21 @@ void cpu_attention_grad(const KernelArgs& a) {
 // Workspace, per thread: q, a cache row (k or v), o [D] and the weights [Tmax] (sized for the
 // longest prefix: the plan cannot know pos).
 namespace {
+// Token t of qkv's keys and values (one per key/value head) into row `row` of the caches
+// [B, Tmax, KV, D]: exact copies, the caches have qkv's dtype.
+void store_kv(const Geometry& g, const TensorArg& qkv, const TensorArg& kc, const TensorArg& vc, int64_t t,
+              int64_t row) {
+  const auto esz = static_cast<int64_t>(dtype_size(g.d));
+  const int64_t Tmax = kc.shape[1], n = g.D * esz;
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t kv = 0; kv < g.KV; ++kv) {
+      const auto* src = static_cast<const char*>(qkv.data) + g.qkv_at(b, t, kv * g.G, 1) * esz;
+      const int64_t dst = ((b * Tmax + row) * g.KV + kv) * n;
+      std::memcpy(static_cast<char*>(kc.data) + dst, src, static_cast<size_t>(n));
+      std::memcpy(static_cast<char*>(vc.data) + dst, src + n, static_cast<size_t>(n));
+    }
+}
+
 bool decode_parallel(int64_t pairs, int64_t n, int64_t D) { return pairs > 1 && pairs * n * D >= (int64_t{1} << 16); }
 struct DecodeSpans {
   PerThread<float> q, row, o, w;
@@ -480,16 +495,9 @@ void cpu_attention_decode(const KernelArgs& a) {
   const int32_t pos = *a.in[3].as<const int32_t>();
   LOOM_ASSERT(pos >= 0 && pos < Tmax,
               "attention_decode pos " + std::to_string(pos) + " out of range [0, Tmax = " + std::to_string(Tmax) + ")");
-  const size_t esz = dtype_size(g.d);
   // Row t of query head h's key/value head in a cache [B, Tmax, KV, D].
   auto cache_at = [&](int64_t b, int64_t t, int64_t h) { return ((b * Tmax + t) * g.KV + h / g.G) * D; };
-  for (int64_t b = 0; b < g.B; ++b)
-    for (int64_t h = 0; h < g.H; h += g.G) {  // exact copies: the caches have qkv's dtype
-      const auto* src = static_cast<const char*>(qkv.data) + g.qkv_at(b, 0, h, 1) * static_cast<int64_t>(esz);
-      std::memcpy(static_cast<char*>(kc.data) + cache_at(b, pos, h) * static_cast<int64_t>(esz), src, D * esz);
-      std::memcpy(static_cast<char*>(vc.data) + cache_at(b, pos, h) * static_cast<int64_t>(esz), src + D * esz,
-                  D * esz);
-    }
+  store_kv(g, qkv, kc, vc, 0, pos);
   const int64_t n = int64_t{pos} + 1, pairs = g.B * g.H;
   const bool round_q_d = g.d != DType::f32, round_s = rounding_changes(g.d, g.s);
   Bump ws(a.workspace);
@@ -527,7 +535,15 @@ void cpu_attention_decode(const KernelArgs& a) {
 
 int64_t cpu_workspace_attention(const KernelArgs& a) { return workspace_of<pair_spans<forward_blocks, false>>(a); }
 int64_t cpu_workspace_attention_grad(const KernelArgs& a) { return workspace_of<pair_spans<backward_blocks, true>>(a); }
+// Rows 0..T-1 of the caches, token by token: a copy of B·T·KV·2·D elements, far below the
+// prefill's products, so one thread.
+void cpu_kv_cache_write(const KernelArgs& a) {
+  const Geometry g(a.in[0], std::get<AttentionAttrs>(a.node.attrs));
+  for (int64_t t = 0; t < g.T; ++t) store_kv(g, a.in[0], a.in[1], a.in[2], t, t);
+}
+
 int64_t cpu_workspace_attention_decode(const KernelArgs& a) { return workspace_of<attention_decode_spans>(a); }
+LOOM_CPU_NO_WORKSPACE(kv_cache_write)
 
 }  // namespace loom
 

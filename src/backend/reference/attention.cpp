@@ -189,6 +189,21 @@ void ref_attention_grad(const KernelArgs& a) {
     }
 }
 
+namespace {
+// Row t of qkv's keys and values into row `row` of the caches [B, Tmax, KV, D]: exact copies (the
+// caches have qkv's dtype).
+void store_kv(const TensorArg& qkv, const TensorArg& kc, const TensorArg& vc, const Dims& n, int64_t t, int64_t row) {
+  const int64_t Tmax = kc.shape[1];
+  for (int64_t b = 0; b < n.B; ++b)
+    for (int64_t h = 0; h < n.H; h += n.G)
+      for (int64_t e = 0; e < n.D; ++e) {
+        const int64_t c = ((b * Tmax + row) * n.KV + h / n.G) * n.D + e;
+        st(kc, c, ld(qkv, n.qkv(b, t, h, 1, e)));
+        st(vc, c, ld(qkv, n.qkv(b, t, h, 2, e)));
+      }
+}
+}  // namespace
+
 // Writes k, v of the token into cache row pos, then the attention of its query over rows [0, pos]:
 // ref_attention's row pos (masked keys contribute exp(finfo_min − max) = 0 there, exactly).
 void ref_attention_decode(const KernelArgs& a) {
@@ -207,12 +222,7 @@ void ref_attention_decode(const KernelArgs& a) {
   const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));
   // Row t of query head h's key/value head in a cache [B, Tmax, KV, D].
   auto cache = [&](int64_t b, int64_t t, int64_t h, int64_t e) { return ((b * Tmax + t) * n.KV + h / n.G) * n.D + e; };
-  for (int64_t b = 0; b < n.B; ++b)
-    for (int64_t h = 0; h < n.H; h += n.G)
-      for (int64_t e = 0; e < n.D; ++e) {  // exact copies: the caches have qkv's dtype
-        st(kc, cache(b, pos, h, e), ld(qkv, n.qkv(b, 0, h, 1, e)));
-        st(vc, cache(b, pos, h, e), ld(qkv, n.qkv(b, 0, h, 2, e)));
-      }
+  store_kv(qkv, kc, vc, n, 0, pos);
   std::vector<double> l(static_cast<size_t>(pos) + 1);
   for (int64_t b = 0; b < n.B; ++b)
     for (int64_t h = 0; h < n.H; ++h) {
@@ -237,6 +247,12 @@ void ref_attention_decode(const KernelArgs& a) {
         st(out, n.out(b, 0, h, e), acc);
       }
     }
+}
+
+// Rows 0..T-1 of the caches from the T tokens' keys and values.
+void ref_kv_cache_write(const KernelArgs& a) {
+  const Dims n(a.in[0].shape, std::get<AttentionAttrs>(a.node.attrs));
+  for (int64_t t = 0; t < n.T; ++t) store_kv(a.in[0], a.in[1], a.in[2], n, t, t);
 }
 
 }  // namespace loom

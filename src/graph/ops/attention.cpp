@@ -58,6 +58,19 @@ Heads check_qkv(const Graph& g, const Node& n, const Value& qkv) {
   return {qkv.shape[0], qkv.shape[1], qkv.shape[2], qkv.shape[2] * a.group, qkv.shape[3] / parts};
 }
 
+// Inputs 1 and 2 of the cached ops: k_cache and v_cache [B, Tmax >= T, KV, D] in qkv's dtype, both
+// persistent inputs (the ops write them).
+void check_caches(const Graph& g, const Node& n, const Value& qkv, const Heads& h) {
+  for (int i : {1, 2}) {
+    const Value& c = in_val(g, n, i);
+    if (c.shape.rank != 4 || c.shape[0] != h.B || c.shape[1] < h.T || c.shape[2] != h.KV || c.shape[3] != h.D ||
+        c.dtype != qkv.dtype || c.shape != in_val(g, n, 1).shape)
+      op_fail(g, n, "k_cache and v_cache must both be [batch, max_len >= tokens, kv heads, head_dim] in qkv's dtype");
+    if (c.kind != ValueKind::input)
+      op_fail(g, n, "k_cache and v_cache must be persistent inputs (the op updates them)");
+  }
+}
+
 }  // namespace
 
 void infer_attention(const Graph& g, const Node& n, ValueDesc* out) {
@@ -110,20 +123,13 @@ OpCost cost_attention_grad(const Graph& g, const Node& n) {
 // definition. out [B, 1, H, D].
 void infer_attention_decode(const Graph& g, const Node& n, ValueDesc* out) {
   const Value& qkv = in_val(g, n, 0);
-  const auto [B, T, KV, H, D] = check_qkv(g, n, qkv);
+  const Heads h = check_qkv(g, n, qkv);
   if (!attrs_of<AttentionAttrs>(n).causal) op_fail(g, n, "decoding is causal: attrs.causal must be true");
-  if (T != 1) op_fail(g, n, "qkv must be one token: [batch, 1, kv heads, (group+2)·head_dim]");
-  for (int i : {1, 2}) {
-    const Value& c = in_val(g, n, i);
-    if (c.shape.rank != 4 || c.shape[0] != B || c.shape[1] < 1 || c.shape[2] != KV || c.shape[3] != D ||
-        c.dtype != qkv.dtype || c.shape != in_val(g, n, 1).shape)
-      op_fail(g, n, "k_cache and v_cache must both be [batch, max_len >= 1, kv heads, head_dim] in qkv's dtype");
-    if (c.kind != ValueKind::input)
-      op_fail(g, n, "k_cache and v_cache must be persistent inputs (the op updates them)");
-  }
+  if (h.T != 1) op_fail(g, n, "qkv must be one token: [batch, 1, kv heads, (group+2)·head_dim]");
+  check_caches(g, n, qkv, h);
   const Value& pos = in_val(g, n, 3);
   if (pos.shape.rank != 0 || pos.dtype != DType::i32) op_fail(g, n, "pos must be an int32 scalar");
-  out[0] = {Shape{B, 1, H, D}, qkv.dtype};
+  out[0] = {Shape{h.B, 1, h.H, h.D}, qkv.dtype};
 }
 
 // At the last position (pos = Tmax − 1, the most expensive step): 4·B·H·Tmax·D (every query head
@@ -131,6 +137,19 @@ void infer_attention_decode(const Graph& g, const Node& n, ValueDesc* out) {
 OpCost cost_attention_decode(const Graph& g, const Node& n) {
   const Value& kc = in_val(g, n, 1);
   return OpCost{.flops = 4 * kc.shape.numel() * attrs_of<AttentionAttrs>(n).group, .bytes = io_bytes(g, n)};
+}
+
+// qkv [B, T, KV, (group+2)·D], the caches as attention_decode's with Tmax >= T.
+void infer_kv_cache_write(const Graph& g, const Node& n, ValueDesc*) {
+  const Value& qkv = in_val(g, n, 0);
+  check_caches(g, n, qkv, check_qkv(g, n, qkv));
+}
+
+// A copy: each token's k and v read from qkv and written into the caches.
+OpCost cost_kv_cache_write(const Graph& g, const Node& n) {
+  const Value& qkv = in_val(g, n, 0);
+  const Heads h = check_qkv(g, n, qkv);
+  return OpCost{.flops = 0, .bytes = 4 * h.B * h.T * h.KV * h.D * static_cast<int64_t>(dtype_size(qkv.dtype))};
 }
 
 }  // namespace loom
