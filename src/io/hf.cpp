@@ -121,23 +121,22 @@ class ConfigReader {
     if (boolean("attention_bias", false)) fail("attention_bias", "is true; loom's Llama layers have no biases");
     if (boolean("mlp_bias", false)) fail("mlp_bias", "is true; loom's Llama layers have no biases");
     // transformers 5 writes rope_parameters {rope_theta, rope_type}; older versions rope_theta
-    // and rope_scaling (null or {"rope_type" or "type": ...}).
+    // and rope_scaling (null or {"rope_type" or "type": ...}). transformers 5 also honours a
+    // rope_scaling left beside rope_parameters, so neither may ask for another type.
     double theta = number("rope_theta", 10000);
-    std::string rope_type = "default", rope_key = "rope_scaling";
-    if (const nlohmann::json* rp = find("rope_parameters")) {
-      rope_key = "rope_parameters";
-      if (!rp->is_object()) fail(rope_key, "is not an object");
-      if (auto t = rp->find("rope_theta"); t != rp->end()) {
-        if (!t->is_number() || !(t->get<double>() > 0)) fail("rope_parameters.rope_theta", "is not a positive number");
+    for (const char* key : {"rope_parameters", "rope_scaling"}) {
+      const nlohmann::json* r = find(key);
+      if (!r) continue;
+      if (!r->is_object()) fail(key, "is not an object or null");
+      if (auto t = r->find("rope_theta"); t != r->end()) {
+        if (!t->is_number() || !(t->get<double>() > 0))
+          fail(std::string(key) + ".rope_theta", "is not a positive number");
         theta = t->get<double>();
       }
-      rope_type = rp->value("rope_type", rp->value("type", std::string("default")));
-    } else if (const nlohmann::json* rs = find("rope_scaling")) {
-      if (!rs->is_object()) fail(rope_key, "is not an object or null");
-      rope_type = rs->value("rope_type", rs->value("type", std::string("default")));
+      const nlohmann::json type = r->value("rope_type", r->value("type", nlohmann::json("default")));
+      if (type != "default")
+        fail(key, "asks for rope_type " + type.dump() + "; loom's rotary embeddings are the default type");
     }
-    if (rope_type != "default")
-      fail(rope_key, "asks for rope_type \"" + rope_type + "\"; loom's rotary embeddings are the default type");
     const bool tied = boolean("tie_word_embeddings", false);
 
     m.kind = ModelKind::transformer;
@@ -286,10 +285,13 @@ HfConfig read_hf_config(const std::string& dir) {
   out.path = (fs::path(dir) / "config.json").string();
   const nlohmann::json j = read_json(out.path, "give a Hugging Face model directory (config.json, model.safetensors)");
   if (!j.is_object()) throw UserError(out.path, "is not a JSON object", "use the config.json transformers wrote");
-  const std::string type = j.value("model_type", "");
+  std::string type = j.value("model_type", "");
   if (auto a = j.find("architectures"); a != j.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
     out.architecture = (*a)[0].get<std::string>();
   ConfigReader reader(j, out.path);
+  // config.json names the model by model_type, and by architectures when that is missing.
+  if ((type == "gpt2" || type.empty()) && out.architecture == "GPT2LMHeadModel") type = "gpt2";
+  if ((type == "llama" || type.empty()) && out.architecture == "LlamaForCausalLM") type = "llama";
   if (type == "gpt2" && (out.architecture.empty() || out.architecture == "GPT2LMHeadModel")) {
     out.architecture = "GPT2LMHeadModel";
     reader.read_gpt2(out);
@@ -302,8 +304,8 @@ HfConfig read_hf_config(const std::string& dir) {
   }
   const std::string what = out.architecture.empty() ? "model_type \"" + type + "\"" : out.architecture;
   const std::string fix =
-      "loom imports GPT2LMHeadModel (model_type \"gpt2\") and LlamaForCausalLM (model_type \"llama\": Llama 2 and 3, "
-      "SmolLM, TinyLlama) checkpoints";
+      "loom imports GPT2LMHeadModel (model_type \"gpt2\") and LlamaForCausalLM (model_type \"llama\": SmolLM, "
+      "Llama 3 without rope scaling) checkpoints";
   // Llama-family variants whose weights or blocks differ from LlamaForCausalLM's.
   const std::map<std::string, std::string> near = {
       {"qwen2", "has biases on q_proj, k_proj and v_proj (and no others), which loom's Llama blocks do not have"},

@@ -40,9 +40,11 @@ void check_common(const ModelConfig& c, const Needs& need) {
 }
 
 HfModelMap gpt2_map(const ModelConfig& c) {
-  const Needs need{"GPT2LMHeadModel",
-                   "GPT-2's variant is block_order = attn_first, norm = layernorm, mlp = gelu_tanh or gelu, "
-                   "position = learned, tie_embeddings = true, causal_mask = true (configs/gpt2_124m.toml)"};
+  const Needs need{
+      "GPT2LMHeadModel",
+      "GPT-2's variant is block_order = attn_first, norm = layernorm, mlp = gelu_tanh or gelu, "
+      "position = learned, tie_embeddings = true, causal_mask = true (configs/gpt2_124m.toml); model.norm = layernorm "
+      "chose it (a Llama has rmsnorm)"};
   check_common(c, need);
   need(c.mlp != MlpKind::swiglu, "model.mlp", "is swiglu");
   need(c.position == PositionKind::learned, "model.position", "is not learned (GPT-2 has a position table)");
@@ -83,7 +85,7 @@ HfModelMap gpt2_map(const ModelConfig& c) {
 HfModelMap llama_map(const ModelConfig& c) {
   const Needs need{"LlamaForCausalLM",
                    "Llama's variant is block_order = attn_first, norm = rmsnorm, mlp = swiglu, position = rope, "
-                   "use_bias = false, causal_mask = true (configs/llama_shakespeare.toml)"};
+                   "use_bias = false, causal_mask = true; model.norm = rmsnorm chose it (a GPT-2 has layernorm)"};
   check_common(c, need);
   need(c.mlp == MlpKind::swiglu, "model.mlp", "is not swiglu (Llama's MLP is SiLU-gated)");
   need(c.position == PositionKind::rope, "model.position", "is not rope (Llama has no position table)");

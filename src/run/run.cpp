@@ -214,6 +214,16 @@ int run_train(const RunOptions& o) {
     best_val = ckpt.state.best_val_loss;
   } else if (!c.model.init_from.empty()) {  // fine-tuning: the parameters only
     const ModelSource src(c.model.init_from);
+    // Token ids mean what the model learned only under its own tokenizer: data prepared with
+    // another would train every embedding row on the wrong token.
+    const std::unique_ptr<Tokenizer> model_tok = src.tokenizer();
+    if (model_tok && data.tokenizer_json() && model_tok->to_json() != *data.tokenizer_json())
+      throw UserError(c.data.dir + "/meta.json",
+                      "the data's " + data.tokenizer_json()->value("kind", std::string("?")) +
+                          " tokenizer is not the one of model.init_from (" + src.description() + ", its " +
+                          model_tok->kind() + " tokenizer)",
+                      "prepare the data with the model's own tokenizer: loom prepare hf " + c.model.init_from +
+                          "/tokenizer.json INPUT OUTDIR");
     src.load_params(t.executor());
     fmt::print(o.out, "parameters from {}\n", src.description());
   }

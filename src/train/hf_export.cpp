@@ -27,6 +27,20 @@ void write_json(const fs::path& path, const nlohmann::json& j) {
   if (!f) throw std::runtime_error("cannot write '" + path.string() + "' (disk full?)");
 }
 
+// config.json: bos and eos are the tokenizer's start token (GPT-2's <|endoftext|> is both), unless
+// the run was fine-tuned from a Hugging Face directory that still says its own (Llama 3's differ,
+// and an instruct model's eos may be a list).
+nlohmann::json export_config(const ModelConfig& m, int32_t start) {
+  nlohmann::json j = hf_config_json(m, start, start);
+  if (m.init_from.empty() || !is_hf_model_dir(m.init_from)) return j;
+  std::ifstream f(fs::path(m.init_from) / "config.json");
+  const nlohmann::json source = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!source.is_object()) return j;
+  for (const char* key : {"bos_token_id", "eos_token_id"})
+    if (source.contains(key)) j[key] = source[key];
+  return j;
+}
+
 }  // namespace
 
 HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir) {
@@ -64,7 +78,7 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
   try {
     write_safetensors((staging / "model.safetensors").string(), loom_to_hf(stored.model, by_path), {{"format", "pt"}});
     r.files.push_back("model.safetensors");
-    write_json(staging / "config.json", hf_config_json(stored.model, start, start));
+    write_json(staging / "config.json", export_config(stored.model, start));
     r.files.push_back("config.json");
     if (hf) {
       write_json(staging / "tokenizer.json", hf->tokenizer_json());

@@ -103,6 +103,20 @@ TEST(HfCliExample, LlamaFineTuneThenSample) {
   EXPECT_EQ(r.out.rfind("ROMEO:", 0), 0u) << r.out;
 }
 
+// Data prepared with another tokenizer than the model's is refused before anything runs.
+TEST(HfCliExample, DataOfAnotherTokenizerIsRefused) {
+  TempDir d;
+  write_file(d.path("text.txt"), read_file(LOOM_SOURCE_DIR "/data/tinyshakespeare.txt").substr(0, 5000));
+  auto r = run_loom("prepare hf " + hf_golden("gpt2/tokenizer.json") + " " + d.path("text.txt") + " " + d.path("data"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_loom("train " LOOM_SOURCE_DIR "/configs/llama_finetune.toml data.dir=" + d.path("data") +
+               " data.seq_len=16 train.steps=1 --out " + d.path("run"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("tokenizer is not the one of model.init_from"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("loom prepare hf " + hf_golden("llama_tied") + "/tokenizer.json"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(d.path("run/config.toml")));
+}
+
 // README, "Paths": model.init_from in a config file is relative to that file, like data.dir; on the
 // command line (an override or --init-from), to the current directory.
 TEST(HfCliPaths, InitFromIsRelativeToTheConfigFileOrTheWorkingDirectory) {

@@ -373,6 +373,10 @@ TEST(HfLlama, RefusesOptionsItCannotRun) {
     c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
   });
   EXPECT_NE(m.find("\"rope_scaling\" asks for rope_type \"linear\""), std::string::npos) << m;
+  m = llama([](J& c, Ts&) {  // a stale 4.x block beside 5's: transformers 5 applies it
+    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  });
+  EXPECT_NE(m.find("\"rope_scaling\" asks for rope_type \"llama3\""), std::string::npos) << m;
   m = llama([](J& c, Ts&) { c["num_key_value_heads"] = 3; });
   EXPECT_NE(m.find("\"num_key_value_heads\" does not divide"), std::string::npos) << m;
   m = llama([](J& c, Ts&) { c["head_dim"] = 16; });
