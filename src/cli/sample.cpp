@@ -19,6 +19,9 @@ CommandBody add_sample_command(CLI::App& sub) {
       ->excludes(prompt)
       ->transform(home_path());
   sub.add_option("--tokens", o->tokens, "tokens to generate per sample (default 256)")->check(integer_at_least(0));
+  sub.add_option("--context", o->context,
+                 "positions of context the KV cache holds, from 2 to the model's max_seq_len (default: all); "
+                 "bounds the cache's memory for long-context checkpoints");
   sub.add_option("--num-samples", o->num_samples, "samples to generate, each from the prompt (default 1)")
       ->check(integer_at_least(1));
   sub.add_option("--temperature", o->sampling.temperature,

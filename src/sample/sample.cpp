@@ -43,7 +43,7 @@ void bind_no_gradients(const Graph& g, Executor::External& ext) {
 
 }  // namespace
 
-Sampler::Sampler(const Config& c, Backend& be, Prefill how) : spec_(c.model), how_(how) {
+Sampler::Sampler(const Config& c, Backend& be, Prefill how, int64_t context) : spec_(c.model), how_(how) {
   const nn::ModelKindInfo& kind = nn::model_kind(c.model.kind);
   if (!kind.build_decoder)
     throw UserError("model.kind",
@@ -52,7 +52,12 @@ Sampler::Sampler(const Config& c, Backend& be, Prefill how) : spec_(c.model), ho
   if (!c.model.causal_mask)
     throw UserError("model.causal_mask", "is false: generating token by token needs a causal model",
                     "sample from a model trained with model.causal_mask = true");
-  max_len_ = c.model.max_seq_len;
+  if (context != 0 && (context < 2 || context > c.model.max_seq_len))
+    throw UserError("--context",
+                    "must be in [2, " + std::to_string(c.model.max_seq_len) + "] (model.max_seq_len), got " +
+                        std::to_string(context),
+                    "leave it out to use every position the model has");
+  max_len_ = context > 0 ? context : c.model.max_seq_len;
   num_outputs_ = c.model.num_outputs;
   model_ = kind.build_decoder(c.model, 1, max_len_);
   const Graph& g = model_.graph;
@@ -326,7 +331,7 @@ int run_sample(const SampleOptions& o) {
 
   const std::unique_ptr<Backend> be = make_backend(Device::cpu);
   set_num_threads(static_cast<int>(o.threads >= 0 ? o.threads : c.threads));
-  Sampler s(c, *be, o.prefill);
+  Sampler s(c, *be, o.prefill, o.context);
   src.load_params(s.executor());
 
   double total_s = 0;  // prefill passes and decoding, every sample

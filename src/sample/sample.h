@@ -18,10 +18,10 @@
 // of each pass). Prefill::token is the one-token path instead (the decoder run per prompt token:
 // no second program, slower).
 //
-// Sliding window: the caches hold model.max_seq_len positions (pos_emb has no more rows). When
-// the sequence would outgrow them, the last max_seq_len/2 tokens are prefilled again at
-// positions 0.. (re-prefill, one batched pass), so generation goes on indefinitely, each token
-// seeing at least max_seq_len/2 tokens of context. nanoGPT crops the context the same way (it
+// Sliding window: the caches hold model.max_seq_len positions (pos_emb has no more rows), or
+// fewer with --context. When the sequence would outgrow them, the last half of them are prefilled
+// again at positions 0.. (re-prefill, one batched pass), so generation goes on indefinitely, each
+// token seeing at least half the window of context. nanoGPT crops the context the same way (it
 // keeps the last block_size tokens, recomputing them for every token); halving the window
 // amortises the re-prefill to one extra token per generated token at worst. Cache rows past the
 // tokens held keep stale values, never read: attention_decode writes row pos before it reads rows
@@ -71,6 +71,7 @@ struct SampleOptions {
   std::string prompt;       // UTF-8; empty: start from "\n" (char vocabulary) or <|endoftext|> (GPT-2)
   std::string prompt_file;  // read the prompt from this file instead (exactly its bytes)
   int64_t tokens = 256;     // tokens to generate per sample (>= 0)
+  int64_t context = 0;      // positions the caches hold (the sliding window); 0: model.max_seq_len
   int64_t num_samples = 1;  // samples, each from the prompt, separated by a line of dashes
   Sampling sampling;
   uint64_t seed = 0;
@@ -94,12 +95,15 @@ void validate_sample_options(const SampleOptions& o);
 int run_sample(const SampleOptions& o);
 
 // The decoding engine for the transformer of c.model: the decoder program (batch 1, max_len =
-// c.model.max_seq_len) planned once on `be`, its caches and the tokens they hold, and the prefill
-// programs over the same buffers (built on first use, the two most recent kept).
+// `context`, 0: c.model.max_seq_len) planned once on `be`, its caches and the tokens they hold,
+// and the prefill programs over the same buffers (built on first use, the two most recent kept).
+// A context below max_seq_len bounds the caches' memory (a Llama checkpoint's
+// max_position_embeddings may be 8192 or far more); the sliding window then works within it.
 class Sampler {
  public:
-  // UserError when c.model is not a causal transformer.
-  Sampler(const Config& c, Backend& be, Prefill how = Prefill::batched);
+  // UserError when c.model is not a causal transformer, or a context outside [2, max_seq_len]
+  // (named as `loom sample`'s --context).
+  Sampler(const Config& c, Backend& be, Prefill how = Prefill::batched, int64_t context = 0);
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;

@@ -259,7 +259,9 @@ TEST(Decoder, GroupedQueryModelSizesByKeyValueHeads) {
   const nn::ModelGraph train = nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, true);
   for (const Param& p : train.graph.params()) {
     const Value& v = train.graph.value(p.value);
-    if (v.name.ends_with("qkv/kernel")) EXPECT_EQ(v.shape, (Shape{32, 2, 4 * 8})) << v.name;
+    if (v.name.ends_with("qkv/kernel")) {
+      EXPECT_EQ(v.shape, (Shape{32, 2, 4 * 8})) << v.name;
+    }
   }
   for (int64_t bad : {3, 8, -1}) {
     Config b = c;
@@ -535,28 +537,41 @@ TEST(Sampler, SeedsChangeSamples) {
 }
 
 // Past max_len the caches restart from the last max_len/2 tokens: the logits are then those of
-// the full forward over that window, at positions 0.. .
+// the full forward over that window, at positions 0.. . The window is max_seq_len, or --context.
 TEST(Sampler, SlidingWindow) {
   Fixture f;
-  Sampler s(f.c, f.cpu);
-  s.copy_params_from(f.tr.executor());
   FullForward full(f.c, f.tr.executor(), f.cpu);
   const std::vector<int32_t> ctx = random_tokens(11, 40);
-  for (size_t n = 1; n <= ctx.size(); ++n) {
-    const std::span<const float> l = s.next_logits(std::span(ctx).first(n));
-    const size_t w = s.cached().size();
-    ASSERT_GE(w, std::min<size_t>(n, kMaxLen / 2)) << n;
-    ASSERT_LE(w, static_cast<size_t>(kMaxLen)) << n;
-    const std::vector<int32_t> window(ctx.begin() + static_cast<ptrdiff_t>(n - w),
-                                      ctx.begin() + static_cast<ptrdiff_t>(n));
-    EXPECT_EQ(s.cached(), window) << n;
-    const std::vector<float> ref = full.logits(window);
-    EXPECT_LE(row_error(l, ref.data() + (w - 1) * kVocab), 1e-5) << n;
+  for (const int64_t context : {int64_t{0}, int64_t{10}}) {
+    Sampler s(f.c, f.cpu, Prefill::batched, context);
+    s.copy_params_from(f.tr.executor());
+    const size_t max_len = context > 0 ? static_cast<size_t>(context) : static_cast<size_t>(kMaxLen);
+    EXPECT_EQ(s.max_len(), static_cast<int64_t>(max_len));
+    for (size_t n = 1; n <= ctx.size(); ++n) {
+      const std::span<const float> l = s.next_logits(std::span(ctx).first(n));
+      const size_t w = s.cached().size();
+      ASSERT_GE(w, std::min<size_t>(n, max_len / 2)) << n;
+      ASSERT_LE(w, max_len) << n;
+      const std::vector<int32_t> window(ctx.begin() + static_cast<ptrdiff_t>(n - w),
+                                        ctx.begin() + static_cast<ptrdiff_t>(n));
+      EXPECT_EQ(s.cached(), window) << n;
+      const std::vector<float> ref = full.logits(window);
+      EXPECT_LE(row_error(l, ref.data() + (w - 1) * kVocab), 1e-5) << n;
+    }
+    // 16 tokens fill the cache; then it restarts with 8 and refills when 9 more arrive: n = 17, 26,
+    // 35. With 10: n = 11, 17, 23, 29, 35.
+    EXPECT_EQ(s.window_refills(), context > 0 ? 5 : 3);
+    const auto long_run = generate(s, {1}, 50, {.temperature = 1.0, .top_k = 0}, 5, 0, nullptr);
+    EXPECT_EQ(long_run.size(), 50u);
   }
-  // 16 tokens fill the cache; then it restarts with 8 and refills when 9 more arrive: n = 17, 26, 35.
-  EXPECT_EQ(s.window_refills(), 3);
-  const auto long_run = generate(s, {1}, 50, {.temperature = 1.0, .top_k = 0}, 5, 0, nullptr);
-  EXPECT_EQ(long_run.size(), 50u);
+  for (const int64_t bad : {int64_t{1}, kMaxLen + 1}) {
+    try {
+      Sampler s(f.c, f.cpu, Prefill::batched, bad);
+      ADD_FAILURE() << bad;
+    } catch (const UserError& e) {
+      EXPECT_EQ(e.subject(), "--context");
+    }
+  }
 }
 
 TEST(Sampler, SampleTokenRule) {
