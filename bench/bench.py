@@ -1,30 +1,38 @@
 #!/usr/bin/env python3
-"""loom's CPU training-speed benchmark against PyTorch and the tutorial's JAX model.
+"""loom's CPU training-speed benchmark against today's PyTorch and the tutorial's JAX model.
 
-Run it through bench/run.sh (which builds bench/build/ceiling, checks PyTorch and the JAX venv);
-it needs only the Python standard library itself. In one run on one machine it measures:
+Run it through bench/run.sh (which builds bench/build/ceiling and makes the PyTorch/JAX venv); it
+needs only the Python standard library itself. In one run on one machine it measures:
 
-  * the machine's ceilings: large square sgemm (OpenBLAS OpenMP build, 2 threads) and STREAM
-    triad bandwidth (bench/build/ceiling);
+  * the machine's ceilings: large square sgemm (OpenBLAS OpenMP build and oneDNN, 2 threads),
+    oneDNN's bfloat16 matmul at 2048^3, STREAM triad bandwidth, and before each of shapes a-c its
+    "own products" ceiling: every dense matrix product of that shape's training step timed alone in
+    both dtypes (bench/build/ceiling --shapes);
   * full training steps (forward + backward + optimizer, median over the steps after warm-up,
-    2 threads) of loom (`loom train ... --log-every 1 train.metrics_file=...`, step_time_s) and
-    of its peers on identical shapes: PyTorch (bench/peers/torch_gpt.py, nanoGPT's model) for
-    shapes a-c and the tutorial's JAX/Flax model (bench/peers/jax_tutorial.py) for shape d.
+    2 threads) of loom (`loom train ... --log-every 1 train.metrics_file=...`, step_time_s) and of
+    its peers on identical shapes, in float32 and bfloat16: PyTorch 2.x eager and torch.compile
+    (bench/peers/torch_gpt.py: nanoGPT's model, SDPA attention, fused AdamW, CPU autocast for
+    bfloat16) at shapes a-c, and the tutorial's JAX/Flax model (bench/peers/jax_tutorial.py) at d;
+  * shape b's per-step overhead: `loom profile`'s time outside ops (dispatch, bookkeeping, gaps).
 
-Two ISA modes (--isa): "avx2" holds every library to AVX2+FMA (the issue's target machine; loom
-from bench/build/loom-avx2, built without -march=native) and "native" lets each implementation
-pick its kernels on this machine (AVX-512 here). Each mode has its own ceilings and targets.
+Verdicts (printed first, and in the JSON's "targets"): loom against the faster of PyTorch eager and
+compiled at a-c and against JAX at d; loom's step FLOP/s at a and c as a share of its dtype's 2048^3
+ceiling and of its own products' ceiling; b's overhead.
+
+Two ISA modes (--isa): "native" (the default) lets each implementation pick its kernels on this
+machine (AVX-512 and AVX512-BF16 here); "avx2" holds every library to AVX2+FMA (loom from
+bench/build/loom-avx2, built without -march=native). Each mode has its own ceilings and targets.
 
 Each timing is preceded by a check of what other processes are using (CPU busy time on the
 machine over 2 s while this script is idle, in cores); above --max-other-cores it waits and
 retries. The 1-, 5- and 15-minute load averages and the other processes' CPU use *during* the
 timing (machine busy time minus the timed process tree's own CPU time) are stored with every
-measurement. Every (shape, implementation) is timed --repeats times, interleaved with its peer
-(loom, peer, loom, peer); a timing during which other processes used more than
+measurement. Every (shape, implementation) is timed --repeats times, interleaved with its peers
+(loom, eager, compiled, loom, ...); a timing during which other processes used more than
 --max-other-cores-during cores is redone in up to --extra-rounds more rounds. The table shows the
 best clean median (flagged "contended" when there was none); the JSON keeps every timing.
 
-Writes bench/results/latest.json (and a dated copy) and prints a markdown table.
+Writes bench/results/latest.json (and a dated copy) and prints the verdicts and a markdown table.
 """
 import argparse
 import datetime
@@ -48,11 +56,11 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # model) or the tutorial's Transformer (d); dropout 0; fp32 except d's bfloat16 rows.
 # ---------------------------------------------------------------------------------------------
 COMMON_SC = ["data.kind=random_tokens", "data.vocab_size=65", "data.dir=", "train.eval_interval=0",
-             "train.sample_tokens=0", "model.dropout_rate=0", "model.dtype=float32"]
+             "train.sample_tokens=0", "model.dropout_rate=0"]
 
-SHAPES = [
+PYTORCH_SHAPES = [
     dict(id="a", title="GPT-2 124M, batch 4 x 64", config="configs/gpt2_124m.toml",
-         overrides=["model.dtype=float32", "model.dropout_rate=0", "data.batch_size=4", "data.seq_len=64"],
+         overrides=["model.dropout_rate=0", "data.batch_size=4", "data.seq_len=64"],
          L=12, C=768, H=12, V=50257, T=64, B=4, max_seq=1024, bias=True, betas=(0.9, 0.95),
          warmup=2, steps=10, peer="pytorch"),
     dict(id="b", title="nanoGPT CPU recipe: 4L 4H 128, vocab 65, batch 12 x 64",
@@ -65,6 +73,9 @@ SHAPES = [
          L=6, C=384, H=6, V=65, T=256, B=8, max_seq=256, bias=False, betas=(0.9, 0.99),
          warmup=2, steps=10, peer="pytorch"),
 ]
+# Every PyTorch shape in both dtypes: loom's model.dtype, PyTorch's CPU autocast (fp32 parameters).
+SHAPES = [dict(s, variant=dtype, dtype=dtype, overrides=s["overrides"] + [f"model.dtype={dtype}"])
+          for s in PYTORCH_SHAPES for dtype in ("float32", "bfloat16")]
 D_BASE = ["model.num_layers=4", "model.hidden_size=256", "model.head_dim=64", "model.vocab_size=2048",
           "model.num_outputs=2048", "data.vocab_size=2048", "model.max_seq_len=128", "data.seq_len=128",
           "data.batch_size=8", "optimizer.num_minibatches=1", "model.dropout_rate=0"]
@@ -77,7 +88,12 @@ for dtype in ("float32", "bfloat16"):
             overrides=D_BASE + [f"model.dtype={dtype}", f"model.remat={remat}"],
             L=4, C=256, H=4, V=2048, T=128, B=8, max_seq=128, warmup=3, steps=15, peer="jax"))
 
-TARGETS = {"a": 1.5, "b": 2.0, "c": 1.25, "d": 1.5}
+# loom's speed over the fastest PyTorch 2.x variant (eager or torch.compile) at a-c and over JAX at d.
+TARGETS = {"a": 1.5, "b": 1.5, "c": 1.5, "d": 1.5}
+# The whole training step's model FLOP/s as a share of the matmul ceiling of its dtype, at a and c.
+CEILING_TARGETS = {"float32": 0.90, "bfloat16": 0.85}
+# Shape b's per-step overhead (step time minus the time inside ops: `loom profile`'s "other").
+OVERHEAD_TARGET = 0.10
 # A peer's own matmul may exceed the mode's sgemm ceiling by this much (the ceiling is the highest of
 # the run's measurements, which drift by 5-15 %) before its timings count as not held to the mode's ISA.
 PEER_ISA_SLACK = 1.15
@@ -198,6 +214,23 @@ def run_loom(shape, args, mode):
                 other_cores_during=other, own_cores=own, wall_s=round(wall, 2), stdout_head=p.stdout[:400])
 
 
+def run_overhead(shape, args, mode):
+    """`loom profile` at a shape: its mean step, and its "other" phase (step minus time in ops and the
+    optimizer: dispatch, bookkeeping, gaps between ops)."""
+    loom = args.loom_avx2 if mode == "avx2" else args.loom
+    with tempfile.TemporaryDirectory(prefix="loom-bench-") as td:
+        cmd = [loom, "profile", shape["config"], *shape["overrides"], f"threads={args.threads}", "--steps", "40",
+               "--warmup", "5", "--no-ceiling", "--out", td]
+        p, other, own, wall = timed_run(cmd, mode_env(mode))
+        if p.returncode != 0:
+            raise RuntimeError(f"loom profile failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
+        d = json.load(open(os.path.join(td, "summary.json")))
+    ph = d["phase_ms_per_step"]
+    return dict(dtype=shape["dtype"], cmd=" ".join(cmd), mean_step_ms=d["mean_step_ms"], median_step_ms=d["median_step_ms"],
+                phase_ms_per_step=ph, other_ms=ph["other"], share=ph["other"] / d["mean_step_ms"],
+                other_cores_during=other)
+
+
 def peer_env(peer, mode):
     """The environment of a peer's processes in a mode (its training steps and its matmul probe)."""
     env = mode_env(mode)
@@ -224,20 +257,22 @@ def probe_peer_matmul(peer, args, mode):
         return dict(error=repr(e))
 
 
-def run_torch(shape, args, mode):
-    cmd = [args.torch_python, os.path.join(HERE, "peers", "torch_gpt.py"), "bench",
+def run_torch(shape, args, mode, impl, python, compiled):
+    cmd = [python, os.path.join(HERE, "peers", "torch_gpt.py"), "bench", "--dtype", shape["dtype"],
            "--threads", str(args.threads), "--n-layer", str(shape["L"]), "--n-head", str(shape["H"]),
            "--n-embd", str(shape["C"]), "--vocab", str(shape["V"]), "--block", str(shape["max_seq"]),
            "--batch", str(shape["B"]), "--seq", str(shape["T"]), "--steps", str(shape["steps"]),
            "--warmup", str(shape["warmup"]), "--beta1", str(shape["betas"][0]), "--beta2", str(shape["betas"][1]),
-           "--weight-decay", "0.1", "--grad-clip", "1.0"] + (["--bias"] if shape["bias"] else [])
+           "--weight-decay", "0.1", "--grad-clip", "1.0"] + (["--bias"] if shape["bias"] else []) \
+        + (["--compile"] if compiled else [])
     env = peer_env("pytorch", mode)
     p, other, own, wall = timed_run(cmd, env)
     if p.returncode != 0:
         raise RuntimeError(f"torch peer failed: {' '.join(cmd)}\n{p.stderr[-3000:]}")
     d = json.loads(p.stdout.strip().splitlines()[-1])
-    return dict(impl="pytorch", cmd=env_note(env) + " " + " ".join(cmd), step_time_s=d["step_time_s"],
+    return dict(impl=impl, cmd=env_note(env) + " " + " ".join(cmd), step_time_s=d["step_time_s"],
                 warmup=d["warmup"], params=d["params"], params_no_pos=d["params_no_pos"],
+                first_step_s=d.get("first_step_s"), fused_adamw=d.get("fused_adamw"), sdpa=d.get("sdpa"),
                 first_loss=d["losses"][0], last_loss=d["losses"][-1], env=d["env"],
                 other_cores_during=other, own_cores=own, wall_s=round(wall, 2))
 
@@ -257,6 +292,26 @@ def run_jax(shape, args, mode):
                 warmup=d["warmup"], params=d["params"], params_no_pos=d["params_no_pos"],
                 first_call_s=d["first_call_s"], mean_loss=d["mean_loss"], env=d["env"],
                 other_cores_during=other, own_cores=own, wall_s=round(wall, 2))
+
+
+def step_gemms(shape):
+    """The dense matrix products of one training step at a PyTorch shape (nanoGPT's blocks and the tied
+    head), as (M, N, K, ta, tb, count): per Linear x[M,K]·W[K,N], dx = dy·Wᵀ and dW = xᵀ·dy. Attention's
+    batched products (12·L·T·C FLOPs per token in the formula) are not among them."""
+    M, C, L = shape["B"] * shape["T"], shape["C"], shape["L"]
+    out = []
+    for K, N, count in ((C, 3 * C, L), (C, C, L), (C, 4 * C, L), (4 * C, C, L), (C, shape["V"], 1)):
+        out += [(M, N, K, 0, 0, count), (M, K, N, 0, 1, count), (K, N, M, 1, 0, count)]
+    return out
+
+
+def step_ceiling(c, gemms):
+    """GFLOP/s per dtype of a step's dense products, each at its own measured rate (ceiling --shapes)."""
+    timed = c.get("step_shapes", [])
+    assert len(timed) == len(gemms), (len(timed), len(gemms))
+    flops = sum(2.0 * M * N * K * n for (M, N, K, _, _, n) in gemms)
+    return {dt: flops / sum(t[f"{dt}_s"] * g[5] for t, g in zip(timed, gemms)) * 1e-9
+            for dt in ("float32", "bfloat16")}
 
 
 def summarize(m, shape, ceiling):
@@ -292,10 +347,13 @@ def main():
     ap.add_argument("--loom", default=os.path.join(ROOT, "build", "loom"), help="loom for the native mode")
     ap.add_argument("--loom-avx2", default=os.path.join(HERE, "build", "loom-avx2", "loom"),
                     help="loom for the avx2 mode (bench/build_loom_avx2.sh)")
-    ap.add_argument("--isa", default="avx2,native", help="modes to run: avx2, native or both")
+    ap.add_argument("--isa", default="native", help="modes to run: native, avx2 or both (avx2,native)")
     ap.add_argument("--ceiling-bin", default=os.path.join(HERE, "build", "ceiling"))
-    ap.add_argument("--torch-python", default="/usr/bin/python3")
-    ap.add_argument("--jax-python", default=os.path.join(ROOT, ".venv-golden", "bin", "python"))
+    ap.add_argument("--torch-python", default=os.path.join(ROOT, ".venv-bench", "bin", "python"),
+                    help="a python with PyTorch 2.x (eager and torch.compile rows)")
+    ap.add_argument("--debian-torch", default="", help="also time this python's PyTorch (e.g. /usr/bin/python3 "
+                    "with Debian's 1.13) eagerly, as an extra column outside the verdicts")
+    ap.add_argument("--jax-python", default=os.path.join(ROOT, ".venv-bench", "bin", "python"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated shape ids (a,b,c,d)")
@@ -345,9 +403,10 @@ def main():
     # highest of all of them in the mode (the conservative choice); the JSON keeps every one.
     ceilings, checks = {}, {m: [] for m in modes}
 
-    def measure_ceiling(mode, when, quick=False):
+    def measure_ceiling(mode, when, quick=False, gemms=()):
         info = wait_quiet(f"ceiling {mode} {when}", args, budget, log)
-        cmd = [args.ceiling_bin, "--threads", str(args.threads)] + (["--quick"] if quick else [])
+        cmd = [args.ceiling_bin, "--threads", str(args.threads)] + (["--quick"] if quick else []) \
+            + (["--shapes", ";".join(",".join(str(x) for x in g[:5]) for g in gemms)] if gemms else [])
         p, other, own, wall = timed_run(cmd, mode_env(mode))
         if p.returncode != 0:
             sys.exit(f"ceiling failed: {p.stderr}")
@@ -356,7 +415,10 @@ def main():
         checks[mode].append(c)
         sg = c["sgemm_gflops"]
         log(f"== ceiling [{mode}] {when}: sgemm OpenBLAS {c['openblas_corename']} {sg['openblas']}, oneDNN "
-            f"{c['onednn_isa']} {sg['onednn']} GFLOP/s" + ("" if quick else f", triad {c['triad_gbs']:.1f} GB/s")
+            f"{c['onednn_isa']} {sg['onednn']}, oneDNN bf16 {c['bf16_gemm_gflops']} GFLOP/s"
+            + (f"; the step's own products {', '.join(f'{k} {v:.1f}' for k, v in step_ceiling(c, gemms).items())}"
+               if gemms else "")
+            + ("" if quick else f", triad {c['triad_gbs']:.1f} GB/s")
             + f"; other processes {other:.2f} cores")
         return c
 
@@ -365,6 +427,7 @@ def main():
 
     only = set(args.only.split(",")) if args.only else None
     # Each peer's own matmul rate under each mode's caps: whether the caps hold it to the mode's ISA.
+    # The matmul probe runs each peer framework's python ("pytorch": the PyTorch 2.x venv).
     peers = [] if args.no_peers else sorted({s["peer"] for s in SHAPES if not only or s["id"] in only})
     peer_matmul = {m: {} for m in modes}
     for mode in modes:
@@ -374,16 +437,30 @@ def main():
             log(f"== {peer}'s own fp32 matmul [{mode}]: " + (f"probe failed: {pm['error']}" if "error" in pm else
                 f"{pm['gflops']:.1f} GFLOP/s (2048^3, best of {len(pm['gflops_each'])}, {pm.get('cpus')} CPUs)"))
     results = []
+    step_ceilings = {}  # (shape id, mode) -> {dtype: GFLOP/s of the step's own products}
     for shape in SHAPES:
         if only and shape["id"] not in only:
             continue
         for mode in modes:
-            measure_ceiling(mode, f"before ({shape['id']}) {shape.get('variant', 'float32')}", quick=True)
+            # The step's own products are timed once per shape (both dtypes), before its first variant.
+            gemms = step_gemms(shape) if shape["peer"] == "pytorch" else ()
+            first = (shape["id"], mode) not in step_ceilings
+            c = measure_ceiling(mode, f"before ({shape['id']}) {shape.get('variant', 'float32')}", quick=True,
+                                gemms=gemms if first else ())
+            if gemms and first:
+                step_ceilings[(shape["id"], mode)] = step_ceiling(c, gemms)
             C = ceilings[mode]["gemm_ceiling_gflops"]  # provisional; final fractions are set below
             label = f"[{mode}] ({shape['id']}) {shape.get('variant', 'float32')}"
             runners = [("loom", run_loom)]
-            if not args.no_peers:
-                runners.append((shape["peer"], run_torch if shape["peer"] == "pytorch" else run_jax))
+            if not args.no_peers and shape["peer"] == "pytorch":
+                def torch_runner(name, python, compiled):
+                    return name, lambda sh, a, md: run_torch(sh, a, md, name, python, compiled)
+                runners += [torch_runner("pytorch-eager", args.torch_python, False),
+                            torch_runner("pytorch-compile", args.torch_python, True)]
+                if args.debian_torch:
+                    runners.append(torch_runner("pytorch-1.13", args.debian_torch, False))
+            elif not args.no_peers:
+                runners.append(("jax", run_jax))
             per_impl = {name: [] for name, _ in runners}
             # Interleaved (loom, peer, loom, peer, ...). A timing during which other processes used
             # more than --max-other-cores-during cores is kept but not counted as clean; it is
@@ -405,7 +482,8 @@ def main():
                         f"{m['gflops']:.1f} GFLOP/s; load {m['loadavg_before'][0]:.2f}, "
                         f"others {m['other_cores_before']:.2f}/{m['other_cores_during']:.2f} cores before/during"
                         f"{'' if m['clean'] else '  [contended]'}")
-            row = dict(shape=shape["id"], variant=shape.get("variant", "float32"), mode=mode, title=shape["title"],
+            row = dict(shape=shape["id"], variant=shape.get("variant", "float32"), dtype=shape["dtype"], mode=mode,
+                       title=shape["title"], step_ceiling_gflops=step_ceilings.get((shape["id"], mode)),
                        B=shape["B"], T=shape["T"], L=shape["L"], C=shape["C"], V=shape["V"],
                        config=shape["config"], overrides=shape["overrides"], impls={})
             for name, ms in per_impl.items():
@@ -415,25 +493,46 @@ def main():
                         else min(ms, key=lambda m: m["other_cores_during"]))
                 row["impls"][name] = dict(best=best, runs=ms, clean_runs=len(clean))
             if "loom" in row["impls"] and len(row["impls"]) > 1:
-                peer = [k for k in row["impls"] if k != "loom"][0]
-                row["peer"] = peer
-                row["speedup_vs_peer"] = (row["impls"][peer]["best"]["median_s"]
-                                          / row["impls"]["loom"]["best"]["median_s"])
+                loom_s = row["impls"]["loom"]["best"]["median_s"]
+                row["speedup_vs"] = {k: d["best"]["median_s"] / loom_s for k, d in row["impls"].items() if k != "loom"}
+                # The verdict's peer: the fastest of today's variants (PyTorch 2.x eager or compiled; JAX).
+                today = [k for k in row["speedup_vs"] if k != "pytorch-1.13"]
+                row["peer"] = min(today, key=lambda k: row["impls"][k]["best"]["median_s"])
+                row["speedup_vs_peer"] = row["speedup_vs"][row["peer"]]
             results.append(row)
+
+    # Shape b's per-step overhead from `loom profile` (its "other" phase: step time minus the time
+    # inside ops and the optimizer), in both dtypes.
+    overheads = {}
+    if not only or "b" in only:
+        for mode in modes:
+            for shape in SHAPES:
+                if shape["id"] == "b":
+                    wait_quiet(f"[{mode}] (b) {shape['dtype']} overhead", args, budget, log)
+                    o = run_overhead(shape, args, mode)
+                    overheads.setdefault(mode, []).append(o)
+                    log(f"   [{mode}] (b) {shape['dtype']:8s} overhead: {o['other_ms']:.3f} ms of a "
+                        f"{o['mean_step_ms']:.2f} ms step ({100 * o['share']:.2f} %) outside ops; "
+                        f"others {o['other_cores_during']:.2f} cores")
 
     for mode in modes:
         measure_ceiling(mode, "end")
     ceiling_final = {}
     for mode in modes:
         vals = [c["gemm_ceiling_gflops"] for c in checks[mode]]
+        bf16 = [c["bf16_gemm_gflops"]["2048"] for c in checks[mode]]
         ceiling_final[mode] = dict(gemm_ceiling_gflops=max(vals), min_gflops=min(vals), n=len(vals),
+                                   bf16_ceiling_gflops=max(bf16), bf16_min_gflops=min(bf16),
                                    start=ceilings[mode], end=checks[mode][-1],
                                    triad_gbs=[c["triad_gbs"] for c in checks[mode] if c["triad_gbs"] > 0])
         for r in results:
             if r["mode"] == mode:
+                ceil = max(bf16) if r["dtype"] == "bfloat16" else max(vals)
                 for d in r["impls"].values():
                     for m in d["runs"]:
-                        m["fraction_of_ceiling"] = m["gflops"] / max(vals)
+                        m["fraction_of_ceiling"] = m["gflops"] / ceil
+                        if r["step_ceiling_gflops"]:
+                            m["fraction_of_step_ceiling"] = m["gflops"] / r["step_ceiling_gflops"][r["dtype"]]
 
     # Targets, per mode.
     targets = []
@@ -448,7 +547,8 @@ def main():
         for r in results:
             if r["mode"] == mode and "speedup_vs_peer" in r:
                 need = TARGETS[r["shape"]]
-                t = dict(mode=mode, target=f"({r['shape']}) {r['variant']}: loom >= {need}x {r['peer']}",
+                t = dict(mode=mode, kind="speed", shape=r["shape"], dtype=r["dtype"], variant=r["variant"],
+                         peer=r["peer"], target=f"({r['shape']}) {r['variant']}: loom >= {need}x {r['peer']}",
                          value=round(r["speedup_vs_peer"], 3), need=need, met=r["speedup_vs_peer"] >= need)
                 # In a capped mode, a peer whose own matmul (same threads) beats the mode's sgemm
                 # ceiling by more than the ceiling's drift ran wider vectors than the mode allows:
@@ -460,17 +560,29 @@ def main():
                              f"the caps do not hold it to this ISA")
                 targets.append(t)
         for s in ("a", "c"):
-            m = best(s, "float32", mode, "loom")
-            if m:
-                targets.append(dict(mode=mode, target=f"({s}) loom whole-step FLOP/s >= 75% of GEMM ceiling",
-                                    value=round(m["fraction_of_ceiling"], 3), need=0.75,
-                                    met=m["fraction_of_ceiling"] >= 0.75))
+            for dtype, need in CEILING_TARGETS.items():
+                m = best(s, dtype, mode, "loom")
+                if not m:
+                    continue
+                for key, what in (("fraction_of_ceiling", "2048^3 matmul"),
+                                  ("fraction_of_step_ceiling", "its own products' matmul")):
+                    if key in m:
+                        targets.append(dict(mode=mode, kind="ceiling", shape=s, dtype=dtype, ceiling=what,
+                                            target=f"({s}) {dtype}: loom step FLOP/s >= {need:.0%} of the "
+                                                   f"{dtype} {what} ceiling",
+                                            value=round(m[key], 3), need=need, met=m[key] >= need))
+        for o in overheads.get(mode, []):
+            targets.append(dict(mode=mode, kind="overhead", shape="b", dtype=o["dtype"],
+                                target=f"(b) {o['dtype']}: per-step overhead (step - time in ops) < "
+                                       f"{OVERHEAD_TARGET:.0%} of the step",
+                                value=round(o["share"], 4), need=OVERHEAD_TARGET, met=o["share"] < OVERHEAD_TARGET))
         for remat in ("none", "MLP,Attn"):
             f32 = best("d", f"float32 remat={remat}", mode, "loom")
             bf = best("d", f"bfloat16 remat={remat}", mode, "loom")
             if f32 and bf:
                 ratio = bf["median_s"] / f32["median_s"]
-                targets.append(dict(mode=mode, target=f"(d) remat={remat}: loom bf16 step <= 1.15x fp32 step",
+                targets.append(dict(mode=mode, kind="bf16 cost", shape="d",
+                                    target=f"(d) remat={remat}: loom bf16 step <= 1.15x fp32 step",
                                     value=round(ratio, 3), need=1.15, met=ratio <= 1.15))
 
     out = dict(
@@ -485,7 +597,7 @@ def main():
                        extra_rounds=args.extra_rounds, deadline_s=args.deadline_s, wait_s=args.wait_s,
                        max_tries=args.max_tries, max_wait_total=args.max_wait_total,
                        waited_total_s=args.max_wait_total - budget.left),
-        results=results, targets=targets, wall_s=round(time.monotonic() - t_start, 1),
+        results=results, overheads=overheads, targets=targets, wall_s=round(time.monotonic() - t_start, 1),
     )
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
@@ -498,8 +610,39 @@ def main():
     log(f"\nwrote {args.out} ({out['wall_s']:.0f} s)")
 
 
-def render_markdown(out):
+def render_verdicts(out):
+    """The run's verdicts: one row per shape and dtype (loom against the fastest of today's peers, and
+    its share of the dtype's matmul ceilings), then every target."""
     lines = []
+    for mode in out["modes"]:
+        lines += [f"### Verdicts, ISA mode `{mode}`", "",
+                  "| shape | dtype | loom ms/step | fastest peer | its ms/step | loom speedup | target | "
+                  "share of the 2048³ ceiling | share of its own products' ceiling |",
+                  "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+        for r in out["results"]:
+            if r["mode"] != mode or "loom" not in r["impls"]:
+                continue
+            m = r["impls"]["loom"]["best"]
+            peer = r.get("peer")
+            pm = r["impls"][peer]["best"] if peer else None
+            own = m.get("fraction_of_step_ceiling")
+            lines.append(
+                f"| ({r['shape']}) | {r['variant']} | {m['median_s'] * 1e3:.1f} | {peer or '-'} | "
+                + (f"{pm['median_s'] * 1e3:.1f} | **{r['speedup_vs_peer']:.2f}x** | {TARGETS[r['shape']]}x" if pm
+                   else "- | - | -")
+                + f" | {100 * m['fraction_of_ceiling']:.0f} % | " + (f"{100 * own:.0f} %" if own else "-") + " |")
+        lines += ["", "| target | measured | met |", "|---|---:|---|"]
+        for t in out["targets"]:
+            if t["mode"] == mode:
+                verdict = ("not comparable: " + t["not_comparable"] if t.get("not_comparable")
+                           else "yes" if t["met"] else "**NO**")
+                lines.append(f"| {t['target']} | {t['value']} | {verdict} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render_markdown(out):
+    lines = [render_verdicts(out)]
     for mode in out["modes"]:
         c = out["ceilings"][mode]
         C = c["gemm_ceiling_gflops"]
@@ -514,6 +657,8 @@ def render_markdown(out):
             f"{st['sgemm_gflops']['onednn']['3072']:.1f} (2048/3072, {st['threads']} threads); at the end "
             f"OpenBLAS {en['sgemm_gflops']['openblas']['2048']:.1f}/{en['sgemm_gflops']['openblas']['3072']:.1f}, "
             f"oneDNN {en['sgemm_gflops']['onednn']['2048']:.1f}/{en['sgemm_gflops']['onednn']['3072']:.1f}. "
+            f"bfloat16 ceiling {c['bf16_ceiling_gflops']:.1f} GFLOP/s: oneDNN's bf16 matmul at 2048³, the highest "
+            f"of {c['n']} (lowest {c['bf16_min_gflops']:.1f}). "
             f"Triad {' / '.join(f'{t:.1f}' for t in c['triad_gbs'])} GB/s (start / end).",
             "",
         ]
@@ -523,7 +668,7 @@ def render_markdown(out):
                       + ", ".join(f"{k} probe failed" if "error" in v else f"{k} {v['gflops']:.1f} GFLOP/s"
                                   for k, v in probes.items()) + ".", ""]
         lines += [
-            "| shape | variant | impl | ms/step | tokens/s | GFLOP/s | % of GEMM ceiling | loom speedup | load 1m "
+            "| shape | variant | impl | ms/step | tokens/s | GFLOP/s | % of its dtype's ceiling | loom speedup | load 1m "
             "| others (cores) |",
             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
@@ -532,19 +677,18 @@ def render_markdown(out):
                 continue
             for name, d in r["impls"].items():
                 m = d["best"]
-                sp = f"{r['speedup_vs_peer']:.2f}x" if name == "loom" and "speedup_vs_peer" in r else ""
+                sp = (", ".join(f"{v:.2f}x {k}" for k, v in r["speedup_vs"].items())
+                      if name == "loom" and "speedup_vs" in r else "")
                 flag = "" if m["clean"] else " (contended)"
                 lines.append(
                     f"| ({r['shape']}) B{r['B']}xT{r['T']} L{r['L']} C{r['C']} V{r['V']} | {r['variant']} | {name} | "
                     f"{m['median_s'] * 1e3:.1f} | {m['tokens_per_s']:.0f} | {m['gflops']:.1f} | "
                     f"{100 * m['fraction_of_ceiling']:.1f}% | {sp} | {m['loadavg_before'][0]:.2f} | "
                     f"{m['other_cores_before']:.2f} / {m['other_cores_during']:.2f}{flag} |")
-        lines += ["", "| target | measured | met |", "|---|---:|---|"]
-        for t in out["targets"]:
-            if t["mode"] == mode:
-                verdict = ("not comparable: " + t["not_comparable"] if t.get("not_comparable")
-                           else "yes" if t["met"] else "NO")
-                lines.append(f"| {t['target']} | {t['value']} | {verdict} |")
+        for o in out["overheads"].get(mode, []):
+            lines.append(f"\n(b) {o['dtype']} under `loom profile`: mean step {o['mean_step_ms']:.2f} ms, of which "
+                         f"{o['other_ms']:.3f} ms ({100 * o['share']:.2f} %) outside ops; phases "
+                         + ", ".join(f"{k} {v:.2f}" for k, v in o["phase_ms_per_step"].items()) + " ms.")
         lines.append("")
     return "\n".join(lines)
 

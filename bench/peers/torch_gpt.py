@@ -3,10 +3,11 @@
 
 The model is nanoGPT's GPT written out again (attention-first blocks, LayerNorm with optional
 bias, tied wte/lm_head, GELU exact, GPT-2 init with c_proj weights at 0.02/sqrt(2*n_layer)).
-PyTorch 1.13 (Debian 12's python3-torch) has no F.scaled_dot_product_attention, so attention is
-nanoGPT's manual causal path (the one nanoGPT itself takes when flash is unavailable). The
+Attention is F.scaled_dot_product_attention where the PyTorch has it (2.x), else nanoGPT's manual
+causal path (PyTorch 1.13, Debian 12's python3-torch; the path nanoGPT itself takes then). The
 optimizer is nanoGPT's configure_optimizers: AdamW with weight decay on every parameter of 2+
-dims; `fused` is only used by nanoGPT on CUDA, so on CPU it is the default AdamW.
+dims; nanoGPT asks for `fused` only on CUDA, the bench asks for it on CPU too (--fused-adamw, the
+default where the PyTorch has a fused CPU AdamW: 2.4 and later).
 
 Two modes:
 
@@ -14,6 +15,11 @@ Two modes:
           random batch; prints one JSON object with every step's time.
             torch_gpt.py bench --n-layer 4 --n-head 4 --n-embd 128 --vocab 65 --block 64
                                --batch 12 --seq 64 --steps 30 --warmup 5 [--bias]
+                               [--dtype bfloat16] [--compile] [--no-fused-adamw]
+          --dtype bfloat16 runs forward and loss under torch.autocast("cpu", torch.bfloat16) (fp32
+          parameters and optimizer, as loom's bfloat16 with fp32 masters); --compile wraps the model
+          in torch.compile (nanoGPT's compile=True; its compilation falls in the warm-up steps, and
+          the first step's time is reported apart as first_step_s).
   train   nanoGPT's CPU recipe on tiny Shakespeare (char level) from data/shakespeare_char
           (nanoGPT's train.py loop: get_batch, get_lr, estimate_loss every eval_interval, clip),
           then the loss on the whole validation split; prints JSON lines.
@@ -189,7 +195,8 @@ class GPT(nn.Module):
             loss = None
         return logits, loss
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, fused=None):
+        """fused: None for nanoGPT's choice (fused on CUDA only), else asked for as given."""
         param_dict = {pn: p for pn, p in self.named_parameters() if p.requires_grad}
         decay_params = [p for n, p in param_dict.items() if p.dim() >= 2]
         nodecay_params = [p for n, p in param_dict.items() if p.dim() < 2]
@@ -198,7 +205,7 @@ class GPT(nn.Module):
             {"params": nodecay_params, "weight_decay": 0.0},
         ]
         fused_available = "fused" in inspect.signature(torch.optim.AdamW).parameters
-        use_fused = fused_available and device_type == "cuda"
+        use_fused = fused_available and (device_type == "cuda" if fused is None else fused)
         extra_args = dict(fused=True) if use_fused else dict()
         return torch.optim.AdamW(optim_groups, lr=learning_rate, betas=betas, **extra_args)
 
@@ -247,10 +254,12 @@ def random_batch(args):
     return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
 
 
-def train_step(model, opt, x, y, grad_clip):
+def train_step(model, opt, x, y, grad_clip, autocast_dtype=None):
     """One timed training step (forward, backward, clip, AdamW, zero_grad); returns the loss. model may
-    be a DistributedDataParallel wrapper, whose backward sums the gradients over the ranks."""
-    _, loss = model(x, y)
+    be a DistributedDataParallel wrapper, whose backward sums the gradients over the ranks. With
+    autocast_dtype, forward and loss run under CPU autocast to it (backward follows autocast's casts)."""
+    with torch.autocast("cpu", dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+        _, loss = model(x, y)
     loss.backward()
     if grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
@@ -259,21 +268,41 @@ def train_step(model, opt, x, y, grad_clip):
     return loss.item()
 
 
+def fused_cpu_adamw():
+    """Whether this PyTorch has a fused AdamW for CPU tensors (2.4 and later; 1.13 has none)."""
+    if "fused" not in inspect.signature(torch.optim.AdamW).parameters:
+        return False
+    try:
+        p = torch.nn.Parameter(torch.zeros(2))
+        p.grad = torch.zeros(2)
+        torch.optim.AdamW([p], fused=True).step()
+        return True
+    except (RuntimeError, ValueError):
+        return False
+
+
 def bench(args):
     model = build_model(args)
-    opt = model.configure_optimizers(args.weight_decay, args.lr, (args.beta1, args.beta2), "cpu")
+    fused = args.fused_adamw and fused_cpu_adamw()
+    opt = model.configure_optimizers(args.weight_decay, args.lr, (args.beta1, args.beta2), "cpu", fused=fused)
     x, y = random_batch(args)
+    net = model  # the module itself: torch.compile's wrapper forwards calls, not every attribute
+    if args.compile:
+        model = torch.compile(model)
+    autocast = torch.bfloat16 if args.dtype == "bfloat16" else None
 
     times, losses = [], []
     for it in range(args.warmup + args.steps):
         t0 = time.perf_counter()
-        losses.append(train_step(model, opt, x, y, args.grad_clip))
+        losses.append(train_step(model, opt, x, y, args.grad_clip, autocast))
         times.append(time.perf_counter() - t0)
     out = dict(
         framework="pytorch",
         mode="bench",
-        params=sum(p.numel() for p in model.parameters()),
-        params_no_pos=model.get_num_params(non_embedding=True),
+        dtype=args.dtype, compiled=args.compile, fused_adamw=fused,
+        sdpa=hasattr(F, "scaled_dot_product_attention"), first_step_s=times[0],
+        params=sum(p.numel() for p in net.parameters()),
+        params_no_pos=net.get_num_params(non_embedding=True),
         step_time_s=times,
         warmup=args.warmup,
         losses=losses,
@@ -447,6 +476,11 @@ def main():
     ap.add_argument("--eval-iters", type=int, default=20)
     ap.add_argument("--data", default="data/shakespeare_char")
     ap.add_argument("--log", default="", help="train: append JSON lines here and print readable lines")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="bench: bfloat16 = forward and loss under CPU autocast to bfloat16")
+    ap.add_argument("--compile", action="store_true", help="bench: torch.compile the model")
+    ap.add_argument("--no-fused-adamw", dest="fused_adamw", action="store_false",
+                    help="bench: the for-each AdamW even where a fused CPU AdamW exists")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.mode == "bench":

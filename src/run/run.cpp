@@ -323,7 +323,8 @@ int run_train(const RunOptions& o) {
       clear_status_line();
       fmt::print(out, "step {}: val loss {:.4f}{}\n", step, vl, improved ? " (best so far)" : "");
       std::fflush(out);
-      metrics.write({{"step", step}, {"val_loss", vl}, {"best_val_loss", best_val}});
+      // elapsed_s: this command's wall time so far (setup and evaluations included), for time to a loss.
+      metrics.write({{"step", step}, {"val_loss", vl}, {"best_val_loss", best_val}, {"elapsed_s", seconds_since(started)}});
       if (improved && !run_dir.empty()) save("best");
     }
     if (run_dir.empty()) return;

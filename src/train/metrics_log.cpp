@@ -29,9 +29,10 @@ void MetricsLog::write(const nlohmann::json& record) {
     if (!jsonl_) throw std::runtime_error("cannot write metrics file '" + jsonl_path_ + "' (disk full?)");
   }
   if (!tb_) return;
+  // Every event carries its own wall time: elapsed_s would only repeat it as a curve.
   std::vector<std::pair<std::string, float>> scalars;
   for (const auto& [key, value] : record.items())
-    if (key != "step" && value.is_number()) scalars.emplace_back(tensorboard_tag(key), value.get<float>());
+    if (key != "step" && key != "elapsed_s" && value.is_number()) scalars.emplace_back(tensorboard_tag(key), value.get<float>());
   tb_->write(record.at("step").get<int64_t>(), scalars);
 }
 

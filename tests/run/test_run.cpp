@@ -203,15 +203,19 @@ TEST(RunSummary, ReportsTheLastLossTheValidationLossesAndTheCost) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.find("Final metrics"), std::string::npos) << "no run average under a 'final' title: " << r.out;
   EXPECT_NE(r.out.find("run summary (steps 1-20 of 20)"), std::string::npos) << r.out;
-  std::vector<double> losses, vals;
+  std::vector<double> losses, vals, elapsed;
   std::ifstream f(out / "metrics.jsonl");
   for (std::string line; std::getline(f, line);) {
     const auto j = nlohmann::json::parse(line);
     if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
     if (j.contains("val_loss")) vals.push_back(j["val_loss"].get<double>());
+    if (j.contains("val_loss")) elapsed.push_back(j.value("elapsed_s", -1.0));
   }
   ASSERT_EQ(losses.size(), 20u);
   ASSERT_EQ(vals.size(), 4u);
+  // Each evaluation row says when it ended (time to a loss): positive and increasing.
+  EXPECT_GT(elapsed.front(), 0) << "val rows carry elapsed_s";
+  EXPECT_TRUE(std::is_sorted(elapsed.begin(), elapsed.end()) && elapsed.front() < elapsed.back());
   EXPECT_NE(summary_line(r.out, "loss").find(fmt_loss(losses.back())), std::string::npos) << r.out;
   const size_t best = std::min_element(vals.begin(), vals.end()) - vals.begin();
   const std::string val = summary_line(r.out, "val loss");
