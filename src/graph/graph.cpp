@@ -1,8 +1,10 @@
 #include "graph/graph.h"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
+#include "core/error.h"
 #include "graph/ops/rules.h"
 
 namespace loom {
@@ -101,6 +103,27 @@ NodeId Graph::add_node(OpKind op, std::vector<ValueId> in, Attrs attrs, const st
                                     .name = {}}));
   nodes_.push_back(std::move(n));
   return id;
+}
+
+void Graph::set_param_dtype(ValueId param, DType dtype) {
+  LOOM_ASSERT(values_.at(param).kind == ValueKind::param, "'" + values_[param].name + "' is not a parameter");
+  values_[param].dtype = dtype;
+  std::vector<bool> retyped(values_.size());
+  retyped[static_cast<size_t>(param)] = true;
+  for (Node& n : nodes_) {  // graph order is topological: a view is retyped before its readers run again
+    if (std::none_of(n.in.begin(), n.in.end(), [&](ValueId v) { return retyped[static_cast<size_t>(v)]; })) continue;
+    const OpInfo& info = op_info(n.op);
+    ValueDesc outs[4];
+    info.infer(*this, n, outs);
+    for (int i = 0; i < info.num_outputs; ++i) {
+      Value& o = values_[n.out[static_cast<size_t>(i)]];
+      if (o.dtype == outs[i].dtype) continue;
+      LOOM_ASSERT(info.flags & kOpView,
+                  std::string("narrowing a parameter changes the output of ") + info.name + " at '" + n.scope + "'");
+      o.dtype = outs[i].dtype;
+      retyped[static_cast<size_t>(n.out[static_cast<size_t>(i)])] = true;
+    }
+  }
 }
 
 std::string Graph::dump() const {

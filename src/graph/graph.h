@@ -23,7 +23,8 @@ inline constexpr ValueId kNoValue = -1;
 // the rest are persistent buffers that outlive one program run.
 enum class ValueKind : uint8_t {
   activation,  // produced by a node, planned in the arena
-  param,       // fp32 master parameter
+  param,       // a parameter: its fp32 master, or in an inference program a copy narrowed to the
+               // compute dtype (graph/passes/narrow_params.h)
   grad,        // fp32 gradient accumulator of a param
   input,       // batch data and per-step scalars, written by the host before each run
 };
@@ -86,6 +87,12 @@ class Graph {
                   int32_t region = -1);
 
   void mark_output(ValueId v) { values_.at(v).is_output = true; }
+
+  // Stores parameter `param` in `dtype` (graph/passes/narrow_params.h). The shape rule of every
+  // node that reads it, directly or through views, runs again: a view (kOpView) takes the new
+  // dtype; a rule that rejects it throws std::invalid_argument as add_node does. Any other output
+  // whose dtype would change is a bug (LOOM_ASSERT): the nodes must compute what they did before.
+  void set_param_dtype(ValueId param, DType dtype);
 
   const Value& value(ValueId v) const { return values_.at(v); }
   const Node& node(NodeId n) const { return nodes_.at(n); }

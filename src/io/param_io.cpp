@@ -8,10 +8,20 @@
 
 namespace loom {
 
+namespace {
+// The file layout of g's parameters, which must be float32 masters: a narrowed copy cannot be
+// written back as the values it was made from.
+std::vector<nn::FileTensor> master_layout(const Graph& g, bool scan_layers) {
+  for (const Param& p : g.params())
+    LOOM_ASSERT(g.value(p.value).dtype == DType::f32, "parameter '" + g.value(p.value).name + "' is narrowed");
+  return nn::param_file_layout(g, scan_layers);
+}
+}  // namespace
+
 std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool grads, const std::string& prefix) {
   const Graph& g = ex.graph();
   std::vector<StTensor> out;
-  for (const nn::FileTensor& f : nn::param_file_layout(g, scan_layers)) {
+  for (const nn::FileTensor& f : master_layout(g, scan_layers)) {
     StTensor t{.name = prefix + f.name,
                .dtype = DType::f32,
                .shape = f.shape,
@@ -30,7 +40,7 @@ std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool g
 std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const std::string& prefix) {
   const Graph& g = ex.graph();
   std::vector<StSource> out;
-  for (const nn::FileTensor& f : nn::param_file_layout(g, scan_layers)) {
+  for (const nn::FileTensor& f : master_layout(g, scan_layers)) {
     // A stacked file tensor is its layers' buffers one after another: map the byte range onto them.
     auto read = [&ex, &g, params = f.params](void* dst, size_t off, size_t n) {
       auto* d = static_cast<unsigned char*>(dst);
@@ -72,10 +82,10 @@ void for_each_param(const Graph& g, const std::map<std::string, const StTensor*>
                       "tensor '" + name + "' is " + dtype_name(t.dtype) + t.shape.str() + ", the model needs float32" +
                           f.shape.str(),
                       "the file was written for a different model configuration");
-    size_t off = 0;
+    size_t off = 0;  // in the file's float32 values
     for (ValueId p : f.params) {
       fn(p, t.bytes.data() + off);
-      off += static_cast<size_t>(g.value(p).bytes());
+      off += static_cast<size_t>(g.value(p).shape.numel()) * 4;
     }
   }
 }
@@ -83,8 +93,21 @@ void for_each_param(const Graph& g, const std::map<std::string, const StTensor*>
 
 void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
                    const std::string& file, const std::string& prefix) {
-  for_each_param(ex.graph(), tensors, scan_layers, file, prefix,
-                 [&](ValueId p, const unsigned char* bytes) { ex.upload(p, bytes); });
+  for_each_param(ex.graph(), tensors, scan_layers, file, prefix, [&](ValueId p, const unsigned char* bytes) {
+    upload_param(ex, p, reinterpret_cast<const float*>(bytes));
+  });
+}
+
+void upload_param(Executor& ex, ValueId p, const float* values) {
+  const Value& v = ex.graph().value(p);
+  LOOM_ASSERT(v.kind == ValueKind::param, "'" + v.name + "' is not a parameter");
+  if (v.dtype == DType::f32) {
+    ex.upload(p, values);
+    return;
+  }
+  std::vector<unsigned char> narrowed(static_cast<size_t>(v.bytes()));
+  convert(values, DType::f32, narrowed.data(), v.dtype, static_cast<size_t>(v.shape.numel()));
+  ex.upload(p, narrowed.data());
 }
 
 std::vector<StTensor> params_by_path(const Graph& g, const std::map<std::string, const StTensor*>& tensors,
@@ -92,7 +115,7 @@ std::vector<StTensor> params_by_path(const Graph& g, const std::map<std::string,
   std::vector<StTensor> out;
   for_each_param(g, tensors, scan_layers, file, {}, [&](ValueId p, const unsigned char* bytes) {
     const Value& v = g.value(p);
-    out.push_back({v.name, DType::f32, v.shape, std::vector<unsigned char>(bytes, bytes + v.bytes())});
+    out.push_back({v.name, DType::f32, v.shape, std::vector<unsigned char>(bytes, bytes + v.shape.numel() * 4)});
   });
   return out;
 }

@@ -10,16 +10,22 @@
 
 namespace loom {
 
-// Every parameter (or, with `grads`, its gradient) as float32 tensors, named by file layout.
+// Every parameter (or, with `grads`, its gradient) as float32 tensors, named by file layout. The
+// parameters must be float32 masters (not narrowed: LOOM_ASSERT), here and in param_sources.
 std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool grads = false,
                                     const std::string& prefix = {});
 // The same tensors as sources that read the executor's buffers piecewise (stream_safetensors):
 // saving them costs no host copy of the parameters.
 std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const std::string& prefix = {});
-// Loads every parameter from `tensors` (looked up by file-layout name with `prefix`). A missing
-// tensor, a wrong shape or a non-float32 dtype is a UserError naming `file` and the tensor.
+// Loads every parameter from `tensors` (looked up by file-layout name with `prefix`), each through
+// upload_param. A missing tensor, a wrong shape or a non-float32 dtype is a UserError naming `file`
+// and the tensor.
 void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
                    const std::string& file, const std::string& prefix = {});
+// Stores the float32 master `values` of parameter p (its numel floats) in ex, rounded to the
+// parameter's dtype: to nearest even, the dense and embedding kernels' rounding, for one narrowed
+// to the compute dtype (graph/passes/narrow_params.h); as they are for a float32 one.
+void upload_param(Executor& ex, ValueId p, const float* values);
 // The parameters of graph `g` as float32 tensors named by path (one per layer), cut out of
 // `tensors` in the file layout (stacked for scan_layers), with import_params' checks: a file's
 // parameters without an executor.

@@ -13,7 +13,9 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/tokenizer.h"
+#include "graph/passes/narrow_params.h"
 #include "graph/passes/plan.h"
+#include "io/param_io.h"
 #include "nn/models.h"
 #include "train/model_source.h"
 #include "train/trainer.h"
@@ -60,6 +62,7 @@ Sampler::Sampler(const Config& c, Backend& be, Prefill how, int64_t context) : s
   max_len_ = context > 0 ? context : c.model.max_seq_len;
   num_outputs_ = c.model.num_outputs;
   model_ = kind.build_decoder(c.model, 1, max_len_);
+  narrow_params(model_.graph);
   const Graph& g = model_.graph;
   positions_ = g.input_by_name("positions");
   for (const Value& v : g.values())
@@ -75,14 +78,15 @@ Sampler::~Sampler() = default;
 
 void Sampler::copy_params_from(const Executor& src) {
   const Graph& g = model_.graph;
-  std::vector<unsigned char> buf;
+  std::vector<float> master;
   for (const Param& p : g.params()) {
     const Value& v = g.value(p.value);
     const ValueId s = src.graph().input_by_name(v.name);
-    LOOM_ASSERT(s != kNoValue && src.graph().value(s).shape == v.shape, "parameter '" + v.name + "' differs");
-    buf.resize(static_cast<size_t>(v.bytes()));
-    src.download(s, buf.data());
-    exec_->upload(p.value, buf.data());
+    LOOM_ASSERT(s != kNoValue && src.graph().value(s).shape == v.shape && src.graph().value(s).dtype == DType::f32,
+                "parameter '" + v.name + "' differs");
+    master.resize(static_cast<size_t>(v.shape.numel()));
+    src.download(s, master.data());
+    upload_param(*exec_, p.value, master.data());
   }
 }
 
@@ -114,11 +118,18 @@ Sampler::PrefillProgram& Sampler::prefill_program(int64_t len) {
   auto p = std::make_unique<PrefillProgram>();
   p->len = len;
   p->model = nn::model_kind(spec_.kind).build_prefill(spec_, 1, len, max_len_);
-  // The decoder's parameters and caches, by name: the prefill program allocates neither.
-  Executor::External shared;
-  for (const Param& q : model_.graph.params()) shared[model_.graph.value(q.value).name] = exec_->ptr(q.value);
-  for (ValueId c : caches_) shared[model_.graph.value(c).name] = exec_->ptr(c);
+  narrow_params(p->model.graph);
   const Graph& g = p->model.graph;
+  // The decoder's parameters (narrowed alike: the same layers read them) and caches, by name: the
+  // prefill program allocates neither.
+  Executor::External shared;
+  for (const Param& q : model_.graph.params()) {
+    const Value& v = model_.graph.value(q.value);
+    const ValueId mine = g.input_by_name(v.name);
+    LOOM_ASSERT(mine != kNoValue && g.value(mine).dtype == v.dtype, "prefill parameter '" + v.name + "' differs");
+    shared[v.name] = exec_->ptr(q.value);
+  }
+  for (ValueId c : caches_) shared[model_.graph.value(c).name] = exec_->ptr(c);
   bind_no_gradients(g, shared);
   Backend& be = exec_->backend();
   if (Status s = Executor::create(be, g, plan_program(be, g, default_schedule(g)), &p->exec, &shared); !s)
@@ -364,12 +375,13 @@ int run_sample(const SampleOptions& o) {
         stderr,
         "loom sample: %s, %d threads, %s prefill: prefill %lld tokens in %lld passes (%lld window refills) "
         "in %.1f ms = %.1f tokens/s; decode %.0f tokens in %.1f ms = %.3f ms/token = %.1f tokens/s "
-        "(decoder of %zu nodes); %lld prefill programs built in %.1f ms, %.1f MiB held\n",
+        "(decoder of %zu nodes); %lld prefill programs built in %.1f ms, %.1f MiB held; parameters %.1f MiB\n",
         o.checkpoint.c_str(), num_threads(), o.prefill == Prefill::batched ? "batched" : "token-by-token",
         static_cast<long long>(p.tokens), static_cast<long long>(p.passes), static_cast<long long>(s.window_refills()),
         p.seconds * 1e3, p.seconds > 0 ? static_cast<double>(p.tokens) / p.seconds : 0.0, tokens, decode_s * 1e3,
         tokens > 0 ? decode_s * 1e3 / tokens : 0.0, decode_s > 0 ? tokens / decode_s : 0.0, s.nodes_per_token(),
-        static_cast<long long>(p.builds), p.build_seconds * 1e3, static_cast<double>(s.prefill_bytes()) / (1 << 20));
+        static_cast<long long>(p.builds), p.build_seconds * 1e3, static_cast<double>(s.prefill_bytes()) / (1 << 20),
+        static_cast<double>(s.executor().plan().param_bytes) / (1 << 20));
   }
   return 0;
 }

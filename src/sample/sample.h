@@ -18,6 +18,12 @@
 // of each pass). Prefill::token is the one-token path instead (the decoder run per prompt token:
 // no second program, slower).
 //
+// Parameters (docs/ARCHITECTURE.md, "Sampling"): both programs go through narrow_params
+// (graph/passes/narrow_params.h), so a bfloat16 model's dense kernels and biases and its embedding
+// tables are held as bf16 copies rounded once when the weights are loaded, not as f32 masters the
+// kernels round on every call; the logits are the same bit for bit. The norms' scales and biases,
+// and every parameter of a float32 model, stay float32.
+//
 // Sliding window: the caches hold model.max_seq_len positions (pos_emb has no more rows), or
 // fewer with --context. When the sequence would outgrow them, the last half of them are prefilled
 // again at positions 0.. (re-prefill, one batched pass), so generation goes on indefinitely, each
@@ -91,7 +97,7 @@ void validate_sample_options(const SampleOptions& o);
 // on the cpu backend, loads the parameters, and for each sample echoes the prompt and streams
 // `tokens` sampled tokens to o.out, flushing after each complete character, and ends the sample
 // with a newline. With o.stats, prints to stderr the prefill passes' tokens/s and the decoding's
-// per generated token, and the prefill programs' memory. Returns the exit status (0).
+// per generated token, the prefill programs' memory and the parameters'. Returns the exit status (0).
 int run_sample(const SampleOptions& o);
 
 // The decoding engine for the transformer of c.model: the decoder program (batch 1, max_len =
@@ -108,7 +114,8 @@ class Sampler {
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
 
-  // The decoder's executor: its parameters are every program's (load or copy them here).
+  // The decoder's executor: its parameters are every program's, some narrowed to the compute dtype
+  // (load them with io/param_io.h's import_params or upload_param, or copy_params_from).
   Executor& executor() { return *exec_; }
   const nn::ModelGraph& model() const { return model_; }
   int64_t max_len() const { return max_len_; }
@@ -117,7 +124,7 @@ class Sampler {
   size_t nodes_per_token() const { return exec_->plan().schedule.size(); }
 
   // Copies every parameter by path from another executor whose graph has the same parameters
-  // (a Trainer's), e.g. to sample at the end of training.
+  // as float32 masters (a Trainer's), rounding the narrowed ones, e.g. to sample after training.
   void copy_params_from(const Executor& src);
 
   // Forgets the context: the next token goes to position 0.

@@ -30,6 +30,7 @@
 #include "core/error.h"
 #include "data/data.h"
 #include "data/tokenizer.h"
+#include "graph/passes/narrow_params.h"
 #include "graph/passes/plan.h"
 #include "io/param_io.h"
 #include "nn/init.h"
@@ -488,6 +489,149 @@ TEST(Prefill, KeepsTheTwoLatestPrograms) {
   }
   EXPECT_EQ(token.runs(), 3 + 8 + 3 + 5 + 8 + 3) << "the token path runs the decoder per token";
   EXPECT_EQ(s.runs(), 0);
+}
+
+// ---- narrowed parameters (graph/passes/narrow_params.h) ----------------------------------------
+
+// The sampling programs as they were built before narrow_params: the decoder and the prefill
+// program of one length over its caches, reading float32 masters that the kernels round to the
+// compute dtype on every call. The reference the Sampler's narrowed programs must equal bit for bit.
+class MasterPrograms {
+ public:
+  MasterPrograms(const Config& c, Backend& be, const Executor& params)
+      : c_(c), be_(be), dec_(nn::build_transformer_decoder(c.model, 1, kMaxLen)) {
+    const Graph& g = dec_.graph;
+    const Status st = Executor::create(be, g, plan_program(be, g, default_schedule(g)), &dec_exec_);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    masters_ = export_params(params, false);
+    std::map<std::string, const StTensor*> by_name;
+    for (const StTensor& t : masters_) by_name[t.name] = &t;
+    import_params(*dec_exec_, by_name, false, "test");
+  }
+  const Executor& decoder() const { return *dec_exec_; }
+  // The logits of `token` at the next position.
+  std::vector<float> feed(int32_t token) {
+    dec_exec_->upload(dec_.inputs, &token);
+    dec_exec_->upload(dec_.graph.input_by_name("positions"), &pos_);
+    dec_exec_->run(RunCtx{});
+    ++pos_;
+    return logits(*dec_exec_, dec_);
+  }
+  // Rows 0..n-1 of the caches from `tokens` in one pass; the last token's logits.
+  std::vector<float> prefill(std::span<const int32_t> tokens) {
+    pre_ = nn::build_transformer_prefill(c_.model, 1, static_cast<int64_t>(tokens.size()), kMaxLen);
+    const Graph& g = pre_.graph;
+    Executor::External shared;  // the decoder's parameters and caches
+    for (const Value& v : dec_.graph.values())
+      if (v.kind == ValueKind::param || v.name.ends_with("_cache"))
+        shared[v.name] = dec_exec_->ptr(dec_.graph.input_by_name(v.name));
+    const Status st = Executor::create(be_, g, plan_program(be_, g, default_schedule(g)), &pre_exec_, &shared);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    for (const auto& [v, bytes] : pre_.constants) pre_exec_->upload(v, bytes.data());
+    pre_exec_->upload(pre_.inputs, tokens.data());
+    pre_exec_->run(RunCtx{});
+    pos_ = static_cast<int32_t>(tokens.size());
+    return logits(*pre_exec_, pre_);
+  }
+
+ private:
+  static std::vector<float> logits(const Executor& ex, const nn::ModelGraph& m) {
+    std::vector<float> out(static_cast<size_t>(kVocab));
+    ex.download(m.output, out.data());
+    return out;
+  }
+  Config c_;
+  Backend& be_;
+  nn::ModelGraph dec_, pre_;
+  std::vector<StTensor> masters_;
+  std::unique_ptr<Executor> dec_exec_, pre_exec_;
+  int32_t pos_ = 0;
+};
+
+// Bit for bit, the float values themselves (a rounding that differs anywhere shows).
+void expect_bits(std::span<const float> got, const std::vector<float>& want, const std::string& where) {
+  ASSERT_EQ(got.size(), want.size()) << where;
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+      << where << ": narrowed " << got[0] << " " << got[1] << ", masters " << want[0] << " " << want[1];
+}
+
+// A bfloat16 model's Sampler holds its kernels, biases and embedding tables as bf16 copies rounded
+// once, and gives the logits of the programs that round the f32 masters per call bit for bit: the
+// decoder from position 0, the batched prefill of 1, 5 and max_len tokens, the tokens decoded after
+// it from the caches it filled, and so the greedy text. On the cpu backend (its native bf16 GEMM
+// reads the copies as they are) and the reference, for GPT-2 style (tied head, learned positions),
+// the tutorial's (biases, untied head) and Llama style (RMSNorm, rope, grouped heads). Rounding the
+// copies any other way (truncation, say) changes the logits.
+TEST(Decoder, NarrowedParametersGiveTheMastersLogits) {
+  CpuBackend cpu;
+  ReferenceBackend ref;
+  for (Backend* be : {static_cast<Backend*>(&cpu), static_cast<Backend*>(&ref)})
+    for (const char* variant : {"gpt2", "tutorial", "llama"}) {
+      const std::string where = std::string(be->name()) + " " + variant;
+      const Config c = tiny_config(variant, "bfloat16");
+      Trainer tr(c, *be);
+      Sampler s(c, *be);
+      s.copy_params_from(tr.executor());
+      MasterPrograms old(c, *be, tr.executor());
+      int narrowed = 0;
+      for (const Param& p : s.executor().graph().params())
+        narrowed += s.executor().graph().value(p.value).dtype == DType::bf16;
+      EXPECT_GT(narrowed, 0) << where;
+      const std::vector<int32_t> seq = random_tokens(5, kMaxLen);
+      for (int64_t t = 0; t < kMaxLen; ++t)
+        expect_bits(s.feed(seq[static_cast<size_t>(t)]), old.feed(seq[static_cast<size_t>(t)]),
+                    where + " decoder position " + std::to_string(t));
+      for (size_t len : {size_t{1}, size_t{5}, static_cast<size_t>(kMaxLen)}) {
+        const std::span<const int32_t> prompt = std::span(seq).first(len);
+        expect_bits(s.prefill(prompt), old.prefill(prompt), where + " prefill of " + std::to_string(len));
+        for (size_t t = len; t < std::min(len + 4, seq.size()); ++t)
+          expect_bits(s.feed(seq[t]), old.feed(seq[t]), where + " after a prefill of " + std::to_string(len));
+      }
+      const std::vector<int32_t> prompt = {3, 1, 4};
+      const std::vector<int32_t> text = generate(s, prompt, 10, {.temperature = 0.0, .top_k = 0}, 1, 0, nullptr);
+      std::vector<float> l = old.prefill(prompt);
+      for (int32_t t : text) {
+        EXPECT_EQ(t, std::max_element(l.begin(), l.end()) - l.begin()) << where << " greedy text";
+        l = old.feed(t);
+      }
+    }
+}
+
+// Which parameters are narrowed, and what the plan counts: in a bfloat16 model every kernel, bias
+// and embedding table, stored in 2 bytes, and the norms' scales and biases (read in f32) in 4; the
+// plan's parameter bytes are those, and its arena holds no converted weight copies, so it is no
+// larger than the masters' programs'. A float32 model's programs are left exactly as built.
+TEST(Decoder, NarrowsWhatOnlyTheComputeDtypeReads) {
+  CpuBackend cpu;
+  for (const char* variant : {"gpt2", "tutorial", "llama"}) {
+    const nn::ModelGraph f32 = nn::build_transformer_decoder(tiny_config(variant).model, 1, kMaxLen);
+    nn::ModelGraph copy = nn::build_transformer_decoder(tiny_config(variant).model, 1, kMaxLen);
+    EXPECT_TRUE(narrow_params(copy.graph).empty()) << variant;
+    EXPECT_EQ(copy.graph.dump(), f32.graph.dump()) << variant;
+
+    const Config c = tiny_config(variant, "bfloat16");
+    for (bool prefill : {false, true}) {
+      nn::ModelGraph m = prefill ? nn::build_transformer_prefill(c.model, 1, 5, kMaxLen)
+                                 : nn::build_transformer_decoder(c.model, 1, kMaxLen);
+      const std::vector<ValueId> narrowed = narrow_params(m.graph);
+      int64_t bytes = 0;
+      for (const Param& p : m.graph.params()) {
+        const Value& v = m.graph.value(p.value);
+        const bool norm = v.name.find("_norm/") != std::string::npos;
+        EXPECT_EQ(v.dtype, norm ? DType::f32 : DType::bf16) << variant << " " << v.name;
+        EXPECT_EQ(std::count(narrowed.begin(), narrowed.end(), p.value), norm ? 0 : 1) << v.name;
+        bytes += v.shape.numel() * (norm ? 4 : 2);
+      }
+      if (!prefill) {
+        Sampler s(c, cpu);
+        EXPECT_EQ(s.executor().plan().param_bytes, bytes) << variant;
+        const nn::ModelGraph masters = nn::build_transformer_decoder(c.model, 1, kMaxLen);
+        const MemoryPlan mp = plan_program(cpu, masters.graph, default_schedule(masters.graph));
+        EXPECT_LT(s.executor().plan().param_bytes, mp.param_bytes) << variant;
+        EXPECT_LE(s.executor().plan().arena_bytes, mp.arena_bytes) << variant;
+      }
+    }
+  }
 }
 
 struct Fixture {

@@ -35,17 +35,23 @@ const int32_t* checked_ids(const TensorArg& ids, int64_t V) {
 
 }  // namespace
 
-// out[n, :] = round_dtype(table[ids[n], :]).
+// out[n, :] = round_dtype(table[ids[n], :]): a row copy when the table is in out's dtype already.
 void cpu_embedding(const KernelArgs& a) {
   const TensorArg& table = a.in[1];
   const TensorArg& out = a.out[0];
   const int64_t V = table.shape[0], C = table.shape[1];
   const int64_t N = a.in[0].shape.numel();
-  LOOM_ASSERT(table.dtype == DType::f32 && out.shape.numel() == N * C);
+  LOOM_ASSERT((table.dtype == DType::f32 || table.dtype == out.dtype) && out.shape.numel() == N * C);
   const int32_t* ids = checked_ids(a.in[0], V);
-  const float* t = table.as<const float>();
+  const size_t row_bytes = static_cast<size_t>(C) * dtype_size(out.dtype);
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
-  for (int64_t n = 0; n < N; ++n) store_f32(t + ids[n] * C, out.data, out.dtype, n * C, C);
+  for (int64_t n = 0; n < N; ++n) {
+    if (table.dtype == out.dtype)
+      std::memcpy(static_cast<std::byte*>(out.data) + n * row_bytes,
+                  static_cast<const std::byte*>(table.data) + ids[n] * row_bytes, row_bytes);
+    else
+      store_f32(table.as<const float>() + ids[n] * C, out.data, out.dtype, n * C, C);
+  }
 }
 
 // grad[ids[n], :] += dy[n, :] in f32, token order per element; parallel over column blocks.

@@ -17,9 +17,12 @@ void infer_dense(const Graph& g, const Node& n, ValueDesc* out) {
   const Value& w = in_val(g, n, 1);
   if (!dtype_is_float(a.compute)) op_fail(g, n, "compute dtype must be a float dtype");
   require_float(g, n, 0, "x");
-  if (w.shape.rank != 2 || w.dtype != DType::f32)
+  // float32, or a parameter narrowed to the compute dtype (graph/passes/narrow_params.h).
+  const auto stored = [&](const Value& v) { return v.dtype == DType::f32 || v.dtype == a.compute; };
+  if (w.shape.rank != 2 || !stored(w))
     op_fail(g, n,
-            a.transpose_w ? "kernel must be an [N, K] float32 parameter" : "kernel must be a [K, N] float32 parameter");
+            a.transpose_w ? "kernel must be an [N, K] float32 (or compute dtype) parameter"
+                          : "kernel must be a [K, N] float32 (or compute dtype) parameter");
   const int64_t K = w.shape[a.transpose_w ? 1 : 0], N = w.shape[a.transpose_w ? 0 : 1];
   if (x.shape.rank < 1 || x.shape.last() != K) {
     std::string msg = "last dim of x (";
@@ -28,13 +31,13 @@ void infer_dense(const Graph& g, const Node& n, ValueDesc* out) {
   }
   if (n.in.size() == 3) {
     const Value& b = in_val(g, n, 2);
-    if (b.shape != Shape{N} || b.dtype != DType::f32) op_fail(g, n, "bias must be a [N] float32 parameter");
+    if (b.shape != Shape{N} || !stored(b)) op_fail(g, n, "bias must be a [N] float32 (or compute dtype) parameter");
   }
   out[0] = {x.shape.with_last(N), a.compute};
 }
 
-// 2·M·K·N (M = rows of x); the bias add and the roundings are not counted. Bytes: x, the f32
-// kernel (and bias) as stored, y.
+// 2·M·K·N (M = rows of x); the bias add and the roundings are not counted. Bytes: x, the kernel
+// (and bias) as stored, y.
 OpCost cost_dense(const Graph& g, const Node& n) {
   const Value& x = in_val(g, n, 0);
   return OpCost{.flops = 2 * x.shape.rows() * x.shape.last() * g.value(n.out[0]).shape.last(), .bytes = io_bytes(g, n)};

@@ -8,18 +8,21 @@ void infer_embedding(const Graph& g, const Node& n, ValueDesc* out) {
   const Value& ids = in_val(g, n, 0);
   const Value& table = in_val(g, n, 1);
   if (ids.dtype != DType::i32) op_fail(g, n, "ids must be int32");
-  if (table.shape.rank != 2 || table.dtype != DType::f32) op_fail(g, n, "table must be a [V, C] float32 value");
   if (!dtype_is_float(a.dtype)) op_fail(g, n, "dtype must be a float dtype");
+  // float32, or a parameter narrowed to the output dtype (graph/passes/narrow_params.h).
+  if (table.shape.rank != 2 || (table.dtype != DType::f32 && table.dtype != a.dtype))
+    op_fail(g, n, "table must be a [V, C] float32 (or output dtype) value");
   if (ids.shape.rank + 1 > kMaxRank) op_fail(g, n, "ids have too many dims for an output with one more");
   Shape s = ids.shape;
   s.push_back(table.shape[1]);
   out[0] = {s, a.dtype};
 }
 
-// A gather: the ids, the f32 table rows they name (not the whole table), the output.
+// A gather: the ids, the table rows they name (not the whole table), the output.
 OpCost cost_embedding(const Graph& g, const Node& n) {
   const int64_t elems = g.value(n.out[0]).shape.numel();
-  return OpCost{.flops = 0, .bytes = in_val(g, n, 0).bytes() + elems * 4 + g.value(n.out[0]).bytes()};
+  const auto row_bytes = static_cast<int64_t>(dtype_size(in_val(g, n, 1).dtype));
+  return OpCost{.flops = 0, .bytes = in_val(g, n, 0).bytes() + elems * row_bytes + g.value(n.out[0]).bytes()};
 }
 
 // out = take(cast(table), ids) ⇒ dtable = scatter-add of dy rows at ids. The dense [V, C]
