@@ -195,12 +195,17 @@ inline float sum_f32(const float* p, int64_t n) {
 }
 
 // Σ a[k]·b[k] in f32, same lanes and fold as sum_f32.
-inline float dot_f32(const float* a, const float* b, int64_t n) {
+// b's elements as f32: float as is, uint16_t as bfloat16 bits (exact).
+inline float as_f32(float x) { return x; }
+inline float as_f32(uint16_t bf16) { return bf16_to_f32(bf16); }
+// With b bfloat16 bits, the same sum as dot_f32 over the widened row, without widening it first.
+template <class T>
+inline float dot_f32(const float* a, const T* b, int64_t n) {
   float acc[kSumLanes] = {};
   int64_t i = 0;
   for (; i + kSumLanes <= n; i += kSumLanes)
-    for (int l = 0; l < kSumLanes; ++l) acc[l] += a[i + l] * b[i + l];
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
+    for (int l = 0; l < kSumLanes; ++l) acc[l] += a[i + l] * as_f32(b[i + l]);
+  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * as_f32(b[i]);
   return fold_lanes(acc);
 }
 

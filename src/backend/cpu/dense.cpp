@@ -8,11 +8,15 @@
 // so is the bf16 matmul (up to summation order and subnormals). The f32 result is then rounded to
 // the compute dtype, as the reference backend does in double.
 //
+// A single row of C (M = 1 with op(A) = A: a decoded token) is a row vector times a matrix and goes
+// to simd::gemv, which streams B once instead of packing it; the same rounding applies.
+//
 // Workspace (workspace.h): the converted operands, per thread one tile of C when C is not the
 // output itself, and oneDNN's bf16 scratchpad; each kernel's layout function sizes it for the plan.
 #include <algorithm>
 
 #include "backend/cpu/cpu_util.h"
+#include "backend/cpu/simd/gemv.h"
 #include "graph/graph.h"
 
 namespace loom {
@@ -37,10 +41,16 @@ int64_t tile_count() {
 // The grid for C[M, N]: the most tiles (up to tile_count(), powers of two per side) whose tiles
 // are at least 64 × 128, arranged to pack the least: tr row tiles each pack all of B's columns
 // they use and tc column tiles all of A's rows, so the packed volume is K·(tc·M + tr·N). GEMMs
-// under 2^21 multiply-adds stay whole.
+// under 2^21 multiply-adds stay whole. A row vector (M = 1, decoding) packs nothing (simd::gemv):
+// it is split into column tiles down to 256 columns and 2^16 multiply-adds each.
 void tile_grid(int64_t M, int64_t N, int64_t K, int64_t& tr, int64_t& tc) {
   constexpr int64_t kMinRows = 64, kMinCols = 128, kMinMacs = int64_t{1} << 21;
   tr = tc = 1;
+  if (M == 1) {  // a row vector (simd::gemv): bound by B's stream, so every core's bandwidth helps
+    constexpr int64_t kMinGemvCols = 256, kMinGemvMacs = int64_t{1} << 16;
+    while (tc < tile_count() && N / (2 * tc) >= kMinGemvCols && N * K / (2 * tc) >= kMinGemvMacs) tc *= 2;
+    return;
+  }
   if (M * N * K < kMinMacs) return;
   for (int64_t t = tile_count(); t > 1; t /= 2) {
     int64_t best = -1;
@@ -188,7 +198,7 @@ GemmSpans gemm_spans(Bump& ws, const Gemm& g, bool either = false) {
   const Tiles tl(g);
   s.team = ws.team(true, tl.count());
   if (!g.in_place || either) s.tile = ws.per_thread<float>(tl.block * tl.max_ld(), s.team);
-  if (native && g.K > 0) {
+  if (native && g.K > 0 && !(g.M == 1 && !g.ta)) {  // simd::gemv needs no scratchpad
     int64_t pad = 0;
     const auto need = [&](int64_t rows, int64_t cols, int64_t ldc) {
       pad = std::max(pad, bf16_gemm_scratchpad(g.ta, g.tb, rows, cols, g.K, g.lda(), g.ldb(), ldc, 1));
@@ -222,7 +232,10 @@ void run_tiles(const Gemm& g, const GemmSpans& s, const T* A, const T* B, const 
       } else {
         const T* a = g.ta ? A + m0 : A + m0 * lda;
         const T* b = g.tb ? B + n0 * ldb : B + n0;
-        gemm_rm(g.ta, g.tb, m1 - m0, n1 - n0, g.K, a, lda, b, ldb, C, ldc, s.pad.mine());
+        if (m1 - m0 == 1 && !g.ta)
+          simd::gemv(g.tb, n1 - n0, g.K, a, b, ldb, C);
+        else
+          gemm_rm(g.ta, g.tb, m1 - m0, n1 - n0, g.K, a, lda, b, ldb, C, ldc, s.pad.mine());
       }
       epi(g.in_place, C, ldc, g.N, m0, m1, n0, n1);
     };
