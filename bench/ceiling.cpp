@@ -116,7 +116,8 @@ struct GemmShape {
 };
 
 // Best time of one GEMM of shape g over reps calls after a warm-up call, in f32 (dnnl_sgemm) or
-// bf16 (the matmul primitive, created with every thread in effect), operands row-major.
+// bf16 (the matmul primitive, created with every thread in effect), operands row-major; -1 when
+// this oneDNN has no bf16 matmul for the CPU (as capped by ONEDNN_MAX_CPU_ISA: below AVX-512).
 double gemm_seconds(const GemmShape& g, bool bf16, int reps) {
   const size_t na = static_cast<size_t>(g.M) * g.K, nb = static_cast<size_t>(g.K) * g.N;
   const size_t nc = static_cast<size_t>(g.M) * g.N;
@@ -166,7 +167,10 @@ double gemm_seconds(const GemmShape& g, bool bf16, int reps) {
     dnnl_matmul_desc_t md;
     dnnl_check(dnnl_matmul_desc_init(&md, &mda, &mdb, nullptr, &mdc), "matmul descriptor");
     dnnl_primitive_desc_t pd;
-    dnnl_check(dnnl_primitive_desc_create(&pd, &md, nullptr, eng, nullptr), "primitive descriptor");
+    if (dnnl_primitive_desc_create(&pd, &md, nullptr, eng, nullptr) != dnnl_success) {
+      dnnl_stream_destroy(stream);
+      return -1;
+    }
     dnnl_check(dnnl_primitive_create(&prim, pd), "primitive");
     dnnl_check(dnnl_primitive_desc_destroy(pd), "descriptor release");
     dnnl_check(dnnl_memory_create(&ma, &mda, eng, a16.data()), "A memory");
@@ -303,11 +307,11 @@ int main(int argc, char** argv) {
       "\"openblas_coretype_env\": \"%s\", \"onednn_isa\": \"%s\", \"onednn_max_cpu_isa_env\": \"%s\", "
       "\"sgemm_gflops\": {\"openblas\": {\"2048\": %.2f, \"3072\": %.2f}, \"onednn\": {\"2048\": %.2f, \"3072\": "
       "%.2f}}, "
-      "\"gemm_ceiling_gflops\": %.2f, \"bf16_gemm_gflops\": {\"2048\": %.2f}, "
+      "\"gemm_ceiling_gflops\": %.2f, \"bf16_gemm_gflops\": {\"2048\": %.2f}, "  // 0: no bf16 matmul
       "\"step_shapes\": %s, "
       "\"triad_gbs\": %.2f, \"triad_array_mib\": %ld, \"reps\": %d}\n",
       threads, openblas_get_num_threads(), openblas_get_corename(), cfg.c_str(), coretype ? coretype : "",
       dnnl_isa_name(dnnl_get_effective_cpu_isa()), maxisa ? maxisa : "", ob2048, ob3072, dn2048, dn3072, best,
-      2.0 * 2048 * 2048 * 2048 / bf2048 * 1e-9, step_shapes.c_str(), bw, triad_mib, reps);
+      bf2048 > 0 ? 2.0 * 2048 * 2048 * 2048 / bf2048 * 1e-9 : 0.0, step_shapes.c_str(), bw, triad_mib, reps);
   return 0;
 }

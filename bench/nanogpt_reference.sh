@@ -48,7 +48,7 @@ export OMP_WAIT_POLICY=PASSIVE CUDA_VISIBLE_DEVICES=""
 for seed in ${SEEDS:-1337 1 2}; do
   echo "== seed $seed: loom  ($(uptime | sed 's/.*load average/load average/'))"
   t0=$EPOCHREALTIME
-  ./build/loom train configs/shakespeare_char.toml seed="$seed" train.sample_tokens=0 --out "$work/loom_$seed" > "$work/loom_$seed.out"
+  ./build/loom train configs/shakespeare_char.toml seed="$seed" threads=2 train.sample_tokens=0 --out "$work/loom_$seed" > "$work/loom_$seed.out"
   grep -E "val loss|run summary" "$work/loom_$seed.out" | tail -n 3 | sed 's/^/   /'
   echo "{\"event\": \"loom\", \"seed\": $seed, \"t0\": $t0, \"t1\": $EPOCHREALTIME, \"load\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >> "$log"
   grep val_loss "$work/loom_$seed/metrics.jsonl" | sed 's/^{/{"event": "loom_eval", /' >> "$log"

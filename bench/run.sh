@@ -63,6 +63,17 @@ if ! "$py" -c "import torch, numpy, jax, flax, optax, ml_collections" 2>/dev/nul
   make_venv "$root/.venv-bench" "${torch_pins[@]}" $jax_pins
 fi
 
+# torch.compile (inductor) compiles C++ against the venv python's headers.
+if ! "$py" -c "import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" 2>/dev/null; then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "== installing python3-dev (apt-get): torch.compile needs Python.h"
+    apt-get install -y -qq python3-dev >/dev/null
+  else
+    echo "bench: Python.h missing for $py (torch.compile needs it); run: sudo apt-get install -y python3-dev" >&2
+    exit 2
+  fi
+fi
+
 # The AVX2-only loom, only when that mode is asked for (incremental; a no-op when up to date).
 if [[ " $* " == *avx2* ]]; then
   echo "== bench/build/loom-avx2 (AVX2-only build of the working tree)"

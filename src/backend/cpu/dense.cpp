@@ -232,7 +232,7 @@ void run_tiles(const Gemm& g, const GemmSpans& s, const T* A, const T* B, const 
       } else {
         const T* a = g.ta ? A + m0 : A + m0 * lda;
         const T* b = g.tb ? B + n0 * ldb : B + n0;
-        if (m1 - m0 == 1 && !g.ta)
+        if (g.M == 1 && !g.ta)  // the whole product is one row (a block of 1 row of a bigger C is not)
           simd::gemv(g.tb, n1 - n0, g.K, a, b, ldb, C);
         else
           gemm_rm(g.ta, g.tb, m1 - m0, n1 - n0, g.K, a, lda, b, ldb, C, ldc, s.pad.mine());

@@ -9,8 +9,9 @@
 //
 // Summation order: without tb every c[n] is one chain of fused multiply-adds over k = 0, 1, …;
 // with tb c[n] sums kW interleaved chains over k (lane l takes k ≡ l mod kW), folded pairwise, then
-// the K mod kW tail in order. Either way an element's result depends only on a, its column of B and
-// K, never on which columns a call covers: callers may split [0, N) between threads freely.
+// the K mod kW tail in order. An element's result depends only on the operands and the column range
+// of its call (GCC may contract a vector body and a scalar tail differently): dense.cpp's column
+// tiles are fixed by the shape, so results do not depend on the thread count.
 #pragma once
 #include <cstdint>
 
