@@ -28,16 +28,9 @@ cd "$root"
 [[ -x build/loom ]] || bash scripts/build.sh
 data="$root/data/shakespeare_char"
 [[ -f "$data/val.bin" ]] || ./build/loom prepare char data/tinyshakespeare.txt data/shakespeare_char
-py="${BENCH_PYTHON:-$root/.venv-bench/bin/python}"
-if ! "$py" -c "import torch, numpy" 2>/dev/null; then
-  if [[ -n "${BENCH_PYTHON:-}" ]]; then
-    echo "nanogpt_reference: BENCH_PYTHON=$BENCH_PYTHON cannot import torch and numpy" >&2
-    exit 2
-  fi
-  # shellcheck source=tools/venv.sh
-  source "$root/tools/venv.sh"
-  make_venv "$root/.venv-bench" torch==2.15.0 numpy==2.4.6
-fi
+# shellcheck source=tools/venv.sh
+source "$root/tools/venv.sh"
+py=$(venv_python BENCH_PYTHON "torch, numpy" "$root/.venv-bench" torch==2.15.0 numpy==2.4.6)
 mkdir -p "$here/results"
 out="$here/results/nanogpt_reference.json"
 log="$here/results/nanogpt_reference.log"

@@ -49,19 +49,12 @@ if [[ ! -x "$here/build/ceiling" || "$here/ceiling.cpp" -nt "$here/build/ceiling
 fi
 
 # The peers' python: PyTorch 2.x and JAX in one venv.
-py="${BENCH_PYTHON:-$root/.venv-bench/bin/python}"
-if ! "$py" -c "import torch, numpy, jax, flax, optax, ml_collections" 2>/dev/null; then
-  if [[ -n "${BENCH_PYTHON:-}" ]]; then
-    echo "bench: BENCH_PYTHON=$BENCH_PYTHON cannot import torch, jax, flax, optax and ml_collections; unset it to use .venv-bench" >&2
-    exit 2
-  fi
-  jax_pins=$(sed -n '/^pins=(/,/^)/p' "$root/tools/make_goldens.sh" | grep -v -e '^pins=(' -e '^)' | tr -d ' ')
-  echo "== installing PyTorch and JAX into $root/.venv-bench"
-  # shellcheck source=tools/venv.sh
-  source "$root/tools/venv.sh"
-  # shellcheck disable=SC2086
-  make_venv "$root/.venv-bench" "${torch_pins[@]}" $jax_pins
-fi
+jax_pins=$(sed -n '/^pins=(/,/^)/p' "$root/tools/make_goldens.sh" | grep -v -e '^pins=(' -e '^)' | tr -d ' ')
+# shellcheck source=tools/venv.sh
+source "$root/tools/venv.sh"
+# shellcheck disable=SC2086
+py=$(venv_python BENCH_PYTHON "torch, numpy, jax, flax, optax, ml_collections" "$root/.venv-bench" \
+                 "${torch_pins[@]}" $jax_pins)
 
 # torch.compile (inductor) compiles C++ against the venv python's headers.
 if ! "$py" -c "import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" 2>/dev/null; then

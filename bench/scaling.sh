@@ -23,15 +23,8 @@ if ! command -v mpirun >/dev/null 2>&1; then
   echo "bench/scaling.sh: mpirun missing; install Open MPI (scripts/install-deps.sh)" >&2
   exit 2
 fi
-torch_py="${TORCH_PYTHON:-$root/.venv-bench/bin/python}"
-if ! "$torch_py" -c "import torch, numpy" 2>/dev/null; then
-  if [[ -n "${TORCH_PYTHON:-}" ]]; then
-    echo "bench/scaling.sh: TORCH_PYTHON=$TORCH_PYTHON cannot import torch and numpy; unset it to use .venv-bench" >&2
-    exit 2
-  fi
-  # shellcheck source=tools/venv.sh
-  source "$root/tools/venv.sh"
-  make_venv "$root/.venv-bench" "${pins[@]}"
-fi
+# shellcheck source=tools/venv.sh
+source "$root/tools/venv.sh"
+torch_py=$(venv_python TORCH_PYTHON "torch, numpy" "$root/.venv-bench" "${pins[@]}")
 export CUDA_VISIBLE_DEVICES=""
 exec python3 bench/scaling.py --torch-python "$torch_py" "$@"
