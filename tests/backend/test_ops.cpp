@@ -237,6 +237,7 @@ const std::vector<MKN> kDenseShapes = {
     {Shape{1}, 1, 1},      {Shape{7}, 5, 64}, {Shape{33}, 130, 5},   {Shape{7}, 64, 130},
     {Shape{2, 3}, 130, 7}, {Shape{1}, 64, 1}, {Shape{260}, 33, 260},  // the last one is big enough for two GEMM tiles
     {Shape{1}, 130, 1100},  // one row (decoding: simd::gemv), split into column tiles, K and N not whole vectors
+    {Shape{1}, 1100, 260},  // one row split into K chunks (chunks of 275 rows: not whole vectors) summed after
 };
 
 // {f32} or {f32, dt}: the dtype pairs worth testing once each.
@@ -1116,14 +1117,15 @@ TEST(CpuThreads, Dense) {
       expect_thread_invariant(gw, "dense_grad_weight " + dn(c) + (assign ? " assign" : " accumulate"));
     }
   }
-  // One row (decoding: simd::gemv over column tiles), in both layouts of W.
+  // One row (decoding: simd::gemv over column tiles, or K chunks for a long K), in both layouts of W.
   for (DType c : kFloatTypes)
-    for (bool wt : {false, true}) {
-      OpCase row(OpKind::dense, {{Shape{1, 300}, c}, {wt ? Shape{1100, 300} : Shape{300, 1100}, DType::f32}},
-                 DenseAttrs{c, wt});
-      row.fill_random(next_seed());
-      expect_thread_invariant(row, "dense one row " + dn(c) + (wt ? " wT" : ""));
-    }
+    for (bool wt : {false, true})
+      for (int64_t K : {300, 1100}) {
+        OpCase row(OpKind::dense, {{Shape{1, K}, c}, {wt ? Shape{1100, K} : Shape{K, 1100}, DType::f32}},
+                   DenseAttrs{c, wt});
+        row.fill_random(next_seed());
+        expect_thread_invariant(row, "dense one row " + dn(c) + (wt ? " wT" : "") + " K=" + std::to_string(K));
+      }
   // Few rows, many columns: the tile grid splits N.
   OpCase wide(OpKind::dense, {{Shape{64, 300}, DType::f32}, {Shape{300, 1100}, DType::f32}}, DenseAttrs{DType::f32});
   wide.fill_random(next_seed());

@@ -9,10 +9,12 @@
 // the compute dtype, as the reference backend does in double.
 //
 // A single row of C (M = 1 with op(A) = A: a decoded token) is a row vector times a matrix and goes
-// to simd::gemv, which streams B once instead of packing it; the same rounding applies.
+// to simd::gemv, which streams B once instead of packing it, in column tiles or K chunks of whole
+// rows (tile_grid); the same rounding applies.
 //
 // Workspace (workspace.h): the converted operands, per thread one tile of C when C is not the
-// output itself, and oneDNN's bf16 scratchpad; each kernel's layout function sizes it for the plan.
+// output itself, oneDNN's bf16 scratchpad, and a split row vector's partial rows; each kernel's
+// layout function sizes it for the plan.
 #include <algorithm>
 
 #include "backend/cpu/cpu_util.h"
@@ -41,14 +43,27 @@ int64_t tile_count() {
 // The grid for C[M, N]: the most tiles (up to tile_count(), powers of two per side) whose tiles
 // are at least 64 × 128, arranged to pack the least: tr row tiles each pack all of B's columns
 // they use and tc column tiles all of A's rows, so the packed volume is K·(tc·M + tr·N). GEMMs
-// under 2^21 multiply-adds stay whole. A row vector (M = 1, decoding) packs nothing (simd::gemv):
-// it is split into column tiles down to 256 columns and 2^16 multiply-adds each.
-void tile_grid(int64_t M, int64_t N, int64_t K, int64_t& tr, int64_t& tc) {
+// under 2^21 multiply-adds stay whole.
+//
+// A row vector (`gemv`: M = 1 with op(A) = A, decoding) packs nothing (simd::gemv) and runs at the
+// speed B streams from memory, so every core's bandwidth should help. With B [K, N] it is split
+// along K into tk chunks of whole rows of B, each one contiguous stream into a partial row, the
+// partial rows then summed in chunk order: column tiles of B [K, N] read a short strided segment of
+// every row, which the prefetchers follow badly (GPT-2's four projections streamed 23 GB/s in
+// column halves and 29 GB/s in row halves on a 2-core Zen 4 whose plain read reaches 33). tk is a
+// power of two, up to 16, with chunks of at least 256 rows and 2^16 multiply-adds: fixed by the
+// shape, as it sets the summation order. Column tiles (at least 256 columns and 2^16 multiply-adds
+// each; they leave the order alone) are added while the tiles are fewer than the processors — with
+// Bᵀ stored [N, K] (the tied head) they are the only split, whole rows of Bᵀ each, up to tile_count().
+void tile_grid(int64_t M, int64_t N, int64_t K, bool gemv, bool tb, int64_t& tr, int64_t& tc, int64_t& tk) {
   constexpr int64_t kMinRows = 64, kMinCols = 128, kMinMacs = int64_t{1} << 21;
-  tr = tc = 1;
-  if (M == 1) {  // a row vector (simd::gemv): bound by B's stream, so every core's bandwidth helps
-    constexpr int64_t kMinGemvCols = 256, kMinGemvMacs = int64_t{1} << 16;
-    while (tc < tile_count() && N / (2 * tc) >= kMinGemvCols && N * K / (2 * tc) >= kMinGemvMacs) tc *= 2;
+  tr = tc = tk = 1;
+  if (gemv) {
+    constexpr int64_t kMinGemvRows = 256, kMinGemvCols = 256, kMinGemvMacs = int64_t{1} << 16;
+    if (!tb)
+      while (tk < 16 && K / (2 * tk) >= kMinGemvRows && N * K / (2 * tk) >= kMinGemvMacs) tk *= 2;
+    const int64_t tiles = tb ? tile_count() : omp_get_num_procs();
+    while (tk * tc < tiles && N / (2 * tc) >= kMinGemvCols && N * K / (2 * tk * tc) >= kMinGemvMacs) tc *= 2;
     return;
   }
   if (M * N * K < kMinMacs) return;
@@ -141,6 +156,7 @@ struct Gemm {
   }
   int64_t lda() const { return ta ? M : K; }
   int64_t ldb() const { return tb ? K : N; }
+  bool gemv() const { return M == 1 && !ta; }  // the whole product is one row (simd::gemv)
 };
 
 // Rows of a tile formed in its buffer per GEMM call (see Gemm). Each call packs the tile's columns
@@ -151,13 +167,16 @@ constexpr int64_t kBlockRows = 4096;
 // its row blocks.
 struct Tiles {
   int64_t tr = 1, tc = 1;
-  int64_t M, N;
+  int64_t tk = 1;  // K chunks of a split row vector (tile_grid): tiles are then chunk-major, tk · tc
+  int64_t M, N, K;
   int64_t block;  // rows per GEMM call into a tile buffer
-  explicit Tiles(const Gemm& g) : M(g.M), N(g.N) {
-    tile_grid(g.M, g.N, g.K, tr, tc);
+  explicit Tiles(const Gemm& g) : M(g.M), N(g.N), K(g.K) {
+    tile_grid(g.M, g.N, g.K, g.gemv(), g.tb, tr, tc, tk);
     block = g.ta ? max_rows() : std::min(max_rows(), kBlockRows);
   }
-  int64_t count() const { return tr * tc; }
+  int64_t count() const { return tr * tc * tk; }
+  int64_t k0(int64_t t) const { return t / tc * K / tk; }  // a split row vector's chunk of tile t
+  int64_t k1(int64_t t) const { return (t / tc + 1) * K / tk; }
   int64_t m0(int64_t t) const { return t / tc * M / tr; }
   int64_t m1(int64_t t) const { return (t / tc + 1) * M / tr; }
   int64_t n0(int64_t t) const { return t % tc * N / tc; }
@@ -183,6 +202,7 @@ struct GemmSpans {
   void* b = nullptr;
   PerThread<float> tile;
   PerThread<std::byte> pad;
+  float* partial = nullptr;  // [tk, N] a split row vector's partial rows (tile_grid)
   int team = 1;
 };
 GemmSpans gemm_spans(Bump& ws, const Gemm& g, bool either = false) {
@@ -197,8 +217,11 @@ GemmSpans gemm_spans(Bump& ws, const Gemm& g, bool either = false) {
   s.b = operand(g.B, g.rb);
   const Tiles tl(g);
   s.team = ws.team(true, tl.count());
-  if (!g.in_place || either) s.tile = ws.per_thread<float>(tl.block * tl.max_ld(), s.team);
-  if (native && g.K > 0 && !(g.M == 1 && !g.ta)) {  // simd::gemv needs no scratchpad
+  if (tl.tk > 1)
+    s.partial = ws.take<float>(tl.tk * g.N);
+  else if (!g.in_place || either)
+    s.tile = ws.per_thread<float>(tl.block * tl.max_ld(), s.team);
+  if (native && g.K > 0 && !g.gemv()) {  // simd::gemv needs no scratchpad
     int64_t pad = 0;
     const auto need = [&](int64_t rows, int64_t cols, int64_t ldc) {
       pad = std::max(pad, bf16_gemm_scratchpad(g.ta, g.tb, rows, cols, g.K, g.lda(), g.ldb(), ldc, 1));
@@ -215,9 +238,41 @@ GemmSpans gemm_spans(Bump& ws, const Gemm& g, bool either = false) {
 
 // Runs g with element type T (float, or uint16_t for bfloat16 bits) on operands A and B as
 // converted, each tile finished by epi. K == 0 gives zeros (sgemm rejects ld 0).
+// A row vector split into K chunks (tile_grid; B is [K, N]): each tile streams its chunk's whole
+// rows (or a column tile of them) into that chunk's partial row, then column blocks are summed and
+// finished by the epilogue.
+template <class T>
+void run_split_gemv(const Gemm& g, const Tiles& tl, const GemmSpans& s, const T* A, const T* B,
+                    const Epilogue& epi) {
+  constexpr int64_t kSumCols = 512;  // columns per work item of the sum
+  const int64_t N = g.N;
+#pragma omp parallel num_threads(s.team)
+  {
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tl.count(); ++t) {
+      const int64_t k0 = tl.k0(t), n0 = tl.n0(t);
+      simd::gemv(false, tl.n1(t) - n0, tl.k1(t) - k0, A + k0, B + k0 * N + n0, N, s.partial + t / tl.tc * N + n0);
+    }
+    // The partial rows summed in chunk order into row 0 of the partials (or out itself), then the
+    // epilogue.
+#pragma omp for schedule(static)
+    for (int64_t n0 = 0; n0 < N; n0 += kSumCols) {
+      const int64_t n1 = std::min(N, n0 + kSumCols);
+      float* C = g.in_place ? g.out.as<float>() : s.partial;
+      for (int64_t n = n0; n < n1; ++n) {
+        float v = s.partial[n];
+        for (int64_t k = 1; k < tl.tk; ++k) v += s.partial[k * N + n];
+        C[n] = v;
+      }
+      epi(g.in_place, C + n0, N, N, 0, 1, n0, n1);
+    }
+  }
+}
+
 template <class T>
 void run_tiles(const Gemm& g, const GemmSpans& s, const T* A, const T* B, const Epilogue& epi) {
   const Tiles tl(g);
+  if (tl.tk > 1) return run_split_gemv(g, tl, s, A, B, epi);
   const int64_t lda = g.lda(), ldb = g.ldb();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(s.team)
   for (int64_t t = 0; t < tl.count(); ++t) {
@@ -232,7 +287,7 @@ void run_tiles(const Gemm& g, const GemmSpans& s, const T* A, const T* B, const 
       } else {
         const T* a = g.ta ? A + m0 : A + m0 * lda;
         const T* b = g.tb ? B + n0 * ldb : B + n0;
-        if (g.M == 1 && !g.ta)  // the whole product is one row (a block of 1 row of a bigger C is not)
+        if (g.gemv())  // the whole product is one row (a block of 1 row of a bigger C is not)
           simd::gemv(g.tb, n1 - n0, g.K, a, b, ldb, C);
         else
           gemm_rm(g.ta, g.tb, m1 - m0, n1 - n0, g.K, a, lda, b, ldb, C, ldc, s.pad.mine());

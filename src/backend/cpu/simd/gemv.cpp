@@ -24,37 +24,36 @@ inline Vec load(const uint16_t* p) {
   return v;
 }
 
-// c[n] = Σ_k a[k]·B[k, n]: B's rows stream in order (k outer), c stays in L1 between them. Four
+// c[n] = Σ_k a[k]·B[k, n]: B's rows stream in order (k outer), c stays in L1 between them. kRows
 // rows per pass over c, each element's chain still k = 0, 1, 2, … in order.
 template <class T>
 void gemv_n(int64_t N, int64_t K, const T* a, const T* B, int64_t ldb, float* c) {
+  constexpr int kRows = 8;  // 4 read and wrote c twice as often: 4 % slower on GPT-2's bf16 layers
   std::memset(c, 0, static_cast<size_t>(N) * sizeof(float));
   const int64_t nv = N / kW * kW;
   int64_t k = 0;
-  for (; k + 4 <= K; k += 4) {
-    const float a0 = widen(a[k]), a1 = widen(a[k + 1]), a2 = widen(a[k + 2]), a3 = widen(a[k + 3]);
-    const T* b0 = B + k * ldb;
-    const T* b1 = b0 + ldb;
-    const T* b2 = b1 + ldb;
-    const T* b3 = b2 + ldb;
+  for (; k + kRows <= K; k += kRows) {
+    float ak[kRows];
+    const T* bk[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      ak[r] = widen(a[k + r]);
+      bk[r] = B + (k + r) * ldb;
+    }
+    const bool ahead = k + 3 * kRows <= K;
     for (int64_t n = 0; n < nv; n += kW) {
-      // The same columns of rows k + 8 … k + 11, two passes over c ahead: the hardware prefetchers
-      // lose track of a column tile's short, strided row segments (bf16 GPT-2 decode 43 → 55 tok/s).
-      if (k + 12 <= K)
-        for (int r = 8; r < 12; ++r) __builtin_prefetch(b0 + r * ldb + n);
+      // The same columns of the rows two passes ahead: the hardware prefetchers lose track of a
+      // column tile's short, strided row segments (bf16 GPT-2 decode 43 → 55 tok/s when dense.cpp
+      // split rows into column tiles; on its K chunks of whole rows, removing it made no difference
+      // beyond the noise).
+      if (ahead)
+        for (int r = 0; r < kRows; ++r) __builtin_prefetch(bk[r] + 2 * kRows * ldb + n);
       Vec v = load_vec(c + n);
-      v = v + a0 * load(b0 + n);
-      v = v + a1 * load(b1 + n);
-      v = v + a2 * load(b2 + n);
-      v = v + a3 * load(b3 + n);
+      for (int r = 0; r < kRows; ++r) v = v + ak[r] * load(bk[r] + n);
       store_vec(c + n, v);
     }
     for (int64_t n = nv; n < N; ++n) {
       float v = c[n];
-      v = v + a0 * widen(b0[n]);
-      v = v + a1 * widen(b1[n]);
-      v = v + a2 * widen(b2[n]);
-      v = v + a3 * widen(b3[n]);
+      for (int r = 0; r < kRows; ++r) v = v + ak[r] * widen(bk[r][n]);
       c[n] = v;
     }
   }
@@ -75,39 +74,23 @@ inline float fold(Vec v) {
   return x[0];
 }
 
-// c[n] = Σ_k a[k]·B[n, k]: four rows of B at a time, each a dot product of kW lane chains.
+// c[n] = Σ_k a[k]·B[n, k]: one row of B at a time, so B is read as one contiguous stream (four
+// rows side by side, each with software prefetch, streamed the tied head at 25 GB/s where this
+// reaches 34 on a 2-core Zen 4). Four vector chains take turns over blocks of kW elements of k
+// (chain j the blocks j, j + 4, …), folded as ((s0 + s1) + (s2 + s3)), then the K mod kW tail.
 template <class T>
 void gemv_t(int64_t N, int64_t K, const T* a, const T* B, int64_t ldb, float* c) {
-  const int64_t kv = K / kW * kW;
-  const auto tail = [&](const T* row, float s) {
-    for (int64_t k = kv; k < K; ++k) s = s + widen(a[k]) * widen(row[k]);
-    return s;
-  };
-  int64_t n = 0;
-  for (; n + 4 <= N; n += 4) {
-    const T* r0 = B + n * ldb;
-    const T* r1 = r0 + ldb;
-    const T* r2 = r1 + ldb;
-    const T* r3 = r2 + ldb;
-    Vec s0{}, s1{}, s2{}, s3{};
-    for (int64_t k = 0; k < kv; k += kW) {
-      for (int r = 8; r < 12 && n + r < N; ++r) __builtin_prefetch(r0 + r * ldb + k);  // two groups ahead
-      const Vec av = load(a + k);
-      s0 = s0 + av * load(r0 + k);
-      s1 = s1 + av * load(r1 + k);
-      s2 = s2 + av * load(r2 + k);
-      s3 = s3 + av * load(r3 + k);
-    }
-    c[n] = tail(r0, fold(s0));
-    c[n + 1] = tail(r1, fold(s1));
-    c[n + 2] = tail(r2, fold(s2));
-    c[n + 3] = tail(r3, fold(s3));
-  }
-  for (; n < N; ++n) {
+  const int64_t kv = K / kW * kW, k4 = K / (4 * kW) * (4 * kW);
+  for (int64_t n = 0; n < N; ++n) {
     const T* r = B + n * ldb;
-    Vec s{};
-    for (int64_t k = 0; k < kv; k += kW) s = s + load(a + k) * load(r + k);
-    c[n] = tail(r, fold(s));
+    Vec s[4] = {};
+    int64_t k = 0;
+    for (; k < k4; k += 4 * kW)
+      for (int j = 0; j < 4; ++j) s[j] = s[j] + load(a + k + j * kW) * load(r + k + j * kW);
+    for (int j = 0; k < kv; k += kW, ++j) s[j] = s[j] + load(a + k) * load(r + k);
+    float v = fold((s[0] + s[1]) + (s[2] + s[3]));
+    for (; k < K; ++k) v = v + widen(a[k]) * widen(r[k]);
+    c[n] = v;
   }
 }
 
