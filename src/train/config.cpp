@@ -531,6 +531,15 @@ void apply_init_from(Config& c, const std::set<std::string>& given) {
           "is " + mine + ", but the model of model.init_from has " + k.origin + ", i.e. " + k.key + " = " + theirs,
           "remove " + k.key + " (model.init_from sets it) or start from another model");
   }
+  // mlp_expansion sizes the MLP only while intermediate_size is 0; a source that gives the width
+  // itself (a Llama's intermediate_size) would leave a different mlp_expansion silently unused.
+  if (given.count("model.mlp_expansion") && !given.count("model.intermediate_size") && c.model.intermediate_size > 0 &&
+      c.model.mlp_expansion != src.config().model.mlp_expansion)
+    throw UserError(f + ": model.mlp_expansion",
+                    "is " + std::to_string(c.model.mlp_expansion) +
+                        ", which would go unused: the model of model.init_from sets the MLP's width itself, "
+                        "model.intermediate_size = " + std::to_string(c.model.intermediate_size),
+                    "remove model.mlp_expansion (model.init_from sets the width) or start from another model");
 }
 
 }  // namespace

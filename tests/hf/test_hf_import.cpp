@@ -428,6 +428,8 @@ TEST(HfGpt2, AConfigMayNotContradictTheCheckpoint) {
            {"llama_tied", "model.num_kv_heads=4",
             "model.num_kv_heads: is 4, but the model of model.init_from has num_key_value_heads = 2"},
            {"llama_tied", "model.rope_theta=500000", "rope_theta = 10000"},
+           {"llama_tied", "model.mlp_expansion=8",
+            "model.mlp_expansion: is 8, which would go unused: the model of model.init_from sets the MLP's width"},
        }) {
     const std::string m = user_error([&] {
       default_config({"model.init_from=" + hf_golden(fixture), key, "data.kind=random_tokens"});
