@@ -238,6 +238,7 @@ const std::vector<MKN> kDenseShapes = {
     {Shape{2, 3}, 130, 7}, {Shape{1}, 64, 1}, {Shape{260}, 33, 260},  // the last one is big enough for two GEMM tiles
     {Shape{1}, 130, 1100},  // one row (decoding: simd::gemv), split into column tiles, K and N not whole vectors
     {Shape{1}, 1100, 260},  // one row split into K chunks (chunks of 275 rows: not whole vectors) summed after
+    {Shape{1}, 100, 1100},  // one row whose K leaves whole vectors after the blocks of four (Wᵀ: simd::gemv_t)
 };
 
 // {f32} or {f32, dt}: the dtype pairs worth testing once each.
@@ -300,6 +301,27 @@ TEST(CpuOps, DenseGradWeight) {
                 {{kernel_shape(s, wt), DType::f32}, {with_last(s.x_lead, s.K), xdt}, {with_last(s.x_lead, s.N), c}},
                 DenseGradWeightAttrs{c, wt, assign}, c, what);
           }
+}
+
+// A row vector split along K and across columns at once: on this machine the chunks alone cover
+// the processors, so the grid of a larger one (16 processors: 4 chunks × 4 column tiles here) is
+// set for the test, against the reference and across thread counts.
+TEST(CpuOps, DenseRowVectorGridOfALargerMachine) {
+  struct Restore {
+    int64_t n = cpuk::row_vector_processors();
+    ~Restore() { cpuk::set_row_vector_processors(n); }
+  } restore;
+  cpuk::set_row_vector_processors(16);
+  for (DType c : kFloatTypes)
+    for (bool bias : {false, true}) {
+      std::vector<ValueDesc> ins = {{Shape{1, 1100}, c}, {Shape{1100, 1100}, DType::f32}};
+      if (bias) ins.push_back({Shape{1100}, DType::f32});
+      const std::string what = "dense one row, 16 processors, c=" + dn(c) + (bias ? " bias" : "");
+      check_multilinear(OpKind::dense, ins, DenseAttrs{c}, c, what);
+      OpCase oc(OpKind::dense, ins, DenseAttrs{c});
+      oc.fill_random(next_seed());
+      expect_thread_invariant(oc, what);
+    }
 }
 
 // The dense family multiplies bfloat16 natively when the CPU has AVX512-BF16, unless oneDNN is

@@ -44,6 +44,11 @@ inline void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const flo
   sgemm_rm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
 }
 
+// The processor count a row vector's grid plans for (dense.cpp tile_grid; omp_get_num_procs(),
+// read once). Tests set it to reach the grids of larger machines, and set it back.
+int64_t row_vector_processors();
+void set_row_vector_processors(int64_t n);
+
 // Whether this CPU (as capped by ONEDNN_MAX_CPU_ISA) has AVX512-BF16, which gemm_rm on bfloat16
 // operands needs (gemm_bf16.cpp). Without it bf16 products go through sgemm on widened copies.
 bool bf16_gemm_available();

@@ -40,6 +40,18 @@ int64_t tile_count() {
   return n;
 }
 
+int64_t& processors() {
+  static int64_t n = omp_get_num_procs();
+  return n;
+}
+
+}  // namespace
+
+int64_t cpuk::row_vector_processors() { return processors(); }
+void cpuk::set_row_vector_processors(int64_t n) { processors() = n; }
+
+namespace {
+
 // The grid for C[M, N]: the most tiles (up to tile_count(), powers of two per side) whose tiles
 // are at least 64 × 128, arranged to pack the least: tr row tiles each pack all of B's columns
 // they use and tc column tiles all of A's rows, so the packed volume is K·(tc·M + tr·N). GEMMs
@@ -62,7 +74,7 @@ void tile_grid(int64_t M, int64_t N, int64_t K, bool gemv, bool tb, int64_t& tr,
     constexpr int64_t kMinGemvRows = 256, kMinGemvCols = 256, kMinGemvMacs = int64_t{1} << 16;
     if (!tb)
       while (tk < 16 && K / (2 * tk) >= kMinGemvRows && N * K / (2 * tk) >= kMinGemvMacs) tk *= 2;
-    const int64_t tiles = tb ? tile_count() : omp_get_num_procs();
+    const int64_t tiles = tb ? tile_count() : processors();
     while (tk * tc < tiles && N / (2 * tc) >= kMinGemvCols && N * K / (2 * tk * tc) >= kMinGemvMacs) tc *= 2;
     return;
   }
@@ -136,7 +148,9 @@ struct Epilogue {
 // as wide as the tile when the grid has one column of tiles, wider otherwise. oneDNN's bf16 matmul
 // picks its kernel by whether C's rows are dense, and the two give different summation orders; the
 // strided ones all agree, and so do row blocks of an NN or NT product and the whole
-// (CpuOps.DenseGemmTileBuffersAgree checks both).
+// (CpuOps.DenseGemmTileBuffersAgree checks both). A row vector split along K (tile_grid) is the
+// exception: its tiles write partial rows, summed and finished after them, and it has no tile
+// buffer.
 struct Gemm {
   bool ta, tb;
   int64_t M, N, K;
@@ -175,10 +189,17 @@ struct Tiles {
     block = g.ta ? max_rows() : std::min(max_rows(), kBlockRows);
   }
   int64_t count() const { return tr * tc * tk; }
-  int64_t k0(int64_t t) const { return t / tc * K / tk; }  // a split row vector's chunk of tile t
+  // A split row vector's K chunk of tile t; its tiles have no row range (m0, m1, blocks).
+  int64_t k0(int64_t t) const { return t / tc * K / tk; }
   int64_t k1(int64_t t) const { return (t / tc + 1) * K / tk; }
-  int64_t m0(int64_t t) const { return t / tc * M / tr; }
-  int64_t m1(int64_t t) const { return (t / tc + 1) * M / tr; }
+  int64_t m0(int64_t t) const {
+    LOOM_ASSERT(tk == 1, "a split row vector's tiles have no row range");
+    return t / tc * M / tr;
+  }
+  int64_t m1(int64_t t) const {
+    LOOM_ASSERT(tk == 1, "a split row vector's tiles have no row range");
+    return (t / tc + 1) * M / tr;
+  }
   int64_t n0(int64_t t) const { return t % tc * N / tc; }
   int64_t n1(int64_t t) const { return (t % tc + 1) * N / tc; }
   // Row stride of a tile buffer for tile t (see Gemm): dense when C's rows are, else strided.
@@ -194,7 +215,8 @@ struct Tiles {
 
 // The workspace of a Gemm (workspace.h): each operand's converted copy when it needs one (bf16 bits
 // when native, rounded f32 otherwise), and per thread of the tile loop a tile buffer of one row
-// block (unless in_place) and, when native, oneDNN's scratchpad for the largest of its calls. `either`:
+// block (unless in_place) and, when native, oneDNN's scratchpad for the largest of its calls; for a
+// row vector split along K, its partial rows instead of tile buffers. `either`:
 // the product runs in place on some runs and not on others (dense_grad_weight assigns in minibatch
 // 0 and accumulates after), so the workspace serves both.
 struct GemmSpans {
@@ -217,8 +239,10 @@ GemmSpans gemm_spans(Bump& ws, const Gemm& g, bool either = false) {
   s.b = operand(g.B, g.rb);
   const Tiles tl(g);
   s.team = ws.team(true, tl.count());
-  if (tl.tk > 1)
+  if (tl.tk > 1) {
+    LOOM_ASSERT(!either, "a split row vector always assigns its output");
     s.partial = ws.take<float>(tl.tk * g.N);
+  }
   else if (!g.in_place || either)
     s.tile = ws.per_thread<float>(tl.block * tl.max_ld(), s.team);
   if (native && g.K > 0 && !g.gemv()) {  // simd::gemv needs no scratchpad
@@ -259,11 +283,9 @@ void run_split_gemv(const Gemm& g, const Tiles& tl, const GemmSpans& s, const T*
     for (int64_t n0 = 0; n0 < N; n0 += kSumCols) {
       const int64_t n1 = std::min(N, n0 + kSumCols);
       float* C = g.in_place ? g.out.as<float>() : s.partial;
-      for (int64_t n = n0; n < n1; ++n) {
-        float v = s.partial[n];
-        for (int64_t k = 1; k < tl.tk; ++k) v += s.partial[k * N + n];
-        C[n] = v;
-      }
+      if (C != s.partial) std::copy(s.partial + n0, s.partial + n1, C + n0);
+      for (int64_t k = 1; k < tl.tk; ++k)  // row by row: each element still sums chunks 0, 1, … in order
+        for (int64_t n = n0; n < n1; ++n) C[n] += s.partial[k * N + n];
       epi(g.in_place, C + n0, N, N, 0, 1, n0, n1);
     }
   }

@@ -11,8 +11,9 @@
 // with tb c[n] sums 4·kW chains over k (k's blocks of kW taken in turn by four vectors, lane l of a
 // vector the elements ≡ l mod kW), the vectors added pairwise and their lanes folded pairwise, then
 // the K mod kW tail in order. An element's result depends only on the operands and the column range
-// of its call (GCC may contract a vector body and a scalar tail differently). dense.cpp's column
-// tiles and K chunks are fixed by the shape, so results do not depend on the thread count.
+// of its call (GCC may contract a vector body and a scalar tail differently). dense.cpp's K chunks
+// are fixed by the shape and its column tiles by the shape and the machine, so results do not
+// depend on the thread count.
 #pragma once
 #include <cstdint>
 
