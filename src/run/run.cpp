@@ -202,7 +202,10 @@ int run_train(const RunOptions& o) {
              c.optimizer.num_minibatches == 1 ? "" : "es",
              run_dir.empty() ? "" : ", run directory " + run_dir.string());
   DataSource data(c.data, data_context(c));
-  Trainer t(c, *be, {}, &comm);
+  // On the heap so that it can go before the closing sample, which loads the checkpoint into
+  // programs of its own: the run's peak stays the trainer's (`loom memory`), not the two together.
+  auto trainer = std::make_unique<Trainer>(c, *be, PlanOptions{}, &comm);
+  Trainer& t = *trainer;
   const MemoryPlan& p = t.plan();
   fmt::print(out, "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
              p.schedule.size(), p.param_bytes / 4, p.arena_bytes / 1048576.0, p.lower_bound_bytes / 1048576.0);
@@ -419,6 +422,8 @@ int run_train(const RunOptions& o) {
     fmt::print(out, "float16 loss scale {:g}, {} skipped step(s)\n", t.optimizer().scaler().scale,
                t.optimizer().scaler().skipped);
   if (c.train.sample_tokens > 0 && !run_dir.empty() && data.tokenizer_json() && writer) {
+    eval.reset();
+    trainer.reset();
     SampleOptions so;  // nanoGPT's sample.py defaults (Sampling's): temperature 0.8, top-k 200
     so.checkpoint = run_dir.string();
     so.tokens = c.train.sample_tokens;

@@ -42,6 +42,13 @@ Status check_workspace(const Backend& be, const Graph& g, const MemoryPlan& p) {
 }
 }  // namespace
 
+void Executor::bind_no_gradients(const Graph& g, External& ext) {
+  for (const Node& n : g.nodes())
+    for (const auto* vs : {&n.in, &n.out})
+      for (ValueId v : *vs) LOOM_ASSERT(g.value(v).kind != ValueKind::grad, "a forward-only program uses a gradient");
+  for (const Param& p : g.params()) ext[g.value(p.grad).name] = nullptr;
+}
+
 Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out,
                         const External* external) {
   if (Status s = check_coverage(be, g, plan.schedule); !s) return s;

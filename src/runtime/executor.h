@@ -28,6 +28,10 @@ class Executor {
   // the plan lacks (plan with plan_program) or the failed allocation.
   static Status create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out,
                        const External* external = nullptr);
+  // Binds a forward-only program's gradient values to no storage in `ext`: its graph has one per
+  // parameter (Graph::add_param) that none of its nodes reads or writes, and unbound, create would
+  // allocate a zeroed buffer the size of every parameter. Asserts that no node uses a gradient.
+  static void bind_no_gradients(const Graph& g, External& ext);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;

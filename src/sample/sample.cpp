@@ -33,16 +33,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Both programs' graphs have a gradient value per parameter (Graph::add_param) that none of their
-// nodes reads or writes (no backward). Bound to no storage, they cost nothing; unbound, an executor
-// would allocate a zeroed copy of every parameter.
-void bind_no_gradients(const Graph& g, Executor::External& ext) {
-  for (const Node& n : g.nodes())
-    for (const auto* vs : {&n.in, &n.out})
-      for (ValueId v : *vs) LOOM_ASSERT(g.value(v).kind != ValueKind::grad, "a sampling program uses a gradient");
-  for (const Param& p : g.params()) ext[g.value(p.grad).name] = nullptr;
-}
-
 }  // namespace
 
 Sampler::Sampler(const Config& c, Backend& be, Prefill how, int64_t context) : spec_(c.model), how_(how) {
@@ -68,7 +58,7 @@ Sampler::Sampler(const Config& c, Backend& be, Prefill how, int64_t context) : s
   for (const Value& v : g.values())
     if (v.kind == ValueKind::input && v.name.ends_with("_cache")) caches_.push_back(g.input_by_name(v.name));
   Executor::External none;
-  bind_no_gradients(g, none);
+  Executor::bind_no_gradients(g, none);
   if (Status s = Executor::create(be, g, plan_program(be, g, default_schedule(g)), &exec_, &none); !s)
     throw std::runtime_error(s.message());
   logits_.resize(static_cast<size_t>(num_outputs_));
@@ -130,7 +120,7 @@ Sampler::PrefillProgram& Sampler::prefill_program(int64_t len) {
     shared[v.name] = exec_->ptr(q.value);
   }
   for (ValueId c : caches_) shared[model_.graph.value(c).name] = exec_->ptr(c);
-  bind_no_gradients(g, shared);
+  Executor::bind_no_gradients(g, shared);
   Backend& be = exec_->backend();
   if (Status s = Executor::create(be, g, plan_program(be, g, default_schedule(g)), &p->exec, &shared); !s)
     throw std::runtime_error(s.message());

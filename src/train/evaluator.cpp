@@ -19,7 +19,9 @@ Evaluator::Evaluator(const Config& c, Backend& be) : cfg_(c), comm_(dist::single
 void Evaluator::build(Backend& be, const Executor::External* params) {
   model_ = nn::build_model(cfg_.model, model_input(cfg_, minibatch_size(cfg_, comm_.size())), /*train=*/false);
   MemoryPlan plan = plan_program(be, model_.graph, default_schedule(model_.graph));
-  if (Status s = Executor::create(be, model_.graph, std::move(plan), &exec_, params); !s)
+  Executor::External ext = params ? *params : Executor::External{};
+  Executor::bind_no_gradients(model_.graph, ext);
+  if (Status s = Executor::create(be, model_.graph, std::move(plan), &exec_, &ext); !s)
     throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : model_.constants) exec_->upload(v, bytes.data());
 }

@@ -16,6 +16,7 @@
 #include "backend/registry.h"
 #include "report/memory_report.h"
 #include "train/config.h"
+#include "train/evaluator.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -105,6 +106,35 @@ TEST(MemoryExact, Gpt2ShapeHoldsExactlyItsPlan) {
                                   "optimizer.num_minibatches=2", "model.dtype=" + dtype});
     expect_holds_the_plan(c, "gpt2_124m, 1 layer, " + dtype);
   }
+}
+
+// The evaluation program shares the trainer's parameters and binds its graph's gradient values
+// (one per parameter, unused without a backward) to no storage: it adds only its own arena and
+// inputs, far less than another copy of the parameters.
+TEST(MemoryExact, AnEvaluatorAddsNoParametersOrGradients) {
+  const Config c = load_config(std::string(LOOM_SOURCE_DIR) + "/configs/gpt2_124m.toml",
+                               {"model.num_layers=1", "data.batch_size=2", "data.seq_len=64"});
+  auto cpu = make_backend("cpu");
+  CountingBackend be(*cpu);
+  Trainer t(c, be);
+  const Graph& tg = t.model().graph;
+  int64_t param_bytes = 0;
+  std::unordered_map<std::string, void*> trainer_param;
+  for (const Param& p : tg.params()) {
+    const Value& v = tg.value(p.value);
+    param_bytes += v.shape.numel() * static_cast<int64_t>(dtype_size(v.dtype));
+    trainer_param[v.name] = t.executor().ptr(p.value);
+  }
+  const int64_t before = be.held();
+  Evaluator ev(t, be);
+  const Graph& g = ev.executor().graph();
+  ASSERT_EQ(g.params().size(), tg.params().size());
+  for (const Param& p : g.params()) {
+    const std::string& name = g.value(p.value).name;
+    EXPECT_EQ(ev.executor().ptr(p.grad), nullptr) << name << "'s gradient";
+    EXPECT_EQ(ev.executor().ptr(p.value), trainer_param.at(name)) << name;
+  }
+  EXPECT_LT(be.held() - before, param_bytes) << "the evaluator's own bytes, arena " << ev.executor().arena_bytes_allocated();
 }
 
 }  // namespace
