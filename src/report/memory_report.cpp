@@ -12,6 +12,7 @@
 #include "nn/models.h"
 #include "optim/optimizer.h"
 #include "runtime/executor.h"
+#include "train/evaluator.h"
 
 namespace loom {
 
@@ -120,8 +121,9 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
   }
   // The arena is the activations and, at the peak, the running node's workspace.
   r.activations_bytes = p.arena_bytes - r.workspace_bytes;
+  if (c.train.eval_interval > 0) r.evaluation_bytes = Evaluator::planned_bytes(c, ranks);
   r.total_bytes = r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes +
-                  r.workspace_bytes + r.communication_bytes;
+                  r.workspace_bytes + r.communication_bytes + r.evaluation_bytes;
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
                    [](const BufferRow& a, const BufferRow& b) { return a.bytes > b.bytes; });
   if (r.largest_at_peak.size() > top) r.largest_at_peak.resize(top);
@@ -166,6 +168,9 @@ std::string format_memory_report(const MemoryReport& r) {
   line("inputs", r.inputs_bytes, "one minibatch of token ids / features and the loss seed");
   line("workspace", r.workspace_bytes, "kernel scratch of the node at the peak, in the arena");
   if (r.ranks > 1) line("communication", r.communication_bytes, "gradient buckets' staging and receive buffers");
+  if (r.evaluation_bytes > 0)
+    line("evaluation", r.evaluation_bytes,
+         "the validation program's arena and inputs (train.eval_interval; it shares the parameters)");
   o += fmt::format("  {:<13} {:>16} B  {:>12}\n\n", "total", r.total_bytes, format_bytes(r.total_bytes));
   const int64_t arena = r.activations_bytes + r.workspace_bytes;
   const double frag = r.lower_bound_bytes ? 100.0 * (arena - r.lower_bound_bytes) / r.lower_bound_bytes : 0;
@@ -212,6 +217,7 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
           {"max_workspace_bytes", r.max_workspace_bytes},
           {"workspace_threads", r.workspace_threads},
           {"communication_bytes", r.communication_bytes},
+          {"evaluation_bytes", r.evaluation_bytes},
           {"ranks", r.ranks},
           {"lower_bound_bytes", r.lower_bound_bytes},
           {"num_params", r.num_params},

@@ -1,5 +1,6 @@
 // `loom memory`: the device memory a training run will need, from the plan alone (nothing runs).
-// total = params + grads + optimizer state + arena + inputs, where the arena holds the activations
+// total = params + grads + optimizer state + arena + inputs (+ the evaluation program's arena and
+// inputs when train.eval_interval > 0: it lives beside the trainer), where the arena holds the activations
 // and the kernels' workspace (each node's, live at its step): at the live-bytes peak, `workspace` is
 // the workspace of the node running there and `activations` the rest of the arena. The plan is the
 // one `loom train` runs: for the configured device and thread count (workspace depends on both).
@@ -35,7 +36,7 @@ struct BufferRow {
 struct MemoryReport {
   std::string config_summary;
   int64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_bytes = 0, inputs_bytes = 0,
-          workspace_bytes = 0, communication_bytes = 0, total_bytes = 0, lower_bound_bytes = 0;
+          workspace_bytes = 0, communication_bytes = 0, evaluation_bytes = 0, total_bytes = 0, lower_bound_bytes = 0;
   int ranks = 1;
   bool grad_shard = false;  // optimizer.shard = state+grads: `grads` is one rank's shard
   int32_t peak_step = 0, num_steps = 0;

@@ -3,9 +3,17 @@
 #include <stdexcept>
 #include <vector>
 
+#include "backend/registry.h"
 #include "nn/models.h"
 
 namespace loom {
+
+namespace {
+// The forward program in eval mode over one rank's minibatch.
+nn::ModelGraph eval_model(const Config& c, int ranks) {
+  return nn::build_model(c.model, model_input(c, minibatch_size(c, ranks)), /*train=*/false);
+}
+}  // namespace
 
 Evaluator::Evaluator(const Trainer& t, Backend& be) : cfg_(t.config()), comm_(t.comm()) {
   Executor::External params;
@@ -17,7 +25,7 @@ Evaluator::Evaluator(const Trainer& t, Backend& be) : cfg_(t.config()), comm_(t.
 Evaluator::Evaluator(const Config& c, Backend& be) : cfg_(c), comm_(dist::single_process()) { build(be, nullptr); }
 
 void Evaluator::build(Backend& be, const Executor::External* params) {
-  model_ = nn::build_model(cfg_.model, model_input(cfg_, minibatch_size(cfg_, comm_.size())), /*train=*/false);
+  model_ = eval_model(cfg_, comm_.size());
   MemoryPlan plan = plan_program(be, model_.graph, default_schedule(model_.graph));
   Executor::External ext = params ? *params : Executor::External{};
   Executor::bind_no_gradients(model_.graph, ext);
@@ -27,6 +35,14 @@ void Evaluator::build(Backend& be, const Executor::External* params) {
 }
 
 Evaluator::~Evaluator() = default;
+
+int64_t Evaluator::planned_bytes(const Config& c, int ranks) {
+  const std::unique_ptr<Backend> be = make_backend(c.device);
+  const nn::ModelGraph m = eval_model(c, ranks);
+  const MemoryPlan p =
+      plan_program(*be, m.graph, default_schedule(m.graph), {}, resolve_threads(static_cast<int>(c.threads)));
+  return p.arena_bytes + p.input_bytes;
+}
 
 int64_t Evaluator::rows() const { return cfg_.data.batch_size / cfg_.optimizer.num_minibatches; }
 

@@ -21,6 +21,9 @@ class Evaluator {
   // Owns its parameters (uninitialised: load them through executor(), e.g. io/param_io.h); one process.
   Evaluator(const Config& c, Backend& be);
   ~Evaluator();
+  // The device bytes an Evaluator sharing a trainer's parameters adds beside it (its arena and
+  // inputs), planned for c.device and c.threads with `ranks` ranks: `loom memory` counts them.
+  static int64_t planned_bytes(const Config& c, int ranks);
   // Mean loss per example (per token for a language model) over `iters` batches from `data`
   // (validation split).
   double run(DataSource& data, int64_t iters);

@@ -4,7 +4,8 @@
 // (params + grads + optimizer state + arena, which holds the activations and every kernel's
 // workspace, + inputs), for float32 and bfloat16, with and without remat, at a small transformer
 // whose GEMMs are split into tiles and at GPT-2 124M's shape (one layer, a small batch). Kernels
-// take no memory of their own: they carve their planned workspace and abort past it.
+// take no memory of their own: they carve their planned workspace and abort past it. A run that
+// evaluates adds the evaluation program, which `loom memory` counts too (the last test).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,10 +111,17 @@ TEST(MemoryExact, Gpt2ShapeHoldsExactlyItsPlan) {
 
 // The evaluation program shares the trainer's parameters and binds its graph's gradient values
 // (one per parameter, unused without a backward) to no storage: it adds only its own arena and
-// inputs, far less than another copy of the parameters.
+// inputs, exactly what `loom memory` adds for it when the run evaluates.
 TEST(MemoryExact, AnEvaluatorAddsNoParametersOrGradients) {
   const Config c = load_config(std::string(LOOM_SOURCE_DIR) + "/configs/gpt2_124m.toml",
-                               {"model.num_layers=1", "data.batch_size=2", "data.seq_len=64"});
+                               {"model.num_layers=1", "data.batch_size=2", "data.seq_len=64", "train.eval_interval=5"});
+  Config quiet = c;
+  quiet.train.eval_interval = 0;
+  const MemoryReport with = memory_report(c, 0), without = memory_report(quiet, 0);
+  EXPECT_EQ(without.evaluation_bytes, 0);
+  EXPECT_GT(with.evaluation_bytes, 0);
+  EXPECT_EQ(with.total_bytes, without.total_bytes + with.evaluation_bytes);
+  set_num_threads(static_cast<int>(c.threads));  // the count the plan is for, as `loom train` sets it
   auto cpu = make_backend("cpu");
   CountingBackend be(*cpu);
   Trainer t(c, be);
@@ -134,7 +142,8 @@ TEST(MemoryExact, AnEvaluatorAddsNoParametersOrGradients) {
     EXPECT_EQ(ev.executor().ptr(p.grad), nullptr) << name << "'s gradient";
     EXPECT_EQ(ev.executor().ptr(p.value), trainer_param.at(name)) << name;
   }
-  EXPECT_LT(be.held() - before, param_bytes) << "the evaluator's own bytes, arena " << ev.executor().arena_bytes_allocated();
+  EXPECT_EQ(be.held() - before, with.evaluation_bytes);
+  EXPECT_LT(be.held() - before, param_bytes) << "the evaluator's own bytes";
 }
 
 }  // namespace
