@@ -121,7 +121,10 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
   }
   // The arena is the activations and, at the peak, the running node's workspace.
   r.activations_bytes = p.arena_bytes - r.workspace_bytes;
-  if (c.train.eval_interval > 0) r.evaluation_bytes = Evaluator::planned_bytes(c, ranks);
+  // `loom train` evaluates when the data has a validation split: token data (a split too short for
+  // one window, which the plan cannot see, has none).
+  if (c.train.eval_interval > 0 && c.data.kind == DataKind::tokens)
+    r.evaluation_bytes = Evaluator::planned_bytes(c, ranks, p.arena_bytes);
   r.total_bytes = r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes +
                   r.workspace_bytes + r.communication_bytes + r.evaluation_bytes;
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
@@ -170,7 +173,8 @@ std::string format_memory_report(const MemoryReport& r) {
   if (r.ranks > 1) line("communication", r.communication_bytes, "gradient buckets' staging and receive buffers");
   if (r.evaluation_bytes > 0)
     line("evaluation", r.evaluation_bytes,
-         "the validation program's arena and inputs (train.eval_interval; it shares the parameters)");
+         "the validation program's inputs, and its arena unless it fits in the training arena, which it "
+         "borrows between steps (train.eval_interval; it shares the parameters)");
   o += fmt::format("  {:<13} {:>16} B  {:>12}\n\n", "total", r.total_bytes, format_bytes(r.total_bytes));
   const int64_t arena = r.activations_bytes + r.workspace_bytes;
   const double frag = r.lower_bound_bytes ? 100.0 * (arena - r.lower_bound_bytes) / r.lower_bound_bytes : 0;

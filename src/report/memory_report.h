@@ -1,6 +1,7 @@
 // `loom memory`: the device memory a training run will need, from the plan alone (nothing runs).
-// total = params + grads + optimizer state + arena + inputs (+ the evaluation program's arena and
-// inputs when train.eval_interval > 0: it lives beside the trainer), where the arena holds the activations
+// total = params + grads + optimizer state + arena + inputs (+ the evaluation program's inputs when
+// train.eval_interval > 0, and its arena if it does not fit in the trainer's, which it borrows
+// between steps), where the arena holds the activations
 // and the kernels' workspace (each node's, live at its step): at the live-bytes peak, `workspace` is
 // the workspace of the node running there and `activations` the rest of the arena. The plan is the
 // one `loom train` runs: for the configured device and thread count (workspace depends on both).

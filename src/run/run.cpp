@@ -203,7 +203,7 @@ int run_train(const RunOptions& o) {
              run_dir.empty() ? "" : ", run directory " + run_dir.string());
   DataSource data(c.data, data_context(c));
   // On the heap so that it can go before the closing sample, which loads the checkpoint into
-  // programs of its own: the run's peak stays the trainer's (`loom memory`), not the two together.
+  // programs of its own: the run's peak stays the training's (`loom memory`), not the two together.
   auto trainer = std::make_unique<Trainer>(c, *be, PlanOptions{}, &comm);
   Trainer& t = *trainer;
   const MemoryPlan& p = t.plan();
@@ -378,7 +378,7 @@ int run_train(const RunOptions& o) {
     const double per_save = saves ? save_s / static_cast<double>(saves) : 0.0;
     return static_cast<double>(evals_left) * per_eval + static_cast<double>(saves_left) * per_save;
   };
-  const auto profiler = attach_train_profiler(t, o.profile_dir, o.profile_steps, lo, out);
+  auto profiler = attach_train_profiler(t, o.profile_dir, o.profile_steps, lo, out);
   signals.arm(true);
   const LoopResult res = run_training(t, data, lo);
   signals.arm(false);
@@ -422,6 +422,7 @@ int run_train(const RunOptions& o) {
     fmt::print(out, "float16 loss scale {:g}, {} skipped step(s)\n", t.optimizer().scaler().scale,
                t.optimizer().scaler().skipped);
   if (c.train.sample_tokens > 0 && !run_dir.empty() && data.tokenizer_json() && writer) {
+    profiler.reset();  // it holds the trainer
     eval.reset();
     trainer.reset();
     SampleOptions so;  // nanoGPT's sample.py defaults (Sampling's): temperature 0.8, top-k 200
@@ -432,7 +433,11 @@ int run_train(const RunOptions& o) {
     fmt::print(out, "\nsample ({} tokens, temperature {:g}, top-k {}; more with `loom sample {}`):\n", so.tokens,
                so.sampling.temperature, so.sampling.top_k, run_dir.string());
     std::fflush(out);
-    run_sample(so);
+    try {
+      run_sample(so);
+    } catch (const UserError& e) {  // the run is done and saved: a sample that cannot start is not a failure
+      fmt::print(out, "no sample: {}{}\n", e.what(), e.hint().empty() ? "" : " (" + e.hint() + ")");
+    }
   }
   return 0;
 }

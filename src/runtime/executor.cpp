@@ -50,13 +50,16 @@ void Executor::bind_no_gradients(const Graph& g, External& ext) {
 }
 
 Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out,
-                        const External* external) {
+                        const External* external, const Executor* arena_of) {
   if (Status s = check_coverage(be, g, plan.schedule); !s) return s;
   if (Status s = check_workspace(be, g, plan); !s) return s;
   std::unique_ptr<Executor> e(new Executor(be, g, std::move(plan)));
   const MemoryPlan& p = e->plan_;
   e->arena_bytes_ = p.arena_bytes;
-  if (p.arena_bytes > 0) {
+  if (arena_of && &arena_of->be_ == &be && arena_of->arena_bytes_ >= p.arena_bytes) {
+    e->arena_ = arena_of->arena_;
+    e->owns_arena_ = false;
+  } else if (p.arena_bytes > 0) {
     e->arena_ = be.allocate(static_cast<size_t>(p.arena_bytes));
     if (!e->arena_)
       return Status::error("could not allocate the " + std::to_string(p.arena_bytes) + "-byte activation arena on " +
@@ -106,7 +109,7 @@ Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::uniqu
 
 Executor::~Executor() {
   for (void* m : persistent_) be_.deallocate(m);
-  if (arena_) be_.deallocate(arena_);
+  if (arena_ && owns_arena_) be_.deallocate(arena_);
 }
 
 TensorArg Executor::arg(ValueId v) const {

@@ -25,9 +25,12 @@ class Executor {
   using External = std::unordered_map<std::string, void*>;
 
   // Builds an executor or returns a Status naming the unsupported node, the node whose workspace
-  // the plan lacks (plan with plan_program) or the failed allocation.
+  // the plan lacks (plan with plan_program) or the failed allocation. With `arena_of`, the program
+  // runs in that executor's arena instead of allocating its own, when it is large enough: for a
+  // program that never runs while the other's activations are needed (the evaluation program
+  // between training steps), each overwriting the other's; `arena_of` must outlive it.
   static Status create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out,
-                       const External* external = nullptr);
+                       const External* external = nullptr, const Executor* arena_of = nullptr);
   // Binds a forward-only program's gradient values to no storage in `ext`: its graph has one per
   // parameter (Graph::add_param) that none of its nodes reads or writes, and unbound, create would
   // allocate a zeroed buffer the size of every parameter. Asserts that no node uses a gradient.
@@ -59,7 +62,7 @@ class Executor {
   const Graph& graph() const { return g_; }
   const MemoryPlan& plan() const { return plan_; }
   Backend& backend() const { return be_; }
-  int64_t arena_bytes_allocated() const { return arena_bytes_; }
+  int64_t arena_bytes_allocated() const { return owns_arena_ ? arena_bytes_ : 0; }
 
  private:
   Executor(Backend& be, const Graph& g, MemoryPlan plan) : be_(be), g_(g), plan_(std::move(plan)) {}
@@ -68,6 +71,7 @@ class Executor {
   MemoryPlan plan_;
   void* arena_ = nullptr;
   int64_t arena_bytes_ = 0;
+  bool owns_arena_ = true;
   std::vector<void*> persistent_;
   std::vector<void*> ptrs_;
   // Per scheduled node, the argument arrays and the workspace, resolved once.

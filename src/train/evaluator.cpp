@@ -19,29 +19,31 @@ Evaluator::Evaluator(const Trainer& t, Backend& be) : cfg_(t.config()), comm_(t.
   Executor::External params;
   const Graph& tg = t.model().graph;
   for (const Param& p : tg.params()) params[tg.value(p.value).name] = t.executor().ptr(p.value);
-  build(be, &params);
+  build(be, &params, &t.executor());
 }
 
-Evaluator::Evaluator(const Config& c, Backend& be) : cfg_(c), comm_(dist::single_process()) { build(be, nullptr); }
+Evaluator::Evaluator(const Config& c, Backend& be) : cfg_(c), comm_(dist::single_process()) {
+  build(be, nullptr, nullptr);
+}
 
-void Evaluator::build(Backend& be, const Executor::External* params) {
+void Evaluator::build(Backend& be, const Executor::External* params, const Executor* arena_of) {
   model_ = eval_model(cfg_, comm_.size());
   MemoryPlan plan = plan_program(be, model_.graph, default_schedule(model_.graph));
   Executor::External ext = params ? *params : Executor::External{};
   Executor::bind_no_gradients(model_.graph, ext);
-  if (Status s = Executor::create(be, model_.graph, std::move(plan), &exec_, &ext); !s)
+  if (Status s = Executor::create(be, model_.graph, std::move(plan), &exec_, &ext, arena_of); !s)
     throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : model_.constants) exec_->upload(v, bytes.data());
 }
 
 Evaluator::~Evaluator() = default;
 
-int64_t Evaluator::planned_bytes(const Config& c, int ranks) {
+int64_t Evaluator::planned_bytes(const Config& c, int ranks, int64_t trainer_arena_bytes) {
   const std::unique_ptr<Backend> be = make_backend(c.device);
   const nn::ModelGraph m = eval_model(c, ranks);
   const MemoryPlan p =
       plan_program(*be, m.graph, default_schedule(m.graph), {}, resolve_threads(static_cast<int>(c.threads)));
-  return p.arena_bytes + p.input_bytes;
+  return (p.arena_bytes > trainer_arena_bytes ? p.arena_bytes : 0) + p.input_bytes;
 }
 
 int64_t Evaluator::rows() const { return cfg_.data.batch_size / cfg_.optimizer.num_minibatches; }

@@ -1,6 +1,8 @@
 // Evaluation: the model's forward program in eval mode (no dropout) over batches of one minibatch,
 // summing the loss and the correct predictions. During training it shares the trainer's parameter
-// buffers (no copy); `loom eval` gives it buffers of its own and loads a checkpoint into them.
+// buffers (no copy) and, when its arena fits in the trainer's, that arena too: it runs between
+// training steps, when nothing in the trainer's arena is live. `loom eval` gives it buffers of its
+// own and loads a checkpoint into them.
 // Under data parallelism (the trainer's dist::Comm) every rank walks the same batches and runs its
 // slice of each minibatch (the trainer's minibatch size), and the sums are gathered and added in
 // rank order: the examples are those of one process, the loss equal to its value up to float32
@@ -16,14 +18,16 @@ namespace loom {
 
 class Evaluator {
  public:
-  // Shares `t`'s parameters.
+  // Shares `t`'s parameters (and its arena when large enough); `t` must outlive it, and its steps
+  // must not run while evaluate calls do.
   Evaluator(const Trainer& t, Backend& be);
   // Owns its parameters (uninitialised: load them through executor(), e.g. io/param_io.h); one process.
   Evaluator(const Config& c, Backend& be);
   ~Evaluator();
-  // The device bytes an Evaluator sharing a trainer's parameters adds beside it (its arena and
-  // inputs), planned for c.device and c.threads with `ranks` ranks: `loom memory` counts them.
-  static int64_t planned_bytes(const Config& c, int ranks);
+  // The device bytes an Evaluator sharing a trainer's parameters adds beside it, planned for
+  // c.device and c.threads with `ranks` ranks: its inputs, and its arena unless that fits in the
+  // trainer's (`trainer_arena_bytes`). `loom memory` counts them.
+  static int64_t planned_bytes(const Config& c, int ranks, int64_t trainer_arena_bytes);
   // Mean loss per example (per token for a language model) over `iters` batches from `data`
   // (validation split).
   double run(DataSource& data, int64_t iters);
@@ -34,7 +38,7 @@ class Evaluator {
   Executor& executor() { return *exec_; }
 
  private:
-  void build(Backend& be, const Executor::External* params);
+  void build(Backend& be, const Executor::External* params, const Executor* arena_of);
   // Rows of one minibatch summed over the ranks.
   int64_t rows() const;
   // Adds the loss and correct count of the batch's rows [first, first + rows()): rank r runs its

@@ -114,8 +114,9 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
       comm_(comm ? *comm : dist::single_process()) {
   const Graph& g = prog_.model.graph;
   MemoryPlan plan = plan_program(be, g, prog_.schedule, rank_plan_options(c, prog_, comm_.size(), plan_options));
-  // Everything the run will hold, from the plan (what `loom memory` prints): refuse before any
-  // allocation when it cannot fit, with the figures and the levers, instead of failing inside.
+  // Everything the training program will hold, from the plan (what `loom memory` prints, less the
+  // evaluation program's inputs, and its arena when it does not fit in this one's): refuse before
+  // any allocation when it cannot fit, with the figures and the levers, instead of failing inside.
   const RankMemory rank = rank_memory(c, prog_, comm_.size());
   const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
                          (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *

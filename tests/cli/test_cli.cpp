@@ -323,6 +323,34 @@ TEST(CliPaths, ConfigPathsAreRelativeToTheFileOverridesToTheWorkingDirectory) {
   EXPECT_EQ(r.status, 0) << r.out;
 }
 
+// A profiled run that samples at the end: the trainer (which the profiler holds) is released
+// before the sample loads the checkpoint, and the profiler with it (a review found the profiler
+// outliving the trainer). The tiny project's text has no newline for the sample to start from:
+// the run says so and still succeeds, its checkpoint saved; with text that has one, it samples.
+TEST(CliPaths, AProfiledRunSamplesAtTheEnd) {
+  const std::string cfg = (tiny_project() / "configs" / "tiny.toml").string();
+  std::filesystem::create_directories(tiny_project() / "logs");  // the config's metrics_file
+  const std::string args = " train.steps=2 train.eval_interval=1 train.sample_tokens=8 --profile ";
+  Result r = run("train " + cfg + args + (scratch() / "profile_a").string() + " --out sampled_a");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("no sample: --prompt: is empty and the vocabulary has no newline"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(scratch() / "sampled_a" / "ckpt_000002" / "state.json")) << r.out;
+
+  const auto lines = scratch() / "lines";
+  std::filesystem::create_directories(lines);
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "It was the best of times,\nit was the worst of times.\n";
+  std::ofstream(lines / "text.txt") << text;
+  r = run("prepare char " + (lines / "text.txt").string() + " " + (lines / "data").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("train " + cfg + " data.dir=" + (lines / "data").string() + args + (scratch() / "profile_b").string() +
+          " --out sampled_b");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("sample (8 tokens"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("no sample"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(scratch() / "profile_b" / "summary.json")) << r.out;
+}
+
 }  // namespace
 
 namespace {

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "backend/registry.h"
+#include "data/data.h"
+#include "io/param_io.h"
 #include "report/memory_report.h"
 #include "train/config.h"
 #include "train/evaluator.h"
@@ -109,12 +111,17 @@ TEST(MemoryExact, Gpt2ShapeHoldsExactlyItsPlan) {
   }
 }
 
-// The evaluation program shares the trainer's parameters and binds its graph's gradient values
-// (one per parameter, unused without a backward) to no storage: it adds only its own arena and
-// inputs, exactly what `loom memory` adds for it when the run evaluates.
+// The evaluation program shares the trainer's parameters, binds its graph's gradient values (one
+// per parameter, unused without a backward) to no storage and runs in the trainer's arena, which
+// is larger: it adds only its inputs, exactly what `loom memory` adds for it when the run
+// evaluates (token data with a validation split; the repository's prepared Llama-tokenized text).
 TEST(MemoryExact, AnEvaluatorAddsNoParametersOrGradients) {
-  const Config c = load_config(std::string(LOOM_SOURCE_DIR) + "/configs/gpt2_124m.toml",
-                               {"model.num_layers=1", "data.batch_size=2", "data.seq_len=64", "train.eval_interval=5"});
+  std::vector<std::string> o = small_transformer("float32", "none");
+  for (const std::string kv : {"data.kind=tokens", "model.vocab_size=321", "model.num_outputs=321",
+                               "train.eval_interval=5"})
+    o.push_back(kv);
+  o.push_back("data.dir=" + std::string(LOOM_SOURCE_DIR) + "/data/shakespeare_llama");
+  const Config c = default_config(o);
   Config quiet = c;
   quiet.train.eval_interval = 0;
   const MemoryReport with = memory_report(c, 0), without = memory_report(quiet, 0);
@@ -142,8 +149,39 @@ TEST(MemoryExact, AnEvaluatorAddsNoParametersOrGradients) {
     EXPECT_EQ(ev.executor().ptr(p.grad), nullptr) << name << "'s gradient";
     EXPECT_EQ(ev.executor().ptr(p.value), trainer_param.at(name)) << name;
   }
+  EXPECT_EQ(ev.executor().arena_bytes_allocated(), 0) << "the trainer's arena is larger";
+  EXPECT_GT(ev.executor().plan().arena_bytes, 0);
   EXPECT_EQ(be.held() - before, with.evaluation_bytes);
+  EXPECT_EQ(with.evaluation_bytes, ev.executor().plan().input_bytes);
   EXPECT_LT(be.held() - before, param_bytes) << "the evaluator's own bytes";
+}
+
+// Evaluating between steps in the trainer's arena overwrites activations the trainer no longer
+// needs: a run that evaluates after every step trains to the same bits as one that does not.
+TEST(MemoryExact, EvaluatingInTheTrainersArenaChangesNoTrainingBit) {
+  std::vector<std::string> o = small_transformer("bfloat16", "MLP,Attn");
+  for (const std::string kv : {"data.kind=tokens", "model.vocab_size=321", "model.num_outputs=321"}) o.push_back(kv);
+  o.push_back("data.dir=" + std::string(LOOM_SOURCE_DIR) + "/data/shakespeare_llama");
+  const Config c = default_config(o);
+  auto be = make_backend("cpu");
+  const DataSource data(c.data, data_context(c));
+  Trainer evaluated(c, *be), plain(c, *be);
+  Evaluator ev(evaluated, *be);
+  ASSERT_EQ(ev.executor().arena_bytes_allocated(), 0) << "the evaluator must run in the trainer's arena";
+  for (int64_t i = 0; i < 3; ++i) {
+    const Batch b = data.train_batch(i);
+    const double a = evaluated.step(b).metrics.at("loss").mean();
+    const Metrics m = ev.training(data, 1);
+    EXPECT_GT(m.at("loss").count, 0);
+    const double p = plain.step(b).metrics.at("loss").mean();
+    EXPECT_EQ(a, p) << "step " << i;
+  }
+  for (bool grads : {false, true}) {
+    const std::vector<StTensor> pa = export_params(evaluated.executor(), false, grads),
+                                pp = export_params(plain.executor(), false, grads);
+    ASSERT_EQ(pa.size(), pp.size());
+    for (size_t i = 0; i < pa.size(); ++i) EXPECT_EQ(pa[i].bytes, pp[i].bytes) << pa[i].name << (grads ? " grad" : "");
+  }
 }
 
 }  // namespace
