@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "io/safetensors.h"
@@ -232,14 +233,21 @@ TEST(Dist, ShardedGradientsTrainLikeUnshardedAndRepeatBitForBit) {
   // is below every step's norm, checked below): each minibatch's gradients are summed over ranks
   // before the minibatches are, so it equals none to float32 rounding (measured: within 3.1e-7 of
   // each tensor's largest magnitude, losses within 2.5e-8 relative; kTol leaves 10×), and a
-  // repeat is bit-identical.
-  const fs::path none = scratch("grads_none"), grads = scratch("grads_a"), again = scratch("grads_b");
-  for (const auto& [out, mode] :
-       {std::pair{none, "none"}, std::pair{grads, "state+grads"}, std::pair{again, "state+grads"}}) {
-    const std::string overrides = std::string("optimizer.num_minibatches=2 train.bucket_kib=1 optimizer.shard=") + mode;
+  // repeat is bit-identical. Here the gradients live in the trainer's arena, which the evaluation
+  // program borrows between steps: the same run without evaluation trains to the same bits.
+  const fs::path none = scratch("grads_none"), grads = scratch("grads_a"), again = scratch("grads_b"),
+                 quiet = scratch("grads_no_eval");
+  for (const auto& [out, mode, more] :
+       {std::tuple{none, "none", ""}, std::tuple{grads, "state+grads", ""}, std::tuple{again, "state+grads", ""},
+        std::tuple{quiet, "state+grads", " train.eval_interval=0"}}) {
+    const std::string overrides =
+        std::string("optimizer.num_minibatches=2 train.bucket_kib=1 optimizer.shard=") + mode + more;
     const RunResult r = loom_on(2, train_args(out, overrides));
     ASSERT_EQ(r.status, 0) << r.out;
   }
+  EXPECT_FALSE(logged(grads, "val_loss").empty()) << "the run evaluated";
+  EXPECT_TRUE(logged(quiet, "val_loss").empty());
+  expect_identical(grads, quiet, "ckpt_000020");
   for (double norm : logged(grads, "grad_norm")) EXPECT_GT(norm, 1.0) << "clipping must act at every step";
   std::printf("optimizer.shard = state+grads against none, 2 minibatches per rank, clipped:\n");
   expect_losses_close(train_losses(none), train_losses(grads));

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -168,11 +169,23 @@ TEST(MemoryExact, EvaluatingInTheTrainersArenaChangesNoTrainingBit) {
   Trainer evaluated(c, *be), plain(c, *be);
   Evaluator ev(evaluated, *be);
   ASSERT_EQ(ev.executor().arena_bytes_allocated(), 0) << "the evaluator must run in the trainer's arena";
+  // The evaluations themselves: those of an evaluator with an arena of its own, given the same
+  // parameters.
+  Evaluator own(c, *be);
+  ASSERT_GT(own.executor().arena_bytes_allocated(), 0);
+  // Beside a trainer whose arena it does not fit in, an evaluator would hold its arena too.
+  EXPECT_EQ(Evaluator::planned_bytes(c, 1, 0), own.executor().arena_bytes_allocated() + own.executor().plan().input_bytes);
   for (int64_t i = 0; i < 3; ++i) {
     const Batch b = data.train_batch(i);
     const double a = evaluated.step(b).metrics.at("loss").mean();
     const Metrics m = ev.training(data, 1);
-    EXPECT_GT(m.at("loss").count, 0);
+    const std::vector<StTensor> params = export_params(evaluated.executor(), false);
+    std::map<std::string, const StTensor*> by_name;
+    for (const StTensor& t : params) by_name[t.name] = &t;
+    import_params(own.executor(), by_name, false, "the trainer's parameters");
+    const Metrics o = own.training(data, 1);
+    EXPECT_EQ(m.at("loss").sum, o.at("loss").sum) << "step " << i;
+    EXPECT_EQ(m.at("accuracy").sum, o.at("accuracy").sum) << "step " << i;
     const double p = plain.step(b).metrics.at("loss").mean();
     EXPECT_EQ(a, p) << "step " << i;
   }
