@@ -538,7 +538,8 @@ void apply_init_from(Config& c, const std::set<std::string>& given) {
     throw UserError(f + ": model.mlp_expansion",
                     "is " + std::to_string(c.model.mlp_expansion) +
                         ", which would go unused: the model of model.init_from sets the MLP's width itself, "
-                        "model.intermediate_size = " + std::to_string(c.model.intermediate_size),
+                        "model.intermediate_size = " +
+                        std::to_string(c.model.intermediate_size),
                     "remove model.mlp_expansion (model.init_from sets the width) or start from another model");
 }
 

@@ -118,8 +118,8 @@ TEST(MemoryExact, Gpt2ShapeHoldsExactlyItsPlan) {
 // evaluates (token data with a validation split; the repository's prepared Llama-tokenized text).
 TEST(MemoryExact, AnEvaluatorAddsNoParametersOrGradients) {
   std::vector<std::string> o = small_transformer("float32", "none");
-  for (const std::string kv : {"data.kind=tokens", "model.vocab_size=321", "model.num_outputs=321",
-                               "train.eval_interval=5"})
+  for (const std::string kv :
+       {"data.kind=tokens", "model.vocab_size=321", "model.num_outputs=321", "train.eval_interval=5"})
     o.push_back(kv);
   o.push_back("data.dir=" + std::string(LOOM_SOURCE_DIR) + "/data/shakespeare_llama");
   const Config c = default_config(o);
@@ -174,7 +174,8 @@ TEST(MemoryExact, EvaluatingInTheTrainersArenaChangesNoTrainingBit) {
   Evaluator own(c, *be);
   ASSERT_GT(own.executor().arena_bytes_allocated(), 0);
   // Beside a trainer whose arena it does not fit in, an evaluator would hold its arena too.
-  EXPECT_EQ(Evaluator::planned_bytes(c, 1, 0), own.executor().arena_bytes_allocated() + own.executor().plan().input_bytes);
+  EXPECT_EQ(Evaluator::planned_bytes(c, 1, 0),
+            own.executor().arena_bytes_allocated() + own.executor().plan().input_bytes);
   for (int64_t i = 0; i < 3; ++i) {
     const Batch b = data.train_batch(i);
     const double a = evaluated.step(b).metrics.at("loss").mean();

@@ -242,9 +242,9 @@ GemmSpans gemm_spans(Bump& ws, const Gemm& g, bool either = false) {
   if (tl.tk > 1) {
     LOOM_ASSERT(!either, "a split row vector always assigns its output");
     s.partial = ws.take<float>(tl.tk * g.N);
-  }
-  else if (!g.in_place || either)
+  } else if (!g.in_place || either) {
     s.tile = ws.per_thread<float>(tl.block * tl.max_ld(), s.team);
+  }
   if (native && g.K > 0 && !g.gemv()) {  // simd::gemv needs no scratchpad
     int64_t pad = 0;
     const auto need = [&](int64_t rows, int64_t cols, int64_t ldc) {
@@ -260,14 +260,11 @@ GemmSpans gemm_spans(Bump& ws, const Gemm& g, bool either = false) {
   return s;
 }
 
-// Runs g with element type T (float, or uint16_t for bfloat16 bits) on operands A and B as
-// converted, each tile finished by epi. K == 0 gives zeros (sgemm rejects ld 0).
 // A row vector split into K chunks (tile_grid; B is [K, N]): each tile streams its chunk's whole
 // rows (or a column tile of them) into that chunk's partial row, then column blocks are summed and
 // finished by the epilogue.
 template <class T>
-void run_split_gemv(const Gemm& g, const Tiles& tl, const GemmSpans& s, const T* A, const T* B,
-                    const Epilogue& epi) {
+void run_split_gemv(const Gemm& g, const Tiles& tl, const GemmSpans& s, const T* A, const T* B, const Epilogue& epi) {
   constexpr int64_t kSumCols = 512;  // columns per work item of the sum
   const int64_t N = g.N;
 #pragma omp parallel num_threads(s.team)
@@ -291,6 +288,8 @@ void run_split_gemv(const Gemm& g, const Tiles& tl, const GemmSpans& s, const T*
   }
 }
 
+// Runs g with element type T (float, or uint16_t for bfloat16 bits) on operands A and B as
+// converted, each tile finished by epi. K == 0 gives zeros (sgemm rejects ld 0).
 template <class T>
 void run_tiles(const Gemm& g, const GemmSpans& s, const T* A, const T* B, const Epilogue& epi) {
   const Tiles tl(g);
