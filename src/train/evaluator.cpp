@@ -46,6 +46,10 @@ int64_t Evaluator::planned_bytes(const Config& c, int ranks, int64_t trainer_are
   return (p.arena_bytes > trainer_arena_bytes ? p.arena_bytes : 0) + p.input_bytes;
 }
 
+bool Evaluator::during_training(const Config& c) {
+  return c.train.eval_interval > 0 && c.data.kind == DataKind::tokens;
+}
+
 int64_t Evaluator::rows() const { return cfg_.data.batch_size / cfg_.optimizer.num_minibatches; }
 
 void Evaluator::run_rows(const Batch& b, int64_t first, Metrics& into) {

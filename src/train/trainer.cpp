@@ -12,6 +12,7 @@
 #include "graph/passes/remat.h"
 #include "nn/init.h"
 #include "nn/models.h"
+#include "train/evaluator.h"
 
 namespace loom {
 
@@ -114,21 +115,27 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
       comm_(comm ? *comm : dist::single_process()) {
   const Graph& g = prog_.model.graph;
   MemoryPlan plan = plan_program(be, g, prog_.schedule, rank_plan_options(c, prog_, comm_.size(), plan_options));
-  // Everything the training program will hold, from the plan (what `loom memory` prints, less the
-  // evaluation program's inputs, and its arena when it does not fit in this one's): refuse before
-  // any allocation when it cannot fit, with the figures and the levers, instead of failing inside.
+  // Everything the run will hold, from the plan (what `loom memory` prints): the training
+  // program's buffers and, when the run evaluates, the evaluation program's inputs and its arena
+  // unless that fits in this one's. Refuse before any allocation when it cannot fit, with the
+  // figures and the levers, instead of failing inside.
   const RankMemory rank = rank_memory(c, prog_, comm_.size());
+  const int64_t evaluation =
+      Evaluator::during_training(c) ? Evaluator::planned_bytes(c, comm_.size(), plan.arena_bytes) : 0;
   const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
                          (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *
                              static_cast<int64_t>(sizeof(float)) +
-                         rank.comm_buffer_bytes;
+                         rank.comm_buffer_bytes + evaluation;
   const int64_t available = be.memory_available();
+  constexpr double kGiB = 1073741824.0;
   if (available >= 0 && needed > available)
     throw UserError(c.source,
                     fmt::format("the run needs {:.2f} GiB (activations {:.2f}, parameters, gradients and optimizer "
-                                "state {:.2f}) but {:.2f} GiB are available",
-                                needed / 1073741824.0, plan.arena_bytes / 1073741824.0,
-                                (needed - plan.arena_bytes) / 1073741824.0, available / 1073741824.0),
+                                "state {:.2f}{}) but {:.2f} GiB are available",
+                                needed / kGiB, plan.arena_bytes / kGiB,
+                                (needed - plan.arena_bytes - evaluation) / kGiB,
+                                evaluation > 0 ? fmt::format(", evaluation {:.2f}", evaluation / kGiB) : "",
+                                available / kGiB),
                     std::string("shrink the activations: model.remat=Block, more optimizer.num_minibatches, ") +
                         (c.model.dtype == DType::f32 ? "model.dtype=bfloat16, " : "") +
                         "or a smaller data.batch_size (`loom memory` shows the plan)");

@@ -55,17 +55,20 @@ class CountingBackend final : public Backend {
   void run(const KernelArgs& a) override { inner_.run(a); }
   void synchronize() override { inner_.synchronize(); }
   double now_us() const override { return inner_.now_us(); }
+  int64_t memory_available() const override { return available_; }
   double grad_sq_norm(std::span<const OptimTensor> ts) override { return inner_.grad_sq_norm(ts); }
   void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override {
     inner_.optimizer_update(ts, h);
   }
   int64_t held() const { return held_; }
   int64_t peak() const { return peak_; }
+  void set_memory_available(int64_t bytes) { available_ = bytes; }
 
  private:
   Backend& inner_;
   std::unordered_map<void*, size_t> sizes_;
   int64_t held_ = 0, peak_ = 0;
+  int64_t available_ = -1;  // unknown, as Backend's default: no fit check
 };
 
 // Two layers of 256 with 4 heads of 64, 4 sequences of 128 tokens in 2 minibatches: GEMMs of
@@ -155,6 +158,38 @@ TEST(MemoryExact, AnEvaluatorAddsNoParametersOrGradients) {
   EXPECT_EQ(be.held() - before, with.evaluation_bytes);
   EXPECT_EQ(with.evaluation_bytes, ev.executor().plan().input_bytes);
   EXPECT_LT(be.held() - before, param_bytes) << "the evaluator's own bytes";
+}
+
+// The trainer refuses a run that does not fit before it allocates anything, and what it counts is
+// `loom memory`'s total to the byte: the evaluation program's bytes included when the run evaluates.
+TEST(MemoryExact, TheFitCheckCountsWhatLoomMemoryCounts) {
+  std::vector<std::string> o = small_transformer("bfloat16", "MLP,Attn");
+  for (const std::string kv :
+       {"data.kind=tokens", "model.vocab_size=321", "model.num_outputs=321", "train.eval_interval=5"})
+    o.push_back(kv);
+  o.push_back("data.dir=" + std::string(LOOM_SOURCE_DIR) + "/data/shakespeare_llama");
+  const Config with = default_config(o);
+  Config without = with;
+  without.train.eval_interval = 0;
+  set_num_threads(static_cast<int>(with.threads));
+  auto cpu = make_backend("cpu");
+  for (const Config& c : {with, without}) {
+    const MemoryReport plan = memory_report(c, 0);
+    const std::string what = c.train.eval_interval > 0 ? "evaluating" : "not evaluating";
+    CountingBackend be(*cpu);
+    be.set_memory_available(plan.total_bytes - 1);
+    try {
+      Trainer t(c, be);
+      ADD_FAILURE() << what << ": a byte short of the plan, the trainer started";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("GiB are available"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("evaluation") != std::string::npos, plan.evaluation_bytes > 0)
+          << what << ": " << e.what();
+    }
+    EXPECT_EQ(be.peak(), 0) << what << ": refused before allocating";
+    be.set_memory_available(plan.total_bytes);
+    EXPECT_NO_THROW(Trainer(c, be)) << what << ": exactly the plan's bytes";
+  }
 }
 
 // Evaluating between steps in the trainer's arena overwrites activations the trainer no longer
