@@ -121,8 +121,7 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
   }
   // The arena is the activations and, at the peak, the running node's workspace.
   r.activations_bytes = p.arena_bytes - r.workspace_bytes;
-  if (Evaluator::during_training(c))
-    r.evaluation_bytes = Evaluator::planned_bytes(c, ranks, p.arena_bytes);
+  if (Evaluator::during_training(c)) r.evaluation_bytes = Evaluator::planned_bytes(c, ranks, p.arena_bytes);
   r.total_bytes = r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes +
                   r.workspace_bytes + r.communication_bytes + r.evaluation_bytes;
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),

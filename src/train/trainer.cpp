@@ -129,16 +129,15 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
   const int64_t available = be.memory_available();
   constexpr double kGiB = 1073741824.0;
   if (available >= 0 && needed > available)
-    throw UserError(c.source,
-                    fmt::format("the run needs {:.2f} GiB (activations {:.2f}, parameters, gradients and optimizer "
-                                "state {:.2f}{}) but {:.2f} GiB are available",
-                                needed / kGiB, plan.arena_bytes / kGiB,
-                                (needed - plan.arena_bytes - evaluation) / kGiB,
-                                evaluation > 0 ? fmt::format(", evaluation {:.2f}", evaluation / kGiB) : "",
-                                available / kGiB),
-                    std::string("shrink the activations: model.remat=Block, more optimizer.num_minibatches, ") +
-                        (c.model.dtype == DType::f32 ? "model.dtype=bfloat16, " : "") +
-                        "or a smaller data.batch_size (`loom memory` shows the plan)");
+    throw UserError(
+        c.source,
+        fmt::format("the run needs {:.2f} GiB (activations {:.2f}, parameters, gradients and optimizer "
+                    "state {:.2f}{}) but {:.2f} GiB are available",
+                    needed / kGiB, plan.arena_bytes / kGiB, (needed - plan.arena_bytes - evaluation) / kGiB,
+                    evaluation > 0 ? fmt::format(", evaluation {:.2f}", evaluation / kGiB) : "", available / kGiB),
+        std::string("shrink the activations: model.remat=Block, more optimizer.num_minibatches, ") +
+            (c.model.dtype == DType::f32 ? "model.dtype=bfloat16, " : "") +
+            "or a smaller data.batch_size (`loom memory` shows the plan)");
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : prog_.model.constants) exec_->upload(v, bytes.data());
   std::vector<float> host;
