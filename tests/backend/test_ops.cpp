@@ -972,6 +972,32 @@ TEST(CpuOps, AccuracyTiesAndNaN) {
   }
 }
 
+// The same rules on rows longer than the kernel's search chunks (64): a tie across chunks, a NaN
+// in the last, partial chunk after the maximum, a row of −inf, −0 before +0, the maximum last.
+TEST(CpuOps, AccuracyTiesAndNaNInLongRows) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  constexpr int64_t kRows = 5, kV = 150;
+  std::vector<float> x(kRows * kV);
+  for (int64_t i = 0; i < kRows * kV; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 37) / 37.f;
+  const auto at = [&](int64_t r, int64_t c) -> float& { return x[static_cast<size_t>(r * kV + c)]; };
+  at(0, 100) = at(0, 130) = 5;
+  at(1, 3) = 9;
+  at(1, 149) = nan;
+  for (int64_t c = 0; c < kV; ++c) at(2, c) = at(3, c) = -inf;
+  at(3, 64) = -0.f;
+  at(3, 65) = 0.f;
+  at(4, 149) = 2;
+  const std::vector<int32_t> argmax = {100, 149, 0, 64, 149};
+  for (int flip = 0; flip < 2; ++flip) {
+    OpCase oc(OpKind::accuracy, {{Shape{kRows, kV}, DType::f32}, {Shape{kRows}, DType::i32}});
+    for (int64_t i = 0; i < kRows * kV; ++i) oc.input(0).set(i, x[static_cast<size_t>(i)]);
+    for (int64_t r = 0; r < kRows; ++r) oc.input(1).set_i32(r, argmax[static_cast<size_t>(r)] + flip);
+    const Outputs o = run_both(oc);
+    EXPECT_EQ(o.cpu[0].get_i32(0), flip ? 0 : kRows);
+    expect_bytes_equal(o.cpu[0], o.ref[0], "accuracy, long rows");
+  }
+}
+
 // ---- fused optimizer ------------------------------------------------------------------------
 
 struct OptState {
