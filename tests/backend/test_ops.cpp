@@ -399,7 +399,9 @@ TEST(CpuOps, DenseGemmTileBuffersAgree) {
       {false, true, 1000, 768, 384, 768, 300},    // dense rows, blocks with a tail
       {false, true, 96, 12564, 768, 50257, 96},   // GPT-2's tied logits: one block, strided
       {true, false, 768, 384, 512, 768, 768},     // weight gradients: transposed A, one call
-      {true, false, 192, 3072, 256, 12288, 192}};
+      {true, false, 192, 3072, 256, 12288, 192},
+      {false, false, 512, 512, 256, 1024, 64},    // a float32 dense tile written in out, in epilogue blocks
+      {false, false, 256, 1024, 256, 2048, 64}};  // (kEpilogueRows), shape (d)'s MLP and head
   for (const GemmTile& t : tiles) {
     expect_tile_buffer_agrees<float>(t, [](float v) { return v; });
     if (cpuk::bf16_gemm_available()) expect_tile_buffer_agrees<uint16_t>(t, f32_to_bf16);
