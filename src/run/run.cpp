@@ -204,7 +204,8 @@ int run_train(const RunOptions& o) {
   DataSource data(c.data, data_context(c));
   // On the heap so that it can go before the closing sample, which loads the checkpoint into
   // programs of its own: the run's peak stays the training's (`loom memory`), not the two together.
-  auto trainer = std::make_unique<Trainer>(c, *be, PlanOptions{}, &comm);
+  const bool evaluates = Evaluator::during_training(c) && data.has_val();
+  auto trainer = std::make_unique<Trainer>(c, *be, PlanOptions{}, &comm, evaluates);
   Trainer& t = *trainer;
   const MemoryPlan& p = t.plan();
   fmt::print(out, "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
@@ -261,7 +262,7 @@ int run_train(const RunOptions& o) {
   if (metrics.tensorboard()) fmt::print(out, "TensorBoard events: {}\n", metrics.tensorboard()->path());
 
   std::unique_ptr<Evaluator> eval;
-  if (c.train.eval_interval > 0 && data.has_val()) eval = std::make_unique<Evaluator>(t, *be);
+  if (evaluates) eval = std::make_unique<Evaluator>(t, *be);
   auto state = [&] {
     const LossScaler& sc = t.optimizer().scaler();
     return CheckpointState{.config_toml = config_text,

@@ -29,9 +29,10 @@ class Evaluator {
   // trainer's (`trainer_arena_bytes`). `loom memory` counts them.
   static int64_t planned_bytes(const Config& c, int ranks, int64_t trainer_arena_bytes);
   // Whether `loom train` with c evaluates as it trains, as far as a plan can tell: evaluation is on
-  // (train.eval_interval > 0) and the data has a validation split (token data; a split too short
-  // for one window, which only the data shows, has none). The trainer's fit check and `loom memory`
-  // count planned_bytes when it does.
+  // (train.eval_interval > 0) and the data can have a validation split (token data; a split too
+  // short for one window, which only the data shows, has none). `loom memory` counts planned_bytes
+  // when this holds; `loom train` evaluates when it holds and its data has the split, and then tells
+  // its Trainer, whose fit check counts them too.
   static bool during_training(const Config& c);
   // Mean loss per example (per token for a language model) over `iters` batches from `data`
   // (validation split).

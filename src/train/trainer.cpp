@@ -108,7 +108,7 @@ PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks,
   return base;
 }
 
-Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::Comm* comm)
+Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::Comm* comm, bool evaluates)
     : cfg_(c),
       be_(be),
       prog_(build_train_program(c, comm ? comm->size() : 1)),
@@ -119,25 +119,25 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
   // program's buffers and, when the run evaluates, the evaluation program's inputs and its arena
   // unless that fits in this one's. Refuse before any allocation when it cannot fit, with the
   // figures and the levers, instead of failing inside.
-  const RankMemory rank = rank_memory(c, prog_, comm_.size());
-  const int64_t evaluation =
-      Evaluator::during_training(c) ? Evaluator::planned_bytes(c, comm_.size(), plan.arena_bytes) : 0;
-  const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
-                         (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *
-                             static_cast<int64_t>(sizeof(float)) +
-                         rank.comm_buffer_bytes + evaluation;
-  const int64_t available = be.memory_available();
-  constexpr double kGiB = 1073741824.0;
-  if (available >= 0 && needed > available)
-    throw UserError(
-        c.source,
-        fmt::format("the run needs {:.2f} GiB (activations {:.2f}, parameters, gradients and optimizer "
-                    "state {:.2f}{}) but {:.2f} GiB are available",
-                    needed / kGiB, plan.arena_bytes / kGiB, (needed - plan.arena_bytes - evaluation) / kGiB,
-                    evaluation > 0 ? fmt::format(", evaluation {:.2f}", evaluation / kGiB) : "", available / kGiB),
-        std::string("shrink the activations: model.remat=Block, more optimizer.num_minibatches, ") +
-            (c.model.dtype == DType::f32 ? "model.dtype=bfloat16, " : "") +
-            "or a smaller data.batch_size (`loom memory` shows the plan)");
+  if (const int64_t available = be.memory_available(); available >= 0) {
+    const RankMemory rank = rank_memory(c, prog_, comm_.size());
+    const int64_t evaluation = evaluates ? Evaluator::planned_bytes(c, comm_.size(), plan.arena_bytes) : 0;
+    const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
+                           (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *
+                               static_cast<int64_t>(sizeof(float)) +
+                           rank.comm_buffer_bytes + evaluation;
+    constexpr double kGiB = 1073741824.0;
+    if (needed > available)
+      throw UserError(
+          c.source,
+          fmt::format("the run needs {:.2f} GiB (activations {:.2f}, parameters, gradients, optimizer state, inputs "
+                      "and communication buffers {:.2f}{}) but {:.2f} GiB are available",
+                      needed / kGiB, plan.arena_bytes / kGiB, (needed - plan.arena_bytes - evaluation) / kGiB,
+                      evaluation > 0 ? fmt::format(", evaluation {:.2f}", evaluation / kGiB) : "", available / kGiB),
+          std::string("shrink the activations: model.remat=Block, more optimizer.num_minibatches, ") +
+              (c.model.dtype == DType::f32 ? "model.dtype=bfloat16, " : "") +
+              "or a smaller data.batch_size (`loom memory` shows the plan)");
+  }
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : prog_.model.constants) exec_->upload(v, bytes.data());
   std::vector<float> host;

@@ -377,7 +377,7 @@ void expect_tile_buffer_agrees(const GemmTile& t, T (*from_f32)(float)) {
   // for a given configuration, but are not the bits of a whole-C call.
   const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
   const bool exact = __builtin_cpu_supports("avx512f") && (!cap || std::string(cap).rfind("AVX512", 0) == 0);
-  for (const int64_t stride : {ldc, t.ldc_whole == t.n ? t.n : t.n + 1}) {
+  for (const int64_t stride : {ldc, t.ldc_whole == t.n ? t.n : t.n + 1, t.ldc_whole}) {
     const std::vector<float> got = product(t.block, stride);
     const std::string what = std::string(sizeof(T) == 2 ? "bf16" : "f32") + " ta " + std::to_string(t.ta) + " tb " +
                              std::to_string(t.tb) + " m " + std::to_string(t.m) + " n " + std::to_string(t.n) + " K " +
@@ -400,8 +400,13 @@ TEST(CpuOps, DenseGemmTileBuffersAgree) {
       {false, true, 96, 12564, 768, 50257, 96},   // GPT-2's tied logits: one block, strided
       {true, false, 768, 384, 512, 768, 768},     // weight gradients: transposed A, one call
       {true, false, 192, 3072, 256, 12288, 192},
-      {false, false, 512, 512, 256, 1024, 64},    // a float32 dense tile written in out, in epilogue blocks
-      {false, false, 256, 1024, 256, 2048, 64}};  // (kEpilogueRows), shape (d)'s MLP and head
+      // Float32 dense tiles written into out in epilogue blocks (kEpilogueRows = 64; the last
+      // block takes the rest, 64–127 rows): shape (d)'s MLP input, head and MLP output, and tails.
+      {false, false, 512, 512, 256, 1024, 64},
+      {false, false, 256, 1024, 256, 2048, 64},
+      {false, false, 512, 128, 1024, 256, 64},
+      {false, false, 200, 512, 256, 1024, 100},
+      {false, true, 130, 384, 256, 1024, 65}};
   for (const GemmTile& t : tiles) {
     expect_tile_buffer_agrees<float>(t, [](float v) { return v; });
     if (cpuk::bf16_gemm_available()) expect_tile_buffer_agrees<uint16_t>(t, f32_to_bf16);
@@ -974,29 +979,36 @@ TEST(CpuOps, AccuracyTiesAndNaN) {
   }
 }
 
-// The same rules on rows longer than the kernel's search chunks (64): a tie across chunks, a NaN
-// in the last, partial chunk after the maximum, a row of −inf, −0 before +0, the maximum last.
+// The same rules on rows longer than the kernel's search chunks (64), one width with a short last
+// chunk and one of whole chunks: a tie across chunks, a NaN in the last chunk after the maximum,
+// a row of −inf, −0 and +0 on either side of a chunk bound, the maximum last, a NaN in an earlier
+// chunk than a larger number.
 TEST(CpuOps, AccuracyTiesAndNaNInLongRows) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  constexpr int64_t kRows = 5, kV = 150;
-  std::vector<float> x(kRows * kV);
-  for (int64_t i = 0; i < kRows * kV; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 37) / 37.f;
-  const auto at = [&](int64_t r, int64_t c) -> float& { return x[static_cast<size_t>(r * kV + c)]; };
-  at(0, 100) = at(0, 130) = 5;
-  at(1, 3) = 9;
-  at(1, 149) = nan;
-  for (int64_t c = 0; c < kV; ++c) at(2, c) = at(3, c) = -inf;
-  at(3, 64) = -0.f;
-  at(3, 65) = 0.f;
-  at(4, 149) = 2;
-  const std::vector<int32_t> argmax = {100, 149, 0, 64, 149};
-  for (int flip = 0; flip < 2; ++flip) {
-    OpCase oc(OpKind::accuracy, {{Shape{kRows, kV}, DType::f32}, {Shape{kRows}, DType::i32}});
-    for (int64_t i = 0; i < kRows * kV; ++i) oc.input(0).set(i, x[static_cast<size_t>(i)]);
-    for (int64_t r = 0; r < kRows; ++r) oc.input(1).set_i32(r, argmax[static_cast<size_t>(r)] + flip);
-    const Outputs o = run_both(oc);
-    EXPECT_EQ(o.cpu[0].get_i32(0), flip ? 0 : kRows);
-    expect_bytes_equal(o.cpu[0], o.ref[0], "accuracy, long rows");
+  constexpr int64_t kRows = 6;
+  for (const int64_t V : {150, 128}) {
+    std::vector<float> x(static_cast<size_t>(kRows * V));
+    for (int64_t i = 0; i < kRows * V; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 37) / 37.f;
+    const auto at = [&](int64_t r, int64_t c) -> float& { return x[static_cast<size_t>(r * V + c)]; };
+    at(0, 70) = at(0, V - 20) = 5;
+    at(1, 3) = 9;
+    at(1, V - 1) = nan;
+    for (int64_t c = 0; c < V; ++c) at(2, c) = at(3, c) = -inf;
+    at(3, 63) = -0.f;
+    at(3, 64) = 0.f;
+    at(4, V - 1) = 2;
+    at(5, 10) = nan;
+    at(5, 100) = 9;
+    const std::vector<int32_t> argmax = {70, static_cast<int32_t>(V - 1), 0, 63, static_cast<int32_t>(V - 1), 10};
+    for (int flip = 0; flip < 2; ++flip) {
+      OpCase oc(OpKind::accuracy, {{Shape{kRows, V}, DType::f32}, {Shape{kRows}, DType::i32}});
+      for (int64_t i = 0; i < kRows * V; ++i) oc.input(0).set(i, x[static_cast<size_t>(i)]);
+      for (int64_t r = 0; r < kRows; ++r)
+        oc.input(1).set_i32(r, static_cast<int32_t>((argmax[static_cast<size_t>(r)] + flip) % V));
+      const Outputs o = run_both(oc);
+      EXPECT_EQ(o.cpu[0].get_i32(0), flip ? 0 : kRows) << "V = " << V;
+      expect_bytes_equal(o.cpu[0], o.ref[0], "accuracy, long rows, V = " + std::to_string(V));
+    }
   }
 }
 

@@ -161,34 +161,36 @@ TEST(MemoryExact, AnEvaluatorAddsNoParametersOrGradients) {
 }
 
 // The trainer refuses a run that does not fit before it allocates anything, and what it counts is
-// `loom memory`'s total to the byte: the evaluation program's bytes included when the run evaluates.
+// `loom memory`'s total to the byte: the evaluation program's bytes included when it is told that
+// the run evaluates (as `loom train` tells it), not when it is not (`loom profile`).
 TEST(MemoryExact, TheFitCheckCountsWhatLoomMemoryCounts) {
   std::vector<std::string> o = small_transformer("bfloat16", "MLP,Attn");
   for (const std::string kv :
        {"data.kind=tokens", "model.vocab_size=321", "model.num_outputs=321", "train.eval_interval=5"})
     o.push_back(kv);
   o.push_back("data.dir=" + std::string(LOOM_SOURCE_DIR) + "/data/shakespeare_llama");
-  const Config with = default_config(o);
-  Config without = with;
-  without.train.eval_interval = 0;
-  set_num_threads(static_cast<int>(with.threads));
+  const Config c = default_config(o);
+  Config quiet = c;
+  quiet.train.eval_interval = 0;
+  const int64_t with = memory_report(c, 0).total_bytes, without = memory_report(quiet, 0).total_bytes;
+  ASSERT_GT(with, without);
+  set_num_threads(static_cast<int>(c.threads));
   auto cpu = make_backend("cpu");
-  for (const Config& c : {with, without}) {
-    const MemoryReport plan = memory_report(c, 0);
-    const std::string what = c.train.eval_interval > 0 ? "evaluating" : "not evaluating";
+  for (const bool evaluates : {true, false}) {
+    const std::string what = evaluates ? "evaluating" : "not evaluating";
+    const int64_t total = evaluates ? with : without;
     CountingBackend be(*cpu);
-    be.set_memory_available(plan.total_bytes - 1);
+    be.set_memory_available(total - 1);
     try {
-      Trainer t(c, be);
+      Trainer t(c, be, {}, nullptr, evaluates);
       ADD_FAILURE() << what << ": a byte short of the plan, the trainer started";
     } catch (const UserError& e) {
       EXPECT_NE(std::string(e.what()).find("GiB are available"), std::string::npos) << e.what();
-      EXPECT_EQ(std::string(e.what()).find("evaluation") != std::string::npos, plan.evaluation_bytes > 0)
-          << what << ": " << e.what();
+      EXPECT_EQ(std::string(e.what()).find("evaluation") != std::string::npos, evaluates) << what << ": " << e.what();
     }
     EXPECT_EQ(be.peak(), 0) << what << ": refused before allocating";
-    be.set_memory_available(plan.total_bytes);
-    EXPECT_NO_THROW(Trainer(c, be)) << what << ": exactly the plan's bytes";
+    be.set_memory_available(total);
+    EXPECT_NO_THROW(Trainer(c, be, {}, nullptr, evaluates)) << what << ": exactly the plan's bytes";
   }
 }
 

@@ -106,8 +106,6 @@ struct Epilogue {
   const float* bias = nullptr;  // [N] f32, already round_c'd
   const TensorArg* out = nullptr;
   bool accumulate = false;
-  // Whether it changes a tile that the GEMM wrote into out itself.
-  bool works_in_place() const { return round_first || bias; }
   // Tile rows [m0, m1) × columns [n0, n1) of C, at t with row stride ldt (in out itself when
   // in_place); C is N wide.
   void operator()(bool in_place, float* t, int64_t ldt, int64_t N, int64_t m0, int64_t m1, int64_t n0,
@@ -142,7 +140,7 @@ struct Epilogue {
 // own threading is not bitwise reproducible across thread counts (its partition and kernel choice
 // depend on them), so each element's result depends only on the shape, the machine and the values.
 // When C is out itself (`in_place`: out is f32 and the GEMM assigns it) the calls write out, in
-// row blocks of kEpilogueRows when the epilogue then changes the rows (Tiles::epilogue_blocks);
+// row blocks of about kEpilogueRows when the epilogue adds a bias (Tiles::epilogue_blocks);
 // otherwise each thread forms its tile in a tile buffer of its own and the epilogue converts or adds
 // it into out, so no [M, N] f32 buffer exists. When op(A) is A itself, a tile goes through its
 // buffer in blocks of at most kBlockRows rows, one GEMM call each, so the buffer's size does not
@@ -179,12 +177,14 @@ struct Gemm {
 // Rows of a tile formed in its buffer per GEMM call (see Gemm). Each call packs the tile's columns
 // of B again, so blocks are kept long enough for that to cost little next to the block's product.
 constexpr int64_t kBlockRows = 4096;
-// Rows per sgemm call of a tile written into out itself whose epilogue then changes it (a float32
-// dense with its bias): the epilogue finds the block in L2 instead of reading the whole tile back
-// from L3 or memory. Shape (d)'s float32 forward products (K = 256, C of 1–8 MB) took 6 % less
-// time with 64-row blocks than with whole tiles when this host ran at its slower of two speeds
-// (32 rows: 8 %, 128: 5 %), about 1 % at the faster; (a)'s 3 % less on a mean of three noisy
-// rounds, (c)'s the same (docs/performance.md).
+// Rows per sgemm call of a float32 dense's tile, which the GEMM writes into out itself and the
+// epilogue then adds the bias to: the epilogue finds the block in L2 instead of reading the whole
+// tile back from L3 or memory. Shape (d)'s float32 forward products (K = 256, C of 1–8 MB) took 6 %
+// less time with 64-row blocks than with whole tiles when this host ran at its slower of two
+// speeds (32 rows: 8 %, 128: 5 %), about 1 % at the faster; (a)'s 3 % less on a mean of three
+// noisy rounds, (c)'s the same (docs/performance.md, 2026-11-24 afternoon). A tile's last block
+// takes the rows left when fewer than 2 · kEpilogueRows remain, so no call has fewer rows than
+// this unless the whole tile does (oneDNN's sgemm sums differently for a few rows).
 constexpr int64_t kEpilogueRows = 64;
 
 // The tile grid of a Gemm, the shape of each of its tiles and, for a tile formed in a tile buffer,
@@ -199,12 +199,21 @@ struct Tiles {
     block = g.ta ? max_rows() : std::min(max_rows(), kBlockRows);
   }
   int64_t count() const { return tr * tc * tk; }
-  // Whether a tile written into out itself goes in blocks of kEpilogueRows, each finished by epi
-  // before the next: when epi changes it, and the blocks are row blocks of one sgemm product (op(A)
-  // is A: on AVX-512 the blocks give the whole call's bits, CpuOps.DenseGemmTileBuffersAgree; not a
-  // bf16 product, whose scratchpad is sized for whole tiles).
+  // Whether a tile written into out itself goes in row blocks of kEpilogueRows (see there), each
+  // finished by epi before the next: a float32 dense with a bias, whose blocks are row blocks of
+  // one sgemm product (op(A) is A: on AVX-512 they give the whole call's bits,
+  // CpuOps.DenseGemmTileBuffersAgree; with AVX2, results that depend on the shape alone too).
   bool epilogue_blocks(const Gemm& g, const Epilogue& epi) const {
-    return g.in_place && !g.ta && !g.native() && tk == 1 && epi.works_in_place();
+    return g.in_place && !g.ta && !g.native() && tk == 1 && epi.bias != nullptr;
+  }
+  // f(b0, b1) for the row blocks of tile t written into out (see epilogue_blocks).
+  template <class F>
+  void epilogue_row_blocks(int64_t t, F&& f) const {
+    for (int64_t b0 = m0(t); b0 < m1(t);) {
+      const int64_t b1 = m1(t) - b0 < 2 * kEpilogueRows ? m1(t) : b0 + kEpilogueRows;
+      f(b0, b1);
+      b0 = b1;
+    }
   }
   // A split row vector's K chunk of tile t; its tiles have no row range (m0, m1, blocks).
   int64_t k0(int64_t t) const { return t / tc * K / tk; }
@@ -333,9 +342,8 @@ void run_tiles(const Gemm& g, const GemmSpans& s, const T* A, const T* B, const 
       epi(g.in_place, C, ldc, g.N, m0, m1, n0, n1);
     };
     const auto in_out = [&](int64_t m0, int64_t m1) { rows(m0, m1, g.out.as<float>() + m0 * g.N + n0, g.N); };
-    if (g.in_place && tl.epilogue_blocks(g, epi))
-      for (int64_t b0 = tl.m0(t); b0 < tl.m1(t); b0 += kEpilogueRows)
-        in_out(b0, std::min(tl.m1(t), b0 + kEpilogueRows));
+    if (tl.epilogue_blocks(g, epi))
+      tl.epilogue_row_blocks(t, in_out);
     else if (g.in_place)
       in_out(tl.m0(t), tl.m1(t));
     else

@@ -43,18 +43,21 @@ int64_t argmax_row(const float* x, int64_t n) {
   int64_t nans = 0;
 #pragma omp simd reduction(+ : nans)
   for (int64_t c = 0; c < n; ++c) nans += x[c] != x[c];
-  const auto hit = [&](int64_t c) { return nans > 0 ? x[c] != x[c] : x[c] == mx; };
-  constexpr int64_t kChunk = 64;
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const int64_t c1 = std::min(n, c0 + kChunk);
-    int64_t any = 0;
+  // The first c with hit(c), one vector compare per chunk until a chunk has one.
+  const auto first = [&](auto hit) -> int64_t {
+    constexpr int64_t kChunk = 64;
+    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+      const int64_t c1 = std::min(n, c0 + kChunk);
+      int64_t any = 0;
 #pragma omp simd reduction(+ : any)
-    for (int64_t c = c0; c < c1; ++c) any += hit(c);
-    if (any > 0)
-      for (int64_t c = c0;; ++c)
-        if (hit(c)) return c;
-  }
-  return 0;  // a row of n > 0 always has a hit
+      for (int64_t c = c0; c < c1; ++c) any += hit(x[c]);
+      if (any > 0)
+        for (int64_t c = c0;; ++c)
+          if (hit(x[c])) return c;
+    }
+    return 0;  // a row of n > 0 always has a hit
+  };
+  return nans > 0 ? first([](float v) { return v != v; }) : first([mx](float v) { return v == mx; });
 }
 
 // Rows whose work (C elements each) is worth a thread.
