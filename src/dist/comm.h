@@ -48,6 +48,8 @@ class Comm {
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // How many ranks of the job (this one included) run on this rank's machine and share its memory.
+  virtual int ranks_on_this_host() const = 0;
 
   // x [n] on every rank becomes the sum over ranks (rank order, above) on every rank.
   virtual void all_reduce_sum(float* x, int64_t n) = 0;

@@ -149,12 +149,17 @@ class MpiComm final : public Comm {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     for (MPI_Comm& lane : lanes_) MPI_Comm_dup(MPI_COMM_WORLD, &lane);
+    MPI_Comm host = MPI_COMM_NULL;  // the ranks that can share memory with this one
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host);
+    MPI_Comm_size(host, &on_host_);
+    MPI_Comm_free(&host);
   }
   ~MpiComm() override {
     for (MPI_Comm& lane : lanes_) MPI_Comm_free(&lane);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int ranks_on_this_host() const override { return on_host_; }
 
   void all_reduce_sum(float* x, int64_t n) override {
     to_int(n);
@@ -213,7 +218,7 @@ class MpiComm final : public Comm {
     const MPI_Comm lane = lanes_[static_cast<size_t>(started_++ % kMaxPending)];
     return std::make_unique<PendingSum>(size_, rank_, lane, x, n, scratch, gather, &in_flight_);
   }
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, on_host_ = 1;
   std::vector<float> scratch_;
   std::array<MPI_Comm, kMaxPending> lanes_;
   int64_t started_ = 0;

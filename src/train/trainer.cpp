@@ -118,7 +118,10 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
   // Everything the run will hold, from the plan (what `loom memory` prints): the training
   // program's buffers and, when the run evaluates, the evaluation program's inputs and its arena
   // unless that fits in this one's. Refuse before any allocation when it cannot fit, with the
-  // figures and the levers, instead of failing inside.
+  // figures and the levers, instead of failing inside. The ranks on one machine share its memory
+  // and each needs about this (their shards differ by at most a chunk), so the check is for all of
+  // them together, reading the memory once every rank has planned and before any allocates.
+  if (comm_.size() > 1) comm_.barrier();
   if (const int64_t available = be.memory_available(); available >= 0) {
     const RankMemory rank = rank_memory(c, prog_, comm_.size());
     const int64_t evaluation = evaluates ? Evaluator::planned_bytes(c, comm_.size(), plan.arena_bytes) : 0;
@@ -126,17 +129,23 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
                            (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *
                                static_cast<int64_t>(sizeof(float)) +
                            rank.comm_buffer_bytes + evaluation;
-    constexpr double kGiB = 1073741824.0;
-    if (needed > available)
-      throw UserError(
-          c.source,
-          fmt::format("the run needs {:.2f} GiB (activations {:.2f}, parameters, gradients, optimizer state, inputs "
-                      "and communication buffers {:.2f}{}) but {:.2f} GiB are available",
-                      needed / kGiB, plan.arena_bytes / kGiB, (needed - plan.arena_bytes - evaluation) / kGiB,
-                      evaluation > 0 ? fmt::format(", evaluation {:.2f}", evaluation / kGiB) : "", available / kGiB),
-          std::string("shrink the activations: model.remat=Block, more optimizer.num_minibatches, ") +
-              (c.model.dtype == DType::f32 ? "model.dtype=bfloat16, " : "") +
-              "or a smaller data.batch_size (`loom memory` shows the plan)");
+    const int on_host = comm_.ranks_on_this_host();
+    if (needed * on_host > available) {
+      constexpr double kGiB = 1073741824.0;
+      const std::string parts = fmt::format(
+          "activations {:.2f}, parameters, gradients, optimizer state, inputs and communication buffers {:.2f}{}",
+          plan.arena_bytes / kGiB, (needed - plan.arena_bytes - evaluation) / kGiB,
+          evaluation > 0 ? fmt::format(", evaluation {:.2f}", evaluation / kGiB) : "");
+      const std::string what = on_host > 1
+                                   ? fmt::format("{:.2f} GiB for its {} ranks on this machine ({:.2f} GiB each: {})",
+                                                 needed * on_host / kGiB, on_host, needed / kGiB, parts)
+                                   : fmt::format("{:.2f} GiB ({})", needed / kGiB, parts);
+      throw UserError(c.source, fmt::format("the run needs {} but {:.2f} GiB are available", what, available / kGiB),
+                      std::string("shrink the activations: model.remat=Block, more optimizer.num_minibatches, ") +
+                          (c.model.dtype == DType::f32 ? "model.dtype=bfloat16, " : "") +
+                          (on_host > 1 ? "fewer ranks on this machine, optimizer.shard=state+grads, " : "") +
+                          "or a smaller data.batch_size (`loom memory` shows the plan)");
+    }
   }
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : prog_.model.constants) exec_->upload(v, bytes.data());

@@ -17,6 +17,7 @@
 
 #include "backend/registry.h"
 #include "data/data.h"
+#include "dist/comm.h"
 #include "io/param_io.h"
 #include "report/memory_report.h"
 #include "train/config.h"
@@ -192,6 +193,55 @@ TEST(MemoryExact, TheFitCheckCountsWhatLoomMemoryCounts) {
     be.set_memory_available(total);
     EXPECT_NO_THROW(Trainer(c, be, {}, nullptr, evaluates)) << what << ": exactly the plan's bytes";
   }
+}
+
+// One process standing for one of two ranks of a job on this machine: the single-process
+// communicator's collectives, but two ranks sharing the machine's memory.
+class OneOfTwoOnThisHost final : public dist::Comm {
+ public:
+  int rank() const override { return one_.rank(); }
+  int size() const override { return one_.size(); }
+  int ranks_on_this_host() const override { return 2; }
+  void all_reduce_sum(float* x, int64_t n) override { one_.all_reduce_sum(x, n); }
+  std::unique_ptr<Pending> start_all_reduce_sum(float* x, int64_t n, float* scratch) override {
+    return one_.start_all_reduce_sum(x, n, scratch);
+  }
+  std::unique_ptr<Pending> start_reduce_scatter_sum(float* x, int64_t n, float* scratch) override {
+    return one_.start_reduce_scatter_sum(x, n, scratch);
+  }
+  void reduce_scatter_sum(const float* x, int64_t n, float* out) override { one_.reduce_scatter_sum(x, n, out); }
+  void all_gather(const float* mine, int64_t n, float* out) override { one_.all_gather(mine, n, out); }
+  void all_gather_bytes(const void* mine, size_t bytes, void* out) override { one_.all_gather_bytes(mine, bytes, out); }
+  void broadcast(void* data, size_t bytes, int root) override { one_.broadcast(data, bytes, root); }
+  void barrier() override { one_.barrier(); }
+
+ protected:
+  void abort_all(int) override {}
+
+ private:
+  dist::Comm& one_ = dist::single_process();
+};
+
+// The ranks of a job on one machine share its memory: the fit check holds them together to it,
+// each with its plan (`loom memory`'s total).
+TEST(MemoryExact, TheRanksOfAMachineAreCheckedTogether) {
+  const Config c = default_config(small_transformer("float32", "none"));
+  const int64_t total = memory_report(c, 0).total_bytes;
+  set_num_threads(static_cast<int>(c.threads));
+  auto cpu = make_backend("cpu");
+  OneOfTwoOnThisHost comm;
+  CountingBackend be(*cpu);
+  be.set_memory_available(2 * total - 1);
+  try {
+    Trainer t(c, be, {}, &comm);
+    ADD_FAILURE() << "two ranks a byte short of twice the plan: the trainer started";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("for its 2 ranks on this machine"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("fewer ranks on this machine"), std::string::npos) << e.hint();
+  }
+  EXPECT_EQ(be.peak(), 0) << "refused before allocating";
+  be.set_memory_available(2 * total);
+  EXPECT_NO_THROW(Trainer(c, be, {}, &comm)) << "exactly twice the plan's bytes";
 }
 
 // Evaluating between steps in the trainer's arena overwrites activations the trainer no longer
