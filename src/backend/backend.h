@@ -117,7 +117,9 @@ class Backend {
   // Monotonic clock in microseconds, for the profiler.
   virtual double now_us() const = 0;
   // Bytes that allocations can still get now (host: the kernel's MemAvailable), -1 when unknown.
-  // Lets a run say "needs X, Y available" before it allocates anything.
+  // Lets a run say "needs X, Y available" before it allocates anything. Shared by every rank of a
+  // job on the same machine (Comm::ranks_on_this_host), as a host's memory is; a backend with a
+  // device per rank would report that device's instead, and the check would need to know.
   virtual int64_t memory_available() const { return -1; }
   // The most bytes this backend's allocations held at once so far (as requested, before any
   // rounding), -1 when not tracked: what a run measures against its memory plan.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -120,8 +121,10 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
   // unless that fits in this one's. Refuse before any allocation when it cannot fit, with the
   // figures and the levers, instead of failing inside. The ranks on one machine share its memory
   // and each needs about this (their shards differ by at most a chunk), so the check is for all of
-  // them together, reading the memory once every rank has planned and before any allocates.
+  // them together: every rank reads the memory between two collectives, after every rank has
+  // planned and before any allocates, and all ranks stop if any machine is short.
   if (comm_.size() > 1) comm_.barrier();
+  std::optional<UserError> refusal;
   if (const int64_t available = be.memory_available(); available >= 0) {
     const RankMemory rank = rank_memory(c, prog_, comm_.size());
     const int64_t evaluation = evaluates ? Evaluator::planned_bytes(c, comm_.size(), plan.arena_bytes) : 0;
@@ -140,12 +143,32 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
                                    ? fmt::format("{:.2f} GiB for its {} ranks on this machine ({:.2f} GiB each: {})",
                                                  needed * on_host / kGiB, on_host, needed / kGiB, parts)
                                    : fmt::format("{:.2f} GiB ({})", needed / kGiB, parts);
-      throw UserError(c.source, fmt::format("the run needs {} but {:.2f} GiB are available", what, available / kGiB),
-                      std::string("shrink the activations: model.remat=Block, more optimizer.num_minibatches, ") +
-                          (c.model.dtype == DType::f32 ? "model.dtype=bfloat16, " : "") +
-                          (on_host > 1 ? "fewer ranks on this machine, optimizer.shard=state+grads, " : "") +
-                          "or a smaller data.batch_size (`loom memory` shows the plan)");
+      std::string hint = std::string("shrink the activations: model.remat=Block, more optimizer.num_minibatches, ") +
+                         (c.model.dtype == DType::f32 ? "model.dtype=bfloat16, " : "") + "or a smaller data.batch_size";
+      if (on_host > 1)
+        hint += std::string("; or fewer ranks on this machine") +
+                (c.optimizer.shard != OptimizerShard::state_grads ? ", or optimizer.shard=state+grads" : "");
+      hint += comm_.size() > 1 ? fmt::format(" (`loom memory --ranks {}` shows a rank's plan)", comm_.size())
+                               : std::string(" (`loom memory` shows the plan)");
+      refusal.emplace(c.source, fmt::format("the run needs {} but {:.2f} GiB are available", what, available / kGiB),
+                      hint);
     }
+  }
+  if (comm_.size() > 1) {
+    // Every rank says whether its machine is short; this is the second collective.
+    std::vector<char> short_of(static_cast<size_t>(comm_.size()));
+    const char mine = refusal ? 1 : 0;
+    comm_.all_gather_bytes(&mine, 1, short_of.data());
+    const auto first = std::find(short_of.begin(), short_of.end(), 1);
+    if (refusal) throw dist::AgreedError(*refusal);
+    if (first != short_of.end())
+      throw dist::AgreedError(c.source,
+                              fmt::format("the machine of rank {} lacks the memory for its ranks (its error says "
+                                          "by how much)",
+                                          first - short_of.begin()),
+                              "see rank " + std::to_string(first - short_of.begin()) + "'s error");
+  } else if (refusal) {
+    throw *refusal;
   }
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : prog_.model.constants) exec_->upload(v, bytes.data());

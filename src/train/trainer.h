@@ -87,6 +87,8 @@ class Trainer {
   // Builds, differentiates and plans the program and initialises the train state.
   // Throws UserError for configuration problems and std::runtime_error for resource failures.
   // `comm` (default: a single process) is the data-parallel group this trainer is one rank of.
+  // With more than one rank the constructor is collective (its memory check): every rank builds its
+  // Trainer at the same point.
   // `evaluates`: an Evaluator will run beside it (`loom train` with a validation split), so the fit
   // check counts that program's bytes too (Evaluator::planned_bytes), as `loom memory` does.
   Trainer(const Config& c, Backend& be, PlanOptions plan_options = {}, dist::Comm* comm = nullptr,

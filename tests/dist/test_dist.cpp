@@ -324,7 +324,8 @@ TEST(Dist, ConfigurationMismatchIsAnErrorOnEveryRankBeforeAnyStep) {
 
 TEST(Dist, OneFailingRankStopsTheJobWithItsMessage) {
   REQUIRE_MPIRUN();
-  // Only rank 0 looks at the run directory: it fails alone while rank 1 goes on to its first step.
+  // Only rank 0 looks at the run directory: it fails alone while rank 1 goes on (as far as its
+  // Trainer's first collective).
   const fs::path out = scratch("occupied");
   ASSERT_EQ(loom_on(0, train_args(out, "train.steps=2")).status, 0);
   const RunResult r = loom_on(2, "train " + fixture().config.string() + kBase + "--out " + out.string());
