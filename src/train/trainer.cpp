@@ -109,30 +109,27 @@ PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks,
   return base;
 }
 
-Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::Comm* comm, bool evaluates)
-    : cfg_(c),
-      be_(be),
-      prog_(build_train_program(c, comm ? comm->size() : 1)),
-      comm_(comm ? *comm : dist::single_process()) {
-  const Graph& g = prog_.model.graph;
-  MemoryPlan plan = plan_program(be, g, prog_.schedule, rank_plan_options(c, prog_, comm_.size(), plan_options));
-  // Everything the run will hold, from the plan (what `loom memory` prints): the training
-  // program's buffers and, when the run evaluates, the evaluation program's inputs and its arena
-  // unless that fits in this one's. Refuse before any allocation when it cannot fit, with the
-  // figures and the levers, instead of failing inside. The ranks on one machine share its memory
-  // and each needs about this (their shards differ by at most a chunk), so the check is for all of
-  // them together: every rank reads the memory between two collectives, after every rank has
-  // planned and before any allocates, and all ranks stop if any machine is short.
-  if (comm_.size() > 1) comm_.barrier();
+namespace {
+
+// Everything the run will hold, from the plan (what `loom memory` prints): the training
+// program's buffers and, when the run evaluates, the evaluation program's inputs and its arena
+// unless that fits in the training program's. Refuses before any allocation when it cannot fit,
+// with the figures and the levers, instead of failing inside. The ranks on one machine share its
+// memory and each needs about this (their shards differ by at most a chunk), so the check is for
+// all of them together: every rank reads the memory between two collectives, after every rank has
+// planned and before any allocates, and all ranks stop if any machine is short.
+void refuse_unless_it_fits(const Config& c, Backend& be, const TrainProgram& prog, const MemoryPlan& plan,
+                           dist::Comm& comm, bool evaluates) {
+  if (comm.size() > 1) comm.barrier();
   std::optional<UserError> refusal;
   if (const int64_t available = be.memory_available(); available >= 0) {
-    const RankMemory rank = rank_memory(c, prog_, comm_.size());
-    const int64_t evaluation = evaluates ? Evaluator::planned_bytes(c, comm_.size(), plan.arena_bytes) : 0;
+    const RankMemory rank = rank_memory(c, prog, comm.size());
+    const int64_t evaluation = evaluates ? Evaluator::planned_bytes(c, comm.size(), plan.arena_bytes) : 0;
     const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
                            (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *
                                static_cast<int64_t>(sizeof(float)) +
                            rank.comm_buffer_bytes + evaluation;
-    const int on_host = comm_.ranks_on_this_host();
+    const int on_host = comm.ranks_on_this_host();
     if (needed * on_host > available) {
       constexpr double kGiB = 1073741824.0;
       const std::string parts = fmt::format(
@@ -148,17 +145,17 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
       if (on_host > 1)
         hint += std::string("; or fewer ranks on this machine") +
                 (c.optimizer.shard != OptimizerShard::state_grads ? ", or optimizer.shard=state+grads" : "");
-      hint += comm_.size() > 1 ? fmt::format(" (`loom memory --ranks {}` shows a rank's plan)", comm_.size())
-                               : std::string(" (`loom memory` shows the plan)");
+      hint += comm.size() > 1 ? fmt::format(" (`loom memory --ranks {}` shows a rank's plan)", comm.size())
+                              : std::string(" (`loom memory` shows the plan)");
       refusal.emplace(c.source, fmt::format("the run needs {} but {:.2f} GiB are available", what, available / kGiB),
                       hint);
     }
   }
-  if (comm_.size() > 1) {
+  if (comm.size() > 1) {
     // Every rank says whether its machine is short; this is the second collective.
-    std::vector<char> short_of(static_cast<size_t>(comm_.size()));
+    std::vector<char> short_of(static_cast<size_t>(comm.size()));
     const char mine = refusal ? 1 : 0;
-    comm_.all_gather_bytes(&mine, 1, short_of.data());
+    comm.all_gather_bytes(&mine, 1, short_of.data());
     const auto first = std::find(short_of.begin(), short_of.end(), 1);
     if (refusal) throw dist::AgreedError(*refusal);
     if (first != short_of.end())
@@ -170,6 +167,18 @@ Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::C
   } else if (refusal) {
     throw *refusal;
   }
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::Comm* comm, bool evaluates)
+    : cfg_(c),
+      be_(be),
+      prog_(build_train_program(c, comm ? comm->size() : 1)),
+      comm_(comm ? *comm : dist::single_process()) {
+  const Graph& g = prog_.model.graph;
+  MemoryPlan plan = plan_program(be, g, prog_.schedule, rank_plan_options(c, prog_, comm_.size(), plan_options));
+  refuse_unless_it_fits(c, be, prog_, plan, comm_, evaluates);
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : prog_.model.constants) exec_->upload(v, bytes.data());
   std::vector<float> host;
