@@ -139,17 +139,23 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
 }
 
 std::string format_shard_modes(const Config& c, int ranks, PlanOptions opts) {
-  std::string o = fmt::format("per rank of {} (optimizer.shard):\n  {:<12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}\n",
-                              ranks, "shard", "total", "params", "grads", "optimizer", "activations", "comm bufs");
+  const std::string together = fmt::format("{} on 1 host", ranks);
+  std::string o =
+      fmt::format("per rank of {} (optimizer.shard):\n  {:<12} {:>11} {:>13} {:>11} {:>11} {:>11} {:>11} {:>11}\n",
+                  ranks, "shard", "total", together, "params", "grads", "optimizer", "activations", "comm bufs");
   for (size_t i = 0; i < choices_of(OptimizerShard{}).size(); ++i) {
     Config m = c;
     m.optimizer.shard = static_cast<OptimizerShard>(i);
     const MemoryReport r = memory_report(m, 0, opts, ranks);
-    o += fmt::format("  {:<12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}\n", choice_name(m.optimizer.shard),
-                     format_bytes(r.total_bytes), format_bytes(r.params_bytes), format_bytes(r.grads_bytes),
-                     format_bytes(r.optimizer_bytes), format_bytes(r.activations_bytes),
+    o += fmt::format("  {:<12} {:>11} {:>13} {:>11} {:>11} {:>11} {:>11} {:>11}\n", choice_name(m.optimizer.shard),
+                     format_bytes(r.total_bytes), format_bytes(r.total_bytes * ranks), format_bytes(r.params_bytes),
+                     format_bytes(r.grads_bytes), format_bytes(r.optimizer_bytes), format_bytes(r.activations_bytes),
                      format_bytes(r.communication_bytes));
   }
+  o += fmt::format(
+      "  (`loom train` refuses a job whose ranks on one machine need more together than it has "
+      "available: the \"{}\" column when all of them run there)\n",
+      together);
   return o;
 }
 
