@@ -81,6 +81,16 @@ std::vector<std::string> small_transformer(const std::string& dtype, const std::
           "model.dropout_rate=0.1",  "optimizer.num_minibatches=2", "model.remat=" + remat};
 }
 
+// small_transformer on the repository's prepared Llama-tokenized text (token data with a
+// validation split), evaluating every `eval_interval` steps (0: never).
+Config on_prepared_tokens(const std::string& dtype, const std::string& remat, int eval_interval) {
+  std::vector<std::string> o = small_transformer(dtype, remat);
+  for (const std::string kv : {"data.kind=tokens", "model.vocab_size=321", "model.num_outputs=321"}) o.push_back(kv);
+  o.push_back("train.eval_interval=" + std::to_string(eval_interval));
+  o.push_back("data.dir=" + std::string(LOOM_SOURCE_DIR) + "/data/shakespeare_llama");
+  return default_config(o);
+}
+
 void expect_holds_the_plan(const Config& c, const std::string& what) {
   const MemoryReport plan = memory_report(c, 0);
   set_num_threads(static_cast<int>(c.threads));  // the count the plan is for, as `loom train` sets it
@@ -121,12 +131,7 @@ TEST(MemoryExact, Gpt2ShapeHoldsExactlyItsPlan) {
 // is larger: it adds only its inputs, exactly what `loom memory` adds for it when the run
 // evaluates (token data with a validation split; the repository's prepared Llama-tokenized text).
 TEST(MemoryExact, AnEvaluatorAddsNoParametersOrGradients) {
-  std::vector<std::string> o = small_transformer("float32", "none");
-  for (const std::string kv :
-       {"data.kind=tokens", "model.vocab_size=321", "model.num_outputs=321", "train.eval_interval=5"})
-    o.push_back(kv);
-  o.push_back("data.dir=" + std::string(LOOM_SOURCE_DIR) + "/data/shakespeare_llama");
-  const Config c = default_config(o);
+  const Config c = on_prepared_tokens("float32", "none", 5);
   Config quiet = c;
   quiet.train.eval_interval = 0;
   const MemoryReport with = memory_report(c, 0), without = memory_report(quiet, 0);
@@ -165,12 +170,7 @@ TEST(MemoryExact, AnEvaluatorAddsNoParametersOrGradients) {
 // `loom memory`'s total to the byte: the evaluation program's bytes included when it is told that
 // the run evaluates (as `loom train` tells it), not when it is not (`loom profile`).
 TEST(MemoryExact, TheFitCheckCountsWhatLoomMemoryCounts) {
-  std::vector<std::string> o = small_transformer("bfloat16", "MLP,Attn");
-  for (const std::string kv :
-       {"data.kind=tokens", "model.vocab_size=321", "model.num_outputs=321", "train.eval_interval=5"})
-    o.push_back(kv);
-  o.push_back("data.dir=" + std::string(LOOM_SOURCE_DIR) + "/data/shakespeare_llama");
-  const Config c = default_config(o);
+  const Config c = on_prepared_tokens("bfloat16", "MLP,Attn", 5);
   Config quiet = c;
   quiet.train.eval_interval = 0;
   const int64_t with = memory_report(c, 0).total_bytes, without = memory_report(quiet, 0).total_bytes;
@@ -247,10 +247,7 @@ TEST(MemoryExact, TheRanksOfAMachineAreCheckedTogether) {
 // Evaluating between steps in the trainer's arena overwrites activations the trainer no longer
 // needs: a run that evaluates after every step trains to the same bits as one that does not.
 TEST(MemoryExact, EvaluatingInTheTrainersArenaChangesNoTrainingBit) {
-  std::vector<std::string> o = small_transformer("bfloat16", "MLP,Attn");
-  for (const std::string kv : {"data.kind=tokens", "model.vocab_size=321", "model.num_outputs=321"}) o.push_back(kv);
-  o.push_back("data.dir=" + std::string(LOOM_SOURCE_DIR) + "/data/shakespeare_llama");
-  const Config c = default_config(o);
+  const Config c = on_prepared_tokens("bfloat16", "MLP,Attn", 0);
   auto be = make_backend("cpu");
   const DataSource data(c.data, data_context(c));
   Trainer evaluated(c, *be), plain(c, *be);
