@@ -33,8 +33,7 @@ struct ProfileOptions {
 // The machine's other load while the profiled steps ran: the whole machine's busy CPU time
 // (/proc/stat) minus this process's own (/proc/self/stat), in CPUs; for a window too short for
 // those clock ticks (under 50 ms), the 1-minute load average less loom's threads. Step times taken while other
-// processes competed for loom's cores measure the contention, not loom (a 20x swing was seen), so
-// the summary says so.
+// processes competed for loom's cores measure the contention, not loom, so the summary says so.
 struct MachineLoad {
   bool measured = false;      // /proc was readable
   double other_cpus = 0;      // mean CPUs busy with other processes during the window

@@ -1,14 +1,14 @@
-// Text generation with a key/value cache (`loom sample`, project issue 6 point 5).
+// Text generation with a key/value cache (`loom sample`).
 //
 // The model runs as a one-token program (nn::build_transformer_decoder): each layer keeps the
 // keys and values of the tokens seen so far in persistent caches, so a token costs one pass of
 // the network over one position plus attention over the cached rows — the prefix is never
 // recomputed. The program is the same for every position; only the `positions` input changes.
 //
-// Prefill (issue 18 point 4): the prompt goes through the network as one [1, T] pass of a second
-// program (nn::build_transformer_prefill: every matmul over T rows, causal attention), which
-// stores the T tokens' keys and values in cache rows 0..T-1 and yields the last token's logits;
-// then every sampled token is fed back through the decoder. The prefill program is built for the
+// Prefill: the prompt goes through the network as one [1, T] pass of a second program
+// (nn::build_transformer_prefill: every matmul over T rows, causal attention), which stores the T
+// tokens' keys and values in cache rows 0..T-1 and yields the last token's logits; then every
+// sampled token is fed back through the decoder. The prefill program is built for the
 // exact length T, lazily, and bound to the decoder's parameter and cache buffers
 // (Executor::External): its own memory is its planned arena plus the [T] token and position
 // inputs, nothing is copied. Why exact lengths and not padded power-of-two buckets: a sample

@@ -47,7 +47,7 @@ OpCost cost_cross_entropy(const Graph& g, const Node& n) {
 }
 
 // The gradient has the logits' dtype: computed in f32 and rounded once on the store, which is what
-// the cast's VJP did to the f32 gradient before the loss read low-precision logits itself.
+// the VJP of the tutorial's logits.astype(float32) does to the f32 loss's gradient.
 void vjp_cross_entropy(VjpCtx& c) {
   c.in_ct[0] = c.emit1(OpKind::cross_entropy_grad, {c.in_id(0), c.in_id(1), c.out_ct[0]});
 }

@@ -7,9 +7,9 @@
 // writes its parameters (the sampler's decoder and prefill) can round them once, when they are
 // stored: narrow_params gives every parameter whose readers all round it to the same 16-bit dtype
 // that dtype, so its buffer holds the rounded values in half the bytes and the kernels read them as
-// they are — the values they converted per call before, bit for bit. A parameter that any reader
-// takes at full precision (LayerNorm and RMSNorm scale and bias) stays float32, and so does every
-// parameter of a float32 model. The caller stores the f32 masters rounded to each parameter's dtype
+// they are: bit for bit the values they would otherwise round on every call. A parameter that any
+// reader takes at full precision (LayerNorm and RMSNorm scale and bias) stays float32, and so does
+// every parameter of a float32 model. The caller stores the f32 masters rounded to each parameter's dtype
 // (io/param_io.h, upload_param: round to nearest even, the kernels' rounding).
 #pragma once
 #include <vector>
