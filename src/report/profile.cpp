@@ -175,10 +175,7 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   j["config"] = title;
   j["backend"] = be.name();
   j["matmul_ceiling_dtype"] = dtype_name(compute);
-  j["matmul_ceiling_method"] = std::string(be.name()) == "cpu"
-                                   ? "best of 3 runs of a 2048^3 matmul as the dense kernels run the compute dtype "
-                                     "(oneDNN sgemm; bf16 matmul on AVX512-BF16), all threads"
-                                   : "Backend::measure_matmul_gflops";
+  j["matmul_ceiling_method"] = be.matmul_ceiling_method();
   j["machine_load"] = {
       {"measured", load.measured},        {"other_cpus", load.other_cpus}, {"cpus", load.cpus},
       {"threads", load.threads},          {"loadavg_1min", load.loadavg},  {"contended", load.contended()},

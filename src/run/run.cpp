@@ -42,10 +42,11 @@ FILE* null_output() {
 struct Output {
   FILE* f;
   bool owned = false;
-  explicit Output(FILE* to) : f(to ? to : null_output()) {
+  // `own_fd`: under a launcher, whose daemon gives each rank an output of its own.
+  Output(FILE* to, bool own_fd) : f(to ? to : null_output()) {
     if (!to || fileno(to) < 0) return;
     std::fflush(to);
-    if (FILE* g = open_guarded_output(fileno(to))) f = g, owned = true;
+    if (FILE* g = open_guarded_output(fileno(to), own_fd)) f = g, owned = true;
   }
   ~Output() {
     if (owned) std::fclose(f);
@@ -96,7 +97,7 @@ int run_train(const RunOptions& o) {
   const bool writer = comm.rank() == 0;
   const std::string launcher = launcher_prefix(env);
   StopSignals stop(comm, !launcher.empty());  // first: every thread made after it leaves the signals to it
-  const Output output(writer ? o.out : nullptr);
+  const Output output(writer ? o.out : nullptr, !launcher.empty());
   FILE* const out = output.f;
 
   // 1. The run directory: opened or resumed, locked; nothing on disk changes before all is valid.

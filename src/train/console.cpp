@@ -1,5 +1,6 @@
 #include "train/console.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <unistd.h>
@@ -50,7 +51,7 @@ ssize_t guarded_write(void* cookie, const char* buf, size_t size) {
     if (ready <= 0 || (p.revents & (POLLERR | POLLHUP | POLLNVAL))) break;  // nobody reads: drop the rest
     // At most PIPE_BUF at a time: a pipe that polls writable takes that much without blocking.
     const ssize_t n = ::write(fd, buf + done, std::min<size_t>(size - done, PIPE_BUF));
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;  // EAGAIN: a terminal with less room than that
     if (n <= 0) break;
     done += static_cast<size_t>(n);
   }
@@ -58,7 +59,8 @@ ssize_t guarded_write(void* cookie, const char* buf, size_t size) {
 }
 }  // namespace
 
-std::FILE* open_guarded_output(int fd) {
+std::FILE* open_guarded_output(int fd, bool own_fd) {
+  if (own_fd) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   const cookie_io_functions_t io{.read = nullptr, .write = guarded_write, .seek = nullptr, .close = nullptr};
   std::FILE* f = fopencookie(reinterpret_cast<void*>(static_cast<intptr_t>(fd)), "w", io);
   if (f) std::setvbuf(f, nullptr, isatty(fd) ? _IOLBF : _IOFBF, BUFSIZ);

@@ -21,7 +21,11 @@ void clear_status_line();
 // run), until abandon_blocked_output(): from then on, bytes that cannot be written at once are
 // dropped. Line-buffered on a terminal, fully buffered otherwise (flush to see a line). Close
 // with fclose (which does not close `fd`). Linux/glibc (fopencookie, poll).
-std::FILE* open_guarded_output(int fd);
+// A terminal can poll writable with less room than a write needs, and block inside it: with
+// `own_fd` (no other process writes through fd's open file, as for a rank's stdout under mpirun)
+// fd is made non-blocking, so such a write waits in poll like any other. A terminal shared with a
+// shell must stay blocking (the shell would inherit the flag).
+std::FILE* open_guarded_output(int fd, bool own_fd = false);
 // Called once a stop signal arrived; async-signal-safe (one atomic store).
 void abandon_blocked_output();
 
