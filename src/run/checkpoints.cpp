@@ -57,8 +57,9 @@ void CheckpointHook::save(const std::string& name) {
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++count_;
   if (!sr.saved)
-    throw diverged_error(fmt::format("tensor '{}' is not finite after step {} (not saved)", sr.nonfinite, t_.steps_done()),
-                         run_dir_, t_.config().source, saved_step_);
+    throw diverged_error(
+        fmt::format("tensor '{}' is not finite after step {} (not saved)", sr.nonfinite, t_.steps_done()), run_dir_,
+        t_.config().source, saved_step_);
   if (name == "best") return;
   saved_step_ = t_.steps_done();
   if (t_.comm().rank() == 0) prune_checkpoints(run_dir_, t_.config().train.keep_last);  // rank 0 owns the directory

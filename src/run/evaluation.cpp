@@ -42,7 +42,8 @@ void EvaluationHook::after_step(int64_t step) {
   fmt::print(out_, "step {}: val loss {:.4f}{}\n", step, vl, improved ? " (best so far)" : "");
   std::fflush(out_);
   // elapsed_s: this command's wall time so far (setup and evaluations included), for time to a loss.
-  metrics_.write({{"step", step}, {"val_loss", vl}, {"best_val_loss", record_.best}, {"elapsed_s", seconds_since(started_)}});
+  metrics_.write(
+      {{"step", step}, {"val_loss", vl}, {"best_val_loss", record_.best}, {"elapsed_s", seconds_since(started_)}});
   if (improved) checkpoints_.save_best(vl);
 }
 

@@ -23,12 +23,12 @@
 namespace loom {
 
 struct OpenedRun {
-  Config config;                // validated, the same on every rank
-  Checkpoint ckpt;              // resuming: the checkpoint loaded; ckpt.path "" otherwise
-  std::filesystem::path dir;    // the run directory, "" = none (the tutorials' fixed batches)
-  bool in_place = false;        // continuing the run in its own directory
-  std::unique_ptr<RunDir> rd;   // rank 0 with a run directory: its lock, held
-  std::string metrics_file;     // rank 0's JSONL ("" = none)
+  Config config;               // validated, the same on every rank
+  Checkpoint ckpt;             // resuming: the checkpoint loaded; ckpt.path "" otherwise
+  std::filesystem::path dir;   // the run directory, "" = none (the tutorials' fixed batches)
+  bool in_place = false;       // continuing the run in its own directory
+  std::unique_ptr<RunDir> rd;  // rank 0 with a run directory: its lock, held
+  std::string metrics_file;    // rank 0's JSONL ("" = none)
   bool resumed() const { return !ckpt.path.empty(); }
 };
 

@@ -108,7 +108,8 @@ int run_train(const RunOptions& o) {
   fmt::print(out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {}{} minibatch{}{}\n", c.source,
              choice_name(c.model.kind), be->name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
              comm.size() == 1 ? "" : fmt::format("{} ranks × ", comm.size()), c.optimizer.num_minibatches,
-             c.optimizer.num_minibatches == 1 ? "" : "es", run.dir.empty() ? "" : ", run directory " + run.dir.string());
+             c.optimizer.num_minibatches == 1 ? "" : "es",
+             run.dir.empty() ? "" : ", run directory " + run.dir.string());
   if (!run.dir.empty()) fmt::print(out, "{}", launcher_warning(env));
 
   // 2. The trainer, on the heap so that it can go before the closing sample, which loads the
@@ -134,8 +135,8 @@ int run_train(const RunOptions& o) {
                              : evaluates                     ? c.train.eval_interval
                                                              : 0,
                              c.train.steps};
-  CheckpointHook checkpoints(t, data, run.dir.string(), config_text, save_cadence,
-                             run.resumed() ? t.steps_done() : -1, best_val);
+  CheckpointHook checkpoints(t, data, run.dir.string(), config_text, save_cadence, run.resumed() ? t.steps_done() : -1,
+                             best_val);
   auto profiler = make_train_profiler(t, o.profile_dir, o.profile_steps, out);
   auto eval = evaluates ? std::make_unique<EvaluationHook>(t, *be, data, checkpoints, metrics,
                                                            ValidationRecord{.best = best_val, .best_step = best_step},

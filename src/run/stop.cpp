@@ -23,16 +23,17 @@ std::string launcher_warning(const char* (*getenv_fn)(const char*)) {
          "\"Stopping and resuming\")\n";
 }
 
-std::string stop_message(int sig, int64_t step, int64_t steps, const std::string& run_dir, const std::string& launcher) {
+std::string stop_message(int sig, int64_t step, int64_t steps, const std::string& run_dir,
+                         const std::string& launcher) {
   const char* what = sig == SIGTERM && !launcher.empty()
                          ? "terminated (SIGTERM, which mpirun sends every rank for a Ctrl-C, SIGTERM or SIGHUP alike)"
                      : sig == SIGINT ? "interrupted (Ctrl-C)"
-                     : sig == SIGHUP        ? "hung up (SIGHUP: the terminal or session closed)"
-                                            : "terminated (SIGTERM)";
-  return fmt::format("{} at step {}/{}{}\n", what, step, steps,
-                     run_dir.empty() ? " (no run directory: nothing saved)"
-                                     : fmt::format(": checkpoint saved; continue with `{}loom train --resume {}`",
-                                                   launcher, run_dir));
+                     : sig == SIGHUP ? "hung up (SIGHUP: the terminal or session closed)"
+                                     : "terminated (SIGTERM)";
+  return fmt::format(
+      "{} at step {}/{}{}\n", what, step, steps,
+      run_dir.empty() ? " (no run directory: nothing saved)"
+                      : fmt::format(": checkpoint saved; continue with `{}loom train --resume {}`", launcher, run_dir));
 }
 
 StopSignals::StopSignals(dist::Comm& comm, bool under_launcher) : comm_(comm), under_launcher_(under_launcher) {

@@ -57,11 +57,11 @@ struct LoopResult {
 };
 
 // Runs steps until t.steps_done() == o.steps, batch k = data.train_batch(k), calling the
-// options' step hooks. Stops early when a hook asks to stop, or when training diverges under train.on_nonfinite = "stop": a non-finite loss or gradient
-// norm in float32/bfloat16 (float16's dynamic scaling skips steps with overflowing gradients as
-// GradScaler does), or more than train.max_skipped_steps skipped steps in a row in any dtype. A
-// diverged step applied no update and runs no after_step hook, so no checkpoint of it is written.
-// A failed write of the metrics throws std::runtime_error naming the file.
+// options' step hooks. Stops early when a hook asks to stop, or when training diverges under train.on_nonfinite =
+// "stop": a non-finite loss or gradient norm in float32/bfloat16 (float16's dynamic scaling skips steps with
+// overflowing gradients as GradScaler does), or more than train.max_skipped_steps skipped steps in a row in any dtype.
+// A diverged step applied no update and runs no after_step hook, so no checkpoint of it is written. A failed write of
+// the metrics throws std::runtime_error naming the file.
 LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o);
 
 // "1h02m", "3m07s", "12.3s"

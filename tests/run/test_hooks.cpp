@@ -55,8 +55,9 @@ TEST(Cadence, DueStepsAndWhatIsLeftAgreeWithCounting) {
 
 TEST(Divergence, SaysWhatIsKeptAndHowToGoOn) {
   const auto kept = diverged_error("the loss is not finite at step 9", "runs/x", "x.toml", 8);
-  EXPECT_STREQ(kept.what(), "runs/x: training diverged: the loss is not finite at step 9; the last checkpoint, step 8, "
-                            "is intact");
+  EXPECT_STREQ(kept.what(),
+               "runs/x: training diverged: the loss is not finite at step 9; the last checkpoint, step 8, "
+               "is intact");
   EXPECT_NE(kept.hint().find("loom train --resume runs/x"), std::string::npos) << kept.hint();
   const auto none = diverged_error("w", "runs/x", "x.toml", -1);
   EXPECT_NE(std::string(none.what()).find("no checkpoint was written before it"), std::string::npos);
@@ -137,8 +138,8 @@ TEST(CheckpointHook, SavesAtItsCadenceAndWhenAskedToStop) {
   const fs::path dir = fs::temp_directory_path() / ("loom_test_hooks_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const Config c = default_config({"model.hidden_size=16", "data.batch_size=8", "data.num_inputs=4",
-                                   "train.keep_last=100"});
+  const Config c =
+      default_config({"model.hidden_size=16", "data.batch_size=8", "data.num_inputs=4", "train.keep_last=100"});
   auto be = make_backend(Device::cpu);
   Trainer t(c, *be);
   const DataSource data(c.data, data_context(c));

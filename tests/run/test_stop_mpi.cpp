@@ -89,9 +89,9 @@ TEST(StopMpi, SignalsToMpirunAtRandomInstantsSaveAndResumeLikeAnUninterruptedJob
   for (int i = 0; i < 3; ++i) {
     const int sig = signals[i % 3];
     const size_t before = lines(out / "metrics.jsonl");
-    const std::string args = i == 0 ? "train " + fixture().config.string() + " --out " + out.string() + cfg +
-                                          " train.steps=100000"
-                                    : "train --resume " + out.string() + cfg + " train.steps=100000";
+    const std::string args =
+        i == 0 ? "train " + fixture().config.string() + " --out " + out.string() + cfg + " train.steps=100000"
+               : "train --resume " + out.string() + cfg + " train.steps=100000";
     const fs::path log = status / "job.log";
     const pid_t pid = spawn_job(args, log);
     // The loop got past start-up: two more steps logged than before (a hang guard of two minutes).
