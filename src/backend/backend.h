@@ -131,6 +131,7 @@ class Backend {
   // square matmul the way the backend's dense kernels run that dtype, best of a few runs; takes
   // about a second). The profiler divides achieved FLOP/s by it. 0 = unknown.
   virtual double measure_matmul_gflops(DType /*compute*/) { return 0; }
+  virtual const char* matmul_ceiling_method() const { return "Backend::measure_matmul_gflops"; }  // for reports
 
   // Σ over tensors of Σ grad² (global norm², for clipping and the fp16 finite check: a
   // non-finite gradient makes the result non-finite).

@@ -175,10 +175,7 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   j["config"] = title;
   j["backend"] = be.name();
   j["matmul_ceiling_dtype"] = dtype_name(compute);
-  j["matmul_ceiling_method"] = std::string(be.name()) == "cpu"
-                                   ? "best of 3 runs of a 2048^3 matmul as the dense kernels run the compute dtype "
-                                     "(oneDNN sgemm; bf16 matmul on AVX512-BF16), all threads"
-                                   : "Backend::measure_matmul_gflops";
+  j["matmul_ceiling_method"] = be.matmul_ceiling_method();
   j["machine_load"] = {
       {"measured", load.measured},        {"other_cpus", load.other_cpus}, {"cpus", load.cpus},
       {"threads", load.threads},          {"loadavg_1min", load.loadavg},  {"contended", load.contended()},
@@ -234,7 +231,7 @@ ProfileOutput run_profile(const Config& c, Backend& be, const DataSource& data, 
     const StepReport r = t.step(batch);
     if (log) {
       fmt::print(log, "profiled step {}/{}: {:.2f} ms  loss {:.6f}\n", i + 1, o.steps, r.seconds * 1e3,
-                 r.metrics.at("loss").mean());
+                 r.metrics.loss.mean());
       std::fflush(log);
     }
   }
@@ -302,23 +299,13 @@ void TrainProfiler::finish() {
   written_ = true;
 }
 
-std::unique_ptr<TrainProfiler> attach_train_profiler(Trainer& t, const std::string& dir, const std::string& window,
-                                                     LoopOptions& lo, FILE* log) {
+std::unique_ptr<TrainProfiler> make_train_profiler(Trainer& t, const std::string& dir, const std::string& window,
+                                                   FILE* log) {
   if (dir.empty()) {
     if (!window.empty()) throw UserError("--profile-steps " + window, "needs --profile DIR", "add --profile prof/");
     return nullptr;
   }
-  auto p = std::make_unique<TrainProfiler>(t, dir, window.empty() ? StepWindow{} : parse_step_window(window), log);
-  TrainProfiler* raw = p.get();
-  lo.before_step = [raw, prev = std::move(lo.before_step)](int64_t step) {
-    raw->before_step(step);
-    if (prev) prev(step);
-  };
-  lo.after_step = [raw, prev = std::move(lo.after_step)](int64_t step) {
-    raw->after_step(step);
-    if (prev) prev(step);
-  };
-  return p;
+  return std::make_unique<TrainProfiler>(t, dir, window.empty() ? StepWindow{} : parse_step_window(window), log);
 }
 
 OverheadResult measure_overhead(const Config& c, Backend& be, const DataSource& data, int64_t pairs, int64_t warmup) {

@@ -90,18 +90,17 @@ struct StepWindow {
 };
 StepWindow parse_step_window(const std::string& text);
 
-// `loom train --profile DIR`: records a window of a real run. Call before_step / after_step
-// around every step (LoopOptions hooks) with the step's 1-based number, and finish()
-// after the loop; the files are written once the window's last step ran (or at finish() when the
+// `loom train --profile DIR`: records a window of a real run, as a hook of the training loop
+// (LoopOptions::hooks, called with each step's 1-based number); call finish() after the loop; the files are written once the window's last step ran (or at finish() when the
 // run was shorter).
-class TrainProfiler {
+class TrainProfiler : public StepHook {
  public:
   TrainProfiler(Trainer& t, std::string out_dir, StepWindow w, FILE* log = stdout);
   ~TrainProfiler();
   TrainProfiler(const TrainProfiler&) = delete;
   TrainProfiler& operator=(const TrainProfiler&) = delete;
-  void before_step(int64_t step);
-  void after_step(int64_t step);
+  void before_step(int64_t step) override;
+  void after_step(int64_t step) override;
   void finish();
   bool written() const { return written_; }
 
@@ -117,10 +116,9 @@ class TrainProfiler {
 };
 
 // `loom train --profile DIR --profile-steps a:b`: when `dir` is set, a TrainProfiler for the window
-// (`window` "" = 2:4, leaving step 1 as warm-up) hooked in front of lo.before_step / lo.after_step
-// (hooks already there still run, after it). nullptr when `dir` is empty. Call finish() after the loop.
-std::unique_ptr<TrainProfiler> attach_train_profiler(Trainer& t, const std::string& dir, const std::string& window,
-                                                     LoopOptions& lo, FILE* log);
+// (`window` "" = 2:4, leaving step 1 as warm-up). nullptr when `dir` is empty.
+std::unique_ptr<TrainProfiler> make_train_profiler(Trainer& t, const std::string& dir, const std::string& window,
+                                                   FILE* log);
 
 // `loom profile --overhead N`: the recorder's cost. After `warmup` steps, runs N pairs of steps,
 // alternating recording off and on (so load drifts hit both alike), and returns both medians.

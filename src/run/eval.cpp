@@ -65,17 +65,17 @@ int run_eval(const EvalOptions& o) {
   if (o.json) {
     nlohmann::json j = {{"checkpoint", ck.path}, {"step", ck.state.step}, {"iters", iters}};
     for (const auto& [name, m] : splits)
-      j[name] = {{"loss", m.at("loss").mean()},
-                 {"accuracy", m.at("accuracy").mean()},
-                 {lm ? "tokens" : "examples", m.at("loss").count}};
+      j[name] = {{"loss", m.loss.mean()},
+                 {"accuracy", m.accuracy.mean()},
+                 {lm ? "tokens" : "examples", m.loss.count}};
     fmt::print(o.out, "{}\n", j.dump(2));
     return 0;
   }
   fmt::print(o.out, "loom eval: {} (step {}), {} batch{} per split\n", ck.path, ck.state.step, iters,
              iters == 1 ? "" : "es");
   for (const auto& [name, m] : splits)
-    fmt::print(o.out, "{:<5}  loss {:.4f}  accuracy {:.4f}  ({} {})\n", name, m.at("loss").mean(),
-               m.at("accuracy").mean(), m.at("loss").count, lm ? "tokens" : "examples");
+    fmt::print(o.out, "{:<5}  loss {:.4f}  accuracy {:.4f}  ({} {})\n", name, m.loss.mean(),
+               m.accuracy.mean(), m.loss.count, lm ? "tokens" : "examples");
   return 0;
 }
 

@@ -69,8 +69,8 @@ void Evaluator::run_rows(const Batch& b, int64_t first, Metrics& into) {
   exec_->download(model_.correct, &mine.correct);
   comm_.all_gather_bytes(&mine, sizeof mine, sums.data());
   for (const Sums& s : sums)
-    add_metrics(into, {{"loss", {.sum = s.loss, .count = model_.examples}},
-                       {"accuracy", {.sum = static_cast<double>(s.correct), .count = model_.examples}}});
+    into += {.accuracy = {.sum = static_cast<double>(s.correct), .count = model_.examples},
+             .loss = {.sum = s.loss, .count = model_.examples}};
 }
 
 Metrics Evaluator::validation(DataSource& data, int64_t iters) {
@@ -88,6 +88,6 @@ Metrics Evaluator::training(const DataSource& data, int64_t iters) {
   return m;
 }
 
-double Evaluator::run(DataSource& data, int64_t iters) { return validation(data, iters)["loss"].mean(); }
+double Evaluator::run(DataSource& data, int64_t iters) { return validation(data, iters).loss.mean(); }
 
 }  // namespace loom

@@ -34,7 +34,7 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
   int64_t interval_steps = 0;
   double first_s = 0;  // this call's first step
   for (int64_t s = first; s < o.steps; ++s) {
-    if (o.before_step) o.before_step(s + 1);
+    for (StepHook* h : o.hooks) h->before_step(s + 1);
     const StepReport r = t.step(data.train_batch(s));
     res.last = r;
     ++res.steps_run;
@@ -42,7 +42,7 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
     if (res.steps_run == 1) first_s = r.seconds;
     interval_s += r.seconds;
     ++interval_steps;
-    add_metrics(total, r.metrics);
+    total += r.metrics;
     const LossScaler& sc = t.optimizer().scaler();
     // float16 gradients that overflow are the loss scale's business (skip and back off), up to
     // max_skipped_steps in a row; anything else non-finite means the run diverged.
@@ -58,10 +58,10 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
     // plus the evaluations and checkpoints still to come.
     const double rate_time =
         res.steps_run == 1 ? r.seconds : (res.step_seconds - first_s) / static_cast<double>(res.steps_run - 1);
-    const double eta = rate_time * static_cast<double>(o.steps - s - 1) +
-                       (o.pending_seconds ? o.pending_seconds(s + 1, rate_time) : 0);
+    double eta = rate_time * static_cast<double>(o.steps - s - 1);
+    for (StepHook* h : o.hooks) eta += h->pending_seconds(s + 1, rate_time);
     const int64_t step = t.steps_done();
-    const double loss = r.metrics.at("loss").mean(), acc = r.metrics.at("accuracy").mean();
+    const double loss = r.metrics.loss.mean(), acc = r.metrics.accuracy.mean();
     const bool log = step % o.log_every == 0 || s + 1 == o.steps;
     if (log) {
       const double mean_s = interval_s / static_cast<double>(interval_steps);
@@ -111,8 +111,10 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
       res.why = diverged;
       return res;
     }
-    if (o.after_step) o.after_step(s + 1);
-    if (o.should_stop && o.should_stop()) {
+    for (StepHook* h : o.hooks) h->after_step(s + 1);
+    bool stop = false;
+    for (StepHook* h : o.hooks) stop = h->stop_requested() || stop;  // every hook is asked
+    if (stop) {
       clear_status_line();
       res.end = LoopEnd::stopped;
       return res;

@@ -4,8 +4,8 @@
 // lines (train/console.h).
 #pragma once
 #include <cstdio>
-#include <functional>
 #include <string>
+#include <vector>
 
 #include "data/data.h"
 #include "train/metrics.h"
@@ -14,22 +14,34 @@
 
 namespace loom {
 
+// What a run does around the steps: evaluation, checkpoints, the profiling window, a stop
+// signal (run/ holds them, one unit each). The loop calls every hook, in the order given, at each
+// point; a hook overrides the points it needs.
+class StepHook {
+ public:
+  virtual ~StepHook() = default;
+  // Before and after step `step` (1-based over the whole run). after_step follows the step's log
+  // line; a diverged step runs none.
+  virtual void before_step(int64_t /*step*/) {}
+  virtual void after_step(int64_t /*step*/) {}
+  // Asked of every hook after every step (after after_step), so a hook may run a collective in
+  // it: any true ends the loop there.
+  virtual bool stop_requested() { return false; }
+  // Seconds of this hook's work still to come after step `step`, given the mean step time so
+  // far; added to the ETA.
+  virtual double pending_seconds(int64_t /*step*/, double /*step_seconds*/) { return 0; }
+};
+
 struct LoopOptions {
   int64_t steps = 0;
   int64_t log_every = 1;
   MetricsLog* metrics = nullptr;  // where logged steps go (JSONL, TensorBoard); nullptr = nowhere
   bool progress_bar = false;      // redraw one line per step (for a terminal)
   FILE* out = stdout;
-  // Called before and after every step with its 1-based number in this run (loom train --profile).
-  std::function<void(int64_t step)> before_step, after_step;
-  // Asked after every step (after after_step): true ends the loop (a signal asked to stop).
-  std::function<bool()> should_stop;
+  std::vector<StepHook*> hooks;
   // MFU on each log line: the model FLOPs of one step (forward and backward of every minibatch;
   // recompute not counted) against the device's matmul ceiling in FLOP/s. 0 for either: no MFU.
   double model_flops_per_step = 0, ceiling_flops_per_s = 0;
-  // Seconds of work still to come after step `step` that is not training steps (evaluations,
-  // checkpoints), given the mean step time so far; added to the ETA. nullptr = none.
-  std::function<double(int64_t step, double step_seconds)> pending_seconds;
 };
 
 // Why the loop ended.
@@ -45,12 +57,11 @@ struct LoopResult {
 };
 
 // Runs steps until t.steps_done() == o.steps, batch k = data.train_batch(k), calling the
-// options' step hooks (evaluation, checkpoints, profiling). Stops early when should_stop() says
-// so, or when training diverges under train.on_nonfinite = "stop": a non-finite loss or gradient
-// norm in float32/bfloat16 (float16's dynamic scaling skips steps with overflowing gradients as
-// GradScaler does), or more than train.max_skipped_steps skipped steps in a row in any dtype. A
-// diverged step applied no update and runs no after_step hook, so no checkpoint of it is written.
-// A failed write of the metrics throws std::runtime_error naming the file.
+// options' step hooks. Stops early when a hook asks to stop, or when training diverges under train.on_nonfinite =
+// "stop": a non-finite loss or gradient norm in float32/bfloat16 (float16's dynamic scaling skips steps with
+// overflowing gradients as GradScaler does), or more than train.max_skipped_steps skipped steps in a row in any dtype.
+// A diverged step applied no update and runs no after_step hook, so no checkpoint of it is written. A failed write of
+// the metrics throws std::runtime_error naming the file.
 LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o);
 
 // "1h02m", "3m07s", "12.3s"

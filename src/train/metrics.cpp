@@ -6,18 +6,19 @@
 
 namespace loom {
 
-void add_metrics(Metrics& into, const Metrics& m) {
-  for (const auto& [k, v] : m) {
-    into[k].sum += v.sum;
-    into[k].count += v.count;
+Metrics& Metrics::operator+=(const Metrics& m) {
+  for (const auto& [name, field] : kMetricFields) {
+    (this->*field).sum += (m.*field).sum;
+    (this->*field).count += (m.*field).count;
   }
+  return *this;
 }
 
 std::string format_metrics(const Metrics& m, const std::string& title) {
   std::vector<std::string> lines;
-  for (const auto& [k, v] : m) {
+  for (const auto& [name, field] : kMetricFields) {
     char buf[128];
-    std::snprintf(buf, sizeof buf, "%s: %.6f", k.c_str(), v.mean());
+    std::snprintf(buf, sizeof buf, "%s: %.6f", name, (m.*field).mean());
     lines.emplace_back(buf);
   }
   std::string out;

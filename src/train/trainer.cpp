@@ -294,17 +294,17 @@ StepReport Trainer::step(const Batch& batch) {
   comm_.all_gather_bytes(&results[first], static_cast<size_t>(nmb) * sizeof(MinibatchResult), results.data());
   StepReport r;
   for (const MinibatchResult& m : results) {
-    r.metrics["loss"].sum += m.loss;
-    r.metrics["loss"].count += prog_.model.examples;
-    r.metrics["accuracy"].sum += m.correct;
-    r.metrics["accuracy"].count += prog_.model.examples;
+    r.metrics.loss.sum += m.loss;
+    r.metrics.loss.count += prog_.model.examples;
+    r.metrics.accuracy.sum += m.correct;
+    r.metrics.accuracy.count += prog_.model.examples;
   }
   {
     ScopedSpan optimizer_span(recorder_, SpanKind::optimizer, step_ + 1);
     // A non-finite loss (the forward diverged or overflowed) applies no update: the run decides
     // whether to stop (train.on_nonfinite) with the last good state intact. Every rank sees the
     // same summed loss, so all of them skip or none.
-    r.opt = opt_->step(std::isfinite(r.metrics["loss"].sum));
+    r.opt = opt_->step(std::isfinite(r.metrics.loss.sum));
     if (sharded_ && !r.opt.skipped) reducer_->all_gather(params_);  // every rank's updated chunks to every rank
   }
   ++step_;

@@ -121,7 +121,7 @@ TEST(HfExport, ABiasFreeModelIsGpt2WithZeroBiases) {
   const Config a = default_config(model);
   Trainer ta(a, *be);
   const Batch b = make_batch(a.data, data_context(a));
-  const double loss_a = ta.step(b).metrics.at("loss").mean();
+  const double loss_a = ta.step(b).metrics.loss.mean();
   ASSERT_TRUE(save_checkpoint(ta, CheckpointState{.config_toml = config_to_toml(a)}, d.path("ckpt")).saved);
   export_hf(d.path("ckpt"), d.path("out"));
 
@@ -139,7 +139,7 @@ TEST(HfExport, ABiasFreeModelIsGpt2WithZeroBiases) {
     else
       EXPECT_EQ(v, ta.param(path)) << path;
   }
-  EXPECT_NEAR(tb.step(b).metrics.at("loss").mean(), loss_a, 1e-6);
+  EXPECT_NEAR(tb.step(b).metrics.loss.mean(), loss_a, 1e-6);
 }
 
 TEST(HfExport, Refusals) {

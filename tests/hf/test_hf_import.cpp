@@ -182,7 +182,7 @@ TEST_P(HfImport, TrainingLossAndGradientsEqualTransformers) {
   Trainer t(c, *be);
   ModelSource(c.model.init_from).load_params(t.executor());
   const StepReport r = t.step(fixture_batch(e));
-  EXPECT_NEAR(r.metrics.at("loss").mean(), e.f32("loss")[0], 1e-5);
+  EXPECT_NEAR(r.metrics.loss.mean(), e.f32("loss")[0], 1e-5);
   // loom's gradients by path, in transformers' names and layouts.
   std::vector<StTensor> grads = export_params(t.executor(), /*scan_layers=*/false, /*grads=*/true);
   std::map<std::string, const StTensor*> by_path;

@@ -126,6 +126,20 @@ TEST(RunSafety, TerminateExits143AndASecondSignalExitsAtOnce) {
   EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
 }
 
+// A closed terminal or a dropped SSH session (SIGHUP) stops a run as SIGTERM does: saved, 129.
+TEST(RunSafety, HangUpSavesAndExits129) {
+  const fs::path out = scratch("sighup");
+  const pid_t pid = spawn(train(out, "train.steps=100000 train.eval_interval=0"), out.parent_path() / "hup.log");
+  wait_for_lines(out / "metrics.jsonl", 2);
+  kill(pid, SIGHUP);
+  EXPECT_EQ(wait_status(pid), 129);
+  const std::string log = read(out.parent_path() / "hup.log");
+  EXPECT_NE(log.find("hung up (SIGHUP"), std::string::npos) << log;
+  const std::vector<int64_t> steps = logged_steps(out / "metrics.jsonl");
+  ASSERT_FALSE(steps.empty());
+  EXPECT_TRUE(fs::exists(out / fmt_ckpt(steps.back()))) << log;
+}
+
 // SIGINT and SIGTERM are taken by one watcher thread, never by a thread running kernels: oneDNN's
 // JIT sgemm points rsp at the heap while it runs, and a handler on that thread corrupted the heap
 // (run/run.cpp). So every thread of a training process blocks both but the watcher, whose

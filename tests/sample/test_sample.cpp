@@ -927,7 +927,7 @@ TEST_F(SampleCli, BatchedPrefillKeepsTheText) {
   const Batch b = random_tokens_batch(f.c.data, data_context(f.c));
   double first = 0, last = 0;
   for (int step = 0; step < 40; ++step) {
-    last = f.tr.step(b).metrics.at("loss").mean();
+    last = f.tr.step(b).metrics.loss.mean();
     if (step == 0) first = last;
   }
   ASSERT_LT(last, first) << "the checkpoint learned something";

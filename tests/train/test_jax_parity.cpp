@@ -95,7 +95,7 @@ TEST_P(JaxParity, LossGradientsAndFiveSteps) {
   const auto losses = nlohmann::json::parse(meta.at("losses")).get<std::vector<double>>();
 
   const StepReport first = t.step(b);
-  const double loss1 = first.metrics.at("loss").mean();
+  const double loss1 = first.metrics.loss.mean();
   EXPECT_NEAR(loss1, std::stod(meta.at("loss_first")), k.loss_tol * losses[0]) << variant;
 
   // The gradient buffers still hold step 1's accumulated (averaged) gradients.
@@ -108,7 +108,7 @@ TEST_P(JaxParity, LossGradientsAndFiveSteps) {
   }
 
   std::vector<double> ours{loss1};
-  for (int s = 1; s < 5; ++s) ours.push_back(t.step(b).metrics.at("loss").mean());
+  for (int s = 1; s < 5; ++s) ours.push_back(t.step(b).metrics.loss.mean());
   for (size_t s = 0; s < losses.size(); ++s)
     EXPECT_NEAR(ours[s], losses[s], k.steps_tol * losses[s]) << variant << " step " << s + 1;
 }

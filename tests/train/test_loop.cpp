@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,16 @@ struct LoopRun {
   LoopResult res;
 };
 
+// A hook from two lambdas: after every step, and the seconds of work still to come.
+struct LambdaHook : StepHook {
+  std::function<void(int64_t)> after;
+  std::function<double(int64_t, double)> pending;
+  void after_step(int64_t step) override {
+    if (after) after(step);
+  }
+  double pending_seconds(int64_t step, double step_s) override { return pending ? pending(step, step_s) : 0; }
+};
+
 LoopRun run_loop(bool bar, int64_t steps, int64_t log_every, const std::function<void(int64_t, std::FILE*)>& hook,
                  LoopOptions extra = {}) {
   const Config c = default_config({"model.hidden_size=16", "data.batch_size=8", "data.num_inputs=4"});
@@ -42,7 +53,9 @@ LoopRun run_loop(bool bar, int64_t steps, int64_t log_every, const std::function
   o.log_every = log_every;
   o.progress_bar = bar;
   o.out = f;
-  if (hook) o.after_step = [&](int64_t s) { hook(s, f); };
+  LambdaHook h;
+  if (hook) h.after = [&](int64_t s) { hook(s, f); };
+  o.hooks.push_back(&h);
   LoopRun r;
   r.res = run_training(t, data, o);
   r.out = read_all(f);
@@ -81,11 +94,13 @@ TEST(Loop, LogLinesGiveTheIntervalsMeanAndCountPendingWork) {
   o.model_flops_per_step = 1e6;
   o.ceiling_flops_per_s = 1e9;
   int64_t asked = 0;
-  o.pending_seconds = [&](int64_t step, double step_s) {
+  LambdaHook pending;
+  pending.pending = [&](int64_t step, double step_s) {
     EXPECT_GT(step_s, 0);
     ++asked;
     return step < 4 ? 3600.0 : 0.0;  // an hour of evaluations still to come until step 4
   };
+  o.hooks.push_back(&pending);
   const LoopRun r = run_loop(/*bar=*/false, 4, 4, nullptr, std::move(o));
   EXPECT_EQ(asked, 4);
   ASSERT_EQ(r.res.steps_run, 4);
@@ -96,11 +111,11 @@ TEST(Loop, LogLinesGiveTheIntervalsMeanAndCountPendingWork) {
   EXPECT_NE(r.out.find("MFU "), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "one line for 4 steps: " << r.out;
 
-  const LoopRun early = run_loop(/*bar=*/false, 4, 1, nullptr, [] {
-    LoopOptions p;
-    p.pending_seconds = [](int64_t step, double) { return step < 4 ? 3600.0 : 0.0; };
-    return p;
-  }());
+  LambdaHook hour;
+  hour.pending = [](int64_t step, double) { return step < 4 ? 3600.0 : 0.0; };
+  LoopOptions p;
+  p.hooks.push_back(&hour);
+  const LoopRun early = run_loop(/*bar=*/false, 4, 1, nullptr, std::move(p));
   EXPECT_NE(early.out.find("ETA 1h00m"), std::string::npos) << "the hour of pending work is in the ETA: " << early.out;
   EXPECT_EQ(early.out.find("MFU"), std::string::npos) << "no ceiling, no MFU: " << early.out;
 }

@@ -262,16 +262,16 @@ TEST(MemoryExact, EvaluatingInTheTrainersArenaChangesNoTrainingBit) {
             own.executor().arena_bytes_allocated() + own.executor().plan().input_bytes);
   for (int64_t i = 0; i < 3; ++i) {
     const Batch b = data.train_batch(i);
-    const double a = evaluated.step(b).metrics.at("loss").mean();
+    const double a = evaluated.step(b).metrics.loss.mean();
     const Metrics m = ev.training(data, 1);
     const std::vector<StTensor> params = export_params(evaluated.executor(), false);
     std::map<std::string, const StTensor*> by_name;
     for (const StTensor& t : params) by_name[t.name] = &t;
     import_params(own.executor(), by_name, false, "the trainer's parameters");
     const Metrics o = own.training(data, 1);
-    EXPECT_EQ(m.at("loss").sum, o.at("loss").sum) << "step " << i;
-    EXPECT_EQ(m.at("accuracy").sum, o.at("accuracy").sum) << "step " << i;
-    const double p = plain.step(b).metrics.at("loss").mean();
+    EXPECT_EQ(m.loss.sum, o.loss.sum) << "step " << i;
+    EXPECT_EQ(m.accuracy.sum, o.accuracy.sum) << "step " << i;
+    const double p = plain.step(b).metrics.loss.mean();
     EXPECT_EQ(a, p) << "step " << i;
   }
   for (bool grads : {false, true}) {

@@ -56,7 +56,7 @@ StepResult train(const std::vector<std::string>& overrides, const std::string& d
   EXPECT_EQ(t.executor().arena_bytes_allocated(), t.plan().arena_bytes) << "the executor allocates the plan";
   const Batch b = make_batch(c.data, data_context(c));
   StepResult r;
-  for (int s = 0; s < steps; ++s) r.losses.push_back(static_cast<float>(t.step(b).metrics.at("loss").mean()));
+  for (int s = 0; s < steps; ++s) r.losses.push_back(static_cast<float>(t.step(b).metrics.loss.mean()));
   for (StTensor& s : export_params(t.executor(), false, /*grads=*/true)) r.grads[s.name] = std::move(s.bytes);
   return r;
 }
@@ -243,7 +243,7 @@ TEST(Remat, PlannedCpuMatchesUnplannedReference) {
     EXPECT_EQ(verify_plan(ref.model().graph, ref.plan()), "");
     const Batch b = make_batch(c.data, data_context(c));
     for (int s = 0; s < 3; ++s) {
-      const double l = ref.step(b).metrics.at("loss").mean();
+      const double l = ref.step(b).metrics.loss.mean();
       EXPECT_NEAR(cpu.losses[s], l, 1e-5 * l) << remat << " step " << s + 1;
     }
   }

@@ -34,6 +34,10 @@ class CpuBackend final : public HostBackend {
   // A 2048³ product on all threads the way the dense kernels run `compute` (f32 sgemm, or oneDNN's
   // bf16 matmul on AVX512-BF16 for bfloat16), best of 3 (ceiling.cpp).
   double measure_matmul_gflops(DType compute) override;
+  const char* matmul_ceiling_method() const override {
+    return "best of 3 runs of a 2048^3 matmul as the dense kernels run the compute dtype (oneDNN sgemm; bf16 matmul "
+           "on AVX512-BF16), all threads";
+  }
 };
 
 }  // namespace loom

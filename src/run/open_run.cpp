@@ -1,0 +1,156 @@
+#include "run/open_run.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "train/distributed.h"
+#include "train/model_source.h"
+
+namespace loom {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_config(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.parent_path() / ".config.toml.tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << "# effective configuration of this run (loom train)\n" << text;
+    f.flush();
+    if (!f) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw std::runtime_error("cannot write '" + path.string() + "' (disk full?)");
+    }
+  }
+  fs::rename(tmp, path);
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream os;
+  os << f.rdbuf();
+  return os.str();
+}
+
+}  // namespace
+
+OpenedRun open_run(const RunOptions& o, dist::Comm& comm, FILE* out) {
+  const bool writer = comm.rank() == 0;
+  OpenedRun r;
+  r.dir = o.out_dir;
+  Config& c = r.config;
+  if (!o.resume.empty()) {
+    // Continuing a run in place: take its lock before reading it, so a run still going is
+    // reported as such (with its pid) rather than as whatever state its files are in.
+    const fs::path given(o.resume);
+    const fs::path guess = fs::exists(given / "state.json") ? given.parent_path() : given;
+    std::error_code guess_ec;
+    if (writer && (o.out_dir.empty() || fs::equivalent(o.out_dir, guess, guess_ec))) {
+      r.rd = std::make_unique<RunDir>(guess);
+      if (r.rd->holds_run()) r.rd->lock();
+    }
+    std::vector<std::string> skipped;
+    r.ckpt = load_checkpoint(o.resume, &skipped);
+    for (const std::string& s : skipped) fmt::print(out, "skipping a damaged checkpoint: {}\n", s);
+    c = o.config_path.empty()
+            ? config_from_toml_text(r.ckpt.state.config_toml, r.ckpt.path + "/state.json", o.overrides)
+            : load_config(o.config_path, o.overrides);
+    const fs::path home = fs::path(r.ckpt.path).parent_path();
+    std::error_code ec;
+    r.in_place = r.dir.empty() || fs::equivalent(r.dir, home, ec);
+    if (r.in_place) {
+      r.dir = home;
+      if (writer && !RunDir(r.dir).holds_run())
+        throw UserError(r.ckpt.path, "is not inside a loom run directory, so there is no run to continue in place",
+                        "give --out DIR to continue it as a new run in DIR");
+    }
+  } else {
+    c = load_config(o.config_path.empty() ? kDefaultConfig : o.config_path, o.overrides);
+    if (r.dir.empty() && c.data.kind == DataKind::tokens) r.dir = fs::path("runs") / fs::path(c.source).stem();
+  }
+  if (o.steps >= 0) c.train.steps = o.steps;
+  if (o.log_every > 0) c.train.log_every = o.log_every;
+  check_same_job(c, comm);
+  try {
+    validate_config(c);
+    minibatch_size(c, comm.size());
+  } catch (const UserError& e) {
+    throw dist::AgreedError(e);  // every rank checked the same configuration
+  }
+
+  std::error_code same_ec;
+  if (writer && !r.dir.empty() && (!r.rd || !fs::equivalent(r.rd->path(), r.dir, same_ec))) {
+    r.rd = std::make_unique<RunDir>(r.dir);
+    // A second process is refused before it builds anything, and a run still going is named as
+    // such (with its pid) before the generic refusal of a directory holding a run.
+    if (fs::exists(r.dir)) r.rd->lock();
+    if (!r.in_place && r.rd->holds_run() && !o.overwrite)
+      throw UserError(
+          r.dir.string(), "already holds a run (config.toml, metrics.jsonl or checkpoints)",
+          "continue it with --resume " + r.dir.string() + ", replace it with --overwrite, or choose another --out");
+  }
+  if (c.train.tensorboard && r.dir.empty())
+    throw UserError(c.source + ": train.tensorboard", "needs a run directory for its event file",
+                    "give --out DIR (tensorboard --logdir DIR's parent then shows it)");
+  r.metrics_file = !writer                         ? ""
+                   : !c.train.metrics_file.empty() ? c.train.metrics_file
+                   : r.dir.empty()                 ? ""
+                                                   : (r.dir / "metrics.jsonl").string();
+  return r;
+}
+
+void load_start(const OpenedRun& r, Trainer& t, DataSource& data, FILE* out) {
+  const Config& c = r.config;
+  if (r.resumed()) {
+    restore_checkpoint(t, r.ckpt);
+    data.set_val_position(r.ckpt.state.val_position);
+  } else if (!c.model.init_from.empty()) {  // fine-tuning: the parameters only
+    const ModelSource src(c.model.init_from);
+    // Token ids mean what the model learned only under its own tokenizer: data prepared with
+    // another would train every embedding row on the wrong token.
+    const std::unique_ptr<Tokenizer> model_tok = src.tokenizer();
+    if (model_tok && data.tokenizer_json() && model_tok->to_json() != *data.tokenizer_json())
+      throw UserError(c.data.dir + "/meta.json",
+                      "the data's " + data.tokenizer_json()->value("kind", std::string("?")) +
+                          " tokenizer is not the one of model.init_from (" + src.description() + ", its " +
+                          model_tok->kind() + " tokenizer)",
+                      "prepare the data with the model's own tokenizer: loom prepare hf " + c.model.init_from +
+                          "/tokenizer.json INPUT OUTDIR");
+    src.load_params(t.executor());
+    fmt::print(out, "parameters from {}\n", src.description());
+  }
+}
+
+void prepare_run_dir(OpenedRun& r, bool overwrite, int64_t step, const std::string& config_toml, FILE* out) {
+  if (!r.rd) return;
+  r.rd->lock();
+  if (r.in_place) {
+    remove_stale_checkpoint_files(r.dir.string());
+    const RunDir::Forked forked = r.rd->fork_at(step, overwrite);
+    if (!forked.names.empty())
+      fmt::print(out, "resuming at step {}: what came after it {}: {}\n", step,
+                 overwrite ? "is deleted (--overwrite)" : "is moved to " + forked.aside.string(),
+                 fmt::join(forked.names, ", "));
+    r.rd->truncate_metrics(step);
+  } else {
+    if (r.rd->holds_run()) r.rd->clear_owned();
+    r.rd->write_marker(r.ckpt.path);
+    // A run seeded from another one starts its metrics with the history up to the checkpoint.
+    const fs::path src_metrics = fs::path(r.ckpt.path).parent_path() / "metrics.jsonl";
+    if (r.resumed() && r.metrics_file == (r.dir / "metrics.jsonl").string() && fs::exists(src_metrics)) {
+      std::ofstream f(r.metrics_file, std::ios::trunc);
+      f << metrics_up_to(read_text(src_metrics), step);
+      f.flush();
+      if (!f) throw std::runtime_error("cannot write metrics file '" + r.metrics_file + "' (disk full?)");
+    }
+  }
+  write_config(r.dir / "config.toml", config_toml);
+}
+
+}  // namespace loom

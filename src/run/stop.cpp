@@ -1,0 +1,81 @@
+#include "run/stop.h"
+
+#include <fmt/format.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "train/console.h"
+
+namespace loom {
+
+std::string launcher_prefix(const char* (*getenv_fn)(const char*)) {
+  const char* np = getenv_fn("OMPI_COMM_WORLD_SIZE");
+  return np ? fmt::format("mpirun -np {} ", np) : "";
+}
+
+std::string launcher_warning(const char* (*getenv_fn)(const char*)) {
+  if (!getenv_fn("OMPI_COMM_WORLD_SIZE") || getenv_fn("OMPI_MCA_odls_base_sigkill_timeout")) return "";
+  return "warning: mpirun kills the ranks 1 s after it passes on a Ctrl-C, SIGTERM or SIGHUP, which can cut the "
+         "final checkpoint short; start the job with `mpirun --mca odls_base_sigkill_timeout 30 ...` (README, "
+         "\"Stopping and resuming\")\n";
+}
+
+std::string stop_message(int sig, int64_t step, int64_t steps, const std::string& run_dir,
+                         const std::string& launcher) {
+  const char* what = sig == SIGTERM && !launcher.empty()
+                         ? "terminated (SIGTERM, which mpirun sends every rank for a Ctrl-C, SIGTERM or SIGHUP alike)"
+                     : sig == SIGINT ? "interrupted (Ctrl-C)"
+                     : sig == SIGHUP ? "hung up (SIGHUP: the terminal or session closed)"
+                                     : "terminated (SIGTERM)";
+  return fmt::format(
+      "{} at step {}/{}{}\n", what, step, steps,
+      run_dir.empty() ? " (no run directory: nothing saved)"
+                      : fmt::format(": checkpoint saved; continue with `{}loom train --resume {}`", launcher, run_dir));
+}
+
+StopSignals::StopSignals(dist::Comm& comm, bool under_launcher) : comm_(comm), under_launcher_(under_launcher) {
+  sigemptyset(&set_);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set_, sig);
+  pthread_sigmask(SIG_BLOCK, &set_, &old_);
+  thread_ = std::thread([this] {
+    const timespec tick{.tv_sec = 0, .tv_nsec = 50'000'000};  // how long the destructor's join may wait
+    while (!done_) {
+      const int sig = sigtimedwait(&set_, nullptr, &tick);
+      if (sig <= 0) continue;
+      if (!armed_) _exit(128 + sig);
+      if (received_ != 0) {
+        if (under_launcher_) continue;  // the launcher repeats itself, and enforces its own deadline
+        static constexpr char msg[] =
+            "\nloom: a second stop signal: exiting at once; the checkpoints already saved are intact (a save in "
+            "progress is discarded)\n";
+        [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+        _exit(128 + received_);
+      }
+      abandon_blocked_output();
+      received_ = sig;
+    }
+  });
+}
+
+StopSignals::~StopSignals() {
+  done_ = true;
+  thread_.join();
+  pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+}
+
+bool StopSignals::stop_requested() {
+  const int mine = received_;
+  std::vector<int> all(static_cast<size_t>(comm_.size()));
+  comm_.all_gather_bytes(&mine, sizeof mine, all.data());
+  for (const int code : all) {
+    if (code == 0) continue;
+    agreed_ = code;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace loom
