@@ -3,7 +3,7 @@
 # Run as root (or with sudo available). Safe to run again.
 set -euo pipefail
 PKGS=(
-  g++ cmake ninja-build pkg-config
+  g++ cmake ninja-build pkg-config ccache
   libdnnl-dev              # oneDNN sgemm (runs on libgomp: one thread pool with our kernels; docs/blas.md)
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libfmt-dev
   openmpi-bin libopenmpi-dev  # data parallelism across processes and machines (src/dist/, mpirun)

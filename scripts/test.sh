@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Quick start 2: install what is missing, build, and run every test (ctest).
 #
+# Each build is incremental: run again, it rebuilds only what changed (ninja), and a fresh build
+# of unchanged sources comes from ccache when it is installed; the test binaries of a build share
+# one precompiled header.
 # Three builds: build/ (Release, -march=native: what `loom` runs as here), whose whole suite runs
 # last; build-avx2/ (no -march=native, -mavx2 -mfma -mf16c: the portable AVX2 code paths of the
 # CPU kernels, e.g. attention's 8-wide product loops), whose backend op tests run first against
@@ -11,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
+ninja -C build
 cmake -S . -B build-avx2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_NATIVE=OFF \
       "-DCMAKE_CXX_FLAGS=-mavx2 -mfma -mf16c" >/dev/null
 ninja -C build-avx2 test_backend

@@ -1,11 +1,13 @@
 // The backend interface: what the executor needs from a device (docs/ARCHITECTURE.md, "Backends").
 //
 // A backend owns memory on its device and runs one node at a time with pointers into that memory.
-// Every backend implements every op of the op table (its kernel table is generated from
-// graph/ops.def, so a missing kernel is a link error) and says per node, from the dtypes, whether
-// it supports it; the executor checks that for the whole schedule when a program is built, never
-// in the middle of a step. Kernels are pure functions of (attributes, inputs, outputs, run context):
-// they may assume the shape rule in graph/ops/ accepted the node.
+// It may be partial: supports_op says which ops of the op table it has kernels for (the reference
+// and CPU backends have all of them: their kernel tables are generated from graph/ops.def, so a
+// missing kernel is a link error), and supports says per node, from the dtypes, whether it runs
+// it. The executor checks both for the whole schedule when a program is built and refuses a
+// program with an op its backend lacks, naming the op: a node never runs on another backend, and
+// never fails in the middle of a step. Kernels are pure functions of (attributes, inputs, outputs,
+// run context): they may assume the shape rule in graph/ops/ accepted the node.
 //
 // Kernel workspace: scratch memory a kernel uses while it runs (converted operands, per-thread row
 // buffers, GEMM tiles, oneDNN scratchpads). The backend says per node how many bytes
@@ -104,7 +106,10 @@ class Backend {
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* dst, size_t bytes) = 0;
 
-  // Whether run() can execute node `n` of `g` (op and dtype combination).
+  // Whether this backend has a kernel for `op` at all (ggml's supports_op): an op it lacks is
+  // refused by name before anything runs, and skipped by the op tests.
+  virtual bool supports_op(OpKind op) const = 0;
+  // Whether run() can execute node `n` of `g`, an op supports_op accepts (the dtype combination).
   virtual bool supports(const Graph& g, const Node& n) const = 0;
   // Bytes of workspace run() needs for node `n` of `g` when the kernel may use `threads` threads:
   // exact, from the node's shapes, dtypes and attributes (and this device: its ISA, its libraries'

@@ -54,7 +54,7 @@ int64_t HostBackend::memory_available() const {
 }
 
 int64_t HostBackend::workspace_bytes(const Graph& g, const Node& n, int threads) const {
-  if (!workspace_) return 0;
+  if (!workspace_ || !supports_op(n.op)) return 0;
   std::vector<TensorArg> in, out;
   for (ValueId v : n.in) in.push_back(TensorArg{nullptr, g.value(v).shape, g.value(v).dtype});
   for (ValueId v : n.out) out.push_back(TensorArg{nullptr, g.value(v).shape, g.value(v).dtype});

@@ -1,6 +1,6 @@
-// Shared base of the two host-memory backends (reference and cpu): aligned host allocations,
-// memcpy transfers, a steady clock, and dispatch through kernel and workspace tables generated
-// from the op table.
+// Shared base of the host-memory backends (reference and cpu): aligned host allocations, memcpy
+// transfers, a steady clock, and dispatch through kernel and workspace tables indexed by OpKind.
+// A nullptr kernel entry marks an op the backend lacks (supports_op is false for it).
 #pragma once
 #include <mutex>
 #include <unordered_map>
@@ -24,12 +24,14 @@ class HostBackend : public Backend {
   double now_us() const override;
   int64_t memory_available() const override;
   int64_t peak_allocated_bytes() const override;
+  bool supports_op(OpKind op) const override { return kernels_[static_cast<size_t>(op)] != nullptr; }
   void run(const KernelArgs& a) override { kernels_[static_cast<size_t>(a.node.op)](a); }
   // workspace_[op] on the node's value descriptions; 0 without a workspace table.
   int64_t workspace_bytes(const Graph& g, const Node& n, int threads) const override;
 
  protected:
-  // Both tables are indexed by OpKind; `workspace` may be nullptr (kernels that use none).
+  // Both tables are indexed by OpKind; `workspace` may be nullptr (kernels that use none), and so
+  // may the workspace entry of an op whose kernel entry is nullptr.
   HostBackend(const KernelFn* kernels, const WorkspaceFn* workspace) : kernels_(kernels), workspace_(workspace) {}
 
  private:

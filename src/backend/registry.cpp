@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <vector>
+
 #include "backend/cpu/cpu.h"
 #include "backend/reference/reference.h"
 #include "core/error.h"
@@ -18,6 +20,16 @@ std::unique_ptr<Backend> make_backend(Device device) {
   }
   LOOM_ASSERT(false, "Device value " + std::to_string(static_cast<int>(device)));
   return nullptr;
+}
+
+std::span<const Device> backend_devices() {
+  static const std::vector<Device> devices = [] {
+    std::vector<Device> d;
+    for (size_t i = 0; i < choices_of(Device{}).size(); ++i)
+      if (static_cast<Device>(i) != Device::auto_) d.push_back(static_cast<Device>(i));
+    return d;
+  }();
+  return devices;
 }
 
 std::unique_ptr<Backend> make_backend(std::string_view device) {

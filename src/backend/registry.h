@@ -1,6 +1,9 @@
-// Backend selection by name (the `device` key).
+// Backend selection by name (the `device` key), and the list of every backend loom builds: the
+// op and finite-difference tests run over backend_devices(), so a new backend is tested by adding
+// its row to LOOM_DEVICES and its case to make_backend.
 #pragma once
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "backend/backend.h"
@@ -16,6 +19,8 @@ namespace loom {
 LOOM_CHOICE(Device, "device", LOOM_DEVICES)
 
 std::unique_ptr<Backend> make_backend(Device device);
+// Every device that names a backend of its own (each but auto_), in LOOM_DEVICES order.
+std::span<const Device> backend_devices();
 // By name; throws UserError for an unknown one.
 std::unique_ptr<Backend> make_backend(std::string_view device);
 // Sets the thread count of the one OpenMP runtime shared by our kernels and BLAS (0 = all cores).

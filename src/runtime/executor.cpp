@@ -5,6 +5,9 @@ namespace loom {
 Status check_coverage(const Backend& be, const Graph& g, const std::vector<NodeId>& schedule) {
   for (NodeId id : schedule) {
     const Node& n = g.node(id);
+    if (!be.supports_op(n.op))
+      return Status::error(std::string("backend '") + be.name() + "' does not support op " + op_name(n.op) + " (at '" +
+                           n.scope + "'): run this program on a backend that has it");
     if (!be.supports(g, n)) {
       std::string dts;
       for (ValueId v : n.in) dts += std::string(dts.empty() ? "" : ", ") + dtype_name(g.value(v).dtype);

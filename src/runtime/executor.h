@@ -82,7 +82,7 @@ class Executor {
 };
 
 // Checks that `be` supports every scheduled node; returns a Status naming the first one that is
-// not (op, scope, dtypes).
+// not: its op when the backend lacks the op altogether, else its op, scope and dtypes.
 Status check_coverage(const Backend& be, const Graph& g, const std::vector<NodeId>& schedule);
 
 // Per node of g (indexed by NodeId): the workspace be's kernel needs with `threads` threads.

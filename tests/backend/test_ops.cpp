@@ -1,9 +1,11 @@
-// Op-by-op comparison of the CPU backend against the reference backend: every op of the table,
-// every applicable dtype, odd shapes, fresh random inputs per case (testing::OpCase runs each op
-// through the real graph -> plan -> executor pipeline and checks the sentinel bytes around every
-// output and around the kernel's workspace). Also: the fused optimizer passes, bitwise
-// independence from the OpenMP thread count for the kernels that reduce, and the GEMM properties
-// the dense kernels' tile buffers rely on.
+// Op-by-op comparison of every registered backend (the CPU one today) against the reference
+// backend: every op of the table, every applicable dtype, odd shapes, fresh random inputs per case
+// (testing::OpCase runs each op through the real graph -> plan -> executor pipeline and checks the
+// sentinel bytes around every output and around the kernel's workspace). BackendOps and
+// BackendOptimizer run once per backend (support/backend_param.h: "BackendOps.Dense/cpu"); a test
+// of an op the backend lacks is skipped, naming the op. Also, for the CPU backend: bitwise
+// independence from the OpenMP thread count for the kernels that reduce, in-place aliasing, and
+// the GEMM properties the dense kernels' tile buffers rely on.
 //
 // Tolerances (per output dtype, NMSE = Σ(cpu − ref)² / Σ ref², on outputs of ≥ 32 elements):
 //   f32  1e-10   (f32 vs double accumulation)
@@ -36,6 +38,7 @@
 #include "backend/cpu/cpu_util.h"
 #include "backend/reference/reference.h"
 #include "core/rng.h"
+#include "support/backend_param.h"
 #include "support/cpu_checks.h"
 #include "support/op_coverage.h"
 #include "support/op_harness.h"
@@ -49,6 +52,11 @@ using testing::HostTensor;
 using testing::nmse;
 using testing::OpCase;
 using testing::ThreadCount;
+
+class BackendOps : public testing::BackendTest {};
+class BackendOptimizer : public testing::BackendTest {};
+INSTANTIATE_TEST_SUITE_P(, BackendOps, testing::compared_backends(), testing::backend_name);
+INSTANTIATE_TEST_SUITE_P(, BackendOptimizer, testing::compared_backends(), testing::backend_name);
 
 constexpr DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
 constexpr int64_t kRows[] = {1, 7, 33};
@@ -96,15 +104,16 @@ int64_t ordered(const HostTensor& t, int64_t i) {
 }
 
 struct Outputs {
-  std::vector<HostTensor> cpu, ref;
+  std::vector<HostTensor> got, ref;  // the backend under test's, the reference's
 };
 
+// Runs `c` on the backend under test and on the reference.
 Outputs run_both(OpCase& c, const RunCtx& rc = {}) {
-  CpuBackend cpu;
+  Backend& be = testing::under_test();
   ReferenceBackend ref;
-  EXPECT_TRUE(cpu.supports(c.graph(), c.node()));
+  EXPECT_TRUE(be.supports(c.graph(), c.node()));
   Outputs o;
-  o.cpu = c.run(cpu, rc);
+  o.got = c.run(be, rc);
   o.ref = c.run(ref, rc);
   return o;
 }
@@ -156,13 +165,13 @@ void expect_close(const HostTensor& cpu, const HostTensor& ref, DType prec, cons
 
 // Compares every output with the tolerance of its dtype (exact for int32 outputs).
 void expect_outputs_close(const Outputs& o, const std::string& what) {
-  ASSERT_EQ(o.cpu.size(), o.ref.size()) << what;
-  for (size_t k = 0; k < o.cpu.size(); ++k) {
+  ASSERT_EQ(o.got.size(), o.ref.size()) << what;
+  for (size_t k = 0; k < o.got.size(); ++k) {
     const std::string w = what + " out" + std::to_string(k);
     if (o.ref[k].dtype == DType::i32)
-      expect_bytes_equal(o.cpu[k], o.ref[k], w);
+      expect_bytes_equal(o.got[k], o.ref[k], w);
     else
-      expect_close(o.cpu[k], o.ref[k], o.ref[k].dtype, w);
+      expect_close(o.got[k], o.ref[k], o.ref[k].dtype, w);
   }
 }
 
@@ -224,7 +233,7 @@ void check_multilinear(OpKind op, const std::vector<ValueDesc>& ins, const Attrs
   std::vector<double> mag(static_cast<size_t>(m.numel()));
   for (int64_t i = 0; i < m.numel(); ++i) mag[static_cast<size_t>(i)] = m.get(i);
   const Outputs o = run_both(oc);
-  expect_bounded(o.cpu.at(0), o.ref.at(0), mag, prec, what);
+  expect_bounded(o.got.at(0), o.ref.at(0), mag, prec, what);
 }
 
 // ---- dense family ------------------------------------------------------------------------
@@ -255,7 +264,8 @@ Shape with_last(Shape lead, int64_t d) {
 // Kernel shape for transpose_w (stored [N, K], the tied-embedding layout) or not.
 Shape kernel_shape(const MKN& s, bool wt) { return wt ? Shape{s.N, s.K} : Shape{s.K, s.N}; }
 
-TEST(CpuOps, Dense) {
+TEST_P(BackendOps, Dense) {
+  LOOM_REQUIRE_OPS(OpKind::dense);
   for (DType c : kFloatTypes)
     for (DType xdt : f32_and(c))
       for (bool bias : {false, true})
@@ -270,7 +280,8 @@ TEST(CpuOps, Dense) {
           }
 }
 
-TEST(CpuOps, DenseGradInput) {
+TEST_P(BackendOps, DenseGradInput) {
+  LOOM_REQUIRE_OPS(OpKind::dense_grad_input);
   for (DType c : kFloatTypes)
     for (DType out : {DType::f32, DType::bf16, DType::f16})
       for (bool wt : {false, true})
@@ -286,7 +297,8 @@ TEST(CpuOps, DenseGradInput) {
 
 // grad (+)= round_c(xᵀ·dy): assigning (the first writer in minibatch 0) and accumulating onto a
 // random gradient; input 0 is the gradient buffer.
-TEST(CpuOps, DenseGradWeight) {
+TEST_P(BackendOps, DenseGradWeight) {
+  LOOM_REQUIRE_OPS(OpKind::dense_grad_weight);
   for (DType c : kFloatTypes)
     for (DType xdt : f32_and(c))
       for (bool wt : {false, true})
@@ -306,7 +318,8 @@ TEST(CpuOps, DenseGradWeight) {
 // A row vector split along K and across columns at once: on this machine the chunks alone cover
 // the processors, so the grid of a larger one (16 processors: 4 chunks × 4 column tiles here) is
 // set for the test, against the reference and across thread counts.
-TEST(CpuOps, DenseRowVectorGridOfALargerMachine) {
+TEST_P(BackendOps, DenseRowVectorGridOfALargerMachine) {
+  if (GetParam() != Device::cpu) GTEST_SKIP() << "the CPU dense kernels' partition";
   struct Restore {
     int64_t n = cpuk::row_vector_processors();
     ~Restore() { cpuk::set_row_vector_processors(n); }
@@ -413,7 +426,8 @@ TEST(CpuOps, DenseGemmTileBuffersAgree) {
   }
 }
 
-TEST(CpuOps, SumLeading) {
+TEST_P(BackendOps, SumLeading) {
+  LOOM_REQUIRE_OPS(OpKind::sum_leading);
   const std::vector<Shape> shapes = {Shape{1},       Shape{130},      Shape{1, 1},    Shape{7, 5},
                                      Shape{33, 130}, Shape{3, 7, 64}, Shape{600, 70}, Shape{5000, 3}};
   for (DType xdt : kFloatTypes)
@@ -435,7 +449,8 @@ std::vector<ValueDesc> norm_inputs(OpKind op, const Shape& x, DType xdt) {
   return in;
 }
 
-TEST(CpuOps, LayerNorm) {
+TEST_P(BackendOps, LayerNorm) {
+  LOOM_REQUIRE_OPS(OpKind::layer_norm, OpKind::rms_norm);
   for (OpKind op : {OpKind::layer_norm, OpKind::rms_norm})
     for (DType xdt : kFloatTypes)
       for (DType out : f32_and(xdt))
@@ -451,7 +466,8 @@ TEST(CpuOps, LayerNorm) {
             }
 }
 
-TEST(CpuOps, LayerNormRank3) {
+TEST_P(BackendOps, LayerNormRank3) {
+  LOOM_REQUIRE_OPS(OpKind::layer_norm, OpKind::rms_norm);
   for (OpKind op : {OpKind::layer_norm, OpKind::rms_norm}) {
     OpCase oc(op, norm_inputs(op, Shape{3, 5, 64}, DType::bf16), LayerNormAttrs{1e-6f, DType::bf16});
     oc.fill_random(next_seed());
@@ -518,7 +534,8 @@ NormGradMagnitudes norm_grad_magnitudes(OpCase& oc, OpKind op, int64_t R, int64_
   return m;
 }
 
-TEST(CpuOps, LayerNormGrad) {
+TEST_P(BackendOps, LayerNormGrad) {
+  LOOM_REQUIRE_OPS(OpKind::layer_norm_grad, OpKind::rms_norm_grad);
   for (OpKind op : {OpKind::layer_norm_grad, OpKind::rms_norm_grad})
     for (DType xdt : kFloatTypes)
       for (DType ydt : f32_and(xdt))
@@ -536,9 +553,9 @@ TEST(CpuOps, LayerNormGrad) {
               // One column with its own statistics: rms_norm_grad's dx = rstd·g·(1 − xhat²) with
               // xhat² = x²/(x² + eps), all cancellation.
               const bool cancels = !centred(op) && C == 1 && real_stats;
-              expect_bounded(o.cpu[0], o.ref[0], m.dx, xdt, what + " dx", cancels);
-              expect_bounded(o.cpu[1], o.ref[1], m.dscale, DType::f32, what + " dscale");
-              if (centred(op)) expect_bounded(o.cpu[2], o.ref[2], m.dbias, DType::f32, what + " dbias");
+              expect_bounded(o.got[0], o.ref[0], m.dx, xdt, what + " dx", cancels);
+              expect_bounded(o.got[1], o.ref[1], m.dscale, DType::f32, what + " dscale");
+              if (centred(op)) expect_bounded(o.got[2], o.ref[2], m.dbias, DType::f32, what + " dbias");
             }
 }
 
@@ -571,7 +588,8 @@ void expect_ulp(const HostTensor& cpu, const HostTensor& ref, const HostTensor& 
 
 const std::vector<Shape> kElemShapes = {Shape{1}, Shape{7, 5}, Shape{33, 130}, Shape{3, 7, 64}, Shape{300, 130}};
 
-TEST(CpuOps, Activations) {
+TEST_P(BackendOps, Activations) {
+  LOOM_REQUIRE_OPS(OpKind::silu, OpKind::gelu, OpKind::gelu_erf);
   for (OpKind op : {OpKind::silu, OpKind::gelu, OpKind::gelu_erf})
     for (DType dt : kFloatTypes)
       for (const Shape& s : kElemShapes) {
@@ -580,12 +598,13 @@ TEST(CpuOps, Activations) {
         oc.fill_random(next_seed());
         const Outputs o = run_both(oc);
         expect_outputs_close(o, what);
-        if (dt != DType::f32) expect_ulp(o.cpu[0], o.ref[0], oc.input(0), nullptr, what);
+        if (dt != DType::f32) expect_ulp(o.got[0], o.ref[0], oc.input(0), nullptr, what);
       }
 }
 
 // The gradients (x, dy) -> dx, and silu_mul (gate, up) -> silu(gate)·up of the same form.
-TEST(CpuOps, ActivationGrads) {
+TEST_P(BackendOps, ActivationGrads) {
+  LOOM_REQUIRE_OPS(OpKind::silu_grad, OpKind::gelu_grad, OpKind::gelu_erf_grad, OpKind::silu_mul);
   for (OpKind op : {OpKind::silu_grad, OpKind::gelu_grad, OpKind::gelu_erf_grad, OpKind::silu_mul})
     for (DType dt : kFloatTypes)
       for (const Shape& s : kElemShapes) {
@@ -594,12 +613,13 @@ TEST(CpuOps, ActivationGrads) {
         oc.fill_random(next_seed());
         const Outputs o = run_both(oc);
         expect_outputs_close(o, what);
-        if (dt != DType::f32) expect_ulp(o.cpu[0], o.ref[0], oc.input(0), &oc.input(1), what);
+        if (dt != DType::f32) expect_ulp(o.got[0], o.ref[0], oc.input(0), &oc.input(1), what);
       }
 }
 
 // (gate, up, dy) -> dgate, dup: each against the reference, dgate's ulps scaled by up and dy.
-TEST(CpuOps, SiluMulGrad) {
+TEST_P(BackendOps, SiluMulGrad) {
+  LOOM_REQUIRE_OPS(OpKind::silu_mul_grad);
   for (DType dt : kFloatTypes)
     for (const Shape& s : kElemShapes) {
       const std::string what = "silu_mul_grad " + dn(dt) + " " + s.str();
@@ -610,13 +630,15 @@ TEST(CpuOps, SiluMulGrad) {
       if (dt == DType::f32) continue;
       HostTensor up_dy = oc.input(1);
       for (int64_t i = 0; i < up_dy.numel(); ++i) up_dy.set(i, oc.input(1).get(i) * oc.input(2).get(i));
-      expect_ulp(o.cpu[0], o.ref[0], oc.input(0), &up_dy, what + " dgate");
-      expect_ulp(o.cpu[1], o.ref[1], oc.input(0), &oc.input(2), what + " dup");
+      expect_ulp(o.got[0], o.ref[0], oc.input(0), &up_dy, what + " dgate");
+      expect_ulp(o.got[1], o.ref[1], oc.input(0), &oc.input(2), what + " dup");
     }
 }
 
 // Wide-range inputs (|x| up to ~12) reach the saturated tails of the activations.
-TEST(CpuOps, ActivationTails) {
+TEST_P(BackendOps, ActivationTails) {
+  LOOM_REQUIRE_OPS(OpKind::silu, OpKind::gelu, OpKind::gelu_erf, OpKind::silu_grad, OpKind::gelu_grad,
+                   OpKind::gelu_erf_grad);
   for (OpKind op :
        {OpKind::silu, OpKind::gelu, OpKind::gelu_erf, OpKind::silu_grad, OpKind::gelu_grad, OpKind::gelu_erf_grad})
     for (DType dt : kFloatTypes) {
@@ -630,14 +652,15 @@ TEST(CpuOps, ActivationTails) {
       const Outputs o = run_both(oc);
       // Many tail values are tiny and differ in low bits (see kActivationAbsSlack): NMSE and ulps
       // only, no mismatch count.
-      expect_nmse(o.cpu[0], o.ref[0], nmse_tol(dt), what);
-      if (dt != DType::f32) expect_ulp(o.cpu[0], o.ref[0], oc.input(0), grad ? &oc.input(1) : nullptr, what);
+      expect_nmse(o.got[0], o.ref[0], nmse_tol(dt), what);
+      if (dt != DType::f32) expect_ulp(o.got[0], o.ref[0], oc.input(0), grad ? &oc.input(1) : nullptr, what);
     }
 }
 
 // ---- structure ops ---------------------------------------------------------------------------
 
-TEST(CpuOps, DropoutBitExact) {
+TEST_P(BackendOps, DropoutBitExact) {
+  LOOM_REQUIRE_OPS(OpKind::dropout);
   const std::vector<Shape> shapes = {Shape{1}, Shape{7, 5}, Shape{33, 130}, Shape{257, 130}};
   for (DType dt : kFloatTypes)
     for (float rate : {0.f, 0.1f, 0.5f, 0.9f})
@@ -647,23 +670,24 @@ TEST(CpuOps, DropoutBitExact) {
         oc.fill_random(next_seed());
         const RunCtx rc{1234, 7, 2};
         const Outputs o = run_both(oc, rc);
-        expect_bytes_equal(o.cpu[0], o.ref[0], what);
+        expect_bytes_equal(o.got[0], o.ref[0], what);
         if (rate == 0.5f && s.numel() > 1000) {
           int64_t zeros = 0;
-          for (int64_t i = 0; i < s.numel(); ++i) zeros += o.cpu[0].get(i) == 0.f;
+          for (int64_t i = 0; i < s.numel(); ++i) zeros += o.got[0].get(i) == 0.f;
           EXPECT_GT(zeros, s.numel() / 3) << what;
           EXPECT_LT(zeros, 2 * s.numel() / 3) << what;
         }
       }
 }
 
-TEST(CpuOps, DropoutMaskIsKeyedByRunAndStream) {
+TEST_P(BackendOps, DropoutMaskIsKeyedByRunAndStream) {
+  LOOM_REQUIRE_OPS(OpKind::dropout);
   auto zeros_of = [](const HostTensor& t) {
     std::vector<bool> z;
     for (int64_t i = 0; i < t.numel(); ++i) z.push_back(t.get(i) == 0.f);
     return z;
   };
-  CpuBackend cpu;
+  Backend& cpu = testing::under_test();
   OpCase a(OpKind::dropout, {{Shape{4096}, DType::f32}}, DropoutAttrs{0.5f, 3});
   OpCase b(OpKind::dropout, {{Shape{4096}, DType::f32}}, DropoutAttrs{0.5f, 4});
   a.fill_random(next_seed());
@@ -675,7 +699,8 @@ TEST(CpuOps, DropoutMaskIsKeyedByRunAndStream) {
   EXPECT_NE(m0, zeros_of(b.run(cpu, {1, 2, 0})[0])) << "stream must change the mask";
 }
 
-TEST(CpuOps, CastBitExact) {
+TEST_P(BackendOps, CastBitExact) {
+  LOOM_REQUIRE_OPS(OpKind::cast);
   const DType all[] = {DType::f32, DType::bf16, DType::f16, DType::i32};
   for (DType from : all)
     for (DType to : all)
@@ -686,11 +711,12 @@ TEST(CpuOps, CastBitExact) {
         if (from == DType::f32)                // some values beyond the f16 range and tiny ones (subnormals)
           for (int64_t i = 0; i < s.numel(); i += 3) oc.input(0).set(i, oc.input(0).get(i) * (i % 2 ? 1e5f : 1e-6f));
         const Outputs o = run_both(oc);
-        expect_bytes_equal(o.cpu[0], o.ref[0], what);
+        expect_bytes_equal(o.got[0], o.ref[0], what);
       }
 }
 
-TEST(CpuOps, AddBitExact) {
+TEST_P(BackendOps, AddBitExact) {
+  LOOM_REQUIRE_OPS(OpKind::add);
   struct AB {
     Shape a, b;
   };
@@ -704,31 +730,33 @@ TEST(CpuOps, AddBitExact) {
       OpCase oc(OpKind::add, {{s.a, dt}, {s.b, dt}});
       oc.fill_random(next_seed(), int32_t{1} << 30);  // int32 sums up to 2^31 wrap around
       const Outputs o = run_both(oc);
-      expect_bytes_equal(o.cpu[0], o.ref[0], what);
+      expect_bytes_equal(o.got[0], o.ref[0], what);
     }
 }
 
 // Adds, except that a first writer assigns in minibatch 0 (and adds in later minibatches).
-TEST(CpuOps, GradAccumulateBitExact) {
+TEST_P(BackendOps, GradAccumulateBitExact) {
+  LOOM_REQUIRE_OPS(OpKind::grad_accumulate);
   for (const Shape& s : {Shape{1}, Shape{7, 5}, Shape{33, 130}, Shape{300, 130}})
     for (const bool first : {false, true})
       for (const uint32_t mb : {0u, 1u}) {
         OpCase oc(OpKind::grad_accumulate, {{s, DType::f32}, {s, DType::f32}}, GradAccumulateAttrs{first});
         oc.fill_random(next_seed());
         const Outputs o = run_both(oc, RunCtx{1, 2, mb});
-        ASSERT_EQ(o.cpu.size(), 1u);
+        ASSERT_EQ(o.got.size(), 1u);
         const std::string what =
             "grad_accumulate " + s.str() + (first ? " first" : "") + " minibatch " + std::to_string(mb);
-        expect_bytes_equal(o.cpu[0], o.ref[0], what);
+        expect_bytes_equal(o.got[0], o.ref[0], what);
         const int64_t last = s.numel() - 1;
         const float want = first && mb == 0 ? oc.input(1).get(last) : oc.input(0).get(last) + oc.input(1).get(last);
-        EXPECT_EQ(o.cpu[0].get(last), want) << what;
+        EXPECT_EQ(o.got[0].get(last), want) << what;
       }
 }
 
 // reshape is a view: run it inside a small program (silu -> reshape -> silu) so the planner
 // aliases it to an arena buffer, and check both backends agree on the result read through it.
-TEST(CpuOps, ReshapeView) {
+TEST_P(BackendOps, ReshapeView) {
+  LOOM_REQUIRE_OPS(OpKind::silu, OpKind::reshape);
   for (DType dt : kFloatTypes) {
     Graph g;
     const ValueId x = g.add_input("x", Shape{6, 35}, dt);
@@ -744,9 +772,8 @@ TEST(CpuOps, ReshapeView) {
     const PhiloxKey key = rng_key(next_seed(), 0, 0, 0);
     for (int64_t i = 0; i < in.numel(); ++i) in.set(i, rng_normal(key, static_cast<uint64_t>(i)));
     std::vector<HostTensor> results;
-    CpuBackend cpu;
     ReferenceBackend ref;
-    for (Backend* be : {static_cast<Backend*>(&cpu), static_cast<Backend*>(&ref)}) {
+    for (Backend* be : {&testing::under_test(), static_cast<Backend*>(&ref)}) {
       const MemoryPlan plan = plan_program(*be, g, default_schedule(g));
       ASSERT_EQ(plan.value_root[v], h);
       std::unique_ptr<Executor> ex;
@@ -768,7 +795,8 @@ TEST(CpuOps, ReshapeView) {
 
 // reshape of a persistent value (a graph input): the executor resolves the view to the input's
 // own buffer.
-TEST(CpuOps, ReshapeOfInput) {
+TEST_P(BackendOps, ReshapeOfInput) {
+  LOOM_REQUIRE_OPS(OpKind::reshape, OpKind::gelu);
   Graph g;
   const ValueId x = g.add_input("x", Shape{6, 35}, DType::bf16);
   const ValueId v = g.node(g.add_node(OpKind::reshape, {x}, ShapeAttrs{Shape{210}}, "r", Phase::forward)).out[0];
@@ -778,9 +806,8 @@ TEST(CpuOps, ReshapeOfInput) {
   const PhiloxKey key = rng_key(next_seed(), 0, 0, 0);
   for (int64_t i = 0; i < in.numel(); ++i) in.set(i, rng_normal(key, static_cast<uint64_t>(i)));
   std::vector<HostTensor> results;
-  CpuBackend cpu;
   ReferenceBackend ref;
-  for (Backend* be : {static_cast<Backend*>(&cpu), static_cast<Backend*>(&ref)}) {
+  for (Backend* be : {&testing::under_test(), static_cast<Backend*>(&ref)}) {
     std::unique_ptr<Executor> ex;
     const Status st = Executor::create(*be, g, plan_program(*be, g, default_schedule(g)), &ex);
     ASSERT_TRUE(st.is_ok()) << st.message();
@@ -869,7 +896,8 @@ TEST(CpuOps, InPlaceAliasing) {
 
 // ---- log_softmax and losses -----------------------------------------------------------------
 
-TEST(CpuOps, LogSoftmax) {
+TEST_P(BackendOps, LogSoftmax) {
+  LOOM_REQUIRE_OPS(OpKind::log_softmax);
   for (DType dt : kFloatTypes)
     for (int64_t R : kRows)
       for (int64_t C : kWidths) {
@@ -880,7 +908,8 @@ TEST(CpuOps, LogSoftmax) {
       }
 }
 
-TEST(CpuOps, LogSoftmaxGrad) {
+TEST_P(BackendOps, LogSoftmaxGrad) {
+  LOOM_REQUIRE_OPS(OpKind::log_softmax_grad);
   for (DType dt : kFloatTypes)
     for (int64_t R : kRows)
       for (int64_t C : kWidths) {
@@ -907,7 +936,8 @@ std::vector<Shape> logit_shapes() {
 // bf16 logits), and the gradient is rounded once to the logits' dtype.
 constexpr DType kLogitDTypes[] = {DType::f32, DType::bf16, DType::f16};
 
-TEST(CpuOps, CrossEntropy) {
+TEST_P(BackendOps, CrossEntropy) {
+  LOOM_REQUIRE_OPS(OpKind::cross_entropy);
   for (DType dt : kLogitDTypes)
     for (const Shape& s : logit_shapes()) {
       OpCase oc(OpKind::cross_entropy, {{s, dt}, {s.drop_last(), DType::i32}});
@@ -915,26 +945,28 @@ TEST(CpuOps, CrossEntropy) {
       const Outputs o = run_both(oc);
       // A scalar computed in f32 from the same (widened) values: NMSE 1e-12 is a relative error
       // of 1e-6 whatever the logits' dtype.
-      expect_nmse(o.cpu[0], o.ref[0], 1e-12, "cross_entropy " + s.str() + " " + dtype_name(dt));
+      expect_nmse(o.got[0], o.ref[0], 1e-12, "cross_entropy " + s.str() + " " + dtype_name(dt));
     }
 }
 
-TEST(CpuOps, CrossEntropyGrad) {
+TEST_P(BackendOps, CrossEntropyGrad) {
+  LOOM_REQUIRE_OPS(OpKind::cross_entropy_grad);
   for (DType dt : kLogitDTypes)
     for (const Shape& s : logit_shapes()) {
       OpCase oc(OpKind::cross_entropy_grad, {{s, dt}, {s.drop_last(), DType::i32}, {Shape{}, DType::f32}});
       oc.fill_random(next_seed(), static_cast<int32_t>(s.last()));
       const Outputs o = run_both(oc);
-      ASSERT_EQ(o.cpu[0].dtype, dt) << "the gradient has the logits' dtype";
+      ASSERT_EQ(o.got[0].dtype, dt) << "the gradient has the logits' dtype";
       expect_outputs_close(o, "cross_entropy_grad " + s.str() + " " + dtype_name(dt));
     }
 }
 
 // The fused widening gives bit for bit what a float32 cast of the logits followed by the f32 op
-// (and, for the gradient, a cast of it back) gives, on the CPU backend: the program a bf16 model
+// (and, for the gradient, a cast of it back) gives, on the backend under test: the program a bf16 model
 // ran before the loss read its logits itself.
-TEST(CpuOps, LossOnLowPrecisionLogitsEqualsCastThenF32) {
-  CpuBackend cpu;
+TEST_P(BackendOps, LossOnLowPrecisionLogitsEqualsCastThenF32) {
+  LOOM_REQUIRE_OPS(OpKind::cross_entropy_grad);
+  Backend& cpu = testing::under_test();
   for (DType dt : {DType::bf16, DType::f16})
     for (const Shape& s : logit_shapes()) {
       OpCase low(OpKind::cross_entropy_grad, {{s, dt}, {s.drop_last(), DType::i32}, {Shape{}, DType::f32}});
@@ -951,18 +983,20 @@ TEST(CpuOps, LossOnLowPrecisionLogitsEqualsCastThenF32) {
     }
 }
 
-TEST(CpuOps, Accuracy) {
+TEST_P(BackendOps, Accuracy) {
+  LOOM_REQUIRE_OPS(OpKind::accuracy);
   for (DType dt : kLogitDTypes)
     for (const Shape& s : logit_shapes()) {
       OpCase oc(OpKind::accuracy, {{s, dt}, {s.drop_last(), DType::i32}});
       oc.fill_random(next_seed(), static_cast<int32_t>(s.last()));
       const Outputs o = run_both(oc);
-      expect_bytes_equal(o.cpu[0], o.ref[0], "accuracy " + s.str() + " " + dtype_name(dt));
+      expect_bytes_equal(o.got[0], o.ref[0], "accuracy " + s.str() + " " + dtype_name(dt));
     }
 }
 
 // Ties (the first maximum wins) and NaNs (a NaN is the maximum, the first one winning).
-TEST(CpuOps, AccuracyTiesAndNaN) {
+TEST_P(BackendOps, AccuracyTiesAndNaN) {
+  LOOM_REQUIRE_OPS(OpKind::accuracy);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> logits = {1,  3,   3,  0,    // tie: argmax 1
                                      2,  2,   2,  2,    // all equal: 0
@@ -974,8 +1008,8 @@ TEST(CpuOps, AccuracyTiesAndNaN) {
     for (int64_t i = 0; i < 16; ++i) oc.input(0).set(i, logits[static_cast<size_t>(i)]);
     for (int64_t i = 0; i < 4; ++i) oc.input(1).set_i32(i, labels[static_cast<size_t>(i)] + flip);
     const Outputs o = run_both(oc);
-    EXPECT_EQ(o.cpu[0].get_i32(0), flip ? 0 : 4);
-    expect_bytes_equal(o.cpu[0], o.ref[0], "accuracy ties/NaN");
+    EXPECT_EQ(o.got[0].get_i32(0), flip ? 0 : 4);
+    expect_bytes_equal(o.got[0], o.ref[0], "accuracy ties/NaN");
   }
 }
 
@@ -983,7 +1017,8 @@ TEST(CpuOps, AccuracyTiesAndNaN) {
 // chunk and one of whole chunks: a tie across chunks, a NaN in the last chunk after the maximum,
 // a row of −inf, −0 and +0 on either side of a chunk bound, the maximum last, a NaN in an earlier
 // chunk than a larger number.
-TEST(CpuOps, AccuracyTiesAndNaNInLongRows) {
+TEST_P(BackendOps, AccuracyTiesAndNaNInLongRows) {
+  LOOM_REQUIRE_OPS(OpKind::accuracy);
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   constexpr int64_t kRows = 6;
   for (const int64_t V : {150, 128}) {
@@ -1006,8 +1041,8 @@ TEST(CpuOps, AccuracyTiesAndNaNInLongRows) {
       for (int64_t r = 0; r < kRows; ++r)
         oc.input(1).set_i32(r, static_cast<int32_t>((argmax[static_cast<size_t>(r)] + flip) % V));
       const Outputs o = run_both(oc);
-      EXPECT_EQ(o.cpu[0].get_i32(0), flip ? 0 : kRows) << "V = " << V;
-      expect_bytes_equal(o.cpu[0], o.ref[0], "accuracy, long rows, V = " + std::to_string(V));
+      EXPECT_EQ(o.got[0].get_i32(0), flip ? 0 : kRows) << "V = " << V;
+      expect_bytes_equal(o.got[0], o.ref[0], "accuracy, long rows, V = " + std::to_string(V));
     }
   }
 }
@@ -1065,9 +1100,9 @@ void expect_state_close(const std::vector<float>& cpu, const std::vector<float>&
     }
 }
 
-TEST(CpuOptimizer, GradSqNorm) {
+TEST_P(BackendOptimizer, GradSqNorm) {
   OptState s = make_opt_state(next_seed());
-  CpuBackend cpu;
+  Backend& cpu = testing::under_test();
   ReferenceBackend ref;
   const auto ts = s.tensors();
   const double a = cpu.grad_sq_norm(ts), b = ref.grad_sq_norm(ts);
@@ -1079,13 +1114,13 @@ TEST(CpuOptimizer, GradSqNorm) {
   EXPECT_FALSE(std::isfinite(cpu.grad_sq_norm(s.tensors())));
 }
 
-TEST(CpuOptimizer, AdamMatchesReference) {
+TEST_P(BackendOptimizer, AdamMatchesReference) {
   for (float eps_root : {0.f, 1e-8f})
     for (float grad_scale : {1.f, 0.25f}) {
       OptState a = make_opt_state(next_seed());
       OptState b = a;
       const OptState before = a;
-      CpuBackend cpu;
+      Backend& cpu = testing::under_test();
       ReferenceBackend ref;
       for (int64_t count = 1; count <= 4; ++count) {
         OptimHyper h;
@@ -1106,13 +1141,13 @@ TEST(CpuOptimizer, AdamMatchesReference) {
     }
 }
 
-TEST(CpuOptimizer, SgdMatchesReference) {
+TEST_P(BackendOptimizer, SgdMatchesReference) {
   for (float momentum : {0.f, 0.9f})
     for (bool nesterov : {false, true}) {
       if (momentum == 0.f && nesterov) continue;
       OptState a = make_opt_state(next_seed());
       OptState b = a;
-      CpuBackend cpu;
+      Backend& cpu = testing::under_test();
       ReferenceBackend ref;
       for (int64_t count = 1; count <= 3; ++count) {
         OptimHyper h;
@@ -1229,42 +1264,42 @@ TEST(CpuThreads, Optimizer) {
   }
 }
 
-// The CPU-vs-reference test of every op of the table (some in test_ops_attention.cpp): an op of
-// ops.def without a row here does not compile.
+// The backend-vs-reference test of every op of the table (some in test_ops_attention.cpp): an op
+// of ops.def without a row here does not compile.
 constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
-    {OpKind::dense, "CpuOps.Dense"},
-    {OpKind::dense_grad_input, "CpuOps.DenseGradInput"},
-    {OpKind::dense_grad_weight, "CpuOps.DenseGradWeight"},
-    {OpKind::sum_leading, "CpuOps.SumLeading"},
-    {OpKind::layer_norm, "CpuOps.LayerNorm"},
-    {OpKind::layer_norm_grad, "CpuOps.LayerNormGrad"},
-    {OpKind::rms_norm, "CpuOps.LayerNorm"},
-    {OpKind::rms_norm_grad, "CpuOps.LayerNormGrad"},
-    {OpKind::silu, "CpuOps.Activations"},
-    {OpKind::silu_grad, "CpuOps.ActivationGrads"},
-    {OpKind::gelu, "CpuOps.Activations"},
-    {OpKind::gelu_grad, "CpuOps.ActivationGrads"},
-    {OpKind::gelu_erf, "CpuOps.Activations"},
-    {OpKind::gelu_erf_grad, "CpuOps.ActivationGrads"},
-    {OpKind::silu_mul, "CpuOps.ActivationGrads"},
-    {OpKind::silu_mul_grad, "CpuOps.SiluMulGrad"},
-    {OpKind::dropout, "CpuOps.DropoutBitExact"},
-    {OpKind::reshape, "CpuOps.ReshapeView"},
-    {OpKind::cast, "CpuOps.CastBitExact"},
-    {OpKind::add, "CpuOps.AddBitExact"},
-    {OpKind::log_softmax, "CpuOps.LogSoftmax"},
-    {OpKind::log_softmax_grad, "CpuOps.LogSoftmaxGrad"},
-    {OpKind::cross_entropy, "CpuOps.CrossEntropy"},
-    {OpKind::cross_entropy_grad, "CpuOps.CrossEntropyGrad"},
-    {OpKind::accuracy, "CpuOps.Accuracy"},
-    {OpKind::grad_accumulate, "CpuOps.GradAccumulateBitExact"},
-    {OpKind::embedding, "CpuOpsAttention.EmbeddingBitExact"},
-    {OpKind::embedding_grad, "CpuOpsAttention.EmbeddingGrad"},
-    {OpKind::attention, "CpuOpsAttention.Attention"},
-    {OpKind::attention_grad, "CpuOpsAttention.Attention"},
-    {OpKind::attention_decode, "CpuOpsAttention.AttentionDecodeMatchesAttention"},
-    {OpKind::kv_cache_write, "CpuOpsAttention.KvCacheWrite"},
-    {OpKind::rope, "CpuOpsAttention.Rope"},
+    {OpKind::dense, "BackendOps.Dense"},
+    {OpKind::dense_grad_input, "BackendOps.DenseGradInput"},
+    {OpKind::dense_grad_weight, "BackendOps.DenseGradWeight"},
+    {OpKind::sum_leading, "BackendOps.SumLeading"},
+    {OpKind::layer_norm, "BackendOps.LayerNorm"},
+    {OpKind::layer_norm_grad, "BackendOps.LayerNormGrad"},
+    {OpKind::rms_norm, "BackendOps.LayerNorm"},
+    {OpKind::rms_norm_grad, "BackendOps.LayerNormGrad"},
+    {OpKind::silu, "BackendOps.Activations"},
+    {OpKind::silu_grad, "BackendOps.ActivationGrads"},
+    {OpKind::gelu, "BackendOps.Activations"},
+    {OpKind::gelu_grad, "BackendOps.ActivationGrads"},
+    {OpKind::gelu_erf, "BackendOps.Activations"},
+    {OpKind::gelu_erf_grad, "BackendOps.ActivationGrads"},
+    {OpKind::silu_mul, "BackendOps.ActivationGrads"},
+    {OpKind::silu_mul_grad, "BackendOps.SiluMulGrad"},
+    {OpKind::dropout, "BackendOps.DropoutBitExact"},
+    {OpKind::reshape, "BackendOps.ReshapeView"},
+    {OpKind::cast, "BackendOps.CastBitExact"},
+    {OpKind::add, "BackendOps.AddBitExact"},
+    {OpKind::log_softmax, "BackendOps.LogSoftmax"},
+    {OpKind::log_softmax_grad, "BackendOps.LogSoftmaxGrad"},
+    {OpKind::cross_entropy, "BackendOps.CrossEntropy"},
+    {OpKind::cross_entropy_grad, "BackendOps.CrossEntropyGrad"},
+    {OpKind::accuracy, "BackendOps.Accuracy"},
+    {OpKind::grad_accumulate, "BackendOps.GradAccumulateBitExact"},
+    {OpKind::embedding, "BackendOpsAttention.EmbeddingBitExact"},
+    {OpKind::embedding_grad, "BackendOpsAttention.EmbeddingGrad"},
+    {OpKind::attention, "BackendOpsAttention.Attention"},
+    {OpKind::attention_grad, "BackendOpsAttention.Attention"},
+    {OpKind::attention_decode, "BackendOpsAttention.AttentionDecodeMatchesAttention"},
+    {OpKind::kv_cache_write, "BackendOpsAttention.KvCacheWrite"},
+    {OpKind::rope, "BackendOpsAttention.Rope"},
 });
 #define LOOM_OP(name, ...) \
   static_assert(testing::has_test(kCpuCase, OpKind::name), "op '" #name "' has no CPU-vs-reference test in kCpuCase");

@@ -1,6 +1,7 @@
-// CPU backend vs reference backend for the embedding and attention op families (testing::OpCase
-// runs each op through the real graph -> plan -> executor pipeline and checks the sentinel bytes
-// around every output), plus bitwise independence from the OpenMP thread count. attention_decode
+// Every registered backend vs the reference backend for the embedding and attention op families
+// (BackendOpsAttention runs once per backend, support/backend_param.h; testing::OpCase runs each op
+// through the real graph -> plan -> executor pipeline and checks the sentinel bytes around every
+// output), plus the CPU backend's bitwise independence from the OpenMP thread count. attention_decode
 // (one KV-cached decoding step) is checked against attention itself: decoding positions 0..T-1
 // must reproduce causal attention row by row (bit for bit on the reference backend).
 //
@@ -26,6 +27,7 @@
 #include "backend/reference/reference.h"
 #include "graph/passes/plan.h"
 #include "runtime/executor.h"
+#include "support/backend_param.h"
 #include "support/cpu_checks.h"
 #include "support/op_harness.h"
 
@@ -38,6 +40,9 @@ using testing::HostTensor;
 using testing::nmse;
 using testing::OpCase;
 using testing::ThreadCount;
+
+class BackendOpsAttention : public testing::BackendTest {};
+INSTANTIATE_TEST_SUITE_P(, BackendOpsAttention, testing::compared_backends(), testing::backend_name);
 
 constexpr DType kFloatTypes[] = {DType::f32, DType::bf16, DType::f16};
 
@@ -68,14 +73,14 @@ DType coarser(DType a, DType b) {
 }
 
 struct Outputs {
-  std::vector<HostTensor> cpu, ref;
+  std::vector<HostTensor> got, ref;  // the backend under test's, the reference's
 };
 
+// Runs `c` on the backend under test and on the reference.
 Outputs run_both(OpCase& c) {
-  CpuBackend cpu;
   ReferenceBackend ref;
   Outputs o;
-  o.cpu = c.run(cpu);
+  o.got = c.run(testing::under_test());
   o.ref = c.run(ref);
   return o;
 }
@@ -116,7 +121,8 @@ const std::vector<Shape> kIdShapes = {Shape{}, Shape{1}, Shape{7}, Shape{2, 33}}
 constexpr int64_t kVocab = 11;  // small: random ids repeat
 constexpr int64_t kEmbedWidths[] = {1, 5, 16, 64, 130};
 
-TEST(CpuOpsAttention, EmbeddingBitExact) {
+TEST_P(BackendOpsAttention, EmbeddingBitExact) {
+  LOOM_REQUIRE_OPS(OpKind::embedding);
   for (DType dt : kFloatTypes)
     for (const Shape& ids : kIdShapes)
       for (int64_t C : kEmbedWidths) {
@@ -124,9 +130,9 @@ TEST(CpuOpsAttention, EmbeddingBitExact) {
         OpCase oc(OpKind::embedding, {{ids, DType::i32}, {Shape{kVocab, C}, DType::f32}}, DTypeAttrs{dt});
         oc.fill_random(next_seed(), static_cast<int32_t>(kVocab));
         const Outputs o = run_both(oc);
-        ASSERT_EQ(o.cpu.size(), 1u);
-        EXPECT_EQ(o.cpu[0].shape, with_last(ids, C)) << what;
-        expect_bytes_equal(o.cpu[0], o.ref[0], what);
+        ASSERT_EQ(o.got.size(), 1u);
+        EXPECT_EQ(o.got[0].shape, with_last(ids, C)) << what;
+        expect_bytes_equal(o.got[0], o.ref[0], what);
         // And it is the table row, rounded once.
         const HostTensor& t = oc.input(1);
         for (int64_t n = 0; n < ids.numel(); ++n)
@@ -135,7 +141,8 @@ TEST(CpuOpsAttention, EmbeddingBitExact) {
       }
 }
 
-TEST(CpuOpsAttention, EmbeddingGrad) {
+TEST_P(BackendOpsAttention, EmbeddingGrad) {
+  LOOM_REQUIRE_OPS(OpKind::embedding_grad);
   for (DType dt : kFloatTypes)
     for (const Shape& ids : kIdShapes)
       for (int64_t C : kEmbedWidths) {
@@ -143,19 +150,21 @@ TEST(CpuOpsAttention, EmbeddingGrad) {
         OpCase oc(OpKind::embedding_grad, {{Shape{kVocab, C}, DType::f32}, {ids, DType::i32}, {with_last(ids, C), dt}});
         oc.fill_random(next_seed(), static_cast<int32_t>(kVocab));  // grad starts non-zero
         const Outputs o = run_both(oc);
-        ASSERT_EQ(o.cpu.size(), 1u);
-        expect_close(o.cpu[0], o.ref[0], DType::f32, what);
+        ASSERT_EQ(o.got.size(), 1u);
+        expect_close(o.got[0], o.ref[0], DType::f32, what);
       }
 }
 
 // Rows whose id never occurs are untouched, and a repeated id gets the sum of its rows.
-TEST(CpuOpsAttention, EmbeddingGradScatterAdd) {
+TEST_P(BackendOpsAttention, EmbeddingGradScatterAdd) {
+  LOOM_REQUIRE_OPS(OpKind::embedding_grad);
   OpCase oc(OpKind::embedding_grad, {{Shape{4, 3}, DType::f32}, {Shape{5}, DType::i32}, {Shape{5, 3}, DType::f32}});
   const int32_t ids[5] = {2, 0, 2, 2, 0};
   for (int64_t i = 0; i < 12; ++i) oc.input(0).set(i, 100.f + static_cast<float>(i));
   for (int64_t n = 0; n < 5; ++n) oc.input(1).set_i32(n, ids[n]);
   for (int64_t i = 0; i < 15; ++i) oc.input(2).set(i, static_cast<float>(i + 1));
-  for (Backend* be : std::initializer_list<Backend*>{new CpuBackend, new ReferenceBackend}) {
+  ReferenceBackend ref;
+  for (Backend* be : {&testing::under_test(), static_cast<Backend*>(&ref)}) {
     const HostTensor g = oc.run(*be).at(0);
     for (int64_t c = 0; c < 3; ++c) {
       EXPECT_EQ(g.get(0 * 3 + c), 100.f + c + (4 + c) + (13 + c)) << be->name();            // tokens 1, 4
@@ -163,7 +172,6 @@ TEST(CpuOpsAttention, EmbeddingGradScatterAdd) {
       EXPECT_EQ(g.get(2 * 3 + c), 106.f + c + (1 + c) + (7 + c) + (10 + c)) << be->name();  // tokens 0, 2, 3
       EXPECT_EQ(g.get(3 * 3 + c), 109.f + c) << be->name();
     }
-    delete be;
   }
 }
 
@@ -299,19 +307,20 @@ AttnCases make_attention_cases(const DtypePair& p, bool causal, const AttnShape&
   return c;
 }
 
-TEST(CpuOpsAttention, Attention) {
+TEST_P(BackendOpsAttention, Attention) {
+  LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_grad);
   for (const DtypePair& p : kAttnDtypes)
     for (bool causal : {false, true})
       for (const AttnShape& s : attn_shapes()) {
         AttnCases c = make_attention_cases(p, causal, s);
         const std::string what = attn_what("attention", p, causal, s);
         const Outputs o = run_both(c.fwd);
-        ASSERT_EQ(o.cpu.size(), 2u) << what;
-        expect_close(o.cpu[0], o.ref[0], coarser(p.d, p.s), what + " out");
-        expect_close(o.cpu[1], o.ref[1], coarser(p.d, p.s), what + " lse");
+        ASSERT_EQ(o.got.size(), 2u) << what;
+        expect_close(o.got[0], o.ref[0], coarser(p.d, p.s), what + " out");
+        expect_close(o.got[1], o.ref[1], coarser(p.d, p.s), what + " lse");
         const Outputs g = run_both(c.bwd);
-        ASSERT_EQ(g.cpu.size(), 1u) << what;
-        expect_close(g.cpu[0], g.ref[0], coarser(p.d, p.s), attn_what("attention_grad", p, causal, s));
+        ASSERT_EQ(g.got.size(), 1u) << what;
+        expect_close(g.got[0], g.ref[0], coarser(p.d, p.s), attn_what("attention_grad", p, causal, s));
       }
 }
 
@@ -320,7 +329,8 @@ TEST(CpuOpsAttention, Attention) {
 // ~100 carries ~1e-5 of rounding error, which exp(logit − lse) turns into a relative error of p,
 // and dp − rowsum(p·dp) cancels; f32 vs double logits alone give dqkv an NMSE of ~1e-8 (the same
 // with glibc's expf), so dqkv's f32 tolerance is 1e-6 in this test.
-TEST(CpuOpsAttention, PeakedSoftmax) {
+TEST_P(BackendOpsAttention, PeakedSoftmax) {
+  LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_grad);
   for (const DtypePair& p : {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32}})
     for (bool causal : {false, true}) {
       const AttnShape s{2, 33, 3, 16};
@@ -333,19 +343,21 @@ TEST(CpuOpsAttention, PeakedSoftmax) {
       c.bwd.input(1) = c.fwd.run(ref).at(1);
       const std::string what = attn_what("attention peaked", p, causal, s);
       const Outputs o = run_both(c.fwd);
-      expect_close(o.cpu[0], o.ref[0], p.d, what + " out");
-      expect_close(o.cpu[1], o.ref[1], p.d, what + " lse");
+      expect_close(o.got[0], o.ref[0], p.d, what + " out");
+      expect_close(o.got[1], o.ref[1], p.d, what + " lse");
       const Outputs g = run_both(c.bwd);
-      expect_close(g.cpu[0], g.ref[0], p.d == DType::f32 ? 1e-6 : nmse_tol(p.d), what + " dqkv");
+      expect_close(g.got[0], g.ref[0], p.d == DType::f32 ? 1e-6 : nmse_tol(p.d), what + " dqkv");
     }
 }
 
 // Exact properties of the definition, on the reference: a single key gives out = round_d(v) and
 // lse = the one logit; causal row 0 sees only key 0; causal dq/dk of row 0 come only from key 0.
-TEST(CpuOpsAttention, AttentionDefinitionSpotChecks) {
+TEST_P(BackendOpsAttention, AttentionDefinitionSpotChecks) {
+  LOOM_REQUIRE_OPS(OpKind::attention);
   for (DType d : kFloatTypes) {
     AttnCases c = make_attention_cases({d, DType::f32}, true, {1, 4, 1, 4});
-    for (Backend* be : std::initializer_list<Backend*>{new CpuBackend, new ReferenceBackend}) {
+    ReferenceBackend ref;
+    for (Backend* be : {&testing::under_test(), static_cast<Backend*>(&ref)}) {
       const std::vector<HostTensor> o = c.fwd.run(*be);
       const HostTensor& qkv = c.fwd.input(0);
       double l0 = 0;
@@ -355,7 +367,6 @@ TEST(CpuOpsAttention, AttentionDefinitionSpotChecks) {
         l0 += static_cast<double>(round_to(d, qkv.get(e) * 0.5f)) * qkv.get(4 + e);
       }
       EXPECT_NEAR(o[1].get(0), l0, 1e-5 * (1 + std::fabs(l0))) << be->name() << " " << dn(d);
-      delete be;
     }
   }
 }
@@ -508,7 +519,8 @@ void expect_caches_hold(const DecodeResult& r, const HostTensor& qkv, const Attn
 // tolerance on the CPU (dot products instead of sgemm change f32 summation orders); CPU decode
 // vs reference decode likewise. The caches hold exactly the tokens' k and v in rows [0, T) and
 // rows [T, Tmax) are never touched (nor read: they are NaN).
-TEST(CpuOpsAttention, AttentionDecodeMatchesAttention) {
+TEST_P(BackendOpsAttention, AttentionDecodeMatchesAttention) {
+  LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_decode);
   for (const DtypePair& p : kAttnDtypes)
     for (const AttnShape& s : attn_shapes()) {
       const std::string what = attn_what("attention_decode", p, true, s);
@@ -517,12 +529,12 @@ TEST(CpuOpsAttention, AttentionDecodeMatchesAttention) {
       const HostTensor& qkv = full.input(0);
       const Outputs att = run_both(full);
       const int64_t Tmax = s.T + 3;
-      CpuBackend cpu;
+      Backend& cpu = testing::under_test();
       ReferenceBackend ref;
       const DecodeResult dc = run_decode(cpu, qkv, p.s, Tmax, s.G);
       const DecodeResult dr = run_decode(ref, qkv, p.s, Tmax, s.G);
       expect_bytes_equal(dr.out, att.ref[0], what + " ref decode vs ref attention");
-      expect_close(dc.out, att.cpu[0], coarser(p.d, p.s), what + " cpu decode vs cpu attention");
+      expect_close(dc.out, att.got[0], coarser(p.d, p.s), what + " cpu decode vs cpu attention");
       expect_close(dc.out, dr.out, coarser(p.d, p.s), what + " cpu decode vs ref decode");
       for (const DecodeResult* r : {&dc, &dr}) expect_caches_hold(*r, qkv, s, what);
     }
@@ -554,13 +566,14 @@ DecodeResult run_cache_write(Backend& be, const HostTensor& qkv, int64_t Tmax, i
 
 // kv_cache_write of T tokens: the caches hold their keys and values in rows [0, T) exactly and the
 // rows past them untouched (NaN), on both backends, for every dtype and grouped heads.
-TEST(CpuOpsAttention, KvCacheWrite) {
+TEST_P(BackendOpsAttention, KvCacheWrite) {
+  LOOM_REQUIRE_OPS(OpKind::kv_cache_write);
   for (const DtypePair& p : kAttnDtypes)
     for (const AttnShape& s : attn_shapes()) {
       OpCase full(OpKind::attention, {{s.qkv(), p.d}}, AttentionAttrs{true, p.s, s.G});
       full.fill_random(next_seed());
       const std::string what = attn_what("kv_cache_write", p, true, s);
-      CpuBackend cpu;
+      Backend& cpu = testing::under_test();
       ReferenceBackend ref;
       expect_caches_hold(run_cache_write(cpu, full.input(0), s.T + 3, s.G), full.input(0), s, what + " cpu");
       expect_caches_hold(run_cache_write(ref, full.input(0), s.T + 3, s.G), full.input(0), s, what + " reference");
@@ -665,7 +678,8 @@ OpCase make_rope_case(DType d, const RopeShape& r, bool inverse) {
 
 // CPU vs reference over dtypes, both directions and shapes (one pair per head, odd lengths,
 // groups of query heads); the value part is copied bit for bit by both.
-TEST(CpuOpsAttention, Rope) {
+TEST_P(BackendOpsAttention, Rope) {
+  LOOM_REQUIRE_OPS(OpKind::rope);
   for (DType d : kFloatTypes)
     for (bool inverse : {false, true})
       for (const RopeShape& r :
@@ -673,12 +687,12 @@ TEST(CpuOpsAttention, Rope) {
         const std::string what = "rope " + dn(d) + (inverse ? " inverse " : " ") + r.str();
         OpCase oc = make_rope_case(d, r, inverse);
         const Outputs o = run_both(oc);
-        ASSERT_EQ(o.cpu.size(), 1u) << what;
-        expect_close(o.cpu[0], o.ref[0], d, what);
+        ASSERT_EQ(o.got.size(), 1u) << what;
+        expect_close(o.got[0], o.ref[0], d, what);
         const int64_t W = (r.group + 2) * r.D;
         for (int64_t row = 0; row < r.B * r.T * r.S; ++row)
           for (int64_t e = (r.group + 1) * r.D; e < W; ++e) {
-            ASSERT_EQ(o.cpu[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
+            ASSERT_EQ(o.got[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
             ASSERT_EQ(o.ref[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
           }
       }
@@ -687,8 +701,10 @@ TEST(CpuOpsAttention, Rope) {
 // The definition on both backends: position 0 is the identity; with D = 2 the one frequency is 1,
 // so the angle is the position itself (transformers: cos(p)·x0 − sin(p)·x1, cos(p)·x1 + sin(p)·x0);
 // the inverse undoes the rotation.
-TEST(CpuOpsAttention, RopeDefinition) {
-  for (Backend* be : std::initializer_list<Backend*>{new CpuBackend, new ReferenceBackend}) {
+TEST_P(BackendOpsAttention, RopeDefinition) {
+  LOOM_REQUIRE_OPS(OpKind::rope);
+  ReferenceBackend ref;
+  for (Backend* be : {&testing::under_test(), static_cast<Backend*>(&ref)}) {
     OpCase oc = make_rope_case(DType::f32, {1, 3, 1, 1, 2}, false);  // row: q0 q1 k0 k1 v0 v1
     for (int32_t t = 0; t < 3; ++t) oc.input(1).set_i32(t, t * 5);   // positions 0, 5, 10
     const HostTensor x = oc.input(0);
@@ -706,7 +722,6 @@ TEST(CpuOpsAttention, RopeDefinition) {
     back.input(1) = oc.input(1);
     const HostTensor z = back.run(*be).at(0);
     for (int64_t i = 0; i < 18; ++i) EXPECT_NEAR(z.get(i), x.get(i), 1e-6 * (1 + std::fabs(x.get(i)))) << be->name();
-    delete be;
   }
 }
 

@@ -9,7 +9,8 @@
 // it must cover, generated from ops.def: adding an op without its test case stops the test binary
 // from compiling, with a message naming the op. unregistered_tests checks at run time that every
 // test a table names is registered in this binary, so a renamed or deleted test cannot leave a
-// row pointing at nothing.
+// row pointing at nothing. A parameterised test ("Prefix/Suite.Name/param", support/backend_param.h)
+// is named by its "Suite.Name".
 #pragma once
 #include <gtest/gtest.h>
 
@@ -40,6 +41,11 @@ consteval OpTestTable op_test_table(std::initializer_list<OpTestRow> rows) {
 
 constexpr bool has_test(const OpTestTable& t, OpKind op) { return t[static_cast<size_t>(op)] != nullptr; }
 
+// A test suite's name without its instantiation prefix ("Prefix/Suite" -> "Suite").
+inline std::string unparameterised(const std::string& suite) { return suite.substr(suite.rfind('/') + 1); }
+// A test's name without its parameter's ("Name/cpu" -> "Name").
+inline std::string unparameterised_test(const std::string& test) { return test.substr(0, test.find('/')); }
+
 // The tests `t` names that this binary does not register, one per line ("" when there are none).
 inline std::string unregistered_tests(const OpTestTable& t) {
   const ::testing::UnitTest& u = *::testing::UnitTest::GetInstance();
@@ -51,7 +57,7 @@ inline std::string unregistered_tests(const OpTestTable& t) {
     for (int s = 0; s < u.total_test_suite_count() && !found; ++s) {
       const ::testing::TestSuite& suite = *u.GetTestSuite(s);
       for (int k = 0; k < suite.total_test_count() && !found; ++k)
-        found = std::string(suite.name()) + "." + suite.GetTestInfo(k)->name() == want;
+        found = unparameterised(suite.name()) + "." + unparameterised_test(suite.GetTestInfo(k)->name()) == want;
     }
     if (!found) missing += std::string(op_name(static_cast<OpKind>(op))) + ": " + want + "\n";
   }

@@ -1,9 +1,7 @@
 // Test support: checks an op's VJP rule against central finite differences through the real
-// pipeline (graph -> build_backward -> plan -> executor) on the reference backend.
-//
-// Every differentiable op's VJP rule (ops.def grad column `vjp`) against central finite
-// differences, run through the real pipeline (graph -> build_backward -> plan -> executor) on the
-// reference backend.
+// pipeline (graph -> build_backward -> plan -> executor) on the backend of the running BackendTest
+// (support/backend_param.h: the tests run once per registered backend, the reference included).
+// A program with an op that backend lacks is skipped, naming the op (Result::skipped).
 //
 // Construction: the op under test reads parameters (add_param values may feed any op), its output
 // goes through a fixed "head" dense(out, W_head) to a few logits and then cross_entropy with fixed
@@ -14,12 +12,12 @@
 // numeric one is (L(θ+h⁺) − L(θ−h⁻)) / (h⁺ + h⁻) per parameter element, with h± the actual f32
 // steps of ε = 1e-2·max(1, |θ|).
 //
-// Tolerances: the reference accumulates in double, but every value (parameters, activations and L
-// itself) is stored as float32, so each evaluation of L carries a relative rounding error of a
-// few 2⁻²⁴. Divided by 2ε that leaves ~1e-5..1e-4 of absolute noise in the numeric gradient, and
-// the central difference's truncation error is O(ε²·L''') ~ 1e-5. A relative tolerance of 1e-2
-// plus an absolute floor of 5e-4 is far above both and far below the gradients checked (each test
-// also asserts its gradients are not all tiny, so the floor cannot hide a wrong rule).
+// Tolerances: every value (parameters, activations and L itself) is stored as float32 on every
+// backend (the reference accumulates in double, the CPU in float over sums of a few dozen terms
+// here), so each evaluation of L carries a relative rounding error of a few 2⁻²⁴. Divided by 2ε that leaves ~1e-5..1e-4
+// of absolute noise in the numeric gradient, and the central difference's truncation error is O(ε²·L''') ~ 1e-5. A
+// relative tolerance of 1e-2 plus an absolute floor of 5e-4 is far above both and far below the gradients checked (each
+// test also asserts its gradients are not all tiny, so the floor cannot hide a wrong rule).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -31,12 +29,12 @@
 #include <string>
 #include <vector>
 
-#include "backend/reference/reference.h"
 #include "core/rng.h"
 #include "graph/graph.h"
 #include "graph/passes/autodiff.h"
 #include "graph/passes/plan.h"
 #include "runtime/executor.h"
+#include "support/backend_param.h"
 
 namespace loom::testing {
 
@@ -56,6 +54,7 @@ struct Options {
 struct Result {
   std::map<std::string, std::vector<float>> grad;  // analytic, by parameter path
   double loss = 0;
+  bool skipped = false;  // the backend lacks an op of the program: nothing was checked
 };
 
 // A node that writes a parameter's gradient in place: grad_accumulate, dense_grad_weight, or
@@ -105,9 +104,17 @@ inline Result check_vjp(const std::function<ValueId(const Scope&)>& build, const
     EXPECT_EQ(writes, uses) << g.value(p.value).name << "\n" << g.dump();
   }
 
-  MemoryPlan plan = plan_memory(g, default_schedule(g));
+  Backend& be = under_test();
+  std::vector<OpKind> ops;
+  for (const Node& n : g.nodes()) ops.push_back(n.op);
+  if (const std::string lacks = missing_ops(be, ops); !lacks.empty()) {
+    [&] { GTEST_SKIP() << lacks; }();  // marks the test skipped; the caller sees Result::skipped
+    Result skipped;
+    skipped.skipped = true;
+    return skipped;
+  }
+  MemoryPlan plan = plan_program(be, g, default_schedule(g));
   EXPECT_EQ(verify_plan(g, plan), "");
-  ReferenceBackend be;
   std::unique_ptr<Executor> ex;
   const Status st = Executor::create(be, g, plan, &ex);
   EXPECT_TRUE(st.is_ok()) << st.message();

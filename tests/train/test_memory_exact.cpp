@@ -49,6 +49,7 @@ class CountingBackend final : public Backend {
   void copy_to_device(void* dst, const void* src, size_t bytes) override { inner_.copy_to_device(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { inner_.copy_to_host(dst, src, bytes); }
   void fill_zero(void* dst, size_t bytes) override { inner_.fill_zero(dst, bytes); }
+  bool supports_op(OpKind op) const override { return inner_.supports_op(op); }
   bool supports(const Graph& g, const Node& n) const override { return inner_.supports(g, n); }
   int64_t workspace_bytes(const Graph& g, const Node& n, int threads) const override {
     return inner_.workspace_bytes(g, n, threads);

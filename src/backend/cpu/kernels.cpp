@@ -1,6 +1,7 @@
 // The CPU backend's kernel and workspace tables, generated from the op table: one cpu_<op> and
 // one cpu_workspace_<op> per line of graph/ops.def, in the same order (so a missing kernel or
-// workspace rule is a link error). Each family file defines both, the rule beside its kernel.
+// workspace rule is a link error, and the backend is complete: no entry is nullptr, the mark of
+// an op a partial backend lacks). Each family file defines both, the rule beside its kernel.
 #include "backend/cpu/cpu.h"
 
 namespace loom {

@@ -1,5 +1,6 @@
 // The reference backend's kernel table, generated from the op table: one ref_<op> per line of
-// graph/ops.def, in the same order (so a missing kernel is a link error).
+// graph/ops.def, in the same order (so a missing kernel is a link error). The oracle every other
+// backend is tested against is complete: no entry is nullptr (the mark of an op a backend lacks).
 #include "backend/reference/reference.h"
 
 namespace loom {
