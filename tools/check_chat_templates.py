@@ -8,8 +8,8 @@ with and without add_generation_prompt:
     tag, json.dumps as tojson, raise_exception and strftime_now as globals; the variables
     messages, tools, documents, add_generation_prompt, bos_token, eos_token);
   - by `loom prepare chat MODEL_DIR CONVERSATIONS.jsonl --render-only`.
-A conversation both sides refuse (the template raises, e.g. on roles that do not alternate)
-counts as a match. Prints one line per template and the first difference of each mismatch;
+A conversation both sides refuse with the same message (the template raises, e.g. on roles that
+do not alternate) counts as a match. Prints one line per template and the first difference of each mismatch;
 exits 1 when any mismatch.
 
     python tools/check_chat_templates.py TEMPLATE_DIR --loom build/loom [--conversations F.jsonl]
@@ -91,6 +91,25 @@ CONVERSATIONS = [
         ],
         "tools": TOOLS,
     },
+    {
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "abc123def",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "abc123def", "content": '{"temp": 21}'},
+            {"role": "assistant", "content": "It is 21 degrees."},
+        ],
+        "tools": TOOLS,
+    },
     {"messages": [{"role": "user", "content": "One"}, {"role": "user", "content": "Two"}]},
     {"messages": [{"role": "system", "content": "Only a system prompt."}]},
 ]
@@ -140,7 +159,7 @@ def render_python(env, template_text, conv, add_generation_prompt):
         )
         return {"text": text}
     except Exception as e:  # noqa: BLE001 - any refusal counts as one
-        return {"error": f"{type(e).__name__}: {e}"}
+        return {"error": str(e)}
 
 
 def render_loom(loom, model_dir, conv_file, add_generation_prompt):
@@ -196,7 +215,7 @@ def main():
                     total += 1
                     py = render_python(env, text, conv, agp)
                     lm = loom_lines[k] if k < len(loom_lines) else {"error": "no line"}
-                    if "error" in py and "error" in lm:
+                    if "error" in py and "error" in lm and py["error"] in lm["error"]:
                         same += 1
                         refused += 1
                     elif py.get("text") is not None and py.get("text") == lm.get("text"):

@@ -1124,7 +1124,8 @@ class Renderer {
     if (j.is_boolean()) return j.get<bool>();
     if (j.is_number_float()) return j.get<double>() != 0.0;
     if (j.is_number()) return j.get<int64_t>() != 0;
-    if (j.is_string() || j.is_array() || j.is_object()) return !j.empty();
+    if (j.is_string()) return !j.get_ref<const std::string&>().empty();
+    if (j.is_array() || j.is_object()) return !j.empty();
     return true;
   }
 
