@@ -485,6 +485,55 @@ PreparedChat prepare_chat(const ChatOptions& o) {
   return r;
 }
 
+ChatSplit open_chat_split(const std::string& data_dir, const std::string& split) {
+  const fs::path dir(data_dir);
+  const std::string fix = "prepare the data directory again: loom prepare chat MODEL_DIR DATA.jsonl DIR";
+  ChatSplit s{TokenFile::open_split(data_dir, split), {}, {}, 0};
+  const Json meta = Json::parse(read_whole((dir / "meta.json").string(), "meta.json"), nullptr, false);
+  const Json chat = meta.is_object() ? meta.value("chat", Json()) : Json();
+  const std::string count_key = split + "_target_tokens";
+  if (!chat.is_object() || !chat.contains(count_key) || !chat[count_key].is_number_integer())
+    throw UserError((dir / "meta.json").string(), "has no \"chat\" entry with \"" + count_key + "\"",
+                    "this is not a chat data directory; " + fix);
+  const std::string mask_path = (dir / (split + "_mask.bin")).string();
+  const std::string mask = read_whole(mask_path, "the loss mask");
+  if (static_cast<int64_t>(mask.size()) != s.tokens.size())
+    throw UserError(mask_path,
+                    "has " + std::to_string(mask.size()) + " bytes for " + std::to_string(s.tokens.size()) + " tokens",
+                    fix);
+  s.mask.assign(mask.begin(), mask.end());
+  for (size_t i = 0; i < s.mask.size(); ++i) {
+    if (s.mask[i] > 1) throw UserError(mask_path, "byte " + std::to_string(i) + " is not 0 or 1", fix);
+    s.targets += s.mask[i];
+  }
+  if (s.targets != chat[count_key].get<int64_t>())
+    throw UserError(mask_path,
+                    "marks " + std::to_string(s.targets) + " targets but meta.json says " +
+                        std::to_string(chat[count_key].get<int64_t>()),
+                    fix);
+  const std::string docs_path = (dir / (split + "_docs.bin")).string();
+  const std::string docs = read_whole(docs_path, "the example boundaries");
+  if (docs.size() % 8 != 0 || docs.size() < 16)
+    throw UserError(docs_path, "is not two or more uint64 offsets (" + std::to_string(docs.size()) + " bytes)", fix);
+  for (size_t k = 0; k < docs.size() / 8; ++k) {
+    uint64_t v = 0;
+    for (int b = 7; b >= 0; --b) v = v << 8 | static_cast<unsigned char>(docs[k * 8 + static_cast<size_t>(b)]);
+    const auto off = static_cast<int64_t>(v);
+    if (off < (k ? s.docs.back() : 0) || off > s.tokens.size() || (k == 0 && off != 0))
+      throw UserError(
+          docs_path,
+          "offset " + std::to_string(k) + " (" + std::to_string(v) + ") is not in order between 0 and the token count",
+          fix);
+    s.docs.push_back(off);
+  }
+  if (s.docs.back() != s.tokens.size())
+    throw UserError(docs_path,
+                    "ends at token " + std::to_string(s.docs.back()) + ", not at the token count " +
+                        std::to_string(s.tokens.size()),
+                    fix);
+  return s;
+}
+
 int run_prepare_chat(const ChatOptions& o, FILE* out) {
   const PreparedChat r = prepare_chat(o);
   std::fprintf(out, "prepared %s (%s data, loss on %s)\n", o.data_path.c_str(), chat_format_name(r.format),

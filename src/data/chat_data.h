@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "data/jinja.h"
+#include "data/token_data.h"
 
 namespace loom {
 
@@ -137,5 +138,17 @@ int run_prepare_chat(const ChatOptions& o, FILE* out = stdout);
 // line per example, {"text": "..."} or {"error": "..."} when the template raised or failed; no
 // tokenizer.json is needed. Returns 0 when every example rendered, 1 otherwise.
 int run_render_chat(const ChatOptions& o, bool add_generation_prompt, FILE* out = stdout);
+
+// One split of a chat data directory, read and checked against each other and meta.json:
+// S.bin as a TokenFile, S_mask.bin (one byte, 0 or 1, per token), S_docs.bin (uint64 offsets,
+// 0 first, non-decreasing, the token count last), the target count of meta.json's "chat". A
+// missing, short or inconsistent file is a UserError naming it.
+struct ChatSplit {
+  TokenFile tokens;
+  std::vector<uint8_t> mask;  // [tokens.size()]
+  std::vector<int64_t> docs;  // [examples + 1]
+  int64_t targets = 0;        // ones in mask
+};
+ChatSplit open_chat_split(const std::string& data_dir, const std::string& split);
 
 }  // namespace loom

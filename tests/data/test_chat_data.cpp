@@ -293,3 +293,53 @@ TEST(ChatData, AFailedPrepareLeavesTheOutputAsItWas) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(ChatData, OpenChatSplitChecksTheFilesAgainstEachOther) {
+  TempDir d;
+  write_model(d.path());
+  write_file(d.path("data.jsonl"), R"({"prompt": "1+1=", "completion": "2"})"
+                                   "\n"
+                                   R"({"prompt": "2+2=", "completion": "4"})"
+                                   "\n"
+                                   R"({"prompt": "3+3=", "completion": "6"})"
+                                   "\n");
+  const PreparedChat r = prepare_chat({d.path(), d.path("data.jsonl"), d.path("out"), "", "", 0.4});
+  const ChatSplit s = open_chat_split(d.path("out"), "train");
+  EXPECT_EQ(s.tokens.size(), r.tokens[0]);
+  EXPECT_EQ(s.targets, r.targets[0]);
+  EXPECT_EQ(s.docs.size(), static_cast<size_t>(r.examples[0]) + 1);
+  // The first example's targets are its completion and EOS: "2<|im_end|>".
+  const auto tok = HfTokenizer::load(d.path());
+  std::vector<int32_t> first;
+  for (int64_t i = s.docs[0]; i < s.docs[1]; ++i)
+    if (s.mask[static_cast<size_t>(i)]) first.push_back(s.tokens[i]);
+  EXPECT_EQ(tok->decode(first), "2<|im_end|>");
+
+  const std::string mask = read_file(d.path("out/train_mask.bin"));
+  write_file(d.path("out/train_mask.bin"), mask.substr(1));
+  EXPECT_NE(user_error([&] { open_chat_split(d.path("out"), "train"); }).find("train_mask.bin: has"),
+            std::string::npos);
+  write_file(d.path("out/train_mask.bin"), std::string(mask.size(), '\2'));
+  EXPECT_NE(user_error([&] { open_chat_split(d.path("out"), "train"); }).find("byte 0 is not 0 or 1"),
+            std::string::npos);
+  write_file(d.path("out/train_mask.bin"), std::string(mask.size(), '\1'));
+  EXPECT_NE(user_error([&] { open_chat_split(d.path("out"), "train"); }).find("but meta.json says"), std::string::npos);
+  write_file(d.path("out/train_mask.bin"), mask);
+  const std::string docs = read_file(d.path("out/train_docs.bin"));
+  std::string short_docs = docs;  // the last offset one token short
+  for (size_t b = docs.size() - 8; b < docs.size() && short_docs[b]-- == '\0';) ++b;
+  write_file(d.path("out/train_docs.bin"), short_docs);
+  EXPECT_NE(user_error([&] { open_chat_split(d.path("out"), "train"); }).find("not at the token count"),
+            std::string::npos);
+  // Token data from `loom prepare char` has no masks.
+  write_file(d.path("text.txt"), "some text to split into two parts\n");
+  prepare_dataset("char", d.path("text.txt"), d.path("plain"));
+  EXPECT_NE(user_error([&] { open_chat_split(d.path("plain"), "train"); }).find("has no \"chat\" entry"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom
