@@ -24,17 +24,30 @@ namespace {
 struct Value {
   enum class Kind { undefined, data, ns, func };
   Kind kind = Kind::undefined;
-  Json j;
+  std::shared_ptr<const Json> d;  // data: owned, or a part of a bigger value sharing its owner
   std::shared_ptr<Json> ns;
   std::string what;  // undefined: what is missing; func: the function's name
 
-  static Value undef(std::string what) { return {Kind::undefined, {}, nullptr, std::move(what)}; }
-  static Value of(Json j) { return {Kind::data, std::move(j), nullptr, {}}; }
-  static Value func(std::string name) { return {Kind::func, {}, nullptr, std::move(name)}; }
+  static Value undef(std::string what) { return {Kind::undefined, nullptr, nullptr, std::move(what)}; }
+  static Value of(Json j) { return {Kind::data, std::make_shared<const Json>(std::move(j)), nullptr, {}}; }
+  // A part of `whole`'s data (a list item, a dict value): no copy, it keeps `whole` alive. Looking
+  // into messages[i]['content'] this way costs nothing whatever the size of messages.
+  static Value part(const Value& whole, const Json& p) {
+    return {Kind::data, std::shared_ptr<const Json>(whole.d, &p), nullptr, {}};
+  }
+  // Data that outlives the rendering (the caller's context).
+  static Value borrow(const Json& j) {
+    return {Kind::data, std::shared_ptr<const Json>(std::shared_ptr<const Json>(), &j), nullptr, {}};
+  }
+  static Value func(std::string name) { return {Kind::func, nullptr, nullptr, std::move(name)}; }
+  const Json& j() const {
+    static const Json null;
+    return d ? *d : null;
+  }
   bool defined() const { return kind != Kind::undefined; }
   bool is_data() const { return kind == Kind::data; }
-  bool is_string() const { return is_data() && j.is_string(); }
-  bool is_none() const { return is_data() && j.is_null(); }
+  bool is_string() const { return is_data() && j().is_string(); }
+  bool is_none() const { return is_data() && j().is_null(); }
 };
 
 std::u32string to_u32(std::string_view s) {
@@ -138,8 +151,8 @@ std::string to_str(const Value& v) {
     case Value::Kind::data:
       break;
   }
-  if (v.j.is_string()) return v.j.get<std::string>();
-  return py_repr(v.j);
+  if (v.j().is_string()) return v.j().get<std::string>();
+  return py_repr(v.j());
 }
 
 void python_json_into(const Json& v, int indent, int level, std::string& out) {
@@ -955,9 +968,10 @@ enum class Flow { normal, break_, continue_ };
 
 class Renderer {
  public:
-  Renderer(const std::string& name, const Json& context) : name_(name) {
+  // `loop_items`: the template mentions loop.previtem or loop.nextitem (copies made only then).
+  Renderer(const std::string& name, const Json& context, bool loop_items) : name_(name), loop_items_(loop_items) {
     frames_.emplace_back();
-    for (const auto& [k, v] : context.items()) frames_.back()[k] = Value::of(v);
+    for (const auto& [k, v] : context.items()) frames_.back()[k] = Value::borrow(v);
     frames_.emplace_back();  // the template's own top-level variables
   }
 
@@ -1011,23 +1025,28 @@ class Renderer {
       if (ns.kind != Value::Kind::ns)
         fail(n.line, "'set " + n.names[0] + "." + n.attr + "' needs " + n.names[0] + " to be a namespace()");
       if (!v.is_data()) fail(n.line, "only data can be stored in a namespace");
-      (*ns.ns)[n.attr] = std::move(v.j);
+      (*ns.ns)[n.attr] = v.j();
       return;
     }
     if (n.names.size() == 1) {
       frames_.back()[n.names[0]] = std::move(v);
       return;
     }
-    if (!v.is_data() || !v.j.is_array() || v.j.size() != n.names.size())
+    if (!v.is_data() || !v.j().is_array() || v.j().size() != n.names.size())
       fail(n.line, "cannot unpack the value into " + std::to_string(n.names.size()) + " names");
-    for (size_t i = 0; i < n.names.size(); ++i) frames_.back()[n.names[i]] = Value::of(v.j[i]);
+    for (size_t i = 0; i < n.names.size(); ++i) frames_.back()[n.names[i]] = Value::of(v.j()[i]);
   }
 
   Flow exec_for(const Node& n, std::string& out) {
     const Value seq = eval(*n.expr);
-    std::vector<Json> items = iterate(seq, n.line);
+    std::vector<Value> items;
+    if (seq.is_data() && seq.j().is_array()) {  // the items themselves, not copies
+      for (const Json& x : seq.j()) items.push_back(Value::part(seq, x));
+    } else {
+      for (Json& x : iterate(seq, n.line)) items.push_back(Value::of(std::move(x)));
+    }
     if (n.filter) {
-      std::vector<Json> kept;
+      std::vector<Value> kept;
       for (auto& item : items) {
         frames_.emplace_back();
         bind_targets(n, item);
@@ -1044,8 +1063,8 @@ class Renderer {
       Json loop = {{"index", i + 1},  {"index0", i},          {"revindex", len - i}, {"revindex0", len - i - 1},
                    {"first", i == 0}, {"last", i == len - 1}, {"length", len},       {"depth", 1},
                    {"depth0", 0}};
-      if (i > 0) loop["previtem"] = items[static_cast<size_t>(i - 1)];
-      if (i + 1 < len) loop["nextitem"] = items[static_cast<size_t>(i + 1)];
+      if (loop_items_ && i > 0) loop["previtem"] = items[static_cast<size_t>(i - 1)].j();
+      if (loop_items_ && i + 1 < len) loop["nextitem"] = items[static_cast<size_t>(i + 1)].j();
       frames_.back()["loop"] = Value::of(std::move(loop));
       bind_targets(n, items[static_cast<size_t>(i)]);
       const Flow f = exec(n.branches[0].second, out);
@@ -1055,28 +1074,28 @@ class Renderer {
     return Flow::normal;
   }
 
-  void bind_targets(const Node& n, const Json& item) {
+  void bind_targets(const Node& n, const Value& item) {
     if (n.names.size() == 1) {
-      frames_.back()[n.names[0]] = Value::of(item);
+      frames_.back()[n.names[0]] = item;
       return;
     }
-    if (!item.is_array() || item.size() != n.names.size())
+    if (!item.j().is_array() || item.j().size() != n.names.size())
       fail(n.line, "cannot unpack a loop item into " + std::to_string(n.names.size()) + " names");
-    for (size_t i = 0; i < n.names.size(); ++i) frames_.back()[n.names[i]] = Value::of(item[i]);
+    for (size_t i = 0; i < n.names.size(); ++i) frames_.back()[n.names[i]] = Value::part(item, item.j()[i]);
   }
 
   // The items a for loop (or list()) walks: list items, dict keys, string characters.
   std::vector<Json> iterate(const Value& v, int line) const {
     std::vector<Json> items;
     if (!v.defined()) return items;  // jinja2's Undefined iterates as empty
-    if (v.kind == Value::Kind::ns || v.kind == Value::Kind::func || v.j.is_null() || v.j.is_number() ||
-        v.j.is_boolean())
+    if (v.kind == Value::Kind::ns || v.kind == Value::Kind::func || v.j().is_null() || v.j().is_number() ||
+        v.j().is_boolean())
       fail(line, "cannot iterate over " + type_name(v));
-    if (v.j.is_array()) items.assign(v.j.begin(), v.j.end());
-    if (v.j.is_object())
-      for (const auto& [k, x] : v.j.items()) items.emplace_back(k);
-    if (v.j.is_string())
-      for (char32_t c : to_u32(v.j.get_ref<const std::string&>())) items.emplace_back(to_u8(std::u32string(1, c)));
+    if (v.j().is_array()) items.assign(v.j().begin(), v.j().end());
+    if (v.j().is_object())
+      for (const auto& [k, x] : v.j().items()) items.emplace_back(k);
+    if (v.j().is_string())
+      for (char32_t c : to_u32(v.j().get_ref<const std::string&>())) items.emplace_back(to_u8(std::u32string(1, c)));
     return items;
   }
 
@@ -1099,7 +1118,7 @@ class Renderer {
       case Value::Kind::data:
         break;
     }
-    switch (v.j.type()) {
+    switch (v.j().type()) {
       case Json::value_t::null:
         return "none";
       case Json::value_t::boolean:
@@ -1119,7 +1138,7 @@ class Renderer {
 
   static bool truthy(const Value& v) {
     if (v.kind != Value::Kind::data) return v.defined();
-    const Json& j = v.j;
+    const Json& j = v.j();
     if (j.is_null()) return false;
     if (j.is_boolean()) return j.get<bool>();
     if (j.is_number_float()) return j.get<double>() != 0.0;
@@ -1131,7 +1150,7 @@ class Renderer {
 
   // The value of a data operand; an undefined one is jinja2's UndefinedError.
   const Json& data(const Value& v, int line, const char* use) const {
-    if (v.kind == Value::Kind::data) return v.j;
+    if (v.kind == Value::Kind::data) return v.j();
     if (v.kind == Value::Kind::ns) return *v.ns;
     if (!v.defined()) fail(line, v.what + " (used in " + use + ")");
     fail(line, "the function " + v.what + " cannot be used in " + use);
@@ -1220,28 +1239,28 @@ class Renderer {
       if (auto it = obj.ns->find(attr); it != obj.ns->end()) return Value::of(*it);
       return Value::undef("the namespace has no attribute '" + attr + "'");
     }
-    if (obj.is_data() && obj.j.is_object())
-      if (auto it = obj.j.find(attr); it != obj.j.end()) return Value::of(*it);
+    if (obj.is_data() && obj.j().is_object())
+      if (auto it = obj.j().find(attr); it != obj.j().end()) return Value::part(obj, *it);
     return Value::undef(type_name(obj) + " has no attribute '" + attr + "'");
   }
 
   Value get_item(const Value& obj, const Value& key, int line) const {
     if (!obj.defined()) fail(line, obj.what + " (subscripted)");
     if (obj.kind == Value::Kind::ns)
-      return key.is_string() ? get_attr(obj, key.j.get<std::string>(), line) : Value::undef("");
-    const Json& j = obj.j;
+      return key.is_string() ? get_attr(obj, key.j().get<std::string>(), line) : Value::undef("");
+    const Json& j = obj.j();
     if (j.is_object()) {
       if (key.is_string())
-        if (auto it = j.find(key.j.get<std::string>()); it != j.end()) return Value::of(*it);
-      return Value::undef("the dict has no key " + (key.is_data() ? py_repr(key.j) : std::string("?")));
+        if (auto it = j.find(key.j().get<std::string>()); it != j.end()) return Value::part(obj, *it);
+      return Value::undef("the dict has no key " + (key.is_data() ? py_repr(key.j()) : std::string("?")));
     }
-    if ((j.is_array() || j.is_string()) && key.is_data() && key.j.is_number_integer()) {
-      int64_t i = key.j.get<int64_t>();
+    if ((j.is_array() || j.is_string()) && key.is_data() && key.j().is_number_integer()) {
+      int64_t i = key.j().get<int64_t>();
       if (j.is_array()) {
         const auto n = static_cast<int64_t>(j.size());
         if (i < 0) i += n;
-        if (i >= 0 && i < n) return Value::of(j[static_cast<size_t>(i)]);
-        return Value::undef("list index " + std::to_string(key.j.get<int64_t>()) + " is out of range");
+        if (i >= 0 && i < n) return Value::part(obj, j[static_cast<size_t>(i)]);
+        return Value::undef("list index " + std::to_string(key.j().get<int64_t>()) + " is out of range");
       }
       const std::u32string s = to_u32(j.get_ref<const std::string&>());
       const auto n = static_cast<int64_t>(s.size());
@@ -1249,7 +1268,7 @@ class Renderer {
       if (i >= 0 && i < n) return Value::of(to_u8(s.substr(static_cast<size_t>(i), 1)));
       return Value::undef("string index out of range");
     }
-    if (key.is_string()) return get_attr(obj, key.j.get<std::string>(), line);
+    if (key.is_string()) return get_attr(obj, key.j().get<std::string>(), line);
     return Value::undef(type_name(obj) + " cannot be subscripted with " + type_name(key));
   }
 
@@ -1305,9 +1324,9 @@ class Renderer {
     if (a.kind == Value::Kind::undefined) return true;
     if (a.kind == Value::Kind::ns) return a.ns == b.ns;
     if (a.kind == Value::Kind::func) return a.what == b.what;
-    if (a.j.is_number() && b.j.is_number() && !a.j.is_boolean() && !b.j.is_boolean())
-      return a.j.get<double>() == b.j.get<double>();
-    return a.j == b.j;
+    if (a.j().is_number() && b.j().is_number() && !a.j().is_boolean() && !b.j().is_boolean())
+      return a.j().get<double>() == b.j().get<double>();
+    return a.j() == b.j();
   }
 
   // -1, 0, 1 for numbers or strings; anything else is an error, as in Python.
@@ -1331,7 +1350,7 @@ class Renderer {
       return h.get_ref<const std::string&>().find(str_arg(needle, line, "'in' on a string")) != std::string::npos;
     if (h.is_array())
       return std::any_of(h.begin(), h.end(), [&](const Json& x) { return py_equal(Value::of(x), needle); });
-    if (h.is_object()) return needle.is_string() && h.contains(needle.j.get<std::string>());
+    if (h.is_object()) return needle.is_string() && h.contains(needle.j().get<std::string>());
     fail(line, "'in' needs a string, list or dict on its right, not " + type_name(hay));
   }
 
@@ -1406,7 +1425,7 @@ class Renderer {
     std::vector<Value> pos = args_of(e);
     if (e.target->k == Expr::K::attr) {
       const Value obj = eval(*e.target->target);
-      if (obj.is_data() && (obj.j.is_string() || obj.j.is_object())) return method(e, obj, e.target->name, pos);
+      if (obj.is_data() && (obj.j().is_string() || obj.j().is_object())) return method(e, obj, e.target->name, pos);
       if (!obj.defined()) fail(e.line, obj.what + " (calling ." + e.target->name + "())");
       fail(e.line, type_name(obj) + " has no method '" + e.target->name + "' that loom knows");
     }
@@ -1459,7 +1478,7 @@ class Renderer {
   }
 
   static std::u32string strip_set(const Value& chars) {
-    return chars.is_string() ? to_u32(chars.j.get_ref<const std::string&>()) : std::u32string();
+    return chars.is_string() ? to_u32(chars.j().get_ref<const std::string&>()) : std::u32string();
   }
   // Python's str.strip/lstrip/rstrip: `chars` (none: whitespace).
   static std::string py_strip(const std::string& s, const std::u32string& chars, bool left, bool right) {
@@ -1548,27 +1567,27 @@ class Renderer {
 
   Value method(const Expr& e, const Value& obj, const std::string& m, std::vector<Value>& pos) {
     const int line = e.line;
-    if (obj.j.is_object()) {
+    if (obj.j().is_object()) {
       if (m == "items" || m == "keys" || m == "values") {
         Json r = Json::array();
-        for (const auto& [k, v] : obj.j.items())
+        for (const auto& [k, v] : obj.j().items())
           r.push_back(m == "items" ? Json::array({k, v}) : m == "keys" ? Json(k) : v);
         return Value::of(std::move(r));
       }
       if (m == "get") {
         const Value k = arg(e, pos, 0, "key");
         if (k.is_string())
-          if (auto it = obj.j.find(k.j.get<std::string>()); it != obj.j.end()) return Value::of(*it);
+          if (auto it = obj.j().find(k.j().get<std::string>()); it != obj.j().end()) return Value::part(obj, *it);
         return arg(e, pos, 1, "default", Value::of(nullptr));
       }
       fail(line, "a dict has no method '" + m + "' that loom knows (items, keys, values, get)");
     }
-    const std::string& s = obj.j.get_ref<const std::string&>();
+    const std::string& s = obj.j().get_ref<const std::string&>();
     if (m == "startswith" || m == "endswith") {
       const Value p = arg(e, pos, 0, "prefix");
       std::vector<std::string> options;
-      if (p.is_data() && p.j.is_array())
-        for (const auto& x : p.j) options.push_back(str_arg(Value::of(x), line, m.c_str()));
+      if (p.is_data() && p.j().is_array())
+        for (const auto& x : p.j()) options.push_back(str_arg(Value::of(x), line, m.c_str()));
       else
         options.push_back(str_arg(p, line, m.c_str()));
       return Value::of(std::any_of(options.begin(), options.end(), [&](const std::string& o) {
@@ -1634,7 +1653,7 @@ class Renderer {
       if (a.size() < n) fail(line, "the test '" + t + "' needs an argument");
     };
     const bool d = v.is_data();
-    const Json& j = v.j;
+    const Json& j = v.j();
     if (t == "defined") return v.defined();
     if (t == "undefined") return !v.defined();
     if (t == "none") return v.is_none();
@@ -1678,7 +1697,7 @@ class Renderer {
   // ---- filters ----
   // Item `attr` of x, where attr may be dotted ("function.name") or an integer index.
   Value attr_path(const Json& x, const Value& attr, int line) const {
-    if (attr.is_data() && attr.j.is_number_integer()) return get_item(Value::of(x), attr, line);
+    if (attr.is_data() && attr.j().is_number_integer()) return get_item(Value::of(x), attr, line);
     Value cur = Value::of(x);
     const std::string& path = str_arg(attr, line, "attribute");
     for (size_t at = 0; at <= path.size();) {
@@ -1695,7 +1714,7 @@ class Renderer {
     const int line = e.line;
     Value v = eval(*e.target);
     std::vector<Value> pos = args_of(e);
-    const Json& j = v.j;
+    const Json& j = v.j();
     if (f == "safe") return v;
     if (f == "default" || f == "d") {
       check_kwargs(e, {"default_value", "boolean"}, "default");
@@ -1844,6 +1863,7 @@ class Renderer {
   }
 
   const std::string& name_;
+  bool loop_items_;
   std::vector<std::map<std::string, Value>> frames_;
 };
 
@@ -1864,6 +1884,7 @@ Template::Template(std::string_view source, std::string name) : name_(std::move(
     }
   }
   if (!src.empty() && src.back() == '\n') src.pop_back();
+  loop_items_ = src.find("previtem") != std::string::npos || src.find("nextitem") != std::string::npos;
   Parser parser(Lexer(std::move(src), name_).run(), name_);
   body_ = parser.parse_template();
 }
@@ -1875,7 +1896,7 @@ Template& Template::operator=(Template&&) noexcept = default;
 std::string Template::render(const Json& context) const {
   LOOM_ASSERT(context.is_object(), "Template::render takes a JSON object of variables");
   std::string out;
-  Renderer r(name_, context);
+  Renderer r(name_, context, loop_items_);
   const Flow f = r.exec(body_, out);
   if (f != Flow::normal) throw UserError(name_, "{% break %} or {% continue %} outside a for loop");
   return out;

@@ -72,6 +72,7 @@ class Template {
  private:
   std::string name_;
   std::vector<std::unique_ptr<Node>> body_;
+  bool loop_items_ = false;  // the template uses loop.previtem/nextitem
 };
 
 // json.dumps(v, ensure_ascii=False, indent=indent) as Python writes it (indent < 0: no indent).
