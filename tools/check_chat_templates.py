@@ -8,8 +8,8 @@ with and without add_generation_prompt:
     tag, json.dumps as tojson, raise_exception and strftime_now as globals; the variables
     messages, tools, documents, add_generation_prompt, bos_token, eos_token);
   - by `loom prepare chat MODEL_DIR CONVERSATIONS.jsonl --render-only`.
-A conversation both sides refuse with the same message (the template raises, e.g. on roles that
-do not alternate) counts as a match. Prints one line per template and the first difference of each mismatch;
+A conversation both sides refuse counts as a match; when the template raised it (raise_exception,
+e.g. on roles that do not alternate) loom's error must carry the same message. Prints one line per template and the first difference of each mismatch;
 exits 1 when any mismatch.
 
     python tools/check_chat_templates.py TEMPLATE_DIR --loom build/loom [--conversations F.jsonl]
@@ -159,7 +159,9 @@ def render_python(env, template_text, conv, add_generation_prompt):
         )
         return {"text": text}
     except Exception as e:  # noqa: BLE001 - any refusal counts as one
-        return {"error": str(e)}
+        # A template's own raise_exception must give loom the same message; other errors (a type
+        # error, a missing list element) need only be errors in loom too.
+        return {"error": str(e) if type(e) is TemplateError else ""}
 
 
 def render_loom(loom, model_dir, conv_file, add_generation_prompt):

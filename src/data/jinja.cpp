@@ -1345,6 +1345,7 @@ class Renderer {
   }
 
   bool contains(const Value& hay, const Value& needle, int line) const {
+    if (!hay.defined()) return false;  // jinja2's Undefined iterates as empty
     const Json& h = data(hay, line, "'in'");
     if (h.is_string())
       return h.get_ref<const std::string&>().find(str_arg(needle, line, "'in' on a string")) != std::string::npos;
@@ -1793,6 +1794,10 @@ class Renderer {
       for (const auto& [k, y] : x.items()) r.push_back(Json::array({k, y}));
       return Value::of(std::move(r));
     }
+    // jinja2's select, reject, selectattr, rejectattr and map give nothing for a falsy value
+    // (none included) instead of iterating it.
+    const bool selecting = f == "select" || f == "reject" || f == "selectattr" || f == "rejectattr" || f == "map";
+    if (selecting && !truthy(v)) return Value::of(Json::array());
     // The rest walk a sequence.
     std::vector<Json> items = iterate(v, line);
     if (f == "list") return Value::of(Json(items));

@@ -117,6 +117,7 @@ TEST(Jinja, OperatorsAndPrecedence) {
   EXPECT_EQ(render("{{ 'ell' in 'hello' }} {{ 2 in [1, 2] }} {{ 'k' in d }} {{ 'q' not in d }}", {{"d", {{"k", 0}}}}),
             "True True True True");
   // and/or give an operand, as in Python.
+  EXPECT_EQ(render("{{ 'x' in missing }}"), "False");  // Undefined iterates as empty
   EXPECT_EQ(render("{{ '' or 'fallback' }} {{ 'x' and 'y' }} {{ 0 and 1 }} {{ not '' }}"), "fallback y 0 True");
   EXPECT_EQ(render("{{ 'yes' if n > 1 else 'no' }}{{ 'only' if false }}.", {{"n", 2}}), "yes.");
   EXPECT_EQ(render("{{ not(a and b) }}", {{"a", true}, {"b", false}}), "True");
@@ -173,6 +174,10 @@ TEST(Jinja, Filters) {
                    "{{ ms | selectattr('n') | map(attribute='n') | join('+') }}",
                    ms),
             "2 1 1+2");
+  // Selecting from none (a template's `tools` when there are none) gives nothing, as jinja2's.
+  EXPECT_EQ(render("{{ n | selectattr('type', 'equalto', 'x') | list | length }}{{ n | map(attribute='a') | list }}",
+                   {{"n", nullptr}}),
+            "0[]");
   EXPECT_EQ(render("{{ ['a', 'code', 'b'] | reject('equalto', 'code') | join(', ') }} "
                    "{{ [1, 2, 3, 4] | select('odd') | list }}"),
             "a, b [1, 3]");
