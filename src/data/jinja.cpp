@@ -509,8 +509,8 @@ class Parser {
  private:
   [[noreturn]] void fail(int line, const std::string& problem) const {
     fail_at(name_, line, problem,
-            "loom renders the Jinja2 subset of chat templates (data/jinja.h lists it); "
-            "give a template without it with --template FILE");
+            "check the template's syntax; loom renders the Jinja2 subset that chat templates use "
+            "(src/data/jinja.h lists it): give another template with --template FILE");
   }
 
   // Parses pieces until a block tag whose keyword is in `ends`; returns that keyword in `end`
