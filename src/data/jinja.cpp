@@ -26,7 +26,8 @@ struct Value {
   Kind kind = Kind::undefined;
   std::shared_ptr<const Json> d;  // data: owned, or a part of a bigger value sharing its owner
   std::shared_ptr<Json> ns;
-  std::string what;  // undefined: what is missing; func: the function's name
+  std::string what;             // undefined: what is missing; func: the function's name
+  const Node* macro = nullptr;  // func: a {% macro %} of the template, else a global
 
   static Value undef(std::string what) { return {Kind::undefined, nullptr, nullptr, std::move(what)}; }
   static Value of(Json j) { return {Kind::data, std::make_shared<const Json>(std::move(j)), nullptr, {}}; }
@@ -479,7 +480,7 @@ struct Expr {
 }  // namespace
 
 struct Node {
-  enum class K { text, output, if_, for_, set, set_block, break_, continue_, generation };
+  enum class K { text, output, if_, for_, set, set_block, break_, continue_, generation, macro };
   K k;
   int line = 0;
   std::string text;
@@ -489,6 +490,7 @@ struct Node {
   ExprP filter;                                                                // for ... if filter
   std::vector<std::pair<ExprP, std::vector<std::unique_ptr<Node>>>> branches;  // if/elif; for: the body
   std::vector<std::unique_ptr<Node>> else_body;
+  std::vector<ExprP> defaults;  // macro: per parameter (names[1..]), or null
 };
 
 namespace {
@@ -636,6 +638,26 @@ class Parser {
       }
     } else if (w == "break" || w == "continue") {
       n->k = w == "break" ? Node::K::break_ : Node::K::continue_;
+      expect_end();
+    } else if (w == "macro") {
+      n->k = Node::K::macro;
+      const Token& name = next();
+      if (name.type != Tok::name) fail(name.line, "expected the macro's name");
+      n->names.push_back(name.text);
+      expect_op("(");
+      while (!accept_op(")")) {
+        const Token& p = next();
+        if (p.type != Tok::name) fail(p.line, "expected a parameter name in the macro");
+        n->names.push_back(p.text);
+        n->defaults.push_back(accept_op("=") ? parse_expr() : nullptr);
+        if (!accept_op(",")) {
+          expect_op(")");
+          break;
+        }
+      }
+      expect_end();
+      std::string end;
+      n->branches.emplace_back(nullptr, parse_body({"endmacro"}, end));
       expect_end();
     } else if (w == "generation") {
       n->k = Node::K::generation;
@@ -1015,6 +1037,12 @@ class Renderer {
         return Flow::continue_;
       case Node::K::generation:
         return exec(n.branches[0].second, out);
+      case Node::K::macro: {
+        Value m = Value::func(n.names[0]);
+        m.macro = &n;
+        frames_.back()[n.names[0]] = std::move(m);
+        return Flow::normal;
+      }
     }
     return Flow::normal;
   }
@@ -1435,6 +1463,7 @@ class Renderer {
       if (!f.defined()) fail(e.line, f.what + " (called as a function)");
       fail(e.line, type_name(f) + " is not a function");
     }
+    if (f.macro) return call_macro(e, *f.macro, pos);
     const std::string& fn = f.what;
     if (fn == "raise_exception") {
       const std::string msg = pos.empty() ? std::string() : to_str(pos[0]);
@@ -1476,6 +1505,40 @@ class Renderer {
     Json r = Json::array();
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) r.push_back(i);
     return Value::of(std::move(r));
+  }
+
+  // A {% macro %}: its arguments bound by position, name or default (missing ones undefined);
+  // the body sees them, the render's variables and the template's top-level ones, not the
+  // caller's loop variables, and its output is the call's value.
+  Value call_macro(const Expr& e, const Node& m, const std::vector<Value>& pos) {
+    const size_t np = m.names.size() - 1;
+    if (pos.size() > np)
+      fail(e.line, "the macro " + m.names[0] + " takes " + std::to_string(np) + " arguments, not " +
+                       std::to_string(pos.size()));
+    for (const auto& [k, x] : e.kwargs)
+      if (std::find(m.names.begin() + 1, m.names.end(), k) == m.names.end())
+        fail(e.line, "the macro " + m.names[0] + " has no parameter '" + k + "'");
+    std::map<std::string, Value> args;
+    for (size_t i = 0; i < np; ++i) {
+      const std::string& p = m.names[i + 1];
+      Value v = Value::undef("the macro argument '" + p + "' was not given");
+      if (i < pos.size()) v = pos[i];
+      for (const auto& [k, x] : e.kwargs)
+        if (k == p) v = eval(*x);
+      if (!v.defined() && m.defaults[i]) v = eval(*m.defaults[i]);
+      args[p] = std::move(v);
+    }
+    std::vector<std::map<std::string, Value>> caller = std::move(frames_);
+    frames_ = {caller[0], caller[1], std::move(args)};
+    std::string out;
+    try {
+      exec(m.branches[0].second, out);
+    } catch (...) {
+      frames_ = std::move(caller);
+      throw;
+    }
+    frames_ = std::move(caller);
+    return Value::of(out);
   }
 
   static std::u32string strip_set(const Value& chars) {
@@ -1764,6 +1827,24 @@ class Renderer {
       return Value::of(py_replace(to_str(v), str_arg(arg(e, pos, 0, "old"), line, "replace"),
                                   str_arg(arg(e, pos, 1, "new"), line, "replace"),
                                   c.is_none() ? -1 : int_arg(c, line, "replace")));
+    }
+    if (f == "indent") {  // jinja2's do_indent, lines split at \n only
+      check_kwargs(e, {"width", "first", "blank"}, "indent");
+      const Value w = arg(e, pos, 0, "width", Value::of(4));
+      const std::string ind =
+          w.is_string() ? w.j().get<std::string>() : std::string(static_cast<size_t>(int_arg(w, line, "indent")), ' ');
+      const bool first = truthy(arg(e, pos, 1, "first", Value::of(false)));
+      const bool blank = truthy(arg(e, pos, 2, "blank", Value::of(false)));
+      const std::string text = to_str(v) + "\n";
+      std::string out;
+      for (size_t at = 0, k = 0; at < text.size(); ++k) {
+        const size_t end = text.find('\n', at);
+        const std::string ln = text.substr(at, end - at);
+        if (k > 0) out += "\n" + ((blank || !ln.empty()) ? ind : std::string());
+        out += ln;
+        at = end + 1;
+      }
+      return Value::of(first ? ind + out : out);
     }
     if (f == "abs") {
       const Json& x = data(v, line, "abs");

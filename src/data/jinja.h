@@ -17,13 +17,15 @@
 //   statements            if/elif/else, for (tuple targets, an inline `if` filter, else, break,
 //                         continue, loop.index/index0/revindex/revindex0/first/last/length/
 //                         previtem/nextitem), set (a name, names, or `ns.attr` of a namespace),
-//                         block set ({% set x %}...{% endset %}), generation/endgeneration
-//                         (transformers' AssistantTracker tag; its body is rendered as is)
+//                         block set ({% set x %}...{% endset %}), macro (parameters with
+//                         defaults, called by position or name; no caller/varargs),
+//                         generation/endgeneration (transformers' AssistantTracker tag; its
+//                         body is rendered as is)
 //   expressions           literals (strings with Python escapes, integers, floats, true/false/
 //                         none in either case, lists, tuples, dicts), names, `.attr`, `[key]`,
 //                         slices [a:b:c], calls with keyword arguments, `x if c else y`,
 //                         and/or/not, == != < <= > >=, in / not in, + - * / // % **, ~, unary -
-//   filters               abs capitalize count d default first float int items join last length
+//   filters               abs capitalize count d default first float indent int items join last length
 //                         list lower map reject rejectattr replace reverse safe select selectattr
 //                         string title tojson trim unique upper
 //   tests (`is`, `is not`) boolean callable defined divisibleby eq equalto even false float ge gt

@@ -107,10 +107,10 @@ TEST(PrepareChat, BadLineIsNamedAndNothingIsWritten) {
   EXPECT_NE(r.out.find("bad.jsonl:4: messages[1].content is missing"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(scratch() / "bad_out"));
   // A template construct loom does not render is named with its line.
-  write(scratch() / "macro.jinja", "x\n{% macro f() %}{% endmacro %}");
-  const Result t = run("prepare chat " + m.string() + " bad.jsonl bad_out --template macro.jinja");
+  write(scratch() / "call.jinja", "x\n{% call f() %}{% endcall %}");
+  const Result t = run("prepare chat " + m.string() + " bad.jsonl bad_out --template call.jinja");
   EXPECT_EQ(t.status, 2) << t.out;
-  EXPECT_NE(t.out.find("macro.jinja line 2: the statement '{% macro %}' is not supported"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("call.jinja line 2: the statement '{% call %}' is not supported"), std::string::npos) << t.out;
 }
 
 }  // namespace

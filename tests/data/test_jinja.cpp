@@ -167,6 +167,9 @@ TEST(Jinja, Filters) {
   EXPECT_EQ(render("{{ [3, 1] | first }}{{ [3, 1] | last }}{{ [1, 2] | reverse | list }}{{ 'ab' | reverse }}"),
             "31[2, 1]ba");
   EXPECT_EQ(render("{{ 5 | string ~ 'x' }} {{ none | string }} {{ -3 | abs }} {{ '4' | int + 1 }}"), "5x None 3 5");
+  EXPECT_EQ(render("[{{ 'a\\nb\\n\\nc' | indent(2) }}][{{ 'a\\nb' | indent('> ', first=true) }}]"),
+            "[a\n  b\n\n  c][> a\n> b]");
+  EXPECT_EQ(render("{{ 'a\\n\\nb' | indent(2, blank=true) }}"), "a\n  \n  b");
   EXPECT_EQ(render("{{ 'a-b' | replace('-', '+') }} {{ [1, 1, 2] | unique | list }}"), "a+b [1, 2]");
   const Json ms = {{"ms", {{{"role", "system"}}, {{"role", "user"}, {"n", 1}}, {{"role", "user"}, {"n", 2}}}}};
   EXPECT_EQ(render("{{ (ms | selectattr('role', 'equalto', 'user') | list)[-1].n }} "
@@ -194,6 +197,19 @@ TEST(Jinja, ToJsonIsTransformers) {
   // Mistral's `out[:-1]` on a tojson string.
   EXPECT_EQ(render("{% set out = f | tojson %}{{ out[:-1] }}, \"id\": 1}", {{"f", {{"name", "g"}}}}),
             "{\"name\": \"g\", \"id\": 1}");
+}
+
+TEST(Jinja, Macros) {
+  // Arguments by position, by name and by default; the body does not see the caller's loop
+  // variables, but does see the render's variables and the template's top-level ones.
+  const std::string t =
+      "{% set top = 'T' %}{% macro show(x, sep=': ', tail='') %}{{ who }}{{ sep }}{{ x }}{{ tail }}{{ top }}"
+      "{{ item is defined }}{% endmacro %}{% for item in [1] %}{{ show('a') }}|{{ show('b', tail='!') }}|"
+      "{{ show('c', '=') }}{% endfor %}";
+  EXPECT_EQ(render(t, {{"who", "W"}}), "W: aTFalse|W: b!TFalse|W=cTFalse");
+  EXPECT_EQ(render("{% macro twice(s) %}{{ s }}{{ s }}{% endmacro %}{{ twice(twice('x') ~ '-') | length }}"), "6");
+  EXPECT_NE(user_error([] { render("{% macro m(a) %}{% endmacro %}{{ m(b=1) }}"); }).find("no parameter 'b'"),
+            std::string::npos);
 }
 
 TEST(Jinja, Tests) {
@@ -236,9 +252,9 @@ TEST(Jinja, RaiseExceptionNamesTheMessageAndLine) {
 }
 
 TEST(Jinja, UnsupportedConstructsAreNamed) {
-  std::string msg = user_error([] { Template("ok\n{% macro f(x) %}{{ x }}{% endmacro %}", "tmpl"); });
+  std::string msg = user_error([] { Template("ok\n{% filter upper %}x{% endfilter %}", "tmpl"); });
   EXPECT_NE(msg.find("tmpl line 2"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("macro"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'{% filter %}' is not supported"), std::string::npos) << msg;
   msg = user_error([] { render("{{ x | wordwrap }}", {{"x", "a"}}); });
   EXPECT_NE(msg.find("the filter 'wordwrap' is not supported"), std::string::npos) << msg;
   msg = user_error([] { render("\n\n{{ x is sameish }}"); });
