@@ -1832,7 +1832,8 @@ class Renderer {
       check_kwargs(e, {"width", "first", "blank"}, "indent");
       const Value w = arg(e, pos, 0, "width", Value::of(4));
       const std::string ind =
-          w.is_string() ? w.j().get<std::string>() : std::string(static_cast<size_t>(int_arg(w, line, "indent")), ' ');
+          w.is_string() ? w.j().get<std::string>()
+                        : std::string(static_cast<size_t>(std::max<int64_t>(0, int_arg(w, line, "indent"))), ' ');
       const bool first = truthy(arg(e, pos, 1, "first", Value::of(false)));
       const bool blank = truthy(arg(e, pos, 2, "blank", Value::of(false)));
       const std::string text = to_str(v) + "\n";
