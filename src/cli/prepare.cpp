@@ -1,12 +1,13 @@
 // `loom prepare char|gpt2 INPUT OUTDIR [--val-fraction F] [--vocab DIR]` and
 // `loom prepare hf TOKENIZER_JSON INPUT OUTDIR` (or `hf INPUT OUTDIR --tokenizer PATH`)
-// (data/prepare.h).
+// (data/prepare.h), and `loom prepare chat MODEL_DIR DATA.jsonl OUTDIR` (data/chat_data.h).
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "data/chat_data.h"
 #include "data/prepare.h"
 
 namespace loom::cli {
@@ -14,6 +15,8 @@ namespace loom::cli {
 namespace {
 struct PrepareArgs {
   std::string tokenizer, vocab, hf_tokenizer;
+  std::string chat_template, loss_on;  // chat
+  bool render_only = false, add_generation_prompt = false;
   std::vector<std::string> paths;  // [TOKENIZER_JSON] INPUT OUTDIR
   double val_fraction = 0.1;
 };
@@ -21,12 +24,16 @@ struct PrepareArgs {
 
 CommandBody add_prepare_command(CLI::App& sub) {
   auto a = std::make_shared<PrepareArgs>();
-  sub.add_option("tokenizer", a->tokenizer,
-                 "char (sorted unique characters), gpt2 (GPT-2's byte-level BPE files) or hf (a Hugging Face "
-                 "tokenizer.json with a byte-level BPE model)")
+  sub.add_option(
+         "tokenizer", a->tokenizer,
+         "char (sorted unique characters), gpt2 (GPT-2's byte-level BPE files) or hf (a Hugging Face "
+         "tokenizer.json with a byte-level BPE model), or chat (JSON Lines chat/instruction data rendered with a "
+         "model's chat template)")
       ->required()
-      ->check(CLI::IsMember({"char", "gpt2", "hf"}));
-  sub.add_option("paths", a->paths, "INPUT (UTF-8 text file) and OUTDIR; for hf: TOKENIZER_JSON INPUT OUTDIR")
+      ->check(CLI::IsMember({"char", "gpt2", "hf", "chat"}));
+  sub.add_option("paths", a->paths,
+                 "INPUT (UTF-8 text file) and OUTDIR; for hf: TOKENIZER_JSON INPUT OUTDIR; for chat: MODEL_DIR "
+                 "DATA.jsonl OUTDIR")
       ->required()
       ->expected(2, 3)
       ->transform(home_path());
@@ -34,8 +41,29 @@ CommandBody add_prepare_command(CLI::App& sub) {
   sub.add_option("--vocab", a->vocab, "gpt2: directory with encoder.json and vocab.bpe")->transform(home_path());
   sub.add_option("--tokenizer", a->hf_tokenizer, "hf: tokenizer.json, or a directory holding it")
       ->transform(home_path());
+  sub.add_option("--template", a->chat_template, "chat: a Jinja chat template file instead of the model's")
+      ->transform(home_path());
+  sub.add_option("--loss-on", a->loss_on,
+                 "chat: the training targets: assistant (conversational default), completion (prompt-completion "
+                 "default) or all")
+      ->check(CLI::IsMember({"all", "completion", "assistant"}));
+  sub.add_flag("--render-only", a->render_only,
+               "chat: print each example as the template renders it, one JSON line each, and write nothing "
+               "(MODEL_DIR DATA.jsonl)");
+  sub.add_flag("--add-generation-prompt", a->add_generation_prompt,
+               "chat --render-only: render with add_generation_prompt=true");
   return [a] {
     std::vector<std::string> p = a->paths;
+    if (a->tokenizer == "chat") {
+      const size_t want = a->render_only ? 2 : 3;
+      if (p.size() != want)
+        throw UserError(
+            "prepare chat",
+            a->render_only ? "--render-only takes MODEL_DIR DATA.jsonl" : "takes MODEL_DIR DATA.jsonl OUTDIR",
+            "e.g. loom prepare chat models/SmolLM2-135M-Instruct chats.jsonl data/chats");
+      ChatOptions o{p[0], p[1], a->render_only ? std::string() : p[2], a->chat_template, a->loss_on, a->val_fraction};
+      return a->render_only ? run_render_chat(o, a->add_generation_prompt) : run_prepare_chat(o);
+    }
     std::string vocab = a->tokenizer == "hf" ? a->hf_tokenizer : a->vocab;
     if (a->tokenizer == "hf" && p.size() == 3) {
       if (!vocab.empty())

@@ -1,0 +1,154 @@
+// Chat and instruction data: `loom prepare chat MODEL_DIR DATA.jsonl OUTDIR` reads JSON Lines in
+// the three formats TRL's SFTTrainer accepts, renders conversations with the model's chat
+// template (data/jinja.h), tokenizes them with the model's tokenizer.json, and stores beside the
+// tokens a loss mask and the examples' boundaries.
+//
+// Input, one JSON object per line (blank lines are skipped; other keys are ignored):
+//   conversational     {"messages": [{"role": "system"|"user"|"assistant"|"tool", "content": ...}, ...],
+//                       "tools": [...] (optional, given to the template)}
+//   prompt-completion  {"prompt": "...", "completion": "..."}, or both lists of messages
+//   text               {"text": "..."}
+// Every line has the same format. A bad line is a UserError naming "FILE:LINE" and the field.
+//
+// Rendering, as transformers' apply_chat_template and TRL do:
+//   conversational     template(messages); the variables are messages, tools (null when the line
+//                      has none), documents (null), add_generation_prompt, and the special tokens
+//                      of tokenizer_config.json (bos_token, eos_token, ...)
+//   prompt-completion  strings: prompt + completion + eos_token (TRL appends the EOS when the
+//                      completion does not end with it); messages: template(prompt + completion)
+//   text               text + eos_token
+// The rendered text is tokenized whole (no BOS/EOS added: templates write their own).
+//
+// Loss masks (which tokens are training targets), `loss_on`:
+//   assistant   (conversational default) the assistant turns. A turn's text is found by
+//               rendering prefixes, as transformers does for templates without {% generation %}:
+//               turn i spans from the end of template(messages[:i], add_generation_prompt=true)
+//               to the end of template(messages[:i+1]); both must be prefixes of the whole
+//               rendering, otherwise it is a UserError (the template rewrites earlier turns when
+//               later ones come; use --loss-on all).
+//   completion  (prompt-completion default) the completion and its EOS
+//   all         (text's only choice) every token
+// A token is a target when any of its bytes lies in a target span.
+//
+// The output directory holds token_data.h's train.bin, val.bin and meta.json (so every reader of
+// token data reads it) and, per split S:
+//   S_mask.bin  one byte per token of S.bin: 1 = a training target, 0 = context only
+//   S_docs.bin  little-endian uint64 offsets, examples + 1 of them: example k is tokens
+//               [docs[k], docs[k+1]) of S.bin (docs[0] = 0, the last = the token count)
+// meta.json gains "chat": {"data_format", "loss_on", "template", "train_examples",
+// "val_examples", "train_target_tokens", "val_target_tokens", "mask": "uint8",
+// "docs": "uint64"}. Examples are split in file order: the first
+// floor(n * (1 - val_fraction)) train, the rest val. Everything is written into a scratch
+// directory beside OUTDIR and renamed into place, so an interrupted or failed run leaves OUTDIR as
+// it was.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/jinja.h"
+#include "data/token_data.h"
+
+namespace loom {
+
+class Tokenizer;
+
+enum class ChatFormat { conversational, prompt_completion, text };
+const char* chat_format_name(ChatFormat f);
+
+struct ChatExample {
+  ChatFormat format = ChatFormat::text;
+  jinja::Json messages;            // conversational
+  jinja::Json tools;               // conversational: the line's "tools", or null
+  jinja::Json prompt, completion;  // prompt-completion: two strings or two message lists
+  std::string text;                // text
+  int64_t line = 0;                // 1-based line in the file
+};
+
+// The examples of a JSON Lines file. `path` names it in errors ("PATH:LINE: field ...").
+std::vector<ChatExample> read_chat_jsonl(const std::string& path);
+// One line's example; `where` is "PATH:LINE" for errors.
+ChatExample parse_chat_line(const std::string& line_text, const std::string& where);
+
+// A model's chat template with the variables transformers gives it.
+struct ChatTemplate {
+  jinja::Template tmpl;
+  jinja::Json specials;   // {"bos_token": "<s>", "eos_token": "</s>", ...}: tokenizer_config.json's
+  std::string eos_token;  // "" when the config names none
+  std::string source;     // where the template came from, for meta.json
+};
+// From model_dir/tokenizer_config.json ("chat_template": a string, or a list of {"name",
+// "template"} of which "default" is used; special tokens as strings or {"content": ...}), the
+// template replaced by the file `template_path` when it is not empty. A missing config is only
+// an error when `template_path` is empty (then the template must come from it).
+ChatTemplate load_chat_template(const std::string& model_dir, const std::string& template_path);
+
+// template(messages) with transformers' variables.
+std::string render_messages(const ChatTemplate& t, const jinja::Json& messages, const jinja::Json& tools,
+                            bool add_generation_prompt);
+
+// An example's text and its target spans (byte ranges [first, second) of text).
+struct RenderedExample {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> targets;
+};
+// `loss_on` is "all", "completion" or "assistant" (checked against the format: a UserError
+// naming --loss-on otherwise). Template errors are UserErrors naming `where`.
+RenderedExample render_example(const ChatTemplate& t, const ChatExample& ex, const std::string& loss_on,
+                               const std::string& where);
+
+// Token ids of the text and their mask (1 = target), per the rule above.
+struct TokenizedExample {
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> mask;
+};
+TokenizedExample tokenize_example(const Tokenizer& tok, const RenderedExample& r);
+
+struct ChatOptions {
+  std::string model_dir;  // holds tokenizer.json and tokenizer_config.json
+  std::string data_path;  // JSON Lines
+  std::string out_dir;
+  std::string template_path;  // replaces the config's chat_template when not empty
+  std::string loss_on;        // "" = the format's default
+  double val_fraction = 0.1;
+};
+
+struct PreparedChat {
+  ChatFormat format = ChatFormat::text;
+  std::string loss_on, token_format;
+  int64_t vocab_size = 0;
+  int64_t examples[2] = {0, 0};  // train, val
+  int64_t tokens[2] = {0, 0};
+  int64_t targets[2] = {0, 0};
+  std::string out_dir;
+};
+
+// Reads, renders, tokenizes and writes (see above). UserErrors: the data, the template, the
+// tokenizer, a val_fraction outside (0, 1), too few examples for both splits, an OUTDIR that holds
+// files other than a data directory's.
+PreparedChat prepare_chat(const ChatOptions& o);
+
+// prepare_chat and a summary on `out` (examples, tokens, target tokens per split). Returns 0.
+int run_prepare_chat(const ChatOptions& o, FILE* out = stdout);
+
+// `--render-only`: each example of the file rendered (conversational: template(messages);
+// conversational prompt-completion: template(prompt + completion); strings: as above), one JSON
+// line per example, {"text": "..."} or {"error": "..."} when the template raised or failed; no
+// tokenizer.json is needed. Returns 0 when every example rendered, 1 otherwise.
+int run_render_chat(const ChatOptions& o, bool add_generation_prompt, FILE* out = stdout);
+
+// One split of a chat data directory, read and checked against each other and meta.json:
+// S.bin as a TokenFile, S_mask.bin (one byte, 0 or 1, per token), S_docs.bin (uint64 offsets,
+// 0 first, non-decreasing, the token count last), the target count of meta.json's "chat". A
+// missing, short or inconsistent file is a UserError naming it.
+struct ChatSplit {
+  TokenFile tokens;
+  std::vector<uint8_t> mask;  // [tokens.size()]
+  std::vector<int64_t> docs;  // [examples + 1]
+  int64_t targets = 0;        // ones in mask
+};
+ChatSplit open_chat_split(const std::string& data_dir, const std::string& split);
+
+}  // namespace loom

@@ -1,0 +1,116 @@
+// `loom prepare chat MODEL_DIR DATA.jsonl OUTDIR` as a user runs it (the installed binary, from a
+// scratch directory): the summary, the files, --loss-on, --template, --render-only, and a bad
+// line's message and status.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "support/run_loom.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Result = loom::testing::RunResult;
+
+const fs::path& scratch() {
+  static const fs::path dir = [] {
+    const auto d = fs::temp_directory_path() / ("loom_test_prepare_chat_" + std::to_string(getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+Result run(const std::string& args) { return loom::testing::run_loom(args, scratch().string(), LOOM_INSTALLED_BINARY); }
+
+void write(const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
+std::string read(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// A model directory with the gpt2 tokenizer fixture and a ChatML template written for the test.
+fs::path model() {
+  const fs::path m = scratch() / "model";
+  fs::create_directories(m);
+  fs::copy_file(std::string(LOOM_SOURCE_DIR) + "/tests/golden/hf/tokenizers/gpt2.json", m / "tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  const nlohmann::json config = {
+      {"chat_template",
+       "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+       "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"},
+      {"eos_token", "<|endoftext|>"}};
+  write(m / "tokenizer_config.json", config.dump());
+  return m;
+}
+
+std::string conversations(int n) {
+  std::string s;
+  for (int k = 0; k < n; ++k)
+    s += R"({"messages": [{"role": "system", "content": "Add."}, {"role": "user", "content": ")" + std::to_string(k) +
+         R"( + 2"}, {"role": "assistant", "content": ")" + std::to_string(k + 2) + R"("}]})" + "\n";
+  return s;
+}
+
+TEST(PrepareChat, WritesTokensMasksAndReportsTargets) {
+  const fs::path m = model();
+  write(scratch() / "chat.jsonl", conversations(10));
+  const Result r = run("prepare chat " + m.string() + " chat.jsonl out");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("conversational data, loss on assistant"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("train has 9 examples"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("val has 1 examples"), std::string::npos) << r.out;
+  for (const char* f :
+       {"train.bin", "val.bin", "train_mask.bin", "val_mask.bin", "train_docs.bin", "val_docs.bin", "meta.json"})
+    EXPECT_TRUE(fs::exists(scratch() / "out" / f)) << f;
+  const auto meta = nlohmann::json::parse(read(scratch() / "out/meta.json"));
+  const int64_t tokens = meta["train_tokens"], targets = meta["chat"]["train_target_tokens"];
+  EXPECT_EQ(static_cast<int64_t>(fs::file_size(scratch() / "out/train_mask.bin")), tokens);
+  EXPECT_EQ(static_cast<int64_t>(fs::file_size(scratch() / "out/train.bin")), 2 * tokens);  // uint16
+  EXPECT_NE(r.out.find(std::to_string(targets) + " target tokens"), std::string::npos) << r.out;
+  EXPECT_GT(targets, 0);
+  EXPECT_LT(targets, tokens);
+
+  // --loss-on all: every token is a target.
+  const Result all = run("prepare chat " + m.string() + " chat.jsonl out_all --loss-on all");
+  ASSERT_EQ(all.status, 0) << all.out;
+  const auto meta_all = nlohmann::json::parse(read(scratch() / "out_all/meta.json"));
+  EXPECT_EQ(meta_all["chat"]["train_target_tokens"], meta_all["train_tokens"]);
+  EXPECT_EQ(meta_all["train_tokens"], tokens);
+}
+
+TEST(PrepareChat, RenderOnlyPrintsTheTemplatesText) {
+  const fs::path m = model();
+  write(scratch() / "one.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}]})"
+                                 "\n");
+  Result r = run("prepare chat " + m.string() + " one.jsonl --render-only --add-generation-prompt");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["text"], "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  write(scratch() / "mine.jinja", "{% for m in messages %}[{{ m.role | upper }}] {{ m.content }}{% endfor %}");
+  r = run("prepare chat " + m.string() + " one.jsonl --render-only --template mine.jinja");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["text"], "[USER] Hi");
+}
+
+TEST(PrepareChat, BadLineIsNamedAndNothingIsWritten) {
+  const fs::path m = model();
+  write(scratch() / "bad.jsonl",
+        conversations(3) + R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant"}]})" + "\n");
+  const Result r = run("prepare chat " + m.string() + " bad.jsonl bad_out");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("bad.jsonl:4: messages[1].content is missing"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(scratch() / "bad_out"));
+  // A template construct loom does not render is named with its line.
+  write(scratch() / "call.jinja", "x\n{% call f() %}{% endcall %}");
+  const Result t = run("prepare chat " + m.string() + " bad.jsonl bad_out --template call.jinja");
+  EXPECT_EQ(t.status, 2) << t.out;
+  EXPECT_NE(t.out.find("call.jinja line 2: the statement '{% call %}' is not supported"), std::string::npos) << t.out;
+}
+
+}  // namespace
