@@ -68,21 +68,20 @@ dnnl_primitive_desc_t describe(const Key& k) {
   if (k.ta) sa[0] = 1, sa[1] = k.lda;
   if (k.tb) sb[0] = 1, sb[1] = k.ldb;
   dnnl_memory_desc_t ma, mb, mc;
-  check(dnnl_memory_desc_init_by_strides(&ma, 2, da, dnnl_bf16, sa), "A descriptor");
-  check(dnnl_memory_desc_init_by_strides(&mb, 2, db, dnnl_bf16, sb), "B descriptor");
-  check(dnnl_memory_desc_init_by_strides(&mc, 2, dc, dnnl_f32, sc), "C descriptor");
-  dnnl_matmul_desc_t md;
-  check(dnnl_matmul_desc_init(&md, &ma, &mb, nullptr, &mc), "matmul descriptor");
+  check(dnnl_memory_desc_create_with_strides(&ma, 2, da, dnnl_bf16, sa), "A descriptor");
+  check(dnnl_memory_desc_create_with_strides(&mb, 2, db, dnnl_bf16, sb), "B descriptor");
+  check(dnnl_memory_desc_create_with_strides(&mc, 2, dc, dnnl_f32, sc), "C descriptor");
   dnnl_primitive_attr_t attr;
   check(dnnl_primitive_attr_create(&attr), "attribute creation");
   check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "scratchpad mode");
   dnnl_primitive_desc_t pd;
   const int saved = omp_get_max_threads();
   omp_set_num_threads(k.threads);
-  const dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, attr, engine(), nullptr);
+  const dnnl_status_t st = dnnl_matmul_primitive_desc_create(&pd, engine(), ma, mb, nullptr, mc, attr);
   omp_set_num_threads(saved);
-  check(st, "primitive descriptor");
   dnnl_primitive_attr_destroy(attr);
+  for (dnnl_memory_desc_t m : {ma, mb, mc}) dnnl_memory_desc_destroy(m);
+  check(st, "primitive descriptor");
   return pd;
 }
 
