@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/shape.h"
@@ -131,6 +132,9 @@ class Backend {
   // square matmul the way the backend's dense kernels run that dtype, best of a few runs; takes
   // about a second). The profiler divides achieved FLOP/s by it. 0 = unknown.
   virtual double measure_matmul_gflops(DType /*compute*/) { return 0; }
+  // What measure_matmul_gflops runs for a compute dtype, with the instruction set it uses (e.g.
+  // "oneDNN 3.2.0 matmul brg:avx512_core_amx"): printed beside the ceiling, and part of its cache key.
+  virtual std::string matmul_kernel(DType /*compute*/) const { return {}; }
 
   // Σ over tensors of Σ grad² (global norm², for clipping and the fp16 finite check: a
   // non-finite gradient makes the result non-finite).

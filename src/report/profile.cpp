@@ -142,6 +142,7 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   out.load = load;
   out.summary = summarize_profile(g, plan, rec, ceiling);
   out.summary.ceiling_dtype = dtype_name(compute);
+  out.summary.ceiling_kernel = be.matmul_kernel(compute);
   const fs::path dir(out_dir);
   out.trace_path = (dir / "trace.json").string();
   out.summary_path = (dir / "summary.json").string();
@@ -175,10 +176,12 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   j["config"] = title;
   j["backend"] = be.name();
   j["matmul_ceiling_dtype"] = dtype_name(compute);
-  j["matmul_ceiling_method"] = std::string(be.name()) == "cpu"
-                                   ? "best of 3 runs of a 2048^3 matmul as the dense kernels run the compute dtype "
-                                     "(oneDNN sgemm; bf16 matmul on AVX512-BF16), all threads"
-                                   : "Backend::measure_matmul_gflops";
+  j["matmul_ceiling_method"] =
+      std::string(be.name()) == "cpu"
+          ? "best of 3 runs of 1024^3 and 2048^3 matmuls as the dense kernels run the compute dtype "
+            "(oneDNN sgemm; its bf16 matmul on AVX512-BF16 or AMX), all threads"
+          : "Backend::measure_matmul_gflops";
+  j["matmul_ceiling_kernel"] = out.summary.ceiling_kernel;
   j["machine_load"] = {
       {"measured", load.measured},        {"other_cpus", load.other_cpus}, {"cpus", load.cpus},
       {"threads", load.threads},          {"loadavg_1min", load.loadavg},  {"contended", load.contended()},

@@ -31,9 +31,11 @@ class CpuBackend final : public HostBackend {
   // One parallel pass over param/grad/mu/nu of all tensors (optax sgd/adam/adamw, float arithmetic,
   // bias corrections 1 − b^count computed once in float).
   void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override;
-  // A 2048³ product on all threads the way the dense kernels run `compute` (f32 sgemm, or oneDNN's
-  // bf16 matmul on AVX512-BF16 for bfloat16), best of 3 (ceiling.cpp).
+  // Square products (1024³ and 2048³) on all threads the way the dense kernels run `compute`
+  // (oneDNN's sgemm, or its bf16 matmul primitive for bfloat16 where the CPU has AVX512-BF16 or
+  // AMX), the best of them (ceiling.cpp).
   double measure_matmul_gflops(DType compute) override;
+  std::string matmul_kernel(DType compute) const override;
 };
 
 }  // namespace loom

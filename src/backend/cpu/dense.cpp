@@ -1,5 +1,5 @@
 // CPU kernels for dense and its backward ops (graph/ops/dense.cpp): fp32 sgemm (oneDNN), or
-// oneDNN's bf16 matmul for bfloat16 compute on CPUs with AVX512-BF16.
+// oneDNN's bf16 matmul for bfloat16 compute on CPUs with AVX512-BF16 or AMX.
 //
 // Operands are rounded to the compute dtype. With bfloat16 compute on a CPU that has the bf16
 // dot-product instructions they are multiplied as bf16 (gemm_bf16.cpp); otherwise 16-bit values
@@ -28,9 +28,8 @@ using namespace cpuk;
 namespace {
 
 // Tiles per GEMM: the machine's processor count rounded up to a power of two, 4 to 16. Each tile
-// packs its own A rows and B columns, so tiles beyond what the cores need only add packing: on a
-// 2-core machine 4 tiles were within 3 % of the best of 4, 8 and 16 on 12 of the 13 benchmark
-// GEMMs, and 4-15 % faster than the earlier rows-first grid on 8 (bench/blas/tiles.cpp).
+// packs its own A rows and B columns, so tiles beyond what the cores need only add packing; a few
+// more tiles than cores balance the dynamic schedule (bench/blas/tiles.cpp measures the grids).
 int64_t tile_count() {
   static const int64_t n = [] {
     int64_t t = 4;
@@ -179,12 +178,10 @@ struct Gemm {
 constexpr int64_t kBlockRows = 4096;
 // Rows per sgemm call of a float32 dense's tile, which the GEMM writes into out itself and the
 // epilogue then adds the bias to: the epilogue finds the block in L2 instead of reading the whole
-// tile back from L3 or memory. Shape (d)'s float32 forward products (K = 256, C of 1–8 MB) took 6 %
-// less time with 64-row blocks than with whole tiles when this host ran at its slower of two
-// speeds (32 rows: 8 %, 128: 5 %), about 1 % at the faster; (a)'s 3 % less on a mean of three
-// noisy rounds, (c)'s the same (docs/performance.md, 2026-11-24 afternoon). A tile's last block
-// takes the rows left when fewer than 2 · kEpilogueRows remain, so no call has fewer rows than
-// this unless the whole tile does (oneDNN's sgemm sums differently for a few rows).
+// tile back from L3 or memory (64 rows: the fastest of 32, 64 and 128 at the benchmark shapes,
+// docs/performance.md). A tile's last block takes the rows left when fewer than 2 · kEpilogueRows
+// remain, so no call has fewer rows than this unless the whole tile does (oneDNN's sgemm sums
+// differently for a few rows).
 constexpr int64_t kEpilogueRows = 64;
 
 // The tile grid of a Gemm, the shape of each of its tiles and, for a tile formed in a tile buffer,
