@@ -53,6 +53,9 @@ void set_row_vector_processors(int64_t n);
 // Whether this CPU (as capped by ONEDNN_MAX_CPU_ISA) has AVX512-BF16, which gemm_rm on bfloat16
 // operands needs (gemm_bf16.cpp). Without it bf16 products go through sgemm on widened copies.
 bool bf16_gemm_available();
+// Whether it runs on AMX tiles there (ONEDNN_MAX_CPU_ISA permitting): dense.cpp then prefers tiles
+// whose operands are dense (gemm_bf16.cpp copies strided ones).
+bool bf16_gemm_amx();
 // The instruction set oneDNN runs its kernels with on this CPU, as capped by ONEDNN_MAX_CPU_ISA
 // ("avx512_core_amx", "avx512_core_bf16", "avx512_core", "avx2", ...), and its version ("3.2.0").
 const char* dnnl_isa_name();

@@ -54,7 +54,9 @@ namespace {
 // The grid for C[M, N]: the most tiles (up to tile_count(), powers of two per side) whose tiles
 // are at least 64 × 128, arranged to pack the least: tr row tiles each pack all of B's columns
 // they use and tc column tiles all of A's rows, so the packed volume is K·(tc·M + tr·N). GEMMs
-// under 2^21 multiply-adds stay whole.
+// under 2^21 multiply-adds stay whole. With `rows_only` (bf16 on AMX with op(A) = A) the tiles
+// are whole rows of C: A's row blocks, all of B and C's row blocks are dense, which the AMX
+// kernel needs (gemm_bf16.cpp would copy a column tile's B and C).
 //
 // A row vector (`gemv`: M = 1 with op(A) = A, decoding) packs nothing (simd::gemv) and runs at the
 // speed B streams from memory, so every core's bandwidth should help. With B [K, N] it is split
@@ -66,7 +68,8 @@ namespace {
 // shape, as it sets the summation order. Column tiles (at least 256 columns and 2^16 multiply-adds
 // each; they leave the order alone) are added while the tiles are fewer than the processors — with
 // Bᵀ stored [N, K] (the tied head) they are the only split, whole rows of Bᵀ each, up to tile_count().
-void tile_grid(int64_t M, int64_t N, int64_t K, bool gemv, bool tb, int64_t& tr, int64_t& tc, int64_t& tk) {
+void tile_grid(int64_t M, int64_t N, int64_t K, bool gemv, bool tb, bool rows_only, int64_t& tr, int64_t& tc,
+               int64_t& tk) {
   constexpr int64_t kMinRows = 64, kMinCols = 128, kMinMacs = int64_t{1} << 21;
   tr = tc = tk = 1;
   if (gemv) {
@@ -80,7 +83,7 @@ void tile_grid(int64_t M, int64_t N, int64_t K, bool gemv, bool tb, int64_t& tr,
   if (M * N * K < kMinMacs) return;
   for (int64_t t = tile_count(); t > 1; t /= 2) {
     int64_t best = -1;
-    for (int64_t r = 1; r <= t; r *= 2) {
+    for (int64_t r = rows_only ? t : 1; r <= t; r *= 2) {
       const int64_t c = t / r;
       if ((r > 1 && M / r < kMinRows) || (c > 1 && N / c < kMinCols)) continue;
       const int64_t packed = c * M + r * N;
@@ -192,7 +195,7 @@ struct Tiles {
   int64_t M, N, K;
   int64_t block;  // rows per GEMM call into a tile buffer
   explicit Tiles(const Gemm& g) : M(g.M), N(g.N), K(g.K) {
-    tile_grid(g.M, g.N, g.K, g.gemv(), g.tb, tr, tc, tk);
+    tile_grid(g.M, g.N, g.K, g.gemv(), g.tb, g.native() && !g.ta && bf16_gemm_amx(), tr, tc, tk);
     block = g.ta ? max_rows() : std::min(max_rows(), kBlockRows);
   }
   int64_t count() const { return tr * tc * tk; }

@@ -184,6 +184,8 @@ bool bf16_gemm_available() {
   return ok;
 }
 
+bool bf16_gemm_amx() { return amx(); }
+
 const char* dnnl_isa_name() {
   // Highest first: each ISA's mask contains those below it.
   static constexpr std::pair<dnnl_cpu_isa_t, const char*> kNames[] = {
