@@ -54,9 +54,11 @@ namespace {
 // The grid for C[M, N]: the most tiles (up to tile_count(), powers of two per side) whose tiles
 // are at least 64 × 128, arranged to pack the least: tr row tiles each pack all of B's columns
 // they use and tc column tiles all of A's rows, so the packed volume is K·(tc·M + tr·N). GEMMs
-// under 2^21 multiply-adds stay whole. With `rows_only` (bf16 on AMX with op(A) = A) the tiles
-// are whole rows of C: A's row blocks, all of B and C's row blocks are dense, which the AMX
-// kernel needs (gemm_bf16.cpp would copy a column tile's B and C).
+// under 2^21 multiply-adds stay whole. With `rows_only` (bf16 on AMX with op(A) = A and C at
+// least as tall as wide) the tiles are whole rows of C: A's row blocks, all of B and C's row
+// blocks are dense, which the AMX kernel needs (gemm_bf16.cpp would copy a column tile's B and C).
+// Each row tile packs all of B, so a wide C (GPT-2's head: 256 × 50257 at shape a) keeps the grid
+// that packs the least and has its column tiles copied instead.
 //
 // A row vector (`gemv`: M = 1 with op(A) = A, decoding) packs nothing (simd::gemv) and runs at the
 // speed B streams from memory, so every core's bandwidth should help. With B [K, N] it is split
@@ -195,7 +197,7 @@ struct Tiles {
   int64_t M, N, K;
   int64_t block;  // rows per GEMM call into a tile buffer
   explicit Tiles(const Gemm& g) : M(g.M), N(g.N), K(g.K) {
-    tile_grid(g.M, g.N, g.K, g.gemv(), g.tb, g.native() && !g.ta && bf16_gemm_amx(), tr, tc, tk);
+    tile_grid(g.M, g.N, g.K, g.gemv(), g.tb, g.native() && !g.ta && g.M >= g.N && bf16_gemm_amx(), tr, tc, tk);
     block = g.ta ? max_rows() : std::min(max_rows(), kBlockRows);
   }
   int64_t count() const { return tr * tc * tk; }

@@ -7,7 +7,7 @@
 // strided one (a tile of loom's GEMM grid inside a bigger operand, dense.cpp) goes to its
 // vdpbf16ps kernel (gemm:jit) at half the rate. So on AMX a strided operand is first copied dense
 // into the caller's scratchpad (and C out of it after): one pass over each, small next to the
-// product. The copies change no value; the kernel then sums like the untiled product's. Where the
+// product when the other dimensions are large (plan_call). The copies change no value; the kernel then sums like the untiled product's. Where the
 // effective ISA has no AMX (AMD hosts, or ONEDNN_MAX_CPU_ISA below it) nothing is copied.
 //
 // Primitives are created once per (shape, layout) and thread and cached,
@@ -137,7 +137,13 @@ int64_t scratchpad_bytes(const Key& key);
 Call plan_call(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int threads) {
   Call c{.key = {ta, tb, M, N, K, lda, ldb, ldc, threads}};
   const int64_t dense_a = ta ? M : K, dense_b = tb ? K : N;
-  const bool copy_a = amx() && lda != dense_a, copy_b = amx() && ldb != dense_b, copy_c = amx() && ldc != N;
+  bool copy_a = lda != dense_a, copy_b = ldb != dense_b, copy_c = ldc != N;
+  // A copy pays when each copied element then takes part in many products: A's in N, B's in M,
+  // C's in K. Otherwise (a few rows against a wide B, e.g. the tied head's input gradient at a
+  // small batch) the operands stay where they are and oneDNN runs its vdpbf16ps kernel.
+  constexpr int64_t kMinReuse = 512, kMinReuseC = 128;
+  const bool pays = (!copy_a || N >= kMinReuse) && (!copy_b || M >= kMinReuse) && (!copy_c || K >= kMinReuseC);
+  if (!amx() || !pays) copy_a = copy_b = copy_c = false;
   if (copy_a) c.key.lda = dense_a;
   if (copy_b) c.key.ldb = dense_b;
   if (copy_c) c.key.ldc = N;
