@@ -7,9 +7,10 @@
 //           (OPENBLAS_CORETYPE, ONEDNN_MAX_CPU_ISA) decides the ISA, and the JSON says what each
 //           library picked. The best figure over libraries and sizes is the "GEMM ceiling" that
 //           achieved FLOP/s are compared with.
-//   bf16    oneDNN's bfloat16 matmul primitive (bf16 A and B, f32 C, all threads: what loom's bf16
-//           dense kernels call, and what PyTorch's CPU autocast reaches through oneDNN) at 2048^3;
-//           on AVX512-BF16 it runs vdpbf16ps at about twice the f32 FMA rate.
+//   bf16    oneDNN 3.x's bfloat16 matmul primitive (bf16 A and B, f32 C, all threads: what loom's
+//           bf16 dense kernels call, and what PyTorch's CPU autocast reaches through oneDNN) at
+//           2048^3; on AVX512-BF16 it runs vdpbf16ps at about twice the f32 FMA rate, on AMX the
+//           tile instructions at about twice that again. The JSON names the kernel (bf16_gemm_impl).
 //   shapes  with --shapes "M,N,K,ta,tb;...": every listed GEMM (row-major, A [M,K] or its transpose,
 //           B [K,N] or its transpose) timed alone, best of --reps, in f32 (dnnl_sgemm) and bf16 (the
 //           matmul primitive): the ceiling of a training step's own matrix products, which at small
@@ -22,7 +23,8 @@
 //
 // Prints one JSON object on stdout. Built by bench/run.sh:
 //   g++ -O3 -mavx2 -mfma -fopenmp -std=c++20 bench/ceiling.cpp -I<openblas-openmp include>
-//       -L<openblas-openmp lib> -lopenblas -ldnnl
+//       -L<openblas-openmp lib> -lopenblas -I.deps/onednn/include -L.deps/onednn/lib -ldnnl
+//   (loom's oneDNN 3.x, scripts/install-deps.sh)
 #include <cblas.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -64,8 +66,12 @@ const char* dnnl_isa_name(dnnl_cpu_isa_t isa) {
       return "avx512_core_vnni";
     case dnnl_cpu_isa_avx512_core_bf16:
       return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_fp16:
+      return "avx512_core_fp16";
     case dnnl_cpu_isa_avx512_core_amx:
       return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_amx_fp16:
+      return "avx512_core_amx_fp16";
     case dnnl_cpu_isa_all:
       return "all";
     default:
@@ -118,7 +124,7 @@ struct GemmShape {
 // Best time of one GEMM of shape g over reps calls after a warm-up call, in f32 (dnnl_sgemm) or
 // bf16 (the matmul primitive, created with every thread in effect), operands row-major; -1 when
 // this oneDNN has no bf16 matmul for the CPU (as capped by ONEDNN_MAX_CPU_ISA: below AVX-512).
-double gemm_seconds(const GemmShape& g, bool bf16, int reps) {
+double gemm_seconds(const GemmShape& g, bool bf16, int reps, std::string* impl = nullptr) {
   const size_t na = static_cast<size_t>(g.M) * g.K, nb = static_cast<size_t>(g.K) * g.N;
   const size_t nc = static_cast<size_t>(g.M) * g.N;
   std::vector<float> a(na), b(nb), c(nc);
@@ -161,21 +167,26 @@ double gemm_seconds(const GemmShape& g, bool bf16, int reps) {
     if (g.ta) sa[0] = 1, sa[1] = lda;
     if (g.tb) sb[0] = 1, sb[1] = ldb;
     dnnl_memory_desc_t mda, mdb, mdc;
-    dnnl_check(dnnl_memory_desc_init_by_strides(&mda, 2, da, dnnl_bf16, sa), "A descriptor");
-    dnnl_check(dnnl_memory_desc_init_by_strides(&mdb, 2, db, dnnl_bf16, sb), "B descriptor");
-    dnnl_check(dnnl_memory_desc_init_by_strides(&mdc, 2, dc, dnnl_f32, sc), "C descriptor");
-    dnnl_matmul_desc_t md;
-    dnnl_check(dnnl_matmul_desc_init(&md, &mda, &mdb, nullptr, &mdc), "matmul descriptor");
+    dnnl_check(dnnl_memory_desc_create_with_strides(&mda, 2, da, dnnl_bf16, sa), "A descriptor");
+    dnnl_check(dnnl_memory_desc_create_with_strides(&mdb, 2, db, dnnl_bf16, sb), "B descriptor");
+    dnnl_check(dnnl_memory_desc_create_with_strides(&mdc, 2, dc, dnnl_f32, sc), "C descriptor");
     dnnl_primitive_desc_t pd;
-    if (dnnl_primitive_desc_create(&pd, &md, nullptr, eng, nullptr) != dnnl_success) {
+    const bool ok = dnnl_matmul_primitive_desc_create(&pd, eng, mda, mdb, nullptr, mdc, nullptr) == dnnl_success;
+    if (ok) {
+      const char* name = nullptr;
+      dnnl_check(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name), "implementation");
+      if (impl) *impl = name ? name : "";
+      dnnl_check(dnnl_primitive_create(&prim, pd), "primitive");
+      dnnl_check(dnnl_primitive_desc_destroy(pd), "descriptor release");
+      dnnl_check(dnnl_memory_create(&ma, mda, eng, a16.data()), "A memory");
+      dnnl_check(dnnl_memory_create(&mb, mdb, eng, b16.data()), "B memory");
+      dnnl_check(dnnl_memory_create(&mc, mdc, eng, c.data()), "C memory");
+    }
+    for (dnnl_memory_desc_t m : {mda, mdb, mdc}) dnnl_memory_desc_destroy(m);
+    if (!ok) {
       dnnl_stream_destroy(stream);
       return -1;
     }
-    dnnl_check(dnnl_primitive_create(&prim, pd), "primitive");
-    dnnl_check(dnnl_primitive_desc_destroy(pd), "descriptor release");
-    dnnl_check(dnnl_memory_create(&ma, &mda, eng, a16.data()), "A memory");
-    dnnl_check(dnnl_memory_create(&mb, &mdb, eng, b16.data()), "B memory");
-    dnnl_check(dnnl_memory_create(&mc, &mdc, eng, c.data()), "C memory");
     run = [&] {
       dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
       dnnl_check(dnnl_primitive_execute(prim, stream, 3, args), "matmul");
@@ -285,7 +296,8 @@ int main(int argc, char** argv) {
   const double ob3072 = quick ? 0.0 : sgemm_gflops(Lib::openblas, 3072, reps);
   const double dn3072 = quick ? 0.0 : sgemm_gflops(Lib::onednn, 3072, reps);
   const double best = std::max({ob2048, ob3072, dn2048, dn3072});
-  const double bf2048 = gemm_seconds({2048, 2048, 2048, false, false}, true, reps);
+  std::string bf16_impl;
+  const double bf2048 = gemm_seconds({2048, 2048, 2048, false, false}, true, reps, &bf16_impl);
   std::string step_shapes = "[";
   for (const GemmShape& g : shapes) {
     char row[256];
@@ -307,11 +319,14 @@ int main(int argc, char** argv) {
       "\"openblas_coretype_env\": \"%s\", \"onednn_isa\": \"%s\", \"onednn_max_cpu_isa_env\": \"%s\", "
       "\"sgemm_gflops\": {\"openblas\": {\"2048\": %.2f, \"3072\": %.2f}, \"onednn\": {\"2048\": %.2f, \"3072\": "
       "%.2f}}, "
-      "\"gemm_ceiling_gflops\": %.2f, \"bf16_gemm_gflops\": {\"2048\": %.2f}, "  // 0: no bf16 matmul
+      "\"gemm_ceiling_gflops\": %.2f, \"bf16_gemm_gflops\": {\"2048\": %.2f}, \"bf16_gemm_impl\": \"%s\", "  // 0: no
+                                                                                                             // bf16
+                                                                                                             // matmul
       "\"step_shapes\": %s, "
       "\"triad_gbs\": %.2f, \"triad_array_mib\": %ld, \"reps\": %d}\n",
       threads, openblas_get_num_threads(), openblas_get_corename(), cfg.c_str(), coretype ? coretype : "",
       dnnl_isa_name(dnnl_get_effective_cpu_isa()), maxisa ? maxisa : "", ob2048, ob3072, dn2048, dn3072, best,
-      bf2048 > 0 ? 2.0 * 2048 * 2048 * 2048 / bf2048 * 1e-9 : 0.0, step_shapes.c_str(), bw, triad_mib, reps);
+      bf2048 > 0 ? 2.0 * 2048 * 2048 * 2048 / bf2048 * 1e-9 : 0.0, bf16_impl.c_str(), step_shapes.c_str(), bw,
+      triad_mib, reps);
   return 0;
 }

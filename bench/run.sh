@@ -45,7 +45,8 @@ fi
 if [[ ! -x "$here/build/ceiling" || "$here/ceiling.cpp" -nt "$here/build/ceiling" ]]; then
   echo "== building bench/build/ceiling"
   g++ -O3 -mavx2 -mfma -fopenmp -std=c++20 -Wall -Wextra "$here/ceiling.cpp" -I"$ARCH_INC" \
-      -L"$ARCH_LIB" -Wl,-rpath,"$ARCH_LIB" -lopenblas -ldnnl -o "$here/build/ceiling"
+      -I"$root/.deps/onednn/include" -L"$ARCH_LIB" -L"$root/.deps/onednn/lib" \
+      -Wl,-rpath,"$ARCH_LIB" -Wl,-rpath,"$root/.deps/onednn/lib" -lopenblas -ldnnl -o "$here/build/ceiling"
 fi
 
 # The peers' python: PyTorch 2.x and JAX in one venv.

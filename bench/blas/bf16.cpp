@@ -4,8 +4,9 @@
 // layouts the dense ops use (NN forward, NT input gradient, TN weight gradient) at the
 // tutorial-shape (d) sizes and the attention block sizes. Best of 5 rounds of 10 calls each.
 //
-//   ninja -C build && g++ -O2 -fopenmp -std=c++20 -Isrc bench/blas/bf16.cpp build/libloom_lib.a -ldnnl -o /tmp/bf16 &&
-//   /tmp/bf16
+//   ninja -C build
+//   g++ -O2 -fopenmp -std=c++20 -Isrc -I.deps/onednn/include bench/blas/bf16.cpp build/libloom_lib.a
+//     -L.deps/onednn/lib -Wl,-rpath,$PWD/.deps/onednn/lib -ldnnl -o /tmp/bf16 && /tmp/bf16
 #include <omp.h>
 
 #include <algorithm>

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/shape.h"
@@ -137,6 +138,9 @@ class Backend {
   // about a second). The profiler divides achieved FLOP/s by it. 0 = unknown.
   virtual double measure_matmul_gflops(DType /*compute*/) { return 0; }
   virtual const char* matmul_ceiling_method() const { return "Backend::measure_matmul_gflops"; }  // for reports
+  // What measure_matmul_gflops runs for a compute dtype, with the instruction set it uses (e.g.
+  // "oneDNN 3.2.0 matmul brg:avx512_core_amx"): printed beside the ceiling, and part of its cache key.
+  virtual std::string matmul_kernel(DType /*compute*/) const { return {}; }
 
   // Σ over tensors of Σ grad² (global norm², for clipping and the fp16 finite check: a
   // non-finite gradient makes the result non-finite).

@@ -84,8 +84,10 @@ std::string ceiling_cache_file() {
 
 std::string ceiling_cache_key(const Backend& be, DType compute) {
   const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
-  return fmt::format("{} {} {} threads, {}{}", be.name(), dtype_name(compute), num_threads(), cpu_model(),
-                     isa && *isa ? fmt::format(", ONEDNN_MAX_CPU_ISA={}", isa) : "");
+  const std::string kernel = be.matmul_kernel(compute);
+  return fmt::format("{} {} {} threads, {}{}{}", be.name(), dtype_name(compute), num_threads(), cpu_model(),
+                     isa && *isa ? fmt::format(", ONEDNN_MAX_CPU_ISA={}", isa) : "",
+                     kernel.empty() ? "" : ", " + kernel);
 }
 
 namespace {

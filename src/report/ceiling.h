@@ -2,10 +2,11 @@
 //   - the model FLOPs of a training step: the op table's cost rules (graph/ops) over the forward and
 //     backward nodes of every minibatch; recompute is not counted (PaLM's MFU definition: work the
 //     model needs, not work the hardware did), the optimizer update neither (it is O(params));
-//   - the device's matmul ceiling (Backend::measure_matmul_gflops, about a second of a 2048³ matmul
+//   - the device's matmul ceiling (Backend::measure_matmul_gflops, about a second of large matmuls
 //     on every thread), measured once per machine and cached in
 //     ${XDG_CACHE_HOME:-~/.cache}/loom/matmul_ceiling.json under a key naming the backend, the
-//     compute dtype, the thread count, the CPU model and ONEDNN_MAX_CPU_ISA. `loom profile`
+//     compute dtype, the thread count, the CPU model, ONEDNN_MAX_CPU_ISA and the kernel that
+//     measured it (Backend::matmul_kernel: a new library gets a new entry). `loom profile`
 //     measures afresh every time. A busy machine measures low and inflates MFU, so each entry
 //     says whether other processes competed for the cores meanwhile (LoadSampler); a run using a
 //     busy entry says so once, an idle measurement replaces a busy one, and otherwise the

@@ -142,6 +142,7 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   out.load = load;
   out.summary = summarize_profile(g, plan, rec, ceiling);
   out.summary.ceiling_dtype = dtype_name(compute);
+  out.summary.ceiling_kernel = be.matmul_kernel(compute);
   const fs::path dir(out_dir);
   out.trace_path = (dir / "trace.json").string();
   out.summary_path = (dir / "summary.json").string();
@@ -176,6 +177,7 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   j["backend"] = be.name();
   j["matmul_ceiling_dtype"] = dtype_name(compute);
   j["matmul_ceiling_method"] = be.matmul_ceiling_method();
+  j["matmul_ceiling_kernel"] = out.summary.ceiling_kernel;
   j["machine_load"] = {
       {"measured", load.measured},        {"other_cpus", load.other_cpus}, {"cpus", load.cpus},
       {"threads", load.threads},          {"loadavg_1min", load.loadavg},  {"contended", load.contended()},

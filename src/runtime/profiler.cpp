@@ -456,8 +456,8 @@ std::string format_profile_summary(const ProfileSummary& s) {
   o += fmt::format("model FLOPs (forward + backward, no recompute):    {:.3f} GFLOP per step, {:.2f} GFLOP/s{}\n",
                    s.model_step_gflop, s.achieved_model_gflop_per_s,
                    ceiling ? fmt::format(" = MFU {:.1f}%", 100.0 * s.mfu) : "");
-  o += ceiling ? fmt::format("ceiling: the measured {} matmul rate, {:.1f} GFLOP/s\n", s.ceiling_dtype,
-                             s.ceiling_gflop_per_s)
+  o += ceiling ? fmt::format("ceiling: the measured {} matmul rate, {:.1f} GFLOP/s{}\n", s.ceiling_dtype,
+                             s.ceiling_gflop_per_s, s.ceiling_kernel.empty() ? "" : " (" + s.ceiling_kernel + ")")
                : "ceiling: not measured\n";
   o += fmt::format("\n{} most expensive ops (total over the profiled steps):\n", s.top_ops.size());
   o += fmt::format("  {:<18} {:<34} {:<9} {:>6} {:>10} {:>6} {:>9} {:>8}\n", "op", "scope", "phase", "count",

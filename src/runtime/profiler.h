@@ -73,6 +73,7 @@ struct ProfileSummary {
   double achieved_model_gflop_per_s = 0;  // model FLOPs / median step time
   double ceiling_gflop_per_s = 0;         // measured matmul ceiling; 0 = not measured
   std::string ceiling_dtype = "float32";  // the compute dtype it was measured for
+  std::string ceiling_kernel;             // what measured it, with its ISA (Backend::matmul_kernel)
   double fraction_of_ceiling = 0;         // hardware FLOP/s / ceiling (0 when not measured)
   double mfu = 0;                         // model FLOP/s / ceiling (0 when not measured)
   std::vector<OpTimeRow> top_ops;         // (op, scope, phase) by total time

@@ -426,6 +426,51 @@ TEST(CpuOps, DenseGemmTileBuffersAgree) {
   }
 }
 
+// The bf16 GEMM on operands that are blocks inside bigger arrays (row strides wider than the
+// block), in every layout the dense ops use, against exact sums in double: on AMX hosts such
+// operands are first copied dense (gemm_bf16.cpp; these shapes are large enough for that), on
+// AVX512-BF16 hosts they go to oneDNN as they are. C's columns past the block stay untouched.
+TEST(CpuOps, Bf16GemmStridedOperands) {
+  if (!cpuk::bf16_gemm_available()) GTEST_SKIP() << "no bf16 matmul on this CPU";
+  constexpr int64_t M = 512, N = 640, K = 192;
+  const PhiloxKey key = rng_key(next_seed(), 0, 0, 0);
+  uint64_t k = 0;
+  for (const auto [ta, tb] : {std::pair{false, false}, {false, true}, {true, false}}) {
+    const int64_t lda = (ta ? M : K) + 8, ldb = (tb ? K : N) + 24, ldc = N + 40;
+    std::vector<uint16_t> a(static_cast<size_t>((ta ? K : M) * lda)), b(static_cast<size_t>((tb ? N : K) * ldb));
+    for (uint16_t& v : a) v = f32_to_bf16(rng_normal(key, k++));
+    for (uint16_t& v : b) v = f32_to_bf16(rng_normal(key, k++));
+    constexpr float kUntouched = 12345.f;
+    std::vector<float> c(static_cast<size_t>(M * ldc), kUntouched);
+    std::vector<std::byte> pad(static_cast<size_t>(cpuk::bf16_gemm_scratchpad(ta, tb, M, N, K, lda, ldb, ldc, 1)));
+    {
+      ThreadCount one(1);
+      cpuk::gemm_rm(ta, tb, M, N, K, a.data(), lda, b.data(), ldb, c.data(), ldc, pad.data());
+    }
+    const auto at = [&](int64_t m, int64_t kk) {
+      return bf16_to_f32(a[static_cast<size_t>(ta ? kk * lda + m : m * lda + kk)]);
+    };
+    const auto bt = [&](int64_t kk, int64_t n) {
+      return bf16_to_f32(b[static_cast<size_t>(tb ? n * ldb + kk : kk * ldb + n)]);
+    };
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        double exact = 0, magnitude = 0;
+        for (int64_t kk = 0; kk < K; ++kk) {
+          const double p = static_cast<double>(at(m, kk)) * bt(kk, n);
+          exact += p;
+          magnitude += std::fabs(p);
+        }
+        // fp32 accumulation of K exact products: within K · 2^-24 of the magnitude sum.
+        const double tol = static_cast<double>(K) * std::ldexp(1.0, -24) * magnitude + 1e-30;
+        ASSERT_NEAR(c[static_cast<size_t>(m * ldc + n)], exact, tol)
+            << "ta " << ta << " tb " << tb << " at " << m << ", " << n;
+      }
+      for (int64_t n = N; n < ldc; ++n) ASSERT_EQ(c[static_cast<size_t>(m * ldc + n)], kUntouched) << "row " << m;
+    }
+  }
+}
+
 TEST_P(BackendOps, SumLeading) {
   LOOM_REQUIRE_OPS(OpKind::sum_leading);
   const std::vector<Shape> shapes = {Shape{1},       Shape{130},      Shape{1, 1},    Shape{7, 5},

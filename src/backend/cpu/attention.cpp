@@ -78,13 +78,10 @@ using simd::whole_vectors;
 
 // kHandMaxTD bounds simd::product()'s domain besides whole vectors per head (see Geometry::hand):
 // T·D at most this, so that K's and V's rows stay near (L1/L2) across a block, and blocks of at most
-// kBq query rows. Single-threaded against dnnl_sgemm on AVX-512, product() took 15–60% less time at
-// T = 64 (D = 32 to 256), T = 128 (D = 64) and T = 256 (D = 32), causal; it lost past that (T = 512
-// with D = 64; 25% at T = 1024) and with all T = 128 rows in one non-causal block. At T = 256 with
-// D = 64 (K and V 64 KiB each, more than L1) it still won in whole training steps at bench shape (c)
-// (docs/performance.md, lever 17), hence the AVX-512 bound of 16384. Built for AVX2 against sgemm
-// held to AVX2, it won at T·D = 4096 (T = 64 with D = 64, T = 128 with D = 32) and broke even or
-// lost at 8192. Without AVX the limits are the AVX2 ones, unmeasured.
+// kBq query rows. Past it a block's products are large enough for sgemm's packing to pay off: with
+// AVX-512 that is beyond T = 256 at D = 64 (K and V 64 KiB each, more than L1, but still faster by
+// hand in whole training steps); with AVX2's half-width vectors, beyond T·D = 4096
+// (docs/performance.md has the measurements).
 constexpr int64_t kHandMaxTD = kW == 16 ? 16384 : 4096;
 
 // qkv [B, T, KV, (G+2)·D]: KV key/value heads, each with G query heads (H = KV·G).

@@ -31,13 +31,15 @@ class CpuBackend final : public HostBackend {
   // One parallel pass over param/grad/mu/nu of all tensors (optax sgd/adam/adamw, float arithmetic,
   // bias corrections 1 − b^count computed once in float).
   void optimizer_update(std::span<const OptimTensor> ts, const OptimHyper& h) override;
-  // A 2048³ product on all threads the way the dense kernels run `compute` (f32 sgemm, or oneDNN's
-  // bf16 matmul on AVX512-BF16 for bfloat16), best of 3 (ceiling.cpp).
+  // Square products (1024³ and 2048³) on all threads the way the dense kernels run `compute`
+  // (oneDNN's sgemm, or its bf16 matmul primitive for bfloat16 where the CPU has AVX512-BF16 or
+  // AMX), the best of them (ceiling.cpp).
   double measure_matmul_gflops(DType compute) override;
   const char* matmul_ceiling_method() const override {
-    return "best of 3 runs of a 2048^3 matmul as the dense kernels run the compute dtype (oneDNN sgemm; bf16 matmul "
-           "on AVX512-BF16), all threads";
+    return "best of 3 runs of 1024^3 and 2048^3 matmuls as the dense kernels run the compute dtype (oneDNN sgemm; its "
+           "bf16 matmul on AVX512-BF16 or AMX), all threads";
   }
+  std::string matmul_kernel(DType compute) const override;
 };
 
 }  // namespace loom

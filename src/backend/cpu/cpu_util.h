@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include <oneapi/dnnl/dnnl.h>
 #if defined(__F16C__)
@@ -52,6 +53,17 @@ void set_row_vector_processors(int64_t n);
 // Whether this CPU (as capped by ONEDNN_MAX_CPU_ISA) has AVX512-BF16, which gemm_rm on bfloat16
 // operands needs (gemm_bf16.cpp). Without it bf16 products go through sgemm on widened copies.
 bool bf16_gemm_available();
+// Whether it runs on AMX tiles there (ONEDNN_MAX_CPU_ISA permitting): dense.cpp then prefers tiles
+// whose operands are dense (gemm_bf16.cpp copies strided ones).
+bool bf16_gemm_amx();
+// The instruction set oneDNN runs its kernels with on this CPU, as capped by ONEDNN_MAX_CPU_ISA
+// ("avx512_core_amx", "avx512_core_bf16", "avx512_core", "avx2", ...), and its version ("3.2.0").
+const char* dnnl_isa_name();
+std::string dnnl_version_name();
+// The implementation oneDNN's bf16 matmul picks for C[n, n] = A·B (dense operands) with `threads`
+// OpenMP threads, as its verbose mode names it (e.g. "brg:avx512_core_amx"). Only when
+// bf16_gemm_available().
+std::string bf16_gemm_impl(int64_t n, int threads);
 // Row-major f32 C[M, N] = op(A)·op(B) for bfloat16 A and B (raw bits, layouts as sgemm_rm), fp32
 // accumulation of the exact bf16 products, like sgemm on the widened values except for summation
 // order and that vdpbf16ps treats subnormal inputs and results as zero. Only when

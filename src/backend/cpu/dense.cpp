@@ -1,5 +1,5 @@
 // CPU kernels for dense and its backward ops (graph/ops/dense.cpp): fp32 sgemm (oneDNN), or
-// oneDNN's bf16 matmul for bfloat16 compute on CPUs with AVX512-BF16.
+// oneDNN's bf16 matmul for bfloat16 compute on CPUs with AVX512-BF16 or AMX.
 //
 // Operands are rounded to the compute dtype. With bfloat16 compute on a CPU that has the bf16
 // dot-product instructions they are multiplied as bf16 (gemm_bf16.cpp); otherwise 16-bit values
@@ -28,9 +28,8 @@ using namespace cpuk;
 namespace {
 
 // Tiles per GEMM: the machine's processor count rounded up to a power of two, 4 to 16. Each tile
-// packs its own A rows and B columns, so tiles beyond what the cores need only add packing: on a
-// 2-core machine 4 tiles were within 3 % of the best of 4, 8 and 16 on 12 of the 13 benchmark
-// GEMMs, and 4-15 % faster than the earlier rows-first grid on 8 (bench/blas/tiles.cpp).
+// packs its own A rows and B columns, so tiles beyond what the cores need only add packing; a few
+// more tiles than cores balance the dynamic schedule (bench/blas/tiles.cpp measures the grids).
 int64_t tile_count() {
   static const int64_t n = [] {
     int64_t t = 4;
@@ -55,7 +54,11 @@ namespace {
 // The grid for C[M, N]: the most tiles (up to tile_count(), powers of two per side) whose tiles
 // are at least 64 × 128, arranged to pack the least: tr row tiles each pack all of B's columns
 // they use and tc column tiles all of A's rows, so the packed volume is K·(tc·M + tr·N). GEMMs
-// under 2^21 multiply-adds stay whole.
+// under 2^21 multiply-adds stay whole. With `rows_only` (bf16 on AMX with op(A) = A and C at
+// least as tall as wide) the tiles are whole rows of C: A's row blocks, all of B and C's row
+// blocks are dense, which the AMX kernel needs (gemm_bf16.cpp would copy a column tile's B and C).
+// Each row tile packs all of B, so a wide C (GPT-2's head: 256 × 50257 at shape a) keeps the grid
+// that packs the least and has its column tiles copied instead.
 //
 // A row vector (`gemv`: M = 1 with op(A) = A, decoding) packs nothing (simd::gemv) and runs at the
 // speed B streams from memory, so every core's bandwidth should help. With B [K, N] it is split
@@ -67,7 +70,8 @@ namespace {
 // shape, as it sets the summation order. Column tiles (at least 256 columns and 2^16 multiply-adds
 // each; they leave the order alone) are added while the tiles are fewer than the processors — with
 // Bᵀ stored [N, K] (the tied head) they are the only split, whole rows of Bᵀ each, up to tile_count().
-void tile_grid(int64_t M, int64_t N, int64_t K, bool gemv, bool tb, int64_t& tr, int64_t& tc, int64_t& tk) {
+void tile_grid(int64_t M, int64_t N, int64_t K, bool gemv, bool tb, bool rows_only, int64_t& tr, int64_t& tc,
+               int64_t& tk) {
   constexpr int64_t kMinRows = 64, kMinCols = 128, kMinMacs = int64_t{1} << 21;
   tr = tc = tk = 1;
   if (gemv) {
@@ -81,7 +85,7 @@ void tile_grid(int64_t M, int64_t N, int64_t K, bool gemv, bool tb, int64_t& tr,
   if (M * N * K < kMinMacs) return;
   for (int64_t t = tile_count(); t > 1; t /= 2) {
     int64_t best = -1;
-    for (int64_t r = 1; r <= t; r *= 2) {
+    for (int64_t r = rows_only ? t : 1; r <= t; r *= 2) {
       const int64_t c = t / r;
       if ((r > 1 && M / r < kMinRows) || (c > 1 && N / c < kMinCols)) continue;
       const int64_t packed = c * M + r * N;
@@ -179,12 +183,10 @@ struct Gemm {
 constexpr int64_t kBlockRows = 4096;
 // Rows per sgemm call of a float32 dense's tile, which the GEMM writes into out itself and the
 // epilogue then adds the bias to: the epilogue finds the block in L2 instead of reading the whole
-// tile back from L3 or memory. Shape (d)'s float32 forward products (K = 256, C of 1–8 MB) took 6 %
-// less time with 64-row blocks than with whole tiles when this host ran at its slower of two
-// speeds (32 rows: 8 %, 128: 5 %), about 1 % at the faster; (a)'s 3 % less on a mean of three
-// noisy rounds, (c)'s the same (docs/performance.md, 2026-11-24 afternoon). A tile's last block
-// takes the rows left when fewer than 2 · kEpilogueRows remain, so no call has fewer rows than
-// this unless the whole tile does (oneDNN's sgemm sums differently for a few rows).
+// tile back from L3 or memory (64 rows: the fastest of 32, 64 and 128 at the benchmark shapes,
+// docs/performance.md). A tile's last block takes the rows left when fewer than 2 · kEpilogueRows
+// remain, so no call has fewer rows than this unless the whole tile does (oneDNN's sgemm sums
+// differently for a few rows).
 constexpr int64_t kEpilogueRows = 64;
 
 // The tile grid of a Gemm, the shape of each of its tiles and, for a tile formed in a tile buffer,
@@ -195,7 +197,7 @@ struct Tiles {
   int64_t M, N, K;
   int64_t block;  // rows per GEMM call into a tile buffer
   explicit Tiles(const Gemm& g) : M(g.M), N(g.N), K(g.K) {
-    tile_grid(g.M, g.N, g.K, g.gemv(), g.tb, tr, tc, tk);
+    tile_grid(g.M, g.N, g.K, g.gemv(), g.tb, g.native() && !g.ta && g.M >= g.N && bf16_gemm_amx(), tr, tc, tk);
     block = g.ta ? max_rows() : std::min(max_rows(), kBlockRows);
   }
   int64_t count() const { return tr * tc * tk; }
