@@ -12,6 +12,12 @@
 namespace loom::cli {
 
 namespace {
+std::vector<std::string> tokenizer_kind_names() {
+  std::vector<std::string> names;
+  for (const ChoiceInfo& c : choices_of(TokenizerKind{})) names.emplace_back(c.name);
+  return names;
+}
+
 struct PrepareArgs {
   std::string tokenizer, vocab, hf_tokenizer;
   std::vector<std::string> paths;  // [TOKENIZER_JSON] INPUT OUTDIR
@@ -23,9 +29,9 @@ CommandBody add_prepare_command(CLI::App& sub) {
   auto a = std::make_shared<PrepareArgs>();
   sub.add_option("tokenizer", a->tokenizer,
                  "char (sorted unique characters), gpt2 (GPT-2's byte-level BPE files) or hf (a Hugging Face "
-                 "tokenizer.json with a byte-level BPE model)")
+                 "tokenizer.json with a BPE model: byte-level or SentencePiece-style)")
       ->required()
-      ->check(CLI::IsMember({"char", "gpt2", "hf"}));
+      ->check(CLI::IsMember(tokenizer_kind_names()));
   sub.add_option("paths", a->paths, "INPUT (UTF-8 text file) and OUTDIR; for hf: TOKENIZER_JSON INPUT OUTDIR")
       ->required()
       ->expected(2, 3)
@@ -35,9 +41,11 @@ CommandBody add_prepare_command(CLI::App& sub) {
   sub.add_option("--tokenizer", a->hf_tokenizer, "hf: tokenizer.json, or a directory holding it")
       ->transform(home_path());
   return [a] {
+    const TokenizerKind kind = parse_choice_or_throw<TokenizerKind>(a->tokenizer, "prepare");
+    const bool hf = kind == TokenizerKind::hf;
     std::vector<std::string> p = a->paths;
-    std::string vocab = a->tokenizer == "hf" ? a->hf_tokenizer : a->vocab;
-    if (a->tokenizer == "hf" && p.size() == 3) {
+    std::string vocab = hf ? a->hf_tokenizer : a->vocab;
+    if (hf && p.size() == 3) {
       if (!vocab.empty())
         throw UserError("--tokenizer", "is given twice: as --tokenizer and as the first of three paths",
                         "give either loom prepare hf TOKENIZER_JSON INPUT OUTDIR or hf INPUT OUTDIR --tokenizer PATH");
@@ -46,9 +54,9 @@ CommandBody add_prepare_command(CLI::App& sub) {
     }
     if (p.size() != 2)
       throw UserError("prepare " + a->tokenizer,
-                      "takes INPUT OUTDIR" + std::string(a->tokenizer == "hf" ? " (after TOKENIZER_JSON)" : ""),
+                      "takes INPUT OUTDIR" + std::string(hf ? " (after TOKENIZER_JSON)" : ""),
                       "e.g. loom prepare char data/tinyshakespeare.txt data/shakespeare_char");
-    return run_prepare(a->tokenizer, p[0], p[1], a->val_fraction, vocab);
+    return run_prepare(kind, p[0], p[1], a->val_fraction, vocab);
   };
 }
 

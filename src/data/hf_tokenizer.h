@@ -36,7 +36,7 @@ class HfTokenizer final : public BpeTokenizer {
   // file is a UserError naming it.
   static std::unique_ptr<HfTokenizer> load(const std::string& path);
 
-  std::string kind() const override { return "hf"; }
+  TokenizerKind kind() const override { return TokenizerKind::hf; }
   // {"kind": "hf", "vocab_size": V, "tokenizer": <the tokenizer.json object, unchanged>}
   nlohmann::json to_json() const override;
   const nlohmann::json& tokenizer_json() const { return json_; }

@@ -225,7 +225,7 @@ int run_train(const RunOptions& o) {
       throw UserError(c.data.dir + "/meta.json",
                       "the data's " + data.tokenizer_json()->value("kind", std::string("?")) +
                           " tokenizer is not the one of model.init_from (" + src.description() + ", its " +
-                          model_tok->kind() + " tokenizer)",
+                          std::string(choice_name(model_tok->kind())) + " tokenizer)",
                       "prepare the data with the model's own tokenizer: loom prepare hf " + c.model.init_from +
                           "/tokenizer.json INPUT OUTDIR");
     src.load_params(t.executor());
