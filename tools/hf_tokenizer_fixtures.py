@@ -16,12 +16,13 @@ its own: tools/make_hf_fixtures.sh --tokenizers-only).
     gemma           Gemma: normalizer Replace(" ", "▁"), Split(" ", MergedWithPrevious), decoder
                     Replace + ByteFallback + Fuse; pad/eos/bos/unk = 0/1/2/3,
                     <start_of_turn> <end_of_turn>
-    llama2_gaps     llama2 without <0xF0>..<0xFF> and with a Metaspace decoder: a 4-byte character
-                    falls back to <unk>, consecutive ones fused
+    llama2_gaps     older Llama-style files: Metaspace pre-tokenizer and decoder (prepend_scheme
+                    "always", split), and no <0xF0>..<0xFF>: a 4-byte character falls back to
+                    <unk>, consecutive ones fused
   tokenizers/expected_spm.json  {"texts": [...], "ids": {variant: [[ids of text k]]},
                                 "decoded": {variant: [decode(ids of text k)]},
-                                "prefixes": {variant: {"text": k, "decoded": [decode(ids[:n]) for
-                                n = 0..len]}}} for the variants above and the byte-level ones
+                                "prefixes": {variant: [{"ids": ids, "decoded": [decode(ids[:n]) for
+                                n = 0..len]}]}}, ids of texts and ODD_TOKENS, for the variants above and the byte-level ones
                                 (gpt2, smollm, llama3, qwen2), all with add_special_tokens=False and
                                 skip_special_tokens=False
 
@@ -67,8 +68,25 @@ TEXTS = [
     "multiple   spaces\n\nand newlines\n",
 ]
 
-# decode(ids[:n]) for every n of these texts: cuts inside characters and byte-fallback runs.
+# decode(ids[:n]) for every n of the ids of these texts: cuts inside characters and byte-fallback
+# runs.
 PREFIX_TEXTS = [3, 5]
+# Tokens no text encodes to but a model may generate: a complete character's bytes and then a
+# byte that makes the run (ByteFallback) or the sequence invalid, then more text.
+ODD_BYTES = [0xE2, 0x82, 0xAC, 0xC0, None, 0xE2, 0x82, 0xAC, 0xE2, None, 0xCE, 0xA9, 0x80]  # None: a word
+
+
+def gpt2_symbol(b):
+    """GPT-2's bytes_to_unicode."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    if b in printable:
+        return chr(b)
+    return chr(256 + [x for x in range(256) if x not in printable].index(b))
+
+
+def odd_tokens(byte_level):
+    words = iter(["a", "b"] if byte_level else [SP + "a", SP + "b"])
+    return [next(words) if b is None else gpt2_symbol(b) if byte_level else "<0x%02X>" % b for b in ODD_BYTES]
 
 
 def bytes_tokens():
@@ -163,9 +181,9 @@ def sentencepiece_variants(corpus):
         {"type": "Replace", "pattern": {"String": " "}, "content": SP},
         {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False},
         llama_decoder(False), "<bos>")
+    metaspace = {"type": "Metaspace", "replacement": SP, "prepend_scheme": "always", "split": True}
     v["llama2_gaps"] = assemble(
-        corpus, ["<unk>", "<s>", "</s>"], "<unk>", {}, llama_norm, None,
-        {"type": "Metaspace", "replacement": SP, "prepend_scheme": "always", "split": True}, "<s>",
+        corpus, ["<unk>", "<s>", "</s>"], "<unk>", {}, None, metaspace, metaspace, "<s>",
         drop_bytes=["<0x%02X>" % b for b in range(0xF0, 0x100)])
     return v
 
@@ -185,9 +203,12 @@ def make_all(out, corpus):
         ids = [tok.encode(t, add_special_tokens=False).ids if t in texts else None for t in TEXTS]
         expected["ids"][name] = ids
         expected["decoded"][name] = [None if i is None else tok.decode(i, skip_special_tokens=False) for i in ids]
+        odd = [tok.token_to_id(t) for t in odd_tokens(name in ("gpt2", "smollm", "llama3", "qwen2"))]
+        assert None not in odd, name
+        streams = [ids[k] for k in PREFIX_TEXTS] + [odd]
         expected["prefixes"][name] = [
-            {"text": k, "decoded": [tok.decode(ids[k][:n], skip_special_tokens=False) for n in range(len(ids[k]) + 1)]}
-            for k in PREFIX_TEXTS]
+            {"ids": s, "decoded": [tok.decode(s[:n], skip_special_tokens=False) for n in range(len(s) + 1)]}
+            for s in streams]
     # The fixtures exercise what they are for: byte fallback and unk both occur.
     llama = variants["llama2"]
     all_ids = sum((i for i in expected["ids"]["llama2"] if i), [])

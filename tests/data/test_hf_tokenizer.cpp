@@ -65,14 +65,15 @@ TEST(HfTokenizer, SentencePieceIdsAndTextMatchTheTokenizersLibrary) {
   }
 }
 
-// Ids cut anywhere (inside a character's bytes or a byte-fallback run) decode as the library does:
-// U+FFFD per from_utf8_lossy (byte-level) or one per byte of an invalid run (ByteFallback).
+// Ids cut anywhere (inside a character's bytes or a byte-fallback run), and runs made invalid by a
+// stray byte, decode as the library does: U+FFFD per from_utf8_lossy (byte-level) or one per byte
+// of an invalid run (ByteFallback).
 TEST(HfTokenizer, DecodeOfEveryPrefixMatchesTheLibrary) {
   const nlohmann::json expected = golden_json("tokenizers/expected_spm.json");
   for (const char* v : kSpmVariants) {
     const auto tok = HfTokenizer::load(hf_golden(std::string("tokenizers/") + v + ".json"));
     for (const nlohmann::json& p : expected["prefixes"][v]) {
-      const auto ids = expected["ids"][v][p["text"].get<size_t>()].get<std::vector<int32_t>>();
+      const auto ids = p["ids"].get<std::vector<int32_t>>();
       for (size_t n = 0; n <= ids.size(); ++n)
         EXPECT_EQ(tok->decode(std::span(ids).first(n)), p["decoded"][n].get<std::string>()) << v << ", " << n << " ids";
     }
@@ -86,7 +87,7 @@ TEST(HfTokenizer, DecodeStreamPrintsWholeCharactersAddingUpToTheDecode) {
   for (const char* v : kSpmVariants) {
     const auto tok = HfTokenizer::load(hf_golden(std::string("tokenizers/") + v + ".json"));
     for (const nlohmann::json& p : expected["prefixes"][v]) {
-      const auto ids = expected["ids"][v][p["text"].get<size_t>()].get<std::vector<int32_t>>();
+      const auto ids = p["ids"].get<std::vector<int32_t>>();
       // The prompt: the first ids whose text is whole characters (as a prompt's is).
       const std::string all = p["decoded"].back().get<std::string>();
       size_t start = 1;
@@ -106,7 +107,8 @@ TEST(HfTokenizer, DecodeStreamPrintsWholeCharactersAddingUpToTheDecode) {
       }
       out += stream.flush();
       EXPECT_EQ(out, all.substr(context_text.size())) << v;
-      EXPECT_GT(pieces, 3) << v;  // incremental, not all at the end
+      EXPECT_GE(pieces, 1) << v;
+      if (&p != &expected["prefixes"][v].back()) EXPECT_GT(pieces, 3) << v;  // text: incremental, not all at the end
     }
   }
 }
