@@ -1,7 +1,7 @@
 // Tokenizers for real-text training: a character-level vocabulary fitted to the text
 // (shakespeare_char's prepare.py), GPT-2's byte-level BPE loaded from the standard
-// `encoder.json` + `vocab.bpe`, and the byte-level BPE of a Hugging Face tokenizer.json
-// (data/hf_tokenizer.h). A tokenizer serialises itself to JSON (`to_json`), which
+// `encoder.json` + `vocab.bpe`, and the BPE of a Hugging Face tokenizer.json, byte-level or
+// SentencePiece-style (data/hf_tokenizer.h). A tokenizer serialises itself to JSON (`to_json`), which
 // `loom prepare` stores in the data's meta.json, so a training run or `loom sample` rebuilds the
 // exact tokenizer with `Tokenizer::from_json` without the original text or vocabulary files.
 #pragma once
