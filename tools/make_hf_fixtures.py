@@ -35,14 +35,11 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+import hf_tokenizer_fixtures
+from hf_tokenizer_fixtures import MULTILINGUAL
+
 LLAMA3 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 QWEN2 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-
-MULTILINGUAL = (
-    "Café crème, naïve façade — déjà vu! Straße, Übermaß, ÆØÅ æøå. 日本語のテキストと中文文本。"
-    "Русский текст, ελληνικά, العربية ١٢٣, हिन्दी. Numbers 12345 and 3.14159; x² ½ ⅓. "
-    "Emoji 😀🎉 and tabs\tand\r\nCRLF lines.\n"
-)
 
 # Encoded by every tokenizer variant; expected ids come from `tokenizers`. All NFC (the qwen2
 # variant's normalizer would change a non-NFC text, which loom refuses instead).
@@ -213,11 +210,10 @@ def main():
     ap.add_argument("--shakespeare", required=True)
     a = ap.parse_args()
     torch.use_deterministic_algorithms(True)
-    with open(a.shakespeare, encoding="utf-8") as f:
-        shakespeare = f.read()
-    corpus = [shakespeare[i:i + 1000] for i in range(0, 200000, 1000)] + [MULTILINGUAL] * 20
+    corpus = hf_tokenizer_fixtures.corpus_of(a.shakespeare)
     tok_dir = os.path.join(a.out, "tokenizers")
     variants = make_tokenizers(tok_dir, corpus)
+    hf_tokenizer_fixtures.make_all(tok_dir, corpus)
     make_gpt2(os.path.join(a.out, "gpt2"), os.path.join(tok_dir, "gpt2.json"), variants["gpt2"].get_vocab_size())
     llama_vocab = variants["llama3"].get_vocab_size()
     make_llama(os.path.join(a.out, "llama_tied"), os.path.join(tok_dir, "llama3.json"), llama_vocab, True, 10)

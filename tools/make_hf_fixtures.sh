@@ -3,6 +3,10 @@
 # torch, tokenizers and safetensors in their own venv:
 #
 #   bash tools/make_hf_fixtures.sh        # venv in .venv-hf/ (gitignored), CPU only
+#   bash tools/make_hf_fixtures.sh --tokenizers-only
+#                                         # only the SentencePiece-style tokenizers and the decode
+#                                         # expectations (tools/hf_tokenizer_fixtures.py), with
+#                                         # `tokenizers` alone in .venv-tok/
 #
 # The outputs are deterministic. The pins below are the versions the committed fixtures were made
 # with (Python 3.11). Needs network access to the Python package index (pip's configured index);
@@ -22,6 +26,13 @@ pins=(
   numpy==2.4.6
 )
 
+if [[ "${1:-}" == "--tokenizers-only" ]]; then
+  make_venv "$root/.venv-tok" "$(printf '%s\n' "${pins[@]}" | grep '^tokenizers==')"
+  "$root/.venv-tok/bin/python" "$root/tools/hf_tokenizer_fixtures.py" --out "$root/tests/golden/hf" \
+    --shakespeare "$root/data/tinyshakespeare.txt"
+  chmod 0644 "$root"/tests/golden/hf/tokenizers/*
+  exit 0
+fi
 make_venv "$venv" "${pins[@]}"
 
 export CUDA_VISIBLE_DEVICES=""

@@ -13,6 +13,12 @@
 namespace loom::cli {
 
 namespace {
+std::vector<std::string> tokenizer_kind_names() {
+  std::vector<std::string> names;
+  for (const ChoiceInfo& c : choices_of(TokenizerKind{})) names.emplace_back(c.name);
+  return names;
+}
+
 struct PrepareArgs {
   std::string tokenizer, vocab, hf_tokenizer;
   std::string chat_template, loss_on;  // chat
@@ -24,13 +30,15 @@ struct PrepareArgs {
 
 CommandBody add_prepare_command(CLI::App& sub) {
   auto a = std::make_shared<PrepareArgs>();
+  std::vector<std::string> kinds = tokenizer_kind_names();
+  kinds.emplace_back("chat");
   sub.add_option(
          "tokenizer", a->tokenizer,
          "char (sorted unique characters), gpt2 (GPT-2's byte-level BPE files) or hf (a Hugging Face "
-         "tokenizer.json with a byte-level BPE model), or chat (JSON Lines chat/instruction data rendered with a "
-         "model's chat template)")
+         "tokenizer.json with a BPE model: byte-level or SentencePiece-style), or chat (JSON Lines chat/instruction "
+         "data rendered with a model's chat template)")
       ->required()
-      ->check(CLI::IsMember({"char", "gpt2", "hf", "chat"}));
+      ->check(CLI::IsMember(kinds));
   sub.add_option("paths", a->paths,
                  "INPUT (UTF-8 text file) and OUTDIR; for hf: TOKENIZER_JSON INPUT OUTDIR; for chat: MODEL_DIR "
                  "DATA.jsonl OUTDIR")
@@ -64,8 +72,10 @@ CommandBody add_prepare_command(CLI::App& sub) {
       ChatOptions o{p[0], p[1], a->render_only ? std::string() : p[2], a->chat_template, a->loss_on, a->val_fraction};
       return a->render_only ? run_render_chat(o, a->add_generation_prompt) : run_prepare_chat(o);
     }
-    std::string vocab = a->tokenizer == "hf" ? a->hf_tokenizer : a->vocab;
-    if (a->tokenizer == "hf" && p.size() == 3) {
+    const TokenizerKind kind = parse_choice_or_throw<TokenizerKind>(a->tokenizer, "prepare");
+    const bool hf = kind == TokenizerKind::hf;
+    std::string vocab = hf ? a->hf_tokenizer : a->vocab;
+    if (hf && p.size() == 3) {
       if (!vocab.empty())
         throw UserError("--tokenizer", "is given twice: as --tokenizer and as the first of three paths",
                         "give either loom prepare hf TOKENIZER_JSON INPUT OUTDIR or hf INPUT OUTDIR --tokenizer PATH");
@@ -74,9 +84,9 @@ CommandBody add_prepare_command(CLI::App& sub) {
     }
     if (p.size() != 2)
       throw UserError("prepare " + a->tokenizer,
-                      "takes INPUT OUTDIR" + std::string(a->tokenizer == "hf" ? " (after TOKENIZER_JSON)" : ""),
+                      "takes INPUT OUTDIR" + std::string(hf ? " (after TOKENIZER_JSON)" : ""),
                       "e.g. loom prepare char data/tinyshakespeare.txt data/shakespeare_char");
-    return run_prepare(a->tokenizer, p[0], p[1], a->val_fraction, vocab);
+    return run_prepare(kind, p[0], p[1], a->val_fraction, vocab);
   };
 }
 

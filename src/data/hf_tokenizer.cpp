@@ -1,8 +1,10 @@
 #include "data/hf_tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <utility>
 
 #include "core/error.h"
 
@@ -12,23 +14,29 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kFix = "use the tokenizer.json of a byte-level BPE model (GPT-2, SmolLM, Llama 3, Qwen2), unmodified";
+const char* kFix =
+    "use the tokenizer.json of a BPE model, byte-level (GPT-2, SmolLM, Llama 3, Qwen2) or SentencePiece-style "
+    "(Llama 2, TinyLlama, Mistral, Gemma), unmodified";
+
+using Spec = BpeTokenizer::Spec;
+using PreTokenizer = BpeTokenizer::PreTokenizer;
+using Decoder = BpeTokenizer::Decoder;
+using PrependScheme = BpeTokenizer::PrependScheme;
+using SplitBehavior = BpeTokenizer::SplitBehavior;
 
 class SpecReader {
  public:
   SpecReader(const nlohmann::json& j, const std::string& subject) : j_(j), subject_(subject) {}
 
-  BpeTokenizer::Spec read() {
+  Spec read() {
     if (!j_.is_object()) fail("the file", "is not a JSON object");
     read_model();
     read_added_tokens();
-    read_normalizer(field(j_, "normalizer", "normalizer"));
-    bool byte_level = false;
-    read_pre_tokenizer(field(j_, "pre_tokenizer", "pre_tokenizer"), "pre_tokenizer", byte_level);
-    if (!byte_level) fail("pre_tokenizer", "has no ByteLevel step: loom reads byte-level BPE tokenizers (GPT-2 style)");
+    read_normalizer(field(j_, "normalizer", "normalizer"), "normalizer");
+    read_pre_tokenizer(field(j_, "pre_tokenizer", "pre_tokenizer"), "pre_tokenizer");
     const nlohmann::json& dec = field(j_, "decoder", "decoder");
-    if (!dec.is_null() && type_of(dec, "decoder") != "ByteLevel")
-      fail("decoder", "is " + type_of(dec, "decoder") + "; loom decodes byte-level BPE (ByteLevel)");
+    spec_.has_decoder = !dec.is_null();
+    read_decoder(dec, "decoder");
     read_start_token();
     return std::move(spec_);
   }
@@ -62,12 +70,40 @@ class SpecReader {
       fail(where + "." + key, "has the wrong type");
     }
   }
+  // A {"String": s} pattern (the only kind loom's Replace and literal splits take); non-empty.
+  std::string string_pattern(const nlohmann::json& p, const std::string& where) const {
+    const nlohmann::json& pat = field(p, "pattern", where + ".pattern");
+    if (!pat.is_object() || !pat.contains("String") || !pat["String"].is_string())
+      fail(where + ".pattern", "is not {\"String\": ...}, the form loom supports here");
+    std::string s = pat["String"].get<std::string>();
+    if (s.empty()) fail(where + ".pattern", "is the empty string");
+    return s;
+  }
+  // One character (Metaspace's replacement, Strip's content).
+  std::string one_char(const nlohmann::json& j, const char* key, const std::string& dflt,
+                       const std::string& where) const {
+    std::string s = get_or(j, key, dflt, where);
+    char32_t c;
+    if (s.empty() || utf8_decode(s, 0, c) != static_cast<int>(s.size()))
+      fail(where + "." + key, "is '" + s + "', not one character");
+    return s;
+  }
+  PrependScheme prepend_scheme(const nlohmann::json& j, const std::string& where) const {
+    // The legacy add_prefix_space = false means "never" (Metaspace's deserializer).
+    if (!get_or(j, "add_prefix_space", true, where)) return PrependScheme::never;
+    const std::string s = get_or(j, "prepend_scheme", std::string("always"), where);
+    if (s == "always") return PrependScheme::always;
+    if (s == "first") return PrependScheme::first;
+    if (s == "never") return PrependScheme::never;
+    fail(where + ".prepend_scheme", "is '" + s + "'; it is always, first or never");
+  }
 
   void set_token(int64_t id, const std::string& s, const std::string& where) {
     if (id < 0 || id >= INT32_MAX) fail(where, "has id " + std::to_string(id) + ", outside [0, 2^31 - 1)");
     const auto i = static_cast<size_t>(id);
     if (i >= spec_.tokens.size()) {
       spec_.tokens.resize(i + 1);
+      spec_.in_model.resize(i + 1, false);
       have_.resize(i + 1, false);
     }
     if (have_[i] && spec_.tokens[i] != s)
@@ -79,19 +115,26 @@ class SpecReader {
   void read_model() {
     const nlohmann::json& m = field(j_, "model", "model");
     const std::string type = type_of(m, "model");
-    if (type != "BPE") fail("model.type", "is " + type + "; loom reads byte-level BPE models (\"BPE\")");
+    if (type != "BPE") fail("model.type", "is " + type + "; loom reads BPE models (\"BPE\")");
     if (get_or(m, "dropout", 0.0, "model") != 0.0) fail("model.dropout", "is set: BPE dropout is not supported");
-    if (get_or(m, "byte_fallback", false, "model"))
-      fail("model.byte_fallback", "is true: SentencePiece-style BPE (Llama 2, Mistral) is not supported");
     if (!get_or(m, "continuing_subword_prefix", std::string(), "model").empty() ||
         !get_or(m, "end_of_word_suffix", std::string(), "model").empty())
-      fail("model", "has a continuing_subword_prefix or end_of_word_suffix: not a byte-level BPE");
+      fail("model", "has a continuing_subword_prefix or end_of_word_suffix, which loom does not support");
     spec_.ignore_merges = get_or(m, "ignore_merges", false, "model");
+    spec_.byte_fallback = get_or(m, "byte_fallback", false, "model");
+    spec_.fuse_unk = get_or(m, "fuse_unk", false, "model");
     const nlohmann::json& vocab = field(m, "vocab", "model.vocab");
     if (!vocab.is_object() || vocab.empty()) fail("model.vocab", "is not a non-empty object of token -> id");
     for (const auto& [tok, id] : vocab.items()) {
       if (!id.is_number_integer()) fail("model.vocab", "gives token '" + tok + "' an id that is not an integer");
       set_token(id.get<int64_t>(), tok, "model.vocab");
+      spec_.in_model[static_cast<size_t>(id.get<int64_t>())] = true;
+    }
+    const std::string unk = get_or(m, "unk_token", std::string(), "model");
+    if (!unk.empty()) {
+      auto it = vocab.find(unk);
+      if (it == vocab.end()) fail("model.unk_token", "is '" + unk + "', which is not in model.vocab");
+      spec_.unk_id = static_cast<int32_t>(it->get<int64_t>());
     }
     const nlohmann::json& merges = field(m, "merges", "model.merges");
     if (!merges.is_array()) fail("model.merges", "is not an array");
@@ -121,11 +164,15 @@ class SpecReader {
       if (!id.is_number_integer() || !content.is_string())
         fail("added_tokens", "has an element whose id is not an integer or whose content is not a string");
       const std::string s = content.get<std::string>();
-      for (const char* flag : {"single_word", "lstrip", "rstrip"})
-        if (get_or(t, flag, false, "added_tokens[]"))
-          fail("added_tokens", "has '" + s + "' with " + flag + " = true, which loom does not support");
+      if (get_or(t, "single_word", false, "added_tokens[]"))
+        fail("added_tokens", "has '" + s + "' with single_word = true, which loom does not support");
       set_token(id.get<int64_t>(), s, "added_tokens");
-      spec_.specials.push_back(static_cast<int32_t>(id.get<int64_t>()));
+      // AddedToken's defaults: normalized unless special.
+      const bool special = get_or(t, "special", false, "added_tokens[]");
+      spec_.added.push_back({.id = static_cast<int32_t>(id.get<int64_t>()),
+                             .lstrip = get_or(t, "lstrip", false, "added_tokens[]"),
+                             .rstrip = get_or(t, "rstrip", false, "added_tokens[]"),
+                             .normalized = get_or(t, "normalized", !special, "added_tokens[]")});
     }
     for (size_t i = 0; i < have_.size(); ++i)
       if (!have_[i])
@@ -133,57 +180,110 @@ class SpecReader {
              "has no token with id " + std::to_string(i) + " (nor has added_tokens): ids must be 0..N-1");
   }
 
-  void read_normalizer(const nlohmann::json& n) {
+  void read_normalizer(const nlohmann::json& n, const std::string& where) {
     if (n.is_null()) return;
-    const std::string type = type_of(n, "normalizer");
+    const std::string type = type_of(n, where);
     if (type == "NFC") {
       spec_.nfc = true;
+    } else if (type == "Prepend") {
+      spec_.normalizers.push_back(
+          {.kind = BpeTokenizer::Normalizer::prepend, .text = get_or(n, "prepend", std::string(), where)});
+    } else if (type == "Replace") {
+      spec_.normalizers.push_back({.kind = BpeTokenizer::Normalizer::replace,
+                                   .text = string_pattern(n, where),
+                                   .by = get_or(n, "content", std::string(), where)});
     } else if (type == "Sequence") {
-      const nlohmann::json& list = field(n, "normalizers", "normalizer.normalizers");
-      if (!list.is_array()) fail("normalizer.normalizers", "is not an array");
-      for (const nlohmann::json& x : list) read_normalizer(x);
+      const nlohmann::json& list = field(n, "normalizers", where + ".normalizers");
+      if (!list.is_array()) fail(where + ".normalizers", "is not an array");
+      for (size_t k = 0; k < list.size(); ++k)
+        read_normalizer(list[k], where + ".normalizers[" + std::to_string(k) + "]");
     } else {
-      fail("normalizer", "is " + type + "; loom supports none or NFC (which it checks rather than applies)");
+      fail(where,
+           "is " + type + "; loom supports NFC (which it checks rather than applies), Prepend, Replace and Sequence");
     }
   }
 
-  // Appends the split patterns of pre-tokenizer `p` to spec_.patterns.
-  void read_pre_tokenizer(const nlohmann::json& p, const std::string& where, bool& byte_level) {
+  void read_pre_tokenizer(const nlohmann::json& p, const std::string& where) {
     if (p.is_null()) return;
     const std::string type = type_of(p, where);
-    if (byte_level) fail(where, "comes after the ByteLevel step, which must be the last");
+    if (!spec_.pre_tokenizers.empty() && spec_.pre_tokenizers.back().kind == PreTokenizer::byte_level)
+      fail(where, "comes after the ByteLevel step, which must be the last");
     if (type == "Sequence") {
       const nlohmann::json& list = field(p, "pretokenizers", where + ".pretokenizers");
       if (!list.is_array()) fail(where + ".pretokenizers", "is not an array");
       for (size_t k = 0; k < list.size(); ++k)
-        read_pre_tokenizer(list[k], where + ".pretokenizers[" + std::to_string(k) + "]", byte_level);
+        read_pre_tokenizer(list[k], where + ".pretokenizers[" + std::to_string(k) + "]");
     } else if (type == "ByteLevel") {
       if (get_or(p, "add_prefix_space", false, where))
         fail(where + ".add_prefix_space", "is true; loom supports false (GPT-2, Llama 3, Qwen2, SmolLM)");
-      if (get_or(p, "use_regex", true, where)) spec_.patterns.emplace_back(kGpt2Pattern);
-      byte_level = true;
+      if (get_or(p, "use_regex", true, where))
+        spec_.pre_tokenizers.push_back({.kind = PreTokenizer::regex, .pattern = std::string(kGpt2Pattern)});
+      spec_.pre_tokenizers.push_back({.kind = PreTokenizer::byte_level});
+    } else if (type == "Metaspace") {
+      spec_.pre_tokenizers.push_back({.kind = PreTokenizer::metaspace,
+                                      .pattern = one_char(p, "replacement", "\xE2\x96\x81", where),
+                                      .prepend = prepend_scheme(p, where),
+                                      .split = get_or(p, "split", true, where)});
     } else if (type == "Split") {
-      if (get_or(p, "behavior", std::string("Isolated"), where) != "Isolated")
-        fail(where + ".behavior", "is not Isolated, the one loom supports");
       if (get_or(p, "invert", false, where)) fail(where + ".invert", "is true, which loom does not support");
+      const std::string behavior = get_or(p, "behavior", std::string("Isolated"), where);
       const nlohmann::json& pat = field(p, "pattern", where + ".pattern");
       if (pat.contains("Regex") && pat["Regex"].is_string()) {
-        spec_.patterns.push_back(pat["Regex"].get<std::string>());
-      } else if (pat.contains("String") && pat["String"].is_string()) {
-        std::string escaped;  // the literal string as a pattern
-        for (const char c : pat["String"].get<std::string>()) {
-          const auto u = static_cast<unsigned char>(c);
-          if (u < 0x80 && !std::isalnum(u)) escaped += '\\';
-          escaped += c;
-        }
-        spec_.patterns.push_back(std::move(escaped));
-      } else {
-        fail(where + ".pattern", "is neither {\"Regex\": ...} nor {\"String\": ...}");
+        if (behavior != "Isolated")
+          fail(where + ".behavior", "is " + behavior + "; loom splits on a Regex with Isolated");
+        spec_.pre_tokenizers.push_back({.kind = PreTokenizer::regex, .pattern = pat["Regex"].get<std::string>()});
+        return;
       }
+      const std::pair<const char*, SplitBehavior> behaviors[] = {
+          {"Isolated", SplitBehavior::isolated},
+          {"Removed", SplitBehavior::removed},
+          {"MergedWithPrevious", SplitBehavior::merged_with_previous},
+          {"MergedWithNext", SplitBehavior::merged_with_next}};
+      const auto* b =
+          std::find_if(std::begin(behaviors), std::end(behaviors), [&](auto& x) { return behavior == x.first; });
+      if (b == std::end(behaviors))
+        fail(where + ".behavior",
+             "is " + behavior + "; loom supports Isolated, Removed, MergedWithPrevious and MergedWithNext");
+      spec_.pre_tokenizers.push_back(
+          {.kind = PreTokenizer::literal, .pattern = string_pattern(p, where), .behavior = b->second});
     } else if (type == "Digits") {
-      spec_.patterns.emplace_back(get_or(p, "individual_digits", false, where) ? R"(\p{N})" : R"(\p{N}+)");
+      spec_.pre_tokenizers.push_back(
+          {.kind = PreTokenizer::regex,
+           .pattern = get_or(p, "individual_digits", false, where) ? R"(\p{N})" : R"(\p{N}+)"});
     } else {
-      fail(where, "is " + type + "; loom supports ByteLevel, Split, Digits and Sequence");
+      fail(where, "is " + type + "; loom supports ByteLevel, Metaspace, Split, Digits and Sequence");
+    }
+  }
+
+  void read_decoder(const nlohmann::json& d, const std::string& where) {
+    if (d.is_null()) return;
+    const std::string type = type_of(d, where);
+    if (type == "Sequence") {
+      const nlohmann::json& list = field(d, "decoders", where + ".decoders");
+      if (!list.is_array()) fail(where + ".decoders", "is not an array");
+      for (size_t k = 0; k < list.size(); ++k) read_decoder(list[k], where + ".decoders[" + std::to_string(k) + "]");
+    } else if (type == "ByteLevel") {
+      spec_.decoders.push_back({.kind = Decoder::byte_level});
+    } else if (type == "Replace") {
+      spec_.decoders.push_back({.kind = Decoder::replace,
+                                .text = string_pattern(d, where),
+                                .by = get_or(d, "content", std::string(), where)});
+    } else if (type == "ByteFallback") {
+      spec_.decoders.push_back({.kind = Decoder::byte_fallback});
+    } else if (type == "Fuse") {
+      spec_.decoders.push_back({.kind = Decoder::fuse});
+    } else if (type == "Strip") {
+      const int64_t left = get_or(d, "start", int64_t{0}, where), right = get_or(d, "stop", int64_t{0}, where);
+      if (left < 0 || right < 0) fail(where, "has a negative start or stop");
+      spec_.decoders.push_back(
+          {.kind = Decoder::strip, .text = one_char(d, "content", " ", where), .left = left, .right = right});
+    } else if (type == "Metaspace") {
+      spec_.decoders.push_back({.kind = Decoder::metaspace,
+                                .text = one_char(d, "replacement", "\xE2\x96\x81", where),
+                                .prepend = prepend_scheme(d, where)});
+    } else {
+      fail(where,
+           "is " + type + "; loom decodes ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace and Sequence");
     }
   }
 
@@ -206,13 +306,13 @@ class SpecReader {
   void read_start_token() {
     std::string start = template_start(j_.contains("post_processor") ? j_["post_processor"] : nlohmann::json());
     if (start.empty()) start = "<|endoftext|>";
-    for (const int32_t id : spec_.specials)
-      if (spec_.tokens[static_cast<size_t>(id)] == start) spec_.start_id = id;
+    for (const BpeTokenizer::AddedToken& a : spec_.added)
+      if (spec_.tokens[static_cast<size_t>(a.id)] == start) spec_.start_id = a.id;
   }
 
   const nlohmann::json& j_;
   const std::string& subject_;
-  BpeTokenizer::Spec spec_;
+  Spec spec_;
   std::vector<bool> have_;
 };
 
@@ -236,7 +336,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
 }
 
 nlohmann::json HfTokenizer::to_json() const {
-  return {{"kind", "hf"}, {"vocab_size", vocab_size()}, {"tokenizer", json_}};
+  return {{"kind", choice_name(kind())}, {"vocab_size", vocab_size()}, {"tokenizer", json_}};
 }
 
 }  // namespace loom

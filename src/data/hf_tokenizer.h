@@ -1,24 +1,28 @@
-// A Hugging Face tokenizer.json with a byte-level BPE model (GPT-2, SmolLM, Llama 3, Qwen2 and
-// their kin), encoding exactly as the `tokenizers` library does with add_special_tokens=False:
-// a training corpus gets no BOS/EOS added by the post-processor; special tokens written in the
-// text ("<|endoftext|>") are matched as tokens.
+// A Hugging Face tokenizer.json with a BPE model, byte-level (GPT-2, SmolLM, Llama 3, Qwen2) or
+// SentencePiece-style (Llama 2, TinyLlama, Mistral, Gemma), encoding and decoding exactly as the
+// `tokenizers` library does with add_special_tokens=False and skip_special_tokens=False
+// (data/tokenizer.h's BpeTokenizer says how): a training corpus gets no BOS/EOS added by the
+// post-processor; added tokens written in the text ("<|endoftext|>", "[INST]") are matched.
 //
 // What loom reads (anything else is a UserError naming the field and what loom supports):
-//   model          "BPE" without dropout, byte_fallback, continuing_subword_prefix or
-//                  end_of_word_suffix; "merges" as "a b" strings or ["a", "b"] pairs;
-//                  "ignore_merges" (Llama 3) honoured; vocab + added tokens must be ids 0..N-1
-//   added_tokens   all matched literally in the text (leftmost, longest); single_word, lstrip
-//                  and rstrip must be false
-//   normalizer     null, or NFC (Qwen2) — loom does not normalize, it checks that the text is
-//                  already in NFC (nfc_quick_check) and refuses text that is not or may not be
-//   pre_tokenizer  ByteLevel (add_prefix_space false, with or without use_regex), alone or last
-//                  in a Sequence after Split (a Regex or String pattern, behavior Isolated, not
-//                  inverted) and Digits steps (individual_digits splits like \p{N}, otherwise
-//                  like \p{N}+); patterns run on data/regex.h's matcher
-//   decoder        null or ByteLevel
+//   model          "BPE" without dropout, continuing_subword_prefix or end_of_word_suffix;
+//                  byte_fallback, unk_token (which must be in the vocab), fuse_unk and
+//                  ignore_merges honoured; "merges" as "a b" strings or ["a", "b"] pairs; vocab +
+//                  added tokens must be ids 0..N-1
+//   added_tokens   lstrip, rstrip and normalized honoured; single_word must be false
+//   normalizer     null, Prepend, Replace (a String pattern), NFC (which loom checks rather than
+//                  applies: it refuses text that is not, or may not be, in NFC), or a Sequence
+//   pre_tokenizer  null, Metaspace (replacement, prepend_scheme or the legacy add_prefix_space,
+//                  split), Split (a Regex pattern with behavior Isolated; a String pattern with
+//                  Isolated, Removed, MergedWithPrevious or MergedWithNext; not inverted), Digits,
+//                  ByteLevel (add_prefix_space false, with or without use_regex; the last step),
+//                  or a Sequence; regex patterns run on data/regex.h's matcher
+//   decoder        null (tokens joined by ' ', as the library does), ByteLevel, Replace (a String
+//                  pattern), ByteFallback, Fuse, Strip, Metaspace, or a Sequence
 //   post_processor only read for the start token of `loom sample` (start_id): the first
-//                  SpecialToken of a TemplateProcessing's "single" template (Llama 3's
-//                  <|begin_of_text|>), else the added token "<|endoftext|>" (GPT-2, SmolLM, Qwen2)
+//                  SpecialToken of a TemplateProcessing's "single" template (Llama's <s>,
+//                  Gemma's <bos>, Llama 3's <|begin_of_text|>), else the added token
+//                  "<|endoftext|>" (GPT-2, SmolLM, Qwen2)
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -36,7 +40,7 @@ class HfTokenizer final : public BpeTokenizer {
   // file is a UserError naming it.
   static std::unique_ptr<HfTokenizer> load(const std::string& path);
 
-  std::string kind() const override { return "hf"; }
+  TokenizerKind kind() const override { return TokenizerKind::hf; }
   // {"kind": "hf", "vocab_size": V, "tokenizer": <the tokenizer.json object, unchanged>}
   nlohmann::json to_json() const override;
   const nlohmann::json& tokenizer_json() const { return json_; }

@@ -18,10 +18,10 @@ std::string with_commas(int64_t v) {
 
 }  // namespace
 
-int run_prepare(const std::string& kind, const std::string& input, const std::string& out_dir, double val_fraction,
+int run_prepare(TokenizerKind kind, const std::string& input, const std::string& out_dir, double val_fraction,
                 const std::string& vocab, FILE* out) {
   const PreparedDataset r = prepare_dataset(kind, input, out_dir, val_fraction, vocab);
-  std::fprintf(out, "prepared %s with the %s tokenizer\n", input.c_str(), kind.c_str());
+  std::fprintf(out, "prepared %s with the %s tokenizer\n", input.c_str(), std::string(choice_name(kind)).c_str());
   std::fprintf(out, "  length of text in characters: %s\n", with_commas(r.characters).c_str());
   std::fprintf(out, "  vocab size: %s\n", with_commas(r.vocab_size).c_str());
   std::fprintf(out, "  train has %s tokens\n", with_commas(r.train_tokens).c_str());

@@ -133,37 +133,29 @@ std::string json_text(const nlohmann::json& j) {
 
 // ---- prepare --------------------------------------------------------------------------------
 
-PreparedDataset prepare_dataset(const std::string& kind, const std::string& input_path, const std::string& out_dir,
+PreparedDataset prepare_dataset(TokenizerKind kind, const std::string& input_path, const std::string& out_dir,
                                 double val_fraction, const std::string& vocab) {
-  if (kind != "char" && kind != "gpt2" && kind != "hf") {
-    std::string msg = "unknown tokenizer kind '";
-    msg += kind;
-    msg += "'";
-    throw UserError("prepare", msg,
-                    "use 'char' (characters of the text), 'gpt2' (GPT-2's BPE, with --vocab DIR) or 'hf' (a "
-                    "tokenizer.json, with --tokenizer PATH)");
-  }
   if (!(val_fraction > 0.0 && val_fraction < 1.0)) {
     std::string msg = "is ";
     msg += std::to_string(val_fraction);
     msg += "; it must be in (0, 1)";
     throw UserError("--val-fraction", msg, "give the share of the text kept for validation, e.g. 0.1 (nanoGPT's)");
   }
-  if (kind == "gpt2" && vocab.empty())
+  if (kind == TokenizerKind::gpt2 && vocab.empty())
     throw UserError("--vocab", "gpt2 needs GPT-2's vocabulary files",
                     "pass --vocab DIR, where DIR holds encoder.json and vocab.bpe (openai/gpt-2, models/124M)");
-  if (kind == "hf" && vocab.empty())
+  if (kind == TokenizerKind::hf && vocab.empty())
     throw UserError("--tokenizer", "hf needs a Hugging Face tokenizer.json",
                     "give it: loom prepare hf TOKENIZER_JSON INPUT OUTDIR (or --tokenizer DIR holding tokenizer.json)");
 
   // Load the vocabulary before reading a possibly large text, so its errors come first.
   std::unique_ptr<Tokenizer> tok;
-  if (kind == "gpt2") tok = Gpt2Tokenizer::load_dir(vocab);
-  if (kind == "hf") tok = HfTokenizer::load(vocab);
+  if (kind == TokenizerKind::gpt2) tok = Gpt2Tokenizer::load_dir(vocab);
+  if (kind == TokenizerKind::hf) tok = HfTokenizer::load(vocab);
 
   const std::string text = read_input_text(input_path);
   const int64_t n = utf8_length(text, input_path);
-  if (kind == "char") tok = std::make_unique<CharTokenizer>(CharTokenizer::fit(text, input_path));
+  if (kind == TokenizerKind::char_) tok = std::make_unique<CharTokenizer>(CharTokenizer::fit(text, input_path));
   // uint16 token files while the ids fit (nanoGPT's), uint32 beyond (Llama 3's 128,256 tokens).
   const int width = tok->vocab_size() > kMaxUint16Vocab ? 4 : 2;
 

@@ -6,7 +6,7 @@
 // `prepare_dataset` (the `loom prepare` command) makes it from a text file; `TokenFile` maps a
 // .bin read-only and checks it; `TokenBatcher` cuts it into (inputs, labels) batches.
 //
-//   prepare_dataset("char", "data/tinyshakespeare.txt", "data/shakespeare_char");
+//   prepare_dataset(TokenizerKind::char_, "data/tinyshakespeare.txt", "data/shakespeare_char");
 //   TokenMeta meta = read_token_meta("data/shakespeare_char");
 //   TokenFile train = TokenFile::open_split("data/shakespeare_char", "train");
 //   TokenBatcher batches(train, /*batch_size=*/64, /*seq_len=*/256, BatchMode::train, seed);
@@ -17,12 +17,13 @@
 #include <string>
 
 #include "data/data.h"
+#include "data/tokenizer.h"
 
 namespace loom {
 
 // What prepare_dataset wrote.
 struct PreparedDataset {
-  std::string kind;        // "char" | "gpt2" | "hf"
+  TokenizerKind kind = TokenizerKind::char_;
   std::string format;      // "uint16" | "uint32"
   int64_t characters = 0;  // code points of the input text
   int64_t vocab_size = 0;
@@ -38,16 +39,16 @@ struct PreparedDataset {
 // splitting the tokens; tiny Shakespeare gives 1,003,854 train and 111,540 val tokens).
 //   kind "char": the vocabulary is fitted to the whole text (CharTokenizer::fit);
 //   kind "gpt2": GPT-2's BPE from vocab/{encoder.json, vocab.bpe};
-//   kind "hf": the byte-level BPE of the tokenizer.json `vocab` (or vocab/tokenizer.json), with
+//   kind "hf": the BPE of the tokenizer.json `vocab` (or vocab/tokenizer.json), with
 //     `tokenizers`' ids (data/hf_tokenizer.h).
 // Token files are uint16 for vocabularies of at most 65536 tokens, uint32 above.
 // Each file is written to "<name>.tmp", fsync'ed and renamed, and an old meta.json is removed
 // first and written last, so an interrupted run never leaves a meta.json that describes other
-// .bin files. UserErrors: unknown kind, val_fraction not in (0, 1), a missing, unreadable, empty
+// .bin files. UserErrors: val_fraction not in (0, 1), a missing, unreadable, empty
 // or non-UTF-8 input, a text too short to give both splits a token, no `vocab` for "gpt2" or
 // "hf", a text the tokenizer refuses (not in NFC for an NFC tokenizer), and files that cannot be
 // written.
-PreparedDataset prepare_dataset(const std::string& kind, const std::string& input_path, const std::string& out_dir,
+PreparedDataset prepare_dataset(TokenizerKind kind, const std::string& input_path, const std::string& out_dir,
                                 double val_fraction = 0.1, const std::string& vocab = {});
 
 // meta.json of a data directory, checked: format "uint16" (1 <= vocab_size <= 65536) or "uint32"

@@ -1,7 +1,7 @@
 // Tokenizers for real-text training: a character-level vocabulary fitted to the text
 // (shakespeare_char's prepare.py), GPT-2's byte-level BPE loaded from the standard
-// `encoder.json` + `vocab.bpe`, and the byte-level BPE of a Hugging Face tokenizer.json
-// (data/hf_tokenizer.h). A tokenizer serialises itself to JSON (`to_json`), which
+// `encoder.json` + `vocab.bpe`, and the BPE of a Hugging Face tokenizer.json, byte-level or
+// SentencePiece-style (data/hf_tokenizer.h). A tokenizer serialises itself to JSON (`to_json`), which
 // `loom prepare` stores in the data's meta.json, so a training run or `loom sample` rebuilds the
 // exact tokenizer with `Tokenizer::from_json` without the original text or vocabulary files.
 #pragma once
@@ -15,10 +15,18 @@
 #include <utility>
 #include <vector>
 
+#include "core/choice.h"
 #include "data/regex.h"
 #include "data/unicode.h"
 
 namespace loom {
+
+// The tokenizers `loom prepare` makes and meta.json names (its "kind").
+#define LOOM_TOKENIZER_KINDS(X)                                                     \
+  X(char_, "the sorted unique characters of the text (nanoGPT's shakespeare_char)") \
+  X(gpt2, "GPT-2's byte-level BPE files (encoder.json, vocab.bpe)")                 \
+  X(hf, "a Hugging Face tokenizer.json with a BPE model (byte-level or SentencePiece-style)")
+LOOM_CHOICE(TokenizerKind, "tokenizer kind", LOOM_TOKENIZER_KINDS)
 
 class Tokenizer {
  public:
@@ -29,10 +37,13 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   // The text of `ids`. An id outside [0, vocab_size()) is a UserError naming it.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  // Whether the text token `id` decodes to can still change with the tokens after it (a
+  // ByteFallback <0xXX> byte, whose run decodes as a whole); DecodeStream holds such tokens back.
+  virtual bool decodes_with_next(int32_t /*id*/) const { return false; }
   // Ids are exactly [0, vocab_size()).
   virtual int32_t vocab_size() const = 0;
-  // "char", "gpt2" or "hf": the "kind" field of to_json().
-  virtual std::string kind() const = 0;
+  // The "kind" field of to_json().
+  virtual TokenizerKind kind() const = 0;
   // The token a generation with an empty prompt starts from (GPT-2's "<|endoftext|>", a
   // tokenizer.json's beginning-of-text token), or -1 when the vocabulary has none.
   virtual int32_t start_id() const { return -1; }
@@ -61,7 +72,7 @@ class CharTokenizer final : public Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t vocab_size() const override { return static_cast<int32_t>(chars_.size()); }
-  std::string kind() const override { return "char"; }
+  TokenizerKind kind() const override { return TokenizerKind::char_; }
   // {"kind": "char", "vocab_size": V, "chars": "<the V characters in id order, as one string>"}
   nlohmann::json to_json() const override;
 
@@ -73,46 +84,79 @@ class CharTokenizer final : public Tokenizer {
   int32_t ascii_[128];                          // stoi for ASCII, -1 when absent
 };
 
-// Byte-level BPE: GPT-2's (openai/gpt-2 src/encoder.py) and that of tokenizer.json files whose
-// model is "BPE" under a ByteLevel pre-tokenizer (data/hf_tokenizer.h). encode():
-//  1. special tokens (the added tokens of a tokenizer.json; "<|endoftext|>" for GPT-2's files)
-//     are matched literally, leftmost first and the longest where several start at one place
-//     (`tokenizers`' added vocabulary; tiktoken's allowed_special="all"), each encoded as its
-//     one id; the text between them is encoded on its own;
-//  2. the pre-tokenizer splits each such stretch: each pattern of Spec::patterns in turn splits
-//     every piece the previous one made (PretokenRegex::split); GPT-2's one pattern is
-//       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-//  3. each piece's UTF-8 bytes become byte symbols through bytes_to_unicode; with
-//     ignore_merges a piece that is a whole token is that token (Llama 3);
-//  4. the BPE loop merges the adjacent pair of lowest merge rank, all its non-overlapping
-//     occurrences left to right, until no adjacent pair has a rank (the same result as
-//     `tokenizers`' priority queue: a merged token's pairs always rank later);
-//  5. the resulting symbols are looked up in the vocabulary.
-//
-// decode returns the raw bytes (GPT-2 decodes them with errors="replace"; loom does not, so
-// decode(encode(s)) == s for any byte string, and ids that cut a character in two give bytes
-// that are not valid UTF-8); a special token decodes to its text.
+// BPE as the `tokenizers` library runs it (models/bpe), with the normalizers, pre-tokenizers and
+// decoders of the byte-level families (GPT-2, SmolLM, Llama 3, Qwen2) and of the SentencePiece
+// families (Llama 2, TinyLlama, Mistral, Gemma). GPT-2's own files (encoder.py) are the byte-level
+// case. encode() gives the ids of `tokenizers`' encode(text, add_special_tokens=False):
+//  1. added tokens are cut out of the text: first those with normalized = false, matched in the
+//     raw text, then those with normalized = true, matched (by their normalized content) in each
+//     normalized stretch; leftmost first, the longest where several start at one place; lstrip /
+//     rstrip widen a match over the white space before / after it;
+//  2. each stretch between added tokens is normalized on its own (Prepend, Replace; NFC is only
+//     checked, see Spec::nfc);
+//  3. the pre-tokenizer steps split it in turn (a regex's matches isolated, a literal's with its
+//     behaviour, Metaspace's ' ' -> '▁' with its prepend scheme, ByteLevel's bytes -> symbols);
+//  4. each piece is one token if ignore_merges and it is a token; otherwise its characters are
+//     looked up (a character that is no token becomes its <0xXX> byte tokens with byte_fallback,
+//     else the unknown token, consecutive ones fused with fuse_unk, else it is dropped), and
+//     merges apply by rank, the lowest first and the leftmost among equals (Word::merge_all).
+// decode() gives `tokenizers`' decode(ids, skip_special_tokens=False): the token strings through
+// the decoder steps, concatenated (with no decoder: joined by ' '). ByteLevel decodes to bytes
+// and then to text as Rust's String::from_utf8_lossy does (utf8_lossy), so ids that cut a
+// character give U+FFFD; ByteFallback turns a run of <0xXX> tokens into its text, or one U+FFFD
+// per byte when the run is not valid UTF-8.
 class BpeTokenizer : public Tokenizer {
  public:
+  // How a pre-tokenizer's matches become pieces (tokenizers' SplitDelimiterBehavior).
+  enum class SplitBehavior : uint8_t { isolated, removed, merged_with_previous, merged_with_next };
+  // Metaspace's prepend_scheme: where '▁' goes in front of a piece that does not start with one.
+  enum class PrependScheme : uint8_t { always, first, never };
+  struct Normalizer {
+    enum Kind : uint8_t { prepend, replace } kind;
+    std::string text{}, by{};  // prepend: `text` to a non-empty stretch; replace: each `text` by `by`
+  };
+  struct PreTokenizer {
+    enum Kind : uint8_t { regex, literal, metaspace, byte_level } kind;
+    std::string pattern{};  // regex: isolated matches; literal: the string; metaspace: the replacement
+    SplitBehavior behavior = SplitBehavior::isolated;  // literal
+    PrependScheme prepend = PrependScheme::always;     // metaspace
+    bool split = true;                                 // metaspace: split before each replacement
+  };
+  struct Decoder {
+    enum Kind : uint8_t { byte_level, replace, byte_fallback, fuse, strip, metaspace } kind;
+    std::string text{}, by{};     // replace: each `text` by `by`; strip, metaspace: `text` is the character
+    int64_t left = 0, right = 0;  // strip: at most this many at each end
+    PrependScheme prepend = PrependScheme::always;  // metaspace: drops the replacement in token 0 unless never
+  };
+  struct AddedToken {
+    int32_t id = 0;
+    bool lstrip = false, rstrip = false;
+    bool normalized = false;  // matched in the normalized text, by its normalized content
+  };
   struct Spec {
     std::vector<std::string> tokens;                          // id -> token string
+    std::vector<bool> in_model;                               // id -> in the BPE model's vocab (empty: all)
     std::vector<std::pair<std::string, std::string>> merges;  // in rank order
-    std::vector<int32_t> specials;                            // ids matched literally in the text
-    std::vector<std::string> patterns;                        // the pre-tokenizer's splits, in order
-    bool ignore_merges = false;
+    std::vector<AddedToken> added;                            // matched in the text
+    std::vector<Normalizer> normalizers;
+    std::vector<PreTokenizer> pre_tokenizers;  // byte_level, if any, last
+    std::vector<Decoder> decoders;
+    bool has_decoder = true;  // false: decode joins the token strings with ' '
+    bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
     bool nfc = false;  // the text must be in NFC (a tokenizer.json normalizer loom only checks)
-    int32_t start_id = -1;
+    int32_t unk_id = -1, start_id = -1;
   };
-  // Checks: tokens are unique, every byte symbol is a token, every token that is not special is
-  // made of byte symbols, each merge has two parts that are tokens and whose concatenation is a
-  // token, every pattern compiles. Violations are UserErrors naming `subject` (and the merge) with
-  // `fix` as the hint.
+  // Checks: tokens are unique, each merge has two parts that are tokens and whose concatenation
+  // is a token, every pattern compiles, and a byte-level pipeline has a token for each of the 256
+  // byte symbols. Violations are UserErrors naming `subject` (and the merge) with `fix` as the hint.
   BpeTokenizer(Spec spec, const std::string& subject, const std::string& fix);
 
   // A text that must be in NFC and is not (or may not be: nfc_quick_check says maybe) is a
-  // UserError naming the character.
+  // UserError naming the character, as is text that is not UTF-8 for a pipeline that is not
+  // byte-level (a byte-level one takes any bytes).
   std::vector<int32_t> encode(std::string_view text) const override;
   std::string decode(std::span<const int32_t> ids) const override;
+  bool decodes_with_next(int32_t id) const override;
   int32_t vocab_size() const override { return static_cast<int32_t>(tokens_.size()); }
   int32_t start_id() const override { return start_id_; }
 
@@ -121,21 +165,40 @@ class BpeTokenizer : public Tokenizer {
   const std::vector<std::string>& tokens() const { return tokens_; }
 
  private:
-  void encode_ordinary(std::string_view text, std::vector<int32_t>& ids,
-                       std::unordered_map<std::string_view, std::vector<int32_t>>& cache) const;
+  struct Piece {
+    std::string text;
+    bool at_start = false;  // begins at offset 0 of the original text (Metaspace "first")
+  };
+  struct Added {  // an added token as matched: its content (normalized for `normalized` ones)
+    std::string content;
+    AddedToken token;
+  };
+  struct AddedSet {
+    std::vector<Added> tokens;
+    std::vector<std::vector<uint32_t>> by_first_byte;  // indices into tokens, longest first
+    void index();
+  };
+  using Cache = std::unordered_map<std::string, std::vector<int32_t>>;
+  void encode_stretch(std::string_view text, bool at_start, std::vector<int32_t>& ids, Cache& cache) const;
+  void encode_normalized(Piece piece, std::vector<int32_t>& ids, Cache& cache) const;
+  std::string normalize(std::string_view s) const;
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
 
-  std::vector<std::string> tokens_;                      // id -> token string (byte symbols, UTF-8; specials as given)
-  std::vector<std::string> decoded_;                     // id -> the raw bytes it stands for
+  std::vector<std::string> tokens_;                      // id -> token string
   std::unordered_map<std::string_view, int32_t> index_;  // token string -> id (views of tokens_)
-  std::unordered_map<std::string_view, int32_t> whole_;  // ignore_merges: raw bytes -> id
-  int32_t byte_id_[256];                                 // byte -> id of its one-symbol token
-  // (left id << 32 | right id) -> (rank << 32 | merged id)
-  std::unordered_map<uint64_t, uint64_t> merge_;
-  std::vector<PretokenRegex> patterns_;
-  std::vector<std::vector<int32_t>> specials_by_byte_;  // first byte -> special ids, longest first
-  bool ignore_merges_ = false, nfc_ = false;
-  int32_t start_id_ = -1;
+  std::vector<bool> in_model_;
+  std::unordered_map<uint64_t, uint64_t> merge_;  // (left id << 32 | right id) -> (rank << 32 | merged id)
+  AddedSet raw_added_, normalized_added_;
+  // A normalized added token decodes as its normalized content (AddedVocabulary::simple_id_to_token).
+  std::unordered_map<int32_t, std::string> decoded_as_;
+  std::vector<Normalizer> normalizers_;
+  std::vector<PreTokenizer> pre_;
+  std::vector<PretokenRegex> patterns_;  // of the regex steps, in order
+  std::vector<Decoder> decoders_;
+  int32_t byte_token_[256];  // byte_fallback: id of "<0xXX>", -1 when absent
+  bool has_decoder_ = true, byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false, nfc_ = false;
+  bool byte_level_ = false, decodes_bytes_ = false;
+  int32_t unk_id_ = -1, start_id_ = -1;
 };
 
 // GPT-2's files: encoder.json and vocab.bpe, GPT-2's pattern, "<|endoftext|>" special.
@@ -153,7 +216,7 @@ class Gpt2Tokenizer final : public BpeTokenizer {
   // load(dir/encoder.json, dir/vocab.bpe).
   static std::unique_ptr<Gpt2Tokenizer> load_dir(const std::string& dir);
 
-  std::string kind() const override { return "gpt2"; }
+  TokenizerKind kind() const override { return TokenizerKind::gpt2; }
   // {"kind": "gpt2", "vocab_size": V, "tokens": [token string by id], "merges": ["a b", ...]}
   nlohmann::json to_json() const override;
 
@@ -162,6 +225,29 @@ class Gpt2Tokenizer final : public BpeTokenizer {
 
  private:
   std::vector<std::string> merges_;  // rank -> "a b" (kept for to_json)
+};
+
+// Prints generated text as it comes, as `tokenizers`' DecodeStream does: push(id) returns the
+// text that decoding the tokens so far adds to the text of those before, once it is final, that
+// is when it does not end in U+FFFD (a character whose bytes have not all come) and leaves out
+// trailing tokens that decode with the next ones (Tokenizer::decodes_with_next). flush() returns
+// the rest, as decode() of everything gives it. So the pieces concatenate to the decode() of all
+// the tokens after the context, minus the decode() of the context, and each is whole characters.
+// Only a suffix of the tokens is decoded each time: a window that starts a little before the
+// text not yet returned, so that what a decoder does to the first token (Strip, Metaspace) is
+// the same in both decodes it compares.
+class DecodeStream {
+ public:
+  // `context`: the tokens already printed as text (the prompt).
+  DecodeStream(const Tokenizer& tok, std::span<const int32_t> context);
+  std::string push(int32_t id);
+  std::string flush();
+
+ private:
+  const Tokenizer& tok_;
+  std::vector<int32_t> ids_;  // the window
+  std::string done_;          // decode() of ids_[:done_ids_]: returned, or the context's
+  size_t done_ids_ = 0;
 };
 
 // GPT-2's pre-tokenization of UTF-8 `text` into pieces that concatenate back to `text` (step 2

@@ -387,8 +387,12 @@ CpClass classify(char32_t c) {
   return kOther;
 }
 
-int utf8_decode(std::string_view s, size_t i, char32_t& c) {
+namespace {
+// utf8_decode, and on failure the length of the maximal subpart at s[i] in `bad` (the lead byte
+// and the continuation bytes that still fit it; 1 for a byte that starts no character).
+int utf8_scan(std::string_view s, size_t i, char32_t& c, size_t& bad) {
   const auto b0 = static_cast<unsigned char>(s[i]);
+  bad = 1;
   if (b0 < 0x80) {
     c = b0;
     return 1;
@@ -411,13 +415,38 @@ int utf8_decode(std::string_view s, size_t i, char32_t& c) {
   } else {
     return 0;
   }
-  if (i + static_cast<size_t>(len) > s.size()) return 0;
   for (int k = 1; k < len; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
+    if (i + static_cast<size_t>(k) >= s.size()) return 0;
+    const auto b = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
     if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return 0;
     c = (c << 6) | (b & 0x3F);
+    bad = static_cast<size_t>(k) + 1;
   }
   return len;
+}
+}  // namespace
+
+int utf8_decode(std::string_view s, size_t i, char32_t& c) {
+  size_t bad;
+  return utf8_scan(s, i, c, bad);
+}
+
+std::string utf8_lossy(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    char32_t c;
+    size_t bad;
+    const int len = utf8_scan(bytes, i, c, bad);
+    if (len > 0) {
+      out.append(bytes.substr(i, static_cast<size_t>(len)));
+      i += static_cast<size_t>(len);
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      i += bad;
+    }
+  }
+  return out;
 }
 
 void throw_invalid_utf8(std::string_view text, size_t offset, const std::string& subject) {

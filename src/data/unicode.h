@@ -23,6 +23,11 @@ CpClass classify(char32_t c);
 int utf8_decode(std::string_view s, size_t i, char32_t& c);
 // Appends the UTF-8 encoding of code point `c` to `out`.
 void utf8_append(std::string& out, char32_t c);
+// `bytes` as text the way Rust's String::from_utf8_lossy makes it (the `tokenizers` library's
+// ByteLevel decoder): valid UTF-8 is kept; each maximal prefix of a valid sequence that cannot be
+// completed (a truncated character, e.g. E2 82 before 'x') and each byte that starts none becomes
+// one U+FFFD (Unicode's "U+FFFD substitution of maximal subparts", chapter 3).
+std::string utf8_lossy(std::string_view bytes);
 // Number of code points of UTF-8 `text`. Invalid UTF-8 (a bad lead or continuation byte, an
 // overlong form, a surrogate, a value above U+10FFFF, a truncated sequence) is a UserError
 // naming `subject` and the byte offset.

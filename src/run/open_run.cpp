@@ -20,7 +20,7 @@ void write_config(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.parent_path() / ".config.toml.tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);
-    f << "# effective configuration of this run (loom train)\n" << text;
+    f << kConfigHeader << '\n' << text;
     f.flush();
     if (!f) {
       std::error_code ec;
@@ -77,6 +77,7 @@ OpenedRun open_run(const RunOptions& o, dist::Comm& comm, FILE* out) {
   if (o.steps >= 0) c.train.steps = o.steps;
   if (o.log_every > 0) c.train.log_every = o.log_every;
   check_same_job(c, comm);
+  check_same_resume(r.ckpt, comm);
   try {
     validate_config(c);
     minibatch_size(c, comm.size());
@@ -90,6 +91,7 @@ OpenedRun open_run(const RunOptions& o, dist::Comm& comm, FILE* out) {
     // A second process is refused before it builds anything, and a run still going is named as
     // such (with its pid) before the generic refusal of a directory holding a run.
     if (fs::exists(r.dir)) r.rd->lock();
+    if (!r.in_place) r.rd->refuse_foreign_files();
     if (!r.in_place && r.rd->holds_run() && !o.overwrite)
       throw UserError(
           r.dir.string(), "already holds a run (config.toml, metrics.jsonl or checkpoints)",
@@ -119,7 +121,7 @@ void load_start(const OpenedRun& r, Trainer& t, DataSource& data, FILE* out) {
       throw UserError(c.data.dir + "/meta.json",
                       "the data's " + data.tokenizer_json()->value("kind", std::string("?")) +
                           " tokenizer is not the one of model.init_from (" + src.description() + ", its " +
-                          model_tok->kind() + " tokenizer)",
+                          std::string(choice_name(model_tok->kind())) + " tokenizer)",
                       "prepare the data with the model's own tokenizer: loom prepare hf " + c.model.init_from +
                           "/tokenizer.json INPUT OUTDIR");
     src.load_params(t.executor());

@@ -125,6 +125,8 @@ int run_train(const RunOptions& o) {
   load_start(run, t, data, out);
   prepare_run_dir(run, o.overwrite, t.steps_done(), config_text, out);
   if (run.resumed()) fmt::print(out, "resumed from {} at step {}\n", run.ckpt.path, t.steps_done());
+  if (run.resumed() && t.steps_done() >= c.train.steps)
+    fmt::print(out, "{}\n", nothing_to_train(t.steps_done(), c.train.steps));
   MetricsLog metrics(run.metrics_file, c.train.tensorboard && writer ? run.dir.string() : "");
   if (metrics.tensorboard()) fmt::print(out, "TensorBoard events: {}\n", metrics.tensorboard()->path());
 

@@ -242,24 +242,6 @@ std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t 
   return out;
 }
 
-// ---- UTF-8 streaming -------------------------------------------------------------------------
-
-std::string Utf8Stream::push(std::string_view bytes) {
-  pending_ += bytes;
-  // The last lead byte among the final (up to) 4 bytes: is its sequence complete?
-  size_t keep = pending_.size();
-  for (size_t back = 1; back <= 4 && back <= pending_.size(); ++back) {
-    const auto b = static_cast<unsigned char>(pending_[pending_.size() - back]);
-    if ((b & 0xC0) == 0x80) continue;  // a continuation byte: look further back
-    const size_t len = (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 1;
-    if (len > back) keep = pending_.size() - back;  // incomplete: hold it back
-    break;
-  }
-  std::string ready = pending_.substr(0, keep);
-  pending_.erase(0, keep);
-  return ready;
-}
-
 // ---- loom sample -----------------------------------------------------------------------------
 
 void validate_sample_options(const SampleOptions& o) {
@@ -339,12 +321,11 @@ int run_sample(const SampleOptions& o) {
   for (int64_t k = 0; k < o.num_samples; ++k) {
     if (k > 0) write_out(o.out, "---------------\n");  // nanoGPT's separator
     write_out(o.out, text);
-    Utf8Stream stream;
+    DecodeStream stream(*tok, prompt);
     std::string last;  // what was written last, for the final newline
     const auto t0 = std::chrono::steady_clock::now();
     generate(s, prompt, o.tokens, o.sampling, o.seed + static_cast<uint64_t>(k), tok->vocab_size(), [&](int32_t id) {
-      const int32_t one[1] = {id};
-      const std::string ready = stream.push(tok->decode(one));
+      const std::string ready = stream.push(id);
       if (!ready.empty()) last = ready;
       write_out(o.out, ready);
     });

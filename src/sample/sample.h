@@ -195,16 +195,4 @@ int32_t sample_token(std::span<const float> logits, const Sampling& how, PhiloxK
 std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t n, const Sampling& how, uint64_t seed,
                               int64_t vocab_limit, const std::function<void(int32_t)>& on_token);
 
-// Byte-level BPE tokens can end inside a UTF-8 character: push() takes a token's bytes and
-// returns what can be printed now (everything except a trailing incomplete but so far valid
-// UTF-8 sequence, held until its remaining bytes arrive); flush() returns what is left.
-class Utf8Stream {
- public:
-  std::string push(std::string_view bytes);
-  std::string flush() { return std::exchange(pending_, {}); }
-
- private:
-  std::string pending_;
-};
-
 }  // namespace loom

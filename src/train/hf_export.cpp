@@ -90,7 +90,7 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
     throw;
   }
   if (!hf) {
-    r.tokenizer_note = tok ? "its " + tok->kind() +
+    r.tokenizer_note = tok ? "its " + std::string(choice_name(tok->kind())) +
                                  " tokenizer has no tokenizer.json (prepare the data with "
                                  "`loom prepare hf` to carry one)"
                            : "the run has no tokenizer";

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "data/token_data.h"
+#include "data/unicode.h"
 #include "support/files.h"
 
 namespace loom {
@@ -32,7 +33,7 @@ TEST(HfTokenizer, IdsMatchTheTokenizersLibrary) {
   const auto& texts = expected["texts"];
   for (const char* v : kVariants) {
     const auto tok = HfTokenizer::load(hf_golden(std::string("tokenizers/") + v + ".json"));
-    EXPECT_EQ(tok->kind(), "hf");
+    EXPECT_EQ(tok->kind(), TokenizerKind::hf);
     for (size_t k = 0; k < texts.size(); ++k) {
       const std::string text = texts[k].get<std::string>();
       const std::vector<int32_t> want = expected["ids"][v][k].get<std::vector<int32_t>>();
@@ -43,13 +44,89 @@ TEST(HfTokenizer, IdsMatchTheTokenizersLibrary) {
   }
 }
 
+// tools/hf_tokenizer_fixtures.py: SentencePiece-style tokenizers in the pipeline shapes of Llama 2,
+// Mistral and Gemma (and one with holes in its byte tokens), plus the byte-level ones, on texts
+// with accents, CJK, emoji, control characters, characters only byte fallback encodes and the
+// families' special tokens; ids and decoded text from `tokenizers`.
+const char* kSpmVariants[] = {"llama2", "mistral", "gemma", "llama2_gaps", "gpt2", "smollm", "llama3", "qwen2"};
+
+TEST(HfTokenizer, SentencePieceIdsAndTextMatchTheTokenizersLibrary) {
+  const nlohmann::json expected = golden_json("tokenizers/expected_spm.json");
+  const auto& texts = expected["texts"];
+  for (const char* v : kSpmVariants) {
+    const auto tok = HfTokenizer::load(hf_golden(std::string("tokenizers/") + v + ".json"));
+    for (size_t k = 0; k < texts.size(); ++k) {
+      if (expected["ids"][v][k].is_null()) continue;  // qwen2 and the non-NFC text
+      const std::string text = texts[k].get<std::string>();
+      const std::vector<int32_t> want = expected["ids"][v][k].get<std::vector<int32_t>>();
+      EXPECT_EQ(tok->encode(text), want) << v << ", text " << k << ": " << text;
+      EXPECT_EQ(tok->decode(want), expected["decoded"][v][k].get<std::string>()) << v << ", text " << k;
+    }
+  }
+}
+
+// Ids cut anywhere (inside a character's bytes or a byte-fallback run), and runs made invalid by a
+// stray byte, decode as the library does: U+FFFD per from_utf8_lossy (byte-level) or one per byte
+// of an invalid run (ByteFallback).
+TEST(HfTokenizer, DecodeOfEveryPrefixMatchesTheLibrary) {
+  const nlohmann::json expected = golden_json("tokenizers/expected_spm.json");
+  for (const char* v : kSpmVariants) {
+    const auto tok = HfTokenizer::load(hf_golden(std::string("tokenizers/") + v + ".json"));
+    for (const nlohmann::json& p : expected["prefixes"][v]) {
+      const auto ids = p["ids"].get<std::vector<int32_t>>();
+      for (size_t n = 0; n <= ids.size(); ++n)
+        EXPECT_EQ(tok->decode(std::span(ids).first(n)), p["decoded"][n].get<std::string>()) << v << ", " << n << " ids";
+    }
+  }
+}
+
+// What `loom sample` prints after a prompt: whole characters as the tokens come, adding up to the
+// library's decode of all the ids past the prompt's.
+TEST(HfTokenizer, DecodeStreamPrintsWholeCharactersAddingUpToTheDecode) {
+  const nlohmann::json expected = golden_json("tokenizers/expected_spm.json");
+  for (const char* v : kSpmVariants) {
+    const auto tok = HfTokenizer::load(hf_golden(std::string("tokenizers/") + v + ".json"));
+    for (const nlohmann::json& p : expected["prefixes"][v]) {
+      const auto ids = p["ids"].get<std::vector<int32_t>>();
+      // The prompt: the first ids whose text is whole characters (as a prompt's is).
+      const std::string all = p["decoded"].back().get<std::string>();
+      size_t start = 1;
+      while (!all.starts_with(p["decoded"][start].get<std::string>()) ||
+             p["decoded"][start].get<std::string>().ends_with("\xEF\xBF\xBD"))
+        ++start;
+      const std::string context_text = p["decoded"][start].get<std::string>();
+      DecodeStream stream(*tok, std::span(ids).first(start));
+      std::string out;
+      int pieces = 0;
+      for (size_t n = start; n < ids.size(); ++n) {
+        const std::string piece = stream.push(ids[n]);
+        EXPECT_NO_THROW(utf8_length(piece, "piece")) << v << " at " << n;
+        EXPECT_FALSE(piece.ends_with("\xEF\xBF\xBD")) << v << " at " << n;  // the text cut here is not final
+        pieces += !piece.empty();
+        out += piece;
+      }
+      out += stream.flush();
+      EXPECT_EQ(out, all.substr(context_text.size())) << v;
+      EXPECT_GE(pieces, 1) << v;
+      if (&p != &expected["prefixes"][v].back()) EXPECT_GT(pieces, 3) << v;  // text: incremental, not all at the end
+    }
+  }
+}
+
+TEST(HfTokenizer, SentencePieceStartTokens) {
+  const auto llama = HfTokenizer::load(hf_golden("tokenizers/llama2.json"));
+  EXPECT_EQ(llama->start_id(), 1);  // <s>
+  const auto gemma = HfTokenizer::load(hf_golden("tokenizers/gemma.json"));
+  EXPECT_EQ(gemma->start_id(), 2);  // <bos>
+}
+
 TEST(HfTokenizer, IdsOfAWholeBookMatchAcrossReloads) {
   // The JSON loom stores in meta.json rebuilds the same tokenizer.
   const std::string text = read_file(LOOM_SOURCE_DIR "/data/tinyshakespeare.txt").substr(0, 100000);
-  for (const char* v : kVariants) {
+  for (const char* v : {"gpt2", "smollm", "llama3", "qwen2", "llama2", "mistral", "gemma"}) {
     const auto tok = HfTokenizer::load(hf_golden(std::string("tokenizers/") + v + ".json"));
     const auto back = Tokenizer::from_json(nlohmann::json::parse(tok->to_json().dump()), "meta.json");
-    EXPECT_EQ(back->kind(), "hf");
+    EXPECT_EQ(back->kind(), TokenizerKind::hf);
     const std::vector<int32_t> ids = tok->encode(text);
     EXPECT_EQ(back->encode(text), ids) << v;
     EXPECT_EQ(tok->decode(ids), text) << v;
@@ -105,13 +182,22 @@ TEST(HfTokenizer, RefusesWhatItDoesNotImplement) {
     EXPECT_NE(m.find(needle), std::string::npos) << m;
   };
   refused([](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; }, "\"model.type\" is WordPiece");
-  refused([](nlohmann::json& j) { j["model"]["byte_fallback"] = true; }, "model.byte_fallback");
+  refused([](nlohmann::json& j) { j["model"]["unk_token"] = "<nope>"; }, "\"model.unk_token\" is '<nope>'");
   refused([](nlohmann::json& j) { j["pre_tokenizer"]["add_prefix_space"] = true; }, "add_prefix_space");
-  refused([](nlohmann::json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }, "is Metaspace");
-  refused([](nlohmann::json& j) { j["pre_tokenizer"] = nullptr; }, "no ByteLevel step");
+  refused([](nlohmann::json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "is Whitespace");
+  refused(
+      [](nlohmann::json& j) {
+        j["pre_tokenizer"] = {{"type", "Metaspace"}, {"prepend_scheme", "twice"}};
+      },
+      "prepend_scheme\" is 'twice'");
   refused([](nlohmann::json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }, "\"normalizer\" is Lowercase");
+  refused(
+      [](nlohmann::json& j) {
+        j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", "_"}};
+      },
+      "is not {\"String\": ...}");
   refused([](nlohmann::json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, "\"decoder\" is WordPiece");
-  refused([](nlohmann::json& j) { j["added_tokens"][0]["lstrip"] = true; }, "lstrip = true");
+  refused([](nlohmann::json& j) { j["added_tokens"][0]["single_word"] = true; }, "single_word = true");
   refused([](nlohmann::json& j) { j["model"]["vocab"].erase("a"); }, "no token with id");
   refused(
       [](nlohmann::json& j) {
@@ -136,7 +222,7 @@ TEST(HfTokenizer, PrepareWritesTheLibrarysIds) {
   const std::string text = read_file(LOOM_SOURCE_DIR "/data/tinyshakespeare.txt").substr(0, 20000);
   write_file(d.path("in.txt"), text);
   const PreparedDataset r =
-      prepare_dataset("hf", d.path("in.txt"), d.path("out"), 0.1, hf_golden("tokenizers/llama3.json"));
+      prepare_dataset(TokenizerKind::hf, d.path("in.txt"), d.path("out"), 0.1, hf_golden("tokenizers/llama3.json"));
   EXPECT_EQ(r.format, "uint16");
   const TokenMeta meta = read_token_meta(d.path("out"));
   EXPECT_EQ(meta.tokenizer["kind"], "hf");
@@ -157,7 +243,7 @@ TEST(HfTokenizer, LargeVocabularyGivesUint32Files) {
   write_file(d.path("tokenizer.json"), j.dump());
   const std::string text = "First Citizen:<|x69999|> Before we proceed<|x3|> any further, hear me speak.\n";
   write_file(d.path("in.txt"), text);
-  const PreparedDataset r = prepare_dataset("hf", d.path("in.txt"), d.path("out"), 0.3, d.path());
+  const PreparedDataset r = prepare_dataset(TokenizerKind::hf, d.path("in.txt"), d.path("out"), 0.3, d.path());
   EXPECT_EQ(r.format, "uint32");
   EXPECT_EQ(r.vocab_size, next);
   const TokenFile train = TokenFile::open_split(d.path("out"), "train");

@@ -63,7 +63,7 @@ const std::string kShakespeare = LOOM_SOURCE_DIR "/data/tinyshakespeare.txt";
 
 TEST_F(TokenData, TinyShakespeareCharLikeNanoGpt) {
   const std::string out = path("shakespeare_char");
-  const PreparedDataset r = prepare_dataset("char", kShakespeare, out);
+  const PreparedDataset r = prepare_dataset(TokenizerKind::char_, kShakespeare, out);
   // nanoGPT data/shakespeare_char/prepare.py: n = 1,115,394; train = data[:int(n*0.9)].
   EXPECT_EQ(r.characters, 1115394);
   EXPECT_EQ(r.vocab_size, 65);
@@ -99,7 +99,7 @@ TEST_F(TokenData, TinyShakespeareCharLikeNanoGpt) {
 TEST_F(TokenData, RunPreparePrintsSummary) {
   std::FILE* f = std::tmpfile();
   ASSERT_NE(f, nullptr);
-  EXPECT_EQ(run_prepare("char", kShakespeare, path("d"), 0.1, "", f), 0);
+  EXPECT_EQ(run_prepare(TokenizerKind::char_, kShakespeare, path("d"), 0.1, "", f), 0);
   std::rewind(f);
   std::string text(4096, '\0');
   text.resize(std::fread(text.data(), 1, text.size(), f));
@@ -114,11 +114,11 @@ TEST_F(TokenData, Gpt2Prepare) {
   write_tiny_gpt2_vocab(path(""));
   const std::string text = "it's the theme.\nThe end, caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC 12<|endoftext|>the start";
   write_file(path("in.txt"), text);
-  const PreparedDataset r = prepare_dataset("gpt2", path("in.txt"), path("out"), 0.25, path(""));
+  const PreparedDataset r = prepare_dataset(TokenizerKind::gpt2, path("in.txt"), path("out"), 0.25, path(""));
   EXPECT_EQ(r.vocab_size, 267);
   const TokenMeta meta = read_token_meta(path("out"));
   const auto tok = Tokenizer::from_json(meta.tokenizer, meta.path);
-  EXPECT_EQ(tok->kind(), "gpt2");
+  EXPECT_EQ(tok->kind(), TokenizerKind::gpt2);
   // The text is split at int(n * 0.75) characters, each part encoded separately.
   const int64_t n = utf8_length(text, "t");
   const size_t cut = utf8_offset(text, static_cast<int64_t>(static_cast<double>(n) * 0.75));
@@ -131,26 +131,24 @@ TEST_F(TokenData, Gpt2Prepare) {
   EXPECT_EQ(b, tok->encode(text.substr(cut)));
   EXPECT_EQ(tok->decode(a) + tok->decode(b), text);
 
-  const std::string m = user_error([&] { prepare_dataset("gpt2", path("in.txt"), path("out2")); });
+  const std::string m = user_error([&] { prepare_dataset(TokenizerKind::gpt2, path("in.txt"), path("out2")); });
   EXPECT_NE(m.find("--vocab"), std::string::npos) << m;
 }
 
 TEST_F(TokenData, InputErrors) {
-  std::string m = user_error([&] { prepare_dataset("char", path("missing.txt"), path("out")); });
+  std::string m = user_error([&] { prepare_dataset(TokenizerKind::char_, path("missing.txt"), path("out")); });
   EXPECT_NE(m.find("missing.txt"), std::string::npos) << m;
   write_file(path("empty.txt"), "");
-  m = user_error([&] { prepare_dataset("char", path("empty.txt"), path("out")); });
+  m = user_error([&] { prepare_dataset(TokenizerKind::char_, path("empty.txt"), path("out")); });
   EXPECT_NE(m.find("empty.txt: is empty"), std::string::npos) << m;
   write_file(path("latin1.txt"), "caf\xE9\n");
-  m = user_error([&] { prepare_dataset("char", path("latin1.txt"), path("out")); });
+  m = user_error([&] { prepare_dataset(TokenizerKind::char_, path("latin1.txt"), path("out")); });
   EXPECT_NE(m.find("not valid UTF-8"), std::string::npos) << m;
   write_file(path("short.txt"), "a");  // int(1 * 0.9) = 0 training characters
-  m = user_error([&] { prepare_dataset("char", path("short.txt"), path("out")); });
+  m = user_error([&] { prepare_dataset(TokenizerKind::char_, path("short.txt"), path("out")); });
   EXPECT_NE(m.find("too short"), std::string::npos) << m;
-  m = user_error([&] { prepare_dataset("char", path("short.txt"), path("out"), 1.0); });
+  m = user_error([&] { prepare_dataset(TokenizerKind::char_, path("short.txt"), path("out"), 1.0); });
   EXPECT_NE(m.find("--val-fraction"), std::string::npos) << m;
-  m = user_error([&] { prepare_dataset("bytes", path("short.txt"), path("out")); });
-  EXPECT_NE(m.find("'bytes'"), std::string::npos) << m;
   EXPECT_FALSE(fs::exists(path("out")));
 }
 
@@ -164,7 +162,7 @@ TEST_F(TokenData, WideVocabularyWritesUint32) {
     ++k;
   }
   write_file(path("wide.txt"), wide + wide);
-  const PreparedDataset r = prepare_dataset("char", path("wide.txt"), path("out"), 0.5);
+  const PreparedDataset r = prepare_dataset(TokenizerKind::char_, path("wide.txt"), path("out"), 0.5);
   EXPECT_EQ(r.vocab_size, 65537);
   EXPECT_EQ(r.format, "uint32");
   EXPECT_EQ(fs::file_size(r.train_path), static_cast<uintmax_t>(4 * r.train_tokens));
@@ -212,7 +210,7 @@ TEST_F(TokenData, TokenFileChecks) {
 
   // A prepared directory whose train.bin was replaced by a hand-written bad one.
   write_file(path("in.txt"), "hello world, hello there\n");
-  prepare_dataset("char", path("in.txt"), path("d"));
+  prepare_dataset(TokenizerKind::char_, path("in.txt"), path("d"));
   const int64_t n = TokenFile::open_split(path("d"), "train").size();
   std::vector<int> bad(static_cast<size_t>(n), 1);
   bad[5] = 200;

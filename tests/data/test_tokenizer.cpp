@@ -92,7 +92,7 @@ TEST(CharTokenizer, JsonRoundTrip) {
   const CharTokenizer tok = CharTokenizer::fit("To be, or not to be: \xE2\x80\x94 that\n", "t");
   const nlohmann::json j = nlohmann::json::parse(tok.to_json().dump());
   const auto back = Tokenizer::from_json(j, "meta.json");
-  EXPECT_EQ(back->kind(), "char");
+  EXPECT_EQ(back->kind(), TokenizerKind::char_);
   EXPECT_EQ(back->vocab_size(), tok.vocab_size());
   EXPECT_EQ(back->encode("not to be \xE2\x80\x94"), tok.encode("not to be \xE2\x80\x94"));
 
@@ -108,6 +108,21 @@ TEST(CharTokenizer, JsonRoundTrip) {
 }
 
 // ---- GPT-2 ----------------------------------------------------------------------------------
+
+// Rust's String::from_utf8_lossy: one U+FFFD per maximal subpart, the example of The Unicode
+// Standard, chapter 3, "U+FFFD Substitution of Maximal Subparts" (table 3-8), and a few more.
+TEST(Unicode, LossyReplacesMaximalSubparts) {
+  const std::string r = "\xEF\xBF\xBD";
+  EXPECT_EQ(utf8_lossy("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64"),
+            "a" + r + r + r + "b" + r + "c" + r + r + "d");
+  EXPECT_EQ(utf8_lossy("caf\xC3\xA9 \xF0\x9F\x98\x80"), "caf\xC3\xA9 \xF0\x9F\x98\x80");  // valid: unchanged
+  EXPECT_EQ(utf8_lossy("x\xE2\x82"), "x" + r);                                            // a truncated character: one
+  EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), r + r + r);          // a surrogate: no valid prefix
+  EXPECT_EQ(utf8_lossy("\xC0\xAF"), r + r);                  // overlong
+  EXPECT_EQ(utf8_lossy("\xF4\x90\x80\x80"), r + r + r + r);  // above U+10FFFF
+  EXPECT_EQ(utf8_lossy("\xF0\x9F\x98"), r);
+  EXPECT_EQ(utf8_lossy(""), "");
+}
 
 TEST(Gpt2, BytesToUnicode) {
   EXPECT_EQ(gpt2_byte_to_unicode('A'), U'A');
@@ -177,7 +192,7 @@ class Gpt2Tiny : public ::testing::Test {
 TEST_F(Gpt2Tiny, Vocabulary) {
   EXPECT_EQ(tok_->vocab_size(), 256 + static_cast<int32_t>(kMerges.size()) + 1);
   EXPECT_EQ(tok_->eot_id(), tok_->vocab_size() - 1);
-  EXPECT_EQ(tok_->kind(), "gpt2");
+  EXPECT_EQ(tok_->kind(), TokenizerKind::gpt2);
   EXPECT_EQ(id(" the"), 258);
 }
 
@@ -227,7 +242,8 @@ TEST_F(Gpt2Tiny, RoundTrip) {
       "<|endoftext",
       "ab\xFF\xFE\x80 cd",
       std::string("nul\0byte", 8)};
-  for (const std::string& s : fixed) EXPECT_EQ(tok_->decode(tok_->encode(s)), s) << s;
+  // Text comes back as it was; bytes that are not UTF-8 come back as from_utf8_lossy makes them.
+  for (const std::string& s : fixed) EXPECT_EQ(tok_->decode(tok_->encode(s)), utf8_lossy(s)) << s;
   // Random byte strings (any bytes, valid UTF-8 or not) and random mixes of tricky pieces.
   std::mt19937 gen(7);
   const std::vector<std::string> parts = {"the",
@@ -253,7 +269,7 @@ TEST_F(Gpt2Tiny, RoundTrip) {
     const int n = static_cast<int>(gen() % 40);
     for (int i = 0; i < n; ++i) bytes += static_cast<char>(gen() & 0xFF);
     for (int i = 0; i < n; ++i) mix += parts[gen() % parts.size()];
-    EXPECT_EQ(tok_->decode(tok_->encode(bytes)), bytes);
+    EXPECT_EQ(tok_->decode(tok_->encode(bytes)), utf8_lossy(bytes));
     EXPECT_EQ(tok_->decode(tok_->encode(mix)), mix);
   }
   const std::string text = shakespeare().substr(0, 20000);
@@ -262,7 +278,7 @@ TEST_F(Gpt2Tiny, RoundTrip) {
 
 TEST_F(Gpt2Tiny, JsonRoundTrip) {
   const auto back = Tokenizer::from_json(nlohmann::json::parse(tok_->to_json().dump()), "meta.json");
-  EXPECT_EQ(back->kind(), "gpt2");
+  EXPECT_EQ(back->kind(), TokenizerKind::gpt2);
   EXPECT_EQ(back->vocab_size(), tok_->vocab_size());
   const std::string s = "it's the theme, caf\xC3\xA9<|endoftext|>12";
   EXPECT_EQ(back->encode(s), tok_->encode(s));

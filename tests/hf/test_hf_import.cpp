@@ -218,7 +218,7 @@ TEST_P(HfImport, SamplerLogitsEqualTransformers) {
   }
   expect_logits_match(logits, e, "sampler");
   ASSERT_NE(src.tokenizer(), nullptr);
-  EXPECT_EQ(src.tokenizer()->kind(), "hf");
+  EXPECT_EQ(src.tokenizer()->kind(), TokenizerKind::hf);
 }
 
 // The fixture rewritten: bfloat16 or float16 values, two shards with an index, GPT2Model names

@@ -744,25 +744,6 @@ TEST(Sampler, SampleTokenRule) {
   EXPECT_THROW(sample_token(bad, {.temperature = 1.0, .top_k = 0}, key, 0), std::runtime_error);
 }
 
-TEST(Sampler, Utf8StreamHoldsPartialCharacters) {
-  const std::string text = "a\xc3\xa9 \xe2\x82\xac!\xf0\x9f\x98\x80z";  // "aé €!😀z"
-  for (size_t cut = 1; cut <= 3; ++cut) {
-    Utf8Stream s;
-    std::string out;
-    for (size_t i = 0; i < text.size(); i += cut) {
-      const std::string piece = s.push(std::string_view(text).substr(i, cut));
-      EXPECT_NO_THROW(utf8_length(piece, "piece")) << "cut " << cut << " at " << i;  // whole characters only
-      out += piece;
-    }
-    out += s.flush();
-    EXPECT_EQ(out, text) << cut;
-  }
-  Utf8Stream s;  // a stray continuation byte or a truncated tail is passed through, not held forever
-  EXPECT_EQ(s.push("\x80x"), "\x80x");
-  EXPECT_EQ(s.push("\xe2\x82"), "");
-  EXPECT_EQ(s.flush(), "\xe2\x82");
-}
-
 // The nucleus: the most likely tokens whose probabilities first reach top_p, at least one.
 TEST(Sampler, TopPKeepsTheNucleus) {
   const std::vector<float> l = {std::log(0.2f), std::log(0.5f), std::log(0.3f)};
