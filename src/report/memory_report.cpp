@@ -16,36 +16,6 @@
 
 namespace loom {
 
-int64_t parse_bytes(const std::string& text, const std::string& what) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw UserError(what, "'" + text + "' is not a size", "write e.g. 24GiB, 512MiB or 16GB");
-  }
-  const std::string unit = text.substr(used);
-  double mult = 1;
-  if (unit == "" || unit == "B")
-    mult = 1;
-  else if (unit == "KiB")
-    mult = 1024.0;
-  else if (unit == "MiB")
-    mult = 1024.0 * 1024;
-  else if (unit == "GiB")
-    mult = 1024.0 * 1024 * 1024;
-  else if (unit == "KB")
-    mult = 1e3;
-  else if (unit == "MB")
-    mult = 1e6;
-  else if (unit == "GB")
-    mult = 1e9;
-  else
-    throw UserError(what, "unknown unit '" + unit + "'", "use B, KiB, MiB, GiB, KB, MB or GB");
-  if (!(v > 0)) throw UserError(what, "must be positive", "write e.g. 24GiB");
-  return static_cast<int64_t>(v * mult);
-}
-
 MemoryPlan plan_training(const Config& c, const TrainProgram& prog, PlanOptions opts) {
   const std::unique_ptr<Backend> be = make_backend(c.device);
   return plan_program(*be, prog.model.graph, prog.schedule, opts, resolve_threads(static_cast<int>(c.threads)));
@@ -133,6 +103,7 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
                   nn::model_kind(c.model.kind).language_model ? c.model.num_layers : 1, c.data.batch_size,
                   c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es",
                   choice_set_name(c.model.remat), choice_name(c.model.remat_policy));
+  if (!c.model.remat_layers.empty()) r.config_summary += " chose " + describe_layers(c.model.remat_layers);
   if (ranks > 1)
     r.config_summary += fmt::format("; per rank of {}, optimizer.shard = {}", ranks, choice_name(c.optimizer.shard));
   return r;

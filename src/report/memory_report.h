@@ -20,6 +20,7 @@
 #include "graph/passes/plan.h"
 #include "report/format.h"
 #include "train/config.h"
+#include "train/fit.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -61,8 +62,5 @@ MemoryReport memory_report(const Config& c, size_t top = 15, PlanOptions opts = 
 std::string format_shard_modes(const Config& c, int ranks, PlanOptions opts = {});
 std::string format_memory_report(const MemoryReport& r);
 nlohmann::json memory_report_json(const MemoryReport& r);
-
-// "24GiB", "512MiB", "3.5GB", "1000000" -> bytes. Throws UserError naming `what`.
-int64_t parse_bytes(const std::string& text, const std::string& what);
 
 }  // namespace loom
