@@ -170,6 +170,40 @@ std::string format_memory_report(const MemoryReport& r) {
   return o;
 }
 
+namespace {
+double predicted_step_seconds(const FitChoice& f, double ceiling_flops) {
+  return ceiling_flops > 0 ? (f.step_flops + f.recompute_flops) / ceiling_flops : 0;
+}
+}  // namespace
+
+std::string format_fit_frontier(const std::vector<Fitter::FitPoint>& points, double ceiling_flops) {
+  std::string o = fmt::format("{:>11} {:>11} {:>10} {:>10} {:>9} {:>6}  {}\n", "budget", "planned", "recompute",
+                              "step (s)", "fit (ms)", "plans", "choice (layers from the first; minibatches)");
+  for (const Fitter::FitPoint& p : points) {
+    const FitChoice& f = p.choice;
+    o += fmt::format("{:>11} {:>11} {:>9.1f}% {:>10} {:>9.1f} {:>6}  {}; {}\n", format_bytes(p.budget),
+                     format_bytes(f.total_bytes), 100 * f.recompute_flops / f.step_flops,
+                     ceiling_flops > 0 ? fmt::format("{:.3f}", predicted_step_seconds(f, ceiling_flops)) : "-",
+                     1e3 * p.seconds, p.plans, describe_layers(f.layers), f.num_minibatches);
+  }
+  return o;
+}
+
+nlohmann::json fit_frontier_json(const std::vector<Fitter::FitPoint>& points, double ceiling_flops) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Fitter::FitPoint& p : points)
+    rows.push_back({{"budget_bytes", p.budget},
+                    {"total_bytes", p.choice.total_bytes},
+                    {"layers", describe_layers(p.choice.layers)},
+                    {"num_minibatches", p.choice.num_minibatches},
+                    {"recompute_flops", p.choice.recompute_flops},
+                    {"step_flops", p.choice.step_flops},
+                    {"predicted_step_seconds", predicted_step_seconds(p.choice, ceiling_flops)},
+                    {"fit_seconds", p.seconds},
+                    {"full_plans", p.plans}});
+  return rows;
+}
+
 nlohmann::json memory_report_json(const MemoryReport& r) {
   nlohmann::json bufs = nlohmann::json::array();
   for (const BufferRow& b : r.largest_at_peak) {

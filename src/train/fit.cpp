@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <queue>
@@ -70,7 +71,7 @@ std::string describe_layers(const std::vector<LayerRemat>& layers) {
   return s;
 }
 
-Fitter::Fitter(const Config& c, int ranks) : c_(c), ranks_(ranks) {
+Fitter::Fitter(const Config& c, int ranks) : c_(c), ranks_(ranks), be_(make_backend(c.device)) {
   const bool lm = nn::model_kind(c.model.kind).language_model;
   num_layers_ = lm ? c.model.num_layers : 1;
   std::vector<ChoiceSet<RematRegion>> regions = {{RematRegion::MLP}};
@@ -102,14 +103,16 @@ Config Fitter::apply(const FitChoice& f) const {
 }
 
 FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_minibatches) {
+  std::string key;
+  for (const LayerRemat& l : layers) key += layer_name(l) + ",";
+  if (auto it = plans_by_choice_.find({key, num_minibatches}); it != plans_by_choice_.end()) return it->second;
   ++plans_;
   FitChoice f{.layers = layers, .num_minibatches = num_minibatches};
   const Config c = apply(f);
   const TrainProgram p = build_train_program(c, ranks_);
   const Graph& g = p.model.graph;
-  const std::unique_ptr<Backend> be = make_backend(c.device);
   const MemoryPlan mp =
-      plan_program(*be, g, p.schedule, rank_plan_options(c, p, ranks_), resolve_threads(static_cast<int>(c.threads)));
+      plan_program(*be_, g, p.schedule, rank_plan_options(c, p, ranks_), resolve_threads(static_cast<int>(c.threads)));
   // The sum `loom memory` prints (report/memory_report.h) and the trainer's fit check allows.
   const RankMemory rank = rank_memory(c, p, ranks_);
   f.arena_bytes = mp.arena_bytes;
@@ -125,6 +128,7 @@ FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_miniba
   }
   f.recompute_flops *= static_cast<double>(num_minibatches);
   f.step_flops *= static_cast<double>(num_minibatches);
+  plans_by_choice_.emplace(std::make_pair(key, num_minibatches), f);
   return f;
 }
 
@@ -132,23 +136,27 @@ FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
   const auto L = static_cast<size_t>(num_layers_);
   // Per option: recomputed FLOPs and bytes added per layer, from uniform plans of a model of at
   // most 3 layers (identical layers: the increments carry over to any depth).
-  Config small = c_;
-  const bool lm = nn::model_kind(c_.model.kind).language_model;
-  const size_t Lc = lm ? std::min<size_t>(L, 3) : L;
-  if (lm) small.model.num_layers = static_cast<int64_t>(Lc);
-  Fitter calib(small, ranks_);
+  auto [cal, fresh] = per_layer_.try_emplace(mb);
+  if (fresh) {
+    Config small = c_;
+    const bool lm = nn::model_kind(c_.model.kind).language_model;
+    const size_t Lc = lm ? std::min<size_t>(L, 3) : L;
+    if (lm) small.model.num_layers = static_cast<int64_t>(Lc);
+    Fitter calib(small, ranks_);
+    const FitChoice none_small = calib.plan(std::vector<LayerRemat>(Lc), mb);
+    for (size_t o = 0; o < options_.size(); ++o) {
+      const FitChoice u = o == 0 ? none_small : calib.plan(std::vector<LayerRemat>(Lc, options_[o]), mb);
+      cal->second.emplace_back(u.recompute_flops / static_cast<double>(Lc),
+                               static_cast<double>(u.total_bytes - none_small.total_bytes) / static_cast<double>(Lc));
+    }
+    plans_ += calib.plans_made();
+  }
   struct Level {
     size_t option;
     double flops, bytes;  // per layer, relative to none
   };
-  const FitChoice none_small = calib.plan(std::vector<LayerRemat>(Lc), mb);
   std::vector<Level> all;
-  for (size_t o = 0; o < options_.size(); ++o) {
-    const FitChoice u = o == 0 ? none_small : calib.plan(std::vector<LayerRemat>(Lc, options_[o]), mb);
-    all.push_back({o, u.recompute_flops / static_cast<double>(Lc),
-                   static_cast<double>(u.total_bytes - none_small.total_bytes) / static_cast<double>(Lc)});
-  }
-  plans_ += calib.plans_made();
+  for (size_t o = 0; o < options_.size(); ++o) all.push_back({o, cal->second[o].first, cal->second[o].second});
   // The chain: options no other beats in both FLOPs and bytes, by FLOPs ascending (bytes descending).
   std::stable_sort(all.begin(), all.end(), [](const Level& a, const Level& b) {
     return a.flops != b.flops ? a.flops < b.flops : a.bytes < b.bytes;
@@ -180,7 +188,6 @@ FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
   };
   Counts top(K, 0);
   top[K - 1] = static_cast<int64_t>(L);
-  std::map<Counts, FitChoice> planned;
   // A multiset predicted above budget + slack is not planned. Savings do not add exactly (the peak
   // is a maximum over the schedule, and one layer's transient may hide under another's), so the
   // slack starts at one layer's largest saving and widens to any larger overestimate seen.
@@ -201,9 +208,7 @@ FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
       const double est = queue.top().first.second;
       queue.pop();
       if (est <= static_cast<double>(budget) + slack) {
-        auto it = planned.find(n);
-        if (it == planned.end()) it = planned.emplace(n, plan(layout(n), mb)).first;
-        const FitChoice& f = it->second;
+        const FitChoice f = plan(layout(n), mb);
         if (est - static_cast<double>(f.total_bytes) > slack) {
           slack = est - static_cast<double>(f.total_bytes);
           grew = true;
@@ -237,7 +242,9 @@ FitChoice Fitter::fit(int64_t budget) {
   const std::vector<int64_t> counts = minibatch_counts();
   for (int64_t mb : counts)
     if (FitChoice f = fit_minibatches(budget, mb); !f.layers.empty()) return f;
+  // The calibration's chain may have left out the option that saves the most at this depth.
   const FitChoice least = smallest();
+  if (least.total_bytes <= budget) return least;
   constexpr double kGiB = 1073741824.0;
   const bool fixed = least.fixed_bytes >= least.arena_bytes;
   throw UserError(
@@ -252,19 +259,17 @@ FitChoice Fitter::fit(int64_t budget) {
             : "the activations dominate: a smaller data.batch_size or data.seq_len, or model.dtype=bfloat16");
 }
 
-std::vector<std::pair<int64_t, FitChoice>> Fitter::frontier(int steps) {
+std::vector<Fitter::FitPoint> Fitter::frontier(int steps) {
   const FitChoice none = plan(std::vector<LayerRemat>(static_cast<size_t>(num_layers_)), minibatch_counts().front());
-  std::vector<std::pair<int64_t, FitChoice>> out;
   const int64_t lo = std::min(smallest().total_bytes, none.total_bytes), hi = none.total_bytes;
+  std::vector<FitPoint> out;
   for (int s = 0; s <= steps; ++s) {
-    const int64_t budget = hi - (hi - lo) * s / steps;
-    try {
-      FitChoice f = fit(budget);
-      if (out.empty() || f.layers != out.back().second.layers || f.num_minibatches != out.back().second.num_minibatches)
-        out.emplace_back(budget, std::move(f));
-    } catch (const UserError&) {
-      break;
-    }
+    FitPoint p{.budget = hi - (hi - lo) * s / steps, .choice = {}, .seconds = 0, .plans = plans_};
+    const auto t0 = std::chrono::steady_clock::now();
+    p.choice = fit(p.budget);
+    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    p.plans = plans_ - p.plans;
+    out.push_back(std::move(p));
   }
   return out;
 }

@@ -19,6 +19,8 @@
 // error seen so far), in FLOPs order, and the first that fits is the answer.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,8 @@
 #include "train/config.h"
 
 namespace loom {
+
+class Backend;
 
 // "24GiB", "512MiB", "3.5GB", "1000000" -> bytes. Throws UserError naming `what`.
 int64_t parse_bytes(const std::string& text, const std::string& what);
@@ -54,14 +58,20 @@ class Fitter {
   int64_t num_layers() const { return num_layers_; }
   // The minibatch counts to try, ascending from the configured one (each divides the batch).
   std::vector<int64_t> minibatch_counts() const;
-  // The exact plan of a choice (one full build and plan).
+  // The exact plan of a choice (one full build and plan, remembered).
   FitChoice plan(const std::vector<LayerRemat>& layers, int64_t num_minibatches);
   // The least-recompute choice whose plan totals at most `budget`; UserError naming the smallest
   // total that fits, and what dominates it, when none does.
   FitChoice fit(int64_t budget);
-  // The least-recompute choice at each budget of a sweep from the no-remat plan down to the
-  // smallest that fits (`loom memory --fit`), one per distinct choice.
-  std::vector<std::pair<int64_t, FitChoice>> frontier(int steps = 8);
+  // The least-recompute choice at each of `steps` + 1 budgets evenly spaced from the no-remat plan
+  // down to smallest() (`loom memory --fit`), with the time and the full plans each fit took.
+  struct FitPoint {
+    int64_t budget = 0;
+    FitChoice choice;
+    double seconds = 0;
+    int plans = 0;
+  };
+  std::vector<FitPoint> frontier(int steps = 8);
   // The smallest total of any one option on every layer at the most minibatches.
   FitChoice smallest();
   // Full plans made so far.
@@ -76,6 +86,10 @@ class Fitter {
   int64_t num_layers_;
   std::vector<LayerRemat> options_;
   int plans_ = 0;
+  std::map<std::pair<std::string, int64_t>, FitChoice> plans_by_choice_;
+  std::shared_ptr<Backend> be_;  // c.device's, for the kernels' workspace sizes
+  // Per minibatch count: each option's recomputed FLOPs and added bytes per layer (fit_minibatches).
+  std::map<int64_t, std::vector<std::pair<double, double>>> per_layer_;
   // The least-recompute fit for one minibatch count, or an empty choice (no layers) when none fits.
   FitChoice fit_minibatches(int64_t budget, int64_t num_minibatches);
 };
