@@ -1,6 +1,9 @@
 // `loom memory [CONFIG] [overrides] [--json] [--sweep key=v1,v2 ...] [--budget 24GiB]
-// [--no-inplace] [--html FILE] [--ranks N]`: the plan's device memory (report/memory_report.h), for
-// one configuration or for every combination of the swept values; with --ranks, one rank's of N.
+// [--no-inplace] [--html FILE] [--ranks N] [--fit]`: the plan's device memory
+// (report/memory_report.h), for one configuration or for every combination of the swept values;
+// with --ranks, one rank's of N; with --fit, model.remat = auto's choices from the no-remat plan
+// down to the smallest that fits (train/fit.h). With model.remat = auto the plan is that of the
+// choice for --budget, else train.memory_budget, else the memory available.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +15,8 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "backend/registry.h"
+#include "report/ceiling.h"
 #include "report/memory_html.h"
 #include "report/memory_report.h"
 
@@ -27,9 +32,37 @@ struct MemoryArgs {
   bool no_inplace = false;
   std::string html;
   int ranks = 1;
+  bool fit = false;
 };
 
-void print_one(const Config& c, bool json, int64_t budget, PlanOptions popts, int ranks) {
+// `c` with model.remat = auto resolved for `budget` (0: train.memory_budget or what is available).
+Config resolve_auto(const Config& c, int64_t budget, int ranks) {
+  if (!c.model.remat.has(RematRegion::auto_)) return c;
+  if (budget == 0) budget = fit_budget(c, make_backend(c.device)->memory_available(), ranks);
+  if (budget < 0)
+    throw UserError("train.memory_budget", "model.remat = auto needs a budget and this backend reports none",
+                    "set train.memory_budget or --budget, e.g. 20GiB");
+  Fitter f(c, ranks);
+  return f.apply(f.fit(budget));
+}
+
+void print_fit(const Config& c, bool json, int ranks) {
+  Fitter f(c, ranks);
+  const std::vector<Fitter::FitPoint> points = f.frontier();
+  const std::unique_ptr<Backend> be = make_backend(c.device);
+  const double ceiling = matmul_ceiling_flops(*be, c.model.dtype, stderr);
+  if (json) {
+    fmt::print("{}\n", fit_frontier_json(points, ceiling).dump(2));
+    return;
+  }
+  fmt::print("model.remat = auto, least recomputed FLOPs per budget{}; step time = all FLOPs at the {} matmul "
+             "ceiling ({:.0f} GFLOP/s)\n",
+             ranks > 1 ? fmt::format(" (one rank of {})", ranks) : "", dtype_name(c.model.dtype), ceiling / 1e9);
+  fmt::print("{}", format_fit_frontier(points, ceiling));
+}
+
+void print_one(const Config& config, bool json, int64_t budget, PlanOptions popts, int ranks) {
+  const Config c = resolve_auto(config, budget, ranks);
   const MemoryReport r = memory_report(c, 15, popts, ranks);
   if (json) {
     nlohmann::json j = memory_report_json(r);
@@ -78,7 +111,7 @@ void print_sweep(const MemoryArgs& a, int64_t budget, PlanOptions popts) {
       cols += fmt::format("{:<26} ", v);
       row[axes[i].first] = v;
     }
-    const MemoryReport r = memory_report(a.config.load(ov), 15, popts, a.ranks);
+    const MemoryReport r = memory_report(resolve_auto(a.config.load(ov), budget, a.ranks), 15, popts, a.ranks);
     if (a.json) {
       row["report"] = memory_report_json(r);
       if (budget) row["fits_budget"] = r.total_bytes <= budget;
@@ -109,13 +142,18 @@ CommandBody add_memory_command(CLI::App& sub) {
   sub.add_flag("--no-inplace", a->no_inplace, "plan without in-place buffer reuse (to see what it saves)");
   sub.add_option("--html", a->html, "also write the memory viewer (one self-contained HTML page) to FILE")
       ->transform(home_path());
+  sub.add_flag("--fit", a->fit,
+               "model.remat = auto's least-recompute choice at budgets from the no-remat plan down to the smallest "
+               "that fits, with the recompute share and predicted step time");
   sub.add_option("--ranks", a->ranks, "plan one rank of N (mpirun -np N): its share of the batch and state")
       ->check(CLI::PositiveNumber);
   return [a] {
     if (!a->html.empty()) write_memory_html(a->config.load(), a->html);
     const int64_t budget = a->budget.empty() ? 0 : parse_bytes(a->budget, "--budget");
     const PlanOptions popts{.inplace = !a->no_inplace, .reuse = true, .grad_release = {}};
-    if (a->sweeps.empty())
+    if (a->fit)
+      print_fit(a->config.load(), a->json, a->ranks);
+    else if (a->sweeps.empty())
       print_one(a->config.load(), a->json, budget, popts, a->ranks);
     else
       print_sweep(*a, budget, popts);

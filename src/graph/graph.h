@@ -105,13 +105,15 @@ class Graph {
   ValueId grad_of(ValueId param_value) const;
   ValueId input_by_name(const std::string& name) const;
 
-  // Remat regions: a scope path and the enclosing region (-1 at top level) per region id.
+  // Remat regions: a scope path, the enclosing region (-1 at top level) and the model layer it
+  // belongs to (-1: none; the remat pass may take a policy per layer) per region id.
   struct Region {
     std::string scope;
     int32_t parent = -1;
+    int32_t layer = -1;
   };
-  int32_t add_region(const std::string& scope, int32_t parent) {
-    regions_.push_back(Region{.scope = scope, .parent = parent});
+  int32_t add_region(const std::string& scope, int32_t parent, int32_t layer = -1) {
+    regions_.push_back(Region{.scope = scope, .parent = parent, .layer = layer});
     return static_cast<int32_t>(regions_.size() - 1);
   }
   const std::vector<Region>& regions() const { return regions_; }
@@ -145,8 +147,8 @@ class Scope {
     return Scope(*g_, path_.empty() ? name : path_ + "/" + name, region_);
   }
   // Opens a remat region named by this scope's path: nodes built through the returned scope
-  // belong to it (nested inside the current region, if any).
-  Scope remat_region() const { return Scope(*g_, path_, g_->add_region(path_, region_)); }
+  // belong to it (nested inside the current region, if any); `layer`: the model layer it is part of.
+  Scope remat_region(int32_t layer = -1) const { return Scope(*g_, path_, g_->add_region(path_, region_, layer)); }
 
   ValueId param(const std::string& name, Shape shape, ParamInit init) const;
   // Builds a forward node in this scope; returns its outputs.

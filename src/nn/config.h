@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/choice.h"
 #include "core/dtype.h"
@@ -18,11 +19,14 @@
     build_transformer_decoder, build_transformer_prefill)
 
 // The remat regions (model.remat): a Transformer's `MLP` is block_l/mlp, `Attn` block_l/attn,
-// `Block` block_l; the MLP classifier's `MLP` is its hidden block.
+// `Block` block_l; the MLP classifier's `MLP` is its hidden block. `auto` (alone) lets
+// train/fit.h choose regions and policy per layer, and the minibatch count, to fit
+// train.memory_budget; the builders then read ModelConfig::remat_layers.
 #define LOOM_REMAT_REGIONS(X)                                 \
   X(MLP, "the MLP block of each layer (pre_norm .. dropout)") \
   X(Attn, "the attention block of each layer")                \
-  X(Block, "each whole Transformer block")
+  X(Block, "each whole Transformer block")                    \
+  X(auto_, "chosen per layer to fit train.memory_budget with the least recompute (alone)")
 
 #define LOOM_BLOCK_ORDERS(X)                                 \
   X(mlp_first, "the tutorial: x + mlp(x), then x + attn(x)") \
@@ -57,6 +61,13 @@ LOOM_CHOICE(MlpKind, "mlp", LOOM_MLPS)
 LOOM_CHOICE(PositionKind, "position", LOOM_POSITIONS)
 LOOM_CHOICE(InitScheme, "init", LOOM_INITS)
 
+// One layer's remat: the regions it recomputes and their policy.
+struct LayerRemat {
+  ChoiceSet<RematRegion> regions;
+  RematPolicyKind policy = RematPolicyKind::nothing_saveable;
+  bool operator==(const LayerRemat&) const = default;
+};
+
 struct ModelConfig {
   ModelKind kind = ModelKind::mlp_classifier;
   DType dtype = DType::f32;  // compute dtype of activations
@@ -76,6 +87,9 @@ struct ModelConfig {
   ChoiceSet<RematRegion> remat;  // empty: no remat
   RematPolicyKind remat_policy = RematPolicyKind::nothing_saveable;
   std::string remat_save_names;  // save_only_these_names: comma-separated scope patterns
+  // Not a key: model.remat = auto's choice per layer (train/fit.h); empty: remat and remat_policy
+  // apply to every layer.
+  std::vector<LayerRemat> remat_layers;
   bool scan_layers = false;      // parameter layout only: stacked [num_layers, ...] in files
   BlockOrder block_order = BlockOrder::mlp_first;
   NormKind norm = NormKind::layernorm;

@@ -12,7 +12,9 @@ ModelGraph build_mlp_classifier(const ModelConfig& c, const ModelInput& in, bool
   m.inputs = g.add_input("inputs", Shape{in.batch, in.num_inputs}, DType::f32);  // [B, num_inputs]
   m.labels = g.add_input("labels", Shape{in.batch}, DType::i32);                 // [B]
   const Scope root(g);
-  const Scope hid = c.remat.has(RematRegion::MLP) ? root.remat_region() : root;
+  // Its one layer: model.remat = auto's choice (remat_layers[0]) or model.remat.
+  const ChoiceSet<RematRegion> remat = c.remat_layers.empty() ? c.remat : c.remat_layers.at(0).regions;
+  const Scope hid = remat.has(RematRegion::MLP) ? root.remat_region(0) : root;
   ValueId x = dense(hid / "Dense_0", m.inputs, c.hidden_size, c.dtype);  // [B, hidden] dtype
   x = layer_norm(hid / "LayerNorm_0", x, c.dtype, c.layer_norm_eps);
   x = hid.op1(OpKind::silu, {x});
@@ -26,9 +28,10 @@ ModelGraph build_mlp_classifier(const ModelConfig& c, const ModelInput& in, bool
 
 void validate_mlp_classifier(const ModelConfig& c) {
   if (c.num_classes < 1) throw UserError("model.num_classes", "must be >= 1", "e.g. 100");
-  if (!c.remat.empty() && c.remat != ChoiceSet<RematRegion>{RematRegion::MLP})
+  if (!c.remat.empty() && c.remat != ChoiceSet<RematRegion>{RematRegion::MLP} &&
+      c.remat != ChoiceSet<RematRegion>{RematRegion::auto_})
     throw UserError("model.remat", "the mlp_classifier has one remat region, 'MLP' (its hidden block)",
-                    "use model.remat=MLP or none");
+                    "use model.remat=MLP, auto or none");
 }
 
 }  // namespace loom::nn

@@ -128,10 +128,16 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   return dropout(s, o, c.dropout_rate, train);
 }
 
-ValueId transformer_block(const Scope& s, ValueId x, ValueId positions, const ModelConfig& c, bool train,
-                          const Cache* dec) {
-  const Scope mlp_s = c.remat.has(RematRegion::MLP) ? (s / "mlp").remat_region() : s / "mlp";
-  const Scope attn_s = c.remat.has(RematRegion::Attn) ? (s / "attn").remat_region() : s / "attn";
+// The remat regions layer l opens: its own choice under model.remat = auto, else model.remat.
+ChoiceSet<RematRegion> layer_remat(const ModelConfig& c, int64_t l) {
+  return c.remat_layers.empty() ? c.remat : c.remat_layers.at(static_cast<size_t>(l)).regions;
+}
+
+ValueId transformer_block(const Scope& s, int32_t layer, ValueId x, ValueId positions, const ModelConfig& c,
+                          bool train, const Cache* dec) {
+  const ChoiceSet<RematRegion> remat = layer_remat(c, layer);
+  const Scope mlp_s = remat.has(RematRegion::MLP) ? (s / "mlp").remat_region(layer) : s / "mlp";
+  const Scope attn_s = remat.has(RematRegion::Attn) ? (s / "attn").remat_region(layer) : s / "attn";
   auto mlp = [&](ValueId v) { return s.op1(OpKind::add, {v, mlp_block(mlp_s, v, c, train)}); };
   auto attn = [&](ValueId v) { return s.op1(OpKind::add, {v, attention_block(attn_s, v, positions, c, train, dec)}); };
   return c.block_order == BlockOrder::attn_first ? mlp(attn(x)) : attn(mlp(x));
@@ -174,7 +180,9 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Mo
     std::string name = "block_";
     name += std::to_string(l);
     const Scope bs = root / name;
-    x = transformer_block(c.remat.has(RematRegion::Block) ? bs.remat_region() : bs, x, positions, c, train, dec);
+    const auto layer = static_cast<int32_t>(l);
+    x = transformer_block(layer_remat(c, l).has(RematRegion::Block) ? bs.remat_region(layer) : bs, layer, x,
+                          positions, c, train, dec);
   }
   if (dec && dec->last_rows != kNoValue) x = take_rows(root / "last_rows", x, dec->last_rows);  // [B, 1, C]
   x = norm(root / "post_norm", x, c);
@@ -208,6 +216,7 @@ ModelConfig cached_model(const ModelConfig& config, int64_t max_len, const char*
     throw std::invalid_argument(std::string(who) + ": max_len must be in [1, max_seq_len]");
   ModelConfig c = config;
   c.remat = {};
+  c.remat_layers.clear();
   return c;
 }
 

@@ -16,36 +16,6 @@
 
 namespace loom {
 
-int64_t parse_bytes(const std::string& text, const std::string& what) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    throw UserError(what, "'" + text + "' is not a size", "write e.g. 24GiB, 512MiB or 16GB");
-  }
-  const std::string unit = text.substr(used);
-  double mult = 1;
-  if (unit == "" || unit == "B")
-    mult = 1;
-  else if (unit == "KiB")
-    mult = 1024.0;
-  else if (unit == "MiB")
-    mult = 1024.0 * 1024;
-  else if (unit == "GiB")
-    mult = 1024.0 * 1024 * 1024;
-  else if (unit == "KB")
-    mult = 1e3;
-  else if (unit == "MB")
-    mult = 1e6;
-  else if (unit == "GB")
-    mult = 1e9;
-  else
-    throw UserError(what, "unknown unit '" + unit + "'", "use B, KiB, MiB, GiB, KB, MB or GB");
-  if (!(v > 0)) throw UserError(what, "must be positive", "write e.g. 24GiB");
-  return static_cast<int64_t>(v * mult);
-}
-
 MemoryPlan plan_training(const Config& c, const TrainProgram& prog, PlanOptions opts) {
   const std::unique_ptr<Backend> be = make_backend(c.device);
   return plan_program(*be, prog.model.graph, prog.schedule, opts, resolve_threads(static_cast<int>(c.threads)));
@@ -133,6 +103,7 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
                   nn::model_kind(c.model.kind).language_model ? c.model.num_layers : 1, c.data.batch_size,
                   c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es",
                   choice_set_name(c.model.remat), choice_name(c.model.remat_policy));
+  if (!c.model.remat_layers.empty()) r.config_summary += " chose " + describe_layers(c.model.remat_layers);
   if (ranks > 1)
     r.config_summary += fmt::format("; per rank of {}, optimizer.shard = {}", ranks, choice_name(c.optimizer.shard));
   return r;
@@ -197,6 +168,40 @@ std::string format_memory_report(const MemoryReport& r) {
                      b.workspace ? "-" : b.shape.str(), b.workspace ? "workspace" : dtype_name(b.dtype),
                      b.bytes / 1048576.0, b.first, b.last, b.first_phase, b.last_phase);
   return o;
+}
+
+namespace {
+double predicted_step_seconds(const FitChoice& f, double ceiling_flops) {
+  return ceiling_flops > 0 ? (f.step_flops + f.recompute_flops) / ceiling_flops : 0;
+}
+}  // namespace
+
+std::string format_fit_frontier(const std::vector<Fitter::FitPoint>& points, double ceiling_flops) {
+  std::string o = fmt::format("{:>11} {:>11} {:>10} {:>10} {:>9} {:>6}  {}\n", "budget", "planned", "recompute",
+                              "step (s)", "fit (ms)", "plans", "choice (layers from the first; minibatches)");
+  for (const Fitter::FitPoint& p : points) {
+    const FitChoice& f = p.choice;
+    o += fmt::format("{:>11} {:>11} {:>9.1f}% {:>10} {:>9.1f} {:>6}  {}; {}\n", format_bytes(p.budget),
+                     format_bytes(f.total_bytes), 100 * f.recompute_flops / f.step_flops,
+                     ceiling_flops > 0 ? fmt::format("{:.3f}", predicted_step_seconds(f, ceiling_flops)) : "-",
+                     1e3 * p.seconds, p.plans, describe_layers(f.layers), f.num_minibatches);
+  }
+  return o;
+}
+
+nlohmann::json fit_frontier_json(const std::vector<Fitter::FitPoint>& points, double ceiling_flops) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Fitter::FitPoint& p : points)
+    rows.push_back({{"budget_bytes", p.budget},
+                    {"total_bytes", p.choice.total_bytes},
+                    {"layers", describe_layers(p.choice.layers)},
+                    {"num_minibatches", p.choice.num_minibatches},
+                    {"recompute_flops", p.choice.recompute_flops},
+                    {"step_flops", p.choice.step_flops},
+                    {"predicted_step_seconds", predicted_step_seconds(p.choice, ceiling_flops)},
+                    {"fit_seconds", p.seconds},
+                    {"full_plans", p.plans}});
+  return rows;
 }
 
 nlohmann::json memory_report_json(const MemoryReport& r) {

@@ -20,6 +20,7 @@
 #include "graph/passes/plan.h"
 #include "report/format.h"
 #include "train/config.h"
+#include "train/fit.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -60,9 +61,11 @@ MemoryReport memory_report(const Config& c, size_t top = 15, PlanOptions opts = 
 // `loom memory --ranks N`: one rank's memory in each optimizer.shard mode, one row each.
 std::string format_shard_modes(const Config& c, int ranks, PlanOptions opts = {});
 std::string format_memory_report(const MemoryReport& r);
+// `loom memory --fit`: model.remat = auto's choice at each budget of Fitter::frontier: the choice,
+// its planned total, the recomputed FLOPs as a share of the step's, and the step time predicted as
+// every FLOP (recompute included) at `ceiling_flops` FLOP/s (report/ceiling.h; 0: no prediction).
+std::string format_fit_frontier(const std::vector<Fitter::FitPoint>& points, double ceiling_flops);
+nlohmann::json fit_frontier_json(const std::vector<Fitter::FitPoint>& points, double ceiling_flops);
 nlohmann::json memory_report_json(const MemoryReport& r);
-
-// "24GiB", "512MiB", "3.5GB", "1000000" -> bytes. Throws UserError naming `what`.
-int64_t parse_bytes(const std::string& text, const std::string& what);
 
 }  // namespace loom

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "nn/models.h"
+#include "train/fit.h"
 #include "train/model_source.h"
 
 namespace loom {
@@ -421,6 +422,10 @@ const std::vector<KeySpec>& schema() {
                "more than one rank (mpirun): gradients are summed over ranks in buckets of this many KiB, each as "
                "soon as the backward has written it (no effect on the result)",
                LOOM_REF(train.bucket_kib)),
+      make_string("train.memory_budget",
+                  "model.remat = auto: bytes the run may plan, e.g. 20GiB (empty: the memory available to each "
+                  "rank on this machine)",
+                  LOOM_REF(train.memory_budget)),
   };
   return keys;
 }
@@ -632,6 +637,9 @@ void validate_config(const Config& c) {
   need(c.train.bucket_kib >= 1, "train.bucket_kib", "must be >= 1", "e.g. 4096 (4 MiB)");
   need(c.train.max_skipped_steps >= 0, "train.max_skipped_steps", "must be >= 0", "e.g. 25 (0 = never stop)");
   in_file([&] { kind.validate(c.model); });
+  need(!c.model.remat.has(RematRegion::auto_) || c.model.remat == ChoiceSet<RematRegion>{RematRegion::auto_},
+       "model.remat", "auto chooses the regions itself", "write model.remat=auto alone");
+  if (!c.train.memory_budget.empty()) in_file([&] { parse_bytes(c.train.memory_budget, "train.memory_budget"); });
   need(c.model.remat_policy != RematPolicyKind::save_only_these_names || !c.model.remat_save_names.empty(),
        "model.remat_save_names", "save_only_these_names needs at least one pattern",
        "e.g. model.remat_save_names=*/attn/qkv");

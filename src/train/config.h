@@ -35,6 +35,7 @@ struct TrainConfig {
   OnNonFinite on_nonfinite = OnNonFinite::stop;
   int64_t max_skipped_steps = 25;  // stop after this many skipped steps in a row, any dtype (0 = never)
   int64_t bucket_kib = 4096;       // gradient buckets summed over ranks during the backward (train/trainer.h)
+  std::string memory_budget;       // model.remat = auto fits this ("20GiB"; "" = what the fit check allows)
 };
 
 struct Config {

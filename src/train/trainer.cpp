@@ -14,6 +14,7 @@
 #include "nn/init.h"
 #include "nn/models.h"
 #include "train/evaluator.h"
+#include "train/fit.h"
 
 namespace loom {
 
@@ -63,7 +64,10 @@ TrainProgram build_train_program(const Config& c, int ranks) {
     if (end > start) policy.save_names.push_back(c.model.remat_save_names.substr(start, end - start));
     start = end + 1;
   }
-  p.schedule = apply_remat(g, p.num_forward, policy);
+  std::vector<RematPolicy> layer_policies;
+  for (const LayerRemat& l : c.model.remat_layers)
+    layer_policies.push_back(RematPolicy{.kind = l.policy, .save_names = policy.save_names});
+  p.schedule = apply_remat(g, p.num_forward, policy, layer_policies);
   p.zero_grads = mark_first_grad_writes(g, p.schedule);
   return p;
 }
@@ -171,11 +175,31 @@ void refuse_unless_it_fits(const Config& c, Backend& be, const TrainProgram& pro
 
 }  // namespace
 
-Trainer::Trainer(const Config& c, Backend& be, PlanOptions plan_options, dist::Comm* comm, bool evaluates)
-    : cfg_(c),
+namespace {
+// model.remat = auto: `c` with the least-recompute choice that fits the budget (train/fit.h),
+// announced in one line by rank 0.
+Config resolve_auto_remat(const Config& c, Backend& be, dist::Comm& comm) {
+  if (!c.model.remat.has(RematRegion::auto_) || !c.model.remat_layers.empty()) return c;
+  const int64_t budget = fit_budget(c, be.memory_available(), comm.ranks_on_this_host());
+  if (budget < 0)
+    throw UserError("train.memory_budget", "model.remat = auto needs a budget and this backend reports none",
+                    "set train.memory_budget, e.g. 20GiB");
+  Fitter fitter(c, comm.size());
+  const FitChoice f = fitter.fit(budget);
+  if (comm.rank() == 0)
+    fmt::print(stderr, "remat auto: {} in {} minibatch{}: plan {:.2f} of {:.2f} GiB, recompute +{:.1f}% FLOPs\n",
+               describe_layers(f.layers), f.num_minibatches, f.num_minibatches == 1 ? "" : "es",
+               f.total_bytes / 1073741824.0, budget / 1073741824.0, 100 * f.recompute_flops / f.step_flops);
+  return fitter.apply(f);
+}
+}  // namespace
+
+Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, dist::Comm* comm, bool evaluates)
+    : cfg_(resolve_auto_remat(config, be, comm ? *comm : dist::single_process())),
       be_(be),
-      prog_(build_train_program(c, comm ? comm->size() : 1)),
+      prog_(build_train_program(cfg_, comm ? comm->size() : 1)),
       comm_(comm ? *comm : dist::single_process()) {
+  const Config& c = cfg_;  // model.remat = auto resolved
   const Graph& g = prog_.model.graph;
   MemoryPlan plan = plan_program(be, g, prog_.schedule, rank_plan_options(c, prog_, comm_.size(), plan_options));
   refuse_unless_it_fits(c, be, prog_, plan, comm_, evaluates);

@@ -40,11 +40,19 @@ bool policy_saves(const RematPolicy& p, const Node& n) {
 
 }  // namespace
 
-std::vector<NodeId> apply_remat(Graph& g, NodeId num_fwd, const RematPolicy& policy) {
+std::vector<NodeId> apply_remat(Graph& g, NodeId num_fwd, const RematPolicy& policy,
+                                const std::vector<RematPolicy>& layer_policies) {
   const NodeId num_nodes = static_cast<NodeId>(g.nodes().size());
   std::vector<NodeId> schedule;
   for (NodeId i = 0; i < num_fwd; ++i) schedule.push_back(i);
-  if (g.regions().empty() || policy.kind == RematPolicyKind::everything_saveable) {
+  auto policy_of = [&](int32_t r) -> const RematPolicy& {
+    const int32_t l = g.regions()[static_cast<size_t>(r)].layer;
+    return l >= 0 && static_cast<size_t>(l) < layer_policies.size() ? layer_policies[static_cast<size_t>(l)] : policy;
+  };
+  bool any_recomputes = false;
+  for (int32_t r = 0; r < static_cast<int32_t>(g.regions().size()); ++r)
+    any_recomputes = any_recomputes || policy_of(r).kind != RematPolicyKind::everything_saveable;
+  if (!any_recomputes) {
     for (NodeId i = num_fwd; i < num_nodes; ++i) schedule.push_back(i);
     return schedule;
   }
@@ -62,7 +70,7 @@ std::vector<NodeId> apply_remat(Graph& g, NodeId num_fwd, const RematPolicy& pol
     for (ValueId o : n.out) {
       region_of[o] = r;
       // A view is as available as its source: saved if the source is saved or from outside.
-      saved[o] = view ? (region_of[n.in[0]] != r || saved[n.in[0]]) : policy_saves(policy, n);
+      saved[o] = view ? (region_of[n.in[0]] != r || saved[n.in[0]]) : policy_saves(policy_of(r), n);
     }
   }
   // Region outputs (read by forward nodes outside the region) and program outputs are kept.

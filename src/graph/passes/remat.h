@@ -37,8 +37,11 @@ struct RematPolicy {
 };
 
 // Applies remat to `g` (forward nodes are [0, num_forward)) and returns the schedule: forward
-// nodes, then backward nodes with each region's recompute inserted just in time.
-std::vector<NodeId> apply_remat(Graph& g, NodeId num_forward, const RematPolicy& policy);
+// nodes, then backward nodes with each region's recompute inserted just in time. A region opened
+// for model layer l (Graph::Region::layer) follows layer_policies[l] when there is one, so layers
+// may differ (model.remat = auto); every other region follows `policy`.
+std::vector<NodeId> apply_remat(Graph& g, NodeId num_forward, const RematPolicy& policy,
+                                const std::vector<RematPolicy>& layer_policies = {});
 
 // Glob match with '*' matching any run of characters (including '/').
 bool scope_matches(const std::string& pattern, const std::string& scope);

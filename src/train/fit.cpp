@@ -1,0 +1,282 @@
+#include "train/fit.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <queue>
+#include <set>
+
+#include "backend/registry.h"
+#include "core/error.h"
+#include "nn/models.h"
+#include "optim/optimizer.h"
+#include "runtime/executor.h"
+#include "train/evaluator.h"
+#include "train/trainer.h"
+
+namespace loom {
+
+int64_t parse_bytes(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw UserError(what, "'" + text + "' is not a size", "write e.g. 24GiB, 512MiB or 16GB");
+  }
+  const std::string unit = text.substr(used);
+  double mult = 1;
+  if (unit == "" || unit == "B")
+    mult = 1;
+  else if (unit == "KiB")
+    mult = 1024.0;
+  else if (unit == "MiB")
+    mult = 1024.0 * 1024;
+  else if (unit == "GiB")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "KB")
+    mult = 1e3;
+  else if (unit == "MB")
+    mult = 1e6;
+  else if (unit == "GB")
+    mult = 1e9;
+  else
+    throw UserError(what, "unknown unit '" + unit + "'", "use B, KiB, MiB, GiB, KB, MB or GB");
+  if (!(v > 0)) throw UserError(what, "must be positive", "write e.g. 24GiB");
+  return static_cast<int64_t>(v * mult);
+}
+
+namespace {
+
+std::string layer_name(const LayerRemat& l) {
+  if (l.regions.empty()) return "none";
+  std::string s = choice_set_name(l.regions);
+  std::replace(s.begin(), s.end(), ',', '+');
+  return s + "/" + std::string(choice_name(l.policy));
+}
+
+}  // namespace
+
+std::string describe_layers(const std::vector<LayerRemat>& layers) {
+  std::string s;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i;
+    while (j < layers.size() && layers[j] == layers[i]) ++j;
+    s += fmt::format("{}{}×{}", s.empty() ? "" : ", ", j - i, layer_name(layers[i]));
+    i = j;
+  }
+  return s;
+}
+
+Fitter::Fitter(const Config& c, int ranks) : c_(c), ranks_(ranks), be_(make_backend(c.device)) {
+  const bool lm = nn::model_kind(c.model.kind).language_model;
+  num_layers_ = lm ? c.model.num_layers : 1;
+  std::vector<ChoiceSet<RematRegion>> regions = {{RematRegion::MLP}};
+  if (lm)
+    regions = {{RematRegion::MLP}, {RematRegion::Attn}, {RematRegion::MLP, RematRegion::Attn}, {RematRegion::Block}};
+  std::vector<RematPolicyKind> policies = {RematPolicyKind::nothing_saveable,
+                                           RematPolicyKind::dots_with_no_batch_dims_saveable,
+                                           RematPolicyKind::dots_saveable};
+  if (!c.model.remat_save_names.empty()) policies.push_back(RematPolicyKind::save_only_these_names);
+  options_.push_back(LayerRemat{});
+  for (const auto& r : regions)
+    for (RematPolicyKind p : policies) options_.push_back(LayerRemat{.regions = r, .policy = p});
+  c_.model.remat = {RematRegion::auto_};
+}
+
+std::vector<int64_t> Fitter::minibatch_counts() const {
+  std::vector<int64_t> out;
+  const int64_t per_rank = c_.data.batch_size / ranks_;
+  for (int64_t m = c_.optimizer.num_minibatches; m <= per_rank; ++m)
+    if (per_rank % m == 0 && c_.data.batch_size % (m * ranks_) == 0) out.push_back(m);
+  return out;
+}
+
+Config Fitter::apply(const FitChoice& f) const {
+  Config c = c_;
+  c.model.remat_layers = f.layers;
+  c.optimizer.num_minibatches = f.num_minibatches;
+  return c;
+}
+
+FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_minibatches) {
+  std::string key;
+  for (const LayerRemat& l : layers) key += layer_name(l) + ",";
+  if (auto it = plans_by_choice_.find({key, num_minibatches}); it != plans_by_choice_.end()) return it->second;
+  ++plans_;
+  FitChoice f{.layers = layers, .num_minibatches = num_minibatches};
+  const Config c = apply(f);
+  const TrainProgram p = build_train_program(c, ranks_);
+  const Graph& g = p.model.graph;
+  const MemoryPlan mp =
+      plan_program(*be_, g, p.schedule, rank_plan_options(c, p, ranks_), resolve_threads(static_cast<int>(c.threads)));
+  // The sum `loom memory` prints (report/memory_report.h) and the trainer's fit check allows.
+  const RankMemory rank = rank_memory(c, p, ranks_);
+  f.arena_bytes = mp.arena_bytes;
+  f.fixed_bytes = mp.param_bytes + mp.grad_bytes + mp.input_bytes +
+                  (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *
+                      static_cast<int64_t>(sizeof(float)) +
+                  rank.comm_buffer_bytes +
+                  (Evaluator::during_training(c) ? Evaluator::planned_bytes(c, ranks_, mp.arena_bytes) : 0);
+  f.total_bytes = f.fixed_bytes + f.arena_bytes;
+  for (NodeId id : p.schedule) {
+    const Node& n = g.node(id);
+    (n.phase == Phase::recompute ? f.recompute_flops : f.step_flops) += static_cast<double>(node_cost(g, n).flops);
+  }
+  f.recompute_flops *= static_cast<double>(num_minibatches);
+  f.step_flops *= static_cast<double>(num_minibatches);
+  plans_by_choice_.emplace(std::make_pair(key, num_minibatches), f);
+  return f;
+}
+
+FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
+  const auto L = static_cast<size_t>(num_layers_);
+  // Per option: recomputed FLOPs and bytes added per layer, from uniform plans of a model of at
+  // most 3 layers (identical layers: the increments carry over to any depth).
+  auto [cal, fresh] = per_layer_.try_emplace(mb);
+  if (fresh) {
+    Config small = c_;
+    const bool lm = nn::model_kind(c_.model.kind).language_model;
+    const size_t Lc = lm ? std::min<size_t>(L, 3) : L;
+    if (lm) small.model.num_layers = static_cast<int64_t>(Lc);
+    Fitter calib(small, ranks_);
+    const FitChoice none_small = calib.plan(std::vector<LayerRemat>(Lc), mb);
+    for (size_t o = 0; o < options_.size(); ++o) {
+      const FitChoice u = o == 0 ? none_small : calib.plan(std::vector<LayerRemat>(Lc, options_[o]), mb);
+      cal->second.emplace_back(u.recompute_flops / static_cast<double>(Lc),
+                               static_cast<double>(u.total_bytes - none_small.total_bytes) / static_cast<double>(Lc));
+    }
+    plans_ += calib.plans_made();
+  }
+  struct Level {
+    size_t option;
+    double flops, bytes;  // per layer, relative to none
+  };
+  std::vector<Level> all;
+  for (size_t o = 0; o < options_.size(); ++o) all.push_back({o, cal->second[o].first, cal->second[o].second});
+  // The chain: options no other beats in both FLOPs and bytes, by FLOPs ascending (bytes descending).
+  std::stable_sort(all.begin(), all.end(), [](const Level& a, const Level& b) {
+    return a.flops != b.flops ? a.flops < b.flops : a.bytes < b.bytes;
+  });
+  std::vector<Level> chain;
+  for (const Level& l : all)
+    if (chain.empty() || l.bytes < chain.back().bytes) chain.push_back(l);
+  const size_t K = chain.size();
+
+  const FitChoice none = plan(std::vector<LayerRemat>(L), mb);
+  if (none.total_bytes <= budget) return none;
+  // Layers by count per level; the layout puts the highest levels on the first layers.
+  using Counts = std::vector<int64_t>;
+  auto layout = [&](const Counts& n) {
+    std::vector<LayerRemat> layers;
+    for (size_t k = K; k-- > 0;)
+      for (int64_t i = 0; i < n[k]; ++i) layers.push_back(options_[chain[k].option]);
+    return layers;
+  };
+  auto predict = [&](const Counts& n) {
+    double b = static_cast<double>(none.total_bytes);
+    for (size_t k = 0; k < K; ++k) b += static_cast<double>(n[k]) * chain[k].bytes;
+    return b;
+  };
+  auto flops = [&](const Counts& n) {
+    double f = 0;
+    for (size_t k = 0; k < K; ++k) f += static_cast<double>(n[k]) * chain[k].flops;
+    return f;
+  };
+  Counts top(K, 0);
+  top[K - 1] = static_cast<int64_t>(L);
+  // A multiset predicted above budget + slack is not planned. Savings do not add exactly (the peak
+  // is a maximum over the schedule, and one layer's transient may hide under another's), so the
+  // slack starts at one layer's largest saving and widens to any larger overestimate seen.
+  double slack = 0;
+  for (const Level& l : chain) slack = std::max(slack, -l.bytes);
+  while (true) {
+    // Multisets by FLOPs ascending (then predicted bytes): each step moves one layer up one level.
+    using Item = std::pair<std::pair<double, double>, Counts>;
+    std::priority_queue<Item, std::vector<Item>, std::greater<>> queue;
+    std::set<Counts> seen;
+    Counts start(K, 0);
+    start[0] = static_cast<int64_t>(L);
+    queue.push({{0.0, predict(start)}, start});
+    seen.insert(start);
+    bool grew = false;
+    while (!queue.empty()) {
+      const Counts n = queue.top().second;
+      const double est = queue.top().first.second;
+      queue.pop();
+      if (est <= static_cast<double>(budget) + slack) {
+        const FitChoice f = plan(layout(n), mb);
+        if (est - static_cast<double>(f.total_bytes) > slack) {
+          slack = est - static_cast<double>(f.total_bytes);
+          grew = true;
+          break;  // a multiset skipped before may fit: visit them again with the wider slack
+        }
+        if (f.total_bytes <= budget) return f;
+      }
+      for (size_t k = 0; k + 1 < K; ++k) {
+        if (n[k] == 0) continue;
+        Counts m = n;
+        --m[k];
+        ++m[k + 1];
+        if (seen.insert(m).second) queue.push({{flops(m), predict(m)}, m});
+      }
+    }
+    if (!grew) return FitChoice{};
+  }
+}
+
+FitChoice Fitter::smallest() {
+  // Every layer on one option at the most minibatches: the option that saves the most on its own.
+  FitChoice least;
+  for (const LayerRemat& o : options_) {
+    FitChoice f = plan(std::vector<LayerRemat>(static_cast<size_t>(num_layers_), o), minibatch_counts().back());
+    if (least.layers.empty() || f.total_bytes < least.total_bytes) least = std::move(f);
+  }
+  return least;
+}
+
+FitChoice Fitter::fit(int64_t budget) {
+  const std::vector<int64_t> counts = minibatch_counts();
+  for (int64_t mb : counts)
+    if (FitChoice f = fit_minibatches(budget, mb); !f.layers.empty()) return f;
+  // The calibration's chain may have left out the option that saves the most at this depth.
+  const FitChoice least = smallest();
+  if (least.total_bytes <= budget) return least;
+  constexpr double kGiB = 1073741824.0;
+  const bool fixed = least.fixed_bytes >= least.arena_bytes;
+  throw UserError(
+      "train.memory_budget",
+      fmt::format("no choice fits {:.2f} GiB: the smallest plan is {:.2f} GiB ({}), of which parameters, gradients, "
+                  "optimizer state and inputs are {:.2f} GiB and activations with kernel workspace {:.2f} GiB",
+                  budget / kGiB, least.total_bytes / kGiB,
+                  describe_layers(least.layers) + fmt::format(" in {} minibatches", least.num_minibatches),
+                  least.fixed_bytes / kGiB, least.arena_bytes / kGiB),
+      fixed ? "the parameters and optimizer state dominate: a smaller model, or more ranks with "
+              "optimizer.shard=state+grads"
+            : "the activations dominate: a smaller data.batch_size or data.seq_len, or model.dtype=bfloat16");
+}
+
+std::vector<Fitter::FitPoint> Fitter::frontier(int steps) {
+  const FitChoice none = plan(std::vector<LayerRemat>(static_cast<size_t>(num_layers_)), minibatch_counts().front());
+  const int64_t lo = std::min(smallest().total_bytes, none.total_bytes), hi = none.total_bytes;
+  std::vector<FitPoint> out;
+  for (int s = 0; s <= steps; ++s) {
+    FitPoint p{.budget = hi - (hi - lo) * s / steps, .choice = {}, .seconds = 0, .plans = plans_};
+    const auto t0 = std::chrono::steady_clock::now();
+    p.choice = fit(p.budget);
+    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    p.plans = plans_ - p.plans;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+int64_t fit_budget(const Config& c, int64_t available, int ranks_on_host) {
+  if (!c.train.memory_budget.empty()) return parse_bytes(c.train.memory_budget, "train.memory_budget");
+  return available < 0 ? -1 : available / std::max(1, ranks_on_host);
+}
+
+}  // namespace loom

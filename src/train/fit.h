@@ -1,0 +1,101 @@
+// model.remat = auto: fitting a training run into a memory budget (README, "Fitting a memory
+// budget").
+//
+// A choice is one LayerRemat per layer (regions and policy, the options below) and a minibatch
+// count (optimizer.num_minibatches, the global batch kept). Its measure is the plan: the total
+// `loom memory` prints (parameters, gradients, optimizer state, the arena with its kernel
+// workspace, inputs, communication buffers, evaluation), so a returned choice fits by
+// construction. The objective is the least recomputed FLOPs (the op table's cost rules over the
+// recompute nodes): on a CPU the step time is the GEMMs' time, and recompute adds FLOPs at the
+// same GEMM rate, so FLOPs rank choices as step time does without a timing model that a busy
+// machine would skew; ties go to the smaller total. Fewer minibatches come first: a minibatch
+// count above the configured one is tried only when no remat choice fits.
+//
+// The search: layers are identical, so recomputed FLOPs depend only on how many layers take each
+// option (a multiset); multisets are visited in increasing FLOPs, each laid out with the heavier
+// options on the earlier layers (their saved activations are live longest). The total of a
+// multiset is predicted from per-layer increments measured on one full plan per option; full plans
+// are made only for multisets predicted within `slack` of the budget (the largest prediction
+// error seen so far), in FLOPs order, and the first that fits is the answer.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/config.h"
+#include "train/config.h"
+
+namespace loom {
+
+class Backend;
+
+// "24GiB", "512MiB", "3.5GB", "1000000" -> bytes. Throws UserError naming `what`.
+int64_t parse_bytes(const std::string& text, const std::string& what);
+
+// One choice and its plan.
+struct FitChoice {
+  std::vector<LayerRemat> layers;  // one per layer
+  int64_t num_minibatches = 1;
+  int64_t total_bytes = 0;     // the plan's total, as `loom memory` prints it
+  int64_t fixed_bytes = 0;     // parameters, gradients, optimizer state, inputs, buffers, evaluation
+  int64_t arena_bytes = 0;     // activations and the kernel workspace
+  double recompute_flops = 0;  // per step, all minibatches
+  double step_flops = 0;       // forward and backward per step without recompute
+};
+
+// Runs of equal layers in layer order: "12×Block/nothing_saveable, 36×none".
+std::string describe_layers(const std::vector<LayerRemat>& layers);
+
+class Fitter {
+ public:
+  // Plans `c`'s training program for one rank of `ranks` with the kernel workspace of c.device.
+  explicit Fitter(const Config& c, int ranks = 1);
+
+  // The options a layer may take, `none` first.
+  const std::vector<LayerRemat>& options() const { return options_; }
+  int64_t num_layers() const { return num_layers_; }
+  // The minibatch counts to try, ascending from the configured one (each divides the batch).
+  std::vector<int64_t> minibatch_counts() const;
+  // The exact plan of a choice (one full build and plan, remembered).
+  FitChoice plan(const std::vector<LayerRemat>& layers, int64_t num_minibatches);
+  // The least-recompute choice whose plan totals at most `budget`; UserError naming the smallest
+  // total that fits, and what dominates it, when none does.
+  FitChoice fit(int64_t budget);
+  // The least-recompute choice at each of `steps` + 1 budgets evenly spaced from the no-remat plan
+  // down to smallest() (`loom memory --fit`), with the time and the full plans each fit took.
+  struct FitPoint {
+    int64_t budget = 0;
+    FitChoice choice;
+    double seconds = 0;
+    int plans = 0;
+  };
+  std::vector<FitPoint> frontier(int steps = 8);
+  // The smallest total of any one option on every layer at the most minibatches.
+  FitChoice smallest();
+  // Full plans made so far.
+  int plans_made() const { return plans_; }
+
+  // `c` with the choice applied (model.remat_layers, optimizer.num_minibatches).
+  Config apply(const FitChoice& f) const;
+
+ private:
+  Config c_;
+  int ranks_;
+  int64_t num_layers_;
+  std::vector<LayerRemat> options_;
+  int plans_ = 0;
+  std::map<std::pair<std::string, int64_t>, FitChoice> plans_by_choice_;
+  std::shared_ptr<Backend> be_;  // c.device's, for the kernels' workspace sizes
+  // Per minibatch count: each option's recomputed FLOPs and added bytes per layer (fit_minibatches).
+  std::map<int64_t, std::vector<std::pair<double, double>>> per_layer_;
+  // The least-recompute fit for one minibatch count, or an empty choice (no layers) when none fits.
+  FitChoice fit_minibatches(int64_t budget, int64_t num_minibatches);
+};
+
+// The budget `loom train` fits model.remat = auto into: train.memory_budget, else the memory the
+// backend reports available divided among the ranks on this machine (-1: unknown).
+int64_t fit_budget(const Config& c, int64_t available, int ranks_on_host);
+
+}  // namespace loom

@@ -1,0 +1,139 @@
+// model.remat = auto (train/fit.h):
+//   - optimal: on 2- and 3-layer Transformers, at every budget between the smallest and the largest
+//     total of all per-layer combinations of the options, the planner's recomputed FLOPs equal the
+//     least of any combination that fits (exhaustive search over all of them, each planned);
+//   - exact: its choice's total is the one `loom memory` reports for the applied configuration, and
+//     is within the budget;
+//   - when no remat choice fits, more minibatches; when nothing fits, an error naming the smallest
+//     total;
+//   - a Trainer with model.remat = auto runs the choice, with the gradients of no remat.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include "backend/registry.h"
+#include "core/error.h"
+#include "report/memory_report.h"
+#include "train/config.h"
+#include "train/fit.h"
+#include "train/trainer.h"
+
+namespace loom {
+namespace {
+
+Config tiny(int layers, int minibatches = 1) {
+  return default_config({"model.kind=transformer", "model.dtype=float32", "model.hidden_size=32",
+                         "model.num_layers=" + std::to_string(layers), "model.head_dim=8", "model.vocab_size=61",
+                         "model.num_outputs=61", "model.max_seq_len=16", "data.kind=random_tokens", "data.batch_size=4",
+                         "data.seq_len=16", "data.vocab_size=61",
+                         "optimizer.num_minibatches=" + std::to_string(minibatches), "model.remat=auto", "threads=1"});
+}
+
+struct Combo {
+  int64_t total;
+  double flops;
+};
+
+// Every per-layer combination of the options, planned.
+std::vector<Combo> exhaustive(Fitter& f) {
+  std::vector<Combo> out;
+  const size_t L = static_cast<size_t>(f.num_layers()), K = f.options().size();
+  std::vector<size_t> idx(L, 0);
+  while (true) {
+    std::vector<LayerRemat> layers;
+    for (size_t i : idx) layers.push_back(f.options()[i]);
+    const FitChoice c = f.plan(layers, 1);
+    out.push_back({c.total_bytes, c.recompute_flops});
+    size_t i = 0;
+    while (i < L && ++idx[i] == K) idx[i++] = 0;
+    if (i == L) break;
+  }
+  return out;
+}
+
+void expect_optimal(int layers) {
+  const Config c = tiny(layers);
+  Fitter f(c);
+  const std::vector<Combo> all = exhaustive(f);
+  std::set<int64_t> budgets;
+  for (const Combo& x : all) budgets.insert(x.total);
+  ASSERT_GT(budgets.size(), 4u);
+  for (int64_t budget : budgets) {
+    double best = 1e300;
+    for (const Combo& x : all)
+      if (x.total <= budget) best = std::min(best, x.flops);
+    Fitter fresh(c);
+    const FitChoice got = fresh.fit(budget);
+    EXPECT_EQ(got.num_minibatches, 1) << budget;
+    EXPECT_LE(got.total_bytes, budget);
+    EXPECT_EQ(got.recompute_flops, best) << layers << " layers, budget " << budget << ": chose "
+                                         << describe_layers(got.layers);
+  }
+}
+
+TEST(Fit, OptimalAgainstExhaustiveSearchTwoLayers) { expect_optimal(2); }
+TEST(Fit, OptimalAgainstExhaustiveSearchThreeLayers) { expect_optimal(3); }
+
+TEST(Fit, ChoiceIsWhatLoomMemoryPlans) {
+  const Config c = tiny(3);
+  Fitter f(c);
+  const FitChoice none = f.plan(std::vector<LayerRemat>(3), 1);
+  const FitChoice got = f.fit(none.total_bytes * 9 / 10);
+  EXPECT_GT(got.recompute_flops, 0);
+  EXPECT_LE(got.total_bytes, none.total_bytes * 9 / 10);
+  EXPECT_EQ(memory_report(f.apply(got), 0).total_bytes, got.total_bytes);
+  // No remat: nothing recomputed, the same total as model.remat = none.
+  Config plain = c;
+  plain.model.remat = {};
+  EXPECT_EQ(memory_report(plain, 0).total_bytes, none.total_bytes);
+  EXPECT_EQ(none.recompute_flops, 0);
+}
+
+TEST(Fit, MoreMinibatchesWhenRematIsNotEnough) {
+  const Config c = tiny(2);
+  Fitter f(c);
+  int64_t least_one = INT64_MAX;
+  for (const LayerRemat& o : f.options())
+    least_one = std::min(least_one, f.plan(std::vector<LayerRemat>(2, o), 1).total_bytes);
+  const FitChoice two = f.plan(std::vector<LayerRemat>(2, LayerRemat{.regions = {RematRegion::Block}}), 2);
+  ASSERT_LT(two.total_bytes, least_one);
+  const FitChoice got = f.fit(least_one - 1);
+  EXPECT_GT(got.num_minibatches, 1);
+  EXPECT_LE(got.total_bytes, least_one - 1);
+}
+
+TEST(Fit, ImpossibleBudgetNamesTheSmallestTotal) {
+  Fitter f(tiny(2));
+  const int64_t smallest = f.smallest().total_bytes;
+  try {
+    f.fit(smallest - 1);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("train.memory_budget"), std::string::npos) << m;
+    EXPECT_NE(m.find("smallest plan"), std::string::npos) << m;
+    EXPECT_NE(e.hint().find("dominate"), std::string::npos) << e.hint();
+  }
+  EXPECT_EQ(f.fit(smallest).total_bytes, smallest);
+}
+
+TEST(Fit, TrainerRunsTheChoiceWithTheGradientsOfNoRemat) {
+  Config c = tiny(2);
+  Fitter f(c);
+  const int64_t none = f.plan(std::vector<LayerRemat>(2), 1).total_bytes;
+  c.train.memory_budget = std::to_string(none * 9 / 10);
+  auto be = make_backend("cpu");
+  Trainer t(c, *be);
+  EXPECT_FALSE(t.config().model.remat_layers.empty());
+  EXPECT_EQ(t.config().model.remat_layers, f.fit(none * 9 / 10).layers);
+  Config plain = c;
+  plain.model.remat = {};
+  Trainer u(plain, *be);
+  const Batch b = make_batch(c.data, data_context(c));
+  EXPECT_EQ(t.step(b).metrics.at("loss").mean(), u.step(b).metrics.at("loss").mean());
+}
+
+}  // namespace
+}  // namespace loom
