@@ -91,7 +91,7 @@ void write_config(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.parent_path() / ".config.toml.tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);
-    f << "# effective configuration of this run (loom train)\n" << text;
+    f << kConfigHeader << '\n' << text;
     f.flush();
     if (!f) {
       std::error_code ec;
@@ -181,6 +181,7 @@ int run_train(const RunOptions& o) {
     // A second process is refused before it builds anything, and a run still going is named as
     // such (with its pid) before the generic refusal of a directory holding a run.
     if (fs::exists(run_dir)) rd->lock();
+    if (!resume_in_place) rd->refuse_foreign_files();
     if (!resume_in_place && rd->holds_run() && !o.overwrite)
       throw UserError(
           run_dir.string(), "already holds a run (config.toml, metrics.jsonl or checkpoints)",
