@@ -121,19 +121,54 @@ std::vector<StSource> moment_sources(const Trainer& t, const std::vector<std::ve
   return out;
 }
 
-// Puts `staged` at `final_dir`: a plain rename when nothing is there, else an atomic exchange
-// (the old directory ends at `staged`'s name and is removed), so `final_dir` always exists whole.
-void install(const fs::path& staged, const fs::path& final_dir) {
-  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) == 0) {
-    fsync_dir(final_dir.parent_path());
-    return;
+[[noreturn]] void rename_failed(const char* what, const fs::path& from, const fs::path& to, int err) {
+  throw std::runtime_error(std::string("cannot ") + what + " '" + from.string() + "' to '" + to.string() +
+                           "': " + std::strerror(err));
+}
+
+// NFS, CephFS, 9p and FUSE refuse renameat2's flags with EINVAL (kernels without renameat2: ENOSYS).
+bool flags_refused(int err) { return err == EINVAL || err == ENOSYS || err == EOPNOTSUPP; }
+
+// install() with plain rename(2), which every file system makes atomic. A rename never replaces a
+// non-empty directory (ENOTEMPTY or EEXIST), and a finished checkpoint is never empty: so no
+// finished checkpoint is ever overwritten. Replacing one (best/) takes two renames, the old one to
+// .<name>.old, then `staged` to its name: at every instant one of the two names holds a whole
+// checkpoint, and a kill between them leaves .<name>.old alone, which
+// remove_stale_checkpoint_files() renames back.
+void install_plain(const fs::path& staged, const fs::path& final_dir) {
+  if (::rename(staged.c_str(), final_dir.c_str()) == 0) return fsync_dir(final_dir.parent_path());
+  if (errno != ENOTEMPTY && errno != EEXIST) rename_failed("rename", staged, final_dir, errno);
+  const fs::path old = sibling(final_dir, ".old");
+  std::error_code ec;
+  fs::remove_all(old, ec);
+  if (::rename(final_dir.c_str(), old.c_str()) != 0) rename_failed("rename", final_dir, old, errno);
+  fsync_dir(final_dir.parent_path());
+  if (::rename(staged.c_str(), final_dir.c_str()) != 0) {
+    const int e = errno;
+    (void)::rename(old.c_str(), final_dir.c_str());
+    rename_failed("rename", staged, final_dir, e);
   }
-  if (errno != EEXIST)
-    throw std::runtime_error("cannot rename '" + staged.string() + "' to '" + final_dir.string() +
-                             "': " + std::strerror(errno));
-  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
-    throw std::runtime_error("cannot exchange '" + staged.string() + "' with '" + final_dir.string() +
-                             "': " + std::strerror(errno));
+  fsync_dir(final_dir.parent_path());
+  fs::remove_all(old, ec);
+}
+
+// Puts `staged` at `final_dir`: a rename that refuses to replace anything when nothing is there,
+// else an atomic exchange (the old directory ends at `staged`'s name and is removed), so
+// `final_dir` always exists whole; install_plain() where the file system refuses those flags, and
+// everywhere when LOOM_PLAIN_RENAME is set (any value: tests take that path on any file system).
+void install(const fs::path& staged, const fs::path& final_dir) {
+  static const bool plain = std::getenv("LOOM_PLAIN_RENAME") != nullptr;
+  if (plain) return install_plain(staged, final_dir);
+  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) == 0)
+    return fsync_dir(final_dir.parent_path());
+  if (errno != EEXIST) {
+    if (flags_refused(errno)) return install_plain(staged, final_dir);
+    rename_failed("rename", staged, final_dir, errno);
+  }
+  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0) {
+    if (flags_refused(errno)) return install_plain(staged, final_dir);
+    rename_failed("exchange", staged, final_dir, errno);
+  }
   fsync_dir(final_dir.parent_path());
   std::error_code ec;
   fs::remove_all(staged, ec);
@@ -283,7 +318,13 @@ void remove_stale_checkpoint_files(const std::string& run_dir) {
     const std::string n = e.path().filename().string();
     const bool staged = n.rfind(".ckpt_", 0) == 0 || n.rfind(".best.", 0) == 0;
     const bool suffix = n.ends_with(".tmp") || n.ends_with(".del") || n.ends_with(".old");
-    if (staged && suffix) fs::remove_all(e.path(), ec);
+    if (!staged || !suffix) continue;
+    // install_plain() was cut between its two renames: the old checkpoint goes back to its name.
+    const fs::path name = e.path().parent_path() / n.substr(1, n.size() - 5);
+    if (n.ends_with(".old") && !fs::exists(name) && fs::exists(e.path() / kStateFile) &&
+        ::rename(e.path().c_str(), name.c_str()) == 0)
+      continue;
+    fs::remove_all(e.path(), ec);
   }
 }
 
