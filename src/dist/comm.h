@@ -197,6 +197,10 @@ class AgreedError : public UserError {
   explicit AgreedError(const UserError& e) : UserError(e) {}
 };
 
+// For a top-level catch handler, before it prints the error: false for an AgreedError on ranks
+// other than 0 (rank 0 prints the one message every rank raised), true otherwise.
+bool prints_error();
+
 // For a top-level catch handler, after the error is printed: returns `code` in a single process
 // and for an AgreedError; otherwise names this rank on stderr and aborts the whole job (the other
 // ranks cannot know of the error and would wait for this one forever).

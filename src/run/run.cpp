@@ -166,6 +166,7 @@ int run_train(const RunOptions& o) {
   if (o.steps >= 0) c.train.steps = o.steps;
   if (o.log_every > 0) c.train.log_every = o.log_every;
   check_same_job(c, comm);
+  check_same_resume(ckpt, comm);
   try {
     validate_config(c);
     minibatch_size(c, comm.size());
