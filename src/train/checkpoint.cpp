@@ -76,10 +76,13 @@ struct NonFinite {
   std::string tensor;
 };
 
-// Wraps each f32 source so that it checks what it reads: finiteness costs no extra pass.
-void check_finite(std::vector<StSource>& sources) {
+// Wraps each f32 source so that it checks what it reads: finiteness costs no extra pass. Between
+// reads (every few MiB written) it answers the other ranks, which wait for this save, that this
+// rank is alive (Comm::keep_alive): a long save does not trip their deadline.
+void check_finite(std::vector<StSource>& sources, dist::Comm& comm) {
   for (StSource& s : sources) {
-    s.read = [inner = std::move(s.read), name = s.name](void* dst, size_t off, size_t n) {
+    s.read = [inner = std::move(s.read), name = s.name, &comm](void* dst, size_t off, size_t n) {
+      comm.keep_alive();
       inner(dst, off, n);
       const auto* f = static_cast<const float*>(dst);
       bool finite = true;
@@ -235,8 +238,8 @@ SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const st
   try {
     std::vector<StSource> params = param_sources(t.executor(), t.config().model.scan_layers);
     std::vector<StSource> moments = moment_sources(t, gathered);
-    check_finite(params);
-    check_finite(moments);
+    check_finite(params, t.comm());
+    check_finite(moments, t.comm());
     stream_safetensors((tmp / kModelFile).string(), params, {{"format", "pt"}, {"loom", "checkpoint parameters"}});
     if (!moments.empty()) stream_safetensors((tmp / kOptimizerFile).string(), moments, {{"loom", "optimizer state"}});
     const nlohmann::json j = {{"config", s.config_toml},

@@ -421,6 +421,11 @@ const std::vector<KeySpec>& schema() {
                "more than one rank (mpirun): gradients are summed over ranks in buckets of this many KiB, each as "
                "soon as the backward has written it (no effect on the result)",
                LOOM_REF(train.bucket_kib)),
+      make_number("train.collective_timeout",
+                  "more than one rank: seconds a rank waits for the others in a collective before it asks which are "
+                  "alive, names those that are not (stopped, dead, unreachable) and ends the job; a rank saving a "
+                  "checkpoint answers that it is busy, so a long save never trips it",
+                  LOOM_REF(train.collective_timeout)),
   };
   return keys;
 }

@@ -53,8 +53,9 @@ std::string host_name() {
 
 }  // namespace
 
-void check_same_job(const Config& c, dist::Comm& comm) {
-  if (comm.size() == 1) return;
+namespace {
+
+void compare_fingerprints(const Config& c, dist::Comm& comm) {
   struct Fingerprint {
     uint64_t config, binary;
   };
@@ -83,6 +84,17 @@ void check_same_job(const Config& c, dist::Comm& comm) {
                                         value(vb), r, value(va)),
                             "launch every rank with the same config file and the same overrides");
   }
+}
+
+}  // namespace
+
+void check_same_job(const Config& c, dist::Comm& comm) {
+  if (comm.size() == 1) return;
+  compare_fingerprints(c, comm);
+  if (!(c.train.collective_timeout > 0))  // every rank has this configuration now
+    throw dist::AgreedError("train.collective_timeout", "must be a positive number of seconds",
+                            "e.g. 300: longer than any step, evaluation or save takes, a pause of one rank excepted");
+  comm.set_timeout(c.train.collective_timeout);
 }
 
 uint32_t resume_digest(const Checkpoint& c) {

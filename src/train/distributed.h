@@ -13,6 +13,7 @@ namespace loom {
 // Compares a hash of config_to_toml(c) and of this process's executable across the ranks of
 // `comm`. A difference is a dist::AgreedError raised on every rank, naming the first rank that
 // differs from rank 0 and, for the configuration, the first differing key with both values.
+// Then sets the deadline of the ranks' collectives, train.collective_timeout (dist::Comm::set_timeout).
 // Nothing to do (and no MPI call) in a single process.
 void check_same_job(const Config& c, dist::Comm& comm);
 

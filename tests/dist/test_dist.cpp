@@ -453,58 +453,127 @@ pid_t find_process(const std::vector<std::string>& vars) {
   return -1;
 }
 
-TEST(Dist, KilledRankEndsTheJobAndTheLastCheckpointResumes) {
-  REQUIRE_MPIRUN();
-  const fs::path out = scratch("killed"), log = out.parent_path() / "killed.log";
-  const std::string tag = "LOOM_DIST_TEST_TAG=" + std::to_string(getpid());
-  const std::string cmd = "exec env " + tag + " " + mpirun(2) + LOOM_BINARY + " " +
-                          train_args(out,
-                                     "train.steps=1000000 train.eval_interval=0 train.checkpoint_interval=5 "
-                                     "train.log_every=1000") +
-                          " > " + log.string() + " 2>&1";
-  const pid_t job = fork();
-  ASSERT_GE(job, 0);
-  if (job == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+// A 2-rank job training "forever" in the background (a checkpoint every 5 steps), its output in a
+// log; its ranks are found by a tag in their environment.
+class BackgroundJob {
+ public:
   using clock = std::chrono::steady_clock;
-  const auto elapsed = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
-  const auto start = clock::now();
-  pid_t victim = -1;
-  while (elapsed(start) < kHangSeconds && (!fs::exists(out / "ckpt_000010") || victim < 0)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    victim = find_process({tag, "OMPI_COMM_WORLD_RANK=1"});
-  }
-  ASSERT_TRUE(fs::exists(out / "ckpt_000010") && victim > 0) << file_bytes(log).data();
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  const auto killed = clock::now();
-  int status = 0;
-  while (waitpid(job, &status, WNOHANG) == 0 && elapsed(killed) < kHangSeconds)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const double seconds = elapsed(killed);
-  if (waitpid(job, &status, WNOHANG) == 0) {
-    kill(job, SIGKILL);
-    waitpid(job, &status, 0);
-    FAIL() << "the job still ran " << kHangSeconds << " s after rank 1 was killed";
-  }
-  std::printf("the job ended %.2f s after rank 1 was killed\n", seconds);
-  const std::vector<char> text = file_bytes(log);
-  const std::string printed(text.begin(), text.end());
-  EXPECT_NE(printed.find("rank 1"), std::string::npos) << printed;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << printed;
+  static double elapsed(clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); }
 
-  // The last checkpoint is whole: it equals a clean run's at the same step, and it resumes.
+  BackgroundJob(const fs::path& out, const std::string& overrides)
+      : out_(out), log_(out.parent_path() / (out.filename().string() + ".log")) {
+    const std::string cmd = "exec env " + tag_ + " " + mpirun(2) + LOOM_BINARY + " " +
+                            train_args(out,
+                                       "train.steps=1000000 train.eval_interval=0 train.checkpoint_interval=5 "
+                                       "train.log_every=1000 " +
+                                           overrides) +
+                            " > " + log_.string() + " 2>&1";
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~BackgroundJob() {
+    if (pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  // Rank 1's pid once the job has saved step 10 (past start-up), or -1 after kHangSeconds.
+  pid_t rank1_after_step_10() const {
+    const auto start = clock::now();
+    pid_t victim = -1;
+    while (elapsed(start) < kHangSeconds && (!fs::exists(out_ / "ckpt_000010") || victim < 0)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      victim = find_process({tag_, "OMPI_COMM_WORLD_RANK=1"});
+    }
+    return fs::exists(out_ / "ckpt_000010") ? victim : -1;
+  }
+  // Seconds from `since` until the job ended, its exit status in `status`; -1 if it still ran
+  // kHangSeconds later (it is then killed).
+  double seconds_to_end(clock::time_point since, int* status) {
+    while (waitpid(pid_, status, WNOHANG) == 0) {
+      if (elapsed(since) > kHangSeconds) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    return elapsed(since);
+  }
+  std::string printed() const {
+    const std::vector<char> text = file_bytes(log_);
+    return {text.begin(), text.end()};
+  }
+  pid_t find_rank(int r) const { return find_process({tag_, "OMPI_COMM_WORLD_RANK=" + std::to_string(r)}); }
+
+ private:
+  fs::path out_, log_;
+  std::string tag_ = "LOOM_DIST_TEST_TAG=" + std::to_string(getpid());
+  pid_t pid_ = -1;
+};
+
+// The last checkpoint of an ended job is whole: it equals a clean run's at the same step, and it
+// resumes.
+void expect_last_checkpoint_whole(const fs::path& out) {
   const int last = latest_checkpoint_step(out);
   ASSERT_GE(last, 10);
   const std::string ckpt = fmt::format("ckpt_{:06d}", last);
-  const fs::path clean = scratch("clean");
+  const fs::path clean = scratch(out.filename().string() + "_clean");
   RunResult r = loom_on(2, train_args(clean, "train.eval_interval=0 --steps " + std::to_string(last)));
   ASSERT_EQ(r.status, 0) << r.out;
   expect_same_files(out / ckpt, clean / ckpt);
   r = loom_on(2, "train --resume " + (out / ckpt).string() + " --steps " + std::to_string(last + 2));
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+}
+
+// mpirun notices a rank's exit at once (2.1 s here, the machine loaded) and ends the job.
+constexpr double kKilledSeconds = 20;
+
+TEST(Dist, KilledRankEndsTheJobAndTheLastCheckpointResumes) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("killed");
+  BackgroundJob job(out, "");
+  const pid_t victim = job.rank1_after_step_10();
+  ASSERT_GT(victim, 0) << job.printed();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  int status = 0;
+  const double seconds = job.seconds_to_end(BackgroundJob::clock::now(), &status);
+  ASSERT_GE(seconds, 0) << "the job still ran " << kHangSeconds << " s after rank 1 was killed";
+  std::printf("the job ended %.2f s after rank 1 was killed\n", seconds);
+  EXPECT_LT(seconds, kKilledSeconds);
+  const std::string printed = job.printed();
+  EXPECT_NE(printed.find("rank 1"), std::string::npos) << printed;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << printed;
+  expect_last_checkpoint_whole(out);
+}
+
+// A stopped rank (kill -STOP; a frozen host or a cut network looks the same from the others)
+// ends the job: rank 0 waits train.collective_timeout in a collective, asks rank 1 whether it is
+// alive, gets no answer within min(timeout, 60 s) more, names it and aborts the job.
+TEST(Dist, StoppedRankEndsTheJobAfterTheCollectiveTimeout) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("stopped");
+  constexpr double kTimeout = 3;
+  BackgroundJob job(out, fmt::format("train.collective_timeout={}", kTimeout));
+  const pid_t victim = job.rank1_after_step_10();
+  ASSERT_GT(victim, 0) << job.printed();
+  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  int status = 0;
+  const double seconds = job.seconds_to_end(BackgroundJob::clock::now(), &status);
+  if (job.find_rank(1) == victim) kill(victim, SIGKILL);  // never leave it behind, stopped
+  ASSERT_GE(seconds, 0) << "the job still ran " << kHangSeconds << " s after rank 1 was stopped:\n" << job.printed();
+  std::printf("the job ended %.2f s after rank 1 was stopped (timeout %g s)\n", seconds, kTimeout);
+  // The timeout, the time to answer (as long again) and a margin for a loaded machine.
+  EXPECT_LT(seconds, 2 * kTimeout + kKilledSeconds);
+  const std::string printed = job.printed();
+  EXPECT_EQ(count(printed, "waited 3 s in "), 1u) << printed;
+  EXPECT_NE(printed.find("for rank 1 (host "), std::string::npos) << printed;
+  EXPECT_NE(printed.find("train.collective_timeout = 3 s"), std::string::npos) << printed;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << printed;
+  EXPECT_LT(find_process({"OMPI_COMM_WORLD_RANK=1", "LOOM_DIST_TEST_TAG=" + std::to_string(getpid())}), 0)
+      << "rank 1 ended too";
+  expect_last_checkpoint_whole(out);
 }
 
 TEST(Dist, CheckpointsResumeWithAnyRankCount) {
