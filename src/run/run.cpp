@@ -260,6 +260,8 @@ int run_train(const RunOptions& o) {
     write_config(run_dir / "config.toml", config_text);
   }
   if (!o.resume.empty()) fmt::print(out, "resumed from {} at step {}\n", ckpt.path, t.steps_done());
+  if (!o.resume.empty() && t.steps_done() >= c.train.steps)
+    fmt::print(out, "{}\n", nothing_to_train(t.steps_done(), c.train.steps));
   MetricsLog metrics(metrics_file, c.train.tensorboard && writer ? run_dir.string() : "");
   if (metrics.tensorboard()) fmt::print(out, "TensorBoard events: {}\n", metrics.tensorboard()->path());
 

@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -209,7 +210,30 @@ CheckpointState parse_state(const std::string& state_path) {
   return s;
 }
 
-Checkpoint load_one(const std::string& dir, bool with_optimizer) {
+// `s` with what must not reach a terminal raw escaped as \xNN: control characters (C0, DEL, C1)
+// and bytes that are not UTF-8. A damaged file's bytes can be quoted in a message (a tensor name,
+// the JSON a parser stopped at).
+std::string printable(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    for (size_t k = 1; k < len; ++k)
+      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) >> 6) != 2) len = 0;
+    const bool control =
+        b < 0x20 || b == 0x7f || (b == 0xc2 && len == 2 && static_cast<unsigned char>(s[i + 1]) < 0xa0);
+    if (len == 0 || control) {
+      out += fmt::format("\\x{:02x}", b);
+      ++i;
+      continue;
+    }
+    out.append(s, i, len);
+    i += len;
+  }
+  return out;
+}
+
+Checkpoint load_verified(const std::string& dir, bool with_optimizer) {
   Checkpoint c;
   c.path = dir;
   c.state = parse_state((fs::path(dir) / kStateFile).string());
@@ -226,6 +250,17 @@ Checkpoint load_one(const std::string& dir, bool with_optimizer) {
                         "the checkpoint is corrupted or from a diverged run: resume from an earlier one");
   }
   return c;
+}
+
+// load_verified with its message made printable.
+Checkpoint load_one(const std::string& dir, bool with_optimizer) {
+  try {
+    return load_verified(dir, with_optimizer);
+  } catch (const UserError& e) {
+    const std::string what = e.what();
+    throw UserError(printable(e.subject()), printable(what.substr(e.subject().empty() ? 0 : e.subject().size() + 2)),
+                    e.hint());
+  }
 }
 
 SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
@@ -333,6 +368,13 @@ void remove_stale_checkpoint_files(const std::string& run_dir) {
 
 CheckpointState read_checkpoint_state(const std::string& dir) {
   return parse_state((fs::path(dir) / kStateFile).string());
+}
+
+std::string nothing_to_train(int64_t step, int64_t steps) {
+  return fmt::format(
+      "nothing to train: the checkpoint is at step {} and train.steps (--steps) is {}{}; nothing was "
+      "changed. Give a larger --steps (or train.steps=N) to train on",
+      step, steps, steps < step ? ", below it" : "");
 }
 
 int64_t checkpoint_step(const std::string& dir) {

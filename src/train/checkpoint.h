@@ -96,5 +96,7 @@ std::string first_config_difference(const std::string& a_toml, const std::string
 CheckpointState read_checkpoint_state(const std::string& dir);
 // The step recorded in a checkpoint directory's state.json (-1 when unreadable).
 int64_t checkpoint_step(const std::string& dir);
+// What a resume at `step` says when train.steps (`steps`) leaves nothing to train (steps <= step).
+std::string nothing_to_train(int64_t step, int64_t steps);
 
 }  // namespace loom
