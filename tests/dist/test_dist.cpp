@@ -195,16 +195,23 @@ TEST(Dist, RanksTrainLikeOneProcessWithAsManyMoreMinibatches) {
 TEST(Dist, SameRankCountIsBitIdenticalWhateverTheBuckets) {
   REQUIRE_MPIRUN();
   // The default bucket holds every gradient of this model; 1 KiB buckets (about 30 of them) are
-  // summed one by one while the backward runs.
-  const fs::path a = scratch("repeat_a"), b = scratch("repeat_b"), c = scratch("repeat_c");
-  for (const auto& [out, buckets] : {std::pair{a, ""}, std::pair{b, ""}, std::pair{c, "train.bucket_kib=1"}}) {
-    const RunResult r = loom_on(2, train_args(out, std::string("optimizer.num_minibatches=2 ") + buckets));
-    ASSERT_EQ(r.status, 0) << r.out;
+  // summed one by one while the backward runs. Two ranks cannot tell an order-dependent sum from a
+  // fixed one (x0 + x1 == x1 + x0 in float32); three can ((x0 + x1) + x2 and x0 + (x1 + x2) differ
+  // in some elements), and MPI's own reductions pick their order by message size.
+  for (int np : {2, 3}) {
+    const std::string tag = std::to_string(np);
+    const fs::path a = scratch("repeat_a" + tag), b = scratch("repeat_b" + tag), c = scratch("repeat_c" + tag);
+    const std::string split =
+        np == 2 ? "optimizer.num_minibatches=2 " : "data.batch_size=6 optimizer.num_minibatches=2 ";
+    for (const auto& [out, buckets] : {std::pair{a, ""}, std::pair{b, ""}, std::pair{c, "train.bucket_kib=1"}}) {
+      const RunResult r = loom_on(np, train_args(out, split + buckets));
+      ASSERT_EQ(r.status, 0) << r.out;
+    }
+    expect_identical(a, b, "ckpt_000020");
+    expect_identical(a, c, "ckpt_000020");
+    // Only rank 0 writes: one line per logged step, not one per rank.
+    EXPECT_EQ(train_losses(a).size(), 20u);
   }
-  expect_identical(a, b, "ckpt_000020");
-  expect_identical(a, c, "ckpt_000020");
-  // Only rank 0 writes: one line per logged step, not two.
-  EXPECT_EQ(train_losses(a).size(), 20u);
 }
 
 TEST(Dist, ShardedOptimizerStateTrainsLikeUnsharded) {
@@ -381,6 +388,35 @@ TEST(Dist, OneFailingRankStopsTheJobWithItsMessage) {
   EXPECT_NE(r.out.find("rank 0 of 2 failed"), std::string::npos) << r.out;
 }
 
+// The gradient sums overlap the backward: in every step of a trace, the first bucket's sum starts
+// before the backward's last node ends (a reducer that waited for the whole backward would start
+// every bucket after it).
+void expect_sums_overlap_the_backward(const fs::path& trace) {
+  std::ifstream f(trace);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  struct Span {
+    double begin, end;
+  };
+  std::vector<Span> backwards, ops, buckets;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const double ts = e["ts"].get<double>();
+    const Span span{ts, ts + e["dur"].get<double>()};
+    if (e["cat"] == "phase" && e["name"] == "backward") backwards.push_back(span);
+    if (e["cat"] == "op") ops.push_back(span);
+    if (e["cat"] == "communication") buckets.push_back(span);
+  }
+  ASSERT_FALSE(backwards.empty()) << trace;
+  for (const Span& b : backwards) {
+    double last_node_end = b.begin, first_bucket = b.end + 1e12;
+    for (const Span& op : ops)
+      if (op.begin >= b.begin && op.begin <= b.end) last_node_end = std::max(last_node_end, op.end);
+    for (const Span& k : buckets)
+      if (k.begin >= b.begin && k.begin <= b.end) first_bucket = std::min(first_bucket, k.begin);
+    EXPECT_LT(first_bucket, last_node_end) << trace << ": the backward at " << b.begin << " us";
+  }
+}
+
 TEST(Dist, ProfileWritesATracePerRankAndOneWithEvery) {
   REQUIRE_MPIRUN();
   const fs::path out = scratch("profile");
@@ -404,6 +440,7 @@ TEST(Dist, ProfileWritesATracePerRankAndOneWithEvery) {
     EXPECT_EQ(spans.size(), 2u);
     EXPECT_GT(at(rank + 1, 1), 0);
     EXPECT_GT(at(rank + 1, 2), 0);
+    expect_sums_overlap_the_backward(out / ("rank" + std::to_string(rank)) / "trace.json");
   }
   count_spans(out / "trace.json");
   EXPECT_EQ(spans.size(), 4u);
