@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
                                         "; `loom --help` says what each does");
     return 2;
   } catch (const UserError& e) {
-    print_error(e.what(), e.hint());
+    if (dist::prints_error()) print_error(e.what(), e.hint());
     return dist::fail_job(2);
   } catch (const std::invalid_argument& e) {
     print_error(e.what(), "");

@@ -219,15 +219,24 @@ Comm& single_process() {
   return s;
 }
 
-int fail_job(int code) {
-  Comm& w = world();
-  if (w.size() == 1) return code;
+namespace {
+// Whether the exception being handled is an AgreedError.
+bool handling_agreed_error() {
   try {
     if (std::exception_ptr e = std::current_exception()) std::rethrow_exception(e);
   } catch (const AgreedError&) {
-    return code;
+    return true;
   } catch (...) {
   }
+  return false;
+}
+}  // namespace
+
+bool prints_error() { return !handling_agreed_error() || world().rank() == 0; }
+
+int fail_job(int code) {
+  Comm& w = world();
+  if (w.size() == 1 || handling_agreed_error()) return code;
   std::fflush(stdout);
   std::fprintf(stderr, "loom: rank %d of %d failed (the error above): stopping every rank\n", w.rank(), w.size());
   std::fflush(stderr);

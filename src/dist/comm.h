@@ -82,6 +82,19 @@ class Comm {
   // data [bytes] of rank `root` copied to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+
+  // Deadlines. A rank that has waited `seconds` in a collective (any of the above, a sum in flight
+  // included) asks every other rank whether it is alive and gives them min(seconds, 60 s) to answer;
+  // a rank answers while it waits in a collective or calls keep_alive(). If one answered busy
+  // (keep_alive: a save) the wait goes on; otherwise the ranks that did not answer (stopped, dead,
+  // unreachable, hung outside loom's collectives) are named with their hosts on stderr and the job
+  // ends with exit status 1 (abort). Nothing of this exists in a single process.
+  static constexpr double kDefaultTimeoutSeconds = 300;
+  virtual void set_timeout(double seconds) { (void)seconds; }
+  // Answers the other ranks' questions "alive?" with "busy": for work of one rank that the others
+  // wait for (rank 0 writing a checkpoint), called often (every few MiB written).
+  virtual void keep_alive() {}
+
   // Ends every rank of the job now with exit status `code` (MPI_Abort): what a rank does after
   // an error the others cannot know of, so that none waits forever in a collective.
   [[noreturn]] void abort(int code);
@@ -196,6 +209,10 @@ class AgreedError : public UserError {
   using UserError::UserError;
   explicit AgreedError(const UserError& e) : UserError(e) {}
 };
+
+// For a top-level catch handler, before it prints the error: false for an AgreedError on ranks
+// other than 0 (rank 0 prints the one message every rank raised), true otherwise.
+bool prints_error();
 
 // For a top-level catch handler, after the error is printed: returns `code` in a single process
 // and for an AgreedError; otherwise names this rank on stderr and aborts the whole job (the other

@@ -2,16 +2,21 @@
 // and so whose order of additions, Open MPI picks by message size and rank count): a sum over
 // ranks is a reduce-scatter made of MPI_Alltoallv — rank r receives chunk r of every rank's
 // buffer — followed by a local sum in rank order, then an MPI_Allgatherv of the summed chunks.
-// Only data movement is left to MPI.
+// Only data movement is left to MPI. Every collective is non-blocking (MPI_I*) and polled with
+// MPI_Test against a deadline (Watchdog), so no rank waits forever for one that is gone.
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dist/comm.h"
@@ -63,6 +68,134 @@ struct Round {
   }
 };
 
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The deadline of every wait in a collective (Comm::set_timeout) and the questions that find the
+// rank waited for, on a communicator of their own: a rank past its deadline sends kAsk to every
+// other; each answers kAnswer with what it is doing (kWaiting in a collective, kBusy in
+// keep_alive) the next time it polls.
+class Watchdog {
+ public:
+  Watchdog(int rank, int size) : rank_(rank), size_(size) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &health_);
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    std::array<char, kHostBytes> mine{};
+    std::memcpy(mine.data(), name, static_cast<size_t>(std::clamp(len, 0, kHostBytes - 1)));
+    std::vector<char> all(static_cast<size_t>(size) * kHostBytes);
+    MPI_Allgather(mine.data(), kHostBytes, MPI_CHAR, all.data(), kHostBytes, MPI_CHAR, MPI_COMM_WORLD);
+    for (int r = 0; r < size; ++r) hosts_.emplace_back(all.data() + static_cast<size_t>(r) * kHostBytes);
+  }
+  ~Watchdog() { MPI_Comm_free(&health_); }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void set_timeout(double s) { timeout_ = s; }
+  // One poll of a wait in `what` that began at `since`: answers questions; past the deadline, asks
+  // every rank and either goes on waiting (all alive, `since` restarts) or ends the job.
+  void check(Clock::time_point& since, const char* what) {
+    const Clock::time_point now = Clock::now();
+    if (now - last_serve_ > std::chrono::milliseconds(1)) serve(kWaiting);
+    if (seconds(now - since) < timeout_) return;
+    const std::vector<int> answers = ask();
+    std::string silent;
+    for (int r = 0; r < size_; ++r)
+      if (answers[static_cast<size_t>(r)] == 0)
+        silent += std::string(silent.empty() ? "" : ", ") + "rank " + std::to_string(r) + " (host " +
+                  hosts_[static_cast<size_t>(r)] + ")";
+    if (silent.empty()) {
+      since = Clock::now();
+      return;
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "\nloom: rank %d (host %s) waited %.0f s in %s for %s, which did not answer within %.0f s more "
+                 "(stopped, dead, unreachable, or hung outside loom's collectives): ending the job "
+                 "(train.collective_timeout = %g s); the checkpoints already saved are intact\n",
+                 rank_, hosts_[static_cast<size_t>(rank_)].c_str(), seconds(now - since), what, silent.c_str(), grace(),
+                 timeout_);
+    std::fflush(stderr);
+    alarm(30);  // should MPI_Abort itself wait for the lost rank, SIGALRM still ends this one
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);
+  }
+  void keep_alive() {
+    if (Clock::now() - last_serve_ > std::chrono::milliseconds(1)) serve(kBusy);
+  }
+
+ private:
+  static constexpr int kHostBytes = 64;
+  static constexpr int kAsk = 1, kAnswer = 2;    // tags
+  static constexpr int kWaiting = 1, kBusy = 2;  // answers (0: none)
+  double grace() const { return std::min(timeout_, 60.0); }
+  // Answers every question received so far with `state`.
+  void serve(int state) {
+    static const int states[] = {0, kWaiting, kBusy};
+    last_serve_ = Clock::now();
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, kAsk, health_, &flag, &st);
+      if (!flag) return;
+      int question = 0;
+      MPI_Recv(&question, 1, MPI_INT, st.MPI_SOURCE, kAsk, health_, MPI_STATUS_IGNORE);
+      MPI_Request req = MPI_REQUEST_NULL;  // never waited for: the asker may be gone by now
+      MPI_Isend(&states[state], 1, MPI_INT, st.MPI_SOURCE, kAnswer, health_, &req);
+      MPI_Request_free(&req);
+    }
+  }
+  // Every rank's answer (this one's kWaiting), 0 where none came within grace().
+  std::vector<int> ask() {
+    static const int question = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_Request req = MPI_REQUEST_NULL;  // a stopped rank never takes it: not waited for
+      MPI_Isend(&question, 1, MPI_INT, r, kAsk, health_, &req);
+      MPI_Request_free(&req);
+    }
+    std::vector<int> answers(static_cast<size_t>(size_), 0);
+    answers[static_cast<size_t>(rank_)] = kWaiting;
+    int missing = size_ - 1;
+    const Clock::time_point end =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace()));
+    while (missing > 0 && Clock::now() < end) {
+      serve(kWaiting);  // the others ask this rank too
+      int flag = 0;
+      MPI_Status st;
+      MPI_Iprobe(MPI_ANY_SOURCE, kAnswer, health_, &flag, &st);
+      if (!flag) {
+        usleep(1000);
+        continue;
+      }
+      int answer = 0;
+      MPI_Recv(&answer, 1, MPI_INT, st.MPI_SOURCE, kAnswer, health_, MPI_STATUS_IGNORE);
+      int& slot = answers[static_cast<size_t>(st.MPI_SOURCE)];
+      missing -= slot == 0;
+      slot = answer;
+    }
+    return answers;
+  }
+  int rank_, size_;
+  MPI_Comm health_ = MPI_COMM_NULL;
+  std::vector<std::string> hosts_;
+  double timeout_ = Comm::kDefaultTimeoutSeconds;
+  Clock::time_point last_serve_{};
+};
+
+// Polls `req` to completion under the watchdog's deadline.
+void wait(Watchdog& w, MPI_Request& req, const char* what) {
+  Clock::time_point since = Clock::now();
+  for (;;) {
+    int flag = 0;
+    MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    if (flag) return;
+    w.check(since, what);
+  }
+}
+
 // Counts and displacements of every rank's chunk of n elements (MPI_Allgatherv).
 struct Chunks {
   std::vector<int> count, displ;
@@ -84,9 +217,10 @@ struct Chunks {
 // communicator would start their later steps in an order that depends on timing.
 class PendingSum final : public Comm::Pending {
  public:
-  PendingSum(int size, int rank, MPI_Comm lane, float* x, int64_t n, float* scratch, bool gather,
+  PendingSum(Watchdog& watch, int size, int rank, MPI_Comm lane, float* x, int64_t n, float* scratch, bool gather,
              int* in_flight = nullptr)
-      : size_(size),
+      : watch_(watch),
+        size_(size),
         rank_(rank),
         lane_(lane),
         x_(x),
@@ -103,7 +237,10 @@ class PendingSum final : public Comm::Pending {
     while (req_ != MPI_REQUEST_NULL) {
       int flag = 0;
       MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);  // sets req_ to MPI_REQUEST_NULL when done
-      if (!flag) return false;
+      if (!flag) {
+        watch_.check(since_, "a sum over ranks");
+        return false;
+      }
       if (k_ <= rounds_) round_.sum(scratch_, size_, x_ + chunk(n_, size_, rank_).begin + (k_ - 1) * kRoundElems);
       next();
     }
@@ -130,6 +267,8 @@ class PendingSum final : public Comm::Pending {
     if (in_flight_) --*in_flight_;
     in_flight_ = nullptr;
   }
+  Watchdog& watch_;
+  Clock::time_point since_ = Clock::now();
   int size_, rank_;
   MPI_Comm lane_;
   float* x_;
@@ -148,6 +287,7 @@ class MpiComm final : public Comm {
   MpiComm() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    watch_ = std::make_unique<Watchdog>(rank_, size_);
     for (MPI_Comm& lane : lanes_) MPI_Comm_dup(MPI_COMM_WORLD, &lane);
     MPI_Comm host = MPI_COMM_NULL;  // the ranks that can share memory with this one
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host);
@@ -164,7 +304,7 @@ class MpiComm final : public Comm {
   void all_reduce_sum(float* x, int64_t n) override {
     to_int(n);
     scratch_.resize(static_cast<size_t>(reduce_scratch_elems(n, size_)));
-    PendingSum p(size_, rank_, MPI_COMM_WORLD, x, n, scratch_.data(), /*gather=*/true);
+    PendingSum p(*watch_, size_, rank_, MPI_COMM_WORLD, x, n, scratch_.data(), /*gather=*/true);
     while (!p.test()) {
     }
   }
@@ -181,8 +321,10 @@ class MpiComm final : public Comm {
     for (int64_t k = 0; k < rounds; ++k) {
       const Round round(n, size_, rank_, k * kRoundElems);
       scratch_.resize(static_cast<size_t>(round.p * size_));
-      MPI_Alltoallv(x, round.scount.data(), round.sdispl.data(), MPI_FLOAT, scratch_.data(), round.rcount.data(),
-                    round.rdispl.data(), MPI_FLOAT, MPI_COMM_WORLD);
+      MPI_Request req = MPI_REQUEST_NULL;
+      MPI_Ialltoallv(x, round.scount.data(), round.sdispl.data(), MPI_FLOAT, scratch_.data(), round.rcount.data(),
+                     round.rdispl.data(), MPI_FLOAT, MPI_COMM_WORLD, &req);
+      wait(*watch_, req, "a sum over ranks");
       round.sum(scratch_.data(), size_, out + k * kRoundElems);
     }
   }
@@ -190,20 +332,33 @@ class MpiComm final : public Comm {
   void all_gather(const float* mine, int64_t n, float* out) override {
     const Chunks c(n, size_);
     const bool in_place = mine == out + chunk(n, size_, rank_).begin;
-    MPI_Allgatherv(in_place ? MPI_IN_PLACE : mine, c.count[static_cast<size_t>(rank_)], MPI_FLOAT, out, c.count.data(),
-                   c.displ.data(), MPI_FLOAT, MPI_COMM_WORLD);
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_Iallgatherv(in_place ? MPI_IN_PLACE : mine, c.count[static_cast<size_t>(rank_)], MPI_FLOAT, out, c.count.data(),
+                    c.displ.data(), MPI_FLOAT, MPI_COMM_WORLD, &req);
+    wait(*watch_, req, "a gather of every rank's part");
   }
 
   void all_gather_bytes(const void* mine, size_t bytes, void* out) override {
-    MPI_Allgather(mine, to_int(static_cast<int64_t>(bytes)), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE,
-                  MPI_COMM_WORLD);
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_Iallgather(mine, to_int(static_cast<int64_t>(bytes)), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE,
+                   MPI_COMM_WORLD, &req);
+    wait(*watch_, req, "an exchange between ranks");
   }
 
   void broadcast(void* data, size_t bytes, int root) override {
-    MPI_Bcast(data, to_int(static_cast<int64_t>(bytes)), MPI_BYTE, root, MPI_COMM_WORLD);
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_Ibcast(data, to_int(static_cast<int64_t>(bytes)), MPI_BYTE, root, MPI_COMM_WORLD, &req);
+    wait(*watch_, req, root == 0 ? "a broadcast from rank 0" : "a broadcast");
   }
 
-  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  void barrier() override {
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    wait(*watch_, req, "a barrier");
+  }
+
+  void set_timeout(double seconds) override { watch_->set_timeout(seconds); }
+  void keep_alive() override { watch_->keep_alive(); }
 
  protected:
   void abort_all(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
@@ -216,9 +371,10 @@ class MpiComm final : public Comm {
     LOOM_ASSERT(in_flight_ < kMaxPending, "more sums in flight than Comm::kMaxPending");
     ++in_flight_;
     const MPI_Comm lane = lanes_[static_cast<size_t>(started_++ % kMaxPending)];
-    return std::make_unique<PendingSum>(size_, rank_, lane, x, n, scratch, gather, &in_flight_);
+    return std::make_unique<PendingSum>(*watch_, size_, rank_, lane, x, n, scratch, gather, &in_flight_);
   }
   int rank_ = 0, size_ = 1, on_host_ = 1;
+  std::unique_ptr<Watchdog> watch_;
   std::vector<float> scratch_;
   std::array<MPI_Comm, kMaxPending> lanes_;
   int64_t started_ = 0;

@@ -25,7 +25,6 @@ namespace {
 
 const char* kMarker = "loom-run.json";
 const char* kLock = ".lock";
-const char* kConfigHeader = "# effective configuration of this run (loom train)";
 
 std::string read_file(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -139,11 +138,28 @@ void RunDir::lock() {
   lock_fd_ = fd;
 }
 
+bool RunDir::owns_metrics() const { return fs::exists(dir_ / kMarker) || is_loom_config(dir_ / "config.toml"); }
+
+void RunDir::refuse_foreign_files() const {
+  const char* fix =
+      "move it out of the directory (loom never deletes a file it did not write), or choose another --out";
+  if (fs::exists(dir_ / "config.toml") && !is_loom_config(dir_ / "config.toml"))
+    throw UserError((dir_ / "config.toml").string(),
+                    "is not a config.toml loom wrote (its first line is not loom's header), and a run writes its own "
+                    "there",
+                    fix);
+  if (fs::exists(dir_ / "metrics.jsonl") && !owns_metrics())
+    throw UserError((dir_ / "metrics.jsonl").string(),
+                    "is not known to be loom's (the directory has no loom-run.json and no config.toml of loom's), and "
+                    "a run writes its own there",
+                    fix);
+}
+
 void RunDir::clear_owned() {
   LOOM_ASSERT(lock_fd_ >= 0, "clear_owned without the lock");
   std::error_code ec;
-  if (fs::exists(dir_ / "config.toml") && is_loom_config(dir_ / "config.toml")) fs::remove(dir_ / "config.toml", ec);
-  fs::remove(dir_ / "metrics.jsonl", ec);
+  if (owns_metrics()) fs::remove(dir_ / "metrics.jsonl", ec);  // before the files that vouch for it go
+  if (is_loom_config(dir_ / "config.toml")) fs::remove(dir_ / "config.toml", ec);
   fs::remove_all(dir_ / "superseded", ec);
   if (fs::exists(dir_ / "best" / "state.json")) fs::remove_all(dir_ / "best", ec);
   for (const auto& [step, path] : list_checkpoints(dir_.string())) fs::remove_all(path, ec);

@@ -2,10 +2,12 @@
 //
 // - Ownership. A directory is a loom run when it holds loom's marker file `loom-run.json` (run
 //   id, creation time, what it was seeded from) — or, for runs made before the marker existed,
-//   loom's config.toml. loom deletes or replaces only entries it wrote there: the marker, the
-//   lock, config.toml, metrics.jsonl, ckpt_<digits>/ and best/ holding loom's state.json, staged
-//   .ckpt_*/.best.* directories and superseded/. Anything else (a user's ckpt_photos/, notes.txt)
-//   is never touched.
+//   loom's config.toml (first line kConfigHeader). loom deletes or replaces only entries it wrote
+//   there: the marker, the lock, a config.toml starting with kConfigHeader, metrics.jsonl beside
+//   the marker or loom's config.toml, ckpt_<digits>/ and best/ holding loom's state.json, staged
+//   .ckpt_*/.best.* directories and superseded/. Anything else (a user's config.toml,
+//   metrics.jsonl, ckpt_photos/, notes.txt) is never touched: a new run that would have to write
+//   over one is refused (refuse_foreign_files), --overwrite or not.
 // - A lock. `lock()` takes an exclusive flock on `.lock` and writes the holder's pid there; a second
 //   process is refused with a message naming that pid. The kernel drops a flock when its process
 //   dies, so a stale lock from a killed run is simply taken over.
@@ -20,6 +22,10 @@
 
 namespace loom {
 
+// The first line of the config.toml loom writes into a run directory: what tells loom's
+// config.toml from a user's file of the same name.
+inline constexpr const char* kConfigHeader = "# effective configuration of this run (loom train)";
+
 class RunDir {
  public:
   explicit RunDir(std::filesystem::path dir);
@@ -33,6 +39,10 @@ class RunDir {
   // Takes the exclusive lock, creating the directory (and parents) when missing. Throws UserError
   // naming the pid of a live holder. Idempotent.
   void lock();
+  // Throws a UserError naming a file a new run would write over (config.toml, metrics.jsonl) that
+  // loom cannot tell it wrote: a config.toml without kConfigHeader, a metrics.jsonl in a directory
+  // with neither loom-run.json nor loom's config.toml. Call before anything is written.
+  void refuse_foreign_files() const;
   // Removes every entry loom owns (see the header comment) and nothing else. Needs the lock.
   void clear_owned();
   // Writes a fresh marker (new run id); `seeded_from` names the checkpoint a new run starts from.
@@ -50,6 +60,8 @@ class RunDir {
   void truncate_metrics(int64_t step);
 
  private:
+  // Whether metrics.jsonl is loom's: the marker or loom's config.toml vouches for it.
+  bool owns_metrics() const;
   std::filesystem::path dir_;
   int lock_fd_ = -1;
 };

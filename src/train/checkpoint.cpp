@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -76,10 +77,13 @@ struct NonFinite {
   std::string tensor;
 };
 
-// Wraps each f32 source so that it checks what it reads: finiteness costs no extra pass.
-void check_finite(std::vector<StSource>& sources) {
+// Wraps each f32 source so that it checks what it reads: finiteness costs no extra pass. Between
+// reads (every few MiB written) it answers the other ranks, which wait for this save, that this
+// rank is alive (Comm::keep_alive): a long save does not trip their deadline.
+void check_finite(std::vector<StSource>& sources, dist::Comm& comm) {
   for (StSource& s : sources) {
-    s.read = [inner = std::move(s.read), name = s.name](void* dst, size_t off, size_t n) {
+    s.read = [inner = std::move(s.read), name = s.name, &comm](void* dst, size_t off, size_t n) {
+      comm.keep_alive();
       inner(dst, off, n);
       const auto* f = static_cast<const float*>(dst);
       bool finite = true;
@@ -121,19 +125,54 @@ std::vector<StSource> moment_sources(const Trainer& t, const std::vector<std::ve
   return out;
 }
 
-// Puts `staged` at `final_dir`: a plain rename when nothing is there, else an atomic exchange
-// (the old directory ends at `staged`'s name and is removed), so `final_dir` always exists whole.
-void install(const fs::path& staged, const fs::path& final_dir) {
-  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) == 0) {
-    fsync_dir(final_dir.parent_path());
-    return;
+[[noreturn]] void rename_failed(const char* what, const fs::path& from, const fs::path& to, int err) {
+  throw std::runtime_error(std::string("cannot ") + what + " '" + from.string() + "' to '" + to.string() +
+                           "': " + std::strerror(err));
+}
+
+// NFS, CephFS, 9p and FUSE refuse renameat2's flags with EINVAL (kernels without renameat2: ENOSYS).
+bool flags_refused(int err) { return err == EINVAL || err == ENOSYS || err == EOPNOTSUPP; }
+
+// install() with plain rename(2), which every file system makes atomic. A rename never replaces a
+// non-empty directory (ENOTEMPTY or EEXIST), and a finished checkpoint is never empty: so no
+// finished checkpoint is ever overwritten. Replacing one (best/) takes two renames, the old one to
+// .<name>.old, then `staged` to its name: at every instant one of the two names holds a whole
+// checkpoint, and a kill between them leaves .<name>.old alone, which
+// remove_stale_checkpoint_files() renames back.
+void install_plain(const fs::path& staged, const fs::path& final_dir) {
+  if (::rename(staged.c_str(), final_dir.c_str()) == 0) return fsync_dir(final_dir.parent_path());
+  if (errno != ENOTEMPTY && errno != EEXIST) rename_failed("rename", staged, final_dir, errno);
+  const fs::path old = sibling(final_dir, ".old");
+  std::error_code ec;
+  fs::remove_all(old, ec);
+  if (::rename(final_dir.c_str(), old.c_str()) != 0) rename_failed("rename", final_dir, old, errno);
+  fsync_dir(final_dir.parent_path());
+  if (::rename(staged.c_str(), final_dir.c_str()) != 0) {
+    const int e = errno;
+    (void)::rename(old.c_str(), final_dir.c_str());
+    rename_failed("rename", staged, final_dir, e);
   }
-  if (errno != EEXIST)
-    throw std::runtime_error("cannot rename '" + staged.string() + "' to '" + final_dir.string() +
-                             "': " + std::strerror(errno));
-  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
-    throw std::runtime_error("cannot exchange '" + staged.string() + "' with '" + final_dir.string() +
-                             "': " + std::strerror(errno));
+  fsync_dir(final_dir.parent_path());
+  fs::remove_all(old, ec);
+}
+
+// Puts `staged` at `final_dir`: a rename that refuses to replace anything when nothing is there,
+// else an atomic exchange (the old directory ends at `staged`'s name and is removed), so
+// `final_dir` always exists whole; install_plain() where the file system refuses those flags, and
+// everywhere when LOOM_PLAIN_RENAME is set (any value: tests take that path on any file system).
+void install(const fs::path& staged, const fs::path& final_dir) {
+  static const bool plain = std::getenv("LOOM_PLAIN_RENAME") != nullptr;
+  if (plain) return install_plain(staged, final_dir);
+  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) == 0)
+    return fsync_dir(final_dir.parent_path());
+  if (errno != EEXIST) {
+    if (flags_refused(errno)) return install_plain(staged, final_dir);
+    rename_failed("rename", staged, final_dir, errno);
+  }
+  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0) {
+    if (flags_refused(errno)) return install_plain(staged, final_dir);
+    rename_failed("exchange", staged, final_dir, errno);
+  }
   fsync_dir(final_dir.parent_path());
   std::error_code ec;
   fs::remove_all(staged, ec);
@@ -171,7 +210,30 @@ CheckpointState parse_state(const std::string& state_path) {
   return s;
 }
 
-Checkpoint load_one(const std::string& dir, bool with_optimizer) {
+// `s` with what must not reach a terminal raw escaped as \xNN: control characters (C0, DEL, C1)
+// and bytes that are not UTF-8. A damaged file's bytes can be quoted in a message (a tensor name,
+// the JSON a parser stopped at).
+std::string printable(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+    for (size_t k = 1; k < len; ++k)
+      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) >> 6) != 2) len = 0;
+    const bool control =
+        b < 0x20 || b == 0x7f || (b == 0xc2 && len == 2 && static_cast<unsigned char>(s[i + 1]) < 0xa0);
+    if (len == 0 || control) {
+      out += fmt::format("\\x{:02x}", b);
+      ++i;
+      continue;
+    }
+    out.append(s, i, len);
+    i += len;
+  }
+  return out;
+}
+
+Checkpoint load_verified(const std::string& dir, bool with_optimizer) {
   Checkpoint c;
   c.path = dir;
   c.state = parse_state((fs::path(dir) / kStateFile).string());
@@ -190,6 +252,17 @@ Checkpoint load_one(const std::string& dir, bool with_optimizer) {
   return c;
 }
 
+// load_verified with its message made printable.
+Checkpoint load_one(const std::string& dir, bool with_optimizer) {
+  try {
+    return load_verified(dir, with_optimizer);
+  } catch (const UserError& e) {
+    const std::string what = e.what();
+    throw UserError(printable(e.subject()), printable(what.substr(e.subject().empty() ? 0 : e.subject().size() + 2)),
+                    e.hint());
+  }
+}
+
 SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
                             const nlohmann::json* tokenizer, const std::vector<std::vector<float>> (&gathered)[2]) {
   const fs::path final_dir(dir);
@@ -200,8 +273,8 @@ SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const st
   try {
     std::vector<StSource> params = param_sources(t.executor(), t.config().model.scan_layers);
     std::vector<StSource> moments = moment_sources(t, gathered);
-    check_finite(params);
-    check_finite(moments);
+    check_finite(params, t.comm());
+    check_finite(moments, t.comm());
     stream_safetensors((tmp / kModelFile).string(), params, {{"format", "pt"}, {"loom", "checkpoint parameters"}});
     if (!moments.empty()) stream_safetensors((tmp / kOptimizerFile).string(), moments, {{"loom", "optimizer state"}});
     const nlohmann::json j = {{"config", s.config_toml},
@@ -283,12 +356,25 @@ void remove_stale_checkpoint_files(const std::string& run_dir) {
     const std::string n = e.path().filename().string();
     const bool staged = n.rfind(".ckpt_", 0) == 0 || n.rfind(".best.", 0) == 0;
     const bool suffix = n.ends_with(".tmp") || n.ends_with(".del") || n.ends_with(".old");
-    if (staged && suffix) fs::remove_all(e.path(), ec);
+    if (!staged || !suffix) continue;
+    // install_plain() was cut between its two renames: the old checkpoint goes back to its name.
+    const fs::path name = e.path().parent_path() / n.substr(1, n.size() - 5);
+    if (n.ends_with(".old") && !fs::exists(name) && fs::exists(e.path() / kStateFile) &&
+        ::rename(e.path().c_str(), name.c_str()) == 0)
+      continue;
+    fs::remove_all(e.path(), ec);
   }
 }
 
 CheckpointState read_checkpoint_state(const std::string& dir) {
   return parse_state((fs::path(dir) / kStateFile).string());
+}
+
+std::string nothing_to_train(int64_t step, int64_t steps) {
+  return fmt::format(
+      "nothing to train: the checkpoint is at step {} and train.steps (--steps) is {}{}; nothing was "
+      "changed. Give a larger --steps (or train.steps=N) to train on",
+      step, steps, steps < step ? ", below it" : "");
 }
 
 int64_t checkpoint_step(const std::string& dir) {

@@ -16,6 +16,10 @@
 // - Replacing a directory (best/) exchanges the two atomically (renameat2 RENAME_EXCHANGE); pruning
 //   first renames a checkpoint to .ckpt_<step>.del, so a kill mid-delete never leaves a half
 //   checkpoint under a loadable name.
+// - Where the file system refuses renameat2's flags (NFS, CephFS, 9p, FUSE; or LOOM_PLAIN_RENAME
+//   is set) plain renames do it: one never replaces a non-empty directory, so a finished
+//   checkpoint is never overwritten; a replacement moves the old one to .<name>.old first, and
+//   remove_stale_checkpoint_files() puts it back if a kill came between the two renames.
 // - Format 1 checkpoints (moments inside model.safetensors) still load.
 #pragma once
 #include <cstdint>
@@ -79,7 +83,8 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 std::string latest_checkpoint(const std::string& run_dir);
 // Removes all but the newest `keep` (at least 1) ckpt_<step> directories.
 void prune_checkpoints(const std::string& run_dir, int64_t keep);
-// Removes what an interrupted save or prune left behind (.ckpt_*.tmp, .*.old, .ckpt_*.del).
+// Removes what an interrupted save or prune left behind (.ckpt_*.tmp, .*.old, .ckpt_*.del), and
+// renames a .<name>.old back to <name> when a kill cut a replacement short (nothing at <name>).
 void remove_stale_checkpoint_files(const std::string& run_dir);
 // "section.key" -> value of a config_to_toml text.
 std::map<std::string, std::string> config_values(const std::string& toml_text);
@@ -91,5 +96,7 @@ std::string first_config_difference(const std::string& a_toml, const std::string
 CheckpointState read_checkpoint_state(const std::string& dir);
 // The step recorded in a checkpoint directory's state.json (-1 when unreadable).
 int64_t checkpoint_step(const std::string& dir);
+// What a resume at `step` says when train.steps (`steps`) leaves nothing to train (steps <= step).
+std::string nothing_to_train(int64_t step, int64_t steps);
 
 }  // namespace loom

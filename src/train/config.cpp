@@ -426,6 +426,11 @@ const std::vector<KeySpec>& schema() {
                   "model.remat = auto: bytes the run may plan, e.g. 20GiB (empty: the memory available to each "
                   "rank on this machine)",
                   LOOM_REF(train.memory_budget)),
+      make_number("train.collective_timeout",
+                  "more than one rank: seconds a rank waits for the others in a collective before it asks which are "
+                  "alive, names those that are not (stopped, dead, unreachable) and ends the job; a rank saving a "
+                  "checkpoint answers that it is busy, so a long save never trips it",
+                  LOOM_REF(train.collective_timeout)),
   };
   return keys;
 }

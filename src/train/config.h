@@ -36,6 +36,8 @@ struct TrainConfig {
   int64_t max_skipped_steps = 25;  // stop after this many skipped steps in a row, any dtype (0 = never)
   int64_t bucket_kib = 4096;       // gradient buckets summed over ranks during the backward (train/trainer.h)
   std::string memory_budget;       // model.remat = auto fits this ("20GiB"; "" = what the fit check allows)
+  // Seconds a rank waits for the others in a collective (dist::Comm::set_timeout).
+  double collective_timeout = 300;
 };
 
 struct Config {

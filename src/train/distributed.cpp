@@ -1,13 +1,14 @@
 #include "train/distributed.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include "train/checkpoint.h"
+#include "core/crc32c.h"
 
 namespace loom {
 
@@ -44,10 +45,17 @@ uint64_t hash_own_executable() {
   return f.h;
 }
 
+std::string host_name() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) return "?";
+  return host;
+}
+
 }  // namespace
 
-void check_same_job(const Config& c, dist::Comm& comm) {
-  if (comm.size() == 1) return;
+namespace {
+
+void compare_fingerprints(const Config& c, dist::Comm& comm) {
   struct Fingerprint {
     uint64_t config, binary;
   };
@@ -76,6 +84,66 @@ void check_same_job(const Config& c, dist::Comm& comm) {
                                         value(vb), r, value(va)),
                             "launch every rank with the same config file and the same overrides");
   }
+}
+
+}  // namespace
+
+void check_same_job(const Config& c, dist::Comm& comm) {
+  if (comm.size() == 1) return;
+  compare_fingerprints(c, comm);
+  if (!(c.train.collective_timeout > 0))  // every rank has this configuration now
+    throw dist::AgreedError("train.collective_timeout", "must be a positive number of seconds",
+                            "e.g. 300: longer than any step, evaluation or save takes, a pause of one rank excepted");
+  comm.set_timeout(c.train.collective_timeout);
+}
+
+uint32_t resume_digest(const Checkpoint& c) {
+  if (c.path.empty()) return 0;
+  const CheckpointState& s = c.state;
+  const int64_t counts[] = {s.step,          s.opt_count,   s.scaler_tracker, s.scaler_skipped, s.scaler_consecutive,
+                            int64_t(s.seed), s.val_position};
+  const double reals[] = {s.loss_scale, s.best_val_loss};
+  uint32_t crc = crc32c(counts, sizeof counts);
+  crc = crc32c(reals, sizeof reals, crc);
+  for (const StTensor& t : c.tensors) {
+    crc = crc32c(t.name.data(), t.name.size(), crc);
+    crc = crc32c(t.bytes.data(), t.bytes.size(), crc);
+  }
+  return crc;
+}
+
+void check_same_resume(const Checkpoint& c, dist::Comm& comm) {
+  if (comm.size() == 1) return;
+  struct Resumed {
+    int64_t step;
+    uint32_t digest, resumed;
+  };
+  const Resumed mine{
+      .step = c.path.empty() ? -1 : c.state.step, .digest = resume_digest(c), .resumed = c.path.empty() ? 0u : 1u};
+  std::vector<Resumed> all(static_cast<size_t>(comm.size()));
+  comm.all_gather_bytes(&mine, sizeof mine, all.data());
+  const auto same = [&](int r) {
+    const Resumed &a = all[0], &b = all[static_cast<size_t>(r)];
+    return a.step == b.step && a.digest == b.digest && a.resumed == b.resumed;
+  };
+  bool agree = true;
+  for (int r = 1; r < comm.size(); ++r) agree = agree && same(r);
+  if (agree) return;
+  // Every rank names itself (its host and what it loaded); each line reaches every rank, so the
+  // message is the same everywhere.
+  const std::string self = fmt::format("{} on {}", c.path.empty() ? std::string("a fresh start") : c.path, host_name());
+  std::string ranks;
+  for (int r = 0; r < comm.size(); ++r) {
+    const std::string who = dist::broadcast_string(comm, self, r);
+    const Resumed& x = all[static_cast<size_t>(r)];
+    if (r > 0 && same(r)) continue;
+    ranks += fmt::format("\n  rank {}: {}", r, who);
+    if (x.resumed) ranks += fmt::format(", step {} (digest {:08x})", x.step, x.digest);
+  }
+  throw dist::AgreedError(
+      "--resume", "the ranks did not resume the same state (rank 0 and every rank that differs from it):" + ranks,
+      "resume every rank from the same checkpoint: copy the run directory to every host again (or "
+      "use a shared file system), or give every rank the same RUN/ckpt_<step>");
 }
 
 }  // namespace loom

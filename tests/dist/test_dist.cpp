@@ -195,16 +195,23 @@ TEST(Dist, RanksTrainLikeOneProcessWithAsManyMoreMinibatches) {
 TEST(Dist, SameRankCountIsBitIdenticalWhateverTheBuckets) {
   REQUIRE_MPIRUN();
   // The default bucket holds every gradient of this model; 1 KiB buckets (about 30 of them) are
-  // summed one by one while the backward runs.
-  const fs::path a = scratch("repeat_a"), b = scratch("repeat_b"), c = scratch("repeat_c");
-  for (const auto& [out, buckets] : {std::pair{a, ""}, std::pair{b, ""}, std::pair{c, "train.bucket_kib=1"}}) {
-    const RunResult r = loom_on(2, train_args(out, std::string("optimizer.num_minibatches=2 ") + buckets));
-    ASSERT_EQ(r.status, 0) << r.out;
+  // summed one by one while the backward runs. Two ranks cannot tell an order-dependent sum from a
+  // fixed one (x0 + x1 == x1 + x0 in float32); three can ((x0 + x1) + x2 and x0 + (x1 + x2) differ
+  // in some elements), and MPI's own reductions pick their order by message size.
+  for (int np : {2, 3}) {
+    const std::string tag = std::to_string(np);
+    const fs::path a = scratch("repeat_a" + tag), b = scratch("repeat_b" + tag), c = scratch("repeat_c" + tag);
+    const std::string split =
+        np == 2 ? "optimizer.num_minibatches=2 " : "data.batch_size=6 optimizer.num_minibatches=2 ";
+    for (const auto& [out, buckets] : {std::pair{a, ""}, std::pair{b, ""}, std::pair{c, "train.bucket_kib=1"}}) {
+      const RunResult r = loom_on(np, train_args(out, split + buckets));
+      ASSERT_EQ(r.status, 0) << r.out;
+    }
+    expect_identical(a, b, "ckpt_000020");
+    expect_identical(a, c, "ckpt_000020");
+    // Only rank 0 writes: one line per logged step, not one per rank.
+    EXPECT_EQ(train_losses(a).size(), 20u);
   }
-  expect_identical(a, b, "ckpt_000020");
-  expect_identical(a, c, "ckpt_000020");
-  // Only rank 0 writes: one line per logged step, not two.
-  EXPECT_EQ(train_losses(a).size(), 20u);
 }
 
 TEST(Dist, ShardedOptimizerStateTrainsLikeUnsharded) {
@@ -309,8 +316,8 @@ TEST(Dist, ConfigurationMismatchIsAnErrorOnEveryRankBeforeAnyStep) {
   const RunResult r = shell(mpirun(1) + LOOM_BINARY + " " + args + " optimizer.learning_rate=0.003 : -np 1 " +
                             LOOM_BINARY + " " + args + " optimizer.learning_rate=0.001");
   EXPECT_NE(r.status, 0) << r.out;
-  EXPECT_EQ(count(r.out, "optimizer.learning_rate: rank 1's configuration differs from rank 0's"), 2u)
-      << "each rank reports it:\n"
+  EXPECT_EQ(count(r.out, "optimizer.learning_rate: rank 1's configuration differs from rank 0's"), 1u)
+      << "every rank raises it, rank 0 alone prints it:\n"
       << r.out;
   EXPECT_NE(r.out.find("0.001"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "no step may run:\n" << r.out;
@@ -320,6 +327,53 @@ TEST(Dist, ConfigurationMismatchIsAnErrorOnEveryRankBeforeAnyStep) {
   EXPECT_NE(split.out.find("data.batch_size: batch size 6 is not divisible by 2 ranks × optimizer.num_minibatches"),
             std::string::npos)
       << split.out;
+}
+
+int latest_checkpoint_step(const fs::path& run) {
+  int best = -1;
+  for (const auto& e : fs::directory_iterator(run)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("ckpt_", 0) == 0) best = std::max(best, std::stoi(n.substr(5)));
+  }
+  return best;
+}
+
+// The README allows a copy of the run on each host instead of a shared file system: a stale copy
+// (here its latest checkpoint deleted) must not train on with state that differs between ranks.
+TEST(Dist, RanksThatResumedDifferentStatesStopBeforeAnythingIsWritten) {
+  REQUIRE_MPIRUN();
+  const fs::path run = scratch("resumed"), stale = scratch("resumed_stale"), copy = scratch("resumed_copy");
+  ASSERT_EQ(loom_on(0, train_args(run, "train.steps=40 train.checkpoint_interval=20 train.eval_interval=0")).status, 0);
+  for (const fs::path& to : {stale, copy}) fs::copy(run, to, fs::copy_options::recursive);
+  fs::remove_all(stale / "ckpt_000040");
+  const auto before = file_bytes(run / "metrics.jsonl");
+  const auto both = [&](const fs::path& a, const fs::path& b) {
+    return shell(mpirun(1) + LOOM_BINARY + " train --resume " + a.string() + " --steps 60 : -np 1 " + LOOM_BINARY +
+                 " train --resume " + b.string() + " --steps 60");
+  };
+  for (const bool stale_first : {false, true}) {
+    const RunResult r = stale_first ? both(stale, run) : both(run, stale);
+    EXPECT_EQ(r.status, 2) << r.out;
+    const int fresh = stale_first ? 1 : 0;
+    EXPECT_EQ(count(r.out, "the ranks did not resume the same state"), 1u) << "one message:\n" << r.out;
+    EXPECT_NE(r.out.find(fmt::format("rank {}: {} on ", fresh, (run / "ckpt_000040").string())), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find(fmt::format("rank {}: {} on ", 1 - fresh, (stale / "ckpt_000020").string())),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find(", step 40"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(", step 20"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("step 21/"), std::string::npos) << "no step may run:\n" << r.out;
+    EXPECT_EQ(r.out.find("step 41/"), std::string::npos) << "no step may run:\n" << r.out;
+    EXPECT_FALSE(fs::exists(run / "ckpt_000060"));
+    EXPECT_FALSE(fs::exists(stale / "ckpt_000060"));
+    EXPECT_EQ(file_bytes(run / "metrics.jsonl"), before);
+    EXPECT_EQ(latest_checkpoint_step(stale), 20);
+  }
+  // A faithful copy at another path (another host's) agrees: the job trains.
+  const RunResult r = both(run, copy);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(fs::exists(run / "ckpt_000060"));
 }
 
 TEST(Dist, OneFailingRankStopsTheJobWithItsMessage) {
@@ -332,6 +386,35 @@ TEST(Dist, OneFailingRankStopsTheJobWithItsMessage) {
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("already holds a run"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 0 of 2 failed"), std::string::npos) << r.out;
+}
+
+// The gradient sums overlap the backward: in every step of a trace, the first bucket's sum starts
+// before the backward's last node ends (a reducer that waited for the whole backward would start
+// every bucket after it).
+void expect_sums_overlap_the_backward(const fs::path& trace) {
+  std::ifstream f(trace);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  struct Span {
+    double begin, end;
+  };
+  std::vector<Span> backwards, ops, buckets;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const double ts = e["ts"].get<double>();
+    const Span span{ts, ts + e["dur"].get<double>()};
+    if (e["cat"] == "phase" && e["name"] == "backward") backwards.push_back(span);
+    if (e["cat"] == "op") ops.push_back(span);
+    if (e["cat"] == "communication") buckets.push_back(span);
+  }
+  ASSERT_FALSE(backwards.empty()) << trace;
+  for (const Span& b : backwards) {
+    double last_node_end = b.begin, first_bucket = b.end + 1e12;
+    for (const Span& op : ops)
+      if (op.begin >= b.begin && op.begin <= b.end) last_node_end = std::max(last_node_end, op.end);
+    for (const Span& k : buckets)
+      if (k.begin >= b.begin && k.begin <= b.end) first_bucket = std::min(first_bucket, k.begin);
+    EXPECT_LT(first_bucket, last_node_end) << trace << ": the backward at " << b.begin << " us";
+  }
 }
 
 TEST(Dist, ProfileWritesATracePerRankAndOneWithEvery) {
@@ -357,6 +440,7 @@ TEST(Dist, ProfileWritesATracePerRankAndOneWithEvery) {
     EXPECT_EQ(spans.size(), 2u);
     EXPECT_GT(at(rank + 1, 1), 0);
     EXPECT_GT(at(rank + 1, 2), 0);
+    expect_sums_overlap_the_backward(out / ("rank" + std::to_string(rank)) / "trace.json");
   }
   count_spans(out / "trace.json");
   EXPECT_EQ(spans.size(), 4u);
@@ -406,67 +490,127 @@ pid_t find_process(const std::vector<std::string>& vars) {
   return -1;
 }
 
-int latest_checkpoint_step(const fs::path& run) {
-  int best = -1;
-  for (const auto& e : fs::directory_iterator(run)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("ckpt_", 0) == 0) best = std::max(best, std::stoi(n.substr(5)));
-  }
-  return best;
-}
-
-TEST(Dist, KilledRankEndsTheJobAndTheLastCheckpointResumes) {
-  REQUIRE_MPIRUN();
-  const fs::path out = scratch("killed"), log = out.parent_path() / "killed.log";
-  const std::string tag = "LOOM_DIST_TEST_TAG=" + std::to_string(getpid());
-  const std::string cmd = "exec env " + tag + " " + mpirun(2) + LOOM_BINARY + " " +
-                          train_args(out,
-                                     "train.steps=1000000 train.eval_interval=0 train.checkpoint_interval=5 "
-                                     "train.log_every=1000") +
-                          " > " + log.string() + " 2>&1";
-  const pid_t job = fork();
-  ASSERT_GE(job, 0);
-  if (job == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+// A 2-rank job training "forever" in the background (a checkpoint every 5 steps), its output in a
+// log; its ranks are found by a tag in their environment.
+class BackgroundJob {
+ public:
   using clock = std::chrono::steady_clock;
-  const auto elapsed = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
-  const auto start = clock::now();
-  pid_t victim = -1;
-  while (elapsed(start) < kHangSeconds && (!fs::exists(out / "ckpt_000010") || victim < 0)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    victim = find_process({tag, "OMPI_COMM_WORLD_RANK=1"});
-  }
-  ASSERT_TRUE(fs::exists(out / "ckpt_000010") && victim > 0) << file_bytes(log).data();
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  const auto killed = clock::now();
-  int status = 0;
-  while (waitpid(job, &status, WNOHANG) == 0 && elapsed(killed) < kHangSeconds)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const double seconds = elapsed(killed);
-  if (waitpid(job, &status, WNOHANG) == 0) {
-    kill(job, SIGKILL);
-    waitpid(job, &status, 0);
-    FAIL() << "the job still ran " << kHangSeconds << " s after rank 1 was killed";
-  }
-  std::printf("the job ended %.2f s after rank 1 was killed\n", seconds);
-  const std::vector<char> text = file_bytes(log);
-  const std::string printed(text.begin(), text.end());
-  EXPECT_NE(printed.find("rank 1"), std::string::npos) << printed;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << printed;
+  static double elapsed(clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); }
 
-  // The last checkpoint is whole: it equals a clean run's at the same step, and it resumes.
+  BackgroundJob(const fs::path& out, const std::string& overrides)
+      : out_(out), log_(out.parent_path() / (out.filename().string() + ".log")) {
+    const std::string cmd = "exec env " + tag_ + " " + mpirun(2) + LOOM_BINARY + " " +
+                            train_args(out,
+                                       "train.steps=1000000 train.eval_interval=0 train.checkpoint_interval=5 "
+                                       "train.log_every=1000 " +
+                                           overrides) +
+                            " > " + log_.string() + " 2>&1";
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ~BackgroundJob() {
+    if (pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  // Rank 1's pid once the job has saved step 10 (past start-up), or -1 after kHangSeconds.
+  pid_t rank1_after_step_10() const {
+    const auto start = clock::now();
+    pid_t victim = -1;
+    while (elapsed(start) < kHangSeconds && (!fs::exists(out_ / "ckpt_000010") || victim < 0)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      victim = find_process({tag_, "OMPI_COMM_WORLD_RANK=1"});
+    }
+    return fs::exists(out_ / "ckpt_000010") ? victim : -1;
+  }
+  // Seconds from `since` until the job ended, its exit status in `status`; -1 if it still ran
+  // kHangSeconds later (it is then killed).
+  double seconds_to_end(clock::time_point since, int* status) {
+    while (waitpid(pid_, status, WNOHANG) == 0) {
+      if (elapsed(since) > kHangSeconds) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    return elapsed(since);
+  }
+  std::string printed() const {
+    const std::vector<char> text = file_bytes(log_);
+    return {text.begin(), text.end()};
+  }
+  pid_t find_rank(int r) const { return find_process({tag_, "OMPI_COMM_WORLD_RANK=" + std::to_string(r)}); }
+
+ private:
+  fs::path out_, log_;
+  std::string tag_ = "LOOM_DIST_TEST_TAG=" + std::to_string(getpid());
+  pid_t pid_ = -1;
+};
+
+// The last checkpoint of an ended job is whole: it equals a clean run's at the same step, and it
+// resumes.
+void expect_last_checkpoint_whole(const fs::path& out) {
   const int last = latest_checkpoint_step(out);
   ASSERT_GE(last, 10);
   const std::string ckpt = fmt::format("ckpt_{:06d}", last);
-  const fs::path clean = scratch("clean");
+  const fs::path clean = scratch(out.filename().string() + "_clean");
   RunResult r = loom_on(2, train_args(clean, "train.eval_interval=0 --steps " + std::to_string(last)));
   ASSERT_EQ(r.status, 0) << r.out;
   expect_same_files(out / ckpt, clean / ckpt);
   r = loom_on(2, "train --resume " + (out / ckpt).string() + " --steps " + std::to_string(last + 2));
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+}
+
+// mpirun notices a rank's exit at once (2.1 s here, the machine loaded) and ends the job.
+constexpr double kKilledSeconds = 20;
+
+TEST(Dist, KilledRankEndsTheJobAndTheLastCheckpointResumes) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("killed");
+  BackgroundJob job(out, "");
+  const pid_t victim = job.rank1_after_step_10();
+  ASSERT_GT(victim, 0) << job.printed();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  int status = 0;
+  const double seconds = job.seconds_to_end(BackgroundJob::clock::now(), &status);
+  ASSERT_GE(seconds, 0) << "the job still ran " << kHangSeconds << " s after rank 1 was killed";
+  std::printf("the job ended %.2f s after rank 1 was killed\n", seconds);
+  EXPECT_LT(seconds, kKilledSeconds);
+  const std::string printed = job.printed();
+  EXPECT_NE(printed.find("rank 1"), std::string::npos) << printed;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << printed;
+  expect_last_checkpoint_whole(out);
+}
+
+// A stopped rank (kill -STOP; a frozen host or a cut network looks the same from the others)
+// ends the job: rank 0 waits train.collective_timeout in a collective, asks rank 1 whether it is
+// alive, gets no answer within min(timeout, 60 s) more, names it and aborts the job.
+TEST(Dist, StoppedRankEndsTheJobAfterTheCollectiveTimeout) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("stopped");
+  constexpr double kTimeout = 3;
+  BackgroundJob job(out, fmt::format("train.collective_timeout={}", kTimeout));
+  const pid_t victim = job.rank1_after_step_10();
+  ASSERT_GT(victim, 0) << job.printed();
+  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  int status = 0;
+  const double seconds = job.seconds_to_end(BackgroundJob::clock::now(), &status);
+  if (job.find_rank(1) == victim) kill(victim, SIGKILL);  // never leave it behind, stopped
+  ASSERT_GE(seconds, 0) << "the job still ran " << kHangSeconds << " s after rank 1 was stopped:\n" << job.printed();
+  std::printf("the job ended %.2f s after rank 1 was stopped (timeout %g s)\n", seconds, kTimeout);
+  // The timeout, the time to answer (as long again) and a margin for a loaded machine.
+  EXPECT_LT(seconds, 2 * kTimeout + kKilledSeconds);
+  const std::string printed = job.printed();
+  EXPECT_EQ(count(printed, "waited 3 s in "), 1u) << printed;
+  EXPECT_NE(printed.find("for rank 1 (host "), std::string::npos) << printed;
+  EXPECT_NE(printed.find("train.collective_timeout = 3 s"), std::string::npos) << printed;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << printed;
+  EXPECT_LT(find_process({"OMPI_COMM_WORLD_RANK=1", "LOOM_DIST_TEST_TAG=" + std::to_string(getpid())}), 0)
+      << "rank 1 ended too";
+  expect_last_checkpoint_whole(out);
 }
 
 TEST(Dist, CheckpointsResumeWithAnyRankCount) {

@@ -170,12 +170,23 @@ TEST(RunSafety, KillsAtRandomInstantsLeaveALoadableCheckpoint) {
   std::uniform_int_distribution<int> delay_ms(20, 400);
   const std::string args = " train.steps=100000 train.checkpoint_interval=1 train.keep_last=2 train.eval_interval=2";
   ASSERT_EQ(run(train(out, "train.steps=2 train.checkpoint_interval=1")).status, 0);
+  // Odd kills wait for the process to log a step first (past start-up, where the saves are);
+  // even ones may land in start-up. A kill counts as in training when a step was logged before it.
+  int in_training = 0;
+  const auto last_step = [&] {
+    const std::vector<int64_t> steps = logged_steps(out / "metrics.jsonl");
+    return steps.empty() ? int64_t{0} : steps.back();
+  };
   for (int i = 0; i < 12; ++i) {
+    const int64_t before = last_step();
     const pid_t pid = spawn("train --resume " + out.string() + args, out.parent_path() / "kill.log");
+    if (i % 2) wait_for_lines(out / "metrics.jsonl", metric_lines(out / "metrics.jsonl") + 1);
     std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
     kill(pid, SIGKILL);
     wait_status(pid);
+    in_training += last_step() > before;
   }
+  EXPECT_GE(in_training, 6) << "the kills must land in training, not only in start-up";
   const Result r = run("train --resume " + out.string() + " train.steps=1");  // loads, verifies, exits
   EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("skipping a damaged checkpoint"), std::string::npos) << r.out;

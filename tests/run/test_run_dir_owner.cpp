@@ -1,0 +1,69 @@
+// A run directory's files that loom did not write are never deleted or written over (run/run_dir.h),
+// with or without loom-run.json, --overwrite or not: a new run that would have to replace one is
+// refused, naming it, before anything changes.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "run/run_dir.h"
+#include "support/run_fixture.h"
+
+namespace {
+
+using namespace loom::testing;
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+std::string train(const fs::path& out, const std::string& extra) {
+  return "train " + fixture().config.string() + " train.steps=2 --out " + out.string() + " " + extra;
+}
+
+TEST(RunDirOwner, OverwriteKeepsTheUsersConfigAndMetricsWithoutAMarker) {
+  for (const std::string flag : {"--overwrite", ""}) {
+    const fs::path out = scratch("users_files");
+    std::ofstream(out / "config.toml") << "# my own notes on the run\nlr = 3\n";
+    std::ofstream(out / "metrics.jsonl") << "{\"step\": 1, \"loss\": 9}\n";
+    std::ofstream(out / "notes.txt") << "mine";
+    const Result r = run(train(out, flag));
+    EXPECT_EQ(r.status, 2) << flag << "\n" << r.out;
+    EXPECT_NE(r.out.find((out / "config.toml").string() + ": is not a config.toml loom wrote"), std::string::npos)
+        << r.out;
+    EXPECT_EQ(read(out / "config.toml"), "# my own notes on the run\nlr = 3\n");
+    EXPECT_EQ(read(out / "metrics.jsonl"), "{\"step\": 1, \"loss\": 9}\n");
+    EXPECT_EQ(read(out / "notes.txt"), "mine");
+    EXPECT_FALSE(fs::exists(out / "loom-run.json"));
+
+    fs::remove(out / "config.toml");  // a metrics.jsonl alone is no more loom's
+    const Result m = run(train(out, flag));
+    EXPECT_EQ(m.status, 2) << m.out;
+    EXPECT_NE(m.out.find((out / "metrics.jsonl").string() + ": is not known to be loom's"), std::string::npos) << m.out;
+    EXPECT_EQ(read(out / "metrics.jsonl"), "{\"step\": 1, \"loss\": 9}\n");
+  }
+}
+
+TEST(RunDirOwner, OverwriteOfALoomRunKeepsAUsersConfigPutThere) {
+  const fs::path out = scratch("marked");
+  ASSERT_EQ(run(train(out, "")).status, 0);
+  std::ofstream(out / "config.toml") << "# my own\n";  // replaces loom's, beside loom's marker
+  const Result r = run(train(out, "--overwrite"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_EQ(read(out / "config.toml"), "# my own\n");
+  EXPECT_TRUE(fs::exists(out / "ckpt_000002")) << "a refused run deletes nothing";
+}
+
+TEST(RunDirOwner, LoomsOwnFilesAreReplacedWithOrWithoutTheMarker) {
+  const fs::path out = scratch("legacy");
+  ASSERT_EQ(run(train(out, "")).status, 0);
+  fs::remove(out / "loom-run.json");  // a run made before the marker existed: loom's config.toml vouches
+  const Result r = run(train(out, "train.steps=1 --overwrite"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(fs::exists(out / "ckpt_000002"));
+  EXPECT_TRUE(fs::exists(out / "ckpt_000001"));
+  EXPECT_EQ(read(out / "config.toml").rfind(loom::kConfigHeader, 0), 0u);
+}
+
+}  // namespace
