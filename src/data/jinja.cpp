@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <utility>
 
 #include "core/error.h"
@@ -424,7 +425,11 @@ class Lexer {
         std::string digits = src_.substr(pos, e - pos);
         digits.erase(std::remove(digits.begin(), digits.end(), '_'), digits.end());
         t.type = is_float ? Tok::floating : Tok::integer;
-        t.number = is_float ? Json(std::stod(digits)) : Json(std::stoll(digits));
+        try {
+          t.number = is_float ? Json(std::stod(digits)) : Json(std::stoll(digits));
+        } catch (const std::out_of_range&) {
+          fail_at(name_, line_, "the number " + digits + " is out of range");
+        }
         pos = e;
       } else if (c == '\'' || c == '"') {
         size_t e = pos + 1;
