@@ -591,7 +591,7 @@ TEST(Dist, KilledRankEndsTheJobAndTheLastCheckpointResumes) {
 TEST(Dist, StoppedRankEndsTheJobAfterTheCollectiveTimeout) {
   REQUIRE_MPIRUN();
   const fs::path out = scratch("stopped");
-  constexpr double kTimeout = 3;
+  constexpr double kTimeout = 5;  // rank 0 may be measuring its matmul ceiling for a second or two at start
   BackgroundJob job(out, fmt::format("train.collective_timeout={}", kTimeout));
   const pid_t victim = job.rank1_after_step_10();
   ASSERT_GT(victim, 0) << job.printed();
@@ -604,9 +604,9 @@ TEST(Dist, StoppedRankEndsTheJobAfterTheCollectiveTimeout) {
   // The timeout, the time to answer (as long again) and a margin for a loaded machine.
   EXPECT_LT(seconds, 2 * kTimeout + kKilledSeconds);
   const std::string printed = job.printed();
-  EXPECT_EQ(count(printed, "waited 3 s in "), 1u) << printed;
+  EXPECT_EQ(count(printed, "waited 5 s in "), 1u) << printed;
   EXPECT_NE(printed.find("for rank 1 (host "), std::string::npos) << printed;
-  EXPECT_NE(printed.find("train.collective_timeout = 3 s"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("train.collective_timeout = 5 s"), std::string::npos) << printed;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << printed;
   EXPECT_LT(find_process({"OMPI_COMM_WORLD_RANK=1", "LOOM_DIST_TEST_TAG=" + std::to_string(getpid())}), 0)
       << "rank 1 ended too";
