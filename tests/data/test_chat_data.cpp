@@ -336,7 +336,7 @@ TEST(ChatData, OpenChatSplitChecksTheFilesAgainstEachOther) {
             std::string::npos);
   // Token data from `loom prepare char` has no masks.
   write_file(d.path("text.txt"), "some text to split into two parts\n");
-  prepare_dataset("char", d.path("text.txt"), d.path("plain"));
+  prepare_dataset(TokenizerKind::char_, d.path("text.txt"), d.path("plain"));
   EXPECT_NE(user_error([&] { open_chat_split(d.path("plain"), "train"); }).find("has no \"chat\" entry"),
             std::string::npos);
 }
