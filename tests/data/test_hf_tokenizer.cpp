@@ -108,7 +108,9 @@ TEST(HfTokenizer, DecodeStreamPrintsWholeCharactersAddingUpToTheDecode) {
       out += stream.flush();
       EXPECT_EQ(out, all.substr(context_text.size())) << v;
       EXPECT_GE(pieces, 1) << v;
-      if (&p != &expected["prefixes"][v].back()) EXPECT_GT(pieces, 3) << v;  // text: incremental, not all at the end
+      if (&p != &expected["prefixes"][v].back()) {  // text: incremental, not all at the end
+        EXPECT_GT(pieces, 3) << v;
+      }
     }
   }
 }
