@@ -1,10 +1,12 @@
-// The data's slice of the run configuration (`data.*` keys; train/config.h assembles the slices
-// and declares their schema), and the few facts a data source needs from the rest of the run.
+// The data's slice of the run configuration and its `data.*` keys (data_keys; train/config.h
+// assembles the slices and concatenates the rooms' key tables), and the few facts a data source needs from the rest of the run.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/choice.h"
+#include "core/config_key.h"
 
 // The data sources (data.kind). The random ones are the tutorials' fixed batches, drawn once from
 // the seed and reused every step.
@@ -37,5 +39,8 @@ struct DataContext {
   int64_t model_num_outputs = 0;  // tokens: ... and the output layer's logits (0 = unchecked)
   int64_t num_minibatches = 1;    // validation batches are one minibatch (batch_size / num_minibatches)
 };
+
+// The data.* keys (core/config_key.h rows), in `loom help config` order.
+const std::vector<KeySpec<DataConfig>>& data_keys();
 
 }  // namespace loom

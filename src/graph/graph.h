@@ -43,9 +43,17 @@ struct ValueDesc {
 
 // How a parameter is initialised (Flax's initialisers, drawn from loom's counter RNG keyed by
 // the parameter's path, so the order parameters are created in does not matter).
+// What a parameter is, for the rules that treat kinds of parameters differently (the optimizer's
+// weight-decay mask `kernels`); the layer that creates the parameter says.
+enum class ParamRole : uint8_t {
+  other,   // biases, norm scales, embeddings
+  kernel,  // the weight matrix of a dense layer
+};
+
 struct ParamInit {
   enum Kind : uint8_t { zeros, ones, normal, truncated_normal } kind = zeros;
   float stddev = 0.f;  // for normal / truncated_normal (truncated at ±2 stddev of the base)
+  ParamRole role = ParamRole::other;
 };
 
 struct Value {

@@ -8,8 +8,7 @@
 #include <set>
 
 #include "core/error.h"
-#include "nn/hf_names.h"
-#include "nn/transformer.h"
+#include "nn/models/hf_arch.h"
 
 namespace loom {
 
@@ -28,200 +27,7 @@ nlohmann::json read_json(const std::string& path, const std::string& fix) {
   }
 }
 
-// Reads config.json's keys of one architecture (its transformers config class's defaults when
-// absent) and checks the options loom does not run.
-class ConfigReader {
- public:
-  ConfigReader(const nlohmann::json& j, const std::string& path) : j_(j), path_(path) {}
-
-  void read_gpt2(HfConfig& out) {
-    ModelConfig& m = out.model;
-    const int64_t n_embd = integer("n_embd", 768), n_layer = integer("n_layer", 12), n_head = integer("n_head", 12);
-    const int64_t n_positions = integer("n_positions", 1024), vocab = integer("vocab_size", 50257);
-    if (n_embd % n_head != 0) fail("n_head", "n_embd = " + std::to_string(n_embd) + " is not a multiple of it");
-    int64_t inner = 4 * n_embd;
-    std::string inner_origin = "n_inner = null (4 × n_embd)";
-    if (auto it = j_.find("n_inner"); it != j_.end() && !it->is_null()) {
-      inner = integer("n_inner", 0);
-      inner_origin = "n_inner / n_embd = " + std::to_string(inner) + " / " + std::to_string(n_embd);
-      if (inner % n_embd != 0) fail("n_inner", "is not a multiple of n_embd = " + std::to_string(n_embd));
-    }
-    const double eps = number("layer_norm_epsilon", 1e-5);
-    const std::string act = text("activation_function", "gelu_new");
-    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu")
-      fail("activation_function", "is \"" + act + "\"; loom runs gelu_new, gelu_pytorch_tanh (tanh GELU) and gelu");
-    const bool tied = boolean("tie_word_embeddings", true);
-    if (!tied) fail("tie_word_embeddings", "is false; loom runs GPT-2 with its tied head (lm_head = wte)");
-    if (!boolean("scale_attn_weights", true)) fail("scale_attn_weights", "is false; loom scales by 1/sqrt(head dim)");
-    if (boolean("scale_attn_by_inverse_layer_idx", false))
-      fail("scale_attn_by_inverse_layer_idx", "is true, which loom does not do");
-    if (boolean("add_cross_attention", false)) fail("add_cross_attention", "is true: not a decoder-only model");
-
-    m.kind = ModelKind::transformer;
-    m.hidden_size = n_embd;
-    m.num_layers = n_layer;
-    m.head_dim = n_embd / n_head;
-    m.mlp_expansion = inner / n_embd;
-    m.intermediate_size = 0;
-    m.vocab_size = m.num_outputs = vocab;
-    m.max_seq_len = n_positions;
-    m.layer_norm_eps = eps;
-    m.block_order = BlockOrder::attn_first;
-    m.norm = NormKind::layernorm;
-    m.mlp = act == "gelu" ? MlpKind::gelu : MlpKind::gelu_tanh;
-    m.position = PositionKind::learned;
-    m.num_kv_heads = 0;
-    m.use_bias = true;
-    m.tie_embeddings = true;
-    m.causal_mask = true;
-    m.embed_dropout = true;
-    m.init = InitScheme::gpt2;
-    const std::string a = out.architecture;
-    out.keys = {
-        {.key = "model.kind", .origin = a},
-        {.key = "model.hidden_size", .origin = "n_embd = " + std::to_string(n_embd)},
-        {.key = "model.num_layers", .origin = "n_layer = " + std::to_string(n_layer)},
-        {.key = "model.head_dim",
-         .origin = "n_embd / n_head = " + std::to_string(n_embd) + " / " + std::to_string(n_head)},
-        {.key = "model.mlp_expansion", .origin = inner_origin},
-        {.key = "model.intermediate_size", .origin = inner_origin + " (0: from mlp_expansion)"},
-        {.key = "model.vocab_size", .origin = "vocab_size = " + std::to_string(vocab)},
-        {.key = "model.num_outputs", .origin = "vocab_size = " + std::to_string(vocab)},
-        {.key = "model.max_seq_len", .origin = "n_positions = " + std::to_string(n_positions)},
-        {.key = "model.layer_norm_eps", .origin = "layer_norm_epsilon = " + nlohmann::json(eps).dump()},
-        {.key = "model.tie_embeddings", .origin = "tie_word_embeddings = true"},
-        {.key = "model.block_order", .origin = a + " (attention before MLP)"},
-        {.key = "model.norm", .origin = a + " (LayerNorm)"},
-        {.key = "model.mlp", .origin = "activation_function = \"" + act + "\""},
-        {.key = "model.position", .origin = a + " (learned wpe)"},
-        {.key = "model.num_kv_heads", .origin = a + " (every head has its keys and values)"},
-        {.key = "model.use_bias", .origin = a + " (biases everywhere)"},
-        {.key = "model.causal_mask", .origin = a + " (causal)"},
-        {.key = "model.embed_dropout", .origin = "embd_pdrop", .fixed = false},
-        {.key = "model.init", .origin = a, .fixed = false},
-    };
-  }
-
-  // LlamaForCausalLM (LlamaConfig's defaults): rotary embeddings of the default type only.
-  void read_llama(HfConfig& out) {
-    ModelConfig& m = out.model;
-    const int64_t hidden = integer("hidden_size", 4096), layers = integer("num_hidden_layers", 32);
-    const int64_t heads = integer("num_attention_heads", 32), kv = integer("num_key_value_heads", heads);
-    const int64_t inter = integer("intermediate_size", 11008), vocab = integer("vocab_size", 32000);
-    const int64_t positions = integer("max_position_embeddings", 2048);
-    if (hidden % heads != 0) fail("num_attention_heads", "does not divide hidden_size = " + std::to_string(hidden));
-    const int64_t head_dim = integer("head_dim", hidden / heads);
-    if (head_dim * heads != hidden)
-      fail("head_dim", "× num_attention_heads is not hidden_size = " + std::to_string(hidden) +
-                           "; loom's attention projects back from hidden_size features");
-    if (heads % kv != 0) fail("num_key_value_heads", "does not divide num_attention_heads = " + std::to_string(heads));
-    const double eps = number("rms_norm_eps", 1e-6);
-    const std::string act = text("hidden_act", "silu");
-    if (act != "silu") fail("hidden_act", "is \"" + act + "\"; loom's SwiGLU MLP is SiLU-gated");
-    if (boolean("attention_bias", false)) fail("attention_bias", "is true; loom's Llama layers have no biases");
-    if (boolean("mlp_bias", false)) fail("mlp_bias", "is true; loom's Llama layers have no biases");
-    // transformers 5 writes rope_parameters {rope_theta, rope_type}; older versions rope_theta
-    // and rope_scaling (null or {"rope_type" or "type": ...}). transformers 5 also honours a
-    // rope_scaling left beside rope_parameters, so neither may ask for another type.
-    double theta = number("rope_theta", 10000);
-    for (const char* key : {"rope_parameters", "rope_scaling"}) {
-      const nlohmann::json* r = find(key);
-      if (!r) continue;
-      if (!r->is_object()) fail(key, "is not an object or null");
-      if (auto t = r->find("rope_theta"); t != r->end()) {
-        if (!t->is_number() || !(t->get<double>() > 0))
-          fail(std::string(key) + ".rope_theta", "is not a positive number");
-        theta = t->get<double>();
-      }
-      const nlohmann::json type = r->value("rope_type", r->value("type", nlohmann::json("default")));
-      if (type != "default")
-        fail(key, "asks for rope_type " + type.dump() + "; loom's rotary embeddings are the default type");
-    }
-    const bool tied = boolean("tie_word_embeddings", false);
-
-    m.kind = ModelKind::transformer;
-    m.hidden_size = hidden;
-    m.num_layers = layers;
-    m.head_dim = head_dim;
-    m.intermediate_size = inter;
-    m.vocab_size = m.num_outputs = vocab;
-    m.max_seq_len = positions;
-    m.layer_norm_eps = eps;
-    m.block_order = BlockOrder::attn_first;
-    m.norm = NormKind::rmsnorm;
-    m.mlp = MlpKind::swiglu;
-    m.position = PositionKind::rope;
-    m.rope_theta = theta;
-    m.num_kv_heads = kv;
-    m.use_bias = false;
-    m.tie_embeddings = tied;
-    m.causal_mask = true;
-    m.embed_dropout = false;
-    m.init = InitScheme::gpt2;
-    const std::string a = out.architecture;
-    const auto n = [](int64_t v) { return std::to_string(v); };
-    out.keys = {
-        {.key = "model.kind", .origin = a},
-        {.key = "model.hidden_size", .origin = "hidden_size = " + n(hidden)},
-        {.key = "model.num_layers", .origin = "num_hidden_layers = " + n(layers)},
-        {.key = "model.head_dim", .origin = "head_dim = " + n(head_dim)},
-        {.key = "model.intermediate_size", .origin = "intermediate_size = " + n(inter)},
-        {.key = "model.vocab_size", .origin = "vocab_size = " + n(vocab)},
-        {.key = "model.num_outputs", .origin = "vocab_size = " + n(vocab)},
-        {.key = "model.max_seq_len", .origin = "max_position_embeddings = " + n(positions)},
-        {.key = "model.layer_norm_eps", .origin = "rms_norm_eps = " + nlohmann::json(eps).dump()},
-        {.key = "model.tie_embeddings", .origin = std::string("tie_word_embeddings = ") + (tied ? "true" : "false")},
-        {.key = "model.block_order", .origin = a + " (attention before MLP)"},
-        {.key = "model.norm", .origin = a + " (RMSNorm)"},
-        {.key = "model.mlp", .origin = "hidden_act = \"silu\" (SwiGLU)"},
-        {.key = "model.position", .origin = a + " (rotary embeddings)"},
-        {.key = "model.rope_theta", .origin = "rope_theta = " + nlohmann::json(theta).dump()},
-        {.key = "model.num_kv_heads", .origin = "num_key_value_heads = " + n(kv)},
-        {.key = "model.use_bias", .origin = a + " (no biases)"},
-        {.key = "model.causal_mask", .origin = a + " (causal)"},
-        {.key = "model.embed_dropout", .origin = a + " (no embedding dropout)", .fixed = false},
-        {.key = "model.init", .origin = a, .fixed = false},
-    };
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw UserError(path_, "\"" + key + "\" " + what, "loom imports checkpoints as transformers writes them");
-  }
-  const nlohmann::json* find(const char* key) const {
-    auto it = j_.find(key);
-    return it == j_.end() || it->is_null() ? nullptr : &*it;
-  }
-  int64_t integer(const char* key, int64_t dflt) const {
-    const nlohmann::json* v = find(key);
-    if (!v) return dflt;
-    if (!v->is_number_integer() || v->get<int64_t>() < 1) fail(key, "is not a positive integer");
-    return v->get<int64_t>();
-  }
-  double number(const char* key, double dflt) const {
-    const nlohmann::json* v = find(key);
-    if (!v) return dflt;
-    if (!v->is_number() || !(v->get<double>() > 0)) fail(key, "is not a positive number");
-    return v->get<double>();
-  }
-  bool boolean(const char* key, bool dflt) const {
-    const nlohmann::json* v = find(key);
-    if (!v) return dflt;
-    if (!v->is_boolean()) fail(key, "is not true or false");
-    return v->get<bool>();
-  }
-  std::string text(const char* key, const std::string& dflt) const {
-    const nlohmann::json* v = find(key);
-    if (!v) return dflt;
-    if (!v->is_string()) fail(key, "is not a string");
-    return v->get<std::string>();
-  }
-
-  const nlohmann::json& j_;
-  const std::string& path_;
-};
-
-// Where one Hugging Face tensor's values sit in loom's parameter (nn/hf_names.h's layouts):
+// Where one Hugging Face tensor's values sit in loom's parameter (nn/models/hf_arch.h's layouts):
 // run(hf_offset, loom_offset, n) for each run of n consecutive floats in both, in element
 // offsets into p.hf_shape and p.shape.
 template <class Run>
@@ -265,14 +71,6 @@ std::vector<float> to_f32(const StTensor& t, const std::string& source) {
   return v;
 }
 
-// Buffers older checkpoints saved beside the parameters: GPT-2's causal masks, Llama's rotary
-// inverse frequencies (recomputed from rope_theta).
-bool is_buffer(const std::string& name) {
-  return ((name.starts_with("h.") || name.starts_with("transformer.h.")) &&
-          (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"))) ||
-         name.ends_with(".rotary_emb.inv_freq");
-}
-
 }  // namespace
 
 bool is_hf_model_dir(const std::string& dir) {
@@ -288,90 +86,26 @@ HfConfig read_hf_config(const std::string& dir) {
   std::string type = j.value("model_type", "");
   if (auto a = j.find("architectures"); a != j.end() && a->is_array() && !a->empty() && (*a)[0].is_string())
     out.architecture = (*a)[0].get<std::string>();
-  ConfigReader reader(j, out.path);
-  // config.json names the model by model_type, and by architectures when that is missing.
-  if ((type == "gpt2" || type.empty()) && out.architecture == "GPT2LMHeadModel") type = "gpt2";
-  if ((type == "llama" || type.empty()) && out.architecture == "LlamaForCausalLM") type = "llama";
-  if (type == "gpt2" && (out.architecture.empty() || out.architecture == "GPT2LMHeadModel")) {
-    out.architecture = "GPT2LMHeadModel";
-    reader.read_gpt2(out);
-    return out;
-  }
-  if (type == "llama" && (out.architecture.empty() || out.architecture == "LlamaForCausalLM")) {
-    out.architecture = "LlamaForCausalLM";
-    reader.read_llama(out);
+  const nn::HfArchitecture* arch = nn::find_hf_architecture(type, out.architecture);
+  if (arch) {
+    out.architecture = arch->architecture;
+    arch->read_config(nn::HfConfigJson(j, out.path), out.model, out.keys);
     return out;
   }
   const std::string what = out.architecture.empty() ? "model_type \"" + type + "\"" : out.architecture;
-  const std::string fix =
-      "loom imports GPT2LMHeadModel (model_type \"gpt2\") and LlamaForCausalLM (model_type \"llama\": SmolLM, "
-      "Llama 3 without rope scaling) checkpoints";
-  // Llama-family variants whose weights or blocks differ from LlamaForCausalLM's.
-  const std::map<std::string, std::string> near = {
-      {"qwen2", "has biases on q_proj, k_proj and v_proj (and no others), which loom's Llama blocks do not have"},
-      {"qwen3", "normalises q and k per head (q_norm, k_norm), which loom's Llama blocks do not do"},
-      {"mistral", "is a Mistral model (sliding-window attention); loom runs LlamaForCausalLM"},
-      {"smollm3", "skips rotary embeddings in some layers (NoPE), which loom's Llama blocks do not do"},
-  };
-  if (auto it = near.find(type); it != near.end()) throw UserError(out.path, what + " " + it->second, fix);
+  std::string fix = "loom imports ";
+  const auto rows = nn::hf_architectures();
+  for (size_t i = 0; i < rows.size(); ++i)
+    fix += std::string(i == 0 ? "" : i + 1 == rows.size() ? " and " : ", ") + std::string(rows[i]->listed_as);
+  fix += " checkpoints";
+  if (const std::string_view why = nn::hf_near_miss(type); !why.empty())
+    throw UserError(out.path, what + " " + std::string(why), fix);
   throw UserError(out.path, what + " is not an architecture loom can run", fix);
 }
 
 nlohmann::json hf_config_json(const ModelConfig& c, int32_t bos_id, int32_t eos_id) {
-  const nn::HfModelMap map = nn::hf_model_map(c);
-  nlohmann::json j;
-  if (map.architecture == "LlamaForCausalLM") {
-    j = {
-        {"architectures", {map.architecture}},
-        {"model_type", map.model_type},
-        {"hidden_size", c.hidden_size},
-        {"intermediate_size", nn::mlp_width(c)},
-        {"num_hidden_layers", c.num_layers},
-        {"num_attention_heads", map.heads},
-        {"num_key_value_heads", map.kv_heads},
-        {"head_dim", c.head_dim},
-        {"hidden_act", "silu"},
-        {"max_position_embeddings", c.max_seq_len},
-        {"vocab_size", c.vocab_size},
-        {"rms_norm_eps", c.layer_norm_eps},
-        // Both spellings: transformers 5 reads rope_parameters, 4.x rope_theta and rope_scaling.
-        {"rope_theta", c.rope_theta},
-        {"rope_scaling", nullptr},
-        {"rope_parameters", {{"rope_theta", c.rope_theta}, {"rope_type", "default"}}},
-        {"attention_bias", false},
-        {"mlp_bias", false},
-        {"attention_dropout", 0.0},
-        {"tie_word_embeddings", c.tie_embeddings},
-        {"pretraining_tp", 1},
-        {"initializer_range", 0.02},
-        {"use_cache", true},
-        {"dtype", "float32"},
-    };
-  } else {
-    j = {
-        {"architectures", {map.architecture}},
-        {"model_type", map.model_type},
-        {"n_embd", c.hidden_size},
-        {"n_layer", c.num_layers},
-        {"n_head", map.heads},
-        {"n_inner", nn::mlp_width(c) == 4 * c.hidden_size ? nlohmann::json(nullptr) : nlohmann::json(nn::mlp_width(c))},
-        {"n_positions", c.max_seq_len},
-        {"n_ctx", c.max_seq_len},
-        {"vocab_size", c.vocab_size},
-        {"layer_norm_epsilon", c.layer_norm_eps},
-        {"activation_function", c.mlp == MlpKind::gelu ? "gelu" : "gelu_new"},
-        {"resid_pdrop", c.dropout_rate},
-        {"embd_pdrop", c.embed_dropout ? c.dropout_rate : 0.0},
-        {"attn_pdrop", 0.0},
-        {"scale_attn_weights", true},
-        {"scale_attn_by_inverse_layer_idx", false},
-        {"reorder_and_upcast_attn", false},
-        {"tie_word_embeddings", true},
-        {"initializer_range", 0.02},
-        {"use_cache", true},
-        {"dtype", "float32"},
-    };
-  }
+  const nn::HfArchitecture& arch = nn::hf_architecture_of(c);
+  nlohmann::json j = arch.write_config(c, arch.tensor_map(c));
   // null, not absent: the config classes' defaults (GPT-2's 50256, Llama's 1 and 2) may be outside
   // the vocabulary or mean other tokens.
   j["bos_token_id"] = bos_id >= 0 ? nlohmann::json(bos_id) : nlohmann::json(nullptr);
@@ -423,7 +157,7 @@ std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTenso
   std::map<std::string, const StTensor*> found;
   const StTensor* tied_head = nullptr;
   for (const StTensor& t : hf) {
-    if (is_buffer(t.name)) continue;
+    if (map.is_buffer && map.is_buffer(t.name)) continue;
     if (t.name == "lm_head.weight" && !expected.count(t.name)) {
       tied_head = &t;
       continue;

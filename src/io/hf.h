@@ -2,7 +2,7 @@
 //   config.json                     the architecture (transformers' config class fields)
 //   model.safetensors               the parameters by transformers' names, or shards listed by
 //   model.safetensors.index.json    {"weight_map": {tensor name: shard file}}
-// Which loom parameter is which tensor is nn/hf_names.h; this file reads and writes the files and
+// Which loom parameter is which tensor is each architecture's row (nn/models/hf_arch.h); this file reads and writes the files and
 // converts the tensors (float32, bfloat16 and float16 in; float32 out).
 #pragma once
 #include <cstdint>
@@ -27,30 +27,17 @@ struct HfConfig {
 // config.toml, a loom checkpoint state.json).
 bool is_hf_model_dir(const std::string& dir);
 
-// Reads dir/config.json (the model is named by model_type, or by architectures without it).
-// GPT-2 (model_type "gpt2", GPT2LMHeadModel) maps onto loom's transformer:
-//   n_embd -> hidden_size, n_layer -> num_layers, n_embd / n_head -> head_dim,
-//   n_inner / n_embd (null: 4) -> mlp_expansion, vocab_size -> vocab_size and num_outputs,
-//   n_positions -> max_seq_len, layer_norm_epsilon (1e-5) -> layer_norm_eps,
-//   tie_word_embeddings -> tie_embeddings, activation_function gelu_new or gelu_pytorch_tanh (the
-//   default) -> mlp gelu_tanh, gelu -> mlp gelu; block_order attn_first, use_bias, causal_mask fixed;
-//   embed_dropout true by default.
-// Llama (model_type "llama", LlamaForCausalLM: SmolLM, Llama 2 and 3, TinyLlama) maps onto:
-//   hidden_size, num_hidden_layers -> num_layers, head_dim (null: hidden_size / num_attention_heads),
-//   intermediate_size, num_key_value_heads (null: num_attention_heads) -> num_kv_heads,
-//   vocab_size -> vocab_size and num_outputs, max_position_embeddings -> max_seq_len,
-//   rms_norm_eps (1e-6) -> layer_norm_eps, rope_theta (or rope_parameters.rope_theta; 10000),
-//   tie_word_embeddings (false); norm rmsnorm, mlp swiglu, position rope, no biases, causal fixed;
-//   embed_dropout false by default.
-// Missing keys take transformers' config class defaults. An architecture or an option loom cannot
-// run exactly (Qwen2's q/k/v biases, Qwen3's q/k norms, another activation, rope scaling in
-// rope_parameters or rope_scaling, a GPT-2 with an untied head, unscaled or layer-scaled attention,
-// cross-attention) is a UserError naming the file and the key.
+// Reads dir/config.json: the model is named by model_type, or by architectures without it, and
+// each architecture's row (nn/models/hf_arch.h; GPT-2's in nn/models/gpt2/, Llama's in
+// nn/models/llama/) says which model.* keys its keys set. Missing keys take transformers' config
+// class defaults. An architecture or an option loom cannot run exactly (Qwen2's q/k/v biases,
+// Qwen3's q/k norms, another activation, rope scaling in rope_parameters or rope_scaling, a GPT-2
+// with an untied head, unscaled or layer-scaled attention, cross-attention) is a UserError naming
+// the file and the key.
 HfConfig read_hf_config(const std::string& dir);
 
-// config.json for `c` (nn::hf_model_map(c) must accept it), as transformers writes it for
-// GPT2LMHeadModel or LlamaForCausalLM; bos/eos token ids when >= 0 (null otherwise). GPT-2's dropout
-// rates are c.dropout_rate (attn_pdrop 0: loom has no attention dropout).
+// config.json for `c` (nn::hf_model_map(c) must accept it), as transformers writes it for the
+// architecture that claims `c`; bos/eos token ids when >= 0 (null otherwise).
 nlohmann::json hf_config_json(const ModelConfig& c, int32_t bos_id = -1, int32_t eos_id = -1);
 
 // Every tensor of dir/model.safetensors, or of the shards dir/model.safetensors.index.json lists
@@ -62,9 +49,9 @@ std::vector<StTensor> read_hf_tensors(const std::string& dir, std::string* file 
 // The parameters of model `c` (per layer, loom paths, float32) from a Hugging Face checkpoint's
 // tensors `hf`: names mapped (with or without the base model's prefix, "transformer." or
 // "model.", which files written from GPT2Model lack), shapes checked, float32/bfloat16/float16
-// converted, laid out as nn/hf_names.h says (GPT-2's c_attn columns permuted, Llama's matrices
-// transposed and q/k/v packed). Buffers (GPT-2's causal masks h.<l>.attn.bias and .masked_bias,
-// Llama's rotary_emb.inv_freq) are skipped, and the lm_head.weight of a tied model must equal the
+// converted, laid out as the architecture's map says (GPT-2's c_attn columns permuted, Llama's
+// matrices transposed and q/k/v packed). Buffers (GPT-2's causal masks h.<l>.attn.bias and
+// .masked_bias, Llama's rotary_emb.inv_freq; HfModelMap::is_buffer) are skipped, and the lm_head.weight of a tied model must equal the
 // embedding. A missing, extra or misshapen tensor, or another dtype, is a UserError naming
 // `source` (the file) and the tensor.
 std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTensor>& hf, const std::string& source);

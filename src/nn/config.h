@@ -1,5 +1,5 @@
-// The model's slice of the run configuration (`model.*` keys; train/config.h assembles the slices
-// and declares their schema). nn/ builds a model from it alone (nn/models.h).
+// The model's slice of the run configuration (its `model.*` keys: nn/config_keys.h; train/config.h
+// assembles the slices and concatenates the rooms' key tables). nn/ builds a model from it alone (nn/models.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,15 +8,7 @@
 #include "core/choice.h"
 #include "core/dtype.h"
 #include "graph/passes/remat.h"
-
-// The model kinds (model.kind): name, help, is a language model (trains on token data, reports
-// tokens/s), one-token decoder and batched prefill for `loom sample` (nullptr: cannot generate).
-// nn/models.cpp builds the table from this list; a kind `k` also needs nn::build_k and
-// nn::validate_k (nn/models.h).
-#define LOOM_MODEL_KINDS(X)                                                                                          \
-  X(mlp_classifier, "the Part 1.1 tutorial's MLP classifier on random_classification data", false, nullptr, nullptr) \
-  X(transformer, "the Part 1.2 tutorial's Transformer language model (and GPT-2's variant)", true,                   \
-    build_transformer_decoder, build_transformer_prefill)
+#include "nn/models/registry.h"
 
 // The remat regions (model.remat): a Transformer's `MLP` is block_l/mlp, `Attn` block_l/attn,
 // `Block` block_l; the MLP classifier's `MLP` is its hidden block. `auto` (alone) lets

@@ -11,9 +11,14 @@ ParamInit lecun_normal(int64_t fan_in) {
                    static_cast<float>(std::sqrt(1.0 / static_cast<double>(fan_in)) / .87962566103423978)};
 }
 
+ParamInit as_kernel(ParamInit init) {
+  init.role = ParamRole::kernel;
+  return init;
+}
+
 ValueId dense(const Scope& s, ValueId x, int64_t features, DType dtype, bool use_bias) {
   const int64_t in = s.graph().value(x).shape.last();
-  const ValueId w = s.param("kernel", Shape{in, features}, lecun_normal(in));
+  const ValueId w = s.param("kernel", Shape{in, features}, as_kernel(lecun_normal(in)));
   if (!use_bias) return s.op1(OpKind::dense, {x, w}, DenseAttrs{dtype});
   const ValueId b = s.param("bias", Shape{features}, ParamInit{ParamInit::zeros, 0});
   return s.op1(OpKind::dense, {x, w, b}, DenseAttrs{dtype});

@@ -9,6 +9,9 @@ namespace loom::nn {
 
 // Flax's lecun_normal(): truncated normal (±2σ) with variance 1/fan_in, corrected for truncation.
 ParamInit lecun_normal(int64_t fan_in);
+// `init` for a dense layer's kernel (ParamRole::kernel: what optimizer.weight_decay_mask = kernels
+// decays).
+ParamInit as_kernel(ParamInit init);
 
 // nn.Dense(features, dtype): kernel [in, features] (lecun_normal), bias [features] (zeros).
 ValueId dense(const Scope& s, ValueId x, int64_t features, DType dtype, bool use_bias = true);

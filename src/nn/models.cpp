@@ -1,27 +1,33 @@
 #include "nn/models.h"
 
-#include "nn/mlp_classifier.h"
-#include "nn/transformer.h"
+#include <array>
 
 namespace loom::nn {
 
+#define LOOM_MODEL_KIND_DECLARE(id, help) const ModelKindInfo& id##_family();
+LOOM_MODEL_KINDS(LOOM_MODEL_KIND_DECLARE)
+#undef LOOM_MODEL_KIND_DECLARE
+
 namespace {
 
-#define LOOM_MODEL_KIND_ROW(id, help, lm, decoder, prefill) \
-  ModelKindInfo{.name = choice_spelling(#id),               \
-                .language_model = lm,                       \
-                .build = build_##id,                        \
-                .validate = validate_##id,                  \
-                .build_decoder = decoder,                   \
-                .build_prefill = prefill},
-constexpr ModelKindInfo kModelKinds[] = {LOOM_MODEL_KINDS(LOOM_MODEL_KIND_ROW)};
+std::array<ModelKindInfo, choices_of(ModelKind{}).size()> make_table() {
+  std::array<ModelKindInfo, choices_of(ModelKind{}).size()> rows{};
+  size_t i = 0;
+#define LOOM_MODEL_KIND_ROW(id, help)             \
+  rows[i] = id##_family();                        \
+  rows[i].name = choices_of(ModelKind{})[i].name; \
+  ++i;
+  LOOM_MODEL_KINDS(LOOM_MODEL_KIND_ROW)
 #undef LOOM_MODEL_KIND_ROW
-static_assert(std::size(kModelKinds) == choices_of(ModelKind{}).size());
+  return rows;
+}
 
 }  // namespace
 
-const ModelKindInfo& model_kind(ModelKind k) { return kModelKinds[static_cast<size_t>(k)]; }
-
+const ModelKindInfo& model_kind(ModelKind k) {
+  static const auto rows = make_table();
+  return rows[static_cast<size_t>(k)];
+}
 ModelGraph build_model(const ModelConfig& c, const ModelInput& in, bool train) {
   return model_kind(c.kind).build(c, in, train);
 }

@@ -1,9 +1,11 @@
-// The optimizer's slice of the run configuration (`optimizer.*` keys; train/config.h assembles
-// the slices and declares their schema).
+// The optimizer's slice of the run configuration and its `optimizer.*` keys (optimizer_keys;
+// train/config.h assembles the slices and concatenates the rooms' key tables).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/choice.h"
+#include "core/config_key.h"
 #include "optim/schedule.h"
 
 #define LOOM_OPTIMIZERS(X)                                                      \
@@ -58,5 +60,8 @@ struct OptimizerConfig {
   int64_t loss_scale_interval = 2000;
   double loss_scale_min = 1.0;  // dynamic scaling never backs off below this
 };
+
+// The optimizer.* keys (core/config_key.h rows), in `loom help config` order.
+const std::vector<KeySpec<OptimizerConfig>>& optimizer_keys();
 
 }  // namespace loom

@@ -27,12 +27,11 @@ void LossScaler::update(bool found_inf) {
   }
 }
 
-bool weight_decay_applies(WeightDecayMask mask, const std::string& path, const Shape& shape) {
+bool weight_decay_applies(WeightDecayMask mask, ParamRole role, const Shape& shape) {
   if (mask == WeightDecayMask::all) return true;
   if (mask == WeightDecayMask::ndim2) return shape.rank >= 2;
   // kernels: dense kernels only — not biases, norm scales/biases, embeddings or position embeddings.
-  const size_t slash = path.rfind('/');
-  return (slash == std::string::npos ? path : path.substr(slash + 1)) == "kernel";
+  return role == ParamRole::kernel;
 }
 
 Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be, const Graph& g, const Executor& ex,
@@ -51,7 +50,7 @@ Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be,
     t.param = static_cast<float*>(ex.ptr(p.value)) + s.begin;
     t.grad = s.grad ? s.grad : static_cast<float*>(ex.ptr(p.grad)) + s.begin;
     t.n = s.n;
-    t.weight_decay = c.name == OptimizerName::adamw && weight_decay_applies(c.weight_decay_mask, v.name, v.shape)
+    t.weight_decay = c.name == OptimizerName::adamw && weight_decay_applies(c.weight_decay_mask, p.init.role, v.shape)
                          ? static_cast<float>(c.weight_decay)
                          : 0.f;
     const size_t bytes = static_cast<size_t>(t.n) * sizeof(float);
@@ -89,7 +88,7 @@ OptimizerReport Optimizer::step(bool loss_finite) {
   r.loss_scale = loss_scale();
   if (!loss_finite) {
     r.skipped = true;
-    r.nonfinite = "loss";
+    r.nonfinite = NonFinite::loss;
     scaler_.update(true);
     return r;
   }
@@ -101,7 +100,7 @@ OptimizerReport Optimizer::step(bool loss_finite) {
     if (sum_over_ranks_) sq = sum_over_ranks_(sq);
     if (!std::isfinite(sq)) {
       r.skipped = true;
-      r.nonfinite = "gradient norm";
+      r.nonfinite = NonFinite::grad_norm;
       scaler_.update(true);
       return r;
     }

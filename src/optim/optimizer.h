@@ -13,11 +13,20 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/choice_format.h"
 #include "graph/graph.h"
 #include "optim/config.h"
 #include "runtime/executor.h"
 
+// What a skipped step found not finite (OptimizerReport::nonfinite), as messages name it.
+#define LOOM_NONFINITE_QUANTITIES(X)                 \
+  X(nothing, "nothing", "every quantity was finite") \
+  X(loss, "loss", "the loss")                        \
+  X(grad_norm, "gradient norm", "the global gradient norm")
+
 namespace loom {
+
+LOOM_CHOICE_SPELLED(NonFinite, "non-finite quantity", LOOM_NONFINITE_QUANTITIES)
 
 // PyTorch GradScaler's state machine (growth tracker, backoff, growth), with a floor: the scale
 // never backs off below `min_scale` (a scale halving towards 0 would skip every step forever).
@@ -47,11 +56,11 @@ struct OptimSlice {
 };
 
 struct OptimizerReport {
-  double lr = 0;               // learning rate used (0 when skipped)
-  double grad_norm = -1;       // global norm of the unscaled gradients, -1 when not computed
-  bool skipped = false;        // no update: `nonfinite` says why
-  const char* nonfinite = "";  // "loss" or "gradient norm" when skipped, else ""
-  double loss_scale = 1;       // scale used for this step's loss
+  double lr = 0;                             // learning rate used (0 when skipped)
+  double grad_norm = -1;                     // global norm of the unscaled gradients, -1 when not computed
+  bool skipped = false;                      // no update: `nonfinite` says why
+  NonFinite nonfinite = NonFinite::nothing;  // what was not finite when skipped
+  double loss_scale = 1;                     // scale used for this step's loss
 };
 
 class Optimizer {
@@ -97,7 +106,7 @@ class Optimizer {
 // Moment buffers per parameter the optimizer keeps: 2 for adam/adamw, 1 for sgd with momentum, else 0.
 int64_t optimizer_moments(const OptimizerConfig& c);
 
-// Whether `path` is decayed under optimizer.weight_decay_mask.
-bool weight_decay_applies(WeightDecayMask mask, const std::string& path, const Shape& shape);
+// Whether a parameter of `role` and `shape` is decayed under optimizer.weight_decay_mask.
+bool weight_decay_applies(WeightDecayMask mask, ParamRole role, const Shape& shape);
 
 }  // namespace loom

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "nn/config_keys.h"
 #include "nn/models.h"
 #include "train/fit.h"
 #include "train/model_source.h"
@@ -22,417 +23,103 @@ namespace loom {
 
 namespace {
 
-// One configuration key: where it lives in Config and how to read and print it.
-struct KeySpec {
-  const char* key;
-  const char* type;      // the --help-config column: int, number, string, dtype, bool, choice
-  std::string expected;  // what a value must be, for messages: "an integer"
-  const char* help;
-  std::span<const ChoiceInfo> choices = {};                  // a choice key's names (--help-config)
-  std::function<void(Config&, const toml::node&)> set_toml;  // throws std::invalid_argument or UserError
-  std::function<void(Config&, const std::string&)> set_text;
-  std::function<std::string(const Config&)> get;
-  // Whether the key means anything for this configuration (nullptr: always). The saved
-  // config.toml leaves out the keys that do not (num_classes for a language model, momentum for
-  // Adam), so it lists only what shaped the run.
-  bool (*applies)(const Config&) = nullptr;
-  // A file or directory (nullptr: not a path): resolved when read (resolve_path), relative to the
-  // config file that sets it or, on the command line, to the current directory.
-  std::function<std::string&(Config&)> path = nullptr;
-  std::function<void(Config& dst, const Config& src)> copy;  // dst's value = src's
-};
+using KeySpecC = KeySpec<Config>;
 
-// copy for the key whose member `ref` returns.
-template <class Get>
-auto copier(Get ref) {
-  return [ref](Config& dst, const Config& src) { ref(dst) = ref(const_cast<Config&>(src)); };
+// A room's row over its slice `Slice Config::*slice`, as a row over the whole configuration.
+template <class Slice>
+KeySpecC lift(const KeySpec<Slice>& k, Slice Config::*slice) {
+  KeySpecC out{.key = k.key,
+               .type = k.type,
+               .expected = k.expected,
+               .help = k.help,
+               .choices = k.choices,
+               .set_value = [f = k.set_value, slice](Config& c, const KeyValue& v) { f(c.*slice, v); },
+               .set_text = [f = k.set_text, slice](Config& c, const std::string& s) { f(c.*slice, s); },
+               .get = [f = k.get, slice](const Config& c) { return f(c.*slice); },
+               .applies = nullptr,
+               .needs = k.needs,
+               .path = nullptr,
+               .copy = [f = k.copy, slice](Config& dst, const Config& src) { f(dst.*slice, src.*slice); }};
+  if (k.applies) out.applies = [f = k.applies, slice](const Config& c) { return f(c.*slice); };
+  if (k.path) out.path = [f = k.path, slice](Config& c) -> std::string& { return f(c.*slice); };
+  return out;
 }
 
-// A TOML basic string holding exactly `s`: quotes, backslashes and control characters escaped, so
-// any accepted value (a path with a quote in it) reads back from config.toml and state.json.
-std::string toml_quote(std::string_view s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (u < 0x20 || u == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-KeySpec only_if(KeySpec k, bool (*applies)(const Config&)) {
-  k.applies = applies;
-  return k;
-}
-bool language_model(const Config& c) { return nn::model_kind(c.model.kind).language_model; }
-bool classifier(const Config& c) { return !language_model(c); }
-bool classification_data(const Config& c) { return c.data.kind == DataKind::random_classification; }
-bool token_data(const Config& c) { return is_token_data(c.data.kind); }
-bool random_tokens(const Config& c) { return c.data.kind == DataKind::random_tokens; }
-bool token_files(const Config& c) { return c.data.kind == DataKind::tokens; }
-bool adam_family(const Config& c) { return c.optimizer.name != OptimizerName::sgd; }
-bool sgd(const Config& c) { return c.optimizer.name == OptimizerName::sgd; }
-bool adamw(const Config& c) { return c.optimizer.name == OptimizerName::adamw; }
-bool warmup_schedule(const Config& c) { return c.optimizer.schedule.kind != ScheduleKind::constant; }
-bool cosine_schedule(const Config& c) { return c.optimizer.schedule.kind == ScheduleKind::warmup_cosine_decay; }
-bool exponential_schedule(const Config& c) {
-  return c.optimizer.schedule.kind == ScheduleKind::warmup_exponential_decay;
-}
-bool float16(const Config& c) { return c.model.dtype == DType::f16; }
-
-// Shortest text that reads back as the same double (std::to_chars), so "0.9" stays "0.9".
-std::string fmt_double(double v) {
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  std::string s(buf, ec == std::errc() ? end : buf);
-  if (s.find_first_of(".eE") == std::string::npos && s.find("inf") == std::string::npos && s != "nan") s += ".0";
-  return s;
+// Whether key `k` means anything for `c` (config.toml lists only those).
+bool key_applies(const KeySpecC& k, const Config& c) {
+  if (k.needs == KeyNeeds::float16_compute && c.model.dtype != DType::f16) return false;
+  return !k.applies || k.applies(c);
 }
 
-int64_t parse_int(const std::string& s) {
-  int64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) throw std::invalid_argument("not an integer");
-  return v;
-}
-double parse_number(const std::string& s) {
-  size_t used = 0;
-  double v;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    throw std::invalid_argument("not a number");
-  }
-  if (used != s.size()) throw std::invalid_argument("not a number");
-  if (!std::isfinite(v)) throw std::invalid_argument("infinities and NaN are not allowed");
-  return v;
-}
-DType parse_dtype(const std::string& s) {
-  auto d = dtype_from_name(s);
-  if (!d) throw std::invalid_argument("not a dtype");
-  if (!dtype_is_float(*d)) throw std::invalid_argument(s + " is not a floating-point dtype");
-  return *d;
-}
-// "float32, bfloat16, float16": the names a dtype key accepts (besides their short aliases).
-std::string float_dtype_names() {
-  std::vector<std::string_view> names;
-  for (int i = 0; i < kNumDTypes; ++i)
-    if (dtype_is_float(static_cast<DType>(i))) names.push_back(dtype_name(static_cast<DType>(i)));
-  return join_names(names, ", ");
+// A TOML value as the rows read it.
+KeyValue toml_value(const toml::node& n) {
+  if (n.is_integer()) return *n.value<int64_t>();
+  if (n.is_floating_point()) return *n.value<double>();
+  if (n.is_boolean()) return *n.value<bool>();
+  if (n.is_string()) return *n.value<std::string>();
+  return std::monostate{};
 }
 
-template <class Get>
-KeySpec make_int(const char* key, const char* help, Get ref) {
-  return {.key = key,
-          .type = "int",
-          .expected = "an integer",
-          .help = help,
-          .set_toml =
-              [ref](Config& c, const toml::node& n) {
-                auto v = n.value<int64_t>();
-                if (!n.is_integer() || !v) throw std::invalid_argument("not an integer");
-                ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(*v);
-              },
-          .set_text =
-              [ref](Config& c, const std::string& s) {
-                ref(c) = static_cast<std::remove_reference_t<decltype(ref(c))>>(parse_int(s));
-              },
-          .get = [ref](const Config& c) { return std::to_string(ref(const_cast<Config&>(c))); },
-          .copy = copier(ref)};
-}
-template <class Get>
-KeySpec make_number(const char* key, const char* help, Get ref) {
-  return {.key = key,
-          .type = "number",
-          .expected = "a number",
-          .help = help,
-          .set_toml =
-              [ref](Config& c, const toml::node& n) {
-                if (!n.is_number()) throw std::invalid_argument("not a number");
-                // TOML has inf and nan; no loom setting means them, and they would not survive a checkpoint.
-                if (!std::isfinite(*n.value<double>())) throw std::invalid_argument("not a finite number");
-                ref(c) = *n.value<double>();
-              },
-          .set_text = [ref](Config& c, const std::string& s) { ref(c) = parse_number(s); },
-          .get = [ref](const Config& c) { return fmt_double(ref(const_cast<Config&>(c))); },
-          .copy = copier(ref)};
-}
-template <class Get>
-KeySpec make_bool(const char* key, const char* help, Get ref) {
-  return {.key = key,
-          .type = "bool",
-          .expected = "true or false",
-          .help = help,
-          .set_toml =
-              [ref](Config& c, const toml::node& n) {
-                if (!n.is_boolean()) throw std::invalid_argument("not a boolean");
-                ref(c) = *n.value<bool>();
-              },
-          .set_text =
-              [ref](Config& c, const std::string& s) {
-                if (s == "true" || s == "1")
-                  ref(c) = true;
-                else if (s == "false" || s == "0")
-                  ref(c) = false;
-                else
-                  throw std::invalid_argument("not a boolean");
-              },
-          .get = [ref](const Config& c) { return std::string(ref(const_cast<Config&>(c)) ? "true" : "false"); },
-          .copy = copier(ref)};
-}
+#define LOOM_REF(member) LOOM_KEY_REF(Config, member)
 
-// A key written as a TOML string: `parse` turns the text into the member's value, `print` back.
-template <class Get, class Parse, class Print>
-KeySpec make_text(const char* key, const char* type, std::string expected, const char* help, Get ref, Parse parse,
-                  Print print) {
-  return {.key = key,
-          .type = type,
-          .expected = std::move(expected),
-          .help = help,
-          .set_toml =
-              [ref, parse](Config& c, const toml::node& n) {
-                if (!n.is_string()) throw std::invalid_argument("not a string");
-                ref(c) = parse(*n.value<std::string>());
-              },
-          .set_text = [ref, parse](Config& c, const std::string& s) { ref(c) = parse(s); },
-          .get = [ref, print](const Config& c) { return toml_quote(print(ref(const_cast<Config&>(c)))); },
-          .copy = copier(ref)};
-}
-template <class Get>
-KeySpec make_string(const char* key, const char* help, Get ref) {
-  auto same = [](const std::string& s) { return s; };
-  return make_text(key, "string", "a string", help, ref, same, same);
-}
-template <class Get>
-KeySpec make_dtype(const char* key, const char* help, Get ref) {
-  return make_text(key, "dtype", "a dtype name (" + float_dtype_names() + ")", help, ref, parse_dtype, dtype_name);
-}
-// One of the names of choice E (core/choice.h).
-template <class Get>
-KeySpec make_choice(const char* key, const char* help, Get ref) {
-  using E = std::remove_reference_t<decltype(ref(std::declval<Config&>()))>;
-  KeySpec k = make_text(
-      key, "choice", "one of " + choice_names<E>(), help, ref,
-      [](const std::string& s) { return parse_choice_or_throw<E>(s); }, [](E e) { return choice_name(e); });
-  k.choices = choices_of(E{});
-  return k;
-}
-// A subset of choice E's names: "none" or comma-separated (ChoiceSet).
-template <class Get>
-KeySpec make_choice_set(const char* key, const char* help, Get ref) {
-  using E = typename std::remove_reference_t<decltype(ref(std::declval<Config&>()))>::member_type;
-  KeySpec k = make_text(
-      key, "choices", "none or a comma-separated subset of " + choice_names<E>(", "), help, ref,
-      [](const std::string& s) { return parse_choice_set<E>(s); }, [](ChoiceSet<E> s) { return choice_set_name(s); });
-  k.choices = choices_of(E{});
-  return k;
-}
-
-template <class Get>
-KeySpec make_path(const char* key, const char* help, Get ref) {
-  KeySpec k = make_string(key, help, ref);
-  k.path = [ref](Config& c) -> std::string& { return ref(c); };
-  return k;
-}
-
-#define LOOM_REF(member) \
-  [](Config & c) -> auto& { return c.member; }
-
-const std::vector<KeySpec>& schema() {
-  static const std::vector<KeySpec> keys = {
-      make_int("seed", "seed of every random stream (init, data, dropout)", LOOM_REF(seed)),
-      make_choice("device", "where to run", LOOM_REF(device)),
-      make_int("threads", "CPU threads (0 = all cores)", LOOM_REF(threads)),
-      make_choice("model.kind", "model family", LOOM_REF(model.kind)),
-      make_dtype("model.dtype", "compute dtype of activations; params and optimizer state stay float32",
-                 LOOM_REF(model.dtype)),
-      make_int("model.hidden_size", "hidden width", LOOM_REF(model.hidden_size)),
-      only_if(make_int("model.num_classes", "output classes of the classifier", LOOM_REF(model.num_classes)),
-              classifier),
-      make_number("model.dropout_rate", "dropout rate in [0, 1)", LOOM_REF(model.dropout_rate)),
-      make_number("model.layer_norm_eps", "LayerNorm epsilon (Flax default 1e-6)", LOOM_REF(model.layer_norm_eps)),
-      only_if(make_int("model.num_layers", "transformer blocks", LOOM_REF(model.num_layers)), language_model),
-      only_if(make_int("model.head_dim", "attention head width; num_heads = hidden_size / head_dim",
-                       LOOM_REF(model.head_dim)),
-              language_model),
-      only_if(make_int("model.mlp_expansion", "MLP hidden width = mlp_expansion × hidden_size (see intermediate_size)",
-                       LOOM_REF(model.mlp_expansion)),
-              language_model),
-      only_if(make_int("model.vocab_size", "token embedding rows", LOOM_REF(model.vocab_size)), language_model),
-      only_if(make_int("model.num_outputs", "output logits per position (the vocabulary for a language model)",
-                       LOOM_REF(model.num_outputs)),
-              language_model),
-      only_if(make_int("model.max_seq_len", "rows of the learned position embedding", LOOM_REF(model.max_seq_len)),
-              language_model),
-      only_if(
-          make_dtype("model.softmax_dtype", "dtype of the attention logits and softmax", LOOM_REF(model.softmax_dtype)),
-          language_model),
-      only_if(make_bool("model.causal_mask", "causal attention mask", LOOM_REF(model.causal_mask)), language_model),
-      make_choice_set("model.remat", "remat regions: recomputed in the backward instead of kept",
-                      LOOM_REF(model.remat)),
-      make_choice("model.remat_policy", "what a remat region saves", LOOM_REF(model.remat_policy)),
-      make_string("model.remat_save_names", "save_only_these_names: comma-separated scope patterns, e.g. */attn/qkv",
-                  LOOM_REF(model.remat_save_names)),
-      only_if(
-          make_bool(
-              "model.scan_layers",
-              "parameter layout of files: stacked [num_layers, ...] (the tutorial's nn.scan); execution is the same",
-              LOOM_REF(model.scan_layers)),
-          language_model),
-      only_if(
-          make_choice("model.block_order", "order of the residual branches in a block", LOOM_REF(model.block_order)),
-          language_model),
-      only_if(make_choice("model.norm", "normalisation layers (epsilon: model.layer_norm_eps)", LOOM_REF(model.norm)),
-              language_model),
-      only_if(make_choice("model.mlp", "the MLP of each block", LOOM_REF(model.mlp)), language_model),
-      only_if(make_int("model.intermediate_size",
-                       "MLP hidden width; 0: mlp_expansion × hidden_size, and for swiglu Llama's "
-                       "2/3 of that rounded up to a multiple of 256",
-                       LOOM_REF(model.intermediate_size)),
-              language_model),
-      only_if(make_choice("model.position", "how token positions enter: learned table or rotary (RoPE)",
-                          LOOM_REF(model.position)),
-              language_model),
-      only_if(
-          make_number("model.rope_theta", "RoPE frequency base (model.position = rope)", LOOM_REF(model.rope_theta)),
-          language_model),
-      only_if(
-          make_int("model.num_kv_heads", "key/value heads, dividing num_heads (grouped-query attention; 0 = num_heads)",
-                   LOOM_REF(model.num_kv_heads)),
-          language_model),
-      only_if(make_bool("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", LOOM_REF(model.use_bias)),
-              language_model),
-      only_if(make_bool("model.tie_embeddings",
-                        "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)",
-                        LOOM_REF(model.tie_embeddings)),
-              language_model),
-      only_if(make_choice("model.init", "parameter init", LOOM_REF(model.init)), language_model),
-      only_if(make_bool("model.embed_dropout", "dropout after the token + position embedding (GPT-2)",
-                        LOOM_REF(model.embed_dropout)),
-              language_model),
-      make_path("model.init_from",
-                "start from this model's parameters, taking its architecture: a Hugging Face directory "
-                "(config.json, model.safetensors) or a loom run or checkpoint (\"\" = random init)",
-                LOOM_REF(model.init_from)),
-      make_choice("optimizer.name", "optimizer (Optax semantics)", LOOM_REF(optimizer.name)),
-      make_number("optimizer.learning_rate", "learning rate (the peak value when a warmup schedule is set)",
-                  LOOM_REF(optimizer.learning_rate)),
-      only_if(make_number("optimizer.b1", "Adam beta1", LOOM_REF(optimizer.b1)), adam_family),
-      only_if(make_number("optimizer.b2", "Adam beta2", LOOM_REF(optimizer.b2)), adam_family),
-      only_if(make_number("optimizer.eps", "Adam epsilon", LOOM_REF(optimizer.eps)), adam_family),
-      only_if(make_number("optimizer.eps_root", "Adam epsilon inside the square root", LOOM_REF(optimizer.eps_root)),
-              adam_family),
-      only_if(make_number("optimizer.momentum", "sgd momentum (0 = none)", LOOM_REF(optimizer.momentum)), sgd),
-      only_if(make_bool("optimizer.nesterov", "sgd Nesterov momentum", LOOM_REF(optimizer.nesterov)), sgd),
-      only_if(make_number("optimizer.weight_decay", "adamw decoupled weight decay", LOOM_REF(optimizer.weight_decay)),
-              adamw),
-      only_if(make_choice("optimizer.weight_decay_mask", "which params adamw decays",
-                          LOOM_REF(optimizer.weight_decay_mask)),
-              adamw),
-      make_number("optimizer.clip_norm", "clip_by_global_norm before the optimizer (0 = off)",
-                  LOOM_REF(optimizer.clip_norm)),
-      make_choice("optimizer.shard", "more than one rank (mpirun): how the optimizer state is split over the ranks",
-                  LOOM_REF(optimizer.shard)),
-      make_choice("optimizer.schedule", "learning-rate schedule", LOOM_REF(optimizer.schedule.kind)),
-      only_if(make_number("optimizer.init_value", "schedule: value at step 0 (warmup start)",
-                          LOOM_REF(optimizer.schedule.init_value)),
-              warmup_schedule),
-      only_if(make_int("optimizer.warmup_steps", "schedule: linear warmup steps",
-                       LOOM_REF(optimizer.schedule.warmup_steps)),
-              warmup_schedule),
-      only_if(make_int("optimizer.decay_steps", "warmup_cosine_decay: total steps including warmup",
-                       LOOM_REF(optimizer.schedule.decay_steps)),
-              cosine_schedule),
-      only_if(make_number("optimizer.end_value", "schedule: final value (cosine) or bound (exponential; 0 = none)",
-                          LOOM_REF(optimizer.schedule.end_value)),
-              warmup_schedule),
-      only_if(make_number("optimizer.exponent", "warmup_cosine_decay exponent", LOOM_REF(optimizer.schedule.exponent)),
-              cosine_schedule),
-      only_if(make_int("optimizer.transition_steps", "warmup_exponential_decay: steps per decay",
-                       LOOM_REF(optimizer.schedule.transition_steps)),
-              exponential_schedule),
-      only_if(
-          make_number("optimizer.decay_rate", "warmup_exponential_decay rate", LOOM_REF(optimizer.schedule.decay_rate)),
-          exponential_schedule),
-      only_if(make_int("optimizer.transition_begin", "warmup_exponential_decay: steps after warmup before decay starts",
-                       LOOM_REF(optimizer.schedule.transition_begin)),
-              exponential_schedule),
-      only_if(make_bool("optimizer.staircase", "warmup_exponential_decay: decay in discrete steps",
-                        LOOM_REF(optimizer.schedule.staircase)),
-              exponential_schedule),
-      only_if(make_choice("optimizer.loss_scale", "float16 loss scaling", LOOM_REF(optimizer.loss_scale)), float16),
-      only_if(make_number("optimizer.loss_scale_init", "initial (or static) loss scale",
-                          LOOM_REF(optimizer.loss_scale_init)),
-              float16),
-      only_if(make_number("optimizer.loss_scale_growth", "dynamic: factor after loss_scale_interval finite steps",
-                          LOOM_REF(optimizer.loss_scale_growth)),
-              float16),
-      only_if(make_number("optimizer.loss_scale_backoff", "dynamic: factor after a non-finite step",
-                          LOOM_REF(optimizer.loss_scale_backoff)),
-              float16),
-      only_if(make_int("optimizer.loss_scale_interval", "dynamic: finite steps before growing",
-                       LOOM_REF(optimizer.loss_scale_interval)),
-              float16),
-      only_if(make_number("optimizer.loss_scale_min", "dynamic: the scale never backs off below this",
-                          LOOM_REF(optimizer.loss_scale_min)),
-              float16),
-      make_int("optimizer.num_minibatches", "gradient accumulation: minibatches per step (divides data.batch_size)",
-               LOOM_REF(optimizer.num_minibatches)),
-      make_choice("data.kind", "data source", LOOM_REF(data.kind)),
-      make_int("data.batch_size", "examples per optimizer step (all minibatches together)", LOOM_REF(data.batch_size)),
-      only_if(make_int("data.num_inputs", "input features of random_classification data", LOOM_REF(data.num_inputs)),
-              classification_data),
-      only_if(make_int("data.seq_len", "tokens per sequence", LOOM_REF(data.seq_len)), token_data),
-      only_if(
-          make_int("data.vocab_size", "random_tokens: tokens drawn from [1, vocab_size)", LOOM_REF(data.vocab_size)),
-          random_tokens),
-      only_if(make_path("data.dir", "tokens: directory written by `loom prepare` (train.bin, val.bin, meta.json)",
-                        LOOM_REF(data.dir)),
-              token_files),
-      make_int("train.steps", "optimizer steps to run", LOOM_REF(train.steps)),
-      make_int("train.log_every", "log every N steps", LOOM_REF(train.log_every)),
-      make_path("train.metrics_file",
-                "JSONL file with one object per logged step (empty: RUN/metrics.jsonl for runs with --out)",
-                LOOM_REF(train.metrics_file)),
-      make_bool("train.tensorboard",
-                "also write the logged numbers as a TensorBoard event file in the run directory "
-                "(tensorboard --logdir runs/)",
-                LOOM_REF(train.tensorboard)),
-      make_int("train.eval_interval", "evaluate the validation loss every N steps (0 = never)",
-               LOOM_REF(train.eval_interval)),
-      make_int("train.eval_iters", "validation batches per evaluation", LOOM_REF(train.eval_iters)),
-      make_int("train.checkpoint_interval", "save a checkpoint every N steps (0 = at evaluations and at the end)",
-               LOOM_REF(train.checkpoint_interval)),
-      make_int("train.keep_last", "checkpoints to keep (the best one is kept apart)", LOOM_REF(train.keep_last)),
-      make_int("train.sample_tokens", "after training, print a sample of this many tokens (0 = none)",
-               LOOM_REF(train.sample_tokens)),
-      make_choice("train.on_nonfinite", "what a NaN or infinite loss or gradient norm does (float32/bfloat16)",
-                  LOOM_REF(train.on_nonfinite)),
-      make_int("train.max_skipped_steps",
-               "stop after this many skipped steps in a row, in any dtype (float16 overflow included; 0 = never)",
-               LOOM_REF(train.max_skipped_steps)),
-      make_int("train.bucket_kib",
-               "more than one rank (mpirun): gradients are summed over ranks in buckets of this many KiB, each as "
-               "soon as the backward has written it (no effect on the result)",
-               LOOM_REF(train.bucket_kib)),
-      make_string("train.memory_budget",
-                  "model.remat = auto: bytes the run may plan, e.g. 20GiB (empty: the memory available to each "
-                  "rank on this machine)",
-                  LOOM_REF(train.memory_budget)),
-      make_number("train.collective_timeout",
-                  "more than one rank: seconds a rank waits for the others in a collective before it asks which are "
-                  "alive, names those that are not (stopped, dead, unreachable) and ends the job; a rank saving a "
-                  "checkpoint answers that it is busy, so a long save never trips it",
-                  LOOM_REF(train.collective_timeout)),
-  };
-  return keys;
+// Every key: the run's own (seed, device, threads), each room's table, then train.*.
+const std::vector<KeySpecC>& schema() {
+  static const std::vector<KeySpecC> rows = [] {
+    using namespace keys;
+    std::vector<KeySpecC> all = {
+      integer<Config>("seed", "seed of every random stream (init, data, dropout)", LOOM_REF(seed)),
+      choice<Config>("device", "where to run", LOOM_REF(device)),
+      integer<Config>("threads", "CPU threads (0 = all cores)", LOOM_REF(threads)),
+    };
+    for (const auto& k : model_keys()) all.push_back(lift(k, &Config::model));
+    for (const auto& k : optimizer_keys()) all.push_back(lift(k, &Config::optimizer));
+    for (const auto& k : data_keys()) all.push_back(lift(k, &Config::data));
+    const std::vector<KeySpecC> train = {
+        integer<Config>("train.steps", "optimizer steps to run", LOOM_REF(train.steps)),
+        integer<Config>("train.log_every", "log every N steps", LOOM_REF(train.log_every)),
+        path<Config>("train.metrics_file",
+                     "JSONL file with one object per logged step (empty: RUN/metrics.jsonl for runs with --out)",
+                     LOOM_REF(train.metrics_file)),
+        boolean<Config>("train.tensorboard",
+                        "also write the logged numbers as a TensorBoard event file in the run directory "
+                        "(tensorboard --logdir runs/)",
+                        LOOM_REF(train.tensorboard)),
+        integer<Config>("train.eval_interval", "evaluate the validation loss every N steps (0 = never)",
+                        LOOM_REF(train.eval_interval)),
+        integer<Config>("train.eval_iters", "validation batches per evaluation", LOOM_REF(train.eval_iters)),
+        integer<Config>("train.checkpoint_interval",
+                        "save a checkpoint every N steps (0 = at evaluations and at the end)",
+                        LOOM_REF(train.checkpoint_interval)),
+        integer<Config>("train.keep_last", "checkpoints to keep (the best one is kept apart)",
+                        LOOM_REF(train.keep_last)),
+        integer<Config>("train.sample_tokens", "after training, print a sample of this many tokens (0 = none)",
+                        LOOM_REF(train.sample_tokens)),
+        choice<Config>("train.on_nonfinite", "what a NaN or infinite loss or gradient norm does (float32/bfloat16)",
+                       LOOM_REF(train.on_nonfinite)),
+        integer<Config>(
+            "train.max_skipped_steps",
+            "stop after this many skipped steps in a row, in any dtype (float16 overflow included; 0 = never)",
+            LOOM_REF(train.max_skipped_steps)),
+        integer<Config>(
+            "train.bucket_kib",
+            "more than one rank (mpirun): gradients are summed over ranks in buckets of this many KiB, each as "
+            "soon as the backward has written it (no effect on the result)",
+            LOOM_REF(train.bucket_kib)),
+        string<Config>("train.memory_budget",
+                       "model.remat = auto: bytes the run may plan, e.g. 20GiB (empty: the memory available to each "
+                       "rank on this machine)",
+                       LOOM_REF(train.memory_budget)),
+        number<Config>(
+            "train.collective_timeout",
+            "more than one rank: seconds a rank waits for the others in a collective before it asks which are "
+            "alive, names those that are not (stopped, dead, unreachable) and ends the job; a rank saving a "
+            "checkpoint answers that it is busy, so a long save never trips it",
+            LOOM_REF(train.collective_timeout)),
+    };
+    all.insert(all.end(), train.begin(), train.end());
+    return all;
+  }();
+  return rows;
 }
 #undef LOOM_REF
 
@@ -441,8 +128,8 @@ const Config& defaults() {
   return d;
 }
 
-const KeySpec* find_key(const std::string& key) {
-  for (const KeySpec& k : schema())
+const KeySpecC* find_key(const std::string& key) {
+  for (const KeySpecC& k : schema())
     if (key == k.key) return &k;
   return nullptr;
 }
@@ -454,7 +141,7 @@ std::string unknown_key_fix(const std::string& key) {
   const std::string name = key.substr(key.find('.') == std::string::npos ? 0 : key.rfind('.') + 1);
   std::vector<std::string_view> all;
   std::string meant;
-  for (const KeySpec& k : schema()) {
+  for (const KeySpecC& k : schema()) {
     const std::string_view full = k.key;
     all.push_back(full);
     if (meant.empty() && full.substr(full.find('.') == std::string_view::npos ? 0 : full.rfind('.') + 1) == name)
@@ -463,7 +150,7 @@ std::string unknown_key_fix(const std::string& key) {
   if (meant.empty()) meant = closest_name(key, all);
   const std::string section = key.find('.') == std::string::npos ? "" : key.substr(0, key.find('.') + 1);
   std::string near;
-  for (const KeySpec& k : schema()) {
+  for (const KeySpecC& k : schema()) {
     const std::string n = k.key;
     const bool same_section = section.empty() ? n.find('.') == std::string::npos : n.rfind(section, 0) == 0;
     if (same_section) near += (near.empty() ? "" : ", ") + n;
@@ -493,10 +180,10 @@ void walk(Config& c, const toml::table& t, const std::string& prefix, const std:
       continue;
     }
     given.insert(key);
-    const KeySpec* spec = find_key(key);
+    const KeySpecC* spec = find_key(key);
     if (!spec) throw UserError(file + ": " + key, "unknown configuration key", unknown_key_fix(key));
     try {
-      spec->set_toml(c, node);
+      spec->set_value(c, toml_value(node));
       if (spec->path) spec->path(c) = resolve_path(spec->path(c), base);
     } catch (const std::invalid_argument& e) {
       throw UserError(file + ": " + key, "expected " + spec->expected + more_reason(e.what()),
@@ -528,7 +215,7 @@ void apply_init_from(Config& c, const std::set<std::string>& given) {
   const ModelSource src(c.model.init_from);
   const std::string& f = c.source.empty() ? std::string("config") : c.source;
   for (const ArchKey& k : src.keys()) {
-    const KeySpec* spec = find_key(k.key);
+    const KeySpecC* spec = find_key(k.key);
     LOOM_ASSERT(spec != nullptr, "model source key '" + k.key + "' is not in the schema");
     if (!given.count(k.key)) {
       spec->copy(c, src.config());
@@ -575,7 +262,7 @@ void apply_override(Config& c, const std::string& assignment) {
                     "for example optimizer.num_minibatches=4");
   const std::string key = assignment.substr(0, eq);
   const std::string val = assignment.substr(eq + 1);
-  const KeySpec* spec = find_key(key);
+  const KeySpecC* spec = find_key(key);
   if (!spec) throw UserError("override " + key, "unknown configuration key", unknown_key_fix(key));
   try {
     spec->set_text(c, val);
@@ -731,8 +418,8 @@ Config config_from_toml_text(const std::string& text, const std::string& source,
 
 std::string config_to_toml(const Config& c) {
   std::string out, section;
-  for (const KeySpec& k : schema()) {
-    if (k.applies && !k.applies(c)) continue;
+  for (const KeySpecC& k : schema()) {
+    if (!key_applies(k, c)) continue;
     const std::string key = k.key;
     const size_t dot = key.find('.');
     const std::string sec = dot == std::string::npos ? "" : key.substr(0, dot);
@@ -747,7 +434,7 @@ std::string config_to_toml(const Config& c) {
 
 std::vector<ConfigKeyInfo> config_keys() {
   std::vector<ConfigKeyInfo> out;
-  for (const KeySpec& k : schema()) {
+  for (const KeySpecC& k : schema()) {
     std::vector<std::string> names;
     for (const ChoiceInfo& ch : k.choices) names.emplace_back(ch.name);
     out.push_back({.key = k.key, .type = k.type, .choices = std::move(names)});
@@ -758,7 +445,7 @@ std::vector<ConfigKeyInfo> config_keys() {
 std::string config_help() {
   std::string out;
   const Config& d = defaults();
-  for (const KeySpec& k : schema()) {
+  for (const KeySpecC& k : schema()) {
     char line[512];
     std::snprintf(line, sizeof line, "  %-28s %-10s default %-22s %s\n", k.key, k.type, k.get(d).c_str(), k.help);
     out += line;

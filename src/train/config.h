@@ -1,6 +1,7 @@
 // Run configuration: TOML files with the tutorials' key names, overridable on the command line
-// as `section.key=value`. Every key is declared once in the schema (config.cpp) with its type,
-// default and help text; unknown keys, wrong types and inconsistent values are UserErrors that
+// as `section.key=value`. Every key is declared once, in the table of the room that owns it
+// (core/config_key.h rows: model.* in nn/config_keys.h, optimizer.* in optim/config.h, data.* in
+// data/config.h, the rest in config.cpp) with its type, default and help text; unknown keys, wrong types and inconsistent values are UserErrors that
 // name the key (and the file) and say how to fix it.
 #pragma once
 #include <cstdint>

@@ -9,7 +9,7 @@
 #include "data/hf_tokenizer.h"
 #include "io/hf.h"
 #include "io/param_io.h"
-#include "nn/hf_names.h"
+#include "nn/models/hf_arch.h"
 #include "nn/models.h"
 #include "train/checkpoint.h"
 #include "train/model_source.h"

@@ -18,7 +18,7 @@ struct HfExport {
 };
 
 // UserErrors: a source that is no loom checkpoint, a model transformers' architectures cannot
-// hold (nn/hf_names.h names the key), an OUTDIR that exists and is not empty (nothing is
+// hold (nn/models/hf_arch.h: the architecture names the key), an OUTDIR that exists and is not empty (nothing is
 // overwritten). The files are written into OUTDIR.loom-export.tmp, which is then renamed to
 // OUTDIR: a failed export leaves no OUTDIR.
 HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir);

@@ -46,7 +46,7 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
     const LossScaler& sc = t.optimizer().scaler();
     // float16 gradients that overflow are the loss scale's business (skip and back off), up to
     // max_skipped_steps in a row; anything else non-finite means the run diverged.
-    const bool scale_skip = fp16 && std::string_view(r.opt.nonfinite) == "gradient norm";
+    const bool scale_skip = fp16 && r.opt.nonfinite == NonFinite::grad_norm;
     std::string diverged;
     if (r.opt.skipped && !scale_skip && tc.on_nonfinite == OnNonFinite::stop)
       diverged = fmt::format("the {} is not finite at step {}", r.opt.nonfinite, s + 1);

@@ -1,4 +1,4 @@
-// Hugging Face checkpoints in (src/io/hf.h, src/nn/hf_names.h, src/train/model_source.h) against
+// Hugging Face checkpoints in (src/io/hf.h, src/nn/models/hf_arch.h, src/train/model_source.h) against
 // tests/golden/hf/{gpt2, llama_tied, llama_untied}: random-weight GPT2LMHeadModel and
 // LlamaForCausalLM models (GQA; tied and untied heads) and the logits, loss and gradients
 // transformers computes for fixed ids (tools/make_hf_fixtures.py). loom started from each

@@ -99,7 +99,8 @@ struct Harness {
   std::vector<std::string> names{"kernel", "bias", "embedding"};
 
   Harness(const std::string& device, OptimizerConfig c, const json& params) : be(make_backend(device)) {
-    for (const auto& n : names) g.add_param(n, shape_of(params[n]), {});
+    for (const auto& n : names)
+      g.add_param(n, shape_of(params[n]), {.role = n == "kernel" ? ParamRole::kernel : ParamRole::other});
     const Status st = Executor::create(*be, g, plan_memory(g, default_schedule(g)), &ex);
     EXPECT_TRUE(st.is_ok()) << st.message();
     for (const auto& n : names) ex->upload(g.input_by_name(n), flat(params[n]).data());
@@ -248,7 +249,7 @@ TEST(LossScaler, NonFiniteLossSkipsTheUpdateInFloat32) {
   Optimizer opt(c, DType::f32, *be, gr, *ex);
   const OptimizerReport r = opt.step(/*loss_finite=*/false);
   EXPECT_TRUE(r.skipped);
-  EXPECT_STREQ(r.nonfinite, "loss");
+  EXPECT_EQ(r.nonfinite, NonFinite::loss);
   EXPECT_EQ(opt.scaler().skipped, 1);
   EXPECT_EQ(opt.count(), 0);
   std::vector<float> after(2);

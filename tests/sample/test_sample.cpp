@@ -34,7 +34,7 @@
 #include "graph/passes/plan.h"
 #include "io/param_io.h"
 #include "nn/init.h"
-#include "nn/transformer.h"
+#include "nn/models/transformer/transformer.h"
 #include "runtime/executor.h"
 #include "sample/sample.h"
 #include "train/checkpoint.h"

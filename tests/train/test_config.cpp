@@ -5,11 +5,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "nn/models.h"
+#include "optim/optimizer.h"
 #include "train/config.h"
 
 namespace loom {
@@ -179,6 +181,54 @@ TEST(ModelKinds, ValidationNamesTheKey) {
   EXPECT_THROW(nn::model_kind(m.kind).validate(m), UserError);
   m.remat = {RematRegion::MLP};
   EXPECT_NO_THROW(nn::model_kind(m.kind).validate(m));
+}
+
+// Each family lists its own model.* keys (nn/models/<family>/keys.cpp): the schema keeps every
+// family's order, and a saved configuration holds exactly the model keys its family lists (with
+// model.kind, model.dtype and model.init_from, which every model has).
+TEST(ModelKinds, EachFamilyOwnsItsKeys) {
+  std::vector<std::string> schema;
+  for (const ConfigKeyInfo& k : config_keys()) schema.push_back(k.key);
+  for (const ChoiceInfo& n : choices_of(ModelKind{})) {
+    const ModelKind kind = *parse_choice<ModelKind>(n.name);
+    std::vector<std::string> own;
+    for (const KeySpec<ModelConfig>& k : nn::model_kind(kind).keys()) own.emplace_back(k.key);
+    ASSERT_FALSE(own.empty()) << n.name;
+    size_t at = 0;  // own is a subsequence of the schema
+    for (const std::string& k : own) {
+      while (at < schema.size() && schema[at] != k) ++at;
+      EXPECT_LT(at, schema.size()) << n.name << ": " << k << " is not in the schema in the family's order";
+    }
+    Config c;
+    c.model.kind = kind;
+    const std::string toml = config_to_toml(c);
+    for (const std::string& k : schema) {
+      if (!k.starts_with("model.") || k == "model.kind" || k == "model.dtype" || k == "model.init_from") continue;
+      const bool listed = std::find(own.begin(), own.end(), k) != own.end();
+      const std::string line = "\n" + k.substr(6) + " = ";
+      EXPECT_EQ(toml.find(line) != std::string::npos, listed) << n.name << ": " << k;
+    }
+  }
+}
+
+// optimizer.weight_decay_mask = kernels decays the parameters their layers mark as dense kernels
+// (ParamRole::kernel): in every model, exactly those whose path ends in "kernel".
+TEST(ModelKinds, DenseKernelsAreMarkedForWeightDecay) {
+  for (const ChoiceInfo& n : choices_of(ModelKind{})) {
+    ModelConfig m;
+    m.kind = *parse_choice<ModelKind>(n.name);
+    m.vocab_size = m.num_outputs = 16;
+    const nn::ModelGraph g = nn::build_model(m, {.batch = 1, .num_inputs = 4, .seq_len = 4}, /*train=*/true);
+    int kernels = 0;
+    for (const Param& p : g.graph.params()) {
+      const std::string& path = g.graph.value(p.value).name;
+      const bool kernel = path.ends_with("/kernel");
+      kernels += kernel;
+      EXPECT_EQ(weight_decay_applies(WeightDecayMask::kernels, p.init.role, g.graph.value(p.value).shape), kernel)
+          << n.name << ": " << path;
+    }
+    EXPECT_GT(kernels, 0) << n.name;
+  }
 }
 
 }  // namespace

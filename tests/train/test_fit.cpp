@@ -132,7 +132,7 @@ TEST(Fit, TrainerRunsTheChoiceWithTheGradientsOfNoRemat) {
   plain.model.remat = {};
   Trainer u(plain, *be);
   const Batch b = make_batch(c.data, data_context(c));
-  EXPECT_EQ(t.step(b).metrics.at("loss").mean(), u.step(b).metrics.at("loss").mean());
+  EXPECT_EQ(t.step(b).metrics.loss.mean(), u.step(b).metrics.loss.mean());
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 #pragma once
 #include <cstdint>
 
+#include <vector>
+
+#include "core/config_key.h"
 #include "nn/config.h"
 #include "nn/model.h"
 
@@ -15,5 +18,8 @@ namespace loom::nn {
 ModelGraph build_mlp_classifier(const ModelConfig& c, const ModelInput& in, bool train);
 // Its model.* keys (one remat region, MLP; at least one class): UserError naming the key.
 void validate_mlp_classifier(const ModelConfig& c);
+
+// Its model.* keys (models/mlp_classifier/keys.cpp; ModelKindInfo::keys).
+std::vector<KeySpec<ModelConfig>> mlp_classifier_keys();
 
 }  // namespace loom::nn

@@ -1,7 +1,8 @@
-#include "nn/mlp_classifier.h"
+#include "nn/models/mlp_classifier/mlp_classifier.h"
 
 #include "core/error.h"
 #include "nn/layers.h"
+#include "nn/models.h"
 
 namespace loom::nn {
 
@@ -32,6 +33,17 @@ void validate_mlp_classifier(const ModelConfig& c) {
       c.remat != ChoiceSet<RematRegion>{RematRegion::auto_})
     throw UserError("model.remat", "the mlp_classifier has one remat region, 'MLP' (its hidden block)",
                     "use model.remat=MLP, auto or none");
+}
+
+const ModelKindInfo& mlp_classifier_family() {
+  static const ModelKindInfo row{.name = {},
+                                 .language_model = false,
+                                 .build = build_mlp_classifier,
+                                 .validate = validate_mlp_classifier,
+                                 .build_decoder = nullptr,
+                                 .build_prefill = nullptr,
+                                 .keys = mlp_classifier_keys};
+  return row;
 }
 
 }  // namespace loom::nn

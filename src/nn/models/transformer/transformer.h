@@ -17,6 +17,9 @@
 #pragma once
 #include <cstdint>
 
+#include <vector>
+
+#include "core/config_key.h"
 #include "nn/config.h"
 #include "nn/model.h"
 
@@ -58,5 +61,8 @@ ModelGraph build_transformer_decoder(const ModelConfig& c, int64_t batch, int64_
 // Parameters as build_transformer's. Requires c.causal_mask and 1 <= len <= max_len <=
 // c.max_seq_len (std::invalid_argument otherwise).
 ModelGraph build_transformer_prefill(const ModelConfig& c, int64_t batch, int64_t len, int64_t max_len);
+
+// Its model.* keys (models/transformer/keys.cpp; ModelKindInfo::keys).
+std::vector<KeySpec<ModelConfig>> transformer_keys();
 
 }  // namespace loom::nn

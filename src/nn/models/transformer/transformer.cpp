@@ -1,4 +1,4 @@
-#include "nn/transformer.h"
+#include "nn/models/transformer/transformer.h"
 
 #include <cmath>
 #include <cstring>
@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "nn/layers.h"
+#include "nn/models.h"
 
 namespace loom::nn {
 
@@ -32,7 +33,7 @@ ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const ModelConfig&
                int in_dims = 1) {
   const int64_t fan_in = s.graph().value(x).shape.last();
   const int64_t out = kernel_shape.numel() / fan_in;
-  const ValueId w = s.param("kernel", kernel_shape, kernel_init(c, fan_in, residual_proj));
+  const ValueId w = s.param("kernel", kernel_shape, as_kernel(kernel_init(c, fan_in, residual_proj)));
   const ValueId wv = kernel_shape.rank == 2 ? w : view(s, w, Shape{fan_in, out});
   if (!c.use_bias) return s.op1(OpKind::dense, {x, wv}, DenseAttrs{c.dtype});
   Shape bias_shape;
@@ -296,6 +297,17 @@ void validate_transformer(const ModelConfig& c) {
   need(c.rope_theta > 0, "model.rope_theta", "must be > 0", "Llama uses 10000 (Llama 3: 500000)");
   need(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
        "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
+}
+
+const ModelKindInfo& transformer_family() {
+  static const ModelKindInfo row{.name = {},
+                                 .language_model = true,
+                                 .build = build_transformer,
+                                 .validate = validate_transformer,
+                                 .build_decoder = build_transformer_decoder,
+                                 .build_prefill = build_transformer_prefill,
+                                 .keys = transformer_keys};
+  return row;
 }
 
 }  // namespace loom::nn

@@ -1,0 +1,21 @@
+// The model.* keys (core/config_key.h rows over ModelConfig). Each family lists its keys
+// (ModelKindInfo::keys, in its folder nn/models/<family>/), sharing the rows below; model_keys()
+// is model.kind and model.dtype, the families' lists merged, then model.init_from.
+#pragma once
+#include <vector>
+
+#include "core/config_key.h"
+#include "nn/config.h"
+
+namespace loom {
+
+// Rows more than one family lists.
+KeySpec<ModelConfig> hidden_size_key();
+KeySpec<ModelConfig> dropout_rate_key();
+KeySpec<ModelConfig> layer_norm_eps_key();
+std::vector<KeySpec<ModelConfig>> remat_keys();  // model.remat, remat_policy, remat_save_names
+
+// Every model.* key in `loom help config` order; a family's own key applies only to it.
+const std::vector<KeySpec<ModelConfig>>& model_keys();
+
+}  // namespace loom

@@ -1,0 +1,124 @@
+// A Hugging Face architecture as a table row: what a family folder (nn/models/<family>/) says
+// about one `transformers` model class, as data that io/hf.h interprets. A row holds
+//   - its names: the architecture ("GPT2LMHeadModel") and config.json's model_type ("gpt2");
+//   - config.json in and out: which loom model.* keys its keys set (with their origins, for
+//     messages) and the config.json of a loom model;
+//   - the tensor map: which loom parameter is which tensor, with its name, shape and layout there
+//     (HfLayout: the layout transforms io/hf.cpp applies, shared by every architecture).
+// io/hf.cpp reads and writes the files, converts dtypes and applies the layouts; it never names
+// an architecture. The rows are listed in nn/models/registry.h (LOOM_HF_ARCHITECTURES).
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/shape.h"
+#include "nn/config.h"
+
+namespace loom::nn {
+
+enum class HfLayout {
+  same,         // the same row-major values
+  qkv_columns,  // GPT-2's c_attn: the last axis is (3, H, D) in the file, (H, 3, D) in loom
+  transposed,   // nn.Linear's weight: [a, b] in the file is loom's [b, a] (loom's shape flattened to 2-D)
+  qkv_rows,     // Llama's q/k/v_proj [KV·slots·D, C]: transposed into slots [slot, slot + slots) of
+                // each key/value head of loom's [C, KV, (G+2)·D]; three tensors share one parameter
+};
+
+struct HfParam {
+  std::string hf_name;  // "transformer.h.0.attn.c_attn.weight"
+  Shape hf_shape;       // [C, 3C]
+  std::string path;     // "block_0/attn/qkv/kernel"; "" for a bias the model lacks (zero)
+  Shape shape;          // [C, H, 3D]
+  HfLayout layout = HfLayout::same;
+  int64_t slot = 0, slots = 0;  // qkv_rows: the part of each key/value head's (G+2)·D columns
+};
+
+struct HfModelMap {
+  std::string architecture;  // "GPT2LMHeadModel"
+  std::string model_type;    // config.json's "model_type": "gpt2"
+  std::string prefix;        // of the base model's tensors ("transformer.", "model."), which files
+                             // written from the base model class (GPT2Model) lack
+  int64_t heads = 0, head_dim = 0, kv_heads = 0;
+  std::vector<HfParam> params;  // every parameter of the model, in the HF file order
+  // Buffers older checkpoints saved beside the parameters (GPT-2's causal masks, Llama's rotary
+  // inverse frequencies): skipped on import.
+  bool (*is_buffer)(const std::string& hf_name) = nullptr;
+};
+
+// Reads one config.json's keys, with the config class's default when a key is absent or null; a
+// value of the wrong type, or an option loom does not run (fail), is a UserError naming the file
+// and the key.
+class HfConfigJson {
+ public:
+  HfConfigJson(const nlohmann::json& j, const std::string& path) : j_(j), path_(path) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const;
+  const nlohmann::json* find(const char* key) const;     // nullptr: absent or null
+  int64_t integer(const char* key, int64_t dflt) const;  // positive
+  double number(const char* key, double dflt) const;     // positive
+  bool boolean(const char* key, bool dflt) const;
+  std::string text(const char* key, const std::string& dflt) const;
+
+ private:
+  const nlohmann::json& j_;
+  const std::string& path_;
+};
+
+// One `transformers` architecture loom reads and writes.
+struct HfArchitecture {
+  std::string_view architecture;  // "GPT2LMHeadModel"
+  std::string_view model_type;    // "gpt2"
+  // How the refusal of an unknown architecture lists it: "GPT2LMHeadModel (model_type \"gpt2\")".
+  std::string_view listed_as;
+  // Whether this architecture is the one a loom model `c` exports as (the first row that claims a
+  // model is asked for its map, which may still refuse it).
+  bool (*claims)(const ModelConfig& c);
+  // config.json -> `m` (loom's defaults on entry) and the model.* keys it decides, their origins
+  // naming config.json's keys.
+  void (*read_config)(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& keys);
+  // The config.json of `c` (without bos/eos, which io adds), given its map.
+  nlohmann::json (*write_config)(const ModelConfig& c, const HfModelMap& map);
+  // The map of `c`'s parameters; a model this architecture cannot hold is a UserError naming the
+  // model.* key.
+  HfModelMap (*tensor_map)(const ModelConfig& c);
+};
+
+// Every architecture of LOOM_HF_ARCHITECTURES, in its order.
+std::span<const HfArchitecture* const> hf_architectures();
+// The architecture config.json names by `model_type` and `architecture` (either may be "", not
+// both), or nullptr.
+const HfArchitecture* find_hf_architecture(std::string_view model_type, std::string_view architecture);
+// Why loom refuses a known relative of its architectures (model_type "qwen2": its q/k/v biases),
+// or "" for a model_type loom knows nothing about.
+std::string_view hf_near_miss(std::string_view model_type);
+
+// The map of `c`'s parameters, by the first architecture that claims `c`. A model that no
+// `transformers` architecture loom knows can hold (the tutorial's mlp_first blocks, an untied head
+// with its bias, RMSNorm with a GELU MLP, ...) is a UserError naming the model.* key.
+HfModelMap hf_model_map(const ModelConfig& c);
+// The architecture hf_model_map(c) uses.
+const HfArchitecture& hf_architecture_of(const ModelConfig& c);
+
+// Helpers for the rows' tensor maps.
+// Refuses a model `architecture` cannot hold, naming the key and what the architecture needs.
+struct HfNeeds {
+  const char* architecture;
+  const char* variant;
+  void operator()(bool ok, const char* key, const std::string& problem) const;
+};
+// Appends the entries of one architecture's map (prefix added to the names; a bias of a model
+// without biases has no loom path).
+struct HfMapBuilder {
+  HfModelMap& m;
+  bool use_bias;
+  void operator()(const std::string& hf, Shape hf_shape, std::string path, Shape shape,
+                  HfLayout layout = HfLayout::same, int64_t slot = 0, int64_t slots = 0) const;
+};
+// The checks every decoder architecture makes: a causal transformer with attention first.
+void hf_check_decoder(const ModelConfig& c, const HfNeeds& need);
+
+}  // namespace loom::nn

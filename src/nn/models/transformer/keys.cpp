@@ -1,0 +1,60 @@
+// The transformer family's model.* keys (nn/config_keys.h), in `loom help config` order.
+#include "nn/config_keys.h"
+#include "nn/models/transformer/transformer.h"
+
+namespace loom::nn {
+
+using namespace keys;
+
+#define REF(member) LOOM_KEY_REF(ModelConfig, member)
+
+std::vector<KeySpec<ModelConfig>> transformer_keys() {
+  std::vector<KeySpec<ModelConfig>> k = {
+      hidden_size_key(),
+      dropout_rate_key(),
+      layer_norm_eps_key(),
+      integer<ModelConfig>("model.num_layers", "transformer blocks", REF(num_layers)),
+      integer<ModelConfig>("model.head_dim", "attention head width; num_heads = hidden_size / head_dim", REF(head_dim)),
+      integer<ModelConfig>("model.mlp_expansion",
+                           "MLP hidden width = mlp_expansion × hidden_size (see intermediate_size)",
+                           REF(mlp_expansion)),
+      integer<ModelConfig>("model.vocab_size", "token embedding rows", REF(vocab_size)),
+      integer<ModelConfig>("model.num_outputs", "output logits per position (the vocabulary for a language model)",
+                           REF(num_outputs)),
+      integer<ModelConfig>("model.max_seq_len", "rows of the learned position embedding", REF(max_seq_len)),
+      dtype<ModelConfig>("model.softmax_dtype", "dtype of the attention logits and softmax", REF(softmax_dtype)),
+      boolean<ModelConfig>("model.causal_mask", "causal attention mask", REF(causal_mask)),
+  };
+  for (KeySpec<ModelConfig>& r : remat_keys()) k.push_back(std::move(r));
+  std::vector<KeySpec<ModelConfig>> block = {
+      boolean<ModelConfig>(
+          "model.scan_layers",
+          "parameter layout of files: stacked [num_layers, ...] (the tutorial's nn.scan); execution is the same",
+          REF(scan_layers)),
+      choice<ModelConfig>("model.block_order", "order of the residual branches in a block", REF(block_order)),
+      choice<ModelConfig>("model.norm", "normalisation layers (epsilon: model.layer_norm_eps)", REF(norm)),
+      choice<ModelConfig>("model.mlp", "the MLP of each block", REF(mlp)),
+      integer<ModelConfig>("model.intermediate_size",
+                           "MLP hidden width; 0: mlp_expansion × hidden_size, and for swiglu Llama's "
+                           "2/3 of that rounded up to a multiple of 256",
+                           REF(intermediate_size)),
+      choice<ModelConfig>("model.position", "how token positions enter: learned table or rotary (RoPE)", REF(position)),
+      number<ModelConfig>("model.rope_theta", "RoPE frequency base (model.position = rope)", REF(rope_theta)),
+      integer<ModelConfig>("model.num_kv_heads",
+                           "key/value heads, dividing num_heads (grouped-query attention; 0 = num_heads)",
+                           REF(num_kv_heads)),
+      boolean<ModelConfig>("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", REF(use_bias)),
+      boolean<ModelConfig>("model.tie_embeddings",
+                           "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)",
+                           REF(tie_embeddings)),
+      choice<ModelConfig>("model.init", "parameter init", REF(init)),
+      boolean<ModelConfig>("model.embed_dropout", "dropout after the token + position embedding (GPT-2)",
+                           REF(embed_dropout)),
+  };
+  k.insert(k.end(), block.begin(), block.end());
+  return k;
+}
+
+#undef REF
+
+}  // namespace loom::nn
