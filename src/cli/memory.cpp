@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "backend/registry.h"
 #include "cli/command.h"
 #include "core/error.h"
-#include "backend/registry.h"
 #include "report/ceiling.h"
 #include "report/memory_html.h"
 #include "report/memory_report.h"
@@ -55,9 +55,10 @@ void print_fit(const Config& c, bool json, int ranks) {
     fmt::print("{}\n", fit_frontier_json(points, ceiling).dump(2));
     return;
   }
-  fmt::print("model.remat = auto, least recomputed FLOPs per budget{}; step time = all FLOPs at the {} matmul "
-             "ceiling ({:.0f} GFLOP/s)\n",
-             ranks > 1 ? fmt::format(" (one rank of {})", ranks) : "", dtype_name(c.model.dtype), ceiling / 1e9);
+  fmt::print(
+      "model.remat = auto, least recomputed FLOPs per budget{}; step time = all FLOPs at the {} matmul "
+      "ceiling ({:.0f} GFLOP/s)\n",
+      ranks > 1 ? fmt::format(" (one rank of {})", ranks) : "", dtype_name(c.model.dtype), ceiling / 1e9);
   fmt::print("{}", format_fit_frontier(points, ceiling));
 }
 
@@ -148,8 +149,8 @@ CommandBody add_memory_command(CLI::App& sub) {
   sub.add_option("--ranks", a->ranks, "plan one rank of N (mpirun -np N): its share of the batch and state")
       ->check(CLI::PositiveNumber);
   return [a] {
-    if (!a->html.empty()) write_memory_html(a->config.load(), a->html);
     const int64_t budget = a->budget.empty() ? 0 : parse_bytes(a->budget, "--budget");
+    if (!a->html.empty()) write_memory_html(resolve_auto(a->config.load(), budget, a->ranks), a->html);
     const PlanOptions popts{.inplace = !a->no_inplace, .reuse = true, .grad_release = {}};
     if (a->fit)
       print_fit(a->config.load(), a->json, a->ranks);

@@ -181,10 +181,11 @@ std::string format_fit_frontier(const std::vector<Fitter::FitPoint>& points, dou
                               "step (s)", "fit (ms)", "plans", "choice (layers from the first; minibatches)");
   for (const Fitter::FitPoint& p : points) {
     const FitChoice& f = p.choice;
-    o += fmt::format("{:>11} {:>11} {:>9.1f}% {:>10} {:>9.1f} {:>6}  {}; {}\n", format_bytes(p.budget),
+    o += fmt::format("{:>11} {:>11} {:>9.1f}% {:>10} {:>9.1f} {:>6}  {}; {}{}\n", format_bytes(p.budget),
                      format_bytes(f.total_bytes), 100 * f.recompute_flops / f.step_flops,
                      ceiling_flops > 0 ? fmt::format("{:.3f}", predicted_step_seconds(f, ceiling_flops)) : "-",
-                     1e3 * p.seconds, p.plans, describe_layers(f.layers), f.num_minibatches);
+                     1e3 * p.seconds, p.plans, describe_layers(f.layers), f.num_minibatches,
+                     f.proven_least ? "" : " (capped: not proven least)");
   }
   return o;
 }
@@ -200,7 +201,8 @@ nlohmann::json fit_frontier_json(const std::vector<Fitter::FitPoint>& points, do
                     {"step_flops", p.choice.step_flops},
                     {"predicted_step_seconds", predicted_step_seconds(p.choice, ceiling_flops)},
                     {"fit_seconds", p.seconds},
-                    {"full_plans", p.plans}});
+                    {"full_plans", p.plans},
+                    {"proven_least", p.choice.proven_least}});
   return rows;
 }
 

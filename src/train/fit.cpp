@@ -193,6 +193,17 @@ FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
   // slack starts at one layer's largest saving and widens to any larger overestimate seen.
   double slack = 0;
   for (const Level& l : chain) slack = std::max(slack, -l.bytes);
+  // Bytes fall with every level: when all layers on the top level do not fit, no multiset does.
+  FitChoice heaviest = plan(layout(top), mb);
+  if (heaviest.total_bytes > budget) return FitChoice{};
+  heaviest.proven_least = false;  // the answer when the search gives up (below)
+  constexpr size_t kMaxVisits = 200000;
+  // Deep models put many multisets inside the slack; past kMaxPlans full plans the search trusts
+  // the prediction (slack 0) and says its answer is not proven least; past kMaxVisits multisets it
+  // answers all layers on the top level, not proven least either.
+  constexpr int kMaxPlans = 64;
+  const int plans_before = plans_;
+  bool proven = true;
   while (true) {
     // Multisets by FLOPs ascending (then predicted bytes): each step moves one layer up one level.
     using Item = std::pair<std::pair<double, double>, Counts>;
@@ -204,12 +215,19 @@ FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
     seen.insert(start);
     bool grew = false;
     while (!queue.empty()) {
+      if (seen.size() > kMaxVisits) return heaviest;
       const Counts n = queue.top().second;
       const double est = queue.top().first.second;
       queue.pop();
+      if (proven && plans_ - plans_before >= kMaxPlans) {
+        proven = false;
+        slack = 0;
+        break;
+      }
       if (est <= static_cast<double>(budget) + slack) {
-        const FitChoice f = plan(layout(n), mb);
-        if (est - static_cast<double>(f.total_bytes) > slack) {
+        FitChoice f = plan(layout(n), mb);
+        f.proven_least = proven;
+        if (proven && est - static_cast<double>(f.total_bytes) > slack) {
           slack = est - static_cast<double>(f.total_bytes);
           grew = true;
           break;  // a multiset skipped before may fit: visit them again with the wider slack
@@ -224,6 +242,8 @@ FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
         if (seen.insert(m).second) queue.push({{flops(m), predict(m)}, m});
       }
     }
+    if (!grew && proven) return FitChoice{};
+    if (!grew && !queue.empty()) continue;  // the search restarts trusting the prediction
     if (!grew) return FitChoice{};
   }
 }

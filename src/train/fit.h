@@ -43,6 +43,7 @@ struct FitChoice {
   int64_t arena_bytes = 0;     // activations and the kernel workspace
   double recompute_flops = 0;  // per step, all minibatches
   double step_flops = 0;       // forward and backward per step without recompute
+  bool proven_least = true;    // false: the search's plan cap was reached (Fitter::fit_minibatches)
 };
 
 // Runs of equal layers in layer order: "12×Block/nothing_saveable, 36×none".

@@ -134,8 +134,8 @@ ChoiceSet<RematRegion> layer_remat(const ModelConfig& c, int64_t l) {
   return c.remat_layers.empty() ? c.remat : c.remat_layers.at(static_cast<size_t>(l)).regions;
 }
 
-ValueId transformer_block(const Scope& s, int32_t layer, ValueId x, ValueId positions, const ModelConfig& c,
-                          bool train, const Cache* dec) {
+ValueId transformer_block(const Scope& s, int32_t layer, ValueId x, ValueId positions, const ModelConfig& c, bool train,
+                          const Cache* dec) {
   const ChoiceSet<RematRegion> remat = layer_remat(c, layer);
   const Scope mlp_s = remat.has(RematRegion::MLP) ? (s / "mlp").remat_region(layer) : s / "mlp";
   const Scope attn_s = remat.has(RematRegion::Attn) ? (s / "attn").remat_region(layer) : s / "attn";
@@ -182,8 +182,8 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Mo
     name += std::to_string(l);
     const Scope bs = root / name;
     const auto layer = static_cast<int32_t>(l);
-    x = transformer_block(layer_remat(c, l).has(RematRegion::Block) ? bs.remat_region(layer) : bs, layer, x,
-                          positions, c, train, dec);
+    x = transformer_block(layer_remat(c, l).has(RematRegion::Block) ? bs.remat_region(layer) : bs, layer, x, positions,
+                          c, train, dec);
   }
   if (dec && dec->last_rows != kNoValue) x = take_rows(root / "last_rows", x, dec->last_rows);  // [B, 1, C]
   x = norm(root / "post_norm", x, c);
