@@ -92,6 +92,8 @@ std::vector<int64_t> Fitter::minibatch_counts() const {
   const int64_t per_rank = c_.data.batch_size / ranks_;
   for (int64_t m = c_.optimizer.num_minibatches; m <= per_rank; ++m)
     if (per_rank % m == 0 && c_.data.batch_size % (m * ranks_) == 0) out.push_back(m);
+  // None only when the configured count does not divide the batch either: the usual error says so.
+  if (out.empty()) minibatch_size(c_, ranks_);
   return out;
 }
 
@@ -242,9 +244,11 @@ FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
         if (seen.insert(m).second) queue.push({{flops(m), predict(m)}, m});
       }
     }
-    if (!grew && proven) return FitChoice{};
+    // Nothing planned fitted although the heaviest does (the prediction put it above the slack):
+    // answer it, not proven least.
+    if (!grew && proven) return heaviest;
     if (!grew && !queue.empty()) continue;  // the search restarts trusting the prediction
-    if (!grew) return FitChoice{};
+    if (!grew) return heaviest;
   }
 }
 

@@ -180,7 +180,12 @@ namespace {
 // announced in one line by rank 0.
 Config resolve_auto_remat(const Config& c, Backend& be, dist::Comm& comm) {
   if (!c.model.remat.has(RematRegion::auto_) || !c.model.remat_layers.empty()) return c;
-  const int64_t budget = fit_budget(c, be.memory_available(), comm.ranks_on_this_host());
+  int64_t budget = fit_budget(c, be.memory_available(), comm.ranks_on_this_host());
+  // Every rank must make the same choice (its minibatch count shapes the data split and every
+  // collective), but each read its own machine's memory: the job fits the smallest budget.
+  std::vector<int64_t> budgets(static_cast<size_t>(comm.size()));
+  comm.all_gather_bytes(&budget, sizeof budget, budgets.data());
+  budget = *std::min_element(budgets.begin(), budgets.end());
   if (budget < 0)
     throw UserError("train.memory_budget", "model.remat = auto needs a budget and this backend reports none",
                     "set train.memory_budget, e.g. 20GiB");
