@@ -62,13 +62,14 @@ int main(int argc, char** argv) {
   // A file outgrowing `ulimit -f` would kill loom with SIGXFSZ before it could say which file or keep
   // the last checkpoint; ignored, the write fails with EFBIG and takes the same path as a full disk.
   signal(SIGXFSZ, SIG_IGN);
-  // Under mpirun, MPI_Init starts Open MPI's own threads. They must never take SIGINT / SIGTERM (loom train
-  // leaves those to a watcher thread, run/run.cpp; the other commands to the main thread's default action), so
-  // they are made with both blocked, which they inherit; the main thread's mask is restored after.
+  // Under mpirun, MPI_Init starts Open MPI's own threads. They must never take SIGINT / SIGTERM / SIGHUP (loom
+  // train leaves those to a watcher thread, run/stop.h; the other commands to the main thread's default action),
+  // so they are made with all three blocked, which they inherit; the main thread's mask is restored after.
   sigset_t stop_signals, old_mask;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
   loom::dist::Launch launch(&argc, &argv);  // MPI, only when started by mpirun
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);

@@ -161,9 +161,11 @@ void RunDir::clear_owned() {
   if (owns_metrics()) fs::remove(dir_ / "metrics.jsonl", ec);  // before the files that vouch for it go
   if (is_loom_config(dir_ / "config.toml")) fs::remove(dir_ / "config.toml", ec);
   fs::remove_all(dir_ / "superseded", ec);
+  // First: a replacement cut between its two renames is rolled back to its name, removed below
+  // with the rest (after, it would bring the old run's checkpoint back into the new run).
+  remove_stale_checkpoint_files(dir_.string());
   if (fs::exists(dir_ / "best" / "state.json")) fs::remove_all(dir_ / "best", ec);
   for (const auto& [step, path] : list_checkpoints(dir_.string())) fs::remove_all(path, ec);
-  remove_stale_checkpoint_files(dir_.string());
   fs::remove(dir_ / kMarker, ec);
 }
 

@@ -55,6 +55,20 @@ TEST(RunDirOwner, OverwriteOfALoomRunKeepsAUsersConfigPutThere) {
   EXPECT_TRUE(fs::exists(out / "ckpt_000002")) << "a refused run deletes nothing";
 }
 
+// A checkpoint replacement cut between its two renames (train/checkpoint.h, plain renames) leaves
+// the old checkpoint as .best.old: --overwrite removes it with the rest, and no new run finds the
+// old run's weights under best/.
+TEST(RunDirOwner, OverwriteRemovesACheckpointLeftBetweenTheRenamesOfAReplacement) {
+  const fs::path out = scratch("cut_replacement");
+  ASSERT_EQ(run(train(out, "")).status, 0);
+  fs::rename(out / "ckpt_000002", out / ".best.old");
+  std::ofstream(out / ".best.old" / "old-run.txt") << "the previous run's";
+  const Result r = run(train(out, "--overwrite train.eval_interval=0"));  // writes no best/ of its own
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(fs::exists(out / "best" / "old-run.txt")) << "the old run's checkpoint came back as best/";
+  EXPECT_FALSE(fs::exists(out / ".best.old"));
+}
+
 TEST(RunDirOwner, LoomsOwnFilesAreReplacedWithOrWithoutTheMarker) {
   const fs::path out = scratch("legacy");
   ASSERT_EQ(run(train(out, "")).status, 0);
