@@ -2,6 +2,7 @@
 tools/make_hf_fixtures.sh):
 
   .venv-hf/bin/python tools/check_hf_export.py OUTDIR [--expected EXPECTED] [--loom-text FILE --prompt P --tokens N]
+                                                [--chat-like MODEL_DIR]
 
 - loads OUTDIR with AutoModelForCausalLM.from_pretrained (float32) and its tokenizer.json;
 - --expected: a fixture's expected.safetensors (tests/golden/hf/<model>): the logits of the
@@ -11,6 +12,10 @@ tools/make_hf_fixtures.sh):
   greedy continuation (N tokens) of the same prompt must be the same text (keep the prompt and
   the N tokens within the model's positions: loom slides its window past them, transformers
   cannot).
+- --chat-like: the model directory the run started from (or whose tokenizer it was prepared
+  with): AutoTokenizer on OUTDIR must render and tokenize a few conversations with
+  apply_chat_template (with and without the generation prompt) exactly as on MODEL_DIR, and
+  OUTDIR's generation_config.json must equal MODEL_DIR's.
 Exits 1 when a check fails.
 """
 
@@ -20,7 +25,40 @@ import sys
 import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello there!"}],
+    [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "2 + 2?"},
+     {"role": "assistant", "content": "Four."}, {"role": "user", "content": "And 3 + 3?"}],
+]
+
+
+def same_chat(outdir, model_dir):
+    """Whether OUTDIR's tokenizer renders the conversations as MODEL_DIR's does."""
+    ok = True
+    ours, theirs = AutoTokenizer.from_pretrained(outdir), AutoTokenizer.from_pretrained(model_dir)
+    for conv in CONVERSATIONS:
+        for gen in (False, True):
+            a = ours.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen)
+            b = theirs.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen)
+            ids_a = ours.apply_chat_template(conv, add_generation_prompt=gen)
+            ids_b = theirs.apply_chat_template(conv, add_generation_prompt=gen)
+            same = a == b and list(ids_a) == list(ids_b)
+            print(f"apply_chat_template ({len(conv)} messages, generation prompt {gen}): "
+                  f"{'the same' if same else 'DIFFERENT'} ({len(a)} characters)")
+            ok &= same
+    try:
+        want = GenerationConfig.from_pretrained(model_dir).to_dict()
+    except OSError:
+        want = None
+    if want is not None:
+        got = GenerationConfig.from_pretrained(outdir).to_dict()
+        same = {k: v for k, v in got.items() if k != "transformers_version"} == \
+            {k: v for k, v in want.items() if k != "transformers_version"}
+        print(f"generation_config.json: {'the same' if same else 'DIFFERENT'}")
+        ok &= same
+    return ok
 
 
 def main():
@@ -30,6 +68,7 @@ def main():
     ap.add_argument("--loom-text")
     ap.add_argument("--prompt", default="")
     ap.add_argument("--tokens", type=int, default=40)
+    ap.add_argument("--chat-like")
     a = ap.parse_args()
     model = AutoModelForCausalLM.from_pretrained(a.outdir, dtype=torch.float32).eval()
     print(f"loaded {type(model).__name__} from {a.outdir}")
@@ -54,6 +93,8 @@ def main():
         print("  transformers:", repr(text))
         print("  loom:        ", repr(loom))
         ok &= same
+    if a.chat_like:
+        ok &= same_chat(a.outdir, a.chat_like)
     sys.exit(0 if ok else 1)
 
 

@@ -168,9 +168,11 @@ ChatTemplate load_chat_template(const std::string& model_dir, const std::string&
       throw UserError(config_path, "is not a JSON object", "give the model's tokenizer_config.json");
   }
   std::string source, text;
-  if (!template_path.empty()) {
-    text = read_whole(template_path, "the chat template");
-    source = template_path;
+  // transformers 5 saves the template as its own file, which it prefers to tokenizer_config.json's.
+  const std::string jinja_path = (fs::path(model_dir) / "chat_template.jinja").string();
+  if (!template_path.empty() || fs::is_regular_file(jinja_path, ec)) {
+    source = template_path.empty() ? jinja_path : template_path;
+    text = read_whole(source, "the chat template");
   } else {
     source = config_path + " chat_template";
     const Json& t = config.contains("chat_template") ? config["chat_template"] : Json(nullptr);

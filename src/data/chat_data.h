@@ -81,7 +81,8 @@ struct ChatTemplate {
 };
 // From model_dir/tokenizer_config.json ("chat_template": a string, or a list of {"name",
 // "template"} of which "default" is used; special tokens as strings or {"content": ...}), the
-// template replaced by the file `template_path` when it is not empty. A missing config is only
+// template replaced by model_dir/chat_template.jinja when there is one (transformers 5 writes
+// it), and by the file `template_path` when it is not empty. A missing config is only
 // an error when `template_path` is empty (then the template must come from it).
 ChatTemplate load_chat_template(const std::string& model_dir, const std::string& template_path);
 

@@ -318,25 +318,53 @@ class SpecReader {
 
 }  // namespace
 
-HfTokenizer::HfTokenizer(nlohmann::json tokenizer_json, const std::string& subject)
-    : BpeTokenizer(SpecReader(tokenizer_json, subject).read(), subject, kFix), json_(std::move(tokenizer_json)) {}
+HfTokenizer::HfTokenizer(nlohmann::json tokenizer_json, const std::string& subject, nlohmann::json companions)
+    : BpeTokenizer(SpecReader(tokenizer_json, subject).read(), subject, kFix),
+      json_(std::move(tokenizer_json)),
+      companions_(std::move(companions)) {}
+
+namespace {
+
+std::string read_text_file(const std::string& file, const std::string& fix) {
+  std::ifstream f(file, std::ios::binary);
+  if (!f) throw UserError(file, "cannot be opened", fix);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+nlohmann::json parse_json(const std::string& text, const std::string& file, const std::string& fix) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(file, std::string("is not valid JSON (") + e.what() + ")", fix);
+  }
+}
+
+}  // namespace
 
 std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
   const std::string file = fs::is_directory(path) ? (fs::path(path) / "tokenizer.json").string() : path;
-  std::ifstream f(file, std::ios::binary);
-  if (!f) throw UserError(file, "cannot be opened", "give a tokenizer.json, or a directory that holds one");
-  const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(file, std::string("is not valid JSON (") + e.what() + ")", kFix);
+  nlohmann::json j =
+      parse_json(read_text_file(file, "give a tokenizer.json, or a directory that holds one"), file, kFix);
+  // Kept as text: transformers writes numbers (model_max_length = 1e30 as an integer) that a
+  // round trip through a parser would change.
+  nlohmann::json companions = nlohmann::json::object();
+  const std::string fix = "fix or remove it: it travels with the tokenizer into exports";
+  for (const std::string name : kCompanionFiles) {
+    const fs::path beside = fs::path(file).parent_path() / name;
+    std::error_code ec;
+    if (!fs::is_regular_file(beside, ec)) continue;
+    std::string text = read_text_file(beside.string(), fix);
+    if (name.ends_with(".json") && !parse_json(text, beside.string(), fix).is_object())
+      throw UserError(beside.string(), "is not a JSON object", fix);
+    companions[name] = std::move(text);
   }
-  return std::make_unique<HfTokenizer>(std::move(j), file);
+  return std::make_unique<HfTokenizer>(std::move(j), file, std::move(companions));
 }
 
 nlohmann::json HfTokenizer::to_json() const {
-  return {{"kind", choice_name(kind())}, {"vocab_size", vocab_size()}, {"tokenizer", json_}};
+  nlohmann::json j = {{"kind", choice_name(kind())}, {"vocab_size", vocab_size()}, {"tokenizer", json_}};
+  if (!companions_.empty()) j["companions"] = companions_;
+  return j;
 }
 
 }  // namespace loom

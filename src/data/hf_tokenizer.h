@@ -34,19 +34,33 @@ namespace loom {
 
 class HfTokenizer final : public BpeTokenizer {
  public:
-  // From the parsed tokenizer.json; `subject` (its path) names it in errors.
-  HfTokenizer(nlohmann::json tokenizer_json, const std::string& subject);
-  // `path` is a tokenizer.json or a directory holding one. A missing, unreadable or malformed
-  // file is a UserError naming it.
+  // The files of a Hugging Face model directory that travel with its tokenizer, so that an export
+  // (train/hf_export.h) gives back the chat format and the generation defaults: transformers'
+  // apply_chat_template reads the chat template (chat_template.jinja, which transformers 5
+  // writes, or tokenizer_config.json's "chat_template") and the special tokens.
+  static constexpr const char* kCompanionFiles[] = {"tokenizer_config.json", "special_tokens_map.json",
+                                                    "chat_template.jinja", "generation_config.json"};
+
+  // From the parsed tokenizer.json and the companion files found beside it ({file name: its text,
+  // unchanged}, names from kCompanionFiles); `subject` (its path) names it in errors.
+  HfTokenizer(nlohmann::json tokenizer_json, const std::string& subject,
+              nlohmann::json companions = nlohmann::json::object());
+  // `path` is a tokenizer.json or a directory holding one; the companion files in that directory
+  // come along. A missing, unreadable or malformed file is a UserError naming it.
   static std::unique_ptr<HfTokenizer> load(const std::string& path);
 
   TokenizerKind kind() const override { return TokenizerKind::hf; }
-  // {"kind": "hf", "vocab_size": V, "tokenizer": <the tokenizer.json object, unchanged>}
+  // {"kind": "hf", "vocab_size": V, "tokenizer": <the tokenizer.json object, unchanged>,
+  //  "companions": {file name: text} (only when there are any)}
   nlohmann::json to_json() const override;
   const nlohmann::json& tokenizer_json() const { return json_; }
+  // {file name: text} of the companion files it came with (an empty object when none); the
+  // .json ones hold a JSON object.
+  const nlohmann::json& companions() const { return companions_; }
 
  private:
   nlohmann::json json_;
+  nlohmann::json companions_;
 };
 
 }  // namespace loom

@@ -60,6 +60,14 @@ std::string read_text_file(const std::string& path) {
 
 // ---- Tokenizer ------------------------------------------------------------------------------
 
+bool same_tokens(const nlohmann::json& a, const nlohmann::json& b) {
+  auto tokens_only = [](nlohmann::json j) {
+    if (j.is_object()) j.erase("companions");
+    return j;
+  };
+  return tokens_only(a) == tokens_only(b);
+}
+
 std::unique_ptr<Tokenizer> Tokenizer::from_json(const nlohmann::json& j, const std::string& source) {
   const std::string fix = "prepare the data again with `loom prepare`";
   if (!j.is_object()) throw UserError(source, "\"tokenizer\" is not a JSON object", fix);
@@ -123,9 +131,19 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(const nlohmann::json& j, const s
   } else {
     const nlohmann::json& t = field("tokenizer");
     if (!t.is_object()) throw bad("tokenizer", "is not an object");
+    nlohmann::json companions = nlohmann::json::object();
+    if (auto it = j.find("companions"); it != j.end()) {
+      if (!it->is_object()) throw bad("companions", "is not an object");
+      for (const auto& [name, file] : it->items()) {
+        if (!std::ranges::any_of(HfTokenizer::kCompanionFiles, [&](const char* n) { return name == n; }) ||
+            !file.is_string())
+          throw bad("companions", "holds \"" + name + "\", which is not the text of a companion file");
+      }
+      companions = *it;
+    }
     std::string subject = source;
     subject += " (tokenizer)";
-    tok = std::make_unique<HfTokenizer>(t, subject);
+    tok = std::make_unique<HfTokenizer>(t, subject, std::move(companions));
   }
   if (auto it = j.find("vocab_size"); it != j.end()) {
     if (!it->is_number_integer() || it->get<int64_t>() != tok->vocab_size()) {

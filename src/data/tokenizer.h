@@ -56,6 +56,10 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> from_json(const nlohmann::json& j, const std::string& source);
 };
 
+// Whether two to_json() outputs give the same ids for every text: the files an hf tokenizer
+// carries beside it (HfTokenizer::companions: chat template, generation defaults) do not count.
+bool same_tokens(const nlohmann::json& a, const nlohmann::json& b);
+
 // nanoGPT's shakespeare_char vocabulary: the sorted unique characters of the text, id = rank
 // (stoi/itos). Characters are Unicode code points of UTF-8 text, sorted by code point (what
 // Python's sorted(set(str)) does), so non-ASCII text works. One difference from prepare.py:

@@ -117,7 +117,7 @@ void load_start(const OpenedRun& r, Trainer& t, DataSource& data, FILE* out) {
     // Token ids mean what the model learned only under its own tokenizer: data prepared with
     // another would train every embedding row on the wrong token.
     const std::unique_ptr<Tokenizer> model_tok = src.tokenizer();
-    if (model_tok && data.tokenizer_json() && model_tok->to_json() != *data.tokenizer_json())
+    if (model_tok && data.tokenizer_json() && !same_tokens(model_tok->to_json(), *data.tokenizer_json()))
       throw UserError(c.data.dir + "/meta.json",
                       "the data's " + data.tokenizer_json()->value("kind", std::string("?")) +
                           " tokenizer is not the one of model.init_from (" + src.description() + ", its " +

@@ -9,8 +9,8 @@
 #include "data/hf_tokenizer.h"
 #include "io/hf.h"
 #include "io/param_io.h"
-#include "nn/models/hf_arch.h"
 #include "nn/models.h"
+#include "nn/models/hf_arch.h"
 #include "train/checkpoint.h"
 #include "train/model_source.h"
 
@@ -20,12 +20,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void write_json(const fs::path& path, const nlohmann::json& j) {
+void write_text(const fs::path& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << j.dump(2) << "\n";
+  f << text;
   f.flush();
   if (!f) throw std::runtime_error("cannot write '" + path.string() + "' (disk full?)");
 }
+
+void write_json(const fs::path& path, const nlohmann::json& j) { write_text(path, j.dump(2) + "\n"); }
 
 // config.json: bos and eos are the tokenizer's start token (GPT-2's <|endoftext|> is both), unless
 // the run was fine-tuned from a Hugging Face directory that still says its own (Llama 3's differ,
@@ -39,6 +41,20 @@ nlohmann::json export_config(const ModelConfig& m, int32_t start) {
   for (const char* key : {"bos_token_id", "eos_token_id"})
     if (source.contains(key)) j[key] = source[key];
   return j;
+}
+
+// The companion files of the run's tokenizer (HfTokenizer::companions: carried from the
+// directory `loom prepare hf|chat` read), with those it lacks taken from model.init_from when that is
+// a Hugging Face directory: the chat template and generation defaults of the model fine-tuned.
+nlohmann::json export_companions(const ModelConfig& m, const HfTokenizer& tok) {
+  nlohmann::json files = tok.companions();
+  if (m.init_from.empty() || !is_hf_model_dir(m.init_from)) return files;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(fs::path(m.init_from) / "tokenizer.json", ec)) return files;
+  const nlohmann::json source = HfTokenizer::load(m.init_from)->companions();
+  for (const auto& [name, content] : source.items())
+    if (!files.contains(name)) files[name] = content;
+  return files;
 }
 
 }  // namespace
@@ -83,6 +99,12 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
     if (hf) {
       write_json(staging / "tokenizer.json", hf->tokenizer_json());
       r.files.push_back("tokenizer.json");
+      const nlohmann::json companions = export_companions(stored.model, *hf);
+      for (const char* name : HfTokenizer::kCompanionFiles) {
+        if (!companions.contains(name)) continue;
+        write_text(staging / name, companions[name].get<std::string>());
+        r.files.push_back(name);
+      }
     }
     fs::rename(staging, out);  // onto a missing or empty directory
   } catch (...) {

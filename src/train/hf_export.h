@@ -2,7 +2,13 @@
 // transformers' AutoModelForCausalLM.from_pretrained(OUTDIR) loads (io/hf.h):
 //   config.json         the architecture (io/hf.h, hf_config_json)
 //   model.safetensors   the parameters in transformers' names and layouts, float32
-//   tokenizer.json      the run's tokenizer, when it came from a tokenizer.json (`loom prepare hf`)
+//   tokenizer.json      the run's tokenizer, when it came from a tokenizer.json (`loom prepare hf`
+//                       or `loom prepare chat`)
+//   tokenizer_config.json, special_tokens_map.json, chat_template.jinja, generation_config.json
+//                       those of them that were beside that tokenizer.json, or else in
+//                       model.init_from's Hugging Face directory, byte for byte (the chat
+//                       template and special tokens for apply_chat_template, the generation
+//                       defaults)
 // Importing the directory again (model.init_from) gives bit-identical parameters.
 #pragma once
 #include <string>

@@ -109,6 +109,12 @@ TEST(ChatData, TemplateAndSpecialTokensComeFromTheConfig) {
   EXPECT_EQ(render_messages(load_chat_template(d.path(), ""), msgs, nullptr, false), "D");
   write_file(d.path("tokenizer_config.json"), R"({"eos_token": "</s>"})");
   EXPECT_NE(user_error([&] { load_chat_template(d.path(), ""); }).find("has no \"chat_template\""), std::string::npos);
+  // transformers 5 saves the template beside the config, as chat_template.jinja, and prefers it.
+  write_file(d.path("tokenizer_config.json"), R"({"eos_token": "</s>", "chat_template": "old"})");
+  write_file(d.path("chat_template.jinja"), "{{ eos_token }}{{ messages | length }}");
+  const ChatTemplate j = load_chat_template(d.path(), "");
+  EXPECT_EQ(render_messages(j, msgs, nullptr, false), "</s>1");
+  EXPECT_EQ(j.source, d.path("chat_template.jinja"));
 }
 
 TEST(ChatData, AssistantSpansAreTheAssistantTurns) {

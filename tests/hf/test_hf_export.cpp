@@ -32,16 +32,21 @@ using testing::write_file;
 
 // A loom checkpoint of fixture `fixture` after `steps` AdamW steps on random tokens, saved with
 // the fixture's tokenizer and in the stacked layout (model.scan_layers), in dir/ckpt.
+// `model_dir` (a Hugging Face directory) replaces the fixture when given; the checkpoint's tokenizer
+// is then `data_tokenizer` (a tokenizer.json or a directory) when given, else the model's.
 std::unique_ptr<Trainer> trained_checkpoint(Backend& be, const std::string& dir, int steps,
-                                            const std::string& fixture = "gpt2") {
-  const Config c = default_config({"model.init_from=" + hf_golden(fixture), "model.scan_layers=true", "device=cpu",
+                                            const std::string& fixture = "gpt2", std::string model_dir = "",
+                                            std::string data_tokenizer = "") {
+  if (model_dir.empty()) model_dir = hf_golden(fixture);
+  if (data_tokenizer.empty()) data_tokenizer = model_dir;
+  const Config c = default_config({"model.init_from=" + model_dir, "model.scan_layers=true", "device=cpu",
                                    "data.kind=random_tokens", "data.batch_size=2", "data.seq_len=16",
                                    "data.vocab_size=320", "optimizer.name=adamw", "optimizer.learning_rate=0.01"});
   auto t = std::make_unique<Trainer>(c, be);
   ModelSource(c.model.init_from).load_params(t->executor());
   const Batch b = make_batch(c.data, data_context(c));
   for (int i = 0; i < steps; ++i) t->step(b);
-  const nlohmann::json tok = HfTokenizer::load(hf_golden(fixture + "/tokenizer.json"))->to_json();
+  const nlohmann::json tok = HfTokenizer::load(data_tokenizer)->to_json();
   const CheckpointState st{.config_toml = config_to_toml(c), .step = steps};
   EXPECT_TRUE(save_checkpoint(*t, st, (fs::path(dir) / "ckpt").string(), &tok).saved);
   return t;
@@ -103,6 +108,63 @@ TEST_P(HfExportOf, AnUnchangedImportExportsTheSameTensors) {
     EXPECT_EQ(t.shape, want.at(t.name).shape) << t.name;
     EXPECT_EQ(t.bytes, want.at(t.name).bytes) << t.name;
   }
+}
+
+// A chat model's directory as transformers 5 saves one: the llama_tied fixture with the files kept
+// beside the tokenizer (the chat template, special tokens, generation defaults), by name.
+std::map<std::string, std::string> chat_model_dir(const std::string& dir) {
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"})
+    fs::copy_file(hf_golden(std::string("llama_tied/") + f), fs::path(dir) / f);
+  const std::map<std::string, std::string> companions = {
+      // An integer no double holds: the files travel as text, not through a parser.
+      {"tokenizer_config.json",
+       "{\n  \"bos_token\": \"<|begin_of_text|>\",\n  \"eos_token\": \"<|end_of_text|>\",\n"
+       "  \"model_max_length\": 1000000000000000019884624838656,\n"
+       "  \"tokenizer_class\": \"TokenizersBackend\"\n}\n"},
+      {"special_tokens_map.json", "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|end_of_text|>\"}"},
+      {"chat_template.jinja",
+       "{% for m in messages %}<|start|>{{ m['role'] }}\n{{ m['content'] | trim }}<|end|>\n{% endfor %}"
+       "{% if add_generation_prompt %}<|start|>assistant\n{% endif %}"},
+      {"generation_config.json", "{\"bos_token_id\": 1, \"eos_token_id\": [2, 3], \"temperature\": 0.6}\n"}};
+  for (const auto& [name, text] : companions) write_file((fs::path(dir) / name).string(), text);
+  return companions;
+}
+
+TEST(HfExport, CarriesTheChatTemplateAndGenerationDefaults) {
+  TempDir d;
+  auto be = make_backend(Device::cpu);
+  const auto companions = chat_model_dir(d.path("chat_model"));
+  // Data prepared with the model's directory: the files travel in the data's tokenizer, then in
+  // the checkpoint's, into the export.
+  trained_checkpoint(*be, d.path(), 1, "", d.path("chat_model"));
+  for (const auto& [name, text] : companions) fs::remove(d.path("chat_model/" + name));  // only the run has them
+  HfExport r = export_hf(d.path("ckpt"), d.path("out"));
+  EXPECT_EQ(r.files,
+            (std::vector<std::string>{"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json",
+                                      "special_tokens_map.json", "chat_template.jinja", "generation_config.json"}));
+  for (const auto& [name, text] : companions) EXPECT_EQ(read_file(d.path("out/" + name)), text) << name;
+
+  // Data prepared with the bare tokenizer.json copied elsewhere: the same tokens (fine-tuning is
+  // allowed), and the export takes the files from model.init_from's directory.
+  chat_model_dir(d.path("chat_model2"));
+  fs::create_directories(d.path("bare"));
+  fs::copy_file(d.path("chat_model2/tokenizer.json"), d.path("bare/tokenizer.json"));
+  EXPECT_TRUE(
+      same_tokens(HfTokenizer::load(d.path("bare"))->to_json(), HfTokenizer::load(d.path("chat_model2"))->to_json()));
+  fs::remove_all(d.path("ckpt"));
+  trained_checkpoint(*be, d.path(), 1, "", d.path("chat_model2"), d.path("bare"));
+  r = export_hf(d.path("ckpt"), d.path("out2"));
+  EXPECT_EQ(r.files.size(), 7u);
+  for (const auto& [name, text] : companions) EXPECT_EQ(read_file(d.path("out2/" + name)), text) << name;
+}
+
+TEST(HfExport, AMalformedCompanionFileIsNamed) {
+  TempDir d;
+  chat_model_dir(d.path("m"));
+  write_file(d.path("m/generation_config.json"), "{\"eos_token_id\": ");
+  const std::string m = user_error([&] { HfTokenizer::load(d.path("m")); });
+  EXPECT_NE(m.find("generation_config.json: is not valid JSON"), std::string::npos) << m;
 }
 
 TEST(HfExport, ABiasFreeModelIsGpt2WithZeroBiases) {
