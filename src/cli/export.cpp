@@ -1,4 +1,5 @@
-// `loom export hf RUN_OR_CKPT OUTDIR` (train/hf_export.h).
+// `loom export hf RUN_OR_CKPT OUTDIR` (train/hf_export.h) and
+// `loom export gguf RUN_OR_CKPT FILE.gguf [--type f16|bf16|q8_0]` (train/gguf_export.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -6,27 +7,39 @@
 #include <string>
 
 #include "cli/command.h"
+#include "train/gguf_export.h"
 #include "train/hf_export.h"
 
 namespace loom::cli {
 
 namespace {
 struct ExportArgs {
-  std::string format, checkpoint, out_dir;
+  std::string format, checkpoint, out, type = "f16";
 };
 }  // namespace
 
 CommandBody add_export_command(CLI::App& sub) {
   auto a = std::make_shared<ExportArgs>();
-  sub.add_option("format", a->format, "hf: a Hugging Face directory (config.json, model.safetensors, tokenizer.json)")
+  sub.add_option("format", a->format,
+                 "hf: a Hugging Face directory (config.json, model.safetensors, the tokenizer's files); gguf: a GGUF "
+                 "file for llama.cpp and Ollama")
       ->required()
-      ->check(CLI::IsMember({"hf"}));
+      ->check(CLI::IsMember({"hf", "gguf"}));
   sub.add_option("checkpoint", a->checkpoint, "a run directory (its newest checkpoint) or a ckpt_<step> directory")
       ->required();
-  sub.add_option("outdir", a->out_dir, "the directory to create")->required();
+  sub.add_option("out", a->out, "hf: the directory to create; gguf: the file to create")->required();
+  sub.add_option("--type", a->type,
+                 "gguf: the weights' type, f16 (default), bf16 or q8_0; vectors and norm weights stay float32")
+      ->check(CLI::IsMember({"f16", "bf16", "q8_0"}));
   return [a] {
-    const HfExport r = export_hf(a->checkpoint, a->out_dir);
-    fmt::print("exported {} as {} to {}: {}\n", r.checkpoint, r.architecture, a->out_dir, fmt::join(r.files, ", "));
+    if (a->format == "gguf") {
+      const GgufExport r = export_gguf(a->checkpoint, a->out, gguf_type_named(a->type));
+      fmt::print("exported {} as llama.cpp's {} to {}: {} tensors ({}), {:.1f} MiB\n", r.checkpoint, r.architecture,
+                 a->out, r.tensors, a->type, static_cast<double>(r.bytes) / (1 << 20));
+      return 0;
+    }
+    const HfExport r = export_hf(a->checkpoint, a->out);
+    fmt::print("exported {} as {} to {}: {}\n", r.checkpoint, r.architecture, a->out, fmt::join(r.files, ", "));
     if (!r.tokenizer_note.empty()) fmt::print("no tokenizer.json: {}\n", r.tokenizer_note);
     return 0;
   };

@@ -29,10 +29,9 @@ void write_text(const fs::path& path, const std::string& text) {
 
 void write_json(const fs::path& path, const nlohmann::json& j) { write_text(path, j.dump(2) + "\n"); }
 
-// config.json: bos and eos are the tokenizer's start token (GPT-2's <|endoftext|> is both), unless
-// the run was fine-tuned from a Hugging Face directory that still says its own (Llama 3's differ,
-// and an instruct model's eos may be a list).
-nlohmann::json export_config(const ModelConfig& m, int32_t start) {
+}  // namespace
+
+nlohmann::json hf_export_config(const ModelConfig& m, int32_t start) {
   nlohmann::json j = hf_config_json(m, start, start);
   if (m.init_from.empty() || !is_hf_model_dir(m.init_from)) return j;
   std::ifstream f(fs::path(m.init_from) / "config.json");
@@ -43,10 +42,7 @@ nlohmann::json export_config(const ModelConfig& m, int32_t start) {
   return j;
 }
 
-// The companion files of the run's tokenizer (HfTokenizer::companions: carried from the
-// directory `loom prepare hf|chat` read), with those it lacks taken from model.init_from when that is
-// a Hugging Face directory: the chat template and generation defaults of the model fine-tuned.
-nlohmann::json export_companions(const ModelConfig& m, const HfTokenizer& tok) {
+nlohmann::json hf_export_companions(const ModelConfig& m, const HfTokenizer& tok) {
   nlohmann::json files = tok.companions();
   if (m.init_from.empty() || !is_hf_model_dir(m.init_from)) return files;
   std::error_code ec;
@@ -57,22 +53,15 @@ nlohmann::json export_companions(const ModelConfig& m, const HfTokenizer& tok) {
   return files;
 }
 
-}  // namespace
-
-HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir) {
+HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint) {
   const ModelSource src(run_or_checkpoint);
   if (src.is_hf())
     throw UserError(run_or_checkpoint, "is a Hugging Face directory already",
                     "export a loom run or checkpoint (loom train --out DIR)");
-  const ModelConfig& m = src.config().model;
-  const nn::HfModelMap map = nn::hf_model_map(m);  // refuses what transformers cannot hold
-  std::error_code ec;
-  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
-    throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
-
+  nn::HfModelMap map = nn::hf_model_map(src.config().model);  // refuses what transformers cannot hold
   // The checkpoint's parameters by path (unstacked when it was saved with model.scan_layers).
   const Checkpoint ck = load_checkpoint(run_or_checkpoint, nullptr, /*with_optimizer=*/false);
-  const Config stored = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
+  Config stored = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
   std::map<std::string, const StTensor*> by_name;
   for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
   const nn::ModelGraph g = nn::build_model(stored.model, model_input(stored, 1), /*train=*/false);
@@ -80,6 +69,19 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
       params_by_path(g.graph, by_name, stored.model.scan_layers, (fs::path(ck.path) / "model.safetensors").string());
   std::map<std::string, const StTensor*> by_path;
   for (const StTensor& t : params) by_path[t.name] = &t;
+  std::vector<StTensor> tensors = loom_to_hf(stored.model, by_path);
+  return {.checkpoint = ck.path,
+          .config = std::move(stored),
+          .map = std::move(map),
+          .tensors = std::move(tensors),
+          .tokenizer = src.tokenizer()};
+}
+
+HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir) {
+  const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint);
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
+    throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
 
   // Written beside OUTDIR and renamed into place: OUTDIR appears whole or not at all.
   fs::path out = fs::absolute(out_dir).lexically_normal();
@@ -87,19 +89,19 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
   const fs::path staging = out.string() + ".loom-export.tmp";
   fs::remove_all(staging, ec);
   fs::create_directories(staging);
-  HfExport r{.checkpoint = ck.path, .architecture = map.architecture, .files = {}, .tokenizer_note = {}};
-  const std::unique_ptr<Tokenizer> tok = src.tokenizer();
+  HfExport r{.checkpoint = hc.checkpoint, .architecture = hc.map.architecture, .files = {}, .tokenizer_note = {}};
+  const Tokenizer* tok = hc.tokenizer.get();
   const int32_t start = tok ? tok->start_id() : -1;
-  const auto* hf = dynamic_cast<const HfTokenizer*>(tok.get());
+  const auto* hf = dynamic_cast<const HfTokenizer*>(tok);
   try {
-    write_safetensors((staging / "model.safetensors").string(), loom_to_hf(stored.model, by_path), {{"format", "pt"}});
+    write_safetensors((staging / "model.safetensors").string(), hc.tensors, {{"format", "pt"}});
     r.files.push_back("model.safetensors");
-    write_json(staging / "config.json", export_config(stored.model, start));
+    write_json(staging / "config.json", hf_export_config(hc.config.model, start));
     r.files.push_back("config.json");
     if (hf) {
       write_json(staging / "tokenizer.json", hf->tokenizer_json());
       r.files.push_back("tokenizer.json");
-      const nlohmann::json companions = export_companions(stored.model, *hf);
+      const nlohmann::json companions = hf_export_companions(hc.config.model, *hf);
       for (const char* name : HfTokenizer::kCompanionFiles) {
         if (!companions.contains(name)) continue;
         write_text(staging / name, companions[name].get<std::string>());

@@ -11,10 +11,37 @@
 //                       defaults)
 // Importing the directory again (model.init_from) gives bit-identical parameters.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "data/hf_tokenizer.h"
+#include "io/safetensors.h"
+#include "nn/models/hf_arch.h"
+#include "train/config.h"
+
 namespace loom {
+
+// A loom run's model in transformers' names and layouts: what export_hf writes and
+// train/gguf_export.h converts further.
+struct HfCheckpoint {
+  std::string checkpoint;                // the checkpoint read (a run's newest that verifies)
+  Config config;                         // its configuration
+  nn::HfModelMap map;                    // the architecture's tensor map
+  std::vector<StTensor> tensors;         // float32, in map order, transformers' names and shapes
+  std::unique_ptr<Tokenizer> tokenizer;  // the run's, or nullptr
+};
+// UserErrors: a source that is no loom checkpoint (a Hugging Face directory already), a model
+// transformers' architectures cannot hold (nn/models/hf_arch.h: the architecture names the key).
+HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint);
+// The config.json bos_token_id and eos_token_id of `c` with tokenizer start token `start` (the
+// source's own when the run was fine-tuned from a Hugging Face directory that names them: Llama 3's
+// differ, and an instruct model's eos may be a list).
+nlohmann::json hf_export_config(const ModelConfig& c, int32_t start);
+// The companion files of the run's tokenizer ({name: text}, HfTokenizer::companions: carried from
+// the directory `loom prepare hf|chat` read), with those it lacks taken from c.init_from when that
+// is a Hugging Face directory: the chat template and generation defaults of the model fine-tuned.
+nlohmann::json hf_export_companions(const ModelConfig& c, const HfTokenizer& tok);
 
 struct HfExport {
   std::string checkpoint;          // the checkpoint exported (a run's newest that verifies)
@@ -23,8 +50,7 @@ struct HfExport {
   std::string tokenizer_note;      // why no tokenizer.json was written ("" when one was)
 };
 
-// UserErrors: a source that is no loom checkpoint, a model transformers' architectures cannot
-// hold (nn/models/hf_arch.h: the architecture names the key), an OUTDIR that exists and is not empty (nothing is
+// UserErrors: read_hf_checkpoint's, an OUTDIR that exists and is not empty (nothing is
 // overwritten). The files are written into OUTDIR.loom-export.tmp, which is then renamed to
 // OUTDIR: a failed export leaves no OUTDIR.
 HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir);

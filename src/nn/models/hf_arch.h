@@ -85,6 +85,13 @@ struct HfArchitecture {
   // The map of `c`'s parameters; a model this architecture cannot hold is a UserError naming the
   // model.* key.
   HfModelMap (*tensor_map)(const ModelConfig& c);
+  // llama.cpp's name for it (general.architecture of a GGUF file: train/gguf_export.h), "" when
+  // llama.cpp runs no such model.
+  std::string_view gguf_architecture = {};
+  // Whether llama.cpp's architecture rotates adjacent pairs (2j, 2j+1) where transformers rotates
+  // (j, j + D/2) (its "llama" rope type), so that the export permutes q_proj's and k_proj's rows
+  // within each head.
+  bool gguf_rotate_pairs = false;
 };
 
 // Every architecture of LOOM_HF_ARCHITECTURES, in its order.

@@ -189,7 +189,8 @@ const HfArchitecture& gpt2_architecture() {
                                 .claims = claims,
                                 .read_config = read_config,
                                 .write_config = write_config,
-                                .tensor_map = tensor_map};
+                                .tensor_map = tensor_map,
+      .gguf_architecture = "gpt2"};
   return a;
 }
 

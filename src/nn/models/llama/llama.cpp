@@ -204,7 +204,9 @@ const HfArchitecture& llama_architecture() {
       .claims = claims,
       .read_config = read_config,
       .write_config = write_config,
-      .tensor_map = tensor_map};
+      .tensor_map = tensor_map,
+      .gguf_architecture = "llama",
+      .gguf_rotate_pairs = true};
   return a;
 }
 

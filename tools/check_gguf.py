@@ -1,0 +1,127 @@
+"""Checks a file written by `loom export gguf` with llama.cpp's own code (run by tools/check_gguf.sh
+in its venv: the `gguf` package and llama-cpp-python):
+
+  python tools/check_gguf.py FILE.gguf [--hf HF_EXPORT] [--loom-text FILE --prompt P --tokens N [--first K]]
+
+- reads FILE with gguf's GGUFReader (the layout, every key) and prints the keys;
+- --hf: the `loom export hf` directory of the same checkpoint: every tensor of FILE must be the
+  HF tensor llama.cpp's converter would write: named by gguf's TensorNameMap, q_proj/k_proj rows
+  permuted for arch llama as convert_hf_to_gguf's LlamaModel.permute does, GPT-2's Conv1D weights
+  transposed, float32 for vectors and norms, and otherwise quantized by gguf.quants.quantize to the
+  file's type: byte for byte;
+- --loom-text: what `loom sample RUN --prompt P --temperature 0 --tokens N` printed; llama.cpp's
+  greedy continuation of the same prompt (no BOS added, as loom adds none to a prompt) must be the
+  same text, or with --first K, the same first K tokens (q8_0 rounds the weights).
+Exits 1 when a check fails.
+"""
+
+import argparse
+import json
+import sys
+
+import numpy as np
+import gguf
+from gguf.quants import quantize
+from safetensors.numpy import load_file
+
+
+def field(r, key):
+    f = r.fields.get(key)
+    return None if f is None else f.contents()
+
+
+def expected_tensors(hf_dir, arch, n_blocks, heads, kv_heads):
+    """{gguf name: float32 array} as llama.cpp's converter makes them from the HF export."""
+    names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), n_blocks)
+    out = {}
+    for name, x in load_file(f"{hf_dir}/model.safetensors").items():
+        x = x.astype(np.float32)
+        if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
+            n = heads if "q_proj" in name else kv_heads
+            x = x.reshape(n, 2, x.shape[0] // n // 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
+        if arch == "gpt2" and name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight")):
+            x = x.T.copy()
+        gname = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if gname is None:
+            raise SystemExit(f"gguf's TensorNameMap has no name for {name}")
+        out[gname] = x
+    return out
+
+
+def check_tensors(r, hf_dir):
+    arch = field(r, "general.architecture")
+    heads = field(r, f"{arch}.attention.head_count")
+    kv = field(r, f"{arch}.attention.head_count_kv") or heads
+    want = expected_tensors(hf_dir, arch, field(r, f"{arch}.block_count"), heads, kv)
+    ok = set(want) == {t.name for t in r.tensors}
+    if not ok:
+        print("tensor names differ:", sorted(set(want) ^ {t.name for t in r.tensors}))
+    for t in r.tensors:
+        x = want.get(t.name)
+        if x is None:
+            continue
+        qt = t.tensor_type
+        policy = gguf.GGMLQuantizationType.F32 if x.ndim <= 1 or t.name.endswith("_norm.weight") else None
+        if policy is not None and qt != policy:
+            print(f"{t.name}: {qt.name}, the converter writes F32")
+            ok = False
+        same = np.asarray(quantize(x, qt)).tobytes() == np.asarray(t.data).tobytes()
+        if not same:
+            print(f"{t.name}: {qt.name} bytes differ from gguf.quants.quantize's")
+            ok = False
+    print(f"{len(r.tensors)} tensors: {'each as llama.cpp converts it' if ok else 'DIFFERENT'}")
+    return ok
+
+
+def greedy(path, prompt, n):
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=path, n_ctx=0, n_threads=2, verbose=False)
+    ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+    out = []
+    llm.eval(ids)
+    for _ in range(n):
+        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out.append(nxt)
+        llm.eval([nxt])
+    return ids, out, llm
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("gguf")
+    ap.add_argument("--hf")
+    ap.add_argument("--loom-text")
+    ap.add_argument("--prompt", default="")
+    ap.add_argument("--tokens", type=int, default=30)
+    ap.add_argument("--first", type=int)
+    a = ap.parse_args()
+    r = gguf.GGUFReader(a.gguf)
+    for key in r.fields:
+        if key.startswith("tokenizer.ggml.") and key.split(".")[-1] in ("tokens", "token_type", "merges", "scores"):
+            print(f"  {key}: {len(r.fields[key].data)} entries")
+        elif not key.startswith("GGUF."):
+            print(f"  {key}: {json.dumps(field(r, key))[:80]}")
+    ok = True
+    if a.hf:
+        ok &= check_tensors(r, a.hf)
+    if a.loom_text:
+        loom = open(a.loom_text, encoding="utf-8", errors="surrogateescape").read()
+        _, out, llm = greedy(a.gguf, a.prompt, a.tokens)
+        text = a.prompt + llm.detokenize(out).decode("utf-8", errors="replace")
+        if a.first:
+            head = a.prompt + llm.detokenize(out[: a.first]).decode("utf-8", errors="replace")
+            same = loom.startswith(head)
+            what = f"its first {a.first} tokens"
+        else:
+            same = loom in (text, text + "\n")
+            what = f"{a.tokens} tokens"
+        print(f"llama.cpp's greedy continuation of {a.prompt!r}, {what}: {'the same as' if same else 'DIFFERENT from'} loom's")
+        print("  llama.cpp:", repr(text))
+        print("  loom:     ", repr(loom))
+        ok &= same
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
