@@ -1,9 +1,9 @@
 """Checks a file written by `loom export gguf` with llama.cpp's own code (run by tools/check_gguf.sh
 in its venv: the `gguf` package and llama-cpp-python):
 
-  python tools/check_gguf.py FILE.gguf [--hf HF_EXPORT] [--loom-text FILE --prompt P --tokens N [--first K]]
+  python tools/check_gguf.py FILE.gguf [--keys] [--hf HF_EXPORT] [--loom-text FILE --prompt P --tokens N [--first K]]
 
-- reads FILE with gguf's GGUFReader (the layout, every key) and prints the keys;
+- reads FILE with gguf's GGUFReader (the layout, every key); --keys prints them;
 - --hf: the `loom export hf` directory of the same checkpoint: every tensor of FILE must be the
   HF tensor llama.cpp's converter would write: named by gguf's TensorNameMap, q_proj/k_proj rows
   permuted for arch llama as convert_hf_to_gguf's LlamaModel.permute does, GPT-2's Conv1D weights
@@ -95,9 +95,10 @@ def main():
     ap.add_argument("--prompt", default="")
     ap.add_argument("--tokens", type=int, default=30)
     ap.add_argument("--first", type=int)
+    ap.add_argument("--keys", action="store_true")
     a = ap.parse_args()
     r = gguf.GGUFReader(a.gguf)
-    for key in r.fields:
+    for key in r.fields if a.keys else []:
         if key.startswith("tokenizer.ggml.") and key.split(".")[-1] in ("tokens", "token_type", "merges", "scores"):
             print(f"  {key}: {len(r.fields[key].data)} entries")
         elif not key.startswith("GGUF."):
