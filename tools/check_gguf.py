@@ -73,10 +73,25 @@ def check_tensors(r, hf_dir):
     return ok
 
 
-def greedy(path, prompt, n):
+def greedy(path, n_ctx, prompt, n):
+    import llama_cpp
+    import llama_cpp.llama
     from llama_cpp import Llama
 
-    llm = Llama(model_path=path, n_ctx=0, n_threads=2, verbose=False)
+    # llama.cpp's repacked CPU weights (its AMX and interleaved kernels) crash on the fixtures'
+    # q8_0 tensors of 16 rows (llama-cpp-python 0.3.36, a Xeon with AMX); its plain kernels run
+    # them. Llama() takes no such option, so the default model parameters are patched.
+    defaults = llama_cpp.llama_model_default_params
+
+    def plain_buffers():
+        p = defaults()
+        p.use_extra_bufts = False
+        return p
+
+    llama_cpp.llama.llama_cpp.llama_model_default_params = plain_buffers
+
+    # logits_all: llama-cpp-python keeps the scores of every evaluated position (the last one read here).
+    llm = Llama(model_path=path, n_ctx=n_ctx, n_threads=2, verbose=False, logits_all=True)
     ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
     out = []
     llm.eval(ids)
@@ -108,7 +123,8 @@ def main():
         ok &= check_tensors(r, a.hf)
     if a.loom_text:
         loom = open(a.loom_text, encoding="utf-8", errors="surrogateescape").read()
-        _, out, llm = greedy(a.gguf, a.prompt, a.tokens)
+        arch = field(r, "general.architecture")
+        _, out, llm = greedy(a.gguf, field(r, f"{arch}.context_length"), a.prompt, a.tokens)
         text = a.prompt + llm.detokenize(out).decode("utf-8", errors="replace")
         if a.first:
             head = a.prompt + llm.detokenize(out[: a.first]).decode("utf-8", errors="replace")

@@ -4,8 +4,8 @@
 # few steps on tiny Shakespeare, exports the run as f16, bf16 and q8_0 GGUF files and runs
 # tools/check_gguf.py on each: every tensor byte for byte as llama.cpp's converter would write it
 # from the run's `loom export hf` directory (gguf-py's names and quantizers), and llama.cpp's greedy
-# continuation of "ROMEO:" the same as `loom sample --temperature 0` (all 30 tokens for f16 and
-# bf16, the first 16 for q8_0).
+# continuation of "ROMEO:" the same as `loom sample --temperature 0` (all 30 tokens for f16, the
+# first 16 for bf16 and q8_0, whose rounded weights may turn a near tie late in the text).
 #
 #   bash tools/check_gguf.sh            # loom from build/ (scripts/build.sh); venv in .venv-gguf/
 #
@@ -44,8 +44,8 @@ dir = "$w/data"
 batch_size = 8
 seq_len = 32
 [train]
-steps = 100
-eval_interval = 100
+steps = 300
+eval_interval = 300
 EOF
   "$loom" train "$w/ft.toml" --init-from "$model" --out "$w/run" > /dev/null
   "$loom" sample "$w/run" --prompt ROMEO: --temperature 0 --tokens 30 > "$w/loom.txt"
@@ -53,7 +53,8 @@ EOF
   for type in f16 bf16 q8_0; do
     "$loom" export gguf "$w/run" "$w/$type.gguf" --type "$type" > /dev/null
     first=()
-    [[ "$type" == q8_0 ]] && first=(--first 16)
+    # bf16 and q8_0 round the weights loom samples with in float32: a near tie may turn late.
+    [[ "$type" != f16 ]] && first=(--first 16)
     echo "== $fixture, $type"
     "$venv/bin/python" "$root/tools/check_gguf.py" "$w/$type.gguf" --hf "$w/hf" --loom-text "$w/loom.txt" \
       --prompt ROMEO: --tokens 30 "${first[@]}" || status=1
