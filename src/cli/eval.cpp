@@ -1,5 +1,5 @@
-// `loom eval RUN|CKPT|CONFIG [overrides] [--checkpoint DIR] [--iters N] [--train] [--json]`
-// (run/eval.h).
+// `loom eval RUN|CKPT|CONFIG [overrides] [--checkpoint DIR] [--iters N] [--train] [--json]`, or
+// `loom eval RUN|CKPT|HF_DIR --choices FILE.jsonl [--json]` (run/eval.h, run/choices.h).
 #include <memory>
 
 #include "cli/command.h"
@@ -27,6 +27,10 @@ CommandBody add_eval_command(CLI::App& sub) {
   sub.add_option("--iters", a->eval.iters, "batches per split (default train.eval_iters)")->check(integer_at_least(1));
   sub.add_flag("--train", a->eval.train, "also evaluate on the first N training batches");
   sub.add_flag("--json", a->eval.json, "print one JSON object");
+  sub.add_option("--choices", a->eval.choices,
+                 "multiple-choice questions (JSON Lines of context, choices, label): print acc and acc_norm as "
+                 "lm-evaluation-harness defines them")
+      ->transform(home_path());
   return [a] {
     EvalOptions o = a->eval;
     o.overrides = a->overrides;

@@ -1,6 +1,6 @@
-// `loom sample CHECKPOINT [--prompt TEXT | --prompt-file FILE] [--tokens N] [--num-samples N]
-// [--temperature T] [--top-k K] [--top-p P] ...`
-// (sample/sample.h).
+// `loom sample CHECKPOINT [--prompt TEXT | --prompt-file FILE | --chat MESSAGE|-] [--tokens N]
+// [--num-samples N] [--temperature T] [--top-k K] [--top-p P] ...`
+// (sample/sample.h, sample/chat.h).
 #include <memory>
 
 #include "cli/command.h"
@@ -18,7 +18,16 @@ CommandBody add_sample_command(CLI::App& sub) {
   sub.add_option("--prompt-file", o->prompt_file, "read the text to continue from FILE")
       ->excludes(prompt)
       ->transform(home_path());
-  sub.add_option("--tokens", o->tokens, "tokens to generate per sample (default 256)")->check(integer_at_least(0));
+  sub.add_option("--chat", o->chat,
+                 "answer MESSAGE as the model's chat template asks, stopping at the end of its turn; - reads a "
+                 "conversation from stdin, one message per line")
+      ->excludes(prompt);
+  sub.add_option("--system", o->system, "with --chat: the system message");
+  sub.add_option("--template", o->template_path,
+                 "with --chat: a Jinja chat template instead of the checkpoint's tokenizer_config.json")
+      ->transform(home_path());
+  sub.add_option("--tokens", o->tokens, "tokens to generate per sample (default 256; with --chat, the most per reply)")
+      ->check(integer_at_least(0));
   sub.add_option("--context", o->context,
                  "positions of context the KV cache holds, from 2 to the model's max_seq_len (default: all); "
                  "bounds the cache's memory for long-context checkpoints");

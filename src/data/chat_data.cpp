@@ -191,7 +191,7 @@ ChatTemplate load_chat_template(const std::string& model_dir, const std::string&
                       "give a chat template with --template FILE (a Jinja file as transformers uses)");
     }
   }
-  ChatTemplate ct{jinja::Template(text, source), Json::object(), {}, source};
+  ChatTemplate ct{jinja::Template(text, source), Json::object(), {}, source, text};
   for (const char* k : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
     if (config.contains(k))
       if (std::string v = token_text(config[k]); !v.empty()) ct.specials[k] = v;
@@ -203,6 +203,12 @@ ChatTemplate load_chat_template(const std::string& model_dir, const std::string&
   }
   ct.eos_token = ct.specials.value("eos_token", "");
   return ct;
+}
+
+Json chat_template_config(const ChatTemplate& t) {
+  Json config = t.specials;
+  config["chat_template"] = t.text;
+  return config;
 }
 
 std::string render_messages(const ChatTemplate& t, const Json& messages, const Json& tools,
@@ -363,7 +369,8 @@ struct Split {
 
 // Files a data directory holds; OUTDIR may be replaced only when it holds nothing else.
 bool is_data_file(const std::string& name) {
-  return name == "meta.json" || ends_with(name, ".bin") || ends_with(name, ".tmp");
+  return name == "meta.json" || name == "tokenizer_config.json" || name == "generation_config.json" ||
+         ends_with(name, ".bin") || ends_with(name, ".tmp");
 }
 
 // Moves the finished scratch directory to out_dir: renamed into place when out_dir does not exist
@@ -475,6 +482,9 @@ PreparedChat prepare_chat(const ChatOptions& o) {
         ",\n  \"chat\": " + chat.dump(-1, ' ', false, Json::error_handler_t::replace) +
         ",\n  \"tokenizer\": " + tok->to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
         "\n}\n";
+    std::ofstream(fs::path(scratch) / "tokenizer_config.json", std::ios::binary) << chat_template_config(t).dump(2);
+    if (const fs::path g = fs::path(o.model_dir) / "generation_config.json"; fs::exists(g, ec))
+      fs::copy_file(g, fs::path(scratch) / g.filename());
     std::ofstream f(fs::path(scratch) / "meta.json", std::ios::binary | std::ios::trunc);
     f << meta;
     f.close();
@@ -548,8 +558,10 @@ int run_prepare_chat(const ChatOptions& o, FILE* out) {
                  static_cast<long long>(r.examples[s]), static_cast<long long>(r.tokens[s]),
                  static_cast<long long>(r.targets[s]),
                  r.tokens[s] ? 100.0 * static_cast<double>(r.targets[s]) / static_cast<double>(r.tokens[s]) : 0.0);
-  std::fprintf(out, "  wrote %s: {train,val}.bin, {train,val}_mask.bin, {train,val}_docs.bin, meta.json\n",
-               o.out_dir.c_str());
+  std::fprintf(
+      out,
+      "  wrote %s: {train,val}.bin, {train,val}_mask.bin, {train,val}_docs.bin, meta.json, tokenizer_config.json\n",
+      o.out_dir.c_str());
   return 0;
 }
 

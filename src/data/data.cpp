@@ -2,13 +2,21 @@
 
 #include <filesystem>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/chat_data.h"
 #include "data/token_data.h"
 
 namespace loom {
+
+int64_t Batch::targets(int64_t first, int64_t n) const {
+  const auto per = static_cast<int64_t>(labels.size()) / batch_size;
+  return std::count_if(labels.begin() + first * per, labels.begin() + (first + n) * per,
+                       [](int32_t l) { return l >= 0; });
+}
 
 Batch random_classification_batch(const DataConfig& d, const DataContext& cx) {
   Batch b;
@@ -70,16 +78,24 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
                         ": labels beyond the logits cannot be scored",
                     "set model.num_outputs to at least " + std::to_string(meta.vocab_size));
   tokenizer_ = meta.tokenizer;
-  train_file_ = std::make_unique<TokenFile>(TokenFile::open_split(d.dir, "train"));
+  const auto open = [&](const char* split) {
+    return std::make_unique<ChatSplit>(meta.chat ? open_chat_split(d.dir, split)
+                                                 : ChatSplit{TokenFile::open_split(d.dir, split), {}, {}, 0});
+  };
+  const auto mask = [](const ChatSplit& s) { return s.mask.empty() ? nullptr : s.mask.data(); };
+  train_split_ = open("train");
+  const TokenFile& train = train_split_->tokens;
   const int64_t mb = d.batch_size / cx.num_minibatches;
-  if (train_file_->size() <= d.seq_len)
-    throw UserError(train_file_->path(),
-                    "has " + std::to_string(train_file_->size()) + " tokens, fewer than one window of data.seq_len + 1",
+  if (train.size() <= d.seq_len)
+    throw UserError(train.path(),
+                    "has " + std::to_string(train.size()) + " tokens, fewer than one window of data.seq_len + 1",
                     "use more text or a shorter data.seq_len");
-  train_batcher_ = std::make_unique<TokenBatcher>(*train_file_, d.batch_size, d.seq_len, BatchMode::train, cx.seed);
-  val_file_ = std::make_unique<TokenFile>(TokenFile::open_split(d.dir, "val"));
-  if (val_file_->size() > d.seq_len)
-    val_batcher_ = std::make_unique<TokenBatcher>(*val_file_, mb, d.seq_len, BatchMode::val, cx.seed);
+  train_batcher_ =
+      std::make_unique<TokenBatcher>(train, d.batch_size, d.seq_len, BatchMode::train, cx.seed, mask(*train_split_));
+  val_split_ = open("val");
+  if (val_split_->tokens.size() > d.seq_len)
+    val_batcher_ =
+        std::make_unique<TokenBatcher>(val_split_->tokens, mb, d.seq_len, BatchMode::val, cx.seed, mask(*val_split_));
 }
 
 DataSource::~DataSource() = default;

@@ -11,10 +11,17 @@
 
 namespace loom {
 
+// A label that is no training target (a context token of chat data, data/chat_data.h): the loss
+// ops skip rows whose label is negative (graph/ops.def) and the loss is divided by the targets
+// counted here, so such a token weighs nothing in the loss, its gradient or the metrics.
+inline constexpr int32_t kIgnoreLabel = -1;
+
 struct Batch {
   std::vector<unsigned char> inputs;  // batch_size examples, inputs_bytes_per_example each
-  std::vector<int32_t> labels;        // batch_size × labels_per_example
+  std::vector<int32_t> labels;        // batch_size × labels_per_example; kIgnoreLabel: no target
   int64_t batch_size = 0;
+  // Training targets (labels >= 0) in examples [first, first + n).
+  int64_t targets(int64_t first, int64_t n) const;
 };
 
 // The tutorial's classification batch: inputs ~ N(0, 1) [batch, num_inputs] f32 and labels
@@ -28,13 +35,15 @@ Batch random_tokens_batch(const DataConfig& d, const DataContext& cx);
 // The configured data source's batch for the fixed-batch kinds (as in the tutorials).
 Batch make_batch(const DataConfig& d, const DataContext& cx);
 
-class TokenFile;
 class TokenBatcher;
+struct ChatSplit;
 
 // Where training and validation batches come from. random_classification / random_tokens: one
 // fixed batch every step, no validation split. tokens: data.dir prepared by `loom prepare`;
 // training batch k is a pure function of (seed, k) (random windows), so a resumed run sees the
 // same batches; validation walks val.bin deterministically from a position that is checkpointed.
+// A directory from `loom prepare chat` (meta.json has "chat") is read with its loss masks: a
+// label whose token the mask marks 0 is kIgnoreLabel.
 class DataSource {
  public:
   DataSource(const DataConfig& d, const DataContext& cx);  // throws UserError for missing or invalid data
@@ -49,7 +58,7 @@ class DataSource {
 
  private:
   Batch fixed_;
-  std::unique_ptr<TokenFile> train_file_, val_file_;
+  std::unique_ptr<ChatSplit> train_split_, val_split_;  // tokens, and masks for chat data
   std::unique_ptr<TokenBatcher> train_batcher_, val_batcher_;
   nlohmann::json tokenizer_;
 };

@@ -266,6 +266,7 @@ TokenMeta read_token_meta(const std::string& data_dir) {
   m.train_tokens = integer("train_tokens", 0, INT64_MAX / 2);
   m.val_tokens = integer("val_tokens", 0, INT64_MAX / 2);
   if (auto it = j.find("source"); it != j.end() && it->is_string()) m.source = it->get<std::string>();
+  m.chat = j.contains("chat");
   auto tok = j.find("tokenizer");
   if (tok == j.end() || !tok->is_object()) throw UserError(m.path, "\"tokenizer\" is missing or not an object", fix);
   m.tokenizer = std::move(*tok);
@@ -390,8 +391,9 @@ TokenFile& TokenFile::operator=(TokenFile&& o) noexcept {
 
 // ---- TokenBatcher ---------------------------------------------------------------------------
 
-TokenBatcher::TokenBatcher(const TokenFile& file, int64_t batch_size, int64_t seq_len, BatchMode mode, uint64_t seed)
-    : file_(&file), batch_size_(batch_size), seq_len_(seq_len), mode_(mode), seed_(seed) {
+TokenBatcher::TokenBatcher(const TokenFile& file, int64_t batch_size, int64_t seq_len, BatchMode mode, uint64_t seed,
+                           const uint8_t* mask)
+    : file_(&file), mask_(mask), batch_size_(batch_size), seq_len_(seq_len), mode_(mode), seed_(seed) {
   LOOM_ASSERT(batch_size > 0 && seq_len > 0, "TokenBatcher: batch_size and seq_len must be positive");
   if (file.size() < seq_len + 1) {
     std::string msg = "has ";
@@ -410,7 +412,7 @@ void TokenBatcher::fill_row(Batch& b, int64_t row, int64_t start) const {
   const TokenFile& f = *file_;
   for (int64_t t = 0; t < seq_len_; ++t) {
     inputs[t] = f[start + t];
-    labels[t] = f[start + t + 1];
+    labels[t] = !mask_ || mask_[start + t + 1] ? f[start + t + 1] : kIgnoreLabel;
   }
 }
 

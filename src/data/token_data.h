@@ -60,6 +60,7 @@ struct TokenMeta {
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
   std::string source;
+  bool chat = false;         // a "chat" entry: loss masks beside the tokens (data/chat_data.h)
   nlohmann::json tokenizer;  // Tokenizer::from_json rebuilds it
   std::string path;          // of meta.json, for messages
 };
@@ -105,7 +106,9 @@ enum class BatchMode { train, val };
 
 // Batches of windows of seq_len + 1 consecutive tokens: inputs = window[0:T] and labels =
 // window[1:T+1], both int32 [batch_size, seq_len] row-major (Batch::inputs holds the int32s as
-// bytes), as nanoGPT's get_batch. The file must outlive the batcher.
+// bytes), as nanoGPT's get_batch. With a loss mask (one byte per token of the file, chat data's
+// S_mask.bin) a label is kIgnoreLabel where the mask of the token it names (the predicted one,
+// window[t+1]) is 0. The file and the mask must outlive the batcher.
 //
 // train: the batch of optimizer step `step` has window starts
 //     HostRng(named_key(seed, "data/train")).split(step).next_below(n - T), drawn batch_size
@@ -120,7 +123,8 @@ class TokenBatcher {
  public:
   // A file with fewer than seq_len + 1 tokens is a UserError naming it. batch_size and seq_len
   // must be positive (LOOM_ASSERT).
-  TokenBatcher(const TokenFile& file, int64_t batch_size, int64_t seq_len, BatchMode mode, uint64_t seed = 0);
+  TokenBatcher(const TokenFile& file, int64_t batch_size, int64_t seq_len, BatchMode mode, uint64_t seed = 0,
+               const uint8_t* mask = nullptr);
 
   // train mode only (LOOM_ASSERT).
   Batch train_batch(uint64_t step) const;
@@ -144,6 +148,7 @@ class TokenBatcher {
   void fill_row(Batch& b, int64_t row, int64_t start) const;
 
   const TokenFile* file_;
+  const uint8_t* mask_;  // [file size] or nullptr: every label is a target
   int64_t batch_size_, seq_len_;
   BatchMode mode_;
   uint64_t seed_;

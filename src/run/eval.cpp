@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/param_io.h"
 #include "nn/models.h"
+#include "run/choices.h"
 #include "train/checkpoint.h"
 #include "train/evaluator.h"
 
@@ -18,6 +19,12 @@ namespace loom {
 namespace fs = std::filesystem;
 
 int run_eval(const EvalOptions& o) {
+  if (!o.choices.empty()) {
+    if (!o.overrides.empty() || !o.checkpoint.empty() || o.train || o.iters >= 0)
+      throw UserError("--choices", "takes a run, checkpoint or Hugging Face directory alone",
+                      "leave out overrides, --checkpoint, --train and --iters");
+    return run_choices(o.target, o.choices, o.json, o.out);
+  }
   Config c;
   Checkpoint ck;
   std::vector<std::string> skipped;

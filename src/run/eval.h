@@ -7,6 +7,8 @@
 //   CONFIG        a TOML file with the overrides; the checkpoint is --checkpoint DIR or the latest
 //                 in the run directory `loom train CONFIG` writes by default (runs/<config name>);
 //                 its model must be the config's
+// With --choices FILE.jsonl: multiple-choice acc and acc_norm of a run, checkpoint or Hugging Face
+// directory instead (run/choices.h).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -22,6 +24,7 @@ struct EvalOptions {
   int64_t iters = -1;      // batches per split; -1 = train.eval_iters
   bool train = false;      // also the training batches
   bool json = false;       // one JSON object instead of the table
+  std::string choices;     // a multiple-choice file (run/choices.h) to score instead of the loss
   std::FILE* out = stdout;
 };
 

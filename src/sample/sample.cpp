@@ -17,6 +17,7 @@
 #include "graph/passes/plan.h"
 #include "io/param_io.h"
 #include "nn/models.h"
+#include "sample/chat.h"
 #include "train/model_source.h"
 #include "train/trainer.h"
 
@@ -227,7 +228,8 @@ int32_t sample_token(std::span<const float> logits, const Sampling& how, PhiloxK
 }
 
 std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t n, const Sampling& how, uint64_t seed,
-                              int64_t vocab_limit, const std::function<void(int32_t)>& on_token) {
+                              int64_t vocab_limit, const std::function<void(int32_t)>& on_token,
+                              std::span<const int32_t> stop) {
   const PhiloxKey key = named_key(seed, "sample");
   const size_t V = vocab_limit > 0 ? static_cast<size_t>(std::min(vocab_limit, s.num_outputs()))
                                    : static_cast<size_t>(s.num_outputs());
@@ -237,6 +239,7 @@ std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t 
     const int32_t t = sample_token(logits, how, key, static_cast<uint64_t>(i));
     context.push_back(t);
     out.push_back(t);
+    if (std::find(stop.begin(), stop.end(), t) != stop.end()) break;
     if (on_token) on_token(t);
   }
   return out;
@@ -262,6 +265,14 @@ void validate_sample_options(const SampleOptions& o) {
     throw UserError("--num-samples", "must be >= 1, got " + std::to_string(o.num_samples), "e.g. --num-samples 3");
   if (!o.prompt.empty() && !o.prompt_file.empty())
     throw UserError("--prompt-file " + o.prompt_file, "given together with --prompt", "give one of the two");
+  if (!o.chat.empty() && (!o.prompt.empty() || !o.prompt_file.empty()))
+    throw UserError("--chat", "given together with --prompt or --prompt-file",
+                    "--chat takes the message itself (or - to read messages from stdin)");
+  if (!o.chat.empty() && o.num_samples != 1)
+    throw UserError("--num-samples", "must be 1 with --chat", "leave --num-samples out");
+  if (o.chat.empty() && (!o.system.empty() || !o.template_path.empty()))
+    throw UserError(o.system.empty() ? "--template" : "--system", "only applies to --chat",
+                    "add --chat MESSAGE, or leave it out");
 }
 
 namespace {
@@ -316,6 +327,7 @@ int run_sample(const SampleOptions& o) {
   set_num_threads(static_cast<int>(o.threads >= 0 ? o.threads : c.threads));
   Sampler s(c, *be, o.prefill, o.context);
   src.load_params(s.executor());
+  if (!o.chat.empty()) return run_chat(o, src.dir(), *tok, s);
 
   double total_s = 0;  // prefill passes and decoding, every sample
   for (int64_t k = 0; k < o.num_samples; ++k) {

@@ -76,6 +76,10 @@ struct SampleOptions {
   std::string checkpoint;   // a ckpt_<step> directory, or a run directory (its latest checkpoint)
   std::string prompt;       // UTF-8; empty: start from "\n" (char vocabulary) or <|endoftext|> (GPT-2)
   std::string prompt_file;  // read the prompt from this file instead (exactly its bytes)
+  std::string chat;         // a user message to answer (sample/chat.h); "-": a conversation on stdin
+  std::string system;       // --chat: the system message ("" = none)
+  std::string template_path;  // --chat: a Jinja chat template replacing the checkpoint's
+  std::FILE* in = stdin;      // --chat -: where the user's messages come from, one per line
   int64_t tokens = 256;     // tokens to generate per sample (>= 0)
   int64_t context = 0;      // positions the caches hold (the sliding window); 0: model.max_seq_len
   int64_t num_samples = 1;  // samples, each from the prompt, separated by a line of dashes
@@ -88,7 +92,8 @@ struct SampleOptions {
 };
 
 // Checks the flags: negative --tokens, --top-k or --temperature (or a non-finite temperature), a
-// --top-p outside (0, 1], --num-samples below 1, or both --prompt and --prompt-file is a UserError
+// --top-p outside (0, 1], --num-samples below 1, both --prompt and --prompt-file, or --chat with
+// either of them or more than one sample (or --system / --template without --chat) is a UserError
 // naming the flag.
 void validate_sample_options(const SampleOptions& o);
 
@@ -96,8 +101,9 @@ void validate_sample_options(const SampleOptions& o);
 // saved beside it (tokenizer.json; a checkpoint without one is a UserError), builds the decoder
 // on the cpu backend, loads the parameters, and for each sample echoes the prompt and streams
 // `tokens` sampled tokens to o.out, flushing after each complete character, and ends the sample
-// with a newline. With o.stats, prints to stderr the prefill passes' tokens/s and the decoding's
-// per generated token, the prefill programs' memory and the parameters'. Returns the exit status (0).
+// with a newline. With o.chat it answers chat messages instead (sample/chat.h). With o.stats, prints to stderr the
+// prefill passes' tokens/s and the decoding's per generated token, the prefill programs' memory and the parameters'.
+// Returns the exit status (0).
 int run_sample(const SampleOptions& o);
 
 // The decoding engine for the transformer of c.model: the decoder program (batch 1, max_len =
@@ -191,8 +197,11 @@ int32_t sample_token(std::span<const float> logits, const Sampling& how, PhiloxK
 
 // Generates `n` tokens after `context` (non-empty) with `s`, calling on_token(id) as each is
 // drawn; token i uses index i of the key named_key(seed, "sample"). Only ids below
-// `vocab_limit` (the tokenizer's vocabulary; 0 = all outputs) are drawn. Returns the tokens.
+// `vocab_limit` (the tokenizer's vocabulary; 0 = all outputs) are drawn. A token in `stop` (the
+// end of a chat turn) ends the generation early: it is returned last, without an on_token call.
+// Returns the tokens.
 std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t n, const Sampling& how, uint64_t seed,
-                              int64_t vocab_limit, const std::function<void(int32_t)>& on_token);
+                              int64_t vocab_limit, const std::function<void(int32_t)>& on_token,
+                              std::span<const int32_t> stop = {});
 
 }  // namespace loom

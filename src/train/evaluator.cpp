@@ -68,9 +68,13 @@ void Evaluator::run_rows(const Batch& b, int64_t first, Metrics& into) {
   exec_->download(model_.loss_sum, &mine.loss);
   exec_->download(model_.correct, &mine.correct);
   comm_.all_gather_bytes(&mine, sizeof mine, sums.data());
-  for (const Sums& s : sums)
-    into += {.accuracy = {.sum = static_cast<double>(s.correct), .count = model_.examples},
-             .loss = {.sum = s.loss, .count = model_.examples}};
+  // Each rank's count of targets in its slice, read from the batch every rank holds.
+  const int64_t slice = minibatch_size(cfg_, comm_.size());
+  for (size_t q = 0; q < sums.size(); ++q) {
+    const int64_t targets = b.targets(first + static_cast<int64_t>(q) * slice, slice);
+    into += {.accuracy = {.sum = static_cast<double>(sums[q].correct), .count = targets},
+             .loss = {.sum = sums[q].loss, .count = targets}};
+  }
 }
 
 Metrics Evaluator::validation(DataSource& data, int64_t iters) {

@@ -34,11 +34,12 @@ class Evaluator {
   // when this holds; `loom train` evaluates when it holds and its data has the split, and then tells
   // its Trainer, whose fit check counts them too.
   static bool during_training(const Config& c);
-  // Mean loss per example (per token for a language model) over `iters` batches from `data`
-  // (validation split).
+  // Mean loss per target (per target token for a language model: the trainer's normalisation,
+  // train/trainer.h) over `iters` batches from `data` (validation split).
   double run(DataSource& data, int64_t iters);
-  // "loss" and "accuracy" (sum, count) over `iters` validation batches, or over the first
-  // `iters` training batches (data.train_batch(0..iters-1), each run minibatch by minibatch).
+  // "loss" and "accuracy" (sum, count; the counts are target tokens) over `iters` validation
+  // batches, or over the first `iters` training batches (data.train_batch(0..iters-1), each run
+  // minibatch by minibatch).
   Metrics validation(DataSource& data, int64_t iters);
   Metrics training(const DataSource& data, int64_t iters);
   Executor& executor() { return *exec_; }

@@ -36,6 +36,9 @@ class ModelSource {
   // directory: its newest checkpoint that verifies); problems are UserErrors naming the file and
   // the tensor.
   void load_params(Executor& ex) const;
+  // The directory holding its files (a run directory's newest checkpoint), where
+  // tokenizer_config.json and generation_config.json are when it has them.
+  const std::string& dir() const { return dir_; }
   // The tokenizer saved with it (tokenizer.json), or nullptr when it has none.
   std::unique_ptr<Tokenizer> tokenizer() const;
 

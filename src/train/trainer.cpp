@@ -292,10 +292,19 @@ StepReport Trainer::step(const Batch& batch) {
     be_.fill_zero(grad_shard_, static_cast<size_t>(grad_shard_bytes()));
   else
     for (ValueId grad : prog_.zero_grads) exec_->zero(grad);
-  // Seed of d(loss_sum): the loss is the mean over every example (token) of the global batch —
-  // each minibatch's mean, averaged over all minibatches of all ranks, is
-  // Σ / (examples per minibatch × minibatches × ranks) — times the fp16 loss scale.
-  const auto seed = static_cast<float>(opt_->loss_scale() / static_cast<double>(prog_.model.examples * nmb * ranks));
+  // Seed of d(loss_sum): the loss is the sum of the target tokens' losses over the whole global
+  // batch divided by the number of those targets (the header's normalisation), times the fp16
+  // loss scale. Every rank holds the global batch, so each counts every minibatch's targets
+  // itself: the same count on every rank, before the step, with no collective.
+  std::vector<int64_t> targets(static_cast<size_t>(nmb * ranks));
+  int64_t all_targets = 0;
+  for (size_t k = 0; k < targets.size(); ++k) {
+    const int64_t rows = batch.batch_size / (nmb * ranks);
+    targets[k] = batch.targets(static_cast<int64_t>(k) * rows, rows);
+    all_targets += targets[k];
+  }
+  // A batch without targets (every label masked) has a zero loss and no gradient.
+  const auto seed = all_targets ? static_cast<float>(opt_->loss_scale() / static_cast<double>(all_targets)) : 0.f;
   exec_->upload(prog_.dloss, &seed);
   const size_t in_bytes = static_cast<size_t>(g.value(prog_.model.inputs).bytes());
   const size_t lab_count = static_cast<size_t>(g.value(prog_.model.labels).shape.numel());
@@ -323,11 +332,11 @@ StepReport Trainer::step(const Batch& batch) {
   // Every rank's results in global minibatch order, summed as one process sums its minibatches.
   comm_.all_gather_bytes(&results[first], static_cast<size_t>(nmb) * sizeof(MinibatchResult), results.data());
   StepReport r;
-  for (const MinibatchResult& m : results) {
-    r.metrics.loss.sum += m.loss;
-    r.metrics.loss.count += prog_.model.examples;
-    r.metrics.accuracy.sum += m.correct;
-    r.metrics.accuracy.count += prog_.model.examples;
+  for (size_t k = 0; k < results.size(); ++k) {
+    r.metrics.loss.sum += results[k].loss;
+    r.metrics.loss.count += targets[k];
+    r.metrics.accuracy.sum += results[k].correct;
+    r.metrics.accuracy.count += targets[k];
   }
   {
     ScopedSpan optimizer_span(recorder_, SpanKind::optimizer, step_ + 1);

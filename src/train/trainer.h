@@ -1,28 +1,33 @@
 // The training step (docs/ARCHITECTURE.md, "Train step"):
-//   zero grads; for each minibatch: upload its slice, set the loss seed (loss scale / batch
-//   size), run the forward+backward program (gradients accumulate in place), read the loss sum
-//   and correct count; then the optimizer (optim/optimizer.h) clips, checks and updates params
-//   and moments in one fused pass.
+//   zero grads; for each minibatch: upload its slice, set the loss seed (loss scale / target
+//   tokens of the global batch), run the forward+backward program (gradients accumulate in
+//   place), read the loss sum and correct count; then the optimizer (optim/optimizer.h) clips,
+//   checks and updates params and moments in one fused pass.
 // Params, grads and optimizer state are persistent fp32 buffers on the backend: never copied,
 // never duplicated (the tutorial's buffer donation).
 //
 // Data parallelism over N ranks (a dist::Comm): data.batch_size stays the global batch; rank r
 // takes rows [r·B/N, (r+1)·B/N) of every global batch and still runs optimizer.num_minibatches
 // (M) minibatches in it, which are the global minibatches r·M .. r·M + M - 1 (the same rows and
-// dropout keys as one process with N·M minibatches). The loss seed is 1/(tokens of all N·M
-// minibatches), so the sum of the ranks' gradients (dist::Comm's fixed rank order) is the mean
-// gradient; clipping and the update then run identically on every rank (optimizer.shard = state,
-// ZeRO-1: each rank receives only its chunk of every bucket's sum (reduce-scatter), holds the
-// moments of and updates only those elements, and the parameters are all-gathered; the clip norm
-// is the whole gradient's, its per-rank parts summed in rank order). The sum runs in buckets
-// of train.bucket_kib while the last minibatch's backward still computes (each bucket starts once
-// the schedule has written its gradients for the last time); buckets never change the bits.
-// optimizer.shard = state+grads (ZeRO-2) also shards the gradients: they are working memory in
-// the arena (rank_plan_options), each live until its bucket's sum is taken; every minibatch's
-// gradients are reduce-scattered during its backward and this rank's chunks added into a
-// persistent gradient shard (1/N of the gradients), which the optimizer reads. The sum over ranks
-// then comes before the sum over minibatches: equal to `none` to float32 rounding, not bit for bit.
-// Metrics are gathered per minibatch and summed in global minibatch order, as one process would.
+// dropout keys as one process with N·M minibatches).
+// One normalisation (transformers' num_items_in_batch): the loss is the sum of the target tokens'
+// losses (labels >= 0; data/data.h's kIgnoreLabel marks the others) over all N·M minibatches
+// divided by the number of targets in all of them, counted from the batch before the step. So the
+// loss seed is 1/(targets of the global batch) in every minibatch however the targets are spread
+// over minibatches and ranks, and the sum of the ranks' gradients (dist::Comm's fixed rank order)
+// is the gradient of that loss; clipping and the update then run identically on every rank
+// (optimizer.shard = state, ZeRO-1: each rank receives only its chunk of every bucket's sum
+// (reduce-scatter), holds the moments of and updates only those elements, and the parameters are
+// all-gathered; the clip norm is the whole gradient's, its per-rank parts summed in rank order).
+// The sum runs in buckets of train.bucket_kib while the last minibatch's backward still computes
+// (each bucket starts once the schedule has written its gradients for the last time); buckets
+// never change the bits. optimizer.shard = state+grads (ZeRO-2) also shards the gradients: they
+// are working memory in the arena (rank_plan_options), each live until its bucket's sum is taken;
+// every minibatch's gradients are reduce-scattered during its backward and this rank's chunks
+// added into a persistent gradient shard (1/N of the gradients), which the optimizer reads. The
+// sum over ranks then comes before the sum over minibatches: equal to `none` to float32 rounding,
+// not bit for bit. Metrics are gathered per minibatch and summed in global minibatch order, as one
+// process would; their counts are target tokens.
 #pragma once
 #include <memory>
 #include <string>
@@ -77,7 +82,7 @@ RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks);
 PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks, PlanOptions base = {});
 
 struct StepReport {
-  Metrics metrics;      // this step's (sum, count) pairs
+  Metrics metrics;      // this step's (sum, count) pairs; the counts are target tokens
   OptimizerReport opt;  // lr, grad norm, loss scale, skipped
   double seconds = 0;   // wall time of the step
 };

@@ -1092,6 +1092,68 @@ TEST_P(BackendOps, AccuracyTiesAndNaNInLongRows) {
   }
 }
 
+// A negative label (the data's kIgnoreLabel: no training target) takes its row out of all three
+// loss ops: the loss and the correct count equal those of the other rows alone (a case holding
+// only them, run on the same backend), and the gradient is zero in the ignored rows and the same
+// bits as the kept-rows case elsewhere.
+TEST_P(BackendOps, LossOpsIgnoreNegativeLabels) {
+  LOOM_REQUIRE_OPS(OpKind::cross_entropy, OpKind::cross_entropy_grad, OpKind::accuracy);
+  Backend& be = testing::under_test();
+  constexpr int64_t R = 42, V = 33;
+  const auto ignored = [](int64_t r) { return r % 3 == 1 || r >= 38; };
+  std::vector<int64_t> kept;
+  for (int64_t r = 0; r < R; ++r)
+    if (!ignored(r)) kept.push_back(r);
+  const auto K = static_cast<int64_t>(kept.size());
+  for (DType dt : kLogitDTypes) {
+    OpCase all(OpKind::cross_entropy_grad, {{Shape{R, V}, dt}, {Shape{R}, DType::i32}, {Shape{}, DType::f32}});
+    all.fill_random(next_seed(), static_cast<int32_t>(V));
+    OpCase few(OpKind::cross_entropy_grad, {{Shape{K, V}, dt}, {Shape{K}, DType::i32}, {Shape{}, DType::f32}});
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t c = 0; c < V; ++c) few.input(0).set(k * V + c, all.input(0).get(kept[k] * V + c));
+      few.input(1).set_i32(k, all.input(1).get_i32(kept[k]));
+    }
+    // Any negative label is ignored; a large logit would dominate the sums if these rows counted.
+    for (int64_t r = 0; r < R; ++r)
+      if (ignored(r)) {
+        all.input(0).set(r * V + 5, 100.f);
+        all.input(1).set_i32(r, r == R - 1 ? -7 : -1);
+      }
+    few.input(2).set(0, 0.375f);
+    all.input(2).set(0, 0.375f);
+    const std::string what = std::string(" on ") + dtype_name(dt) + " logits";
+    // The gradient.
+    const Outputs o = run_both(all);
+    expect_outputs_close(o, "cross_entropy_grad with ignored rows" + what);
+    const HostTensor g_few = few.run(be)[0];
+    for (int64_t r = 0, k = 0; r < R; ++r)
+      for (int64_t c = 0; c < V; ++c) {
+        const float want = ignored(r) ? 0.f : g_few.get(k * V + c);
+        ASSERT_EQ(std::bit_cast<uint32_t>(o.got[0].get(r * V + c)), std::bit_cast<uint32_t>(want))
+            << "row " << r << " column " << c << what;
+        if (!ignored(r) && c == V - 1) ++k;
+      }
+    // The loss and the correct count, from the same inputs.
+    for (OpKind op : {OpKind::cross_entropy, OpKind::accuracy}) {
+      OpCase a(op, {{Shape{R, V}, dt}, {Shape{R}, DType::i32}});
+      OpCase f(op, {{Shape{K, V}, dt}, {Shape{K}, DType::i32}});
+      for (int i = 0; i < 2; ++i) {
+        a.input(static_cast<size_t>(i)).bytes = all.input(static_cast<size_t>(i)).bytes;
+        f.input(static_cast<size_t>(i)).bytes = few.input(static_cast<size_t>(i)).bytes;
+      }
+      const Outputs oa = run_both(a);
+      const HostTensor of = f.run(be)[0];
+      if (op == OpKind::accuracy) {
+        expect_bytes_equal(oa.got[0], oa.ref[0], "accuracy with ignored rows" + what);
+        EXPECT_EQ(oa.got[0].get_i32(0), of.get_i32(0)) << what;
+      } else {
+        expect_nmse(oa.got[0], oa.ref[0], 1e-12, "cross_entropy with ignored rows" + what);
+        EXPECT_EQ(oa.got[0].get(0), of.get(0)) << what;
+      }
+    }
+  }
+}
+
 // ---- fused optimizer ------------------------------------------------------------------------
 
 struct OptState {

@@ -85,6 +85,44 @@ TEST(PrepareChat, WritesTokensMasksAndReportsTargets) {
   EXPECT_EQ(meta_all["train_tokens"], tokens);
 }
 
+// The template, the special tokens and generation_config.json go with the data into every
+// checkpoint of a run on it, so `loom sample RUN --chat` answers with them.
+TEST(PrepareChat, TheTemplateTravelsToTheRunsCheckpoints) {
+  const fs::path m = model();
+  write(m / "generation_config.json", R"({"eos_token_id": 50256})");
+  write(scratch() / "travel.jsonl", conversations(12));
+  Result r = run("prepare chat " + m.string() + " travel.jsonl travel");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto given = nlohmann::json::parse(read(m / "tokenizer_config.json"));
+  const auto carried = nlohmann::json::parse(read(scratch() / "travel/tokenizer_config.json"));
+  EXPECT_EQ(carried["chat_template"], given["chat_template"]);
+  EXPECT_EQ(carried["eos_token"], given["eos_token"]);
+  EXPECT_EQ(read(scratch() / "travel/generation_config.json"), read(m / "generation_config.json"));
+  write(scratch() / "travel.toml", R"([model]
+kind = "transformer"
+hidden_size = 16
+num_layers = 1
+head_dim = 8
+vocab_size = 50257
+num_outputs = 50257
+max_seq_len = 16
+[data]
+kind = "tokens"
+dir = "travel"
+batch_size = 2
+seq_len = 16
+[train]
+steps = 2
+eval_interval = 0
+)");
+  r = run("train travel.toml --out travel_run");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* f : {"tokenizer_config.json", "generation_config.json"})
+    EXPECT_EQ(read(scratch() / "travel_run/ckpt_000002" / f), read(scratch() / "travel" / f)) << f;
+  r = run("sample travel_run --chat '3 + 2' --tokens 4");
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
 TEST(PrepareChat, RenderOnlyPrintsTheTemplatesText) {
   const fs::path m = model();
   write(scratch() / "one.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}]})"

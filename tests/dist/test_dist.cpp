@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "support/chat_dir.h"
 #include "support/run_fixture.h"
 #include "support/run_loom.h"
 
@@ -189,6 +190,40 @@ TEST(Dist, RanksTrainLikeOneProcessWithAsManyMoreMinibatches) {
     std::printf("2 ranks × %d minibatches against 1 process × %d:\n", m, 2 * m);
     expect_losses_close(train_losses(one), train_losses(two));
     expect_close(one / "ckpt_000020", two / "ckpt_000020");
+  }
+}
+
+// One normalisation (train/trainer.h): on chat data whose loss masks leave each minibatch a
+// different number of targets (examples of random lengths, the prompt half of each masked), one
+// process with 1 and with 4 minibatches and 2 ranks with 2 each train alike to float32 rounding:
+// every step divides by the targets of the whole global batch. Dropout is off (its keys follow
+// the minibatch index).
+TEST(Dist, MaskedTargetsTrainAlikeWithAnyMinibatchesAndRanks) {
+  REQUIRE_MPIRUN();
+  const fs::path data = scratch("chat_data");
+  loom::testing::ChatSplitData split[2];
+  uint64_t z = 12345;
+  for (int s = 0; s < 2; ++s)
+    while (split[s].tokens.size() < (s == 0 ? 3000u : 600u)) {
+      z = z * 6364136223846793005ull + 1442695040888963407ull;
+      const auto len = static_cast<size_t>(4 + (z >> 33) % 40);
+      for (size_t i = 0; i < len; ++i) {
+        split[s].tokens.push_back(static_cast<uint16_t>(1 + (z >> (i % 50)) % 19));
+        split[s].mask.push_back(i >= len / 2 ? 1 : 0);
+      }
+    }
+  std::ifstream meta(fixture().data / "meta.json");
+  loom::testing::write_chat_dir(data, split[0], split[1], 20, nlohmann::json::parse(meta)["tokenizer"]);
+  const std::string common = "data.dir=" + data.string() + " model.dropout_rate=0 optimizer.num_minibatches=";
+  const fs::path one = scratch("chat_1x1"), four = scratch("chat_1x4"), ranks = scratch("chat_2x2");
+  for (const auto& [np, out, m] : {std::tuple{0, one, 1}, std::tuple{0, four, 4}, std::tuple{2, ranks, 2}}) {
+    const RunResult r = loom_on(np, train_args(out, common + std::to_string(m)));
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  for (const fs::path& other : {four, ranks}) {
+    std::printf("%s against 1 process × 1 minibatch:\n", other.filename().c_str());
+    expect_losses_close(train_losses(one), train_losses(other));
+    expect_close(one / "ckpt_000020", other / "ckpt_000020");
   }
 }
 

@@ -28,9 +28,10 @@ RowExp row_exp(const float* x, int64_t C, float* e) {
   return {mx, sum_f32(e, C)};
 }
 
+// Row r's label, negative when the row is ignored (ops.def).
 int32_t label_at(const TensorArg& labels, int64_t r, int64_t V) {
   const int32_t l = labels.as<const int32_t>()[r];
-  LOOM_ASSERT(l >= 0 && l < V, "label " + std::to_string(l) + " out of range [0, " + std::to_string(V) + ")");
+  LOOM_ASSERT(l < V, "label " + std::to_string(l) + " out of range [0, " + std::to_string(V) + ")");
   return l;
 }
 
@@ -136,8 +137,9 @@ void cpu_log_softmax_grad(const KernelArgs& a) {
   }
 }
 
-// Σ_rows (logsumexp(row) − row[label]), an f32 scalar: per-row losses (max − x[label]) +
-// log Σ exp(x − max) in f32, then summed in row order in double.
+// Σ_rows (logsumexp(row) − row[label]) over rows with a label >= 0, an f32 scalar: per-row
+// losses (max − x[label]) + log Σ exp(x − max) in f32 (0 for an ignored row), then summed in row
+// order in double.
 void cpu_cross_entropy(const KernelArgs& a) {
   const TensorArg& logits = a.in[0];
   const TensorArg& labels = a.in[1];
@@ -148,8 +150,12 @@ void cpu_cross_entropy(const KernelArgs& a) {
   float* loss = sp.loss;
 #pragma omp parallel for schedule(static) num_threads(sp.rows.team)
   for (int64_t r = 0; r < R; ++r) {
-    const float* xr = row_f32(logits, r * V, V, sp.rows.in.mine());
     const int32_t l = label_at(labels, r, V);
+    if (l < 0) {
+      loss[r] = 0;
+      continue;
+    }
+    const float* xr = row_f32(logits, r * V, V, sp.rows.in.mine());
     const RowExp s = row_exp(xr, V, sp.rows.result.mine());
     loss[r] = (s.max - xr[l]) + std::log(s.sum);
   }
@@ -159,7 +165,7 @@ void cpu_cross_entropy(const KernelArgs& a) {
 }
 
 // (logits, labels, dloss) -> dloss·(softmax(row) − onehot(label)), in f32, stored in the logits'
-// dtype.
+// dtype; zero rows where label < 0.
 void cpu_cross_entropy_grad(const KernelArgs& a) {
   const TensorArg& logits = a.in[0];
   const TensorArg& labels = a.in[1];
@@ -173,9 +179,14 @@ void cpu_cross_entropy_grad(const KernelArgs& a) {
   const RowSpans sp = cross_entropy_grad_spans(ws, a);
 #pragma omp parallel for schedule(static) num_threads(sp.team)
   for (int64_t r = 0; r < R; ++r) {
-    const float* xr = row_f32(logits, r * V, V, sp.in.mine());
     float* out = f32 ? dl.as<float>() + r * V : sp.result.mine();
     const int32_t l = label_at(labels, r, V);
+    if (l < 0) {
+      std::fill(out, out + V, 0.f);
+      if (!f32) store_f32(out, dl.data, dl.dtype, r * V, V);
+      continue;
+    }
+    const float* xr = row_f32(logits, r * V, V, sp.in.mine());
     const RowExp s = row_exp(xr, V, out);  // out holds exp(x − max) until scaled
     const float p_label = out[l] / s.sum;
     for (int64_t c = 0; c < V; ++c) out[c] = dloss * (out[c] / s.sum);
@@ -184,8 +195,9 @@ void cpu_cross_entropy_grad(const KernelArgs& a) {
   }
 }
 
-// Number of rows whose argmax equals the label, an i32 scalar. The first maximum wins ties; a
-// NaN counts as the maximum (numpy / jnp.argmax semantics), the first NaN winning.
+// Number of rows whose argmax equals the label, an i32 scalar (rows with a negative label are
+// skipped). The first maximum wins ties; a NaN counts as the maximum (numpy / jnp.argmax
+// semantics), the first NaN winning.
 void cpu_accuracy(const KernelArgs& a) {
   const TensorArg& logits = a.in[0];
   const TensorArg& labels = a.in[1];
@@ -198,6 +210,7 @@ void cpu_accuracy(const KernelArgs& a) {
   if (V > 0) {
 #pragma omp parallel for schedule(static) reduction(+ : correct) num_threads(s.team)
     for (int64_t r = 0; r < R; ++r) {
+      if (lab[r] < 0) continue;
       const float* xr = row_f32(logits, r * V, V, s.in.mine());
       const int64_t best = argmax_row(xr, V);
       if (best == lab[r]) ++correct;

@@ -22,9 +22,10 @@ RowLse row_lse(const TensorArg& t, int64_t r, int64_t C) {
   for (int64_t c = 0; c < C; ++c) s += std::exp(ld(t, r * C + c) - mx);
   return {mx, mx + std::log(s)};
 }
+// Row r's label, negative when the row is ignored (ops.def).
 int32_t label_at(const TensorArg& labels, int64_t r, int64_t V) {
   const int32_t l = refk::ld_i32(labels, r);
-  LOOM_ASSERT(l >= 0 && l < V, "label " + std::to_string(l) + " out of range [0, " + std::to_string(V) + ")");
+  LOOM_ASSERT(l < V, "label " + std::to_string(l) + " out of range [0, " + std::to_string(V) + ")");
   return l;
 }
 }  // namespace
@@ -55,7 +56,7 @@ void ref_log_softmax_grad(const KernelArgs& a) {
   }
 }
 
-// Σ_rows (logsumexp(row) − row[label]), an f32 scalar.
+// Σ_rows (logsumexp(row) − row[label]) over rows with a label >= 0, an f32 scalar.
 void ref_cross_entropy(const KernelArgs& a) {
   const TensorArg& logits = a.in[0];
   const TensorArg& labels = a.in[1];
@@ -64,12 +65,13 @@ void ref_cross_entropy(const KernelArgs& a) {
   double total = 0;
   for (int64_t r = 0; r < R; ++r) {
     const int32_t l = label_at(labels, r, V);
+    if (l < 0) continue;
     total += row_lse(logits, r, V).lse - ld(logits, r * V + l);
   }
   st(a.out[0], 0, total);
 }
 
-// (logits, labels, dloss) -> dloss·(softmax(row) − onehot(label)).
+// (logits, labels, dloss) -> dloss·(softmax(row) − onehot(label)); zero rows where label < 0.
 void ref_cross_entropy_grad(const KernelArgs& a) {
   const TensorArg& logits = a.in[0];
   const TensorArg& labels = a.in[1];
@@ -79,6 +81,10 @@ void ref_cross_entropy_grad(const KernelArgs& a) {
   const double dloss = ld(a.in[2], 0);
   for (int64_t r = 0; r < R; ++r) {
     const int32_t l = label_at(labels, r, V);
+    if (l < 0) {
+      for (int64_t c = 0; c < V; ++c) st(dl, r * V + c, 0.0);
+      continue;
+    }
     const double lse = row_lse(logits, r, V).lse;
     for (int64_t c = 0; c < V; ++c) {
       const double p = std::exp(ld(logits, r * V + c) - lse);
@@ -87,8 +93,9 @@ void ref_cross_entropy_grad(const KernelArgs& a) {
   }
 }
 
-// Number of rows whose argmax equals the label, an i32 scalar. The first maximum wins ties; a
-// NaN counts as the maximum (numpy / jnp.argmax semantics), the first NaN winning.
+// Number of rows whose argmax equals the label, an i32 scalar (a negative label never does). The
+// first maximum wins ties; a NaN counts as the maximum (numpy / jnp.argmax semantics), the first
+// NaN winning.
 void ref_accuracy(const KernelArgs& a) {
   const TensorArg& logits = a.in[0];
   const TensorArg& labels = a.in[1];

@@ -1,0 +1,37 @@
+// Chatting with a model: `loom sample RUN --chat MESSAGE`, or `--chat -` for a conversation read
+// from stdin, one user message per line. Each turn renders the whole conversation with the
+// model's chat template (data/chat_data.h: transformers' apply_chat_template with
+// add_generation_prompt), tokenizes it, and generates the reply (sample/sample.h's sampling) until
+// an end-of-turn token or o.tokens tokens. The reply is streamed to the output and joins the
+// conversation as the assistant's message, so later turns see it. The Sampler feeds only what its
+// caches do not hold when the new context extends the previous one (it does whenever the template
+// renders earlier turns as they were and the reply re-tokenizes to the tokens drawn).
+//
+// The template: --template FILE, else tokenizer_config.json in the checkpoint's directory (a
+// Hugging Face model's own; a loom checkpoint's, copied from data prepared by `loom prepare chat`).
+// The end-of-turn tokens, each where the tokenizer encodes it as one token: the first token the
+// template writes after an assistant message's content (`<|im_end|>`, `<|eot_id|>`,
+// `<end_of_turn>`, `</s>`: found by rendering a probe conversation, not from a list of names),
+// tokenizer_config.json's eos_token, and generation_config.json's eos_token_id (one or a list).
+// Turn k (from 0) samples with seed + k.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/chat_data.h"
+#include "data/tokenizer.h"
+#include "sample/sample.h"
+
+namespace loom {
+
+// The end-of-turn token ids (above) for template `t`, with `dir`'s generation_config.json.
+std::vector<int32_t> end_of_turn_ids(const ChatTemplate& t, const std::string& dir, const Tokenizer& tok);
+
+// Answers o.chat, or every non-empty line of o.in when it is "-", with `s` (its parameters
+// loaded), writing each reply and a newline to o.out. `dir` holds the checkpoint's files. No
+// template (neither --template nor dir/tokenizer_config.json with one) is a UserError naming the
+// checkpoint and both fixes; template errors are UserErrors naming it. Returns 0.
+int run_chat(const SampleOptions& o, const std::string& dir, const Tokenizer& tok, Sampler& s);
+
+}  // namespace loom
