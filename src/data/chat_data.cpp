@@ -157,7 +157,8 @@ ChatTemplate load_chat_template(const std::string& model_dir, const std::string&
   const std::string config_path = (fs::path(model_dir) / "tokenizer_config.json").string();
   Json config = Json::object();
   std::error_code ec;
-  if (fs::exists(config_path, ec) || template_path.empty()) {
+  const std::string jinja_path = (fs::path(model_dir) / "chat_template.jinja").string();
+  if (fs::exists(config_path, ec) || (template_path.empty() && !fs::is_regular_file(jinja_path, ec))) {
     try {
       config = Json::parse(read_whole(config_path, "the tokenizer configuration"));
     } catch (const Json::exception& e) {
@@ -169,7 +170,6 @@ ChatTemplate load_chat_template(const std::string& model_dir, const std::string&
   }
   std::string source, text;
   // transformers 5 saves the template as its own file, which it prefers to tokenizer_config.json's.
-  const std::string jinja_path = (fs::path(model_dir) / "chat_template.jinja").string();
   if (!template_path.empty() || fs::is_regular_file(jinja_path, ec)) {
     source = template_path.empty() ? jinja_path : template_path;
     text = read_whole(source, "the chat template");
@@ -203,12 +203,6 @@ ChatTemplate load_chat_template(const std::string& model_dir, const std::string&
   }
   ct.eos_token = ct.specials.value("eos_token", "");
   return ct;
-}
-
-Json chat_template_config(const ChatTemplate& t) {
-  Json config = t.specials;
-  config["chat_template"] = t.text;
-  return config;
 }
 
 std::string render_messages(const ChatTemplate& t, const Json& messages, const Json& tools,
@@ -369,8 +363,7 @@ struct Split {
 
 // Files a data directory holds; OUTDIR may be replaced only when it holds nothing else.
 bool is_data_file(const std::string& name) {
-  return name == "meta.json" || name == "tokenizer_config.json" || name == "generation_config.json" ||
-         ends_with(name, ".bin") || ends_with(name, ".tmp");
+  return name == "meta.json" || ends_with(name, ".bin") || ends_with(name, ".tmp");
 }
 
 // Moves the finished scratch directory to out_dir: renamed into place when out_dir does not exist
@@ -407,7 +400,9 @@ PreparedChat prepare_chat(const ChatOptions& o) {
                     "give the share of the examples kept for validation, e.g. 0.1");
   // The model's files first: their errors come before reading a possibly large data file.
   const ChatTemplate t = load_chat_template(o.model_dir, o.template_path);
-  const std::unique_ptr<Tokenizer> tok = HfTokenizer::load(o.model_dir);
+  const std::unique_ptr<HfTokenizer> tok = HfTokenizer::load(o.model_dir);
+  // The template used travels with the tokenizer (into meta.json, every checkpoint and exports).
+  if (!o.template_path.empty()) tok->set_companion("chat_template.jinja", t.text);
   const std::vector<ChatExample> examples = read_chat_jsonl(o.data_path);
   PreparedChat r;
   r.format = examples.front().format;
@@ -482,9 +477,6 @@ PreparedChat prepare_chat(const ChatOptions& o) {
         ",\n  \"chat\": " + chat.dump(-1, ' ', false, Json::error_handler_t::replace) +
         ",\n  \"tokenizer\": " + tok->to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
         "\n}\n";
-    std::ofstream(fs::path(scratch) / "tokenizer_config.json", std::ios::binary) << chat_template_config(t).dump(2);
-    if (const fs::path g = fs::path(o.model_dir) / "generation_config.json"; fs::exists(g, ec))
-      fs::copy_file(g, fs::path(scratch) / g.filename());
     std::ofstream f(fs::path(scratch) / "meta.json", std::ios::binary | std::ios::trunc);
     f << meta;
     f.close();
@@ -558,10 +550,8 @@ int run_prepare_chat(const ChatOptions& o, FILE* out) {
                  static_cast<long long>(r.examples[s]), static_cast<long long>(r.tokens[s]),
                  static_cast<long long>(r.targets[s]),
                  r.tokens[s] ? 100.0 * static_cast<double>(r.targets[s]) / static_cast<double>(r.tokens[s]) : 0.0);
-  std::fprintf(
-      out,
-      "  wrote %s: {train,val}.bin, {train,val}_mask.bin, {train,val}_docs.bin, meta.json, tokenizer_config.json\n",
-      o.out_dir.c_str());
+  std::fprintf(out, "  wrote %s: {train,val}.bin, {train,val}_mask.bin, {train,val}_docs.bin, meta.json\n",
+               o.out_dir.c_str());
   return 0;
 }
 

@@ -37,10 +37,11 @@
 //               [docs[k], docs[k+1]) of S.bin (docs[0] = 0, the last = the token count)
 // meta.json gains "chat": {"data_format", "loss_on", "template", "train_examples",
 // "val_examples", "train_target_tokens", "val_target_tokens", "mask": "uint8",
-// "docs": "uint64"}. The template travels with the data for `loom sample --chat`: OUTDIR's
-// tokenizer_config.json holds the template used and the special tokens (chat_template_config),
-// and the model directory's generation_config.json is copied when it has one; the checkpoints of
-// a run on the data carry both (train/checkpoint.h). Examples are split in file order: the first
+// "docs": "uint64"}. The template travels with the data for `loom sample --chat` and exports: the
+// tokenizer in meta.json carries the model directory's tokenizer_config.json,
+// chat_template.jinja and generation_config.json (HfTokenizer::companions; --template FILE
+// becomes its chat_template.jinja), and every checkpoint of a run on the data writes them out
+// (train/checkpoint.h). Examples are split in file order: the first
 // floor(n * (1 - val_fraction)) train, the rest val. Everything is written into a scratch
 // directory beside OUTDIR and renamed into place, so an interrupted or failed run leaves OUTDIR as
 // it was.
@@ -89,10 +90,6 @@ struct ChatTemplate {
 // it), and by the file `template_path` when it is not empty. A missing config is only
 // an error when `template_path` is empty (then the template must come from it).
 ChatTemplate load_chat_template(const std::string& model_dir, const std::string& template_path);
-
-// A tokenizer_config.json that load_chat_template reads back as `t`: {"chat_template": t.text,
-// and t.specials}.
-jinja::Json chat_template_config(const ChatTemplate& t);
 
 // template(messages) with transformers' variables.
 std::string render_messages(const ChatTemplate& t, const jinja::Json& messages, const jinja::Json& tools,

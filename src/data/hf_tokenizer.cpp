@@ -361,6 +361,12 @@ std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
   return std::make_unique<HfTokenizer>(std::move(j), file, std::move(companions));
 }
 
+void HfTokenizer::set_companion(const std::string& name, std::string text) {
+  LOOM_ASSERT(std::ranges::any_of(kCompanionFiles, [&](const char* n) { return name == n; }),
+              "not a companion file name");
+  companions_[name] = std::move(text);
+}
+
 nlohmann::json HfTokenizer::to_json() const {
   nlohmann::json j = {{"kind", choice_name(kind())}, {"vocab_size", vocab_size()}, {"tokenizer", json_}};
   if (!companions_.empty()) j["companions"] = companions_;

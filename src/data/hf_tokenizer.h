@@ -57,6 +57,9 @@ class HfTokenizer final : public BpeTokenizer {
   // {file name: text} of the companion files it came with (an empty object when none); the
   // .json ones hold a JSON object.
   const nlohmann::json& companions() const { return companions_; }
+  // Replaces one of them (`name` from kCompanionFiles): `loom prepare chat --template FILE` makes
+  // its template the one that travels.
+  void set_companion(const std::string& name, std::string text);
 
  private:
   nlohmann::json json_;

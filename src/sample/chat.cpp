@@ -72,7 +72,8 @@ std::vector<int32_t> end_of_turn_ids(const ChatTemplate& t, const std::string& d
 
 int run_chat(const SampleOptions& o, const std::string& dir, const Tokenizer& tok, Sampler& s) {
   std::error_code ec;
-  if (o.template_path.empty() && !fs::exists(fs::path(dir) / "tokenizer_config.json", ec))
+  if (o.template_path.empty() && !fs::exists(fs::path(dir) / "tokenizer_config.json", ec) &&
+      !fs::exists(fs::path(dir) / "chat_template.jinja", ec))
     throw UserError(o.checkpoint, "has no chat template (no tokenizer_config.json in " + dir + ")",
                     "train on data prepared by `loom prepare chat` (its template travels with the checkpoints), or "
                     "give the template with --template FILE");

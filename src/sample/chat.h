@@ -7,8 +7,9 @@
 // caches do not hold when the new context extends the previous one (it does whenever the template
 // renders earlier turns as they were and the reply re-tokenizes to the tokens drawn).
 //
-// The template: --template FILE, else tokenizer_config.json in the checkpoint's directory (a
-// Hugging Face model's own; a loom checkpoint's, copied from data prepared by `loom prepare chat`).
+// The template: --template FILE, else the checkpoint directory's chat_template.jinja or
+// tokenizer_config.json (data/chat_data.h's load_chat_template: a Hugging Face model's own; a loom
+// checkpoint's, carried by its tokenizer from `loom prepare chat` or `loom prepare hf`).
 // The end-of-turn tokens, each where the tokenizer encodes it as one token: the first token the
 // template writes after an assistant message's content (`<|im_end|>`, `<|eot_id|>`,
 // `<end_of_turn>`, `</s>`: found by rendering a probe conversation, not from a list of names),

@@ -289,11 +289,11 @@ SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const st
                               {"best_val_loss", s.best_val_loss},
                               {"format", kFormat}};
     if (tokenizer) write_text((tmp / "tokenizer.json").string(), tokenizer->dump());
-    // Chat data's template and generation settings (data/chat_data.h), for `loom sample --chat`.
-    if (t.config().data.kind == DataKind::tokens)
-      for (const char* name : {"tokenizer_config.json", "generation_config.json"})
-        if (const fs::path from = fs::path(t.config().data.dir) / name; fs::exists(from, ec))
-          fs::copy_file(from, tmp / name);
+    // The files a Hugging Face tokenizer carries (HfTokenizer::companions: the chat template, the
+    // generation settings), as a model directory holds them, for `loom sample --chat`.
+    if (tokenizer && tokenizer->contains("companions"))
+      for (const auto& [name, text] : (*tokenizer)["companions"].items())
+        if (text.is_string()) write_text((tmp / name).string(), text.get<std::string>());
     // state.json last: a directory without it is never taken for a checkpoint.
     write_text((tmp / kStateFile).string(), j.dump(2));
     fsync_dir(tmp);

@@ -5,8 +5,8 @@
 //   RUN/ckpt_<step>/state.json             config (TOML text), step, optimizer count, loss-scaler
 //                                          state, seed, validation data position, best loss so far
 //   RUN/ckpt_<step>/tokenizer.json         the data's tokenizer, when it has one
-//   RUN/ckpt_<step>/tokenizer_config.json  chat data's template and special tokens, and
-//   RUN/ckpt_<step>/generation_config.json   its generation settings, when the data has them
+//   RUN/ckpt_<step>/tokenizer_config.json, chat_template.jinja, generation_config.json, ...
+//                                          the files the tokenizer carries (HfTokenizer::companions)
 // Every tensor carries its CRC-32C (io/safetensors.h), verified when it is read.
 //
 // Never losing work:

@@ -85,19 +85,17 @@ TEST(PrepareChat, WritesTokensMasksAndReportsTargets) {
   EXPECT_EQ(meta_all["train_tokens"], tokens);
 }
 
-// The template, the special tokens and generation_config.json go with the data into every
-// checkpoint of a run on it, so `loom sample RUN --chat` answers with them.
+// The template, the special tokens and generation_config.json go with the data's tokenizer into
+// every checkpoint of a run on it, so `loom sample RUN --chat` answers with them.
 TEST(PrepareChat, TheTemplateTravelsToTheRunsCheckpoints) {
   const fs::path m = model();
   write(m / "generation_config.json", R"({"eos_token_id": 50256})");
   write(scratch() / "travel.jsonl", conversations(12));
   Result r = run("prepare chat " + m.string() + " travel.jsonl travel");
   ASSERT_EQ(r.status, 0) << r.out;
-  const auto given = nlohmann::json::parse(read(m / "tokenizer_config.json"));
-  const auto carried = nlohmann::json::parse(read(scratch() / "travel/tokenizer_config.json"));
-  EXPECT_EQ(carried["chat_template"], given["chat_template"]);
-  EXPECT_EQ(carried["eos_token"], given["eos_token"]);
-  EXPECT_EQ(read(scratch() / "travel/generation_config.json"), read(m / "generation_config.json"));
+  const auto companions = nlohmann::json::parse(read(scratch() / "travel/meta.json"))["tokenizer"]["companions"];
+  EXPECT_EQ(companions["tokenizer_config.json"], read(m / "tokenizer_config.json"));
+  EXPECT_EQ(companions["generation_config.json"], read(m / "generation_config.json"));
   write(scratch() / "travel.toml", R"([model]
 kind = "transformer"
 hidden_size = 16
@@ -118,9 +116,16 @@ eval_interval = 0
   r = run("train travel.toml --out travel_run");
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* f : {"tokenizer_config.json", "generation_config.json"})
-    EXPECT_EQ(read(scratch() / "travel_run/ckpt_000002" / f), read(scratch() / "travel" / f)) << f;
+    EXPECT_EQ(read(scratch() / "travel_run/ckpt_000002" / f), read(m / f)) << f;
   r = run("sample travel_run --chat '3 + 2' --tokens 4");
   EXPECT_EQ(r.status, 0) << r.out;
+  // --template FILE: that template travels.
+  write(scratch() / "own.jinja", "{% for m in messages %}{{ m['content'] }}\n{% endfor %}");
+  r = run("prepare chat " + m.string() + " travel.jsonl travel_own --template own.jinja --loss-on all");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(
+      nlohmann::json::parse(read(scratch() / "travel_own/meta.json"))["tokenizer"]["companions"]["chat_template.jinja"],
+      read(scratch() / "own.jinja"));
 }
 
 TEST(PrepareChat, RenderOnlyPrintsTheTemplatesText) {
