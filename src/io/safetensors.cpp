@@ -373,7 +373,7 @@ std::string parent_dir(const std::string& path) {
 }  // namespace
 
 void stream_safetensors(const std::string& path, const std::vector<StSource>& tensors,
-                        const std::map<std::string, std::string>& metadata) {
+                        const std::map<std::string, std::string>& metadata, const SyncFn& sync) {
   // Validate the arguments and build the header before touching the file system. Each tensor's
   // checksum goes into the metadata as 8 hex digits: written as zeros first and filled in once the
   // data is streamed, so the header keeps its length and is rewritten in place.
@@ -458,12 +458,13 @@ void stream_safetensors(const std::string& path, const std::vector<StSource>& te
   LOOM_ASSERT(final_text.size() == text.size(), "checksums changed the header's length");
   if (::pwrite(fd.get(), final_text.data(), final_text.size(), 8) != static_cast<ssize_t>(final_text.size()))
     fail("rewriting the header of '" + tmp + "' failed", errno ? errno : EIO);
-  if (::fsync(fd.get()) != 0) fail("fsync of '" + tmp + "' failed", errno);
+  const auto flush = [&sync](int f) { return sync ? sync(f) : ::fsync(f); };
+  if (flush(fd.get()) != 0) fail("fsync of '" + tmp + "' failed", errno);
   if (fd.close() != 0) fail("closing '" + tmp + "' failed", errno);
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming '" + tmp + "' over it failed", errno);
   // Make the rename itself durable. Best effort: the new file is complete and in place either way.
   Fd dir(::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.get() >= 0) (void)::fsync(dir.get());
+  if (dir.get() >= 0) (void)flush(dir.get());
 }
 
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,

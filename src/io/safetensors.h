@@ -65,8 +65,11 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 // write_safetensors from sources, streamed through one 4 MiB host buffer: writing costs no copy of the
-// tensors. An exception from a source's read removes the temporary file and propagates.
+// tensors. An exception from a source's read removes the temporary file and propagates. `sync`
+// flushes the file and then its directory to disk (::fsync when empty): a caller that must keep
+// answering others while the disk works (train/checkpoint.cpp) waits its own way.
+using SyncFn = std::function<int(int fd)>;
 void stream_safetensors(const std::string& path, const std::vector<StSource>& tensors,
-                        const std::map<std::string, std::string>& metadata = {});
+                        const std::map<std::string, std::string>& metadata = {}, const SyncFn& sync = {});
 
 }  // namespace loom

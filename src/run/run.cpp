@@ -38,7 +38,8 @@ FILE* null_output() {
 }
 
 // Rank 0's output: o.out through a stream that a terminal nobody reads cannot block once a stop
-// signal came (train/console.h); closed (flushed) when the run returns.
+// signal came (train/console.h); closed (flushed) when the run returns, and flushed, dropping what
+// a reader does not take at once, when a rank ends the job (dist::set_before_abort).
 struct Output {
   FILE* f;
   bool owned = false;
@@ -47,9 +48,12 @@ struct Output {
     if (!to || fileno(to) < 0) return;
     std::fflush(to);
     if (FILE* g = open_guarded_output(fileno(to), own_fd)) f = g, owned = true;
+    if (owned) dist::set_before_abort(&abandon_blocked_output);
   }
   ~Output() {
-    if (owned) std::fclose(f);
+    if (!owned) return;
+    dist::set_before_abort(nullptr);
+    std::fclose(f);
   }
   Output(const Output&) = delete;
   Output& operator=(const Output&) = delete;
