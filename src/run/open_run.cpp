@@ -152,6 +152,7 @@ void load_start(const OpenedRun& r, Trainer& t, DataSource& data, FILE* out) {
 void prepare_run_dir(OpenedRun& r, bool overwrite, int64_t step, const std::string& config_toml, FILE* out) {
   if (!r.rd) return;
   r.rd->lock();
+  r.rd->remove_stop_note();  // the run goes on
   if (r.in_place) {
     remove_stale_checkpoint_files(r.dir.string());
     const RunDir::Forked forked = r.rd->fork_at(step, overwrite);
