@@ -676,6 +676,39 @@ TEST(Dist, ARankHungWhileLoadingIsNamedAfterTheRunsTimeout) {
   EXPECT_FALSE(fs::exists(out / "ckpt_000003")) << r.out;
 }
 
+// The link between the two hosts goes down mid-run (two_hosts.sh cuts it once step 10 is saved):
+// rank 0 waits train.collective_timeout in a collective, asks rank 1, gets no answer within as
+// long again, names it and ends the job; the last checkpoint is whole.
+TEST(Dist, TwoHostsWhoseLinkGoesDownEndTheJobNamingTheUnreachableRank) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("cut_link");
+  constexpr double kTimeout = 5;  // rank 0 may be measuring its matmul ceiling for a second or two at start
+  // mpirun itself gives up on the lost host's daemon once its keepalive probes go unanswered
+  // (README, "More than one process or machine"); by default that takes over 8 minutes.
+  const RunResult r =
+      shell(fmt::format("env LOOM_CUT_LINK_WHEN={} OMPI_MCA_oob_tcp_keepalive_time=5 "
+                        "OMPI_MCA_oob_tcp_keepalive_intvl=2 OMPI_MCA_oob_tcp_keepalive_probes=3 "
+                        "{}/tests/dist/two_hosts.sh {} {}",
+                        (out / "ckpt_000010").string(), LOOM_SOURCE_DIR, LOOM_BINARY,
+                        train_args(out, fmt::format("train.steps=1000000 train.eval_interval=0 "
+                                                    "train.checkpoint_interval=5 train.log_every=1000 "
+                                                    "train.collective_timeout={}",
+                                                    kTimeout))));
+  const double ended = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (r.status == 77) GTEST_SKIP() << r.out;
+  const std::string mark = "two_hosts.sh: link cut at ";
+  const size_t at = r.out.find(mark);
+  ASSERT_NE(at, std::string::npos) << "the link was never cut:\n" << r.out;
+  const double seconds = ended - std::stod(r.out.substr(at + mark.size()));
+  std::printf("the job ended %.2f s after the link went down (timeout %g s)\n", seconds, kTimeout);
+  // The timeout, the time to answer (as long again) and a margin for a loaded machine.
+  EXPECT_LT(seconds, 2 * kTimeout + kKilledSeconds) << r.out;
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("for rank 1 (host "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("train.collective_timeout = 5 s"), std::string::npos) << r.out;
+  expect_last_checkpoint_whole(out);
+}
+
 TEST(Dist, CheckpointsResumeWithAnyRankCount) {
   REQUIRE_MPIRUN();
   // References: one process with 2 and with 4 minibatches, 20 steps straight (clipped: the
