@@ -49,7 +49,10 @@ const char* safetensors_dtype_name(DType dt);
 // overlapping tensors, holes, a truncated buffer, a tensor whose "crc32c/<name>" metadata does not
 // match its bytes) throws loom::UserError whose subject is
 // `path`, whose message names the tensor and what is wrong, and whose hint says what to do.
-std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+// `progress`, when given, is called before every read of at most 64 MiB (a caller that must keep
+// answering others while a large file loads, train/checkpoint.cpp).
+std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr,
+                                       const std::function<void()>& progress = {});
 
 // Writes `tensors` in the given order, with `metadata` as "__metadata__". Each tensor's CRC-32C
 // is added to the metadata as "crc32c/<name>" (8 hex digits), and read_safetensors verifies it:

@@ -73,10 +73,10 @@ OpenedRun open_run(const RunOptions& o, dist::Comm& comm, FILE* out) {
     }
     // The ranks' deadline holds while they load: a rank whose disk hangs is named after
     // train.collective_timeout by the ranks that wait for it (check_same_job sets it again once
-    // the ranks agree on the configuration).
+    // the ranks agree on the configuration); one that reads slowly tells them it is busy.
     if (const double timeout = resumed_timeout(o); timeout > 0) comm.set_timeout(timeout);
     std::vector<std::string> skipped;
-    r.ckpt = load_checkpoint(o.resume, &skipped);
+    r.ckpt = load_checkpoint(o.resume, &skipped, true, [&comm] { comm.keep_alive(); });
     for (const std::string& s : skipped) fmt::print(out, "skipping a damaged checkpoint: {}\n", s);
     c = o.config_path.empty()
             ? config_from_toml_text(r.ckpt.state.config_toml, r.ckpt.path + "/state.json", o.overrides)

@@ -40,7 +40,7 @@ std::string stop_message(int sig, int64_t step, int64_t steps, const std::string
 }
 
 void write_without_waiting(int fd, std::string_view text) {
-  struct stat st {};
+  struct stat st = {};
   if (::fstat(fd, &st) != 0) return;
   int to = fd;
   if (!S_ISREG(st.st_mode)) {
@@ -58,9 +58,8 @@ void write_without_waiting(int fd, std::string_view text) {
 }
 
 bool closing_line_on_out(FILE* out, bool under_launcher) {
-  struct stat a {
-  }, b{};
   if (under_launcher || !out || fileno(out) < 0) return false;
+  struct stat a = {}, b = {};
   if (::fstat(fileno(out), &a) != 0 || ::fstat(STDERR_FILENO, &b) != 0) return true;
   return a.st_dev != b.st_dev || a.st_ino != b.st_ino;
 }

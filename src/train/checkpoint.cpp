@@ -258,14 +258,14 @@ std::string printable(const std::string& s) {
   return out;
 }
 
-Checkpoint load_verified(const std::string& dir, bool with_optimizer) {
+Checkpoint load_verified(const std::string& dir, bool with_optimizer, const std::function<void()>& progress) {
   Checkpoint c;
   c.path = dir;
   c.state = parse_state((fs::path(dir) / kStateFile).string());
-  c.tensors = read_safetensors((fs::path(dir) / kModelFile).string());
+  c.tensors = read_safetensors((fs::path(dir) / kModelFile).string(), nullptr, progress);
   const fs::path opt = fs::path(dir) / kOptimizerFile;
   if (with_optimizer && fs::exists(opt))
-    for (StTensor& t : read_safetensors(opt.string())) c.tensors.push_back(std::move(t));
+    for (StTensor& t : read_safetensors(opt.string(), nullptr, progress)) c.tensors.push_back(std::move(t));
   for (const StTensor& t : c.tensors) {
     if (t.dtype != DType::f32) continue;
     const auto* f = reinterpret_cast<const float*>(t.bytes.data());
@@ -278,9 +278,9 @@ Checkpoint load_verified(const std::string& dir, bool with_optimizer) {
 }
 
 // load_verified with its message made printable.
-Checkpoint load_one(const std::string& dir, bool with_optimizer) {
+Checkpoint load_one(const std::string& dir, bool with_optimizer, const std::function<void()>& progress) {
   try {
-    return load_verified(dir, with_optimizer);
+    return load_verified(dir, with_optimizer, progress);
   } catch (const UserError& e) {
     const std::string what = e.what();
     throw UserError(printable(e.subject()), printable(what.substr(e.subject().empty() ? 0 : e.subject().size() + 2)),
@@ -414,8 +414,9 @@ int64_t checkpoint_step(const std::string& dir) {
   }
 }
 
-Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* skipped, bool with_optimizer) {
-  if (fs::exists(fs::path(path) / kStateFile)) return load_one(path, with_optimizer);
+Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* skipped, bool with_optimizer,
+                           const std::function<void()>& progress) {
+  if (fs::exists(fs::path(path) / kStateFile)) return load_one(path, with_optimizer, progress);
   const auto all = list_checkpoints(path);
   if (all.empty())
     throw UserError(path, fs::exists(path) ? "holds no checkpoint (no state.json, no ckpt_<step>/)" : "does not exist",
@@ -423,7 +424,7 @@ Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* sk
   std::string reasons;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
-      return load_one(it->second, with_optimizer);
+      return load_one(it->second, with_optimizer, progress);
     } catch (const UserError& e) {
       const std::string note = fs::path(it->second).filename().string() + ": " + e.what();
       if (skipped) skipped->push_back(note);

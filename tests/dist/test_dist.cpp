@@ -641,11 +641,12 @@ TEST(Dist, StoppedRankEndsTheJobAfterTheCollectiveTimeout) {
 
 // `loom ARGS` on two ranks with a slow or hung disk on one (slow_io/slow_io.cpp): each `call` of
 // a file whose path holds `path` sleeps `seconds` first on rank `rank`.
-RunResult loom_with_slow_disk(int rank, const char* call, const char* path, int seconds, const std::string& args) {
+RunResult loom_with_slow_disk(int rank, const char* call, const char* path, int seconds, const std::string& args,
+                              const std::string& env = {}) {
   return shell(
       fmt::format("env LD_PRELOAD={} LOOM_SLOW_RANK={} LOOM_SLOW_CALL={} LOOM_SLOW_PATH={} "
-                  "LOOM_SLOW_SECONDS={} {}{} {}",
-                  LOOM_SLOW_IO, rank, call, path, seconds, mpirun(2), LOOM_BINARY, args));
+                  "LOOM_SLOW_SECONDS={} {}{}{} {}",
+                  LOOM_SLOW_IO, rank, call, path, seconds, env, mpirun(2), LOOM_BINARY, args));
 }
 
 // Rank 0's save waits for the disk (the final fsync of its optimizer state takes 3 deadlines):
@@ -707,6 +708,20 @@ TEST(Dist, TwoHostsWhoseLinkGoesDownEndTheJobNamingTheUnreachableRank) {
   EXPECT_NE(r.out.find("for rank 1 (host "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("train.collective_timeout = 5 s"), std::string::npos) << r.out;
   expect_last_checkpoint_whole(out);
+}
+
+// A rank that loads slowly but steadily (its first 12 reads take a second each: three times the
+// deadline of 4 s in all) tells the ranks that wait for it that it is busy: the job resumes.
+TEST(Dist, ARankLoadingSlowlyIsNotTakenForHung) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("slow_reads");
+  ASSERT_EQ(loom_on(2, train_args(out, "train.eval_interval=0 --steps 2")).status, 0);
+  const RunResult r = loom_with_slow_disk(1, "pread", "model.safetensors", 1,
+                                          "train --resume " + out.string() + " train.collective_timeout=4 --steps 3",
+                                          "LOOM_SLOW_TIMES=12 ");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("waited"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(out / "ckpt_000003" / "state.json")) << r.out;
 }
 
 TEST(Dist, CheckpointsResumeWithAnyRankCount) {

@@ -1,7 +1,8 @@
-// LD_PRELOAD'ed into loom by tests/dist: a slow or hung disk, on one rank. Each call of `fsync`
-// or `open` on a file whose path contains $LOOM_SLOW_PATH sleeps $LOOM_SLOW_SECONDS first, in
-// the process whose OMPI_COMM_WORLD_RANK is $LOOM_SLOW_RANK (any process when unset), when
-// $LOOM_SLOW_CALL names that function. Nothing changes without these variables.
+// LD_PRELOAD'ed into loom by tests/dist: a slow or hung disk, on one rank. Each call of `fsync`,
+// `open` or `pread` on a file whose path contains $LOOM_SLOW_PATH sleeps $LOOM_SLOW_SECONDS
+// first, in the process whose OMPI_COMM_WORLD_RANK is $LOOM_SLOW_RANK (any process when unset),
+// when $LOOM_SLOW_CALL names that function; only the first $LOOM_SLOW_TIMES such calls when set.
+// Nothing changes without these variables.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -22,6 +23,9 @@ void maybe_sleep(const char* call, const char* path) {
   const char* rank = std::getenv("LOOM_SLOW_RANK");
   const char* mine = std::getenv("OMPI_COMM_WORLD_RANK");
   if (rank && (!mine || std::strcmp(rank, mine) != 0)) return;
+  static int calls = 0;
+  const char* times = std::getenv("LOOM_SLOW_TIMES");
+  if (times && calls++ >= std::atoi(times)) return;
   sleep(static_cast<unsigned>(std::atoi(secs)));
 }
 
@@ -30,14 +34,31 @@ F real(const char* name) {
   return reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
 }
 
+// maybe_sleep for the file open at `fd`.
+void maybe_sleep_fd(const char* call, int fd) {
+  char path[PATH_MAX] = {};
+  const std::string link = "/proc/self/fd/" + std::to_string(fd);
+  if (readlink(link.c_str(), path, sizeof path - 1) > 0) maybe_sleep(call, path);
+}
+
 }  // namespace
 
 extern "C" int fsync(int fd) {
-  char path[PATH_MAX] = {};
-  const std::string link = "/proc/self/fd/" + std::to_string(fd);
-  if (readlink(link.c_str(), path, sizeof path - 1) > 0) maybe_sleep("fsync", path);
+  maybe_sleep_fd("fsync", fd);
   static const auto next = real<int (*)(int)>("fsync");
   return next(fd);
+}
+
+extern "C" ssize_t pread(int fd, void* buf, size_t n, off_t offset) {
+  maybe_sleep_fd("pread", fd);
+  static const auto next = real<ssize_t (*)(int, void*, size_t, off_t)>("pread");
+  return next(fd, buf, n, offset);
+}
+
+extern "C" ssize_t pread64(int fd, void* buf, size_t n, off_t offset) {
+  maybe_sleep_fd("pread", fd);
+  static const auto next = real<ssize_t (*)(int, void*, size_t, off_t)>("pread64");
+  return next(fd, buf, n, offset);
 }
 
 extern "C" int open(const char* path, int flags, ...) {
