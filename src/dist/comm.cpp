@@ -14,8 +14,19 @@ Range chunk(int64_t n, int size, int r) {
   return {begin, begin + base + (r < extra ? 1 : 0)};
 }
 
-void Comm::abort(int code) {
+namespace {
+void (*g_before_abort)() = nullptr;
+}  // namespace
+
+void set_before_abort(void (*f)()) { g_before_abort = f; }
+
+void flush_before_abort() {
+  if (g_before_abort) g_before_abort();
   std::fflush(nullptr);
+}
+
+void Comm::abort(int code) {
+  flush_before_abort();
   abort_all(code);
   std::_Exit(code);
 }
@@ -237,7 +248,7 @@ bool prints_error() { return !handling_agreed_error() || world().rank() == 0; }
 int fail_job(int code) {
   Comm& w = world();
   if (w.size() == 1 || handling_agreed_error()) return code;
-  std::fflush(stdout);
+  flush_before_abort();
   std::fprintf(stderr, "loom: rank %d of %d failed (the error above): stopping every rank\n", w.rank(), w.size());
   std::fflush(stderr);
   w.abort(code);

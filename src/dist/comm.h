@@ -88,7 +88,10 @@ class Comm {
   // a rank answers while it waits in a collective or calls keep_alive(). If one answered busy
   // (keep_alive: a save) the wait goes on; otherwise the ranks that did not answer (stopped, dead,
   // unreachable, hung outside loom's collectives) are named with their hosts on stderr and the job
-  // ends with exit status 1 (abort). Nothing of this exists in a single process.
+  // ends with exit status 1 (abort). An answer says which collective the rank waits in (its kind
+  // and its number in the order the rank started them): when every rank waits but not all in the
+  // same one (twice, half a second apart), they can never complete, and the job ends naming each
+  // rank's. Nothing of this exists in a single process.
   static constexpr double kDefaultTimeoutSeconds = 300;
   virtual void set_timeout(double seconds) { (void)seconds; }
   // Answers the other ranks' questions "alive?" with "busy": for work of one rank that the others
@@ -180,6 +183,13 @@ class BucketReducer {
   size_t next_slot_ = 0;  // slots are used round-robin, so the oldest in flight is the next one
   std::function<void(size_t)> on_complete_;
 };
+
+// What a rank runs on its way out of the whole job (Comm::abort, a deadline that passed), before
+// it prints why: `f` (e.g. letting a log stream drop what a reader no longer takes, run/run.cpp),
+// then a flush of every stdio stream, so that the log's last lines are not lost with the process.
+// One per process; nullptr: none.
+void set_before_abort(void (*f)());
+void flush_before_abort();
 
 // `text` of rank `root`, on every rank (its length first, then its bytes).
 std::string broadcast_string(Comm& comm, const std::string& text, int root);

@@ -5,6 +5,7 @@
 // Only data movement is left to MPI. Every collective is non-blocking (MPI_I*) and polled with
 // MPI_Test against a deadline (Watchdog), so no rank waits forever for one that is gone.
 #define OMPI_SKIP_MPICXX 1
+#include <fmt/format.h>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,10 +74,24 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// What a rank waits in: the kind of collective and its number in the order this rank started
+// them (every rank starts the same collectives in the same order, so ranks that wait for each
+// other for long wait in the same one).
+enum Kind : int64_t { kNoCollective, kSum, kGather, kExchange, kBroadcast, kBarrier };
+const char* const kKindNames[] = {
+    "no collective", "a sum over ranks", "a gather of every rank's part", "an exchange between ranks",
+    "a broadcast",   "a barrier"};
+struct Op {
+  int64_t kind = kNoCollective, seq = -1;
+  std::string name() const {
+    return kind == kNoCollective ? kKindNames[0] : fmt::format("{} (collective #{})", kKindNames[kind], seq);
+  }
+};
+
 // The deadline of every wait in a collective (Comm::set_timeout) and the questions that find the
 // rank waited for, on a communicator of their own: a rank past its deadline sends kAsk to every
-// other; each answers kAnswer with what it is doing (kWaiting in a collective, kBusy in
-// keep_alive) the next time it polls.
+// other; each answers kAnswer with what it is doing (kWaiting in a collective, and which one, or
+// kBusy in keep_alive) the next time it polls.
 class Watchdog {
  public:
   Watchdog(int rank, int size) : rank_(rank), size_(size) {
@@ -89,52 +105,94 @@ class Watchdog {
     MPI_Allgather(mine.data(), kHostBytes, MPI_CHAR, all.data(), kHostBytes, MPI_CHAR, MPI_COMM_WORLD);
     for (int r = 0; r < size; ++r) hosts_.emplace_back(all.data() + static_cast<size_t>(r) * kHostBytes);
   }
-  ~Watchdog() { MPI_Comm_free(&health_); }
+  ~Watchdog() {
+    for (Sent& s : sent_) MPI_Request_free(&s.req);  // answers to a rank that is gone: never taken
+    MPI_Comm_free(&health_);
+  }
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
   void set_timeout(double s) { timeout_ = s; }
-  // One poll of a wait in `what` that began at `since`: answers questions; past the deadline, asks
-  // every rank and either goes on waiting (all alive, `since` restarts) or ends the job.
-  void check(Clock::time_point& since, const char* what) {
+  // One poll of a wait in `op` that began at `since`: answers questions; past the deadline, asks
+  // every rank and either goes on waiting (all alive, `since` restarts) or ends the job: some rank
+  // did not answer, or every rank waits and they wait in different collectives (which can never
+  // complete: a bug of loom's, but a job that ends naming it beats one that waits forever).
+  void check(Clock::time_point& since, const Op& op) {
     const Clock::time_point now = Clock::now();
-    if (now - last_serve_ > std::chrono::milliseconds(1)) serve(kWaiting);
+    if (now - last_serve_ > std::chrono::milliseconds(1)) serve(kWaiting, op);
     if (seconds(now - since) < timeout_) return;
-    const std::vector<int> answers = ask();
+    const std::vector<Answer> answers = ask(op);
     std::string silent;
     for (int r = 0; r < size_; ++r)
-      if (answers[static_cast<size_t>(r)] == 0)
+      if (answers[static_cast<size_t>(r)].state == 0)
         silent += std::string(silent.empty() ? "" : ", ") + "rank " + std::to_string(r) + " (host " +
                   hosts_[static_cast<size_t>(r)] + ")";
-    if (silent.empty()) {
-      since = Clock::now();
-      return;
+    if (!silent.empty())
+      end_job(
+          fmt::format("rank {} (host {}) waited {:.0f} s in {} for {}, which did not answer within {:.0f} s more "
+                      "(stopped, dead, unreachable, or hung outside loom's collectives): ending the job "
+                      "(train.collective_timeout = {:g} s); the checkpoints already saved are intact",
+                      rank_, host(rank_), seconds(now - since), op.name(), silent, grace(), timeout_));
+    // A rank that answered between two collectives of its own has moved on by the second asking.
+    if (in_different_collectives(answers) && pause_and_ask(op) == answers) {
+      std::string where;
+      for (int r = 0; r < size_; ++r)
+        where += fmt::format("\n  rank {} (host {}) waits in {}", r, host(r),
+                             Op{answers[static_cast<size_t>(r)].kind, answers[static_cast<size_t>(r)].seq}.name());
+      end_job(
+          fmt::format("the ranks wait in different collectives, which can never complete (a bug in loom: please "
+                      "report it with this message):{}\nending the job after {:.0f} s "
+                      "(train.collective_timeout = {:g} s); the checkpoints already saved are intact",
+                      where, seconds(now - since), timeout_));
     }
-    std::fflush(stdout);
-    std::fprintf(stderr,
-                 "\nloom: rank %d (host %s) waited %.0f s in %s for %s, which did not answer within %.0f s more "
-                 "(stopped, dead, unreachable, or hung outside loom's collectives): ending the job "
-                 "(train.collective_timeout = %g s); the checkpoints already saved are intact\n",
-                 rank_, hosts_[static_cast<size_t>(rank_)].c_str(), seconds(now - since), what, silent.c_str(), grace(),
-                 timeout_);
-    std::fflush(stderr);
-    alarm(30);  // should MPI_Abort itself wait for the lost rank, SIGALRM still ends this one
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::_Exit(1);
+    since = Clock::now();
   }
   void keep_alive() {
-    if (Clock::now() - last_serve_ > std::chrono::milliseconds(1)) serve(kBusy);
+    if (Clock::now() - last_serve_ > std::chrono::milliseconds(1)) serve(kBusy, Op{});
   }
 
  private:
   static constexpr int kHostBytes = 64;
   static constexpr int kAsk = 1, kAnswer = 2;    // tags
   static constexpr int kWaiting = 1, kBusy = 2;  // answers (0: none)
+  struct Answer {
+    int64_t state = 0, kind = kNoCollective, seq = -1;
+    bool operator==(const Answer&) const = default;
+  };
+  struct Sent {  // an answer in flight: its buffer lives until MPI is done with it
+    MPI_Request req = MPI_REQUEST_NULL;
+    Answer answer;
+  };
   double grace() const { return std::min(timeout_, 60.0); }
-  // Answers every question received so far with `state`.
-  void serve(int state) {
-    static const int states[] = {0, kWaiting, kBusy};
+  const std::string& host(int r) const { return hosts_[static_cast<size_t>(r)]; }
+
+  // Prints `why` and ends every rank of the job with exit status 1.
+  [[noreturn]] void end_job(const std::string& why) {
+    flush_before_abort();
+    std::fprintf(stderr, "\nloom: %s\n", why.c_str());
+    std::fflush(stderr);
+    alarm(30);  // should MPI_Abort itself wait for the lost rank, SIGALRM still ends this one
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);
+  }
+  // Every rank waits (none is busy: a save of one rank moves on by itself), not all in one collective.
+  bool in_different_collectives(const std::vector<Answer>& answers) const {
+    const Answer& mine = answers[static_cast<size_t>(rank_)];
+    for (const Answer& a : answers)
+      if (a.state != kWaiting) return false;
+    for (const Answer& a : answers)
+      if (a.kind != mine.kind || a.seq != mine.seq) return true;
+    return false;
+  }
+  // Answers every question received so far: `state`, waiting in `op`.
+  void serve(int state, const Op& op) {
     last_serve_ = Clock::now();
+    while (!sent_.empty()) {  // the oldest answers are taken first
+      int done = 0;
+      MPI_Test(&sent_.front().req, &done, MPI_STATUS_IGNORE);
+      if (!done) break;
+      sent_.pop_front();
+    }
     for (;;) {
       int flag = 0;
       MPI_Status st;
@@ -142,13 +200,22 @@ class Watchdog {
       if (!flag) return;
       int question = 0;
       MPI_Recv(&question, 1, MPI_INT, st.MPI_SOURCE, kAsk, health_, MPI_STATUS_IGNORE);
-      MPI_Request req = MPI_REQUEST_NULL;  // never waited for: the asker may be gone by now
-      MPI_Isend(&states[state], 1, MPI_INT, st.MPI_SOURCE, kAnswer, health_, &req);
-      MPI_Request_free(&req);
+      Sent& s = sent_.emplace_back();
+      s.answer = {.state = state, .kind = op.kind, .seq = op.seq};
+      MPI_Isend(&s.answer, 3, MPI_INT64_T, st.MPI_SOURCE, kAnswer, health_, &s.req);
     }
   }
-  // Every rank's answer (this one's kWaiting), 0 where none came within grace().
-  std::vector<int> ask() {
+  // serve() for a moment (a rank between two collectives reaches the next), then ask().
+  std::vector<Answer> pause_and_ask(const Op& op) {
+    const Clock::time_point end = Clock::now() + std::chrono::milliseconds(500);
+    while (Clock::now() < end) {
+      serve(kWaiting, op);
+      usleep(1000);
+    }
+    return ask(op);
+  }
+  // Every rank's answer (this one's: waiting in `op`), state 0 where none came within grace().
+  std::vector<Answer> ask(const Op& op) {
     static const int question = 0;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
@@ -156,13 +223,13 @@ class Watchdog {
       MPI_Isend(&question, 1, MPI_INT, r, kAsk, health_, &req);
       MPI_Request_free(&req);
     }
-    std::vector<int> answers(static_cast<size_t>(size_), 0);
-    answers[static_cast<size_t>(rank_)] = kWaiting;
+    std::vector<Answer> answers(static_cast<size_t>(size_));
+    answers[static_cast<size_t>(rank_)] = {.state = kWaiting, .kind = op.kind, .seq = op.seq};
     int missing = size_ - 1;
     const Clock::time_point end =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace()));
     while (missing > 0 && Clock::now() < end) {
-      serve(kWaiting);  // the others ask this rank too
+      serve(kWaiting, op);  // the others ask this rank too
       int flag = 0;
       MPI_Status st;
       MPI_Iprobe(MPI_ANY_SOURCE, kAnswer, health_, &flag, &st);
@@ -170,10 +237,10 @@ class Watchdog {
         usleep(1000);
         continue;
       }
-      int answer = 0;
-      MPI_Recv(&answer, 1, MPI_INT, st.MPI_SOURCE, kAnswer, health_, MPI_STATUS_IGNORE);
-      int& slot = answers[static_cast<size_t>(st.MPI_SOURCE)];
-      missing -= slot == 0;
+      Answer answer;
+      MPI_Recv(&answer, 3, MPI_INT64_T, st.MPI_SOURCE, kAnswer, health_, MPI_STATUS_IGNORE);
+      Answer& slot = answers[static_cast<size_t>(st.MPI_SOURCE)];
+      missing -= slot.state == 0;
       slot = answer;
     }
     return answers;
@@ -183,16 +250,17 @@ class Watchdog {
   std::vector<std::string> hosts_;
   double timeout_ = Comm::kDefaultTimeoutSeconds;
   Clock::time_point last_serve_{};
+  std::deque<Sent> sent_;
 };
 
 // Polls `req` to completion under the watchdog's deadline.
-void wait(Watchdog& w, MPI_Request& req, const char* what) {
+void wait(Watchdog& w, MPI_Request& req, const Op& op) {
   Clock::time_point since = Clock::now();
   for (;;) {
     int flag = 0;
     MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
     if (flag) return;
-    w.check(since, what);
+    w.check(since, op);
   }
 }
 
@@ -217,9 +285,10 @@ struct Chunks {
 // communicator would start their later steps in an order that depends on timing.
 class PendingSum final : public Comm::Pending {
  public:
-  PendingSum(Watchdog& watch, int size, int rank, MPI_Comm lane, float* x, int64_t n, float* scratch, bool gather,
-             int* in_flight = nullptr)
+  PendingSum(Watchdog& watch, Op op, int size, int rank, MPI_Comm lane, float* x, int64_t n, float* scratch,
+             bool gather, int* in_flight = nullptr)
       : watch_(watch),
+        op_(op),
         size_(size),
         rank_(rank),
         lane_(lane),
@@ -238,7 +307,7 @@ class PendingSum final : public Comm::Pending {
       int flag = 0;
       MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);  // sets req_ to MPI_REQUEST_NULL when done
       if (!flag) {
-        watch_.check(since_, "a sum over ranks");
+        watch_.check(since_, op_);
         return false;
       }
       if (k_ <= rounds_) round_.sum(scratch_, size_, x_ + chunk(n_, size_, rank_).begin + (k_ - 1) * kRoundElems);
@@ -268,6 +337,7 @@ class PendingSum final : public Comm::Pending {
     in_flight_ = nullptr;
   }
   Watchdog& watch_;
+  Op op_;
   Clock::time_point since_ = Clock::now();
   int size_, rank_;
   MPI_Comm lane_;
@@ -304,7 +374,7 @@ class MpiComm final : public Comm {
   void all_reduce_sum(float* x, int64_t n) override {
     to_int(n);
     scratch_.resize(static_cast<size_t>(reduce_scratch_elems(n, size_)));
-    PendingSum p(*watch_, size_, rank_, MPI_COMM_WORLD, x, n, scratch_.data(), /*gather=*/true);
+    PendingSum p(*watch_, next(kSum), size_, rank_, MPI_COMM_WORLD, x, n, scratch_.data(), /*gather=*/true);
     while (!p.test()) {
     }
   }
@@ -318,13 +388,14 @@ class MpiComm final : public Comm {
   void reduce_scatter_sum(const float* x, int64_t n, float* out) override {
     to_int(n);
     const int64_t rounds = Round::count(n, size_);
+    const Op op = next(kSum);
     for (int64_t k = 0; k < rounds; ++k) {
       const Round round(n, size_, rank_, k * kRoundElems);
       scratch_.resize(static_cast<size_t>(round.p * size_));
       MPI_Request req = MPI_REQUEST_NULL;
       MPI_Ialltoallv(x, round.scount.data(), round.sdispl.data(), MPI_FLOAT, scratch_.data(), round.rcount.data(),
                      round.rdispl.data(), MPI_FLOAT, MPI_COMM_WORLD, &req);
-      wait(*watch_, req, "a sum over ranks");
+      wait(*watch_, req, op);
       round.sum(scratch_.data(), size_, out + k * kRoundElems);
     }
   }
@@ -335,26 +406,26 @@ class MpiComm final : public Comm {
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_Iallgatherv(in_place ? MPI_IN_PLACE : mine, c.count[static_cast<size_t>(rank_)], MPI_FLOAT, out, c.count.data(),
                     c.displ.data(), MPI_FLOAT, MPI_COMM_WORLD, &req);
-    wait(*watch_, req, "a gather of every rank's part");
+    wait(*watch_, req, next(kGather));
   }
 
   void all_gather_bytes(const void* mine, size_t bytes, void* out) override {
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_Iallgather(mine, to_int(static_cast<int64_t>(bytes)), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE,
                    MPI_COMM_WORLD, &req);
-    wait(*watch_, req, "an exchange between ranks");
+    wait(*watch_, req, next(kExchange));
   }
 
   void broadcast(void* data, size_t bytes, int root) override {
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_Ibcast(data, to_int(static_cast<int64_t>(bytes)), MPI_BYTE, root, MPI_COMM_WORLD, &req);
-    wait(*watch_, req, root == 0 ? "a broadcast from rank 0" : "a broadcast");
+    wait(*watch_, req, next(kBroadcast));
   }
 
   void barrier() override {
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);
-    wait(*watch_, req, "a barrier");
+    wait(*watch_, req, next(kBarrier));
   }
 
   void set_timeout(double seconds) override { watch_->set_timeout(seconds); }
@@ -371,9 +442,12 @@ class MpiComm final : public Comm {
     LOOM_ASSERT(in_flight_ < kMaxPending, "more sums in flight than Comm::kMaxPending");
     ++in_flight_;
     const MPI_Comm lane = lanes_[static_cast<size_t>(started_++ % kMaxPending)];
-    return std::make_unique<PendingSum>(*watch_, size_, rank_, lane, x, n, scratch, gather, &in_flight_);
+    return std::make_unique<PendingSum>(*watch_, next(kSum), size_, rank_, lane, x, n, scratch, gather, &in_flight_);
   }
+  // The next collective this rank starts, of kind `kind`.
+  Op next(Kind kind) { return Op{.kind = kind, .seq = seq_++}; }
   int rank_ = 0, size_ = 1, on_host_ = 1;
+  int64_t seq_ = 0;  // collectives started
   std::unique_ptr<Watchdog> watch_;
   std::vector<float> scratch_;
   std::array<MPI_Comm, kMaxPending> lanes_;

@@ -75,12 +75,15 @@ class Fd {
   int fd_;
 };
 
-// Reads up to n bytes at `offset`; returns how many were read (fewer only at end of file).
-size_t pread_full(int fd, void* buf, size_t n, uint64_t offset, const std::string& path) {
+// Reads up to n bytes at `offset`, calling `progress` (when given) before each read; returns how
+// many were read (fewer only at end of file).
+size_t pread_full(int fd, void* buf, size_t n, uint64_t offset, const std::string& path,
+                  const std::function<void()>& progress) {
   auto* p = static_cast<unsigned char*>(buf);
   size_t done = 0;
   while (done < n) {
-    const size_t chunk = std::min<size_t>(n - done, size_t{1} << 30);
+    if (progress) progress();
+    const size_t chunk = std::min<size_t>(n - done, size_t{64} << 20);
     const ssize_t r = ::pread(fd, p + done, chunk, static_cast<off_t>(offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
@@ -240,7 +243,8 @@ const char* safetensors_dtype_name(DType dt) {
   detail::bad_dtype(dt);
 }
 
-std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata) {
+std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata,
+                                       const std::function<void()>& progress) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     const int e = errno;
@@ -255,7 +259,7 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
   const auto file_size = static_cast<uint64_t>(st.st_size);
 
   unsigned char len_bytes[8];
-  if (file_size < 8 || pread_full(fd.get(), len_bytes, 8, 0, path) != 8)
+  if (file_size < 8 || pread_full(fd.get(), len_bytes, 8, 0, path, progress) != 8)
     bad_file(path, "file is " + std::to_string(file_size) +
                        " bytes, too short for the 8-byte header length of a safetensors file");
   uint64_t header_size = 0;
@@ -268,7 +272,7 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
                        std::to_string(file_size) + "-byte file");
 
   std::string text(header_size, '\0');
-  if (pread_full(fd.get(), text.data(), header_size, 8, path) != header_size)
+  if (pread_full(fd.get(), text.data(), header_size, 8, path, progress) != header_size)
     bad_file(path, "file ended inside the header");
   if (text.empty() || text[0] != '{') bad_file(path, "header does not begin with '{' (not a safetensors file?)");
   // nlohmann's parser stops at a NUL byte as if the input ended there; JSON allows none.
@@ -333,7 +337,7 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
     t.dtype = e.dtype;
     t.shape = e.shape;
     t.bytes.resize(e.end - e.begin);
-    if (pread_full(fd.get(), t.bytes.data(), t.bytes.size(), data_start + e.begin, path) != t.bytes.size())
+    if (pread_full(fd.get(), t.bytes.data(), t.bytes.size(), data_start + e.begin, path, progress) != t.bytes.size())
       bad_file(path, "file ended inside tensor " + in_quotes(t.name) + " (it shrank while being read?)");
     if (auto c = h.find(kMetadataKey); c != h.end()) verify_checksum(path, t, *c);
     out.push_back(std::move(t));
@@ -373,7 +377,7 @@ std::string parent_dir(const std::string& path) {
 }  // namespace
 
 void stream_safetensors(const std::string& path, const std::vector<StSource>& tensors,
-                        const std::map<std::string, std::string>& metadata) {
+                        const std::map<std::string, std::string>& metadata, const SyncFn& sync) {
   // Validate the arguments and build the header before touching the file system. Each tensor's
   // checksum goes into the metadata as 8 hex digits: written as zeros first and filled in once the
   // data is streamed, so the header keeps its length and is rewritten in place.
@@ -458,12 +462,13 @@ void stream_safetensors(const std::string& path, const std::vector<StSource>& te
   LOOM_ASSERT(final_text.size() == text.size(), "checksums changed the header's length");
   if (::pwrite(fd.get(), final_text.data(), final_text.size(), 8) != static_cast<ssize_t>(final_text.size()))
     fail("rewriting the header of '" + tmp + "' failed", errno ? errno : EIO);
-  if (::fsync(fd.get()) != 0) fail("fsync of '" + tmp + "' failed", errno);
+  const auto flush = [&sync](int f) { return sync ? sync(f) : ::fsync(f); };
+  if (flush(fd.get()) != 0) fail("fsync of '" + tmp + "' failed", errno);
   if (fd.close() != 0) fail("closing '" + tmp + "' failed", errno);
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming '" + tmp + "' over it failed", errno);
   // Make the rename itself durable. Best effort: the new file is complete and in place either way.
   Fd dir(::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir.get() >= 0) (void)::fsync(dir.get());
+  if (dir.get() >= 0) (void)flush(dir.get());
 }
 
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,

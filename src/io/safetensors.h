@@ -49,7 +49,10 @@ const char* safetensors_dtype_name(DType dt);
 // overlapping tensors, holes, a truncated buffer, a tensor whose "crc32c/<name>" metadata does not
 // match its bytes) throws loom::UserError whose subject is
 // `path`, whose message names the tensor and what is wrong, and whose hint says what to do.
-std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+// `progress`, when given, is called before every read of at most 64 MiB (a caller that must keep
+// answering others while a large file loads, train/checkpoint.cpp).
+std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr,
+                                       const std::function<void()>& progress = {});
 
 // Writes `tensors` in the given order, with `metadata` as "__metadata__". Each tensor's CRC-32C
 // is added to the metadata as "crc32c/<name>" (8 hex digits), and read_safetensors verifies it:
@@ -65,8 +68,11 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 // write_safetensors from sources, streamed through one 4 MiB host buffer: writing costs no copy of the
-// tensors. An exception from a source's read removes the temporary file and propagates.
+// tensors. An exception from a source's read removes the temporary file and propagates. `sync`
+// flushes the file and then its directory to disk (::fsync when empty): a caller that must keep
+// answering others while the disk works (train/checkpoint.cpp) waits its own way.
+using SyncFn = std::function<int(int fd)>;
 void stream_safetensors(const std::string& path, const std::vector<StSource>& tensors,
-                        const std::map<std::string, std::string>& metadata = {});
+                        const std::map<std::string, std::string>& metadata = {}, const SyncFn& sync = {});
 
 }  // namespace loom

@@ -38,6 +38,22 @@ std::string read_text(const fs::path& p) {
   return os.str();
 }
 
+// train.collective_timeout of the run that resuming `o` gives, read before any tensor (the
+// configuration file, or the state.json of the checkpoint that loading will try first, with the
+// overrides); the default when neither reads: loading then reports why.
+double resumed_timeout(const RunOptions& o) {
+  try {
+    if (!o.config_path.empty()) return load_config(o.config_path, o.overrides).train.collective_timeout;
+    const fs::path given(o.resume);
+    const std::string dir = fs::exists(given / "state.json") ? o.resume : latest_checkpoint(o.resume);
+    if (dir.empty()) return dist::Comm::kDefaultTimeoutSeconds;
+    return config_from_toml_text(read_checkpoint_state(dir).config_toml, dir + "/state.json", o.overrides)
+        .train.collective_timeout;
+  } catch (const std::exception&) {
+    return dist::Comm::kDefaultTimeoutSeconds;
+  }
+}
+
 }  // namespace
 
 OpenedRun open_run(const RunOptions& o, dist::Comm& comm, FILE* out) {
@@ -55,8 +71,12 @@ OpenedRun open_run(const RunOptions& o, dist::Comm& comm, FILE* out) {
       r.rd = std::make_unique<RunDir>(guess);
       if (r.rd->holds_run()) r.rd->lock();
     }
+    // The ranks' deadline holds while they load: a rank whose disk hangs is named after
+    // train.collective_timeout by the ranks that wait for it (check_same_job sets it again once
+    // the ranks agree on the configuration); one that reads slowly tells them it is busy.
+    if (const double timeout = resumed_timeout(o); timeout > 0) comm.set_timeout(timeout);
     std::vector<std::string> skipped;
-    r.ckpt = load_checkpoint(o.resume, &skipped);
+    r.ckpt = load_checkpoint(o.resume, &skipped, true, [&comm] { comm.keep_alive(); });
     for (const std::string& s : skipped) fmt::print(out, "skipping a damaged checkpoint: {}\n", s);
     c = o.config_path.empty()
             ? config_from_toml_text(r.ckpt.state.config_toml, r.ckpt.path + "/state.json", o.overrides)
@@ -132,6 +152,7 @@ void load_start(const OpenedRun& r, Trainer& t, DataSource& data, FILE* out) {
 void prepare_run_dir(OpenedRun& r, bool overwrite, int64_t step, const std::string& config_toml, FILE* out) {
   if (!r.rd) return;
   r.rd->lock();
+  r.rd->remove_stop_note();  // the run goes on
   if (r.in_place) {
     remove_stale_checkpoint_files(r.dir.string());
     const RunDir::Forked forked = r.rd->fork_at(step, overwrite);

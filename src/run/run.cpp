@@ -38,7 +38,8 @@ FILE* null_output() {
 }
 
 // Rank 0's output: o.out through a stream that a terminal nobody reads cannot block once a stop
-// signal came (train/console.h); closed (flushed) when the run returns.
+// signal came (train/console.h); closed (flushed) when the run returns, and flushed, dropping what
+// a reader does not take at once, when a rank ends the job (dist::set_before_abort).
 struct Output {
   FILE* f;
   bool owned = false;
@@ -47,9 +48,12 @@ struct Output {
     if (!to || fileno(to) < 0) return;
     std::fflush(to);
     if (FILE* g = open_guarded_output(fileno(to), own_fd)) f = g, owned = true;
+    if (owned) dist::set_before_abort(&abandon_blocked_output);
   }
   ~Output() {
-    if (owned) std::fclose(f);
+    if (!owned) return;
+    dist::set_before_abort(nullptr);
+    std::fclose(f);
   }
   Output(const Output&) = delete;
   Output& operator=(const Output&) = delete;
@@ -156,18 +160,27 @@ int run_train(const RunOptions& o) {
   for (StepHook* h : {static_cast<StepHook*>(profiler.get()), static_cast<StepHook*>(eval.get()),
                       static_cast<StepHook*>(&checkpoints), static_cast<StepHook*>(&stop)})
     if (h) lo.hooks.push_back(h);
-  stop.arm(true);
+  stop.arm();
   const LoopResult res = run_training(t, data, lo);
-  if (res.end != LoopEnd::stopped) stop.arm(false);
+  // A signal after the last step's agreement (whose checkpoint, due at the last step, is saved)
+  // still ends the run as the signal asks. Stopped, the handler stays armed: a late copy of the
+  // signal must not cut the save short.
+  const int late = res.end == LoopEnd::stopped ? 0 : stop.disarm();
   if (profiler) profiler->finish();
 
   // 4. The report.
   if (res.end == LoopEnd::diverged) throw diverged_error(res.why, run.dir.string(), c.source, checkpoints.saved_step());
-  if (res.end == LoopEnd::stopped) {  // still armed: a late copy of the signal must not cut the save short
-    checkpoints.save_current();
-    fmt::print(out, "{}", stop_message(stop.signal(), t.steps_done(), c.train.steps, run.dir.string(), launcher));
+  if (res.end == LoopEnd::stopped || late != 0) {
+    const int sig = late != 0 ? late : stop.signal();
+    if (late == 0) checkpoints.save_current();
+    if (!writer) return 128 + sig;
+    // The closing line where no reader can lose it (run/stop.h).
+    const std::string line = stop_message(sig, t.steps_done(), c.train.steps, run.dir.string(), launcher);
+    if (run.rd) run.rd->write_stop_note(line);
+    if (closing_line_on_out(o.out, !launcher.empty())) fmt::print(out, "{}", line);
     std::fflush(out);
-    return stop.exit_status();
+    write_without_waiting(STDERR_FILENO, line);
+    return 128 + sig;
   }
   print_summary(res, t, eval ? eval->record() : ValidationRecord{.best = best_val, .best_step = best_step},
                 seconds_since(started), eval ? eval->seconds() : 0, checkpoints.seconds(), out);

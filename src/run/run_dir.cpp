@@ -166,7 +166,15 @@ void RunDir::clear_owned() {
   remove_stale_checkpoint_files(dir_.string());
   if (fs::exists(dir_ / "best" / "state.json")) fs::remove_all(dir_ / "best", ec);
   for (const auto& [step, path] : list_checkpoints(dir_.string())) fs::remove_all(path, ec);
+  remove_stop_note();
   fs::remove(dir_ / kMarker, ec);
+}
+
+void RunDir::write_stop_note(const std::string& line) { replace_file(dir_ / kStopNote, line); }
+
+void RunDir::remove_stop_note() {
+  std::error_code ec;
+  fs::remove(dir_ / kStopNote, ec);
 }
 
 void RunDir::write_marker(const std::string& seeded_from) {

@@ -5,9 +5,9 @@
 //   loom's config.toml (first line kConfigHeader). loom deletes or replaces only entries it wrote
 //   there: the marker, the lock, a config.toml starting with kConfigHeader, metrics.jsonl beside
 //   the marker or loom's config.toml, ckpt_<digits>/ and best/ holding loom's state.json, staged
-//   .ckpt_*/.best.* directories and superseded/. Anything else (a user's config.toml,
-//   metrics.jsonl, ckpt_photos/, notes.txt) is never touched: a new run that would have to write
-//   over one is refused (refuse_foreign_files), --overwrite or not.
+//   .ckpt_*/.best.* directories, superseded/ and loom-stopped.txt. Anything else (a user's
+//   config.toml, metrics.jsonl, ckpt_photos/, notes.txt) is never touched: a new run that would
+//   have to write over one is refused (refuse_foreign_files), --overwrite or not.
 // - A lock. `lock()` takes an exclusive flock on `.lock` and writes the holder's pid there; a second
 //   process is refused with a message naming that pid. The kernel drops a flock when its process
 //   dies, so a stale lock from a killed run is simply taken over.
@@ -58,6 +58,11 @@ class RunDir {
   Forked fork_at(int64_t step, bool discard);
   // Keeps only the metrics.jsonl lines of steps <= `step` (atomically; no line is logged twice).
   void truncate_metrics(int64_t step);
+  // loom-stopped.txt: the closing line of a run stopped by a signal (what it saved, the command that
+  // continues it), kept where no terminal can lose it; removed when the run goes on.
+  static constexpr const char* kStopNote = "loom-stopped.txt";
+  void write_stop_note(const std::string& line);
+  void remove_stop_note();
 
  private:
   // Whether metrics.jsonl is loom's: the marker or loom's config.toml vouches for it.

@@ -1,9 +1,12 @@
 #include "run/stop.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <vector>
 
@@ -36,6 +39,31 @@ std::string stop_message(int sig, int64_t step, int64_t steps, const std::string
                       : fmt::format(": checkpoint saved; continue with `{}loom train --resume {}`", launcher, run_dir));
 }
 
+void write_without_waiting(int fd, std::string_view text) {
+  struct stat st = {};
+  if (::fstat(fd, &st) != 0) return;
+  int to = fd;
+  if (!S_ISREG(st.st_mode)) {
+    // A new open file description of the same pipe or terminal: O_NONBLOCK on it is its own.
+    to = ::open(fmt::format("/proc/self/fd/{}", fd).c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (to < 0) return;  // a socket cannot be reopened: better nothing than a wait
+  }
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(to, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (to != fd) ::close(to);
+}
+
+bool closing_line_on_out(FILE* out, bool under_launcher) {
+  if (under_launcher || !out || fileno(out) < 0) return false;
+  struct stat a = {}, b = {};
+  if (::fstat(fileno(out), &a) != 0 || ::fstat(STDERR_FILENO, &b) != 0) return true;
+  return a.st_dev != b.st_dev || a.st_ino != b.st_ino;
+}
+
 StopSignals::StopSignals(dist::Comm& comm, bool under_launcher) : comm_(comm), under_launcher_(under_launcher) {
   sigemptyset(&set_);
   for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set_, sig);
@@ -45,6 +73,7 @@ StopSignals::StopSignals(dist::Comm& comm, bool under_launcher) : comm_(comm), u
     while (!done_) {
       const int sig = sigtimedwait(&set_, nullptr, &tick);
       if (sig <= 0) continue;
+      std::lock_guard<std::mutex> lock(mutex_);
       if (!armed_) _exit(128 + sig);
       if (received_ != 0) {
         if (under_launcher_) continue;  // the launcher repeats itself, and enforces its own deadline
@@ -58,6 +87,12 @@ StopSignals::StopSignals(dist::Comm& comm, bool under_launcher) : comm_(comm), u
       received_ = sig;
     }
   });
+}
+
+int StopSignals::disarm() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  armed_ = false;
+  return received_;
 }
 
 StopSignals::~StopSignals() {

@@ -23,7 +23,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "dist/comm.h"
@@ -45,6 +48,16 @@ std::string stop_message(int sig, int64_t step, int64_t steps, const std::string
 // default of 1 s may cut a save short): the start-up warning naming the option, else "".
 std::string launcher_warning(const char* (*getenv_fn)(const char*));
 
+// Writes `text` to `fd` without ever waiting for its reader: what a pipe or terminal cannot take
+// at once is dropped (a reopened, non-blocking description of it, so the flag is not shared with
+// the shell's). A regular file takes it all.
+void write_without_waiting(int fd, std::string_view text);
+
+// Where a stopped run's closing line goes, so that no reader can lose it: into the run directory
+// (RunDir::kStopNote, by the caller), on stderr without waiting, and on `out` as well when that
+// is another file and no launcher forwards both to one terminal (one line, not two).
+bool closing_line_on_out(FILE* out, bool under_launcher);
+
 class StopSignals : public StepHook {
  public:
   StopSignals(dist::Comm& comm, bool under_launcher);
@@ -52,20 +65,24 @@ class StopSignals : public StepHook {
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
-  void arm(bool on) { armed_ = on; }
+  void arm() { armed_ = true; }
+  // From now on a signal exits at once. Returns the signal that came while armed, after the last
+  // stop_requested() (0: none): the run must still end as that signal asks.
+  int disarm();
   // The agreement: every rank's signal, gathered; true when any rank has one.
   bool stop_requested() override;
   // The signal that ended the loop (the first signalled rank's, in rank order), 0 when none.
   int signal() const { return agreed_; }
-  int exit_status() const { return 128 + agreed_; }
 
  private:
   dist::Comm& comm_;
   bool under_launcher_;
   sigset_t set_{}, old_{};
+  std::mutex mutex_;  // a signal is either taken while armed or exits, never lost in between
   std::atomic<int> received_{0};
   int agreed_ = 0;
-  std::atomic<bool> armed_{false}, done_{false};
+  bool armed_ = false;
+  std::atomic<bool> done_{false};
   std::thread thread_;
 };
 

@@ -6,12 +6,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "core/error.h"
 #include "io/param_io.h"
@@ -44,8 +47,30 @@ std::string read_text(const std::string& path) {
   return os.str();
 }
 
+// fsync(fd) on a thread of its own while this one answers the other ranks, which wait for this
+// save, that this rank is alive (Comm::keep_alive): a flush to a slow or remote disk can take
+// longer than their deadline, and is work, not a hang. Signals stay with the watcher of run/stop.h:
+// the thread inherits this one's mask.
+int sync_answering(int fd, dist::Comm& comm) {
+  if (comm.size() == 1) return ::fsync(fd);
+  std::atomic<bool> done{false};
+  int rc = 0, err = 0;
+  std::thread flusher([&] {
+    rc = ::fsync(fd);
+    err = errno;
+    done = true;
+  });
+  while (!done) {
+    comm.keep_alive();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  flusher.join();
+  errno = err;
+  return rc;
+}
+
 // Writes, flushes to disk and closes; any failure is an exception naming the file.
-void write_text(const std::string& path, const std::string& text) {
+void write_text(const std::string& path, const std::string& text, dist::Comm& comm) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("cannot create '" + path + "': " + std::strerror(errno));
   size_t done = 0;
@@ -59,15 +84,15 @@ void write_text(const std::string& path, const std::string& text) {
     }
     done += static_cast<size_t>(n);
   }
-  const bool ok = ::fsync(fd) == 0;
+  const bool ok = sync_answering(fd, comm) == 0;
   const int e = errno;
   if (::close(fd) != 0 || !ok) throw std::runtime_error("could not write '" + path + "': " + std::strerror(e));
 }
 
-void fsync_dir(const fs::path& dir) {
+void fsync_dir(const fs::path& dir, dist::Comm& comm) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
-    (void)::fsync(fd);
+    (void)sync_answering(fd, comm);
     ::close(fd);
   }
 }
@@ -139,20 +164,20 @@ bool flags_refused(int err) { return err == EINVAL || err == ENOSYS || err == EO
 // .<name>.old, then `staged` to its name: at every instant one of the two names holds a whole
 // checkpoint, and a kill between them leaves .<name>.old alone, which
 // remove_stale_checkpoint_files() renames back.
-void install_plain(const fs::path& staged, const fs::path& final_dir) {
-  if (::rename(staged.c_str(), final_dir.c_str()) == 0) return fsync_dir(final_dir.parent_path());
+void install_plain(const fs::path& staged, const fs::path& final_dir, dist::Comm& comm) {
+  if (::rename(staged.c_str(), final_dir.c_str()) == 0) return fsync_dir(final_dir.parent_path(), comm);
   if (errno != ENOTEMPTY && errno != EEXIST) rename_failed("rename", staged, final_dir, errno);
   const fs::path old = sibling(final_dir, ".old");
   std::error_code ec;
   fs::remove_all(old, ec);
   if (::rename(final_dir.c_str(), old.c_str()) != 0) rename_failed("rename", final_dir, old, errno);
-  fsync_dir(final_dir.parent_path());
+  fsync_dir(final_dir.parent_path(), comm);
   if (::rename(staged.c_str(), final_dir.c_str()) != 0) {
     const int e = errno;
     (void)::rename(old.c_str(), final_dir.c_str());
     rename_failed("rename", staged, final_dir, e);
   }
-  fsync_dir(final_dir.parent_path());
+  fsync_dir(final_dir.parent_path(), comm);
   fs::remove_all(old, ec);
 }
 
@@ -160,20 +185,20 @@ void install_plain(const fs::path& staged, const fs::path& final_dir) {
 // else an atomic exchange (the old directory ends at `staged`'s name and is removed), so
 // `final_dir` always exists whole; install_plain() where the file system refuses those flags, and
 // everywhere when LOOM_PLAIN_RENAME is set (any value: tests take that path on any file system).
-void install(const fs::path& staged, const fs::path& final_dir) {
+void install(const fs::path& staged, const fs::path& final_dir, dist::Comm& comm) {
   static const bool plain = std::getenv("LOOM_PLAIN_RENAME") != nullptr;
-  if (plain) return install_plain(staged, final_dir);
+  if (plain) return install_plain(staged, final_dir, comm);
   if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) == 0)
-    return fsync_dir(final_dir.parent_path());
+    return fsync_dir(final_dir.parent_path(), comm);
   if (errno != EEXIST) {
-    if (flags_refused(errno)) return install_plain(staged, final_dir);
+    if (flags_refused(errno)) return install_plain(staged, final_dir, comm);
     rename_failed("rename", staged, final_dir, errno);
   }
   if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0) {
-    if (flags_refused(errno)) return install_plain(staged, final_dir);
+    if (flags_refused(errno)) return install_plain(staged, final_dir, comm);
     rename_failed("exchange", staged, final_dir, errno);
   }
-  fsync_dir(final_dir.parent_path());
+  fsync_dir(final_dir.parent_path(), comm);
   std::error_code ec;
   fs::remove_all(staged, ec);
 }
@@ -233,14 +258,14 @@ std::string printable(const std::string& s) {
   return out;
 }
 
-Checkpoint load_verified(const std::string& dir, bool with_optimizer) {
+Checkpoint load_verified(const std::string& dir, bool with_optimizer, const std::function<void()>& progress) {
   Checkpoint c;
   c.path = dir;
   c.state = parse_state((fs::path(dir) / kStateFile).string());
-  c.tensors = read_safetensors((fs::path(dir) / kModelFile).string());
+  c.tensors = read_safetensors((fs::path(dir) / kModelFile).string(), nullptr, progress);
   const fs::path opt = fs::path(dir) / kOptimizerFile;
   if (with_optimizer && fs::exists(opt))
-    for (StTensor& t : read_safetensors(opt.string())) c.tensors.push_back(std::move(t));
+    for (StTensor& t : read_safetensors(opt.string(), nullptr, progress)) c.tensors.push_back(std::move(t));
   for (const StTensor& t : c.tensors) {
     if (t.dtype != DType::f32) continue;
     const auto* f = reinterpret_cast<const float*>(t.bytes.data());
@@ -253,9 +278,9 @@ Checkpoint load_verified(const std::string& dir, bool with_optimizer) {
 }
 
 // load_verified with its message made printable.
-Checkpoint load_one(const std::string& dir, bool with_optimizer) {
+Checkpoint load_one(const std::string& dir, bool with_optimizer, const std::function<void()>& progress) {
   try {
-    return load_verified(dir, with_optimizer);
+    return load_verified(dir, with_optimizer, progress);
   } catch (const UserError& e) {
     const std::string what = e.what();
     throw UserError(printable(e.subject()), printable(what.substr(e.subject().empty() ? 0 : e.subject().size() + 2)),
@@ -275,8 +300,12 @@ SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const st
     std::vector<StSource> moments = moment_sources(t, gathered);
     check_finite(params, t.comm());
     check_finite(moments, t.comm());
-    stream_safetensors((tmp / kModelFile).string(), params, {{"format", "pt"}, {"loom", "checkpoint parameters"}});
-    if (!moments.empty()) stream_safetensors((tmp / kOptimizerFile).string(), moments, {{"loom", "optimizer state"}});
+    dist::Comm& comm = t.comm();
+    const SyncFn sync = [&comm](int fd) { return sync_answering(fd, comm); };
+    stream_safetensors((tmp / kModelFile).string(), params, {{"format", "pt"}, {"loom", "checkpoint parameters"}},
+                       sync);
+    if (!moments.empty())
+      stream_safetensors((tmp / kOptimizerFile).string(), moments, {{"loom", "optimizer state"}}, sync);
     const nlohmann::json j = {{"config", s.config_toml},
                               {"step", s.step},
                               {"opt_count", s.opt_count},
@@ -288,16 +317,16 @@ SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const st
                               {"val_position", s.val_position},
                               {"best_val_loss", s.best_val_loss},
                               {"format", kFormat}};
-    if (tokenizer) write_text((tmp / "tokenizer.json").string(), tokenizer->dump());
+    if (tokenizer) write_text((tmp / "tokenizer.json").string(), tokenizer->dump(), comm);
     // The files a Hugging Face tokenizer carries (HfTokenizer::companions: the chat template, the
     // generation settings), as a model directory holds them, for `loom sample --chat`.
     if (tokenizer && tokenizer->contains("companions"))
       for (const auto& [name, text] : (*tokenizer)["companions"].items())
-        if (text.is_string()) write_text((tmp / name).string(), text.get<std::string>());
+        if (text.is_string()) write_text((tmp / name).string(), text.get<std::string>(), comm);
     // state.json last: a directory without it is never taken for a checkpoint.
-    write_text((tmp / kStateFile).string(), j.dump(2));
-    fsync_dir(tmp);
-    install(tmp, final_dir);
+    write_text((tmp / kStateFile).string(), j.dump(2), comm);
+    fsync_dir(tmp, comm);
+    install(tmp, final_dir, comm);
   } catch (const NonFinite& nf) {
     fs::remove_all(tmp, ec);
     return {.saved = false, .nonfinite = nf.tensor};
@@ -390,8 +419,9 @@ int64_t checkpoint_step(const std::string& dir) {
   }
 }
 
-Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* skipped, bool with_optimizer) {
-  if (fs::exists(fs::path(path) / kStateFile)) return load_one(path, with_optimizer);
+Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* skipped, bool with_optimizer,
+                           const std::function<void()>& progress) {
+  if (fs::exists(fs::path(path) / kStateFile)) return load_one(path, with_optimizer, progress);
   const auto all = list_checkpoints(path);
   if (all.empty())
     throw UserError(path, fs::exists(path) ? "holds no checkpoint (no state.json, no ckpt_<step>/)" : "does not exist",
@@ -399,7 +429,7 @@ Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* sk
   std::string reasons;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
-      return load_one(it->second, with_optimizer);
+      return load_one(it->second, with_optimizer, progress);
     } catch (const UserError& e) {
       const std::string note = fs::path(it->second).filename().string() + ": " + e.what();
       if (skipped) skipped->push_back(note);

@@ -25,6 +25,7 @@
 // - Format 1 checkpoints (moments inside model.safetensors) still load.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -70,9 +71,11 @@ SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std
 // Reads and verifies a checkpoint directory, or a run directory: its newest checkpoint that
 // verifies (checksums, complete files, finite values), each skipped one reported in `skipped`
 // ("ckpt_000300: <why>") when given. Problems are UserErrors naming the file and the tensor.
-// Without `with_optimizer` the moments are not read (sampling, fine-tuning).
+// Without `with_optimizer` the moments are not read (sampling, fine-tuning). `progress` is called
+// between reads (at most 64 MiB apart): e.g. Comm::keep_alive, so that the other ranks of a job
+// that wait for a slow load are told it goes on (a read that hangs tells them nothing).
 Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* skipped = nullptr,
-                           bool with_optimizer = true);
+                           bool with_optimizer = true, const std::function<void()>& progress = {});
 // Loads params and optimizer state into `t` (which must be built from a config whose model
 // matches: otherwise a UserError naming the first differing model.* key). Each rank takes its
 // part of sharded optimizer state, whatever the rank count that wrote the checkpoint.

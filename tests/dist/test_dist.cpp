@@ -178,6 +178,32 @@ TEST(Dist, CollectivesAreExactInAnyRankCount) {
   }
 }
 
+// Ranks that all wait, each in another collective, are a deadlock no answer to "alive?" reveals:
+// the deadline finds it from the collectives the ranks name, and ends the job naming them.
+TEST(Dist, RanksWaitingInDifferentCollectivesEndTheJobNamingThem) {
+  REQUIRE_MPIRUN();
+  const RunResult r = shell(mpirun(2) + LOOM_DIST_WORKER + " mismatch");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.status, 124) << "the job hung until the hang guard ended it:\n" << r.out;
+  EXPECT_EQ(r.out.find("completed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the ranks wait in different collectives"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 0 (host "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(") waits in a broadcast (collective #0)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(") waits in a sum over ranks (collective #0)"), std::string::npos) << r.out;
+}
+
+// A rank that ends the job at its deadline first flushes its buffered log (without waiting for
+// a reader that stopped reading): the log's last line is not lost with the process.
+TEST(Dist, TheDeadlinesEndFlushesTheLog) {
+  REQUIRE_MPIRUN();
+  const fs::path log = scratch("deadline_log") / "log.txt";
+  const RunResult r = shell(mpirun(2) + LOOM_DIST_WORKER + " deadline_log " + log.string());
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("waited 1 s in a barrier"), std::string::npos) << r.out;
+  const std::vector<char> text = file_bytes(log);
+  EXPECT_EQ(std::string(text.begin(), text.end()), "the last line before the deadline\n") << r.out;
+}
+
 TEST(Dist, RanksTrainLikeOneProcessWithAsManyMoreMinibatches) {
   REQUIRE_MPIRUN();
   for (int m : {1, 2}) {
@@ -646,6 +672,92 @@ TEST(Dist, StoppedRankEndsTheJobAfterTheCollectiveTimeout) {
   EXPECT_LT(find_process({"OMPI_COMM_WORLD_RANK=1", "LOOM_DIST_TEST_TAG=" + std::to_string(getpid())}), 0)
       << "rank 1 ended too";
   expect_last_checkpoint_whole(out);
+}
+
+// `loom ARGS` on two ranks with a slow or hung disk on one (slow_io/slow_io.cpp): each `call` of
+// a file whose path holds `path` sleeps `seconds` first on rank `rank`. (A sanitized loom takes
+// the library only when told not to insist that its runtime comes first.)
+RunResult loom_with_slow_disk(int rank, const char* call, const char* path, int seconds, const std::string& args,
+                              const std::string& env = {}) {
+  return shell(
+      fmt::format("env LD_PRELOAD={} ASAN_OPTIONS=$ASAN_OPTIONS:verify_asan_link_order=0 LOOM_SLOW_RANK={} "
+                  "LOOM_SLOW_CALL={} LOOM_SLOW_PATH={} LOOM_SLOW_SECONDS={} {}{}{} {}",
+                  LOOM_SLOW_IO, rank, call, path, seconds, env, mpirun(2), LOOM_BINARY, args));
+}
+
+// Rank 0's save waits for the disk (the final fsync of its optimizer state takes 3 deadlines):
+// it keeps answering the other ranks that it is busy, so the job is not ended as hung.
+TEST(Dist, ASaveWhoseFlushOutlastsTheDeadlineIsNotAHang) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("slow_fsync");
+  constexpr int kTimeout = 5;  // rank 0 may be measuring its matmul ceiling for a second or two at start
+  const RunResult r = loom_with_slow_disk(
+      0, "fsync", "optimizer.safetensors", 3 * kTimeout,
+      train_args(out, fmt::format("train.eval_interval=0 train.collective_timeout={} --steps 3", kTimeout)));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("waited"), std::string::npos) << r.out;
+  EXPECT_FALSE(tensors(out / "ckpt_000003").empty()) << "the checkpoint reads back, checksums verified";
+}
+
+// A rank whose disk hangs while it loads the checkpoint to resume is named after the run's own
+// train.collective_timeout (here 2 s, against a load that would take 60 s), not the default.
+TEST(Dist, ARankHungWhileLoadingIsNamedAfterTheRunsTimeout) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("slow_load");
+  ASSERT_EQ(loom_on(2, train_args(out, "train.eval_interval=0 --steps 2")).status, 0);
+  const RunResult r = loom_with_slow_disk(1, "open", "model.safetensors", 60,
+                                          "train --resume " + out.string() + " train.collective_timeout=2 --steps 3");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("waited 2 s in "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("for rank 1 (host "), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out / "ckpt_000003")) << r.out;
+}
+
+// The link between the two hosts goes down mid-run (two_hosts.sh cuts it once step 10 is saved):
+// rank 0 waits train.collective_timeout in a collective, asks rank 1, gets no answer within as
+// long again, names it and ends the job; the last checkpoint is whole.
+TEST(Dist, TwoHostsWhoseLinkGoesDownEndTheJobNamingTheUnreachableRank) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("cut_link");
+  constexpr double kTimeout = 5;  // rank 0 may be measuring its matmul ceiling for a second or two at start
+  // mpirun itself gives up on the lost host's daemon once its keepalive probes go unanswered
+  // (README, "More than one process or machine"); by default that takes over 8 minutes.
+  const RunResult r =
+      shell(fmt::format("env LOOM_CUT_LINK_WHEN={} OMPI_MCA_oob_tcp_keepalive_time=5 "
+                        "OMPI_MCA_oob_tcp_keepalive_intvl=2 OMPI_MCA_oob_tcp_keepalive_probes=3 "
+                        "{}/tests/dist/two_hosts.sh {} {}",
+                        (out / "ckpt_000010").string(), LOOM_SOURCE_DIR, LOOM_BINARY,
+                        train_args(out, fmt::format("train.steps=1000000 train.eval_interval=0 "
+                                                    "train.checkpoint_interval=5 train.log_every=1000 "
+                                                    "train.collective_timeout={}",
+                                                    kTimeout))));
+  const double ended = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (r.status == 77) GTEST_SKIP() << r.out;
+  const std::string mark = "two_hosts.sh: link cut at ";
+  const size_t at = r.out.find(mark);
+  ASSERT_NE(at, std::string::npos) << "the link was never cut:\n" << r.out;
+  const double seconds = ended - std::stod(r.out.substr(at + mark.size()));
+  std::printf("the job ended %.2f s after the link went down (timeout %g s)\n", seconds, kTimeout);
+  // The timeout, the time to answer (as long again) and a margin for a loaded machine.
+  EXPECT_LT(seconds, 2 * kTimeout + kKilledSeconds) << r.out;
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("for rank 1 (host "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("train.collective_timeout = 5 s"), std::string::npos) << r.out;
+  expect_last_checkpoint_whole(out);
+}
+
+// A rank that loads slowly but steadily (its first 12 reads take a second each: three times the
+// deadline of 4 s in all) tells the ranks that wait for it that it is busy: the job resumes.
+TEST(Dist, ARankLoadingSlowlyIsNotTakenForHung) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("slow_reads");
+  ASSERT_EQ(loom_on(2, train_args(out, "train.eval_interval=0 --steps 2")).status, 0);
+  const RunResult r = loom_with_slow_disk(1, "pread", "model.safetensors", 1,
+                                          "train --resume " + out.string() + " train.collective_timeout=4 --steps 3",
+                                          "LOOM_SLOW_TIMES=12 ");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("waited"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(out / "ckpt_000003" / "state.json")) << r.out;
 }
 
 TEST(Dist, CheckpointsResumeWithAnyRankCount) {

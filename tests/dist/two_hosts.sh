@@ -7,6 +7,10 @@
 # it prints why and exits 77, which the test reports as a skip.
 #   two_hosts.sh CMD...            the job; exits with mpirun's status
 #   two_hosts.sh --agent HOST CMD  (Open MPI's rsh agent) CMD in HOST's namespace
+# With LOOM_CUT_LINK_WHEN=PATH, the link goes down once PATH exists (as a cut cable or a lost
+# switch would: nothing is refused, packets just stop arriving), and the script prints
+# "two_hosts.sh: link cut at T" (T in seconds since the epoch). Whatever is left running in the
+# namespaces when the job ends (a daemon that lost its peer) is killed.
 set -u
 if [ "${1:-}" = "--agent" ]; then
   host=$2
@@ -22,7 +26,12 @@ command -v ip > /dev/null || { echo "SKIP: no ip command (iproute2)"; exit 77; }
 id=$$
 net=$((id % 250 + 1))
 a=loom${id}a b=loom${id}b
+cutter=
 cleanup() {
+  [ -n "$cutter" ] && kill "$cutter" 2> /dev/null
+  for ns in "$a" "$b"; do
+    ip netns pids "$ns" 2> /dev/null | xargs -r kill -KILL 2> /dev/null
+  done
   ip netns del "$a" 2> /dev/null
   ip netns del "$b" 2> /dev/null  # removing a namespace removes its end of the veth, and so the pair
 }
@@ -45,6 +54,14 @@ for ns in "$a" "$b"; do
 done
 set +e
 export LOOM_TWO_HOSTS="10.77.$net.1=$a 10.77.$net.2=$b"
+if [ -n "${LOOM_CUT_LINK_WHEN:-}" ]; then
+  (
+    while [ ! -e "$LOOM_CUT_LINK_WHEN" ]; do sleep 0.1; done
+    ip -n "$b" link set "v$b" down
+    echo "two_hosts.sh: link cut at $(date +%s.%N)"
+  ) &
+  cutter=$!
+fi
 # `timeout`: a job that hangs ends (mpirun passes the TERM on to its ranks) and the namespaces go.
 ip netns exec "$a" timeout 120 mpirun --allow-run-as-root --host "10.77.$net.1,10.77.$net.2" -np 2 \
   --mca plm_rsh_agent "$(readlink -f "$0") --agent" --mca btl tcp,self \

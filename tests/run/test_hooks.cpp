@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <sys/ioctl.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
@@ -94,6 +95,24 @@ TEST(Stop, TheMessageNamesTheSignalAndTheResumeCommandWithItsLauncher) {
   EXPECT_EQ(stop_message(SIGHUP, 1, 2, "", "").rfind("hung up (SIGHUP", 0), 0u);
   EXPECT_NE(stop_message(SIGHUP, 1, 2, "", "").find("nothing saved"), std::string::npos);
   EXPECT_EQ(stop_message(SIGINT, 1, 2, "r", "mpirun -np 2 ").rfind("interrupted (Ctrl-C)", 0), 0u);
+}
+
+// A signal that comes after the loop's last look (between the last step and the end of the
+// loop) is not swallowed: disarming returns it, and the run ends as it asks.
+// In a child process: a stop signal abandons blocked output for the whole process.
+TEST(Stop, ASignalAfterTheLastStepIsReturnedWhenDisarming) {
+  const pid_t child = fork();
+  if (child == 0) {
+    StopSignals stop(dist::single_process(), false);
+    stop.arm();
+    if (stop.stop_requested()) _exit(1);
+    kill(getpid(), SIGTERM);  // blocked here: the watcher thread takes it
+    for (int i = 0; i < 2000 && !stop.stop_requested(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    _exit(stop.disarm() == SIGTERM ? 0 : 2);
+  }
+  int st = 0;
+  ASSERT_EQ(waitpid(child, &st, 0), child);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
 }
 
 // A pipe nobody reads: a write waits for the reader until a stop abandons it, then returns

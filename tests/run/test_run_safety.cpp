@@ -2,6 +2,7 @@
 // say how to resume, kills at any instant leave a loadable checkpoint, a second process is
 // refused, divergence stops with the last good state, corrupted checkpoints are skipped by name,
 // --overwrite validates first and deletes only loom's files, and resuming never destroys.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -138,6 +139,52 @@ TEST(RunSafety, HangUpSavesAndExits129) {
   const std::vector<int64_t> steps = logged_steps(out / "metrics.jsonl");
   ASSERT_FALSE(steps.empty());
   EXPECT_TRUE(fs::exists(out / fmt_ckpt(steps.back()))) << log;
+}
+
+// A reader that stopped reading (stdout and stderr a full pipe nobody reads, as a paused SSH
+// session) cannot lose the closing line: it is in the run directory, and removed once the run
+// goes on.
+TEST(RunSafety, TheClosingLineIsInTheRunDirectoryWhenNobodyReads) {
+  const fs::path out = scratch("unread");
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    const std::string cmd = "exec " + std::string(LOOM_BINARY) + " " +
+                            train(out, "train.steps=100000 train.eval_interval=0 train.log_every=1");
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  // Read while the run starts; then read no more, and fill what is left of the pipe.
+  std::thread drain([&] {
+    char buf[4096];
+    while (metric_lines(out / "metrics.jsonl") < 2 && ::read(fds[0], buf, sizeof buf) > 0) {
+    }
+  });
+  wait_for_lines(out / "metrics.jsonl", 2);
+  drain.join();
+  const int fill = open(("/proc/self/fd/" + std::to_string(fds[0])).c_str(), O_WRONLY | O_NONBLOCK);
+  ASSERT_GE(fill, 0);
+  const std::string block(4096, '.');
+  while (write(fill, block.data(), block.size()) > 0) {
+  }
+  close(fill);
+  kill(pid, SIGTERM);
+  EXPECT_EQ(wait_status(pid), 143);
+  close(fds[0]);
+  const std::string note = read(out / "loom-stopped.txt");
+  EXPECT_EQ(note.rfind("terminated (SIGTERM) at step ", 0), 0u) << note;
+  EXPECT_NE(note.find("continue with `loom train --resume " + out.string() + "`"), std::string::npos) << note;
+  const std::vector<int64_t> steps = logged_steps(out / "metrics.jsonl");
+  ASSERT_FALSE(steps.empty());
+  EXPECT_NE(note.find(" at step " + std::to_string(steps.back()) + "/"), std::string::npos) << note;
+  EXPECT_TRUE(fs::exists(out / fmt_ckpt(steps.back())));
+  const Result r = run("train --resume " + out.string() + " train.steps=" + std::to_string(steps.back() + 1));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(fs::exists(out / "loom-stopped.txt")) << "the run went on";
 }
 
 // SIGINT and SIGTERM are taken by one watcher thread, never by a thread running kernels: oneDNN's

@@ -1,7 +1,11 @@
 // Run under mpirun by tests/dist/test_dist.cpp (and alone, as a single process): checks every
-// collective of dist::Comm against a serial computation over all ranks' data, bit for bit.
+// collective of dist::Comm against a serial computation over all ranks' data, bit for bit. With
+// the argument `mismatch` or `deadline_log`, a job the deadline ends: see those functions below.
 // Each rank can compute every rank's data (a pure function of rank and index), so each checks
 // its own results. Prints one line per failed check; exit status 1 if any failed.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -10,6 +14,7 @@
 #include <vector>
 
 #include "dist/comm.h"
+#include "train/console.h"
 
 namespace {
 
@@ -62,10 +67,46 @@ bool same_bits(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
+// `mismatch`: the ranks wait in different collectives (rank 0 in a broadcast from rank 1, the
+// others in a sum over ranks), which can never complete; the deadline of 1 s must end the job.
+int mismatch(Comm& comm) {
+  comm.set_timeout(1);
+  float x[4] = {};
+  if (comm.rank() == 0) {
+    comm.broadcast(x, sizeof x, 1);
+  } else {
+    std::vector<float> scratch(static_cast<size_t>(loom::dist::reduce_scratch_elems(4, comm.size())));
+    auto sum = comm.start_all_reduce_sum(x, 4, scratch.data());
+    while (!sum->test()) {
+    }
+  }
+  std::printf("rank %d: the mismatched collectives completed\n", comm.rank());
+  return 1;
+}
+
+// `deadline_log FILE`: rank 0 writes a line into FILE through a guarded, fully buffered stream
+// (as `loom train` prints its log, train/console.h) and then waits in a barrier for rank 1,
+// which sleeps outside any collective; the deadline of 1 s ends the job, the line must be in FILE.
+int deadline_log(Comm& comm, const char* path) {
+  comm.set_timeout(1);
+  if (comm.rank() == 0) {
+    const int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    std::FILE* log = loom::open_guarded_output(fd);
+    loom::dist::set_before_abort(&loom::abandon_blocked_output);
+    std::fprintf(log, "the last line before the deadline\n");
+    comm.barrier();
+  } else {
+    sleep(60);
+  }
+  return 1;
+}
+
 int main(int argc, char** argv) {
   loom::dist::Launch launch(&argc, &argv);
   Comm& comm = loom::dist::world();
   const int rank = comm.rank(), size = comm.size();
+  if (argc > 1 && std::string(argv[1]) == "mismatch") return mismatch(comm);
+  if (argc > 2 && std::string(argv[1]) == "deadline_log") return deadline_log(comm, argv[2]);
   // One mpirun on one machine: every rank shares it (the memory check counts them together).
   check(comm.ranks_on_this_host() == size, "ranks_on_this_host under one mpirun on this machine", rank);
   // Lengths around the Open MPI implementation's round of 2^20 elements per rank, and ragged ones.
