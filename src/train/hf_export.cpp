@@ -3,14 +3,16 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "core/error.h"
 #include "data/hf_tokenizer.h"
 #include "io/hf.h"
 #include "io/param_io.h"
-#include "nn/models/hf_arch.h"
+#include "io/peft.h"
 #include "nn/models.h"
+#include "nn/models/hf_arch.h"
 #include "train/checkpoint.h"
 #include "train/model_source.h"
 
@@ -41,7 +43,53 @@ nlohmann::json export_config(const ModelConfig& m, int32_t start) {
   return j;
 }
 
+// OUTDIR's staging directory, beside it (a failed export leaves no OUTDIR): `write` fills it, then
+// it is renamed into place. An OUTDIR that exists and is not empty is refused.
+void write_dir(const std::string& out_dir, const std::function<void(const fs::path&)>& write) {
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
+    throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
+  fs::path out = fs::absolute(out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // "DIR/"
+  const fs::path staging = out.string() + ".loom-export.tmp";
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging);
+  try {
+    write(staging);
+    fs::rename(staging, out);  // onto a missing or empty directory
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+}
+
 }  // namespace
+
+HfExport export_peft(const std::string& run_or_checkpoint, const std::string& out_dir) {
+  const ModelSource src(run_or_checkpoint);
+  if (src.is_hf())
+    throw UserError(run_or_checkpoint, "is a Hugging Face directory", "export a loom LoRA run or checkpoint");
+  const ModelConfig& m = src.config().model;
+  if (!m.lora.enabled())
+    throw UserError(run_or_checkpoint, "trained every parameter: it has no LoRA adapters",
+                    "train with lora.rank > 0 (PEFT adapters), or use loom export hf (the whole model)");
+  const nn::HfModelMap map = nn::hf_model_map(m);  // refuses what transformers cannot hold
+  const Checkpoint ck = load_checkpoint(run_or_checkpoint, nullptr, /*with_optimizer=*/false);
+  std::map<std::string, const StTensor*> by_name;
+  for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
+  const nn::ModelGraph g = nn::build_model(m, model_input(src.config(), 1), /*train=*/false);
+  const std::vector<StTensor> adapters = params_by_path(
+      g.graph, by_name, m.scan_layers, (fs::path(ck.path) / "model.safetensors").string(), nn::ParamSubset::trainable);
+  std::map<std::string, const StTensor*> by_path;
+  for (const StTensor& t : adapters) by_path[t.name] = &t;
+  HfExport r{.checkpoint = ck.path, .architecture = map.architecture, .files = {}, .tokenizer_note = {}};
+  write_dir(out_dir, [&](const fs::path& dir) {
+    write_safetensors((dir / "adapter_model.safetensors").string(), loom_to_peft(m, by_path), {{"format", "pt"}});
+    write_json(dir / "adapter_config.json", peft_adapter_config(m));
+  });
+  r.files = {"adapter_model.safetensors", "adapter_config.json"};
+  return r;
+}
 
 HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir) {
   const ModelSource src(run_or_checkpoint);
@@ -50,9 +98,9 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
                     "export a loom run or checkpoint (loom train --out DIR)");
   const ModelConfig& m = src.config().model;
   const nn::HfModelMap map = nn::hf_model_map(m);  // refuses what transformers cannot hold
-  std::error_code ec;
-  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
-    throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
+  if (m.lora.enabled())
+    throw UserError(run_or_checkpoint, "is a LoRA run: its checkpoints hold the adapters, not the model",
+                    "export the adapters with loom export peft");
 
   // The checkpoint's parameters by path (unstacked when it was saved with model.scan_layers).
   const Checkpoint ck = load_checkpoint(run_or_checkpoint, nullptr, /*with_optimizer=*/false);
@@ -65,30 +113,20 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
   std::map<std::string, const StTensor*> by_path;
   for (const StTensor& t : params) by_path[t.name] = &t;
 
-  // Written beside OUTDIR and renamed into place: OUTDIR appears whole or not at all.
-  fs::path out = fs::absolute(out_dir).lexically_normal();
-  if (out.filename().empty()) out = out.parent_path();  // "DIR/"
-  const fs::path staging = out.string() + ".loom-export.tmp";
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging);
   HfExport r{.checkpoint = ck.path, .architecture = map.architecture, .files = {}, .tokenizer_note = {}};
   const std::unique_ptr<Tokenizer> tok = src.tokenizer();
   const int32_t start = tok ? tok->start_id() : -1;
   const auto* hf = dynamic_cast<const HfTokenizer*>(tok.get());
-  try {
-    write_safetensors((staging / "model.safetensors").string(), loom_to_hf(stored.model, by_path), {{"format", "pt"}});
+  write_dir(out_dir, [&](const fs::path& dir) {
+    write_safetensors((dir / "model.safetensors").string(), loom_to_hf(stored.model, by_path), {{"format", "pt"}});
     r.files.push_back("model.safetensors");
-    write_json(staging / "config.json", export_config(stored.model, start));
+    write_json(dir / "config.json", export_config(stored.model, start));
     r.files.push_back("config.json");
     if (hf) {
-      write_json(staging / "tokenizer.json", hf->tokenizer_json());
+      write_json(dir / "tokenizer.json", hf->tokenizer_json());
       r.files.push_back("tokenizer.json");
     }
-    fs::rename(staging, out);  // onto a missing or empty directory
-  } catch (...) {
-    fs::remove_all(staging, ec);
-    throw;
-  }
+  });
   if (!hf) {
     r.tokenizer_note = tok ? "its " + std::string(choice_name(tok->kind())) +
                                  " tokenizer has no tokenizer.json (prepare the data with "
