@@ -926,6 +926,10 @@ TEST(CpuOps, InPlaceAliasing) {
     cases.push_back({OpKind::add, {{s, dt}, {s, dt}}, NoAttrs{}, 1});
     cases.push_back({OpKind::add, {{s, dt}, {Shape{130}, dt}}, NoAttrs{}, 0});
     cases.push_back({OpKind::rope, {{Shape{3, 37, 2, 32}, dt}, {Shape{37}, DType::i32}}, RopeAttrs{.group = 2}, 0});
+    cases.push_back({OpKind::add_columns,
+                     {{Shape{37, 2, 130}, dt}, {Shape{37, 2, 40}, dt}},
+                     ColumnsAttrs{.offset = 70, .width = 40, .scale = 0.5f},
+                     0});
   }
   cases.push_back({OpKind::add, {{s, DType::i32}, {s, DType::i32}}, NoAttrs{}, 1});
   cases.push_back({OpKind::cast, {{s, DType::f32}}, DTypeAttrs{DType::i32}, 0});

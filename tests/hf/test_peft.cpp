@@ -149,8 +149,7 @@ TEST(PeftExport, ARunsAdaptersComeBackFromItsExport) {
   EXPECT_EQ(nonzero_b, 6) << "every B trained";
   std::ifstream f(d.path("out/adapter_config.json"));
   EXPECT_EQ(nlohmann::json::parse(f)["base_model_name_or_path"], hf_golden("llama_untied"));
-  EXPECT_NE(user_error([&] { export_hf(d.path("ckpt"), d.path("whole")); }).find("is a LoRA run"),
-            std::string::npos);
+  EXPECT_NE(user_error([&] { export_hf(d.path("ckpt"), d.path("whole")); }).find("is a LoRA run"), std::string::npos);
   EXPECT_NE(user_error([&] { export_peft(hf_golden("llama_untied"), d.path("none")); }).find("Hugging Face"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(d.path("whole")));
