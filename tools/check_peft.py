@@ -13,9 +13,8 @@ tools/make_hf_fixtures.sh (torch, transformers, peft):
   .venv-hf/bin/python tools/check_peft.py --check DIR --base BASE [--expected EXPECTED]
       loads DIR (written by `loom export peft RUN DIR`) onto the Hugging Face model BASE with
       PeftModel.from_pretrained, requiring that every adapter tensor of the file is used and none
-      is missing, prints the logits' range on the fixed ids of EXPECTED (a fixture's
-      expected.safetensors) and, with --loom-logits FILE (a safetensors file with "logits"), their
-      largest difference from loom's, which must be within 1e-5 of the range.
+      is missing, and prints the logits' range on the fixed ids of EXPECTED (a fixture's
+      expected.safetensors) next to the base model's.
 Exits 1 when a check fails. Deterministic: --make-fixtures twice gives the same files.
 """
 
@@ -88,12 +87,10 @@ def check(a):
         inputs = load_file(a.expected)["inputs"]
         with torch.no_grad():
             logits = model(input_ids=inputs.long()).logits.float()
-        rng = logits.abs().max().item()
-        print(f"PEFT logits on {tuple(inputs.shape)} ids: range {rng:.6f}")
-        if a.loom_logits:
-            diff = (logits - load_file(a.loom_logits)["logits"]).abs().max().item()
-            print(f"max |PEFT - loom| = {diff:.3g} = {diff / rng:.3g} of the range")
-            ok = ok and diff <= 1e-5 * rng
+            with model.disable_adapter():  # PeftModel injected the adapters into `base` itself
+                base_logits = model(input_ids=inputs.long()).logits.float()
+        print(f"PEFT logits on {tuple(inputs.shape)} ids: range {logits.abs().max().item():.6f}, "
+              f"the adapter moves them by up to {(logits - base_logits).abs().max().item():.6f}")
     return ok
 
 
@@ -103,7 +100,6 @@ def main():
     ap.add_argument("--check", dest="dir")
     ap.add_argument("--base")
     ap.add_argument("--expected")
-    ap.add_argument("--loom-logits")
     a = ap.parse_args()
     if a.make_fixtures:
         for seed, name in enumerate(TARGETS):
