@@ -1,4 +1,4 @@
-// `loom export hf RUN_OR_CKPT OUTDIR` (train/hf_export.h) and
+// `loom export hf|peft RUN_OR_CKPT OUTDIR` (train/hf_export.h) and
 // `loom export gguf RUN_OR_CKPT FILE.gguf [--type f16|bf16|q8_0]` (train/gguf_export.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -21,13 +21,14 @@ struct ExportArgs {
 CommandBody add_export_command(CLI::App& sub) {
   auto a = std::make_shared<ExportArgs>();
   sub.add_option("format", a->format,
-                 "hf: a Hugging Face directory (config.json, model.safetensors, the tokenizer's files); gguf: a GGUF "
-                 "file for llama.cpp and Ollama")
+                 "hf: a Hugging Face directory (config.json, model.safetensors, the tokenizer's files); peft: a LoRA "
+                 "run's adapters (adapter_config.json, adapter_model.safetensors); gguf: a GGUF file for llama.cpp and "
+                 "Ollama")
       ->required()
-      ->check(CLI::IsMember({"hf", "gguf"}));
+      ->check(CLI::IsMember({"hf", "peft", "gguf"}));
   sub.add_option("checkpoint", a->checkpoint, "a run directory (its newest checkpoint) or a ckpt_<step> directory")
       ->required();
-  sub.add_option("out", a->out, "hf: the directory to create; gguf: the file to create")->required();
+  sub.add_option("out", a->out, "hf, peft: the directory to create; gguf: the file to create")->required();
   sub.add_option("--type", a->type,
                  "gguf: the weights' type, f16 (default), bf16 or q8_0; vectors and norm weights stay float32")
       ->check(CLI::IsMember({"f16", "bf16", "q8_0"}));
@@ -38,7 +39,7 @@ CommandBody add_export_command(CLI::App& sub) {
                  a->out, r.tensors, a->type, static_cast<double>(r.bytes) / (1 << 20));
       return 0;
     }
-    const HfExport r = export_hf(a->checkpoint, a->out);
+    const HfExport r = a->format == "peft" ? export_peft(a->checkpoint, a->out) : export_hf(a->checkpoint, a->out);
     fmt::print("exported {} as {} to {}: {}\n", r.checkpoint, r.architecture, a->out, fmt::join(r.files, ", "));
     if (!r.tokenizer_note.empty()) fmt::print("no tokenizer.json: {}\n", r.tokenizer_note);
     return 0;

@@ -40,11 +40,12 @@ ValueId Graph::new_value(Value v) {
   return static_cast<ValueId>(values_.size() - 1);
 }
 
-ValueId Graph::add_param(const std::string& path, Shape shape, ParamInit init) {
+ValueId Graph::add_param(const std::string& path, Shape shape, ParamInit init, bool trainable) {
   if (names_.count(path)) throw std::invalid_argument("parameter '" + path + "' created twice");
   const ValueId pv = new_value(Value{.shape = shape, .dtype = DType::f32, .kind = ValueKind::param, .name = path});
   const ValueId gid =
-      new_value(Value{.shape = shape, .dtype = DType::f32, .kind = ValueKind::grad, .name = path + "@grad"});
+      trainable ? new_value(Value{.shape = shape, .dtype = DType::f32, .kind = ValueKind::grad, .name = path + "@grad"})
+                : kNoValue;
   param_index_[pv] = params_.size();
   params_.push_back(Param{.value = pv, .grad = gid, .init = init});
   names_[path] = pv;
@@ -148,7 +149,7 @@ std::string Graph::dump() const {
 }
 
 ValueId Scope::param(const std::string& name, Shape shape, ParamInit init) const {
-  return g_->add_param(path_.empty() ? name : path_ + "/" + name, shape, init);
+  return g_->add_param(path_.empty() ? name : path_ + "/" + name, shape, init, !frozen_);
 }
 
 std::vector<ValueId> Scope::op(OpKind op, std::vector<ValueId> in, Attrs attrs) const {

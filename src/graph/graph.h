@@ -51,8 +51,9 @@ enum class ParamRole : uint8_t {
 };
 
 struct ParamInit {
-  enum Kind : uint8_t { zeros, ones, normal, truncated_normal } kind = zeros;
-  float stddev = 0.f;  // for normal / truncated_normal (truncated at ±2 stddev of the base)
+  enum Kind : uint8_t { zeros, ones, normal, truncated_normal, uniform } kind = zeros;
+  // normal / truncated_normal: the stddev (truncated at ±2 stddev of the base); uniform: b of U(-b, b)
+  float stddev = 0.f;
   ParamRole role = ParamRole::other;
 };
 
@@ -79,14 +80,16 @@ struct Node {
 
 struct Param {
   ValueId value = kNoValue;
-  ValueId grad = kNoValue;
+  ValueId grad = kNoValue;  // kNoValue: frozen (no gradient, no optimizer state, no weight-gradient product)
   ParamInit init;
+  bool trainable() const { return grad != kNoValue; }
 };
 
 class Graph {
  public:
-  // Persistent values.
-  ValueId add_param(const std::string& path, Shape shape, ParamInit init);
+  // Persistent values. A frozen parameter (trainable = false: a LoRA run's base weights) gets no
+  // gradient value; autodiff asks no cotangent of it.
+  ValueId add_param(const std::string& path, Shape shape, ParamInit init, bool trainable = true);
   ValueId add_input(const std::string& name, Shape shape, DType dtype);
 
   // Appends a node, runs its op's attribute/shape rule, and creates its outputs.
@@ -152,11 +155,23 @@ class Scope {
  public:
   Scope(Graph& g, std::string path = {}, int32_t region = -1) : g_(&g), path_(std::move(path)), region_(region) {}
   Scope operator/(const std::string& name) const {
-    return Scope(*g_, path_.empty() ? name : path_ + "/" + name, region_);
+    Scope s(*g_, path_.empty() ? name : path_ + "/" + name, region_);
+    s.frozen_ = frozen_;
+    return s;
+  }
+  // The same scope creating frozen (or, with false, trainable) parameters, it and its children.
+  Scope frozen(bool f = true) const {
+    Scope s = *this;
+    s.frozen_ = f;
+    return s;
   }
   // Opens a remat region named by this scope's path: nodes built through the returned scope
   // belong to it (nested inside the current region, if any); `layer`: the model layer it is part of.
-  Scope remat_region(int32_t layer = -1) const { return Scope(*g_, path_, g_->add_region(path_, region_, layer)); }
+  Scope remat_region(int32_t layer = -1) const {
+    Scope s(*g_, path_, g_->add_region(path_, region_, layer));
+    s.frozen_ = frozen_;
+    return s;
+  }
 
   ValueId param(const std::string& name, Shape shape, ParamInit init) const;
   // Builds a forward node in this scope; returns its outputs.
@@ -173,6 +188,7 @@ class Scope {
   Graph* g_;
   std::string path_;
   int32_t region_;
+  bool frozen_ = false;
 };
 
 }  // namespace loom

@@ -68,6 +68,13 @@ struct LayerNormAttrs {
   DType dtype = DType::f32;  // output dtype; statistics are always fp32
   bool operator==(const LayerNormAttrs&) const = default;
 };
+// add_columns / take_columns: columns [offset, offset + width) of the last dim, times scale.
+struct ColumnsAttrs {
+  int64_t offset = 0;
+  int64_t width = 0;
+  float scale = 1.f;
+  bool operator==(const ColumnsAttrs&) const = default;
+};
 struct DropoutAttrs {
   float rate = 0.f;
   uint32_t stream = 0;  // RNG stream: the forward node's id, shared by its VJP and recompute
@@ -113,8 +120,9 @@ inline RopeCosSin rope_cos_sin(float theta, int64_t head_dim, int64_t i, int32_t
   return {static_cast<float>(std::cos(angle)), static_cast<float>(std::sin(angle))};
 }
 
-using Attrs = std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DenseGradWeightAttrs, DTypeAttrs, ReduceAttrs,
-                           ShapeAttrs, LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs, RopeAttrs>;
+using Attrs =
+    std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DenseGradWeightAttrs, DTypeAttrs, ReduceAttrs, ShapeAttrs,
+                 LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs, RopeAttrs, ColumnsAttrs>;
 
 enum class OpKind : uint16_t {
 #define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) name,

@@ -11,17 +11,18 @@ namespace loom {
 namespace {
 // The file layout of g's parameters, which must be float32 masters: a narrowed copy cannot be
 // written back as the values it was made from.
-std::vector<nn::FileTensor> master_layout(const Graph& g, bool scan_layers) {
+std::vector<nn::FileTensor> master_layout(const Graph& g, bool scan_layers, nn::ParamSubset subset) {
   for (const Param& p : g.params())
     LOOM_ASSERT(g.value(p.value).dtype == DType::f32, "parameter '" + g.value(p.value).name + "' is narrowed");
-  return nn::param_file_layout(g, scan_layers);
+  return nn::param_file_layout(g, scan_layers, subset);
 }
 }  // namespace
 
 std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool grads, const std::string& prefix) {
   const Graph& g = ex.graph();
   std::vector<StTensor> out;
-  for (const nn::FileTensor& f : master_layout(g, scan_layers)) {
+  for (const nn::FileTensor& f :
+       master_layout(g, scan_layers, grads ? nn::ParamSubset::trainable : nn::ParamSubset::all)) {
     StTensor t{.name = prefix + f.name,
                .dtype = DType::f32,
                .shape = f.shape,
@@ -37,10 +38,11 @@ std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool g
   return out;
 }
 
-std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const std::string& prefix) {
+std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const std::string& prefix,
+                                    nn::ParamSubset subset) {
   const Graph& g = ex.graph();
   std::vector<StSource> out;
-  for (const nn::FileTensor& f : master_layout(g, scan_layers)) {
+  for (const nn::FileTensor& f : master_layout(g, scan_layers, subset)) {
     // A stacked file tensor is its layers' buffers one after another: map the byte range onto them.
     auto read = [&ex, &g, params = f.params](void* dst, size_t off, size_t n) {
       auto* d = static_cast<unsigned char*>(dst);
@@ -68,8 +70,9 @@ namespace {
 // layout; a missing tensor, a wrong shape or a non-float32 dtype is a UserError naming `file`.
 template <class Fn>
 void for_each_param(const Graph& g, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
-                    const std::string& file, const std::string& prefix, Fn&& fn) {
-  for (const nn::FileTensor& f : nn::param_file_layout(g, scan_layers)) {
+                    const std::string& file, const std::string& prefix, Fn&& fn,
+                    nn::ParamSubset subset = nn::ParamSubset::all) {
+  for (const nn::FileTensor& f : nn::param_file_layout(g, scan_layers, subset)) {
     const std::string name = prefix + f.name;
     auto it = tensors.find(name);
     if (it == tensors.end())
@@ -92,10 +95,11 @@ void for_each_param(const Graph& g, const std::map<std::string, const StTensor*>
 }  // namespace
 
 void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
-                   const std::string& file, const std::string& prefix) {
-  for_each_param(ex.graph(), tensors, scan_layers, file, prefix, [&](ValueId p, const unsigned char* bytes) {
-    upload_param(ex, p, reinterpret_cast<const float*>(bytes));
-  });
+                   const std::string& file, const std::string& prefix, nn::ParamSubset subset) {
+  for_each_param(
+      ex.graph(), tensors, scan_layers, file, prefix,
+      [&](ValueId p, const unsigned char* bytes) { upload_param(ex, p, reinterpret_cast<const float*>(bytes)); },
+      subset);
 }
 
 void upload_param(Executor& ex, ValueId p, const float* values) {
@@ -111,12 +115,15 @@ void upload_param(Executor& ex, ValueId p, const float* values) {
 }
 
 std::vector<StTensor> params_by_path(const Graph& g, const std::map<std::string, const StTensor*>& tensors,
-                                     bool scan_layers, const std::string& file) {
+                                     bool scan_layers, const std::string& file, nn::ParamSubset subset) {
   std::vector<StTensor> out;
-  for_each_param(g, tensors, scan_layers, file, {}, [&](ValueId p, const unsigned char* bytes) {
-    const Value& v = g.value(p);
-    out.push_back({v.name, DType::f32, v.shape, std::vector<unsigned char>(bytes, bytes + v.shape.numel() * 4)});
-  });
+  for_each_param(
+      g, tensors, scan_layers, file, {},
+      [&](ValueId p, const unsigned char* bytes) {
+        const Value& v = g.value(p);
+        out.push_back({v.name, DType::f32, v.shape, std::vector<unsigned char>(bytes, bytes + v.shape.numel() * 4)});
+      },
+      subset);
   return out;
 }
 

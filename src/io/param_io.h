@@ -6,22 +6,26 @@
 #include <vector>
 
 #include "io/safetensors.h"
+#include "nn/param_layout.h"
 #include "runtime/executor.h"
 
 namespace loom {
 
-// Every parameter (or, with `grads`, its gradient) as float32 tensors, named by file layout. The
-// parameters must be float32 masters (not narrowed: LOOM_ASSERT), here and in param_sources.
+// Every parameter (or, with `grads`, every trainable one's gradient) as float32 tensors, named by
+// file layout. The parameters must be float32 masters (not narrowed: LOOM_ASSERT), here and in
+// param_sources; `subset` picks the trainable or frozen ones of a LoRA run (nn/param_layout.h).
 std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool grads = false,
                                     const std::string& prefix = {});
 // The same tensors as sources that read the executor's buffers piecewise (stream_safetensors):
 // saving them costs no host copy of the parameters.
-std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const std::string& prefix = {});
-// Loads every parameter from `tensors` (looked up by file-layout name with `prefix`), each through
-// upload_param. A missing tensor, a wrong shape or a non-float32 dtype is a UserError naming `file`
-// and the tensor.
+std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const std::string& prefix = {},
+                                    nn::ParamSubset subset = nn::ParamSubset::all);
+// Loads every parameter of `subset` from `tensors` (looked up by file-layout name with `prefix`),
+// each through upload_param. A missing tensor, a wrong shape or a non-float32 dtype is a UserError
+// naming `file` and the tensor.
 void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
-                   const std::string& file, const std::string& prefix = {});
+                   const std::string& file, const std::string& prefix = {},
+                   nn::ParamSubset subset = nn::ParamSubset::all);
 // Stores the float32 master `values` of parameter p (its numel floats) in ex, rounded to the
 // parameter's dtype: to nearest even, the dense and embedding kernels' rounding, for one narrowed
 // to the compute dtype (graph/passes/narrow_params.h); as they are for a float32 one.
@@ -30,6 +34,7 @@ void upload_param(Executor& ex, ValueId p, const float* values);
 // `tensors` in the file layout (stacked for scan_layers), with import_params' checks: a file's
 // parameters without an executor.
 std::vector<StTensor> params_by_path(const Graph& g, const std::map<std::string, const StTensor*>& tensors,
-                                     bool scan_layers, const std::string& file);
+                                     bool scan_layers, const std::string& file,
+                                     nn::ParamSubset subset = nn::ParamSubset::all);
 
 }  // namespace loom

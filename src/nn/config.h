@@ -8,6 +8,7 @@
 #include "core/choice.h"
 #include "core/dtype.h"
 #include "graph/passes/remat.h"
+#include "nn/lora.h"
 #include "nn/models/registry.h"
 
 // The remat regions (model.remat): a Transformer's `MLP` is block_l/mlp, `Attn` block_l/attn,
@@ -98,6 +99,7 @@ struct ModelConfig {
   // Hugging Face model directory or a loom run or checkpoint directory, whose architecture keys
   // this configuration takes.
   std::string init_from;
+  LoraConfig lora;  // the lora.* keys: adapters on the dense layers, the rest frozen (nn/lora.h)
 };
 
 // A model.* key that a starting point (model.init_from) decides, and where its value comes from.

@@ -15,6 +15,9 @@ KeySpec<ModelConfig> dropout_rate_key();
 KeySpec<ModelConfig> layer_norm_eps_key();
 std::vector<KeySpec<ModelConfig>> remat_keys();  // model.remat, remat_policy, remat_save_names
 
+// The lora.* keys (nn/lora.cpp): the LoraConfig is part of the model slice, as it changes the model.
+std::vector<KeySpec<ModelConfig>> lora_keys();
+
 // Every model.* key in `loom help config` order; a family's own key applies only to it.
 const std::vector<KeySpec<ModelConfig>>& model_keys();
 

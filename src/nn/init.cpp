@@ -30,6 +30,9 @@ void init_param(const Graph& g, const Param& p, uint64_t seed, std::vector<float
         out[i] = p.init.stddev * z;
       }
       break;
+    case ParamInit::uniform:  // torch's kaiming_uniform_ as PEFT calls it: U(-bound, bound)
+      for (int64_t i = 0; i < n; ++i) out[i] = p.init.stddev * (2.f * rng_uniform(key, static_cast<uint64_t>(i)) - 1.f);
+      break;
   }
 }
 

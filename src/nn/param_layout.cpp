@@ -20,11 +20,19 @@ int64_t split_layer(const std::string& path, std::string* stacked) {
 }
 }  // namespace
 
-std::vector<FileTensor> param_file_layout(const Graph& g, bool scan_layers) {
+ParamSubset base_subset(const Graph& g) {
+  for (const Param& p : g.params())
+    if (!p.trainable()) return ParamSubset::frozen;
+  return ParamSubset::all;
+}
+
+std::vector<FileTensor> param_file_layout(const Graph& g, bool scan_layers, ParamSubset subset) {
   std::vector<FileTensor> out;
   std::map<std::string, size_t> stacked_index;
   std::map<std::string, std::vector<std::pair<int64_t, ValueId>>> layers;
   for (const Param& p : g.params()) {
+    if ((subset == ParamSubset::trainable && !p.trainable()) || (subset == ParamSubset::frozen && p.trainable()))
+      continue;
     const Value& v = g.value(p.value);
     std::string stacked;
     const int64_t layer = scan_layers ? split_layer(v.name, &stacked) : -1;

@@ -17,6 +17,12 @@ struct FileTensor {
   std::vector<ValueId> params;  // the parameter values it holds, in layer order (one unless stacked)
 };
 
-std::vector<FileTensor> param_file_layout(const Graph& g, bool scan_layers);
+// Which of a graph's parameters a file holds: all of them, or in a LoRA run (nn/lora.h) the
+// trainable adapters (its checkpoints) or the frozen base (what model.init_from provides).
+enum class ParamSubset : uint8_t { all, trainable, frozen };
+// `all` when every parameter of g trains, else `frozen`: what a starting point provides.
+ParamSubset base_subset(const Graph& g);
+
+std::vector<FileTensor> param_file_layout(const Graph& g, bool scan_layers, ParamSubset subset = ParamSubset::all);
 
 }  // namespace loom::nn

@@ -41,7 +41,8 @@ Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be,
     slices_ = std::move(*slices);
   else
     for (size_t i = 0; i < g.params().size(); ++i)
-      slices_.push_back({.param = i, .begin = 0, .n = g.value(g.params()[i].value).shape.numel()});
+      if (g.params()[i].trainable())
+        slices_.push_back({.param = i, .begin = 0, .n = g.value(g.params()[i].value).shape.numel()});
   for (const OptimSlice& s : slices_) {
     const Param& p = g.params().at(s.param);
     const Value& v = g.value(p.value);

@@ -65,7 +65,7 @@ struct OptimizerReport {
 
 class Optimizer {
  public:
-  // Allocates the moments (zeroed) on `be` for `slices` (none given: every parameter of `g` whole).
+  // Allocates the moments (zeroed) on `be` for `slices` (none given: every trainable parameter of `g` whole).
   // `sum_over_ranks`, when set, turns this process's part of the squared gradient norm into the
   // whole model's (the parts are summed over the ranks holding the other slices).
   Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be, const Graph& g, const Executor& ex,

@@ -32,6 +32,8 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
   r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   r.params_bytes = p.param_bytes;
+  for (const Param& q : g.params())
+    if (!q.trainable()) r.frozen_params_bytes += g.value(q.value).bytes();
   const RankMemory rank = rank_memory(c, prog, ranks);
   r.grads_bytes = p.grad_bytes + rank.grad_shard_elems * static_cast<int64_t>(sizeof(float));
   r.num_params = p.param_bytes / 4;
@@ -136,7 +138,12 @@ std::string format_memory_report(const MemoryReport& r) {
   auto line = [&](const char* name, int64_t b, const char* note) {
     o += fmt::format("  {:<13} {:>16} B  {:>12}  {}\n", name, b, format_bytes(b), note);
   };
-  line("params", r.params_bytes, "float32 masters");
+  const std::string frozen =
+      r.frozen_params_bytes == 0
+          ? std::string("float32 masters")
+          : fmt::format("float32 masters: {} frozen base (LoRA), {} trainable adapters",
+                        format_bytes(r.frozen_params_bytes), format_bytes(r.params_bytes - r.frozen_params_bytes));
+  line("params", r.params_bytes, frozen.c_str());
   line("grads", r.grads_bytes,
        r.ranks > 1 && r.grad_shard ? "float32, this rank's shard (the whole gradients are working memory, in the arena)"
                                    : "float32, accumulated in place over minibatches");
@@ -223,6 +230,7 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
   return {{"config", r.config_summary},
           {"total_bytes", r.total_bytes},
           {"params_bytes", r.params_bytes},
+          {"frozen_params_bytes", r.frozen_params_bytes},
           {"grads_bytes", r.grads_bytes},
           {"optimizer_bytes", r.optimizer_bytes},
           {"activations_bytes", r.activations_bytes},

@@ -51,7 +51,8 @@ void CheckpointHook::save(const std::string& name) {
                               .scaler_consecutive = sc.consecutive,
                               .seed = t_.config().seed,
                               .val_position = data_.val_position(),
-                              .best_val_loss = best_val_};
+                              .best_val_loss = best_val_,
+                              .base_hash = {}};  // save_checkpoint hashes a LoRA run's base
   const SaveResult sr =
       save_checkpoint(t_, state, (std::filesystem::path(run_dir_) / name).string(), data_.tokenizer_json());
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -61,9 +61,7 @@ int run_eval(const EvalOptions& o) {
     throw UserError("data.kind = " + std::string(choice_name(c.data.kind)), "has no validation split",
                     "add --train to evaluate on training batches, or evaluate on token data (data.kind = tokens)");
   Evaluator ev(c, *be);
-  std::map<std::string, const StTensor*> by_name;
-  for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
-  import_params(ev.executor(), by_name, c.model.scan_layers, (fs::path(ck.path) / "model.safetensors").string());
+  load_checkpoint_params(ev.executor(), ck);  // a LoRA run's: its base, then its adapters
 
   std::vector<std::pair<const char*, Metrics>> splits;
   if (data.has_val()) splits.emplace_back("val", ev.validation(data, iters));

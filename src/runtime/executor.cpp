@@ -49,7 +49,8 @@ void Executor::bind_no_gradients(const Graph& g, External& ext) {
   for (const Node& n : g.nodes())
     for (const auto* vs : {&n.in, &n.out})
       for (ValueId v : *vs) LOOM_ASSERT(g.value(v).kind != ValueKind::grad, "a forward-only program uses a gradient");
-  for (const Param& p : g.params()) ext[g.value(p.grad).name] = nullptr;
+  for (const Param& p : g.params())
+    if (p.trainable()) ext[g.value(p.grad).name] = nullptr;
 }
 
 Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::unique_ptr<Executor>* out,

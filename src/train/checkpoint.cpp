@@ -16,8 +16,11 @@
 #include <sstream>
 #include <thread>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "io/param_io.h"
+#include "nn/init.h"
+#include "train/model_source.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -130,7 +133,8 @@ std::vector<StSource> moment_sources(const Trainer& t, const std::vector<std::ve
   Backend& be = t.executor().backend();
   for (int which : {0, 1}) {
     if (!t.optimizer().keeps_moment(which)) continue;
-    for (size_t i = 0; i < g.params().size(); ++i) {
+    for (size_t i = 0, k = 0; i < g.params().size(); ++i) {
+      if (!g.params()[i].trainable()) continue;  // a frozen parameter has no optimizer state
       const Value& v = g.value(g.params()[i].value);
       StSource s{.name = kMomentPrefix[which] + v.name, .dtype = DType::f32, .shape = v.shape, .read = {}};
       if (t.sharded()) {
@@ -138,8 +142,9 @@ std::vector<StSource> moment_sources(const Trainer& t, const std::vector<std::ve
         s.read = [host](void* dst, size_t off, size_t n) {
           std::memcpy(dst, reinterpret_cast<const unsigned char*>(host) + off, n);
         };
-      } else {  // one whole slice per parameter, in parameter order
-        const float* buf = which == 0 ? ts[i].mu : ts[i].nu;
+      } else {  // one whole slice per trainable parameter, in parameter order
+        const float* buf = which == 0 ? ts[k].mu : ts[k].nu;
+        ++k;
         s.read = [&be, buf](void* dst, size_t off, size_t n) {
           be.copy_to_host(dst, reinterpret_cast<const unsigned char*>(buf) + off, n);
         };
@@ -225,6 +230,7 @@ CheckpointState parse_state(const std::string& state_path) {
     s.seed = j.at("seed").get<uint64_t>();
     s.val_position = j.at("val_position").get<int64_t>();
     s.best_val_loss = j.at("best_val_loss").get<double>();
+    s.base_hash = j.value("base_crc32c", std::string());
   } catch (const nlohmann::json::exception& e) {
     throw UserError(state_path, std::string("is not a valid checkpoint state (") + e.what() + ")",
                     "the checkpoint is corrupted: resume from an earlier one");
@@ -296,7 +302,10 @@ SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const st
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp);
   try {
-    std::vector<StSource> params = param_sources(t.executor(), t.config().model.scan_layers);
+    // A LoRA run saves its adapters; the base is model.init_from's, named and hashed in state.json.
+    const std::string base = base_hash(t.executor());
+    std::vector<StSource> params = param_sources(t.executor(), t.config().model.scan_layers, {},
+                                                 base.empty() ? nn::ParamSubset::all : nn::ParamSubset::trainable);
     std::vector<StSource> moments = moment_sources(t, gathered);
     check_finite(params, t.comm());
     check_finite(moments, t.comm());
@@ -306,17 +315,21 @@ SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const st
                        sync);
     if (!moments.empty())
       stream_safetensors((tmp / kOptimizerFile).string(), moments, {{"loom", "optimizer state"}}, sync);
-    const nlohmann::json j = {{"config", s.config_toml},
-                              {"step", s.step},
-                              {"opt_count", s.opt_count},
-                              {"loss_scale", s.loss_scale},
-                              {"scaler_tracker", s.scaler_tracker},
-                              {"scaler_skipped", s.scaler_skipped},
-                              {"scaler_consecutive", s.scaler_consecutive},
-                              {"seed", s.seed},
-                              {"val_position", s.val_position},
-                              {"best_val_loss", s.best_val_loss},
-                              {"format", kFormat}};
+    nlohmann::json j = {{"config", s.config_toml},
+                        {"step", s.step},
+                        {"opt_count", s.opt_count},
+                        {"loss_scale", s.loss_scale},
+                        {"scaler_tracker", s.scaler_tracker},
+                        {"scaler_skipped", s.scaler_skipped},
+                        {"scaler_consecutive", s.scaler_consecutive},
+                        {"seed", s.seed},
+                        {"val_position", s.val_position},
+                        {"best_val_loss", s.best_val_loss},
+                        {"format", kFormat}};
+    if (!base.empty()) {
+      j["base_crc32c"] = base;
+      j["base_init_from"] = t.config().model.init_from;
+    }
     if (tokenizer) write_text((tmp / "tokenizer.json").string(), tokenizer->dump(), comm);
     // The files a Hugging Face tokenizer carries (HfTokenizer::companions: the chat template, the
     // generation settings), as a model directory holds them, for `loom sample --chat`.
@@ -467,18 +480,62 @@ std::string first_config_difference(const std::string& a_toml, const std::string
   return "";
 }
 
-void restore_params(Trainer& t, const Checkpoint& c) {
+std::string base_hash(const Executor& ex) {
+  const Graph& g = ex.graph();
+  uint32_t crc = 0;
+  bool frozen = false;
+  std::vector<float> host;
+  for (const Param& p : g.params()) {
+    const Value& v = g.value(p.value);
+    if (p.trainable()) continue;
+    if (v.dtype != DType::f32) return "";
+    frozen = true;
+    host.resize(static_cast<size_t>(v.shape.numel()));
+    ex.download(p.value, host.data());
+    crc = crc32c(host.data(), host.size() * sizeof(float), crc);
+  }
+  return frozen ? fmt::format("{:08x}", crc) : "";
+}
+
+void load_checkpoint_params(Executor& ex, const Checkpoint& c) {
+  const std::string file = (fs::path(c.path) / kModelFile).string();
+  const Config stored = config_from_toml_text(c.state.config_toml, (fs::path(c.path) / kStateFile).string());
   std::map<std::string, const StTensor*> by_name;
   for (const StTensor& s : c.tensors) by_name[s.name] = &s;
-  import_params(t.executor(), by_name, t.config().model.scan_layers, (fs::path(c.path) / kModelFile).string());
+  if (c.state.base_hash.empty()) {
+    import_params(ex, by_name, stored.model.scan_layers, file, {}, nn::base_subset(ex.graph()));
+    return;
+  }
+  const Graph& g = ex.graph();
+  if (stored.model.init_from.empty()) {  // the base was drawn from the seed
+    std::vector<float> host;
+    for (const Param& p : g.params())
+      if (!p.trainable()) {
+        init_param(g, p, stored.seed, host);
+        upload_param(ex, p.value, host.data());
+      }
+  } else {
+    ModelSource(stored.model.init_from).load_params(ex);
+  }
+  const std::string now = base_hash(ex);
+  if (!now.empty() && now != c.state.base_hash)
+    throw UserError(stored.model.init_from.empty() ? c.path : "model.init_from = " + stored.model.init_from,
+                    "is not the base model the LoRA checkpoint " + c.path +
+                        " was trained on (its parameters' CRC-32C is " + now + ", the checkpoint recorded " +
+                        c.state.base_hash + ")",
+                    "restore that base model, or start a new run from this one");
+  import_params(ex, by_name, stored.model.scan_layers, file, {}, nn::ParamSubset::trainable);
 }
+
+void restore_params(Trainer& t, const Checkpoint& c) { load_checkpoint_params(t.executor(), c); }
 
 void restore_checkpoint(Trainer& t, const Checkpoint& c) {
   // The stored text is read and printed again, so that spellings meaning the same value compare
   // equal (checkpoints before the choice enums wrote no remat as "", now "none").
   const std::string stored =
       config_to_toml(config_from_toml_text(c.state.config_toml, (fs::path(c.path) / kStateFile).string()));
-  const std::string diff = first_config_difference(stored, config_to_toml(t.config()), "model.");
+  std::string diff = first_config_difference(stored, config_to_toml(t.config()), "model.");
+  if (diff.empty()) diff = first_config_difference(stored, config_to_toml(t.config()), "lora.");
   if (!diff.empty())
     throw UserError(c.path, "was written for a different model: " + diff + " differs",
                     "resume with the checkpoint's model configuration (or start a new run with --out)");
@@ -490,6 +547,7 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
   for (int which : {0, 1}) {
     if (!t.optimizer().keeps_moment(which)) continue;
     for (size_t i = 0; i < g.params().size(); ++i) {
+      if (!g.params()[i].trainable()) continue;
       const Value& v = g.value(g.params()[i].value);
       const std::string name = kMomentPrefix[which] + v.name;
       auto it = by_name.find(name);

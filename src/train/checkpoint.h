@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "runtime/executor.h"
 #include "train/config.h"
 
 namespace loom {
@@ -48,6 +49,9 @@ struct CheckpointState {
   uint64_t seed = 0;
   int64_t val_position = 0;
   double best_val_loss = -1;  // -1: none yet
+  // A LoRA run (nn/lora.h): its checkpoints hold the adapters alone; the frozen base is
+  // model.init_from's (or drawn from the seed), identified by this hash of its float32 values.
+  std::string base_hash;  // "" for a run that trains every parameter
 };
 
 struct Checkpoint {
@@ -82,6 +86,14 @@ Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* sk
 void restore_checkpoint(Trainer& t, const Checkpoint& c);
 // Loads only the parameters (fine-tuning from a run: optimizer state fresh).
 void restore_params(Trainer& t, const Checkpoint& c);
+// Loads a checkpoint's parameters into `ex`, a program of its model: all of them, or for a LoRA
+// run's checkpoint the frozen base from its configuration's model.init_from (or the seed's draw)
+// then the adapters. A base whose hash differs from the one recorded is a UserError naming
+// model.init_from's path.
+void load_checkpoint_params(Executor& ex, const Checkpoint& c);
+// The CRC-32C of the frozen parameters' float32 values, in parameter order, as 8 hex digits; ""
+// when every parameter trains or one is narrowed (an inference program's copies).
+std::string base_hash(const Executor& ex);
 // The ckpt_<step> directories of a run directory, oldest first ({} if none).
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir);
 // The latest ckpt_<step> directory in a run directory ("" if none).

@@ -72,6 +72,7 @@ const std::vector<KeySpecC>& schema() {
       integer<Config>("threads", "CPU threads (0 = all cores)", LOOM_REF(threads)),
     };
     for (const auto& k : model_keys()) all.push_back(lift(k, &Config::model));
+    for (const auto& k : lora_keys()) all.push_back(lift(k, &Config::model));
     for (const auto& k : optimizer_keys()) all.push_back(lift(k, &Config::optimizer));
     for (const auto& k : data_keys()) all.push_back(lift(k, &Config::data));
     const std::vector<KeySpecC> train = {
@@ -294,6 +295,9 @@ void validate_config(const Config& c) {
   };
   const nn::ModelKindInfo& kind = nn::model_kind(c.model.kind);
   need(c.threads >= 0, "threads", "must be >= 0", "0 uses all cores");
+  need(c.model.lora.rank >= 0, "lora.rank", "must be >= 0", "e.g. 16, or 0 to train every parameter");
+  need(!c.model.lora.enabled() || kind.language_model, "lora.rank",
+       "LoRA adapts a transformer's dense layers; this model.kind has none", "set lora.rank = 0");
   need(c.model.hidden_size >= 1, "model.hidden_size", "must be >= 1", "e.g. 256");
   need(c.model.dropout_rate >= 0 && c.model.dropout_rate < 1, "model.dropout_rate", "must be in [0, 1)", "e.g. 0.1");
   need(c.model.layer_norm_eps > 0, "model.layer_norm_eps", "must be positive", "Flax uses 1e-6");

@@ -3,12 +3,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "core/error.h"
 #include "data/hf_tokenizer.h"
 #include "io/hf.h"
 #include "io/param_io.h"
+#include "io/peft.h"
 #include "nn/models.h"
 #include "nn/models/hf_arch.h"
 #include "train/checkpoint.h"
@@ -28,6 +30,26 @@ void write_text(const fs::path& path, const std::string& text) {
 }
 
 void write_json(const fs::path& path, const nlohmann::json& j) { write_text(path, j.dump(2) + "\n"); }
+
+// OUTDIR's staging directory, beside it (a failed export leaves no OUTDIR): `write` fills it, then
+// it is renamed into place. An OUTDIR that exists and is not empty is refused.
+void write_dir(const std::string& out_dir, const std::function<void(const fs::path&)>& write) {
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
+    throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
+  fs::path out = fs::absolute(out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // "DIR/"
+  const fs::path staging = out.string() + ".loom-export.tmp";
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging);
+  try {
+    write(staging);
+    fs::rename(staging, out);  // onto a missing or empty directory
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+}
 
 }  // namespace
 
@@ -59,6 +81,9 @@ HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint) {
     throw UserError(run_or_checkpoint, "is a Hugging Face directory already",
                     "export a loom run or checkpoint (loom train --out DIR)");
   nn::HfModelMap map = nn::hf_model_map(src.config().model);  // refuses what transformers cannot hold
+  if (src.config().model.lora.enabled())
+    throw UserError(run_or_checkpoint, "is a LoRA run: its checkpoints hold the adapters, not the model",
+                    "export the adapters with loom export peft");
   // The checkpoint's parameters by path (unstacked when it was saved with model.scan_layers).
   const Checkpoint ck = load_checkpoint(run_or_checkpoint, nullptr, /*with_optimizer=*/false);
   Config stored = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
@@ -77,42 +102,57 @@ HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint) {
           .tokenizer = src.tokenizer()};
 }
 
+HfExport export_peft(const std::string& run_or_checkpoint, const std::string& out_dir) {
+  const ModelSource src(run_or_checkpoint);
+  if (src.is_hf())
+    throw UserError(run_or_checkpoint, "is a Hugging Face directory", "export a loom LoRA run or checkpoint");
+  const ModelConfig& m = src.config().model;
+  if (!m.lora.enabled())
+    throw UserError(run_or_checkpoint, "trained every parameter: it has no LoRA adapters",
+                    "train with lora.rank > 0 (PEFT adapters), or use loom export hf (the whole model)");
+  const nn::HfModelMap map = nn::hf_model_map(m);  // refuses what transformers cannot hold
+  const Checkpoint ck = load_checkpoint(run_or_checkpoint, nullptr, /*with_optimizer=*/false);
+  std::map<std::string, const StTensor*> by_name;
+  for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
+  const nn::ModelGraph g = nn::build_model(m, model_input(src.config(), 1), /*train=*/false);
+  const std::vector<StTensor> adapters = params_by_path(
+      g.graph, by_name, m.scan_layers, (fs::path(ck.path) / "model.safetensors").string(), nn::ParamSubset::trainable);
+  std::map<std::string, const StTensor*> by_path;
+  for (const StTensor& t : adapters) by_path[t.name] = &t;
+  HfExport r{.checkpoint = ck.path, .architecture = map.architecture, .files = {}, .tokenizer_note = {}};
+  write_dir(out_dir, [&](const fs::path& dir) {
+    write_safetensors((dir / "adapter_model.safetensors").string(), loom_to_peft(m, by_path), {{"format", "pt"}});
+    write_json(dir / "adapter_config.json", peft_adapter_config(m));
+  });
+  r.files = {"adapter_model.safetensors", "adapter_config.json"};
+  return r;
+}
+
 HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir) {
-  const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint);
   std::error_code ec;
   if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
     throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
-
-  // Written beside OUTDIR and renamed into place: OUTDIR appears whole or not at all.
-  fs::path out = fs::absolute(out_dir).lexically_normal();
-  if (out.filename().empty()) out = out.parent_path();  // "DIR/"
-  const fs::path staging = out.string() + ".loom-export.tmp";
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging);
+  const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint);
   HfExport r{.checkpoint = hc.checkpoint, .architecture = hc.map.architecture, .files = {}, .tokenizer_note = {}};
   const Tokenizer* tok = hc.tokenizer.get();
   const int32_t start = tok ? tok->start_id() : -1;
   const auto* hf = dynamic_cast<const HfTokenizer*>(tok);
-  try {
-    write_safetensors((staging / "model.safetensors").string(), hc.tensors, {{"format", "pt"}});
+  write_dir(out_dir, [&](const fs::path& dir) {
+    write_safetensors((dir / "model.safetensors").string(), hc.tensors, {{"format", "pt"}});
     r.files.push_back("model.safetensors");
-    write_json(staging / "config.json", hf_export_config(hc.config.model, start));
+    write_json(dir / "config.json", hf_export_config(hc.config.model, start));
     r.files.push_back("config.json");
     if (hf) {
-      write_json(staging / "tokenizer.json", hf->tokenizer_json());
+      write_json(dir / "tokenizer.json", hf->tokenizer_json());
       r.files.push_back("tokenizer.json");
       const nlohmann::json companions = hf_export_companions(hc.config.model, *hf);
       for (const char* name : HfTokenizer::kCompanionFiles) {
         if (!companions.contains(name)) continue;
-        write_text(staging / name, companions[name].get<std::string>());
+        write_text(dir / name, companions[name].get<std::string>());
         r.files.push_back(name);
       }
     }
-    fs::rename(staging, out);  // onto a missing or empty directory
-  } catch (...) {
-    fs::remove_all(staging, ec);
-    throw;
-  }
+  });
   if (!hf) {
     r.tokenizer_note = tok ? "its " + std::string(choice_name(tok->kind())) +
                                  " tokenizer has no tokenizer.json (prepare the data with "

@@ -55,4 +55,11 @@ struct HfExport {
 // OUTDIR: a failed export leaves no OUTDIR.
 HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir);
 
+// `loom export peft RUN_OR_CKPT OUTDIR`: a LoRA run's adapters (nn/lora.h) as the directory
+// peft.PeftModel.from_pretrained(base, OUTDIR) loads (io/peft.h):
+//   adapter_config.json        LoraConfig (base_model_name_or_path: the run's model.init_from)
+//   adapter_model.safetensors  the adapters in PEFT's names, float32
+// UserErrors as export_hf's, and for a run that trained every parameter (no adapters).
+HfExport export_peft(const std::string& run_or_checkpoint, const std::string& out_dir);
+
 }  // namespace loom

@@ -62,15 +62,12 @@ void ModelSource::load_params(Executor& ex) const {
     const std::vector<StTensor> params = hf_to_loom(config_.model, hf, file);
     std::map<std::string, const StTensor*> by_name;
     for (const StTensor& t : params) by_name[t.name] = &t;
-    import_params(ex, by_name, /*scan_layers=*/false, file);
+    // A LoRA program takes its frozen base from here; its adapters start fresh.
+    import_params(ex, by_name, /*scan_layers=*/false, file, {}, nn::base_subset(ex.graph()));
     return;
   }
-  const Checkpoint ck = load_checkpoint(path_, nullptr, /*with_optimizer=*/false);
   // The file layout is the checkpoint's (model.scan_layers), whatever the new run's is.
-  const Config stored = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
-  std::map<std::string, const StTensor*> by_name;
-  for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
-  import_params(ex, by_name, stored.model.scan_layers, (fs::path(ck.path) / "model.safetensors").string());
+  load_checkpoint_params(ex, load_checkpoint(path_, nullptr, /*with_optimizer=*/false));
 }
 
 std::unique_ptr<Tokenizer> ModelSource::tokenizer() const {

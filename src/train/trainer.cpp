@@ -80,7 +80,8 @@ std::vector<std::pair<size_t, size_t>> gradient_order(const TrainProgram& p) {
     if (op_info(n.op).flags & kOpWritesGrad) written[n.in[0]] = s + 1;
   }
   std::vector<std::pair<size_t, size_t>> out;
-  for (size_t i = 0; i < g.params().size(); ++i) out.emplace_back(i, written[g.params()[i].grad]);
+  for (size_t i = 0; i < g.params().size(); ++i)
+    if (g.params()[i].trainable()) out.emplace_back(i, written[g.params()[i].grad]);
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   return out;
 }
@@ -380,7 +381,7 @@ std::vector<std::vector<float>> Trainer::moments(int which) const {
   const auto buffer = [&](size_t k) { return which == 0 ? ts[k].mu : ts[k].nu; };
   if (!opt_->keeps_moment(which)) return out;
   for (size_t i = 0; i < out.size(); ++i)
-    out[i].resize(static_cast<size_t>(g.value(g.params()[i].value).shape.numel()));
+    if (g.params()[i].trainable()) out[i].resize(static_cast<size_t>(g.value(g.params()[i].value).shape.numel()));
   for (size_t k = 0; k < slices.size(); ++k)
     be_.copy_to_host(out[slices[k].param].data() + slices[k].begin, buffer(k),
                      static_cast<size_t>(slices[k].n) * sizeof(float));
@@ -430,6 +431,8 @@ std::vector<float> Trainer::grad(const std::string& path) const {
   const Graph& g = prog_.model.graph;
   const ValueId v = g.input_by_name(path);
   if (v == kNoValue || !g.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
+  if (!g.param_of(v)->trainable())
+    throw std::invalid_argument("parameter '" + path + "' is frozen: it has no gradient");
   std::vector<float> out(static_cast<size_t>(g.value(v).shape.numel()));
   if (!grad_shard_) {
     exec_->download(g.grad_of(v), out.data());

@@ -779,6 +779,37 @@ TEST_P(BackendOps, AddBitExact) {
     }
 }
 
+// A LoRA update into columns of y (nn/lora.h): both backends' values, bit for bit, and outside
+// the columns y unchanged; take_columns is its cotangent.
+TEST_P(BackendOps, AddColumnsBitExact) {
+  LOOM_REQUIRE_OPS(OpKind::add_columns, OpKind::take_columns);
+  struct Case {
+    Shape y;
+    int64_t offset, width;
+  };
+  const std::vector<Case> cases = {
+      {Shape{3, 2, 12}, 0, 8}, {Shape{3, 2, 12}, 8, 2}, {Shape{5, 7}, 0, 7}, {Shape{40, 3, 2500}, 2100, 300}};
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (const Case& c : cases) {
+      const ColumnsAttrs at{.offset = c.offset, .width = c.width, .scale = 0.37f};
+      const std::string what =
+          dn(dt) + " " + c.y.str() + " columns " + std::to_string(c.offset) + "+" + std::to_string(c.width);
+      OpCase oc(OpKind::add_columns, {{c.y, dt}, {c.y.with_last(c.width), dt}}, at);
+      oc.fill_random(next_seed());
+      const Outputs o = run_both(oc);
+      expect_bytes_equal(o.got[0], o.ref[0], "add_columns " + what);
+      const int64_t W = c.y.last();
+      for (int64_t i = 0; i < c.y.numel(); i += 7) {
+        const int64_t col = i % W;
+        if (col < c.offset || col >= c.offset + c.width) EXPECT_EQ(o.got[0].get(i), oc.input(0).get(i)) << what;
+      }
+      OpCase tc(OpKind::take_columns, {{c.y, dt}}, at);
+      tc.fill_random(next_seed());
+      const Outputs t = run_both(tc);
+      expect_bytes_equal(t.got[0], t.ref[0], "take_columns " + what);
+    }
+}
+
 // Adds, except that a first writer assigns in minibatch 0 (and adds in later minibatches).
 TEST_P(BackendOps, GradAccumulateBitExact) {
   LOOM_REQUIRE_OPS(OpKind::grad_accumulate);
@@ -895,6 +926,10 @@ TEST(CpuOps, InPlaceAliasing) {
     cases.push_back({OpKind::add, {{s, dt}, {s, dt}}, NoAttrs{}, 1});
     cases.push_back({OpKind::add, {{s, dt}, {Shape{130}, dt}}, NoAttrs{}, 0});
     cases.push_back({OpKind::rope, {{Shape{3, 37, 2, 32}, dt}, {Shape{37}, DType::i32}}, RopeAttrs{.group = 2}, 0});
+    cases.push_back({OpKind::add_columns,
+                     {{Shape{37, 2, 130}, dt}, {Shape{37, 2, 40}, dt}},
+                     ColumnsAttrs{.offset = 70, .width = 40, .scale = 0.5f},
+                     0});
   }
   cases.push_back({OpKind::add, {{s, DType::i32}, {s, DType::i32}}, NoAttrs{}, 1});
   cases.push_back({OpKind::cast, {{s, DType::f32}}, DTypeAttrs{DType::i32}, 0});
@@ -1394,6 +1429,8 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::reshape, "BackendOps.ReshapeView"},
     {OpKind::cast, "BackendOps.CastBitExact"},
     {OpKind::add, "BackendOps.AddBitExact"},
+    {OpKind::add_columns, "BackendOps.AddColumnsBitExact"},
+    {OpKind::take_columns, "BackendOps.AddColumnsBitExact"},
     {OpKind::log_softmax, "BackendOps.LogSoftmax"},
     {OpKind::log_softmax_grad, "BackendOps.LogSoftmaxGrad"},
     {OpKind::cross_entropy, "BackendOps.CrossEntropy"},

@@ -46,6 +46,7 @@ constexpr testing::OpTestTable kFdCase = testing::op_test_table({
     {OpKind::reshape, "VjpFd.Reshape"},
     {OpKind::cast, "VjpFd.CastF32"},
     {OpKind::add, "VjpFd.AddBroadcastSuffix"},
+    {OpKind::add_columns, "VjpFd.AddColumns"},
     {OpKind::log_softmax, "VjpFd.LogSoftmax"},
     {OpKind::cross_entropy, "VjpFd.CrossEntropy"},
     {OpKind::embedding, "VjpFdAttention.EmbeddingTable"},
@@ -59,6 +60,15 @@ constexpr testing::OpTestTable kFdCase = testing::op_test_table({
 #undef LOOM_OP
 
 TEST(VjpRules, FdTableCoverage) { EXPECT_EQ(testing::unregistered_tests(kFdCase), ""); }
+
+// A LoRA update into the middle columns of each head of a packed [.., heads, W] output.
+TEST_P(VjpFd, AddColumns) {
+  check_vjp([](const Scope& s) {
+    const ValueId y = s.param("y", Shape{3, 2, 6}, {});
+    const ValueId d = s.param("d", Shape{3, 2, 2}, {});
+    return s.op1(OpKind::add_columns, {y, d}, ColumnsAttrs{.offset = 3, .width = 2, .scale = 1.7f});
+  });
+}
 
 TEST_P(VjpFd, DenseNoBias) {
   check_vjp([](const Scope& s) {

@@ -116,6 +116,17 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
   std::vector<std::string> swiglu = small_transformer("bfloat16", "MLP");
   swiglu.push_back("model.mlp=swiglu");
   expect_holds_the_plan(default_config(swiglu), "swiglu bfloat16 remat MLP");
+  // LoRA (nn/lora.h): the frozen base holds no gradients and no optimizer state, the adapters do.
+  for (std::vector<std::string> lora : {swiglu, small_transformer("float32", "none")}) {
+    lora.push_back("lora.rank=16");
+    const Config c = default_config(lora);
+    const MemoryReport full = memory_report(default_config(std::vector<std::string>(lora.begin(), lora.end() - 1)), 0);
+    const MemoryReport r = memory_report(c, 0);
+    EXPECT_EQ(r.params_bytes, full.params_bytes + (r.params_bytes - r.frozen_params_bytes));
+    EXPECT_EQ(r.grads_bytes, r.params_bytes - r.frozen_params_bytes);
+    EXPECT_EQ(r.optimizer_bytes, optimizer_moments(c.optimizer) * r.grads_bytes);
+    expect_holds_the_plan(c, "lora " + lora[1]);
+  }
 }
 
 TEST(MemoryExact, Gpt2ShapeHoldsExactlyItsPlan) {

@@ -158,10 +158,56 @@ void cpu_grad_accumulate(const KernelArgs& a) {
   }
 }
 
+// y[r, o + j] + scale·d[r, j] in double (the product is exact), rounded to f32 and then to the
+// dtype: the reference's value bit for bit. y's other columns are copied (nothing moves when the
+// planner ran the op in place). OpenMP over rows, each in blocks of kBlock columns.
+void cpu_add_columns(const KernelArgs& a) {
+  const auto& at = std::get<ColumnsAttrs>(a.node.attrs);
+  const TensorArg& x = a.in[0];
+  const TensorArg& d = a.in[1];
+  const TensorArg& y = a.out[0];
+  const int64_t W = x.shape.last(), rows = W > 0 ? x.shape.numel() / W : 0;
+  const bool in_place = x.data == y.data;
+#pragma omp parallel for schedule(static) if (x.shape.numel() >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c0 = in_place ? at.offset : 0, end = in_place ? at.offset + at.width : W; c0 < end; c0 += kBlock) {
+      const int64_t len = std::min(kBlock, end - c0);
+      float v[kBlock], u[kBlock];
+      load_f32(x.data, x.dtype, r * W + c0, v, len);
+      const int64_t lo = std::max(c0, at.offset), hi = std::min(c0 + len, at.offset + at.width);
+      if (lo < hi) {
+        load_f32(d.data, d.dtype, r * at.width + lo - at.offset, u, hi - lo);
+        for (int64_t k = 0; k < hi - lo; ++k)
+          v[lo - c0 + k] = static_cast<float>(double{v[lo - c0 + k]} + double{at.scale} * double{u[k]});
+      }
+      store_f32(v, y.data, y.dtype, r * W + c0, len);
+    }
+  }
+}
+
+// scale·dy[r, o + j]: the f32 product is the reference's exact double product rounded. OpenMP over rows.
+void cpu_take_columns(const KernelArgs& a) {
+  const auto& at = std::get<ColumnsAttrs>(a.node.attrs);
+  const TensorArg& dy = a.in[0];
+  const TensorArg& y = a.out[0];
+  const int64_t W = dy.shape.last(), rows = y.shape.numel() / at.width;
+#pragma omp parallel for schedule(static) if (y.shape.numel() >= kParallelMin)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c0 = 0; c0 < at.width; c0 += kBlock) {
+      const int64_t len = std::min(kBlock, at.width - c0);
+      float v[kBlock];
+      load_f32(dy.data, dy.dtype, r * W + at.offset + c0, v, len);
+      for (int64_t k = 0; k < len; ++k) v[k] *= at.scale;
+      store_f32(v, y.data, y.dtype, r * at.width + c0, len);
+    }
+}
+
 int64_t cpu_workspace_add(const KernelArgs& a) { return workspace_of<add_b_f32>(a); }
 LOOM_CPU_NO_WORKSPACE(dropout)
 LOOM_CPU_NO_WORKSPACE(reshape)
 LOOM_CPU_NO_WORKSPACE(cast)
 LOOM_CPU_NO_WORKSPACE(grad_accumulate)
+LOOM_CPU_NO_WORKSPACE(add_columns)
+LOOM_CPU_NO_WORKSPACE(take_columns)
 
 }  // namespace loom

@@ -63,6 +63,30 @@ void ref_add(const KernelArgs& a) {
   for (int64_t i = 0; i < n; ++i) st(y, i, ld(x, i) + ld(b, i % nb));
 }
 
+// y[r, o + j] + scale·d[r, j] in double, rounded once; y's other columns copied.
+void ref_add_columns(const KernelArgs& a) {
+  const auto& at = std::get<ColumnsAttrs>(a.node.attrs);
+  const TensorArg& x = a.in[0];
+  const TensorArg& d = a.in[1];
+  const TensorArg& y = a.out[0];
+  const int64_t W = x.shape.last(), rows = x.shape.numel() / std::max<int64_t>(W, 1);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < W; ++c) {
+      const bool in = c >= at.offset && c < at.offset + at.width;
+      st(y, r * W + c, ld(x, r * W + c) + (in ? double{at.scale} * ld(d, r * at.width + c - at.offset) : 0.0));
+    }
+}
+
+// scale·dy[r, o + j] in double, rounded once.
+void ref_take_columns(const KernelArgs& a) {
+  const auto& at = std::get<ColumnsAttrs>(a.node.attrs);
+  const TensorArg& dy = a.in[0];
+  const TensorArg& y = a.out[0];
+  const int64_t W = dy.shape.last(), rows = y.shape.numel() / at.width;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < at.width; ++j) st(y, r * at.width + j, double{at.scale} * ld(dy, r * W + at.offset + j));
+}
+
 // grad[i] += ct[i] (grad[i] = ct[i] in minibatch 0 when the attrs say so), in place in the
 // persistent fp32 gradient buffer (input 0); no outputs.
 void ref_grad_accumulate(const KernelArgs& a) {

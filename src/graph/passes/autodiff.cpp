@@ -19,7 +19,7 @@ NodeId build_backward(Graph& g, ValueId loss, ValueId seed) {
 
   // Forward sweep: which values depend on a parameter (only those need cotangents).
   std::vector<bool> needs(g.values().size(), false);
-  for (const Param& p : g.params()) needs[p.value] = true;
+  for (const Param& p : g.params()) needs[p.value] = p.trainable();
   for (NodeId i = 0; i < num_fwd; ++i) {
     const Node& n = g.node(i);
     if (!op_info(n.op).vjp) continue;
@@ -97,7 +97,7 @@ std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>&
   }
   std::vector<ValueId> to_zero;
   for (const Param& p : g.params())
-    if (first[p.grad] != First::assigns) to_zero.push_back(p.grad);
+    if (p.trainable() && first[p.grad] != First::assigns) to_zero.push_back(p.grad);
   return to_zero;
 }
 

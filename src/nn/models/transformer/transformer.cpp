@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "nn/layers.h"
+#include "nn/lora.h"
 #include "nn/models.h"
 
 namespace loom::nn {
@@ -43,6 +44,34 @@ ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const ModelConfig&
   return s.op1(OpKind::dense, {x, wv, bv}, DenseAttrs{c.dtype});
 }
 
+// y with the LoRA update of PEFT module `m` (nn/lora.h) when lora.targets names it; x is the layer's input.
+ValueId adapt(const Scope& s, LoraTarget m, ValueId x, ValueId y, const ModelConfig& c, bool train) {
+  if (!c.lora.enabled() || !lora_modules(c.lora, c.mlp == MlpKind::swiglu).has(m)) return y;
+  const LoraSlice whole{.suffix = "b", .offset = 0, .width = s.graph().value(y).shape.last(), .heads = 1};
+  return lora_update(s / ("lora_" + std::string(choice_name(m))), x, y, {&whole, 1}, c.lora, c.dtype, train);
+}
+
+// The packed qkv [B, T, KV, (G+2)·D] with its adapters: per key/value head the q columns [0, G·D),
+// the k columns [G·D, (G+1)·D) and the v columns [(G+1)·D, (G+2)·D); c_attn adapts all three with one A.
+ValueId adapt_qkv(const Scope& s, ValueId x, ValueId qkv, const ModelConfig& c, bool train) {
+  if (!c.lora.enabled()) return qkv;
+  const ChoiceSet<LoraTarget> modules = lora_modules(c.lora, c.mlp == MlpKind::swiglu);
+  const int64_t H = c.hidden_size / c.head_dim, D = c.head_dim;
+  const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
+  const LoraSlice slices[] = {{.suffix = "b_q", .offset = 0, .width = G * D, .heads = KV},
+                              {.suffix = "b_k", .offset = G * D, .width = D, .heads = KV},
+                              {.suffix = "b_v", .offset = (G + 1) * D, .width = D, .heads = KV}};
+  if (modules.has(LoraTarget::c_attn)) return lora_update(s / "lora_c_attn", x, qkv, slices, c.lora, c.dtype, train);
+  const LoraTarget own[] = {LoraTarget::q_proj, LoraTarget::k_proj, LoraTarget::v_proj};
+  for (size_t i = 0; i < 3; ++i) {
+    if (!modules.has(own[i])) continue;
+    LoraSlice one = slices[i];
+    one.suffix = "b";
+    qkv = lora_update(s / ("lora_" + std::string(choice_name(own[i]))), x, qkv, {&one, 1}, c.lora, c.dtype, train);
+  }
+  return qkv;
+}
+
 // The block's and the final normalisation (model.norm): LayerNorm (biases per model.use_bias) or
 // RMSNorm (none), both with model.layer_norm_eps.
 ValueId norm(const Scope& s, ValueId x, const ModelConfig& c) {
@@ -54,15 +83,22 @@ ValueId norm(const Scope& s, ValueId x, const ModelConfig& c) {
 ValueId mlp_block(const Scope& s, ValueId x, const ModelConfig& c, bool train) {
   const int64_t features = s.graph().value(x).shape.last(), F = mlp_width(c);
   ValueId h = norm(s / "pre_norm", x, c);
-  if (c.mlp == MlpKind::swiglu) {
-    const ValueId gate = linear(s / "gate_layer", h, Shape{features, F}, c, false);  // [B, T, F]
-    const ValueId up = linear(s / "up_layer", h, Shape{features, F}, c, false);      // [B, T, F]
+  // Each dense layer with the LoRA adapter of its PEFT module, if targeted.
+  auto dense = [&](const char* name, ValueId x, Shape kernel, bool residual, LoraTarget module) {
+    const Scope ls = s / name;
+    return adapt(ls, module, x, linear(ls, x, kernel, c, residual), c, train);
+  };
+  const bool llama = c.mlp == MlpKind::swiglu;
+  if (llama) {
+    const ValueId gate = dense("gate_layer", h, Shape{features, F}, false, LoraTarget::gate_proj);  // [B, T, F]
+    const ValueId up = dense("up_layer", h, Shape{features, F}, false, LoraTarget::up_proj);        // [B, T, F]
     h = s.op1(OpKind::silu_mul, {gate, up});
   } else {
-    h = linear(s / "input_layer", h, Shape{features, F}, c, false);  // [B, T, F]
+    h = dense("input_layer", h, Shape{features, F}, false, LoraTarget::c_fc);  // [B, T, F]
     h = s.op1(c.mlp == MlpKind::gelu ? OpKind::gelu_erf : OpKind::gelu, {h});
   }
-  h = linear(s / "output_layer", h, Shape{F, features}, c, true);  // [B, T, C]
+  h = dense("output_layer", h, Shape{F, features}, true,
+            llama ? LoraTarget::down_proj : LoraTarget::c_proj);  // [B, T, C]
   return dropout(s, h, c.dropout_rate, train);
 }
 
@@ -116,7 +152,7 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   // tutorial's (H, 3D).
   const Scope qs = s / "qkv";
   ValueId qkv = linear(qs, h, Shape{C, KV, (G + 2) * D}, c, false);  // [B, T, KV·(G+2)·D]
-  qkv = view(qs, qkv, Shape{B, T, KV, (G + 2) * D});                 // [B, T, KV, (G+2)·D]
+  qkv = adapt_qkv(qs, h, view(qs, qkv, Shape{B, T, KV, (G + 2) * D}), c, train);  // [B, T, KV, (G+2)·D]
   const auto group = static_cast<int32_t>(G);
   if (c.position == PositionKind::rope)  // the decoder's cache then holds rotated keys, as transformers' does
     qkv = s.op1(OpKind::rope, {qkv, positions}, RopeAttrs{.theta = static_cast<float>(c.rope_theta), .group = group});
@@ -125,7 +161,9 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
                                 .at(0);  // [B, T, H, D]
   // DenseGeneral(features=C, axis=(-2, -1)): kernel [H, D, C] (fan_in H·D), bias [C].
   const Scope os = s / "output_layer";
-  ValueId o = linear(os, view(os, att, Shape{B, T, H * D}), Shape{H, D, C}, c, true, 2);  // [B, T, C]
+  const ValueId att_flat = view(os, att, Shape{B, T, H * D});
+  ValueId o = linear(os, att_flat, Shape{H, D, C}, c, true, 2);  // [B, T, C]
+  o = adapt(os, c.mlp == MlpKind::swiglu ? LoraTarget::o_proj : LoraTarget::c_proj, att_flat, o, c, train);
   return dropout(s, o, c.dropout_rate, train);
 }
 
@@ -163,7 +201,7 @@ ValueId take_rows(const Scope& s, ValueId x, ValueId rows) {
 // cached programs cast for the sampler.
 ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const ModelConfig& c, bool train,
                            const Cache* dec) {
-  const Scope root(g);
+  const Scope root = Scope(g).frozen(c.lora.enabled());  // with LoRA only the adapters train
   const int64_t C = c.hidden_size;
   // nn.Embed's default init: variance_scaling(1, fan_in, normal, out_axis=0) -> N(0, 1/C).
   const Scope es = root / "embed";
@@ -295,6 +333,11 @@ void validate_transformer(const ModelConfig& c) {
   need(c.position != PositionKind::rope || c.head_dim % 2 == 0, "model.head_dim",
        "is odd: rotary embeddings (model.position = rope) turn pairs of a head's dims", "use an even head_dim");
   need(c.rope_theta > 0, "model.rope_theta", "must be > 0", "Llama uses 10000 (Llama 3: 500000)");
+  if (c.lora.enabled()) {
+    need(c.lora.alpha > 0, "lora.alpha", "must be > 0", "PEFT's default is 8; often 2 × lora.rank");
+    need(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora.dropout", "must be in [0, 1)", "e.g. 0.05");
+    lora_modules(c.lora, c.mlp == MlpKind::swiglu);  // names the family lacks
+  }
   need(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
        "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
 }

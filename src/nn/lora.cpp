@@ -1,0 +1,82 @@
+#include "nn/lora.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "nn/config_keys.h"
+#include "nn/layers.h"
+
+namespace loom {
+
+float LoraConfig::scale() const {
+  const double r = static_cast<double>(rank);
+  return static_cast<float>(alpha / (use_rslora ? std::sqrt(r) : r));
+}
+
+namespace {
+bool lora_on(const ModelConfig& c) { return c.lora.enabled(); }
+}  // namespace
+
+#define REF(member) LOOM_KEY_REF(ModelConfig, lora.member)
+
+std::vector<KeySpec<ModelConfig>> lora_keys() {
+  using namespace keys;
+  return {
+      integer<ModelConfig>("lora.rank",
+                           "LoRA rank r: adapters on the lora.targets layers, every other parameter frozen (0 = off: "
+                           "full training)",
+                           REF(rank)),
+      only_if(number<ModelConfig>("lora.alpha", "PEFT's lora_alpha: the update is scaled by alpha / rank", REF(alpha)),
+              lora_on),
+      only_if(number<ModelConfig>("lora.dropout", "dropout on the adapters' input, in [0, 1)", REF(dropout)), lora_on),
+      only_if(choice_set<ModelConfig>("lora.targets", "PEFT's target_modules", REF(targets)), lora_on),
+      only_if(
+          boolean<ModelConfig>("lora.use_rslora", "rank-stabilised LoRA: scale alpha / sqrt(rank)", REF(use_rslora)),
+          lora_on),
+  };
+}
+
+#undef REF
+
+namespace nn {
+
+ChoiceSet<LoraTarget> lora_modules(const LoraConfig& c, bool llama_names) {
+  using T = LoraTarget;
+  const ChoiceSet<T> llama{T::q_proj, T::k_proj, T::v_proj, T::o_proj, T::gate_proj, T::up_proj, T::down_proj};
+  const ChoiceSet<T> gpt2{T::c_attn, T::c_proj, T::c_fc};
+  const ChoiceSet<T>& family = llama_names ? llama : gpt2;
+  if (c.targets.has(T::all_linear)) return family;
+  if (c.targets.empty())
+    throw UserError("lora.targets", "names no module", "e.g. all-linear, or q_proj,v_proj (PEFT's target_modules)");
+  for (size_t i = 0; i < choices_of(T{}).size(); ++i) {
+    const auto t = static_cast<T>(i);
+    if (c.targets.has(t) && !family.has(t))
+      throw UserError("lora.targets",
+                      std::string("names ") + std::string(choice_name(t)) + ", which a " +
+                          (llama_names ? "swiglu (Llama-style)" : "GELU (GPT-2-style)") + " transformer lacks",
+                      std::string("use ") + choice_set_name(family) + " or all-linear");
+  }
+  return c.targets;
+}
+
+ValueId lora_update(const Scope& s, ValueId x, ValueId y, std::span<const LoraSlice> slices, const LoraConfig& c,
+                    DType dtype, bool train) {
+  const Scope t = s.frozen(false);
+  const int64_t in = t.graph().value(x).shape.last(), r = c.rank;
+  const Shape ys = t.graph().value(y).shape;
+  // PEFT's kaiming_uniform_(a=√5) on lora_A [r, in]: U(±1/√in).
+  const ValueId a =
+      t.param("a", Shape{in, r}, ParamInit{ParamInit::uniform, static_cast<float>(1.0 / std::sqrt(double(in)))});
+  const ValueId xa =
+      t.op1(OpKind::dense, {dropout(t, x, static_cast<float>(c.dropout), train), a}, DenseAttrs{dtype});  // [..., r]
+  for (const LoraSlice& sl : slices) {
+    const ValueId b = t.param(sl.suffix, Shape{r, sl.heads * sl.width}, ParamInit{ParamInit::zeros, 0});
+    const ValueId d = t.op1(OpKind::dense, {xa, b}, DenseAttrs{dtype});  // [..., heads · width]
+    const ValueId dv = sl.heads == 1 ? d : t.op1(OpKind::reshape, {d}, ShapeAttrs{ys.with_last(sl.width)});
+    y = t.op1(OpKind::add_columns, {y, dv}, ColumnsAttrs{.offset = sl.offset, .width = sl.width, .scale = c.scale()});
+  }
+  return y;
+}
+
+}  // namespace nn
+}  // namespace loom

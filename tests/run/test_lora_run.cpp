@@ -1,0 +1,62 @@
+// A LoRA run (nn/lora.h) as a user drives it: fine-tune a loom run's model with adapters, resume
+// bit-exactly, with checkpoints holding the adapters and their optimizer state only, and a
+// changed base model refused at resume, naming its path.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "io/safetensors.h"
+#include "support/files.h"
+#include "support/run_fixture.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using namespace loom::testing;
+
+bool is_adapter(const std::string& name) { return name.find("/lora_") != std::string::npos; }
+
+TEST(LoraRun, ResumeIsBitExactAndCheckpointsHoldTheAdaptersOnly) {
+  const Fixture& fx = fixture();
+  const fs::path base = scratch("lora_base"), straight = scratch("lora_straight"), split = scratch("lora_split");
+  Result r = run("train " + fx.config.string() + " train.steps=5 --out " + base.string() + " --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string lora =
+      " lora.rank=4 lora.alpha=8 lora.dropout=0.1 lora.targets=c_attn,c_fc model.init_from=" + base.string() +
+      " train.steps=10";
+  r = run("train " + fx.config.string() + lora + " --out " + straight.string() + " --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("train " + fx.config.string() + lora + " train.steps=5 --out " + split.string() + " --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("train --resume " + split.string() + " train.steps=10");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(logged_losses(straight / "metrics.jsonl"), logged_losses(split / "metrics.jsonl"));
+  const auto a = loom::read_safetensors((straight / "ckpt_000010" / "model.safetensors").string());
+  const auto b = loom::read_safetensors((split / "ckpt_000010" / "model.safetensors").string());
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), 12u) << "per layer c_attn's a, b_q, b_k, b_v and c_fc's a, b";
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(is_adapter(a[i].name)) << a[i].name;
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_TRUE(a[i].bytes == b[i].bytes) << a[i].name;
+  }
+  for (const auto& t : loom::read_safetensors((straight / "ckpt_000010" / "optimizer.safetensors").string()))
+    EXPECT_TRUE(is_adapter(t.name)) << t.name;
+  const auto state = nlohmann::json::parse(std::ifstream(straight / "ckpt_000010" / "state.json"));
+  EXPECT_EQ(state["base_init_from"].get<std::string>(), base.string());
+  EXPECT_EQ(state["base_crc32c"].get<std::string>().size(), 8u);
+
+  // The base run goes on: its newest checkpoint is no longer the model the adapters were trained on.
+  r = run("train --resume " + base.string() + " train.steps=7");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("train --resume " + split.string() + " train.steps=12");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("model.init_from = " + base.string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is not the base model"), std::string::npos) << r.out;
+}
+
+}  // namespace
