@@ -821,9 +821,13 @@ TEST(RopeFrequencies, Llama3MatchesTransformersBands) {
   l3.original_max_position = 8192;
   for (int64_t i = 0; i < 64; ++i) {
     const double ratio = double{rope_inv_freq(plain, 128, i)} / rope_inv_freq(l3, 128, i);
-    if (i <= 28) EXPECT_EQ(ratio, 1.0) << i;
-    if (i >= 35) EXPECT_NEAR(ratio, 8.0, 1e-6) << i;
-    if (i >= 29 && i <= 34) EXPECT_TRUE(ratio > 1.0 + 1e-3 && ratio < 8.0 - 1e-3) << i << " " << ratio;
+    if (i <= 28) {
+      EXPECT_EQ(ratio, 1.0) << i;
+    } else if (i >= 35) {
+      EXPECT_NEAR(ratio, 8.0, 1e-6) << i;
+    } else {
+      EXPECT_TRUE(ratio > 1.0 + 1e-3 && ratio < 8.0 - 1e-3) << i << " " << ratio;
+    }
   }
   EXPECT_NEAR(double{rope_inv_freq(plain, 128, 30)} / rope_inv_freq(l3, 128, 30), 1.553415, 2e-6);
   EXPECT_NEAR(double{rope_inv_freq(plain, 128, 40)} / rope_inv_freq(l3, 128, 40), 8.0, 1e-6);

@@ -282,27 +282,6 @@ TEST(HfFamilies, ConfigsMapOntoTheirVariants) {
       << m;
 }
 
-TEST(HfFamilies, RefusesWhatTheyCannotRun) {
-  using J = nlohmann::json;
-  using Ts = std::vector<StTensor>;
-  std::string m = import_error([](J& c, Ts&) { c["use_sliding_window"] = true; }, "qwen2_untied");
-  EXPECT_NE(m.find("config.json: \"use_sliding_window\" is true"), std::string::npos) << m;
-  EXPECT_NE(m.find("use_sliding_window = false"), std::string::npos) << m;
-  m = import_error([](J& c, Ts&) { c["layer_types"][1] = "sliding_attention"; }, "qwen2_untied");
-  EXPECT_NE(m.find("\"layer_types\" has \"sliding_attention\""), std::string::npos) << m;
-  m = import_error(
-      [](J&, Ts& ts) {
-        ts.erase(std::find_if(ts.begin(), ts.end(),
-                              [](const StTensor& t) { return t.name == "model.layers.0.self_attn.k_proj.bias"; }));
-      },
-      "qwen2_untied");
-  EXPECT_NE(m.find("tensor 'model.layers.0.self_attn.k_proj.bias' is missing"), std::string::npos) << m;
-  m = import_error([](J& c, Ts&) { c["rope_parameters"].erase("low_freq_factor"); }, "llama3");
-  EXPECT_NE(m.find("\"rope_parameters.low_freq_factor\" is missing"), std::string::npos) << m;
-  m = import_error([](J& c, Ts&) { c["rope_parameters"]["high_freq_factor"] = 0.5; }, "llama3");
-  EXPECT_NE(m.find("\"rope_parameters.high_freq_factor\" is not above low_freq_factor"), std::string::npos) << m;
-}
-
 // transformers 4.x's spelling of Llama 3.1's config (a top-level rope_theta and rope_scaling with
 // "type") gives the same model.
 TEST(HfFamilies, ReadsTransformers4Llama3Configs) {
@@ -501,6 +480,27 @@ TEST(HfLlama, RefusesOptionsItCannotRun) {
   EXPECT_NE(m.find("'model.layers.1.self_attn.k_proj.weight' is [32, 16]; config.json's model needs [16, 32]"),
             std::string::npos)
       << m;
+}
+
+TEST(HfFamilies, RefusesWhatTheyCannotRun) {
+  using J = nlohmann::json;
+  using Ts = std::vector<StTensor>;
+  std::string m = import_error([](J& c, Ts&) { c["use_sliding_window"] = true; }, "qwen2_untied");
+  EXPECT_NE(m.find("config.json: \"use_sliding_window\" is true"), std::string::npos) << m;
+  EXPECT_NE(m.find("use_sliding_window = false"), std::string::npos) << m;
+  m = import_error([](J& c, Ts&) { c["layer_types"][1] = "sliding_attention"; }, "qwen2_untied");
+  EXPECT_NE(m.find("\"layer_types\" has \"sliding_attention\""), std::string::npos) << m;
+  m = import_error(
+      [](J&, Ts& ts) {
+        ts.erase(std::find_if(ts.begin(), ts.end(),
+                              [](const StTensor& t) { return t.name == "model.layers.0.self_attn.k_proj.bias"; }));
+      },
+      "qwen2_untied");
+  EXPECT_NE(m.find("tensor 'model.layers.0.self_attn.k_proj.bias' is missing"), std::string::npos) << m;
+  m = import_error([](J& c, Ts&) { c["rope_parameters"].erase("low_freq_factor"); }, "llama3");
+  EXPECT_NE(m.find("\"rope_parameters.low_freq_factor\" is missing"), std::string::npos) << m;
+  m = import_error([](J& c, Ts&) { c["rope_parameters"]["high_freq_factor"] = 0.5; }, "llama3");
+  EXPECT_NE(m.find("\"rope_parameters.high_freq_factor\" is not above low_freq_factor"), std::string::npos) << m;
 }
 
 TEST(HfLlama, ReadsTransformers4ConfigsAndOldBuffers) {
