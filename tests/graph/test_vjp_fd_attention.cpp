@@ -122,6 +122,29 @@ TEST(VjpRulesAttention, LseCotangentIsIgnored) {
   }
 }
 
+// The cost rules count the (query, key) pairs a mask leaves, here counted one by one through
+// AttentionAttrs::sees: full, causal, and windows shorter and longer than the sequence (4·B·H·D
+// FLOPs per pair forward, 10 backward).
+TEST(VjpRulesAttention, CostCountsTheUnmaskedPairs) {
+  constexpr int64_t B = 2, T = 37, KV = 2, G = 2, D = 8;
+  for (const AttentionAttrs at : {AttentionAttrs{false, DType::f32, G}, AttentionAttrs{true, DType::f32, G},
+                                  AttentionAttrs{true, DType::f32, G, 1}, AttentionAttrs{true, DType::f32, G, 5},
+                                  AttentionAttrs{true, DType::f32, G, 64}}) {
+    Graph g;
+    Scope root(g);
+    const ValueId qkv = root.param("qkv", Shape{B, T, KV, (G + 2) * D}, {});
+    const auto outs = root.op(OpKind::attention, {qkv}, at);
+    const ValueId dout = g.add_input("dout", Shape{B, T, KV * G, D}, DType::f32);
+    root.op(OpKind::attention_grad, {qkv, outs.at(1), dout}, at);
+    int64_t pairs = 0;
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j) pairs += at.sees(i, j);
+    const int64_t unit = B * KV * G * D * pairs;
+    EXPECT_EQ(node_cost(g, g.node(0)).flops, 4 * unit) << at.window;
+    EXPECT_EQ(node_cost(g, g.node(1)).flops, 10 * unit) << at.window;
+  }
+}
+
 // The plan never holds a [.., T, T] buffer: only out and lse are saved, the backward recomputes.
 TEST(VjpRulesAttention, PlanHasNoTxTBuffer) {
   constexpr int64_t B = 2, T = 64, H = 2, D = 8;
