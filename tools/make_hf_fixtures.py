@@ -16,10 +16,18 @@ this in its own venv; the C++ tests read the outputs and need neither Python nor
   llama_tied/, llama_untied/  LlamaForCausalLM, 2 layers, hidden 32, 4 heads, 2 key/value heads
                               (GQA), SwiGLU 64, RoPE theta 10000, vocab of the llama3 tokenizer,
                               tied / untied head; same files
+  llama3/                     llama_untied's shape with rope_type llama3 (factor 8, low/high 1/4,
+                              original_max_position_embeddings 64: of the four frequencies one is
+                              kept, one blended, two divided by 8), 128 positions
+  qwen2_tied/, qwen2_untied/  Qwen2ForCausalLM of that shape (random q/k/v biases), theta 1e6
+  mistral/                    MistralForCausalLM of that shape, sliding_window 4 (shorter than the
+                              fixtures' 8 tokens and the 40 of the greedy continuation)
 
 expected.safetensors holds "inputs" and "labels" (int32 [2, 8]: fixed ids), "logits" (float32
 [2, 8, V]), "loss" (float32 []: mean cross-entropy of logits against labels) and "grad/<name>"
-(float32: the gradient of that loss with respect to parameter <name>, for a few parameters).
+(float32: the gradient of that loss with respect to parameter <name>, for a few parameters);
+llama3/, qwen2_*/ and mistral/ also "greedy" (int32 [32]): the 32 tokens transformers' greedy
+decoding (argmax of a full forward pass per token, first maximum) appends to inputs[0].
 
 Deterministic: running it twice gives the same files.
 """
@@ -139,7 +147,16 @@ def randomize(model, gen):
             p.copy_(noise + 1.0 if is_scale else noise)
 
 
-def write_expected(model, out, vocab_size, grad_names, gen):
+def greedy(model, prompt, n):
+    ids = prompt.reshape(1, -1)
+    with torch.no_grad():
+        for _ in range(n):
+            nxt = model(input_ids=ids).logits[0, -1].argmax()
+            ids = torch.cat([ids, nxt.reshape(1, 1)], dim=1)
+    return ids[0, prompt.numel():]
+
+
+def write_expected(model, out, vocab_size, grad_names, gen, with_greedy=False):
     inputs = torch.randint(0, vocab_size, (2, 8), generator=gen)
     labels = torch.randint(0, vocab_size, (2, 8), generator=gen)
     model.zero_grad()
@@ -155,6 +172,8 @@ def write_expected(model, out, vocab_size, grad_names, gen):
     }
     for n in grad_names:
         tensors["grad/" + n] = params[n].grad.detach().contiguous()
+    if with_greedy:
+        tensors["greedy"] = greedy(model, inputs[0], 32).to(torch.int32).contiguous()
     save_file(tensors, os.path.join(out, "expected.safetensors"), metadata={"loss": repr(loss.item())})
 
 
@@ -184,24 +203,63 @@ def make_gpt2(out, tokenizer_file, vocab_size):
                    gen)
 
 
-def make_llama(out, tokenizer_file, vocab_size, tied, seed):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+def make_causal_lm(out, model_class, cfg, tokenizer_file, vocab_size, seed, grads, with_greedy=False):
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rope_theta=10000.0,
-                      rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False, mlp_bias=False,
-                      tie_word_embeddings=tied, attention_dropout=0.0, bos_token_id=0, eos_token_id=1,
-                      attn_implementation="eager")
-    model = LlamaForCausalLM(cfg).float().eval()
+    model = model_class(cfg).float().eval()
     gen = torch.Generator().manual_seed(seed + 1)
     randomize(model, gen)
     save_model(model, out, tokenizer_file)
-    grads = ["model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
-             "model.layers.1.mlp.gate_proj.weight", "model.layers.1.post_attention_layernorm.weight",
-             "model.norm.weight"]
-    grads.append("model.embed_tokens.weight" if tied else "lm_head.weight")  # the head's gradient
-    write_expected(model, out, vocab_size, grads, gen)
+    grads = grads + ["model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"]  # the head's
+    write_expected(model, out, vocab_size, grads, gen, with_greedy)
+
+
+LLAMA_GRADS = ["model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+               "model.layers.1.mlp.gate_proj.weight", "model.layers.1.post_attention_layernorm.weight",
+               "model.norm.weight"]
+# The shape every Llama-style fixture shares.
+SMALL = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             rms_norm_eps=1e-6, hidden_act="silu", attention_dropout=0.0, bos_token_id=0, eos_token_id=1,
+             attn_implementation="eager")
+
+
+def make_llama(out, tokenizer_file, vocab_size, tied, seed):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=vocab_size, max_position_embeddings=64, rope_theta=10000.0, attention_bias=False,
+                      mlp_bias=False, tie_word_embeddings=tied, **SMALL)
+    make_causal_lm(out, LlamaForCausalLM, cfg, tokenizer_file, vocab_size, seed, LLAMA_GRADS)
+
+
+def make_llama3(out, tokenizer_file, vocab_size, seed):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    # head_dim 8: inverse frequencies 1, 0.1, 0.01, 0.001, wavelengths 6.3, 63, 628, 6283. With
+    # original 64, low 1, high 4 every band is used: 6.3 < 16 is kept, 16 <= 63 <= 64 blended,
+    # 628 and 6283 (> 64) divided by 8.
+    rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    cfg = LlamaConfig(vocab_size=vocab_size, max_position_embeddings=128, rope_parameters=rope, attention_bias=False,
+                      mlp_bias=False, tie_word_embeddings=False, **SMALL)
+    make_causal_lm(out, LlamaForCausalLM, cfg, tokenizer_file, vocab_size, seed, LLAMA_GRADS, with_greedy=True)
+
+
+def make_qwen2(out, tokenizer_file, vocab_size, tied, seed):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=vocab_size, max_position_embeddings=128, rope_parameters={"rope_type": "default",
+                      "rope_theta": 1000000.0}, use_sliding_window=False, tie_word_embeddings=tied, **SMALL)
+    grads = ["model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.k_proj.weight",
+             "model.layers.1.self_attn.v_proj.bias", "model.layers.1.mlp.gate_proj.weight", "model.norm.weight"]
+    make_causal_lm(out, Qwen2ForCausalLM, cfg, tokenizer_file, vocab_size, seed, grads, with_greedy=True)
+
+
+def make_mistral(out, tokenizer_file, vocab_size, seed):
+    from transformers import MistralConfig, MistralForCausalLM
+
+    cfg = MistralConfig(vocab_size=vocab_size, max_position_embeddings=128, head_dim=8, sliding_window=4,
+                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False,
+                        **SMALL)
+    make_causal_lm(out, MistralForCausalLM, cfg, tokenizer_file, vocab_size, seed, LLAMA_GRADS, with_greedy=True)
 
 
 def main():
@@ -218,6 +276,11 @@ def main():
     llama_vocab = variants["llama3"].get_vocab_size()
     make_llama(os.path.join(a.out, "llama_tied"), os.path.join(tok_dir, "llama3.json"), llama_vocab, True, 10)
     make_llama(os.path.join(a.out, "llama_untied"), os.path.join(tok_dir, "llama3.json"), llama_vocab, False, 20)
+    make_llama3(os.path.join(a.out, "llama3"), os.path.join(tok_dir, "llama3.json"), llama_vocab, 30)
+    qwen_vocab = variants["qwen2"].get_vocab_size()
+    make_qwen2(os.path.join(a.out, "qwen2_tied"), os.path.join(tok_dir, "qwen2.json"), qwen_vocab, True, 40)
+    make_qwen2(os.path.join(a.out, "qwen2_untied"), os.path.join(tok_dir, "qwen2.json"), qwen_vocab, False, 50)
+    make_mistral(os.path.join(a.out, "mistral"), os.path.join(tok_dir, "llama3.json"), llama_vocab, 60)
 
 
 if __name__ == "__main__":

@@ -96,7 +96,12 @@ struct AttentionAttrs {
   // key/value head its group's queries, then its key, then its value; 1 is multi-head attention's
   // [B, T, H, 3D]. Query head h = j·group + i uses key/value head j, as transformers' repeat_kv.
   int32_t group = 1;
+  // Sliding window (needs causal): query i sees keys i − window < j <= i, itself and the
+  // window − 1 before it (transformers' sliding_window, Mistral); 0: every key up to i.
+  int32_t window = 0;
   bool operator==(const AttentionAttrs&) const = default;
+  // Whether query row i sees key row j.
+  bool sees(int64_t i, int64_t j) const { return !(causal && j > i) && !(window > 0 && i - j >= window); }
 };
 
 // rope: rotary position embeddings on the q and k parts of a packed qkv (ops.def).
@@ -104,19 +109,42 @@ struct RopeAttrs {
   float theta = 10000.f;  // the base of the frequencies (transformers' rope_theta)
   int32_t group = 1;      // query heads per key/value head: qkv's last dim is (group + 2)·head_dim
   bool inverse = false;   // rotate by −angle (the VJP: the rotation's transpose is its inverse)
+  // Llama 3.1's frequency scaling (transformers' rope_type "llama3"); llama3_factor 0: none, the
+  // default frequencies. Low frequencies are divided by the factor, high ones kept, the band
+  // between blended (rope_inv_freq).
+  float llama3_factor = 0.f;
+  float low_freq_factor = 1.f, high_freq_factor = 4.f;
+  int32_t original_max_position = 8192;  // the context length the model was pretrained at
   bool operator==(const RopeAttrs&) const = default;
 };
 
-// cos and sin of RoPE's angle pos·inv_freq_i, inv_freq_i = 1 / theta^(2i / head_dim), for
-// i < head_dim / 2. The angle is computed in float32 as transformers' LlamaRotaryEmbedding does
-// (its inv_freq and position product are float32); cos and sin are taken in double and rounded
-// to float32, so both backends share one table.
+// RoPE's inverse frequency i < head_dim / 2: 1 / theta^(2i / head_dim), then with llama3 scaling
+// transformers' _compute_llama3_parameters: wavelen = 2π / f; wavelen > old / low_freq_factor:
+// f / factor; wavelen < old / high_freq_factor: f; otherwise, with s = (old / wavelen − low) /
+// (high − low), (1 − s)·f / factor + s·f. Every step in float32, as transformers' torch code
+// computes it (its Python scalars meet float32 tensors), so both backends share one table.
+inline float rope_inv_freq(const RopeAttrs& a, int64_t head_dim, int64_t i) {
+  const float f = 1.f / std::pow(a.theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  if (a.llama3_factor == 0.f) return f;
+  const auto old = static_cast<double>(a.original_max_position);
+  const auto low_wavelen = static_cast<float>(old / a.low_freq_factor);
+  const auto high_wavelen = static_cast<float>(old / a.high_freq_factor);
+  const float wavelen = static_cast<float>(2 * M_PI) / f;
+  if (wavelen > low_wavelen) return f / a.llama3_factor;
+  if (wavelen < high_wavelen) return f;
+  const float s = (static_cast<float>(old) / wavelen - a.low_freq_factor) /
+                  static_cast<float>(double{a.high_freq_factor} - double{a.low_freq_factor});
+  return (1.f - s) * f / a.llama3_factor + s * f;
+}
+
+// cos and sin of RoPE's angle pos·rope_inv_freq(a, head_dim, i). The angle is computed in float32
+// as transformers' LlamaRotaryEmbedding does (its inv_freq and position product are float32); cos
+// and sin are taken in double and rounded to float32, so both backends share one table.
 struct RopeCosSin {
   float cos, sin;
 };
-inline RopeCosSin rope_cos_sin(float theta, int64_t head_dim, int64_t i, int32_t pos) {
-  const float inv_freq = 1.f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-  const double angle = static_cast<float>(pos) * inv_freq;
+inline RopeCosSin rope_cos_sin(const RopeAttrs& a, int64_t head_dim, int64_t i, int32_t pos) {
+  const double angle = static_cast<float>(pos) * rope_inv_freq(a, head_dim, i);
   return {static_cast<float>(std::cos(angle)), static_cast<float>(std::sin(angle))};
 }
 

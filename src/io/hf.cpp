@@ -51,7 +51,8 @@ void for_each_run(const nn::HfParam& p, const nn::HfModelMap& m, Run&& run) {
       return;
     }
     case nn::HfLayout::qkv_rows: {  // hf row (j·slots + s)·D + d <-> loom [c, j, (slot + s)·D + d]
-      const int64_t C = p.hf_shape[1], width = p.shape.numel() / C, per_head = width / m.kv_heads;
+      const int64_t C = p.hf_shape.rank == 2 ? p.hf_shape[1] : 1, width = p.shape.numel() / C,
+                    per_head = width / m.kv_heads;
       for (int64_t r = 0; r < p.hf_shape[0]; ++r) {
         const int64_t col = r / (p.slots * D) * per_head + p.slot * D + r % (p.slots * D);
         for (int64_t c = 0; c < C; ++c) run(r * C + c, c * width + col, 1);

@@ -40,6 +40,13 @@
   X(learned, "a learned position table added to the embeddings (the tutorial, GPT-2)") \
   X(rope, "rotary embeddings of q and k in every attention, no table (Llama; model.rope_theta)")
 
+// RoPE's frequency scaling (model.rope_scaling; transformers' rope_parameters.rope_type).
+#define LOOM_ROPE_SCALINGS(X)                                                            \
+  X(none, "the default frequencies 1 / rope_theta^(2i / head_dim)")                      \
+  X(llama3,                                                                              \
+    "Llama 3.1's: low frequencies / rope_factor, high kept, blended between (rope_low_/" \
+    "rope_high_freq_factor, rope_original_max_position)")
+
 #define LOOM_INITS(X)                                            \
   X(flax, "the tutorial's Flax defaults (lecun_normal kernels)") \
   X(gpt2, "normal(0.02), residual projections / sqrt(2·layers)")
@@ -52,6 +59,7 @@ LOOM_CHOICE(BlockOrder, "block order", LOOM_BLOCK_ORDERS)
 LOOM_CHOICE(NormKind, "norm", LOOM_NORMS)
 LOOM_CHOICE(MlpKind, "mlp", LOOM_MLPS)
 LOOM_CHOICE(PositionKind, "position", LOOM_POSITIONS)
+LOOM_CHOICE(RopeScaling, "rope scaling", LOOM_ROPE_SCALINGS)
 LOOM_CHOICE(InitScheme, "init", LOOM_INITS)
 
 // One layer's remat: the regions it recomputes and their policy.
@@ -90,8 +98,15 @@ struct ModelConfig {
   int64_t intermediate_size = 0;  // the MLP's hidden width; 0: nn::mlp_width's default
   PositionKind position = PositionKind::learned;
   double rope_theta = 10000;  // RoPE's frequency base (transformers' rope_theta)
+  // RoPE's frequency scaling and llama3's parameters (transformers' rope_parameters: factor,
+  // low_freq_factor, high_freq_factor, original_max_position_embeddings); Llama 3.1's values.
+  RopeScaling rope_scaling = RopeScaling::none;
+  double rope_factor = 8, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
+  int64_t rope_original_max_position = 8192;
   int64_t num_kv_heads = 0;   // key/value heads (grouped-query attention); 0 = num_heads
   bool use_bias = true;
+  bool qkv_bias = false;       // biases on the q/k/v projection even without use_bias (Qwen2)
+  int64_t sliding_window = 0;  // attention sees the last sliding_window keys (itself included); 0: all
   bool tie_embeddings = false;
   InitScheme init = InitScheme::flax;
   bool embed_dropout = false;

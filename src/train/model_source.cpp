@@ -24,6 +24,14 @@ constexpr const char* kLoomArchKeys[] = {
     "model.causal_mask",   "model.block_order",       "model.norm",        "model.use_bias",    "model.tie_embeddings",
     "model.mlp",           "model.intermediate_size", "model.position",    "model.rope_theta",  "model.num_kv_heads",
 };
+// And those of the Llama-style families' options: rotary scaling, Qwen2's q/k/v biases, Mistral's window.
+constexpr const char* kLoomVariantKeys[] = {"model.rope_scaling",
+                                            "model.rope_factor",
+                                            "model.rope_low_freq_factor",
+                                            "model.rope_high_freq_factor",
+                                            "model.rope_original_max_position",
+                                            "model.qkv_bias",
+                                            "model.sliding_window"};
 
 }  // namespace
 
@@ -52,6 +60,7 @@ ModelSource::ModelSource(const std::string& path) : path_(path), dir_(path) {
   const std::string state = (fs::path(dir_) / "state.json").string();
   config_ = config_from_toml_text(read_checkpoint_state(dir_).config_toml, state);
   for (const char* k : kLoomArchKeys) keys_.push_back({.key = k, .origin = state, .fixed = true});
+  for (const char* k : kLoomVariantKeys) keys_.push_back({.key = k, .origin = state, .fixed = true});
   description_ = "the loom checkpoint " + dir_;
 }
 

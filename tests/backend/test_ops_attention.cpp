@@ -294,8 +294,8 @@ struct AttnCases {
   OpCase fwd, bwd;
 };
 
-AttnCases make_attention_cases(const DtypePair& p, bool causal, const AttnShape& s) {
-  const AttentionAttrs at{causal, p.s, s.G};
+AttnCases make_attention_cases(const DtypePair& p, bool causal, const AttnShape& s, int32_t window = 0) {
+  const AttentionAttrs at{causal, p.s, s.G, window};
   const Shape qkv = s.qkv(), out = s.out(), lse{s.B, s.H * s.G, s.T};
   AttnCases c{OpCase(OpKind::attention, {{qkv, p.d}}, at),
               OpCase(OpKind::attention_grad, {{qkv, p.d}, {lse, DType::f32}, {out, p.d}}, at)};
@@ -322,6 +322,54 @@ TEST_P(BackendOpsAttention, Attention) {
         ASSERT_EQ(g.got.size(), 1u) << what;
         expect_close(g.got[0], g.ref[0], coarser(p.d, p.s), attn_what("attention_grad", p, causal, s));
       }
+}
+
+// Sliding windows (transformers' sliding_window: query i sees keys i − W < j <= i), CPU against
+// the reference: windows of one key, shorter than a row block, as long as one (64) and longer,
+// over sequences from a single block to several (where the CPU kernel skips whole key blocks
+// before a block's window), through product() and sgemm, with grouped queries.
+TEST_P(BackendOpsAttention, SlidingWindow) {
+  LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_grad);
+  for (const DtypePair& p :
+       {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32}, DtypePair{DType::f16, DType::f16}})
+    for (int32_t window : {1, 5, 64, 100})
+      for (const AttnShape& s : {AttnShape{2, 7, 3, 16}, AttnShape{1, 65, 2, 8}, AttnShape{2, 150, 2, 16},
+                                 AttnShape{1, 256, 1, 64}, AttnShape{1, 150, 2, 8, 2}, AttnShape{1, 300, 1, 16}}) {
+        AttnCases c = make_attention_cases(p, true, s, window);
+        const std::string what = attn_what("attention", p, true, s) + " window=" + std::to_string(window);
+        const Outputs o = run_both(c.fwd);
+        expect_close(o.got[0], o.ref[0], coarser(p.d, p.s), what + " out");
+        expect_close(o.got[1], o.ref[1], coarser(p.d, p.s), what + " lse");
+        const Outputs g = run_both(c.bwd);
+        expect_close(g.got[0], g.ref[0], coarser(p.d, p.s), what + " dqkv");
+      }
+}
+
+// The window's definition, on both backends: row i of attention with window W is the last row of
+// causal attention over the W tokens i − W + 1 .. i alone (attention does not see positions), bit
+// for bit on the reference (masked keys add exact zeros to its double sums).
+TEST_P(BackendOpsAttention, SlidingWindowIsAttentionOverTheLastTokens) {
+  LOOM_REQUIRE_OPS(OpKind::attention);
+  constexpr int32_t W = 3;
+  const AttnShape s{1, 9, 2, 8}, sub{1, W, 2, 8};
+  AttnCases c = make_attention_cases({DType::f32, DType::f32}, true, s, W);
+  ReferenceBackend ref;
+  for (Backend* be : {&testing::under_test(), static_cast<Backend*>(&ref)}) {
+    const HostTensor out = c.fwd.run(*be).at(0);
+    const int64_t row = s.H * 3 * s.D, orow = s.H * s.D;  // floats per token of qkv, of out
+    for (int64_t i = W - 1; i < s.T; ++i) {
+      OpCase part(OpKind::attention, {{sub.qkv(), DType::f32}}, AttentionAttrs{true, DType::f32});
+      for (int64_t k = 0; k < W * row; ++k) part.input(0).set(k, c.fwd.input(0).get((i - W + 1) * row + k));
+      const HostTensor want = part.run(*be).at(0);
+      for (int64_t k = 0; k < orow; ++k) {
+        const float got = out.get(i * orow + k), w = want.get((W - 1) * orow + k);
+        if (be == &ref)
+          ASSERT_EQ(got, w) << be->name() << " row " << i;
+        else
+          ASSERT_NEAR(got, w, 1e-6f * (1 + std::fabs(w))) << be->name() << " row " << i;
+      }
+    }
+  }
 }
 
 // Large logits (q and k scaled by 10: logits ~ N(0, 100²) at D = 16): nearly one-hot rows whose
@@ -458,7 +506,8 @@ HostTensor nan_tensor(const Shape& shape, DType d) {
   return t;
 }
 
-DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype, int64_t Tmax, int32_t G = 1) {
+DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype, int64_t Tmax, int32_t G = 1,
+                        int32_t window = 0) {
   const int64_t B = qkv.shape[0], T = qkv.shape[1], KV = qkv.shape[2], D3 = qkv.shape[3], D = D3 / (G + 2);
   const int64_t H = KV * G;  // query heads: the output's; KV: the caches'
   const DType d = qkv.dtype;
@@ -467,8 +516,8 @@ DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype,
   const ValueId kc = g.add_input("k_cache", Shape{B, Tmax, KV, D}, d);
   const ValueId vc = g.add_input("v_cache", Shape{B, Tmax, KV, D}, d);
   const ValueId pos = g.add_input("pos", Shape{}, DType::i32);
-  const NodeId id = g.add_node(OpKind::attention_decode, {x, kc, vc, pos}, AttentionAttrs{true, softmax_dtype, G},
-                               "test", Phase::forward);
+  const NodeId id = g.add_node(OpKind::attention_decode, {x, kc, vc, pos},
+                               AttentionAttrs{true, softmax_dtype, G, window}, "test", Phase::forward);
   const ValueId out = g.node(id).out.at(0);
   g.mark_output(out);
   std::unique_ptr<Executor> ex;
@@ -538,6 +587,26 @@ TEST_P(BackendOpsAttention, AttentionDecodeMatchesAttention) {
       expect_close(dc.out, dr.out, coarser(p.d, p.s), what + " cpu decode vs ref decode");
       for (const DecodeResult* r : {&dc, &dr}) expect_caches_hold(*r, qkv, s, what);
     }
+}
+
+// With a sliding window the same holds against windowed attention (decode reads only the
+// window's cache rows).
+TEST_P(BackendOpsAttention, AttentionDecodeWithWindowMatchesAttention) {
+  LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_decode);
+  for (const DtypePair& p : {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32}})
+    for (int32_t window : {1, 4, 40})
+      for (const AttnShape& s : {AttnShape{2, 33, 3, 16}, AttnShape{1, 70, 2, 8, 2}}) {
+        const std::string what = attn_what("attention_decode", p, true, s) + " window=" + std::to_string(window);
+        OpCase full(OpKind::attention, {{s.qkv(), p.d}}, AttentionAttrs{true, p.s, s.G, window});
+        full.fill_random(next_seed());
+        const HostTensor& qkv = full.input(0);
+        const Outputs att = run_both(full);
+        ReferenceBackend ref;
+        const DecodeResult dc = run_decode(testing::under_test(), qkv, p.s, s.T + 3, s.G, window);
+        const DecodeResult dr = run_decode(ref, qkv, p.s, s.T + 3, s.G, window);
+        expect_bytes_equal(dr.out, att.ref[0], what + " ref decode vs ref attention");
+        expect_close(dc.out, att.got[0], coarser(p.d, p.s), what + " cpu decode vs cpu attention");
+      }
 }
 
 // Runs kv_cache_write on `be` for qkv [B, T, KV, (G+2)·D] into caches [B, Tmax, KV, D] that start
@@ -668,10 +737,22 @@ struct RopeShape {
   }
 };
 
+// Llama 3.1's scaling with a short original context, so that positions up to 4096 meet all three
+// bands of D = 64's frequencies.
+RopeAttrs llama3_rope(int32_t group, bool inverse) {
+  return RopeAttrs{.theta = 10000.f,
+                   .group = group,
+                   .inverse = inverse,
+                   .llama3_factor = 8.f,
+                   .low_freq_factor = 1.f,
+                   .high_freq_factor = 4.f,
+                   .original_max_position = 256};
+}
+
 // Positions drawn from [0, 4096): angles up to ~4096 radians, where the f32 angle matters.
-OpCase make_rope_case(DType d, const RopeShape& r, bool inverse) {
+OpCase make_rope_case(DType d, const RopeShape& r, bool inverse, bool llama3 = false) {
   OpCase oc(OpKind::rope, {{Shape{r.B, r.T, r.S, (r.group + 2) * r.D}, d}, {Shape{r.T}, DType::i32}},
-            RopeAttrs{.theta = 10000.f, .group = r.group, .inverse = inverse});
+            llama3 ? llama3_rope(r.group, inverse) : RopeAttrs{.theta = 10000.f, .group = r.group, .inverse = inverse});
   oc.fill_random(next_seed(), 4096);
   return oc;
 }
@@ -683,19 +764,21 @@ TEST_P(BackendOpsAttention, Rope) {
   for (DType d : kFloatTypes)
     for (bool inverse : {false, true})
       for (const RopeShape& r :
-           {RopeShape{1, 1, 1, 1, 2}, RopeShape{2, 7, 3, 1, 8}, RopeShape{1, 5, 1, 2, 6}, RopeShape{2, 33, 2, 3, 64}}) {
-        const std::string what = "rope " + dn(d) + (inverse ? " inverse " : " ") + r.str();
-        OpCase oc = make_rope_case(d, r, inverse);
-        const Outputs o = run_both(oc);
-        ASSERT_EQ(o.got.size(), 1u) << what;
-        expect_close(o.got[0], o.ref[0], d, what);
-        const int64_t W = (r.group + 2) * r.D;
-        for (int64_t row = 0; row < r.B * r.T * r.S; ++row)
-          for (int64_t e = (r.group + 1) * r.D; e < W; ++e) {
-            ASSERT_EQ(o.got[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
-            ASSERT_EQ(o.ref[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
-          }
-      }
+           {RopeShape{1, 1, 1, 1, 2}, RopeShape{2, 7, 3, 1, 8}, RopeShape{1, 5, 1, 2, 6}, RopeShape{2, 33, 2, 3, 64}})
+        for (bool llama3 : {false, true}) {
+          const std::string what =
+              "rope " + dn(d) + (inverse ? " inverse " : " ") + (llama3 ? "llama3 " : "") + r.str();
+          OpCase oc = make_rope_case(d, r, inverse, llama3);
+          const Outputs o = run_both(oc);
+          ASSERT_EQ(o.got.size(), 1u) << what;
+          expect_close(o.got[0], o.ref[0], d, what);
+          const int64_t W = (r.group + 2) * r.D;
+          for (int64_t row = 0; row < r.B * r.T * r.S; ++row)
+            for (int64_t e = (r.group + 1) * r.D; e < W; ++e) {
+              ASSERT_EQ(o.got[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
+              ASSERT_EQ(o.ref[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
+            }
+        }
 }
 
 // The definition on both backends: position 0 is the identity; with D = 2 the one frequency is 1,
@@ -723,6 +806,34 @@ TEST_P(BackendOpsAttention, RopeDefinition) {
     const HostTensor z = back.run(*be).at(0);
     for (int64_t i = 0; i < 18; ++i) EXPECT_NEAR(z.get(i), x.get(i), 1e-6 * (1 + std::fabs(x.get(i)))) << be->name();
   }
+}
+
+// llama3 frequencies against REFERENCE-models.md's values for Llama 3.1 (theta 5e5, D = 128,
+// factor 8, low 1, high 4, original 8192), computed there from transformers' formula: i = 0..28
+// kept, 29..34 blended, 35..63 divided by 8; at i = 30 the default frequency is 1.553415 times the
+// scaled one.
+TEST(RopeFrequencies, Llama3MatchesTransformersBands) {
+  const RopeAttrs plain{.theta = 500000.f};
+  RopeAttrs l3 = plain;
+  l3.llama3_factor = 8.f;
+  l3.low_freq_factor = 1.f;
+  l3.high_freq_factor = 4.f;
+  l3.original_max_position = 8192;
+  for (int64_t i = 0; i < 64; ++i) {
+    const double ratio = double{rope_inv_freq(plain, 128, i)} / rope_inv_freq(l3, 128, i);
+    if (i <= 28) {
+      EXPECT_EQ(ratio, 1.0) << i;
+    } else if (i >= 35) {
+      EXPECT_NEAR(ratio, 8.0, 1e-6) << i;
+    } else {
+      EXPECT_TRUE(ratio > 1.0 + 1e-3 && ratio < 8.0 - 1e-3) << i << " " << ratio;
+    }
+  }
+  EXPECT_NEAR(double{rope_inv_freq(plain, 128, 30)} / rope_inv_freq(l3, 128, 30), 1.553415, 2e-6);
+  EXPECT_NEAR(double{rope_inv_freq(plain, 128, 40)} / rope_inv_freq(l3, 128, 40), 8.0, 1e-6);
+  // The table is what the angle uses.
+  const RopeCosSin cs = rope_cos_sin(l3, 128, 40, 1000);
+  EXPECT_FLOAT_EQ(cs.cos, static_cast<float>(std::cos(1000.f * rope_inv_freq(l3, 128, 40))));
 }
 
 TEST(CpuThreadsAttention, Rope) {

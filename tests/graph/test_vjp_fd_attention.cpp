@@ -34,6 +34,16 @@ TEST_P(VjpFdAttention, QkvParameter) {
     });
 }
 
+// Sliding windows (of one key, and shorter than the sequence), multi-head and grouped-query.
+TEST_P(VjpFdAttention, SlidingWindow) {
+  for (int32_t window : {1, 2})
+    for (int32_t group : {1, 2})
+      check_vjp([window, group](const Scope& s) {
+        const ValueId qkv = s.param("qkv", Shape{2, 5, 2, (group + 2) * 4}, {});  // B=2, T=5, KV=2, D=4
+        return s.op(OpKind::attention, {qkv}, AttentionAttrs{true, DType::f32, group, window}).at(0);
+      });
+}
+
 // D = 3: the scale 3^-0.5 is not a power of two; T = 5 odd.
 TEST_P(VjpFdAttention, OddHeadDim) {
   check_vjp([](const Scope& s) {
@@ -60,20 +70,26 @@ TEST_P(VjpFdAttention, AfterDenseAndReshape) {
 
 // rope (a rotation of q and k by position) then attention, as in a model with model.position =
 // rope: positions out of order and large (big angles); multi-head and grouped-query (2 key/value
-// heads of 2 query heads each).
+// heads of 2 query heads each); with and without llama3 frequency scaling.
 TEST_P(VjpFdAttention, RopeThenAttention) {
-  for (int32_t group : {1, 2}) {
-    Options o;
-    o.int_inputs["positions"] = {7, 0, 1000, 3};
-    check_vjp(
-        [group](const Scope& s) {
-          const ValueId pos = s.graph().add_input("positions", Shape{4}, DType::i32);
-          const ValueId qkv = s.param("qkv", Shape{2, 4, 2, (group + 2) * 4}, {});  // B=2, T=4, KV=2, D=4
-          const ValueId roped = s.op1(OpKind::rope, {qkv, pos}, RopeAttrs{.theta = 100.f, .group = group});
-          return s.op(OpKind::attention, {roped}, AttentionAttrs{true, DType::f32, group}).at(0);
-        },
-        o);
-  }
+  for (int32_t group : {1, 2})
+    for (bool llama3 : {false, true}) {
+      Options o;
+      o.int_inputs["positions"] = {7, 0, 1000, 3};
+      check_vjp(
+          [group, llama3](const Scope& s) {
+            const ValueId pos = s.graph().add_input("positions", Shape{4}, DType::i32);
+            const ValueId qkv = s.param("qkv", Shape{2, 4, 2, (group + 2) * 4}, {});  // B=2, T=4, KV=2, D=4
+            RopeAttrs a{.theta = 100.f, .group = group};
+            if (llama3) {
+              a.llama3_factor = 4.f;
+              a.original_max_position = 16;
+            }
+            const ValueId roped = s.op1(OpKind::rope, {qkv, pos}, a);
+            return s.op(OpKind::attention, {roped}, AttentionAttrs{true, DType::f32, group}).at(0);
+          },
+          o);
+    }
 }
 
 // Grouped-query attention alone, full and causal: dk and dv sum over each group's query heads.
@@ -103,6 +119,29 @@ TEST(VjpRulesAttention, LseCotangentIsIgnored) {
     if (n.op == OpKind::grad_accumulate) {
       EXPECT_NE(n.in[0], g.grad_of(qkv));
     }
+  }
+}
+
+// The cost rules count the (query, key) pairs a mask leaves, here counted one by one through
+// AttentionAttrs::sees: full, causal, and windows shorter and longer than the sequence (4·B·H·D
+// FLOPs per pair forward, 10 backward).
+TEST(VjpRulesAttention, CostCountsTheUnmaskedPairs) {
+  constexpr int64_t B = 2, T = 37, KV = 2, G = 2, D = 8;
+  for (const AttentionAttrs at : {AttentionAttrs{false, DType::f32, G}, AttentionAttrs{true, DType::f32, G},
+                                  AttentionAttrs{true, DType::f32, G, 1}, AttentionAttrs{true, DType::f32, G, 5},
+                                  AttentionAttrs{true, DType::f32, G, 64}}) {
+    Graph g;
+    Scope root(g);
+    const ValueId qkv = root.param("qkv", Shape{B, T, KV, (G + 2) * D}, {});
+    const auto outs = root.op(OpKind::attention, {qkv}, at);
+    const ValueId dout = g.add_input("dout", Shape{B, T, KV * G, D}, DType::f32);
+    root.op(OpKind::attention_grad, {qkv, outs.at(1), dout}, at);
+    int64_t pairs = 0;
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t j = 0; j < T; ++j) pairs += at.sees(i, j);
+    const int64_t unit = B * KV * G * D * pairs;
+    EXPECT_EQ(node_cost(g, g.node(0)).flops, 4 * unit) << at.window;
+    EXPECT_EQ(node_cost(g, g.node(1)).flops, 10 * unit) << at.window;
   }
 }
 

@@ -1,8 +1,8 @@
 // `loom export hf` (src/train/hf_export.h): a run started from a fixture (GPT-2, Llama with a tied
-// and with an untied head), trained a few steps, exported and imported again has bit-identical
-// parameters; an export of the unchanged fixture is the fixture's model.safetensors tensor for
-// tensor; config.json and tokenizer.json describe the model as transformers wrote it. (transformers loading the export
-// and matching loom's greedy text was checked by hand with tools/check_hf_export.py: docs/ARCHITECTURE.md.)
+// and with an untied head, Llama 3.1's rope scaling, Qwen2 tied and untied, Mistral), trained a few steps, exported and
+// imported again has bit-identical parameters; an export of the unchanged fixture is the fixture's model.safetensors
+// tensor for tensor; config.json and tokenizer.json describe the model as transformers wrote it. (transformers loading
+// the export and matching loom's greedy text was checked by hand with tools/check_hf_export.py: docs/ARCHITECTURE.md.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,7 +53,9 @@ std::unique_ptr<Trainer> trained_checkpoint(Backend& be, const std::string& dir,
 }
 
 class HfExportOf : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportOf, ::testing::Values("gpt2", "llama_tied", "llama_untied"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportOf,
+                         ::testing::Values("gpt2", "llama_tied", "llama_untied", "llama3", "qwen2_tied", "qwen2_untied",
+                                           "mistral"));
 
 TEST_P(HfExportOf, RoundTripIsBitIdentical) {
   TempDir d;
@@ -90,7 +92,11 @@ TEST_P(HfExportOf, RoundTripIsBitIdentical) {
     EXPECT_EQ(back.param(path), trained->param(path)) << path;
     ++n;
   }
-  EXPECT_EQ(n, GetParam() == "gpt2" ? 2 + 2 * 12 + 2 : 1 + 2 * 7 + 1 + (GetParam() == "llama_untied"));
+  // GPT-2: wte, wpe, 12 per block, ln_f; Llama-style: the embedding, 7 per block (and Qwen2's q/k/v
+  // bias), the final norm and an untied head.
+  const bool untied = GetParam().ends_with("untied") || GetParam() == "llama3" || GetParam() == "mistral";
+  const int per_block = GetParam().starts_with("qwen2") ? 8 : 7;
+  EXPECT_EQ(n, GetParam() == "gpt2" ? 2 + 2 * 12 + 2 : 1 + 2 * per_block + 1 + untied);
 }
 
 TEST_P(HfExportOf, AnUnchangedImportExportsTheSameTensors) {

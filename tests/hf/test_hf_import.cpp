@@ -1,7 +1,9 @@
 // Hugging Face checkpoints in (src/io/hf.h, src/nn/models/hf_arch.h, src/train/model_source.h) against
-// tests/golden/hf/{gpt2, llama_tied, llama_untied}: random-weight GPT2LMHeadModel and
-// LlamaForCausalLM models (GQA; tied and untied heads) and the logits, loss and gradients
-// transformers computes for fixed ids (tools/make_hf_fixtures.py). loom started from each
+// tests/golden/hf/{gpt2, llama_tied, llama_untied, llama3, qwen2_tied, qwen2_untied, mistral}:
+// random-weight GPT2LMHeadModel, LlamaForCausalLM (GQA; tied and untied heads; Llama 3.1's llama3
+// rope scaling), Qwen2ForCausalLM (q/k/v biases) and MistralForCausalLM (a sliding window shorter
+// than the sequence) models and the logits, loss and gradients transformers computes for fixed
+// ids, and its greedy continuation (tools/make_hf_fixtures.py). loom started from each
 // directory must compute the same (float32; logits within 1e-4 absolute, the bound, and
 // 1e-5 relative to their range), on the training program, the evaluation program and the
 // sampler's one-token program, on the CPU backend and on the reference oracle. Then what the
@@ -164,7 +166,9 @@ TEST(HfLlama, ConfigMapsOntoTheLlamaVariant) {
 
 // Each fixture directory: GPT-2, Llama with a tied head, Llama with an untied one.
 class HfImport : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Fixtures, HfImport, ::testing::Values("gpt2", "llama_tied", "llama_untied"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfImport,
+                         ::testing::Values("gpt2", "llama_tied", "llama_untied", "llama3", "qwen2_tied", "qwen2_untied",
+                                           "mistral"));
 
 TEST_P(HfImport, LogitsAndLossEqualTransformers) {
   const Expected e = expected(GetParam());
@@ -219,6 +223,82 @@ TEST_P(HfImport, SamplerLogitsEqualTransformers) {
   expect_logits_match(logits, e, "sampler");
   ASSERT_NE(src.tokenizer(), nullptr);
   EXPECT_EQ(src.tokenizer()->kind(), TokenizerKind::hf);
+}
+
+// The fixtures of the families after Llama: transformers' greedy continuation (32 tokens after
+// inputs[0], the first maximum of a full forward pass per token) is loom's, on both backends:
+// the prompt through the prefill program, then token by token through the KV-cached decoder.
+class HfGreedy : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfGreedy, ::testing::Values("llama3", "qwen2_tied", "qwen2_untied", "mistral"));
+
+TEST_P(HfGreedy, ContinuationEqualsTransformers) {
+  const Expected e = expected(GetParam());
+  const ModelSource src(hf_golden(GetParam()));
+  const std::vector<int32_t> in = e.ids("inputs"), want = e.ids("greedy");
+  ASSERT_EQ(want.size(), 32u);
+  for (Device dev : {Device::cpu, Device::reference}) {
+    auto be = make_backend(dev);
+    Sampler s(src.config(), *be);
+    src.load_params(s.executor());
+    std::span<const float> l = s.prefill(std::span<const int32_t>(in.data(), 8));
+    std::vector<int32_t> got;
+    while (got.size() < want.size()) {
+      got.push_back(static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()));
+      l = s.feed(got.back());
+    }
+    EXPECT_EQ(got, want) << GetParam() << " on " << be->name();
+  }
+}
+
+TEST(HfFamilies, ConfigsMapOntoTheirVariants) {
+  Config c = fixture_config(hf_golden("llama3"));
+  EXPECT_EQ(c.model.rope_scaling, RopeScaling::llama3);
+  EXPECT_EQ(c.model.rope_factor, 8.0);
+  EXPECT_EQ(c.model.rope_low_freq_factor, 1.0);
+  EXPECT_EQ(c.model.rope_high_freq_factor, 4.0);
+  EXPECT_EQ(c.model.rope_original_max_position, 64);
+  EXPECT_EQ(c.model.max_seq_len, 128);
+  EXPECT_FALSE(c.model.qkv_bias);
+  for (const bool tied : {true, false}) {
+    c = fixture_config(hf_golden(tied ? "qwen2_tied" : "qwen2_untied"));
+    EXPECT_TRUE(c.model.qkv_bias);
+    EXPECT_FALSE(c.model.use_bias);
+    EXPECT_EQ(c.model.tie_embeddings, tied);
+    EXPECT_EQ(c.model.rope_theta, 1e6);
+    EXPECT_EQ(c.model.rope_scaling, RopeScaling::none);
+    EXPECT_EQ(c.model.sliding_window, 0);
+    EXPECT_EQ(c.model.vocab_size, 320);
+  }
+  c = fixture_config(hf_golden("mistral"));
+  EXPECT_EQ(c.model.sliding_window, 4);
+  EXPECT_EQ(c.model.num_kv_heads, 2);
+  EXPECT_FALSE(c.model.qkv_bias || c.model.use_bias);
+  // The window fixes the key; a configuration may not contradict it.
+  const std::string m = user_error([] {
+    default_config({"model.init_from=" + hf_golden("mistral"), "model.sliding_window=8", "data.kind=random_tokens"});
+  });
+  EXPECT_NE(m.find("model.sliding_window: is 8, but the model of model.init_from has sliding_window = 4"),
+            std::string::npos)
+      << m;
+}
+
+// transformers 4.x's spelling of Llama 3.1's config (a top-level rope_theta and rope_scaling with
+// "type") gives the same model.
+TEST(HfFamilies, ReadsTransformers4Llama3Configs) {
+  TempDir d;
+  nlohmann::json config = nlohmann::json::parse(read_file(hf_golden("llama3/config.json")));
+  nlohmann::json rope = config["rope_parameters"];
+  config.erase("rope_parameters");
+  config["rope_theta"] = rope["rope_theta"];
+  rope.erase("rope_theta");
+  rope["type"] = rope["rope_type"];
+  rope.erase("rope_type");
+  config["rope_scaling"] = rope;
+  write_file(d.path("config.json"), config.dump());
+  fs::copy_file(hf_golden("llama3/model.safetensors"), d.path("model.safetensors"));
+  const Expected e = expected("llama3");
+  const auto [logits, loss] = forward(fixture_config(d.path()), e);
+  expect_logits_match(logits, e, "transformers 4.x llama3 config");
 }
 
 // The fixture rewritten: bfloat16 or float16 values, two shards with an index, GPT2Model names
@@ -366,26 +446,31 @@ TEST(HfLlama, RefusesOptionsItCannotRun) {
   EXPECT_NE(m.find("config.json: \"hidden_act\" is \"gelu\""), std::string::npos) << m;
   m = llama([](J& c, Ts&) { c["attention_bias"] = true; });
   EXPECT_NE(m.find("\"attention_bias\" is true"), std::string::npos) << m;
-  m = llama([](J& c, Ts&) { c["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "llama3"}}; });
-  EXPECT_NE(m.find("\"rope_parameters\" asks for rope_type \"llama3\""), std::string::npos) << m;
+  m = llama([](J& c, Ts&) { c["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "yarn"}}; });
+  EXPECT_NE(m.find("\"rope_parameters.rope_type\" is \"yarn\"; loom runs the rope types \"default\" and "
+                   "\"llama3\""),
+            std::string::npos)
+      << m;
   m = llama([](J& c, Ts&) {  // transformers 4.x's spelling
     c.erase("rope_parameters");
     c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
   });
-  EXPECT_NE(m.find("\"rope_scaling\" asks for rope_type \"linear\""), std::string::npos) << m;
+  EXPECT_NE(m.find("\"rope_scaling.rope_type\" is \"linear\""), std::string::npos) << m;
   m = llama([](J& c, Ts&) {  // a stale 4.x block beside 5's: transformers 5 applies it
-    c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+    c["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 8.0}};
   });
-  EXPECT_NE(m.find("\"rope_scaling\" asks for rope_type \"llama3\""), std::string::npos) << m;
+  EXPECT_NE(m.find("\"rope_scaling.rope_type\" is \"dynamic\""), std::string::npos) << m;
   m = llama([](J& c, Ts&) { c["num_key_value_heads"] = 3; });
   EXPECT_NE(m.find("\"num_key_value_heads\" does not divide"), std::string::npos) << m;
   m = llama([](J& c, Ts&) { c["head_dim"] = 16; });
   EXPECT_NE(m.find("\"head_dim\" × num_attention_heads is not hidden_size"), std::string::npos) << m;
   m = llama([](J& c, Ts&) {
-    c["model_type"] = "qwen2";
-    c["architectures"] = {"Qwen2ForCausalLM"};
+    c["model_type"] = "smollm3";
+    c["architectures"] = {"SmolLM3ForCausalLM"};
   });
-  EXPECT_NE(m.find("Qwen2ForCausalLM has biases on q_proj, k_proj and v_proj"), std::string::npos) << m;
+  EXPECT_NE(m.find("SmolLM3ForCausalLM skips rotary embeddings in the layers its \"no_rope_layers\" names"),
+            std::string::npos)
+      << m;
   // Tensors: the untied head is required, misshapen q/k/v are named.
   m = llama([](J&, Ts& ts) {
     ts.erase(std::find_if(ts.begin(), ts.end(), [](const StTensor& t) { return t.name == "lm_head.weight"; }));
@@ -395,6 +480,27 @@ TEST(HfLlama, RefusesOptionsItCannotRun) {
   EXPECT_NE(m.find("'model.layers.1.self_attn.k_proj.weight' is [32, 16]; config.json's model needs [16, 32]"),
             std::string::npos)
       << m;
+}
+
+TEST(HfFamilies, RefusesWhatTheyCannotRun) {
+  using J = nlohmann::json;
+  using Ts = std::vector<StTensor>;
+  std::string m = import_error([](J& c, Ts&) { c["use_sliding_window"] = true; }, "qwen2_untied");
+  EXPECT_NE(m.find("config.json: \"use_sliding_window\" is true"), std::string::npos) << m;
+  EXPECT_NE(m.find("use_sliding_window = false"), std::string::npos) << m;
+  m = import_error([](J& c, Ts&) { c["layer_types"][1] = "sliding_attention"; }, "qwen2_untied");
+  EXPECT_NE(m.find("\"layer_types\" has \"sliding_attention\""), std::string::npos) << m;
+  m = import_error(
+      [](J&, Ts& ts) {
+        ts.erase(std::find_if(ts.begin(), ts.end(),
+                              [](const StTensor& t) { return t.name == "model.layers.0.self_attn.k_proj.bias"; }));
+      },
+      "qwen2_untied");
+  EXPECT_NE(m.find("tensor 'model.layers.0.self_attn.k_proj.bias' is missing"), std::string::npos) << m;
+  m = import_error([](J& c, Ts&) { c["rope_parameters"].erase("low_freq_factor"); }, "llama3");
+  EXPECT_NE(m.find("\"rope_parameters.low_freq_factor\" is missing"), std::string::npos) << m;
+  m = import_error([](J& c, Ts&) { c["rope_parameters"]["high_freq_factor"] = 0.5; }, "llama3");
+  EXPECT_NE(m.find("\"rope_parameters.high_freq_factor\" is not above low_freq_factor"), std::string::npos) << m;
 }
 
 TEST(HfLlama, ReadsTransformers4ConfigsAndOldBuffers) {

@@ -26,7 +26,8 @@
 // values, never on the thread count or the schedule.
 //
 // Causal masking: query rows [r0, r1) see only keys [0, r1), so each block of kBq rows computes
-// its products against those keys and skips the blocks above the diagonal; inside the diagonal
+// its products against those keys and skips the blocks above the diagonal (with a sliding window
+// also the whole kBq-blocks of keys before the window of row r0: Geometry::block_first_key); inside the diagonal
 // block the masked weights are zeroed, and product() also leaves out the tiles and terms of it
 // that are all masked (Skip). Without the mask one block covers all rows and keys. The backward's
 // dV and dK (sums over query rows) accumulate block by block. Skipped and zeroed terms are exact
@@ -89,7 +90,8 @@ struct Geometry {
   int64_t B, T, KV, G, H, D;
   DType d, s;  // qkv dtype, softmax dtype
   bool causal;
-  float scale;  // round_d(D^-0.5)
+  int64_t window;  // 0: none (AttentionAttrs::window)
+  float scale;     // round_d(D^-0.5)
   explicit Geometry(const TensorArg& qkv, const AttentionAttrs& at)
       : B(qkv.shape[0]),
         T(qkv.shape[1]),
@@ -100,6 +102,7 @@ struct Geometry {
         d(qkv.dtype),
         s(at.softmax_dtype),
         causal(at.causal),
+        window(at.window),
         scale(round_to(qkv.dtype, static_cast<float>(std::pow(static_cast<double>(D), -0.5)))) {}
   // Offset of element 0 of query head h's part (0 = its q, 1 = its group's k, 2 = v) of row (b, t)
   // in qkv / dqkv.
@@ -109,14 +112,19 @@ struct Geometry {
   }
   int64_t qkv_ld() const { return KV * (G + 2) * D; }  // between rows t of qkv
   int64_t out_at(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * H + h) * D; }
-  // Number of keys query row i sees.
+  // Query row i sees keys [first_key(i), keys(i)).
   int64_t keys(int64_t i) const { return causal ? i + 1 : T; }
-  // Query rows per block, and the keys [0, block_keys(r1)) that the block ending at row r1 sees.
+  int64_t first_key(int64_t i) const { return window > 0 ? std::max<int64_t>(0, i - window + 1) : 0; }
+  // Query rows per block, and the keys [block_first_key(r0), block_keys(r1)) that the block of rows
+  // [r0, r1) computes: with a window it starts at the first key of row r0 rounded down to a block
+  // (whole vectors, so Kᵀ's columns from it stay aligned), so a block's work is O(window + kBq),
+  // not O(T). Keys outside a row's window inside that range are masked like the causal ones.
   int64_t block_rows() const { return causal ? std::min(kBq, T) : T; }
+  int64_t block_first_key(int64_t r0) const { return first_key(r0) / kBq * kBq; }
   int64_t block_keys(int64_t r1) const { return causal ? r1 : T; }
-  // The width the row loops of row i run over in a block of c keys: its keys rounded up to whole
-  // vectors, so the vectorised exp has no scalar tail; past it the row is all masked (weight 0).
-  int64_t row_width(int64_t i, int64_t c) const { return std::min(c, whole_vectors(keys(i))); }
+  // The width the row loops of row i run over in a block of c keys from k0: its keys rounded up to
+  // whole vectors, so the vectorised exp has no scalar tail; past it the row is all masked (weight 0).
+  int64_t row_width(int64_t i, int64_t k0, int64_t c) const { return std::min(c, whole_vectors(keys(i) - k0)); }
   // Columns of the transposed Kᵀ and Vᵀ, and the most a block's logits have per row.
   int64_t Tp() const { return whole_vectors(T); }
   // Whether the block products go through product() rather than sgemm.
@@ -204,20 +212,23 @@ void transpose(const Geometry& g, const Rows& x, float* Xt) {
   }
 }
 
-// S = round_s(Q[r0, r1)·K[0, c)ᵀ) (Kt = Kᵀ when g.hand()), [r1 − r0, c] with row stride
+// S = round_s(Q[r0, r1)·K[k0, k0 + c)ᵀ) (Kt = Kᵀ when g.hand()), [r1 − r0, c] with row stride
 // whole_vectors(c), with the masked logits within each row's width set to −inf: they drop out of
 // the row's max, and exp of them is exactly 0, so the row loops run over whole vectors instead of
 // each row's own length (its sums gain only exact zeros). Past its width a row is left unset
 // (product() may skip it).
-void logits(const Geometry& g, const float* Q, const Rows& K, const float* Kt, int64_t r0, int64_t r1, int64_t c,
-            float* S) {
+void logits(const Geometry& g, const float* Q, const Rows& K, const float* Kt, int64_t r0, int64_t r1, int64_t k0,
+            int64_t c, float* S) {
   const int64_t cp = whole_vectors(c);
-  mul(g, {false, r1 - r0, c, g.D, Q + r0 * g.D, g.D, Kt, g.Tp(), S, cp, false, Skip::cols, r0, K.p, K.ld});
+  mul(g, {false, r1 - r0, c, g.D, Q + r0 * g.D, g.D, Kt ? Kt + k0 : nullptr, g.Tp(), S, cp, false, Skip::cols, r0 - k0,
+          K.p + k0 * K.ld, K.ld});
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (int64_t i = r0; i < r1; ++i) {
     float* row = S + (i - r0) * cp;
-    const int64_t w = g.row_width(i, c);
+    const int64_t w = g.row_width(i, k0, c);
     round_inplace(row, w, g.s);
-    std::fill(row + g.keys(i), row + w, -std::numeric_limits<float>::infinity());
+    std::fill(row + g.keys(i) - k0, row + w, kMasked);
+    std::fill(row, row + g.first_key(i) - k0, kMasked);
   }
 }
 
@@ -316,15 +327,16 @@ void cpu_attention(const KernelArgs& a) {
     const Slice o = out_rows(g, out, b, h);
     const Rows O = result(g, o, g.d == DType::f32, fb.O);
     for (int64_t r0 = 0; r0 < T; r0 += bq) {
-      const int64_t r1 = std::min(T, r0 + bq), c = g.block_keys(r1), cp = whole_vectors(c);
-      logits(g, Q, K, fb.Kt, r0, r1, c, S);
+      const int64_t r1 = std::min(T, r0 + bq), k0 = g.block_first_key(r0), c = g.block_keys(r1) - k0;
+      const int64_t cp = whole_vectors(c);
+      logits(g, Q, K, fb.Kt, r0, r1, k0, c, S);
       for (int64_t i = r0; i < r1; ++i) {
         float* row = S + (i - r0) * cp;
-        const int64_t w = g.row_width(i, c);
+        const int64_t w = g.row_width(i, k0, c);
         lse[pr * T + i] = softmax_weights(g, row, w);
         std::fill(row + w, row + c, 0.f);
       }
-      mul(g, {false, r1 - r0, D, c, S, cp, V.p, V.ld, O.p + r0 * O.ld, O.ld, false, Skip::k_hi, r0});
+      mul(g, {false, r1 - r0, D, c, S, cp, V.p + k0 * V.ld, V.ld, O.p + r0 * O.ld, O.ld, false, Skip::k_hi, r0 - k0});
     }
     store(g, O, o);
   }
@@ -388,43 +400,45 @@ void cpu_attention_grad(const KernelArgs& a) {
       const Slice dq = qkv_part(g, dqkv, b, h, 0);
       const Rows dQ = result(g, dq, in_place, bb.dQ);
       for (int64_t r0 = 0; r0 < T; r0 += bq) {
-        const int64_t r1 = std::min(T, r0 + bq), m = r1 - r0, c = g.block_keys(r1), cp = whole_vectors(c);
-        logits(g, Q, K, Kt, r0, r1, c, P);
+        const int64_t r1 = std::min(T, r0 + bq), m = r1 - r0, k0 = g.block_first_key(r0), c = g.block_keys(r1) - k0;
+        const int64_t cp = whole_vectors(c);
+        logits(g, Q, K, Kt, r0, r1, k0, c, P);
         // P, W and dS are zero past each row's width, up to the padded stride cp (so the whole
         // block rounds and copies as one run).
         for (int64_t i = r0; i < r1; ++i) {
           float* row = P + (i - r0) * cp;
-          const int64_t w = g.row_width(i, c);
+          const int64_t w = g.row_width(i, k0, c);
           const float l = lse[pr * T + i];
           for (int64_t j = 0; j < w; ++j) row[j] = exp_f32(row[j] - l);
           std::fill(row + w, row + cp, 0.f);
         }
         round_inplace(P, m * cp, g.s);
-        // dV[0, c) += W[r0, r1)ᵀ·dO[r0, r1)
+        // dV[k0, k0 + c) += W[r0, r1)ᵀ·dO[r0, r1)
         const float* W = P;
         if (!w_is_p) {
           std::copy(P, P + m * cp, dS);
           round_inplace(dS, m * cp, g.d);
           W = dS;
         }
-        mul(g, {true, c, D, m, W, cp, dO.p + r0 * dO.ld, dO.ld, dV.p, dV.ld, true, Skip::k_lo, r0});
-        // dP = round_s(round_d(dO[r0, r1)·V[0, c)ᵀ)), then dS row by row in place.
-        mul(g, {false, m, c, D, dO.p + r0 * dO.ld, dO.ld, Vt, Tp, dS, cp, false, Skip::cols, r0, V.p, V.ld});
+        mul(g, {true, c, D, m, W, cp, dO.p + r0 * dO.ld, dO.ld, dV.p + k0 * dV.ld, dV.ld, true, Skip::k_lo, r0 - k0});
+        // dP = round_s(round_d(dO[r0, r1)·V[k0, k0 + c)ᵀ)), then dS row by row in place.
+        mul(g, {false, m, c, D, dO.p + r0 * dO.ld, dO.ld, Vt ? Vt + k0 : nullptr, Tp, dS, cp, false, Skip::cols,
+                r0 - k0, V.p + k0 * V.ld, V.ld});
         round_inplace(dS, m * cp, g.d);
         if (rounding_changes(g.d, g.s)) round_inplace(dS, m * cp, g.s);
         for (int64_t i = r0; i < r1; ++i) {
           float* ds = dS + (i - r0) * cp;
           const float* p = P + (i - r0) * cp;
-          const int64_t n = g.keys(i), w = g.row_width(i, c);
+          const int64_t n = g.keys(i) - k0, w = g.row_width(i, k0, c);
           // The row sum over the keys only (see the header: FMA contraction differs in dot_f32's tail).
           const float rs = dot_f32(p, ds, n);
           for (int64_t j = 0; j < w; ++j) ds[j] = p[j] * (ds[j] - rs);
           std::fill(ds + n, ds + cp, 0.f);
         }
         round_inplace(dS, m * cp, g.s);
-        // dQ[r0, r1) = dS·K[0, c), dK[0, c) += dSᵀ·Q[r0, r1)
-        mul(g, {false, m, D, c, dS, cp, K.p, K.ld, dQ.p + r0 * dQ.ld, dQ.ld, false, Skip::k_hi, r0});
-        mul(g, {true, c, D, m, dS, cp, Q + r0 * D, D, dK.p, dK.ld, true, Skip::k_lo, r0});
+        // dQ[r0, r1) = dS·K[k0, k0 + c), dK[k0, k0 + c) += dSᵀ·Q[r0, r1)
+        mul(g, {false, m, D, c, dS, cp, K.p + k0 * K.ld, K.ld, dQ.p + r0 * dQ.ld, dQ.ld, false, Skip::k_hi, r0 - k0});
+        mul(g, {true, c, D, m, dS, cp, Q + r0 * D, D, dK.p + k0 * dK.ld, dK.ld, true, Skip::k_lo, r0 - k0});
       }
       const bool round_dq_d = rounding_changes(g.s, g.d);
       for (int64_t t = 0; t < T; ++t) {
@@ -442,10 +456,11 @@ void cpu_attention_grad(const KernelArgs& a) {
 }
 
 // One decoding step (KV cache): copy the token's k, v (one per key/value head) into cache row pos,
-// then per (b, h), h a query head reading its group's cache rows, one
-// query against rows [0, pos]: logits by dot products (f32, fixed order), the same softmax and
-// roundings as cpu_attention, out = round_d(Σ_j w_j·v_j) accumulated over j in order. The work is
-// tiny (B·H·(pos+1)·D multiply-adds), so pairs go parallel only when there are enough of them.
+// then per (b, h), h a query head reading its group's cache rows, one query against rows [0, pos]
+// (with a window W, rows [pos − W + 1, pos] only): logits by dot products (f32, fixed order), the
+// same softmax and roundings as cpu_attention, out = round_d(Σ_j w_j·v_j) accumulated over j in
+// order. The work is tiny (B·H·(pos+1)·D multiply-adds), so pairs go parallel only when there are
+// enough of them.
 // Workspace, per thread: q, a cache row (k or v), o [D] and the weights [Tmax] (sized for the
 // longest prefix: the plan cannot know pos).
 namespace {
@@ -501,7 +516,8 @@ void cpu_attention_decode(const KernelArgs& a) {
   // Row t of query head h's key/value head in a cache [B, Tmax, KV, D].
   auto cache_at = [&](int64_t b, int64_t t, int64_t h) { return ((b * Tmax + t) * g.KV + h / g.G) * D; };
   store_kv(g, qkv, kc, vc, 0, pos);
-  const int64_t n = int64_t{pos} + 1, pairs = g.B * g.H;
+  // Rows [lo, pos] (a window's last rows), n of them: w[j] is row lo + j's weight.
+  const int64_t lo = g.first_key(pos), n = int64_t{pos} + 1 - lo, pairs = g.B * g.H;
   const bool round_q_d = g.d != DType::f32, round_s = rounding_changes(g.d, g.s);
   // bf16 caches read in place: the same products as on widened copies, without a copy per row
   // (perf put this op, copying row by row, at a quarter of a bf16 GPT-2 token's time).
@@ -522,12 +538,12 @@ void cpu_attention_decode(const KernelArgs& a) {
     for (int64_t j = 0; j < n; ++j) {
       // A head's rows lie KV·D apart: prefetched 8 ahead, as the hardware does not (bf16 GPT-2
       // decode 53 → 68 tok/s; the loads of these rows had most of the op's time).
-      if (j + 8 < n) prefetch_row(kc, cache_at(b, j + 8, h), D);
+      if (j + 8 < n) prefetch_row(kc, cache_at(b, lo + j + 8, h), D);
       if (bf16_rows) {  // the row read as bf16, widened inside the dot product
-        w[j] = dot_f32(q, kc.as<uint16_t>() + cache_at(b, j, h), D);
+        w[j] = dot_f32(q, kc.as<uint16_t>() + cache_at(b, lo + j, h), D);
         continue;
       }
-      const float* kj = row_f32(kc, cache_at(b, j, h), D, k);
+      const float* kj = row_f32(kc, cache_at(b, lo + j, h), D, k);
       if (round_s) {
         if (kj != k) std::copy(kj, kj + D, k);
         round_inplace(k, D, g.s);
@@ -539,13 +555,13 @@ void cpu_attention_decode(const KernelArgs& a) {
     softmax_weights(g, w, n);
     std::fill(o, o + D, 0.f);
     for (int64_t j = 0; j < n; ++j) {
-      if (j + 8 < n) prefetch_row(vc, cache_at(b, j + 8, h), D);
+      if (j + 8 < n) prefetch_row(vc, cache_at(b, lo + j + 8, h), D);
       if (bf16_rows) {
-        const uint16_t* vj = vc.as<uint16_t>() + cache_at(b, j, h);
+        const uint16_t* vj = vc.as<uint16_t>() + cache_at(b, lo + j, h);
         for (int64_t e = 0; e < D; ++e) o[e] += w[j] * bf16_to_f32(vj[e]);
         continue;
       }
-      const float* vj = row_f32(vc, cache_at(b, j, h), D, k);
+      const float* vj = row_f32(vc, cache_at(b, lo + j, h), D, k);
       for (int64_t e = 0; e < D; ++e) o[e] += w[j] * vj[e];
     }
     store_f32(o, out.data, g.d, g.out_at(b, 0, h), D);
@@ -604,7 +620,7 @@ void cpu_rope(const KernelArgs& a) {
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < half; ++i) {
-        const RopeCosSin cs = rope_cos_sin(at.theta, D, i, positions[t]);
+        const RopeCosSin cs = rope_cos_sin(at, D, i, positions[t]);
         sp.table[t * D + i] = cs.cos;
         sp.table[t * D + half + i] = at.inverse ? -cs.sin : cs.sin;
       }

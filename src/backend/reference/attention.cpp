@@ -73,7 +73,7 @@ Operands operands(const TensorArg& qkv, const Dims& n, int64_t b, int64_t h, con
       double acc = 0;
       for (int64_t e = 0; e < n.D; ++e)
         acc += o.qs[static_cast<size_t>(i * n.D + e)] * o.ks[static_cast<size_t>(j * n.D + e)];
-      o.logits[static_cast<size_t>(i * n.T + j)] = at.causal && j > i ? finfo_min(s) : rs(acc);
+      o.logits[static_cast<size_t>(i * n.T + j)] = at.sees(i, j) ? rs(acc) : finfo_min(s);
     }
   return o;
 }
@@ -144,7 +144,7 @@ void ref_attention_grad(const KernelArgs& a) {
         const double l_i = ld(lse, n.lse(b, h, i));
         for (int64_t j = 0; j < n.T; ++j) {
           const auto k = static_cast<size_t>(i * n.T + j);
-          p[k] = at.causal && j > i ? 0.0 : rs(std::exp(o.logits[k] - l_i));
+          p[k] = at.sees(i, j) ? rs(std::exp(o.logits[k] - l_i)) : 0.0;
         }
       }
       // dv[j] = round_d(Σ_heads Σ_i w[i, j]·dout[i])
@@ -204,8 +204,9 @@ void store_kv(const TensorArg& qkv, const TensorArg& kc, const TensorArg& vc, co
 }
 }  // namespace
 
-// Writes k, v of the token into cache row pos, then the attention of its query over rows [0, pos]:
-// ref_attention's row pos (masked keys contribute exp(finfo_min − max) = 0 there, exactly).
+// Writes k, v of the token into cache row pos, then the attention of its query over rows [lo, pos]
+// (lo = 0, or with a window the first row it sees): ref_attention's row pos (masked keys
+// contribute exp(finfo_min − max) = 0 there, exactly).
 void ref_attention_decode(const KernelArgs& a) {
   const auto& at = std::get<AttentionAttrs>(a.node.attrs);
   const TensorArg& qkv = a.in[0];
@@ -224,10 +225,12 @@ void ref_attention_decode(const KernelArgs& a) {
   auto cache = [&](int64_t b, int64_t t, int64_t h, int64_t e) { return ((b * Tmax + t) * n.KV + h / n.G) * n.D + e; };
   store_kv(qkv, kc, vc, n, 0, pos);
   std::vector<double> l(static_cast<size_t>(pos) + 1);
+  int64_t lo = 0;
+  while (!at.sees(pos, lo)) ++lo;
   for (int64_t b = 0; b < n.B; ++b)
     for (int64_t h = 0; h < n.H; ++h) {
       double mx = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j <= pos; ++j) {
+      for (int64_t j = lo; j <= pos; ++j) {
         double acc = 0;
         for (int64_t e = 0; e < n.D; ++e)
           acc += rs(rnd(d, ld(qkv, n.qkv(b, 0, h, 0, e)) * scale)) * rs(ld(kc, cache(b, j, h, e)));
@@ -235,15 +238,15 @@ void ref_attention_decode(const KernelArgs& a) {
         mx = std::fmax(mx, rs(acc));
       }
       double sum = 0;
-      for (int64_t j = 0; j <= pos; ++j) sum += std::exp(l[static_cast<size_t>(j)] - mx);
-      for (int64_t j = 0; j <= pos; ++j) {
+      for (int64_t j = lo; j <= pos; ++j) sum += std::exp(l[static_cast<size_t>(j)] - mx);
+      for (int64_t j = lo; j <= pos; ++j) {
         double p = std::exp(l[static_cast<size_t>(j)] - mx) / sum;
         if (s != DType::f32) p = rnd(s, p);
         l[static_cast<size_t>(j)] = rnd(d, p);  // w
       }
       for (int64_t e = 0; e < n.D; ++e) {
         double acc = 0;
-        for (int64_t j = 0; j <= pos; ++j) acc += l[static_cast<size_t>(j)] * ld(vc, cache(b, j, h, e));
+        for (int64_t j = lo; j <= pos; ++j) acc += l[static_cast<size_t>(j)] * ld(vc, cache(b, j, h, e));
         st(out, n.out(b, 0, h, e), acc);
       }
     }
@@ -275,7 +278,7 @@ void ref_rope(const KernelArgs& a) {
         const int64_t row = ((b * T + t) * S + r) * W;
         for (int64_t p = 0; p + 1 < parts; ++p)
           for (int64_t i = 0; i < half; ++i) {
-            const RopeCosSin cs = rope_cos_sin(at.theta, D, i, pos);
+            const RopeCosSin cs = rope_cos_sin(at, D, i, pos);
             const double c = cs.cos, s = at.inverse ? -double{cs.sin} : double{cs.sin};
             const int64_t i1 = row + p * D + i, i2 = i1 + half;
             const double x1 = ld(x, i1), x2 = ld(x, i2);

@@ -7,7 +7,8 @@
 // operand's dtype: 0.353515625 for bf16 and D = 8; exact for D a power of 4):
 //
 //   qs[i] = round_s(round_d(q[i]·scale))            ks[j] = round_s(k[j])
-//   logits[i, j] = round_s(Σ_d qs[i, d]·ks[j, d])   causal and j > i: finfo(s).min
+//   logits[i, j] = round_s(Σ_d qs[i, d]·ks[j, d])   masked (causal and j > i, or a window W and
+//                                                    j <= i − W): finfo(s).min
 //   p[i, j] = softmax_j(logits[i, :])                computed in f32/double, round_s'd when s is 16-bit
 //   w = round_d(p)                                   out[i] = round_d(Σ_j w[i, j]·v[j])
 //   lse[i] = log Σ_j exp(logits[i, j])               f32, saved for the backward
@@ -30,6 +31,8 @@
 // scratch (flash-attention style), so the plan never holds a B·H·T² buffer.
 // FLOPs: forward 4·B·H·T²·D (QKᵀ and PV); backward 8·B·H·T²·D (dV, dP, dQ, dK) plus 2·B·H·T²·D
 // to recompute the logits.
+#include <algorithm>
+
 #include "graph/ops/rules.h"
 
 namespace loom {
@@ -45,6 +48,8 @@ Heads check_qkv(const Graph& g, const Node& n, const Value& qkv) {
   const auto& a = attrs_of<AttentionAttrs>(n);
   if (!dtype_is_float(a.softmax_dtype)) op_fail(g, n, "softmax_dtype must be a float dtype");
   if (a.group < 1) op_fail(g, n, "attrs.group (query heads per key/value head) must be >= 1");
+  if (a.window < 0 || (a.window > 0 && !a.causal))
+    op_fail(g, n, "attrs.window must be 0 (none) or, with attrs.causal, the keys a query sees (itself included)");
   if (!dtype_is_float(qkv.dtype)) op_fail(g, n, "qkv must be a float dtype");
   if (qkv.shape.rank != 4) op_fail(g, n, "qkv must have rank 4: [batch, length, kv heads, (group+2)·head_dim]");
   const int64_t parts = a.group + 2;
@@ -81,12 +86,19 @@ void infer_attention(const Graph& g, const Node& n, ValueDesc* out) {
 }
 
 namespace {
+// The (query, key) pairs of T rows that are not masked: T² in full, T·(T+1)/2 causal, and with a
+// window W each row's last min(i + 1, W) keys, W·(W+1)/2 + (T − W)·W for T >= W.
+int64_t unmasked_pairs(const AttentionAttrs& a, int64_t T) {
+  if (!a.causal) return T * T;
+  if (a.window == 0 || a.window >= T) return T * (T + 1) / 2;
+  const int64_t W = a.window;
+  return W * (W + 1) / 2 + (T - W) * W;
+}
 // B·H·(query, key) pairs·D: the unit of attention's FLOPs (H query heads: the key/value heads are
-// shared, the products are not). Causal attention counts only the T·(T+1)/2 unmasked pairs.
+// shared, the products are not), counting only the unmasked pairs.
 int64_t attention_units(const Graph& g, const Node& n) {
   const Heads h = check_qkv(g, n, in_val(g, n, 0));
-  const int64_t pairs = attrs_of<AttentionAttrs>(n).causal ? h.T * (h.T + 1) / 2 : h.T * h.T;
-  return h.B * h.H * pairs * h.D;
+  return h.B * h.H * unmasked_pairs(attrs_of<AttentionAttrs>(n), h.T) * h.D;
 }
 }  // namespace
 
@@ -132,11 +144,13 @@ void infer_attention_decode(const Graph& g, const Node& n, ValueDesc* out) {
   out[0] = {Shape{h.B, 1, h.H, h.D}, qkv.dtype};
 }
 
-// At the last position (pos = Tmax − 1, the most expensive step): 4·B·H·Tmax·D (every query head
-// against its group's cache rows), and every cache row read.
+// At the last position (pos = Tmax − 1, the most expensive step): 4·B·H·R·D, R = Tmax cache rows
+// (or the window's, when shorter) against every query head of their group, and every cache row read.
 OpCost cost_attention_decode(const Graph& g, const Node& n) {
   const Value& kc = in_val(g, n, 1);
-  return OpCost{.flops = 4 * kc.shape.numel() * attrs_of<AttentionAttrs>(n).group, .bytes = io_bytes(g, n)};
+  const auto& a = attrs_of<AttentionAttrs>(n);
+  const int64_t rows = a.window > 0 ? std::min<int64_t>(a.window, kc.shape[1]) : kc.shape[1];
+  return OpCost{.flops = 4 * kc.shape.numel() / kc.shape[1] * rows * a.group, .bytes = io_bytes(g, n)};
 }
 
 // qkv [B, T, KV, (group+2)·D], the caches as attention_decode's with Tmax >= T.
@@ -163,6 +177,9 @@ void infer_rope(const Graph& g, const Node& n, ValueDesc* out) {
   const Value& pos = in_val(g, n, 1);
   if (a.group < 1) op_fail(g, n, "attrs.group (query heads per key/value head) must be >= 1");
   if (!(a.theta > 0.f)) op_fail(g, n, "attrs.theta must be > 0");
+  if (a.llama3_factor != 0.f && !(a.llama3_factor > 0.f && a.low_freq_factor > 0.f &&
+                                  a.high_freq_factor > a.low_freq_factor && a.original_max_position > 0))
+    op_fail(g, n, "llama3 scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position > 0");
   if (!dtype_is_float(x.dtype)) op_fail(g, n, "qkv must be a float dtype");
   if (x.shape.rank != 4) op_fail(g, n, "qkv must have rank 4: [batch, length, kv heads, (group+2)·head_dim]");
   const int64_t parts = a.group + 2;

@@ -18,6 +18,8 @@ const nlohmann::json* HfConfigJson::find(const char* key) const {
   return it == j_.end() || it->is_null() ? nullptr : &*it;
 }
 
+bool HfConfigJson::present(const char* key) const { return j_.contains(key); }
+
 int64_t HfConfigJson::integer(const char* key, int64_t dflt) const {
   const nlohmann::json* v = find(key);
   if (!v) return dflt;
@@ -68,6 +70,81 @@ void hf_check_decoder(const ModelConfig& c, const HfNeeds& need) {
   need(c.causal_mask, "model.causal_mask", "is false");
 }
 
+void hf_read_rope(const HfConfigJson& j, int64_t max_positions, ModelConfig& m, std::vector<ArchKey>& keys) {
+  // transformers 5 takes rope_scaling when it is a non-empty object, else rope_parameters; a
+  // rope_theta inside it wins over the top-level one (4.x's spelling).
+  const char* key = "rope_parameters";
+  const nlohmann::json* r = j.find("rope_scaling");
+  if (r && r->is_object() && !r->empty())
+    key = "rope_scaling";
+  else
+    r = j.find(key);
+  if (r && !r->is_object()) j.fail(key, "is not an object or null");
+  const nlohmann::json none = nlohmann::json::object();
+  const nlohmann::json& rope = r ? *r : none;
+  const auto number = [&](const char* name, bool required, double dflt) {
+    const auto it = rope.find(name);
+    if (it == rope.end() || it->is_null()) {
+      if (required) j.fail(std::string(key) + "." + name, "is missing; rope_type \"llama3\" needs it");
+      return dflt;
+    }
+    if (!it->is_number() || !(it->get<double>() > 0)) j.fail(std::string(key) + "." + name, "is not a positive number");
+    return it->get<double>();
+  };
+  m.rope_theta = number("rope_theta", false, j.number("rope_theta", 10000));
+  const nlohmann::json type = rope.value("rope_type", rope.value("type", nlohmann::json("default")));
+  const auto n = [](const nlohmann::json& v) { return v.dump(); };
+  keys.push_back({.key = "model.rope_theta", .origin = "rope_theta = " + n(m.rope_theta)});
+  if (type == "default") {
+    m.rope_scaling = RopeScaling::none;
+    keys.push_back({.key = "model.rope_scaling", .origin = std::string(key) + ".rope_type = \"default\""});
+    return;
+  }
+  if (type != "llama3")
+    j.fail(std::string(key) + ".rope_type",
+           "is " + type.dump() + "; loom runs the rope types \"default\" and \"llama3\" (Llama 3.1+) only");
+  m.rope_scaling = RopeScaling::llama3;
+  m.rope_factor = number("factor", true, 0);
+  m.rope_low_freq_factor = number("low_freq_factor", true, 0);
+  m.rope_high_freq_factor = number("high_freq_factor", true, 0);
+  if (m.rope_high_freq_factor <= m.rope_low_freq_factor)
+    j.fail(std::string(key) + ".high_freq_factor", "is not above low_freq_factor; llama3 blends between them");
+  // A top-level original_max_position_embeddings wins, as transformers 5 gives it priority.
+  const char* omp = "original_max_position_embeddings";
+  const std::string omp_key = j.find(omp) ? omp : std::string(key) + "." + omp;
+  int64_t original = j.integer(omp, -1);
+  if (original < 0) {
+    const auto it = rope.find(omp);
+    if (it != rope.end() && !it->is_null() && (!it->is_number_integer() || it->get<int64_t>() < 1))
+      j.fail(omp_key, "is not a positive integer");
+    original = it != rope.end() && !it->is_null() ? it->get<int64_t>() : max_positions;
+  }
+  m.rope_original_max_position = original;
+  const std::string in = std::string(key) + ".";
+  keys.push_back({.key = "model.rope_scaling", .origin = in + "rope_type = \"llama3\""});
+  keys.push_back({.key = "model.rope_factor", .origin = in + "factor = " + n(m.rope_factor)});
+  keys.push_back(
+      {.key = "model.rope_low_freq_factor", .origin = in + "low_freq_factor = " + n(m.rope_low_freq_factor)});
+  keys.push_back(
+      {.key = "model.rope_high_freq_factor", .origin = in + "high_freq_factor = " + n(m.rope_high_freq_factor)});
+  keys.push_back({.key = "model.rope_original_max_position", .origin = omp_key + " = " + n(original)});
+}
+
+nlohmann::json hf_rope_json(const ModelConfig& c) {
+  nlohmann::json scaling = nullptr;
+  nlohmann::json params = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};
+  if (c.rope_scaling == RopeScaling::llama3) {
+    scaling = {{"rope_type", "llama3"},
+               {"factor", c.rope_factor},
+               {"low_freq_factor", c.rope_low_freq_factor},
+               {"high_freq_factor", c.rope_high_freq_factor},
+               {"original_max_position_embeddings", c.rope_original_max_position}};
+    params = scaling;
+    params["rope_theta"] = c.rope_theta;
+  }
+  return {{"rope_theta", c.rope_theta}, {"rope_scaling", scaling}, {"rope_parameters", params}};
+}
+
 std::span<const HfArchitecture* const> hf_architectures() {
 #define LOOM_HF_ROW(id) &id##_architecture(),
   static const HfArchitecture* const rows[] = {LOOM_HF_ARCHITECTURES(LOOM_HF_ROW)};
@@ -87,10 +164,10 @@ const HfArchitecture* find_hf_architecture(std::string_view model_type, std::str
 std::string_view hf_near_miss(std::string_view model_type) {
   // Llama-family variants whose weights or blocks differ from LlamaForCausalLM's.
   static constexpr std::pair<std::string_view, std::string_view> near[] = {
-      {"qwen2", "has biases on q_proj, k_proj and v_proj (and no others), which loom's Llama blocks do not have"},
       {"qwen3", "normalises q and k per head (q_norm, k_norm), which loom's Llama blocks do not do"},
-      {"mistral", "is a Mistral model (sliding-window attention); loom runs LlamaForCausalLM"},
-      {"smollm3", "skips rotary embeddings in some layers (NoPE), which loom's Llama blocks do not do"},
+      {"smollm3",
+       "skips rotary embeddings in the layers its \"no_rope_layers\" names (NoPE); loom's Llama "
+       "blocks rotate q and k in every layer"},
   };
   for (const auto& [type, why] : near)
     if (type == model_type) return why;

@@ -25,7 +25,8 @@ enum class HfLayout {
   qkv_columns,  // GPT-2's c_attn: the last axis is (3, H, D) in the file, (H, 3, D) in loom
   transposed,   // nn.Linear's weight: [a, b] in the file is loom's [b, a] (loom's shape flattened to 2-D)
   qkv_rows,     // Llama's q/k/v_proj [KV·slots·D, C]: transposed into slots [slot, slot + slots) of
-                // each key/value head of loom's [C, KV, (G+2)·D]; three tensors share one parameter
+                // each key/value head of loom's [C, KV, (G+2)·D]; three tensors share one parameter;
+                // their biases [KV·slots·D] likewise into loom's [KV, (G+2)·D] (C = 1)
 };
 
 struct HfParam {
@@ -58,6 +59,7 @@ class HfConfigJson {
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const;
   const nlohmann::json* find(const char* key) const;     // nullptr: absent or null
+  bool present(const char* key) const;                   // in the file, null or not
   int64_t integer(const char* key, int64_t dflt) const;  // positive
   double number(const char* key, double dflt) const;     // positive
   bool boolean(const char* key, bool dflt) const;
@@ -127,5 +129,15 @@ struct HfMapBuilder {
 };
 // The checks every decoder architecture makes: a causal transformer with attention first.
 void hf_check_decoder(const ModelConfig& c, const HfNeeds& need);
+
+// Rotary embeddings as config.json gives them (Llama-style rows): rope_theta, and the rope type
+// with its parameters from rope_parameters (transformers 5) or rope_scaling (4.x; 5 lets a
+// non-null one win). Sets m's model.rope_* keys and appends them to `keys`; a rope_type other
+// than default and llama3 is refused naming the key. `max_positions` is the model's
+// max_position_embeddings, llama3's original_max_position_embeddings when neither gives it.
+void hf_read_rope(const HfConfigJson& j, int64_t max_positions, ModelConfig& m, std::vector<ArchKey>& keys);
+// config.json's rope keys for `c`, in both spellings: rope_parameters (transformers 5) and
+// rope_theta plus rope_scaling (4.x, which ignores rope_parameters).
+nlohmann::json hf_rope_json(const ModelConfig& c);
 
 }  // namespace loom::nn

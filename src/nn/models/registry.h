@@ -14,4 +14,6 @@
 //   const HfArchitecture& a_architecture();  // nn/models/hf_arch.h
 #define LOOM_HF_ARCHITECTURES(X) \
   X(gpt2)                        \
+  X(qwen2)                       \
+  X(mistral)                     \
   X(llama)

@@ -147,6 +147,8 @@ HfModelMap tensor_map(const ModelConfig& c) {
   need(c.position == PositionKind::learned, "model.position", "is not learned (GPT-2 has a position table)");
   need(c.num_kv_heads == 0 || c.num_kv_heads * c.head_dim == c.hidden_size, "model.num_kv_heads",
        "is fewer than num_heads (GPT-2 has no grouped-query attention)");
+  need(c.use_bias || !c.qkv_bias, "model.qkv_bias", "is true without use_bias (GPT-2 has all biases or none)");
+  need(c.sliding_window == 0, "model.sliding_window", "is not 0 (GPT-2 attends to every earlier token)");
   need(c.tie_embeddings, "model.tie_embeddings", "is false (loom's untied head has a bias, GPT-2's lm_head none)");
   const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = mlp_width(c);
   HfModelMap m{.architecture = kArchitecture,

@@ -5,11 +5,12 @@
 // config.json -> model.*: hidden_size, num_hidden_layers -> num_layers, head_dim (null:
 // hidden_size / num_attention_heads), intermediate_size, num_key_value_heads (null:
 // num_attention_heads) -> num_kv_heads, vocab_size -> vocab_size and num_outputs,
-// max_position_embeddings -> max_seq_len, rms_norm_eps (1e-6) -> layer_norm_eps, rope_theta (or
-// rope_parameters.rope_theta; 10000), tie_word_embeddings (false); norm rmsnorm, mlp swiglu,
-// position rope, no biases, causal fixed; embed_dropout false by default. Missing keys take
-// LlamaConfig's defaults. Another activation, biases, or rope scaling (rope_parameters or
-// rope_scaling of a type other than default) is refused.
+// max_position_embeddings -> max_seq_len, rms_norm_eps (1e-6) -> layer_norm_eps, rope_theta and
+// rope_parameters / rope_scaling (rope_type default or llama3, with its factor, low_freq_factor,
+// high_freq_factor, original_max_position_embeddings) -> model.rope_* (hf_read_rope),
+// tie_word_embeddings (false); norm rmsnorm, mlp swiglu, position rope, no biases, causal fixed;
+// embed_dropout false by default. Missing keys take LlamaConfig's defaults. Another activation,
+// biases, or another rope_type (linear, dynamic, yarn, longrope) is refused.
 //
 // Tensors: KV = num_kv_heads key/value heads, G = H / KV query heads per key/value head, F = the
 // MLP width. nn.Linear stores [out, in], loom's kernels [in, out]: every matrix is transposed.
@@ -27,24 +28,20 @@
 // untied head's output_layer/kernel [C, V] <- lm_head.weight [V, C]. Query head h = j·G + g uses
 // key/value head j (transformers' repeat_kv); rotary embeddings use the same rotate_half layout
 // (graph/ops.def, rope), so q and k rows are copied without a permutation.
+#include "nn/models/llama/llama.h"
+
 #include "core/error.h"
-#include "nn/models/hf_arch.h"
 #include "nn/models/transformer/transformer.h"
 
 namespace loom::nn {
 
-namespace {
-
-constexpr const char* kArchitecture = "LlamaForCausalLM";
-
-bool claims(const ModelConfig& c) { return c.norm == NormKind::rmsnorm; }
-
-// LlamaConfig's defaults; rotary embeddings of the default type only.
-void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& keys) {
+void llama_style_read(const LlamaStyle& s, const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& keys) {
   const int64_t hidden = j.integer("hidden_size", 4096), layers = j.integer("num_hidden_layers", 32);
-  const int64_t heads = j.integer("num_attention_heads", 32), kv = j.integer("num_key_value_heads", heads);
-  const int64_t inter = j.integer("intermediate_size", 11008), vocab = j.integer("vocab_size", 32000);
-  const int64_t positions = j.integer("max_position_embeddings", 2048);
+  const int64_t heads = j.integer("num_attention_heads", 32);
+  const int64_t kv = j.integer("num_key_value_heads", s.num_key_value_heads > 0 ? s.num_key_value_heads : heads);
+  const int64_t inter = j.integer("intermediate_size", s.intermediate_size);
+  const int64_t vocab = j.integer("vocab_size", s.vocab_size);
+  const int64_t positions = j.integer("max_position_embeddings", s.max_position_embeddings);
   if (hidden % heads != 0) j.fail("num_attention_heads", "does not divide hidden_size = " + std::to_string(hidden));
   const int64_t head_dim = j.integer("head_dim", hidden / heads);
   if (head_dim * heads != hidden)
@@ -54,26 +51,14 @@ void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& ke
   const double eps = j.number("rms_norm_eps", 1e-6);
   const std::string act = j.text("hidden_act", "silu");
   if (act != "silu") j.fail("hidden_act", "is \"" + act + "\"; loom's SwiGLU MLP is SiLU-gated");
-  if (j.boolean("attention_bias", false)) j.fail("attention_bias", "is true; loom's Llama layers have no biases");
-  if (j.boolean("mlp_bias", false)) j.fail("mlp_bias", "is true; loom's Llama layers have no biases");
-  // transformers 5 writes rope_parameters {rope_theta, rope_type}; older versions rope_theta
-  // and rope_scaling (null or {"rope_type" or "type": ...}). transformers 5 also honours a
-  // rope_scaling left beside rope_parameters, so neither may ask for another type.
-  double theta = j.number("rope_theta", 10000);
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    const nlohmann::json* r = j.find(key);
-    if (!r) continue;
-    if (!r->is_object()) j.fail(key, "is not an object or null");
-    if (auto t = r->find("rope_theta"); t != r->end()) {
-      if (!t->is_number() || !(t->get<double>() > 0))
-        j.fail(std::string(key) + ".rope_theta", "is not a positive number");
-      theta = t->get<double>();
-    }
-    const nlohmann::json type = r->value("rope_type", r->value("type", nlohmann::json("default")));
-    if (type != "default")
-      j.fail(key, "asks for rope_type " + type.dump() + "; loom's rotary embeddings are the default type");
+  if (s.bias_keys) {
+    if (j.boolean("attention_bias", false)) j.fail("attention_bias", "is true; loom's Llama layers have no biases");
+    if (j.boolean("mlp_bias", false)) j.fail("mlp_bias", "is true; loom's Llama layers have no biases");
   }
-  const bool tied = j.boolean("tie_word_embeddings", false);
+  const bool tied = j.boolean("tie_word_embeddings", s.tie_word_embeddings);
+  // A window the config class has: its default when the key is absent, none when it is null.
+  int64_t window = 0;
+  if (s.sliding_window > 0) window = j.present("sliding_window") ? j.integer("sliding_window", 0) : s.sliding_window;
 
   m.kind = ModelKind::transformer;
   m.hidden_size = hidden;
@@ -87,14 +72,15 @@ void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& ke
   m.norm = NormKind::rmsnorm;
   m.mlp = MlpKind::swiglu;
   m.position = PositionKind::rope;
-  m.rope_theta = theta;
   m.num_kv_heads = kv;
   m.use_bias = false;
+  m.qkv_bias = s.qkv_bias;
+  m.sliding_window = window;
   m.tie_embeddings = tied;
   m.causal_mask = true;
   m.embed_dropout = false;
   m.init = InitScheme::gpt2;
-  const std::string a = kArchitecture;
+  const std::string a = s.architecture;
   const auto n = [](int64_t v) { return std::to_string(v); };
   keys = {
       {.key = "model.kind", .origin = a},
@@ -111,17 +97,21 @@ void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& ke
       {.key = "model.norm", .origin = a + " (RMSNorm)"},
       {.key = "model.mlp", .origin = "hidden_act = \"silu\" (SwiGLU)"},
       {.key = "model.position", .origin = a + " (rotary embeddings)"},
-      {.key = "model.rope_theta", .origin = "rope_theta = " + nlohmann::json(theta).dump()},
       {.key = "model.num_kv_heads", .origin = "num_key_value_heads = " + n(kv)},
-      {.key = "model.use_bias", .origin = a + " (no biases)"},
+      {.key = "model.use_bias", .origin = a + (s.qkv_bias ? " (biases on q, k and v only)" : " (no biases)")},
+      {.key = "model.qkv_bias", .origin = a + (s.qkv_bias ? " (biases on q, k and v)" : " (no biases)")},
       {.key = "model.causal_mask", .origin = a + " (causal)"},
+      {.key = "model.sliding_window",
+       .origin = s.sliding_window > 0 ? "sliding_window = " + (window ? n(window) : std::string("null"))
+                                      : a + " (attends to every earlier token)"},
       {.key = "model.embed_dropout", .origin = a + " (no embedding dropout)", .fixed = false},
       {.key = "model.init", .origin = a, .fixed = false},
   };
+  hf_read_rope(j, positions, m, keys);
 }
 
-nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {
-  return {
+nlohmann::json llama_style_write(const LlamaStyle& s, const ModelConfig& c, const HfModelMap& map) {
+  nlohmann::json j = {
       {"architectures", {map.architecture}},
       {"model_type", map.model_type},
       {"hidden_size", c.hidden_size},
@@ -129,59 +119,64 @@ nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {
       {"num_hidden_layers", c.num_layers},
       {"num_attention_heads", map.heads},
       {"num_key_value_heads", map.kv_heads},
-      {"head_dim", c.head_dim},
       {"hidden_act", "silu"},
       {"max_position_embeddings", c.max_seq_len},
       {"vocab_size", c.vocab_size},
       {"rms_norm_eps", c.layer_norm_eps},
-      // Both spellings: transformers 5 reads rope_parameters, 4.x rope_theta and rope_scaling.
-      {"rope_theta", c.rope_theta},
-      {"rope_scaling", nullptr},
-      {"rope_parameters", {{"rope_theta", c.rope_theta}, {"rope_type", "default"}}},
-      {"attention_bias", false},
-      {"mlp_bias", false},
       {"attention_dropout", 0.0},
       {"tie_word_embeddings", c.tie_embeddings},
-      {"pretraining_tp", 1},
       {"initializer_range", 0.02},
       {"use_cache", true},
       {"dtype", "float32"},
   };
+  if (s.bias_keys) {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["pretraining_tp"] = 1;
+  }
+  j.update(hf_rope_json(c));
+  return j;
 }
 
 // The rotary inverse frequencies older checkpoints saved (loom recomputes them from rope_theta).
-bool is_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
+bool is_rope_buffer(const std::string& name) { return name.ends_with(".rotary_emb.inv_freq"); }
 
-HfModelMap tensor_map(const ModelConfig& c) {
-  const HfNeeds need{kArchitecture,
-                     "Llama's variant is block_order = attn_first, norm = rmsnorm, mlp = swiglu, position = rope, "
-                     "use_bias = false, causal_mask = true; model.norm = rmsnorm chose it (a GPT-2 has layernorm)"};
+HfModelMap llama_style_map(const LlamaStyle& s, const ModelConfig& c) {
+  const HfNeeds need{s.architecture, s.variant};
   hf_check_decoder(c, need);
-  need(c.mlp == MlpKind::swiglu, "model.mlp", "is not swiglu (Llama's MLP is SiLU-gated)");
-  need(c.position == PositionKind::rope, "model.position", "is not rope (Llama has no position table)");
-  need(!c.use_bias, "model.use_bias", "is true (Llama's layers have no biases)");
+  need(c.mlp == MlpKind::swiglu, "model.mlp", "is not swiglu (the MLP is SiLU-gated)");
+  need(c.position == PositionKind::rope, "model.position", "is not rope (there is no position table)");
+  need(!c.use_bias, "model.use_bias", "is true (the Dense layers have no biases)");
+  need(c.qkv_bias == s.qkv_bias, "model.qkv_bias",
+       s.qkv_bias ? "is false (q_proj, k_proj and v_proj have biases)"
+                  : "is true (q_proj, k_proj and v_proj have no biases)");
+  need(s.sliding_window || c.sliding_window == 0, "model.sliding_window",
+       "is not 0 (every layer attends to all earlier tokens)");
   need(c.num_outputs == c.vocab_size, "model.num_outputs", "differs from vocab_size (lm_head is [vocab_size, C])");
   const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = mlp_width(c);
   const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
-  HfModelMap m{.architecture = kArchitecture,
-               .model_type = "llama",
+  HfModelMap m{.architecture = s.architecture,
+               .model_type = s.model_type,
                .prefix = "model.",
                .heads = H,
                .head_dim = D,
                .kv_heads = KV,
                .params = {},
-               .is_buffer = is_buffer};
-  const HfMapBuilder add{m, false};
-  const auto T = HfLayout::transposed;
+               .is_buffer = is_rope_buffer};
+  const HfMapBuilder add{m, s.qkv_bias};
+  const auto T = HfLayout::transposed, R = HfLayout::qkv_rows;
   add("embed_tokens.weight", Shape{c.vocab_size, C}, "embed/embedding", Shape{c.vocab_size, C});
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string h = "layers." + std::to_string(l) + ".", b = "block_" + std::to_string(l) + "/";
-    const std::string qkv = b + "attn/qkv/kernel";
-    const Shape qkv_shape{C, KV, (G + 2) * D};
+    const std::string qkv = b + "attn/qkv/";
+    const Shape qkv_shape{C, KV, (G + 2) * D}, bias_shape{KV, (G + 2) * D};
     add(h + "input_layernorm.weight", Shape{C}, b + "attn/pre_norm/scale", Shape{C});
-    add(h + "self_attn.q_proj.weight", Shape{H * D, C}, qkv, qkv_shape, HfLayout::qkv_rows, 0, G);
-    add(h + "self_attn.k_proj.weight", Shape{KV * D, C}, qkv, qkv_shape, HfLayout::qkv_rows, G, 1);
-    add(h + "self_attn.v_proj.weight", Shape{KV * D, C}, qkv, qkv_shape, HfLayout::qkv_rows, G + 1, 1);
+    add(h + "self_attn.q_proj.weight", Shape{H * D, C}, qkv + "kernel", qkv_shape, R, 0, G);
+    if (s.qkv_bias) add(h + "self_attn.q_proj.bias", Shape{H * D}, qkv + "bias", bias_shape, R, 0, G);
+    add(h + "self_attn.k_proj.weight", Shape{KV * D, C}, qkv + "kernel", qkv_shape, R, G, 1);
+    if (s.qkv_bias) add(h + "self_attn.k_proj.bias", Shape{KV * D}, qkv + "bias", bias_shape, R, G, 1);
+    add(h + "self_attn.v_proj.weight", Shape{KV * D, C}, qkv + "kernel", qkv_shape, R, G + 1, 1);
+    if (s.qkv_bias) add(h + "self_attn.v_proj.bias", Shape{KV * D}, qkv + "bias", bias_shape, R, G + 1, 1);
     add(h + "self_attn.o_proj.weight", Shape{C, H * D}, b + "attn/output_layer/kernel", Shape{H, D, C}, T);
     add(h + "post_attention_layernorm.weight", Shape{C}, b + "mlp/pre_norm/scale", Shape{C});
     add(h + "mlp.gate_proj.weight", Shape{F, C}, b + "mlp/gate_layer/kernel", Shape{C, F}, T);
@@ -194,13 +189,46 @@ HfModelMap tensor_map(const ModelConfig& c) {
   return m;
 }
 
+namespace {
+
+// LlamaConfig's defaults.
+constexpr LlamaStyle kLlama{
+    .architecture = "LlamaForCausalLM",
+    .model_type = "llama",
+    .vocab_size = 32000,
+    .intermediate_size = 11008,
+    .num_key_value_heads = 0,
+    .max_position_embeddings = 2048,
+    .tie_word_embeddings = false,
+    .qkv_bias = false,
+    .sliding_window = 0,
+    .bias_keys = true,
+    .variant =
+        "Llama's variant is block_order = attn_first, norm = rmsnorm, mlp = swiglu, position = rope, "
+        "use_bias = false, qkv_bias = false, sliding_window = 0, causal_mask = true; model.norm = rmsnorm "
+        "chose it (a GPT-2 has layernorm)"};
+
+bool claims(const ModelConfig& c) { return c.norm == NormKind::rmsnorm; }
+
+void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& keys) {
+  llama_style_read(kLlama, j, m, keys);
+}
+
+nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {
+  nlohmann::json j = llama_style_write(kLlama, c, map);
+  j["head_dim"] = c.head_dim;
+  return j;
+}
+
+HfModelMap tensor_map(const ModelConfig& c) { return llama_style_map(kLlama, c); }
+
 }  // namespace
 
 const HfArchitecture& llama_architecture() {
   static const HfArchitecture a{
-      .architecture = kArchitecture,
-      .model_type = "llama",
-      .listed_as = "LlamaForCausalLM (model_type \"llama\": SmolLM, Llama 3 without rope scaling)",
+      .architecture = kLlama.architecture,
+      .model_type = kLlama.model_type,
+      .listed_as = "LlamaForCausalLM (model_type \"llama\": SmolLM, Llama 2, Llama 3 and 3.1-3.3)",
       .claims = claims,
       .read_config = read_config,
       .write_config = write_config,

@@ -29,14 +29,14 @@ ParamInit kernel_init(const ModelConfig& c, int64_t fan_in, bool residual_proj) 
 
 // A Dense / DenseGeneral layer with the variant's bias and init choices: the kernel's first
 // `in_dims` dims are contracted with x's last dim (flattened), the rest are the output features;
-// the bias has the output features' shape.
-ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const ModelConfig& c, bool residual_proj,
-               int in_dims = 1) {
+// the bias (model.use_bias, or `bias`) has the output features' shape.
+ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const ModelConfig& c, bool residual_proj, int in_dims = 1,
+               bool bias = false) {
   const int64_t fan_in = s.graph().value(x).shape.last();
   const int64_t out = kernel_shape.numel() / fan_in;
   const ValueId w = s.param("kernel", kernel_shape, as_kernel(kernel_init(c, fan_in, residual_proj)));
   const ValueId wv = kernel_shape.rank == 2 ? w : view(s, w, Shape{fan_in, out});
-  if (!c.use_bias) return s.op1(OpKind::dense, {x, wv}, DenseAttrs{c.dtype});
+  if (!c.use_bias && !bias) return s.op1(OpKind::dense, {x, wv}, DenseAttrs{c.dtype});
   Shape bias_shape;
   for (int i = in_dims; i < kernel_shape.rank; ++i) bias_shape.push_back(kernel_shape[i]);
   const ValueId b = s.param("bias", bias_shape, ParamInit{ParamInit::zeros, 0});
@@ -131,10 +131,22 @@ ValueId cached_attention(const Scope& s, ValueId qkv, const ModelConfig& c, cons
   const Shape cache{q[0], d.max_len, q[2], c.head_dim};
   const ValueId k = g.add_input(s.path() + "/k_cache", cache, c.dtype);
   const ValueId v = g.add_input(s.path() + "/v_cache", cache, c.dtype);
-  const AttentionAttrs attrs{true, c.softmax_dtype, static_cast<int32_t>(head_groups(c).group)};
+  const AttentionAttrs attrs{true, c.softmax_dtype, static_cast<int32_t>(head_groups(c).group),
+                             static_cast<int32_t>(c.sliding_window)};
   if (d.pos != kNoValue) return s.op1(OpKind::attention_decode, {qkv, k, v, d.pos}, attrs);
   s.op(OpKind::kv_cache_write, {qkv, k, v}, attrs);
   return s.op(OpKind::attention, {qkv}, attrs).at(0);
+}
+
+RopeAttrs rope_attrs(const ModelConfig& c, int32_t group) {
+  RopeAttrs a{.theta = static_cast<float>(c.rope_theta), .group = group};
+  if (c.rope_scaling == RopeScaling::llama3) {
+    a.llama3_factor = static_cast<float>(c.rope_factor);
+    a.low_freq_factor = static_cast<float>(c.rope_low_freq_factor);
+    a.high_freq_factor = static_cast<float>(c.rope_high_freq_factor);
+    a.original_max_position = static_cast<int32_t>(c.rope_original_max_position);
+  }
+  return a;
 }
 
 // AttentionBlock: [B, T, C] -> [B, T, C] (with `dec`: over the KV caches, see Cache); the tokens'
@@ -151,14 +163,16 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   // [C, KV·(G+2)·D] dense: per key/value head its G queries, its key and its value. G = 1 is the
   // tutorial's (H, 3D).
   const Scope qs = s / "qkv";
-  ValueId qkv = linear(qs, h, Shape{C, KV, (G + 2) * D}, c, false);  // [B, T, KV·(G+2)·D]
-  qkv = adapt_qkv(qs, h, view(qs, qkv, Shape{B, T, KV, (G + 2) * D}), c, train);  // [B, T, KV, (G+2)·D]
+  ValueId qkv = linear(qs, h, Shape{C, KV, (G + 2) * D}, c, false, 1, c.qkv_bias);  // [B, T, KV·(G+2)·D]
+  qkv = adapt_qkv(qs, h, view(qs, qkv, Shape{B, T, KV, (G + 2) * D}), c, train);     // [B, T, KV, (G+2)·D]
   const auto group = static_cast<int32_t>(G);
   if (c.position == PositionKind::rope)  // the decoder's cache then holds rotated keys, as transformers' does
-    qkv = s.op1(OpKind::rope, {qkv, positions}, RopeAttrs{.theta = static_cast<float>(c.rope_theta), .group = group});
-  const ValueId att = dec ? cached_attention(s, qkv, c, *dec)
-                          : s.op(OpKind::attention, {qkv}, AttentionAttrs{c.causal_mask, c.softmax_dtype, group})
-                                .at(0);  // [B, T, H, D]
+    qkv = s.op1(OpKind::rope, {qkv, positions}, rope_attrs(c, group));
+  const ValueId att =
+      dec ? cached_attention(s, qkv, c, *dec)
+          : s.op(OpKind::attention, {qkv},
+                 AttentionAttrs{c.causal_mask, c.softmax_dtype, group, static_cast<int32_t>(c.sliding_window)})
+                .at(0);  // [B, T, H, D]
   // DenseGeneral(features=C, axis=(-2, -1)): kernel [H, D, C] (fan_in H·D), bias [C].
   const Scope os = s / "output_layer";
   const ValueId att_flat = view(os, att, Shape{B, T, H * D});
@@ -333,6 +347,19 @@ void validate_transformer(const ModelConfig& c) {
   need(c.position != PositionKind::rope || c.head_dim % 2 == 0, "model.head_dim",
        "is odd: rotary embeddings (model.position = rope) turn pairs of a head's dims", "use an even head_dim");
   need(c.rope_theta > 0, "model.rope_theta", "must be > 0", "Llama uses 10000 (Llama 3: 500000)");
+  need(c.sliding_window >= 0 && c.sliding_window <= INT32_MAX, "model.sliding_window", "must be in [0, 2^31)",
+       "0 for no window; Mistral 7B v0.1 uses 4096");
+  need(c.sliding_window == 0 || c.causal_mask, "model.sliding_window",
+       "needs model.causal_mask = true (a query sees the window of keys before it)", "set causal_mask = true");
+  need(c.rope_scaling == RopeScaling::none || c.position == PositionKind::rope, "model.rope_scaling",
+       "scales rotary embeddings, but model.position is not rope", "set model.position = rope, or rope_scaling = none");
+  if (c.rope_scaling == RopeScaling::llama3) {
+    need(c.rope_factor > 0, "model.rope_factor", "must be > 0", "Llama 3.1 uses 8, Llama 3.2 32");
+    need(c.rope_low_freq_factor > 0 && c.rope_high_freq_factor > c.rope_low_freq_factor, "model.rope_high_freq_factor",
+         "must be > model.rope_low_freq_factor > 0", "Llama 3.1 uses 4 and 1");
+    need(c.rope_original_max_position >= 1 && c.rope_original_max_position <= INT32_MAX,
+         "model.rope_original_max_position", "must be in [1, 2^31)", "Llama 3.1 uses 8192");
+  }
   if (c.lora.enabled()) {
     need(c.lora.alpha > 0, "lora.alpha", "must be > 0", "PEFT's default is 8; often 2 × lora.rank");
     need(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora.dropout", "must be in [0, 1)", "e.g. 0.05");
