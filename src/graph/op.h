@@ -99,6 +99,12 @@ struct RopeAttrs {
   bool inverse = false;   // rotate by −angle (the VJP: the rotation's transpose is its inverse)
   bool operator==(const RopeAttrs&) const = default;
 };
+// qk_norm: RMSNorm of each query and key head of a packed qkv (Qwen3's q_norm and k_norm).
+struct QkNormAttrs {
+  float eps = 1e-6f;  // transformers' rms_norm_eps
+  int32_t group = 1;  // query heads per key/value head: qkv's last dim is (group + 2)·head_dim
+  bool operator==(const QkNormAttrs&) const = default;
+};
 
 // cos and sin of RoPE's angle pos·inv_freq_i, inv_freq_i = 1 / theta^(2i / head_dim), for
 // i < head_dim / 2. The angle is computed in float32 as transformers' LlamaRotaryEmbedding does
@@ -113,8 +119,9 @@ inline RopeCosSin rope_cos_sin(float theta, int64_t head_dim, int64_t i, int32_t
   return {static_cast<float>(std::cos(angle)), static_cast<float>(std::sin(angle))};
 }
 
-using Attrs = std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DenseGradWeightAttrs, DTypeAttrs, ReduceAttrs,
-                           ShapeAttrs, LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs, RopeAttrs>;
+using Attrs =
+    std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DenseGradWeightAttrs, DTypeAttrs, ReduceAttrs, ShapeAttrs,
+                 LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs, RopeAttrs, QkNormAttrs>;
 
 enum class OpKind : uint16_t {
 #define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) name,

@@ -82,7 +82,7 @@ struct ModelConfig {
   // Not a key: model.remat = auto's choice per layer (train/fit.h); empty: remat and remat_policy
   // apply to every layer.
   std::vector<LayerRemat> remat_layers;
-  bool scan_layers = false;      // parameter layout only: stacked [num_layers, ...] in files
+  bool scan_layers = false;  // parameter layout only: stacked [num_layers, ...] in files
   BlockOrder block_order = BlockOrder::mlp_first;
   NormKind norm = NormKind::layernorm;
   MlpKind mlp = MlpKind::gelu_tanh;
@@ -90,6 +90,8 @@ struct ModelConfig {
   PositionKind position = PositionKind::learned;
   double rope_theta = 10000;  // RoPE's frequency base (transformers' rope_theta)
   int64_t num_kv_heads = 0;   // key/value heads (grouped-query attention); 0 = num_heads
+  int64_t num_heads = 0;      // attention heads; 0 = hidden_size / head_dim (nn::num_heads)
+  bool qk_norm = false;       // RMSNorm of each query and key head before rope (Qwen3's q_norm, k_norm)
   bool use_bias = true;
   bool tie_embeddings = false;
   InitScheme init = InitScheme::flax;

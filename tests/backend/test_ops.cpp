@@ -604,6 +604,108 @@ TEST_P(BackendOps, LayerNormGrad) {
             }
 }
 
+// ---- qk_norm -------------------------------------------------------------------------------
+
+// Packed qkv shapes [B, T, S, (G+2)·D] as (B, T, S, G, D): one head of one element, odd head
+// widths, grouped queries, and enough rows for the parallel paths and chunked parameter sums.
+struct QkShape {
+  int64_t B, T, S, G, D;
+  Shape qkv() const { return Shape{B, T, S, (G + 2) * D}; }
+  std::string str() const { return qkv().str() + " G=" + std::to_string(G); }
+};
+const QkShape kQkShapes[] = {{1, 1, 1, 1, 1}, {2, 3, 1, 1, 5}, {1, 7, 2, 3, 64}, {2, 33, 2, 2, 130}};
+
+std::vector<ValueDesc> qk_norm_inputs(const QkShape& q, DType dt) {
+  return {{q.qkv(), dt}, {Shape{q.D}, DType::f32}, {Shape{q.D}, DType::f32}};
+}
+
+// The definition on both backends, against a direct computation in double: each query head is
+// x·rsqrt(mean(x²) + eps)·q_scale, the key head the same with k_scale, the value part is copied
+// bit for bit, and rstd holds each head's statistic in head order.
+TEST_P(BackendOps, QkNormDefinition) {
+  LOOM_REQUIRE_OPS(OpKind::qk_norm);
+  const QkShape q{1, 2, 2, 2, 6};
+  const float eps = 1e-3f;
+  ReferenceBackend ref;
+  for (Backend* be : {&testing::under_test(), static_cast<Backend*>(&ref)}) {
+    OpCase oc(OpKind::qk_norm, qk_norm_inputs(q, DType::f32), QkNormAttrs{.eps = eps, .group = 2});
+    oc.fill_random(next_seed());
+    const std::vector<HostTensor> out = oc.run(*be);
+    const HostTensor& x = oc.input(0);
+    const int64_t W = (q.G + 2) * q.D;
+    for (int64_t r = 0; r < q.B * q.T * q.S; ++r) {
+      for (int64_t p = 0; p <= q.G; ++p) {
+        double sq = 0;
+        for (int64_t c = 0; c < q.D; ++c) sq += x.get(r * W + p * q.D + c) * x.get(r * W + p * q.D + c);
+        const double rstd = 1 / std::sqrt(sq / static_cast<double>(q.D) + eps);
+        EXPECT_NEAR(out[1].get(r * (q.G + 1) + p), rstd, 1e-6 * rstd) << be->name();
+        const HostTensor& scale = oc.input(p < q.G ? 1 : 2);
+        for (int64_t c = 0; c < q.D; ++c) {
+          const double want = x.get(r * W + p * q.D + c) * rstd * scale.get(c);
+          EXPECT_NEAR(out[0].get(r * W + p * q.D + c), want, 1e-6 * (1 + std::fabs(want))) << be->name();
+        }
+      }
+      for (int64_t e = (q.G + 1) * q.D; e < W; ++e) EXPECT_EQ(out[0].get(r * W + e), x.get(r * W + e)) << be->name();
+    }
+  }
+}
+
+TEST_P(BackendOps, QkNorm) {
+  LOOM_REQUIRE_OPS(OpKind::qk_norm);
+  for (DType dt : kFloatTypes)
+    for (const QkShape& q : kQkShapes) {
+      OpCase oc(OpKind::qk_norm, qk_norm_inputs(q, dt), QkNormAttrs{.eps = 1e-6f, .group = static_cast<int32_t>(q.G)});
+      oc.fill_random(next_seed());
+      expect_outputs_close(run_both(oc), "qk_norm " + dn(dt) + " " + q.str());
+    }
+}
+
+// qk_norm_grad with the statistics the forward saves; dqkv and the scale gradients bounded by
+// the magnitudes of their terms (norm_grad_magnitudes' rms_norm_grad terms, per head).
+TEST_P(BackendOps, QkNormGrad) {
+  LOOM_REQUIRE_OPS(OpKind::qk_norm_grad);
+  for (DType dt : kFloatTypes)
+    for (const QkShape& q : kQkShapes) {
+      const std::string what = "qk_norm_grad " + dn(dt) + " " + q.str();
+      const QkNormAttrs attrs{.eps = 1e-6f, .group = static_cast<int32_t>(q.G)};
+      const Shape stats{q.B, q.T, q.S, q.G + 1};
+      OpCase oc(OpKind::qk_norm_grad,
+                {{q.qkv(), dt}, {q.qkv(), dt}, {Shape{q.D}, DType::f32}, {Shape{q.D}, DType::f32}, {stats, DType::f32}},
+                attrs);
+      oc.fill_random(next_seed());
+      const HostTensor& x = oc.input(1);
+      const HostTensor& dy = oc.input(0);
+      const int64_t W = (q.G + 2) * q.D, rows = q.B * q.T * q.S;
+      std::vector<double> mdx(static_cast<size_t>(rows * W)), mds(static_cast<size_t>(2 * q.D), 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t p = 0; p <= q.G; ++p) {
+          const int64_t base = r * W + p * q.D;
+          double sq = 0, gx = 0;
+          for (int64_t c = 0; c < q.D; ++c) sq += x.get(base + c) * x.get(base + c);
+          const double rstd = 1 / std::sqrt(sq / static_cast<double>(q.D) + 1e-6);
+          oc.input(4).set(r * (q.G + 1) + p, static_cast<float>(rstd));
+          const HostTensor& scale = oc.input(p < q.G ? 2 : 3);
+          for (int64_t c = 0; c < q.D; ++c) gx += std::fabs(dy.get(base + c) * scale.get(c) * x.get(base + c) * rstd);
+          for (int64_t c = 0; c < q.D; ++c) {
+            const double xhat = std::fabs(x.get(base + c) * rstd);
+            mdx[static_cast<size_t>(base + c)] =
+                rstd * (std::fabs(dy.get(base + c) * scale.get(c)) + xhat * gx / static_cast<double>(q.D));
+            mds[static_cast<size_t>((p < q.G ? 0 : q.D) + c)] += std::fabs(dy.get(base + c)) * xhat;
+          }
+        }
+        for (int64_t e = (q.G + 1) * q.D; e < W; ++e)
+          mdx[static_cast<size_t>(r * W + e)] = std::fabs(dy.get(r * W + e));
+      }
+      const Outputs o = run_both(oc);
+      // One-element heads with their own statistics: dx = rstd·g·(1 − xhat²), all cancellation.
+      expect_bounded(o.got[0], o.ref[0], mdx, dt, what + " dqkv", q.D == 1);
+      expect_bounded(o.got[1], o.ref[1], std::vector<double>(mds.begin(), mds.begin() + q.D), DType::f32,
+                     what + " dq_scale");
+      expect_bounded(o.got[2], o.ref[2], std::vector<double>(mds.begin() + q.D, mds.end()), DType::f32,
+                     what + " dk_scale");
+    }
+}
+
 // ---- activations ---------------------------------------------------------------------------
 
 // The kmath formulas cancel in float in a few places (1 + tanh(u) for very negative x in gelu and
@@ -1229,6 +1331,21 @@ TEST(CpuThreads, LayerNormGrad) {
     }
 }
 
+TEST(CpuThreads, QkNormGrad) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const QkShape q{4, 64, 2, 2, 64};
+    OpCase oc(OpKind::qk_norm_grad,
+              {{q.qkv(), dt},
+               {q.qkv(), dt},
+               {Shape{q.D}, DType::f32},
+               {Shape{q.D}, DType::f32},
+               {Shape{q.B, q.T, q.S, q.G + 1}, DType::f32}},
+              QkNormAttrs{.eps = 1e-6f, .group = 2});
+    oc.fill_random(next_seed());
+    expect_thread_invariant(oc, "qk_norm_grad " + dn(dt));
+  }
+}
+
 TEST(CpuThreads, SumLeading) {
   for (const Shape& s : {Shape{2000, 100}, Shape{100000}, Shape{64, 2048}}) {
     OpCase oc(OpKind::sum_leading, {{s, DType::f32}}, ReduceAttrs{1, DType::f32});
@@ -1320,6 +1437,8 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::layer_norm_grad, "BackendOps.LayerNormGrad"},
     {OpKind::rms_norm, "BackendOps.LayerNorm"},
     {OpKind::rms_norm_grad, "BackendOps.LayerNormGrad"},
+    {OpKind::qk_norm, "BackendOps.QkNorm"},
+    {OpKind::qk_norm_grad, "BackendOps.QkNormGrad"},
     {OpKind::silu, "BackendOps.Activations"},
     {OpKind::silu_grad, "BackendOps.ActivationGrads"},
     {OpKind::gelu, "BackendOps.Activations"},

@@ -38,6 +38,7 @@ constexpr testing::OpTestTable kFdCase = testing::op_test_table({
     {OpKind::dense, "VjpFd.DenseWithBiasRank3"},
     {OpKind::layer_norm, "VjpFd.LayerNorm"},
     {OpKind::rms_norm, "VjpFd.RmsNorm"},
+    {OpKind::qk_norm, "VjpFd.QkNorm"},
     {OpKind::silu, "VjpFd.Silu"},
     {OpKind::gelu, "VjpFd.Gelu"},
     {OpKind::gelu_erf, "VjpFd.GeluErf"},
@@ -120,6 +121,21 @@ TEST_P(VjpFd, RmsNorm) {
         const ValueId x = s.param("x", Shape{3, 6}, {});
         const ValueId scale = s.param("scale", Shape{6}, {});
         return s.op(OpKind::rms_norm, {x, scale}, LayerNormAttrs{1e-6f, DType::f32})[0];
+      },
+      o);
+}
+
+// Two key/value rows of two query heads each: the query heads share q_scale, the key heads
+// k_scale; the value part passes its cotangent through.
+TEST_P(VjpFd, QkNorm) {
+  Options o;
+  o.init = [](const std::string& path, int64_t, float d) { return path.ends_with("_scale") ? 1.f + 0.3f * d : d; };
+  check_vjp(
+      [](const Scope& s) {
+        const ValueId x = s.param("qkv", Shape{1, 2, 2, 4 * 3}, {});
+        const ValueId q = s.param("q_scale", Shape{3}, {});
+        const ValueId k = s.param("k_scale", Shape{3}, {});
+        return s.op(OpKind::qk_norm, {x, q, k}, QkNormAttrs{.eps = 1e-6f, .group = 2})[0];
       },
       o);
 }

@@ -101,4 +101,70 @@ void ref_rms_norm(const KernelArgs& a) { ref_norm(a, /*centred=*/false); }
 void ref_layer_norm_grad(const KernelArgs& a) { ref_norm_grad(a, /*centred=*/true); }
 void ref_rms_norm_grad(const KernelArgs& a) { ref_norm_grad(a, /*centred=*/false); }
 
+// qk_norm: per packed row of W = (G+2)·D elements, heads p < G use q_scale and head G k_scale;
+// each is rms_norm'd in double (rstd stored per head), the value part copied. Inputs (qkv, q_scale,
+// k_scale), outputs (y, rstd).
+void ref_qk_norm(const KernelArgs& a) {
+  const auto& at = std::get<QkNormAttrs>(a.node.attrs);
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  const TensorArg& rstd_out = a.out[1];
+  const int64_t W = x.shape[3], parts = at.group + 2, D = W / parts, rows = x.shape.numel() / W;
+  LOOM_ASSERT(y.shape == x.shape && rstd_out.shape.numel() == rows * (parts - 1));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t p = 0; p + 1 < parts; ++p) {
+      const TensorArg& scale = a.in[p < at.group ? 1 : 2];
+      const int64_t base = r * W + p * D;
+      double sq = 0;
+      for (int64_t c = 0; c < D; ++c) sq += ld(x, base + c) * ld(x, base + c);
+      const double rstd = 1.0 / std::sqrt(sq / static_cast<double>(D) + static_cast<double>(at.eps));
+      for (int64_t c = 0; c < D; ++c) st(y, base + c, ld(x, base + c) * rstd * ld(scale, c));
+      st(rstd_out, r * (parts - 1) + p, rstd);
+    }
+    for (int64_t e = (parts - 1) * D; e < W; ++e) st(y, r * W + e, ld(x, r * W + e));
+  }
+}
+
+// rms_norm_grad per normalised head (xhat = x·rstd, g = dy·scale, dx = rstd·(g − xhat·mean(g·xhat)),
+// dscale = Σ dy·xhat over the heads that use it); the value part of dx is dy. Inputs (dy, qkv,
+// q_scale, k_scale, rstd), outputs (dqkv, dq_scale, dk_scale).
+void ref_qk_norm_grad(const KernelArgs& a) {
+  const auto& at = std::get<QkNormAttrs>(a.node.attrs);
+  const TensorArg& dy = a.in[0];
+  const TensorArg& x = a.in[1];
+  const TensorArg& rstd_in = a.in[4];
+  const TensorArg& dx = a.out[0];
+  const int64_t W = x.shape[3], parts = at.group + 2, D = W / parts, rows = x.shape.numel() / W;
+  LOOM_ASSERT(dy.shape == x.shape && dx.shape == x.shape && rstd_in.shape.numel() == rows * (parts - 1));
+  std::vector<double> ds(static_cast<size_t>(2 * D), 0.0), xhat(static_cast<size_t>(D)), g(static_cast<size_t>(D));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t p = 0; p + 1 < parts; ++p) {
+      const bool key = p == at.group;
+      const TensorArg& scale = a.in[key ? 3 : 2];
+      double* dscale = ds.data() + (key ? D : 0);
+      const int64_t base = r * W + p * D;
+      const double rstd = ld(rstd_in, r * (parts - 1) + p);
+      double gx_sum = 0;
+      for (int64_t c = 0; c < D; ++c) {
+        const auto i = static_cast<size_t>(c);
+        const double d = ld(dy, base + c);
+        xhat[i] = ld(x, base + c) * rstd;
+        g[i] = d * ld(scale, c);
+        gx_sum += g[i] * xhat[i];
+        dscale[c] += d * xhat[i];
+      }
+      const double gx_mean = gx_sum / static_cast<double>(D);
+      for (int64_t c = 0; c < D; ++c) {
+        const auto i = static_cast<size_t>(c);
+        st(dx, base + c, rstd * (g[i] - xhat[i] * gx_mean));
+      }
+    }
+    for (int64_t e = (parts - 1) * D; e < W; ++e) st(dx, r * W + e, ld(dy, r * W + e));
+  }
+  for (int64_t c = 0; c < D; ++c) {
+    st(a.out[1], c, ds[static_cast<size_t>(c)]);
+    st(a.out[2], c, ds[static_cast<size_t>(D + c)]);
+  }
+}
+
 }  // namespace loom

@@ -15,7 +15,10 @@ void HfConfigJson::fail(const std::string& key, const std::string& what) const {
 
 const nlohmann::json* HfConfigJson::find(const char* key) const {
   auto it = j_.find(key);
-  return it == j_.end() || it->is_null() ? nullptr : &*it;
+  if (it != j_.end() && !it->is_null()) return &*it;
+  if (!defaults_) return nullptr;
+  it = defaults_->find(key);
+  return it == defaults_->end() || it->is_null() ? nullptr : &*it;
 }
 
 int64_t HfConfigJson::integer(const char* key, int64_t dflt) const {
@@ -88,7 +91,6 @@ std::string_view hf_near_miss(std::string_view model_type) {
   // Llama-family variants whose weights or blocks differ from LlamaForCausalLM's.
   static constexpr std::pair<std::string_view, std::string_view> near[] = {
       {"qwen2", "has biases on q_proj, k_proj and v_proj (and no others), which loom's Llama blocks do not have"},
-      {"qwen3", "normalises q and k per head (q_norm, k_norm), which loom's Llama blocks do not do"},
       {"mistral", "is a Mistral model (sliding-window attention); loom runs LlamaForCausalLM"},
       {"smollm3", "skips rotary embeddings in some layers (NoPE), which loom's Llama blocks do not do"},
   };

@@ -14,4 +14,5 @@
 //   const HfArchitecture& a_architecture();  // nn/models/hf_arch.h
 #define LOOM_HF_ARCHITECTURES(X) \
   X(gpt2)                        \
+  X(qwen3)                       \
   X(llama)

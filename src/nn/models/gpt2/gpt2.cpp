@@ -148,6 +148,9 @@ HfModelMap tensor_map(const ModelConfig& c) {
   need(c.num_kv_heads == 0 || c.num_kv_heads * c.head_dim == c.hidden_size, "model.num_kv_heads",
        "is fewer than num_heads (GPT-2 has no grouped-query attention)");
   need(c.tie_embeddings, "model.tie_embeddings", "is false (loom's untied head has a bias, GPT-2's lm_head none)");
+  need(num_heads(c) * c.head_dim == c.hidden_size, "model.num_heads",
+       "× head_dim is not hidden_size (GPT-2's heads split the width)");
+  need(!c.qk_norm, "model.qk_norm", "is true (GPT-2 does not normalise q and k)");
   const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = mlp_width(c);
   HfModelMap m{.architecture = kArchitecture,
                .model_type = "gpt2",

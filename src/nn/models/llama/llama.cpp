@@ -3,7 +3,7 @@
 // attn_first, norm = rmsnorm, mlp = swiglu, position = rope, no biases and causal attention.
 //
 // config.json -> model.*: hidden_size, num_hidden_layers -> num_layers, head_dim (null:
-// hidden_size / num_attention_heads), intermediate_size, num_key_value_heads (null:
+// hidden_size / num_attention_heads), num_attention_heads -> num_heads, intermediate_size, num_key_value_heads (null:
 // num_attention_heads) -> num_kv_heads, vocab_size -> vocab_size and num_outputs,
 // max_position_embeddings -> max_seq_len, rms_norm_eps (1e-6) -> layer_norm_eps, rope_theta (or
 // rope_parameters.rope_theta; 10000), tie_word_embeddings (false); norm rmsnorm, mlp swiglu,
@@ -45,11 +45,11 @@ void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& ke
   const int64_t heads = j.integer("num_attention_heads", 32), kv = j.integer("num_key_value_heads", heads);
   const int64_t inter = j.integer("intermediate_size", 11008), vocab = j.integer("vocab_size", 32000);
   const int64_t positions = j.integer("max_position_embeddings", 2048);
-  if (hidden % heads != 0) j.fail("num_attention_heads", "does not divide hidden_size = " + std::to_string(hidden));
+  // head_dim may be independent of the width (q_proj maps hidden_size to heads·head_dim features).
+  if (!j.find("head_dim") && hidden % heads != 0)
+    j.fail("num_attention_heads",
+           "does not divide hidden_size = " + std::to_string(hidden) + " and head_dim is absent");
   const int64_t head_dim = j.integer("head_dim", hidden / heads);
-  if (head_dim * heads != hidden)
-    j.fail("head_dim", "× num_attention_heads is not hidden_size = " + std::to_string(hidden) +
-                           "; loom's attention projects back from hidden_size features");
   if (heads % kv != 0) j.fail("num_key_value_heads", "does not divide num_attention_heads = " + std::to_string(heads));
   const double eps = j.number("rms_norm_eps", 1e-6);
   const std::string act = j.text("hidden_act", "silu");
@@ -79,6 +79,7 @@ void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& ke
   m.hidden_size = hidden;
   m.num_layers = layers;
   m.head_dim = head_dim;
+  m.num_heads = heads;
   m.intermediate_size = inter;
   m.vocab_size = m.num_outputs = vocab;
   m.max_seq_len = positions;
@@ -101,6 +102,7 @@ void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& ke
       {.key = "model.hidden_size", .origin = "hidden_size = " + n(hidden)},
       {.key = "model.num_layers", .origin = "num_hidden_layers = " + n(layers)},
       {.key = "model.head_dim", .origin = "head_dim = " + n(head_dim)},
+      {.key = "model.num_heads", .origin = "num_attention_heads = " + n(heads)},
       {.key = "model.intermediate_size", .origin = "intermediate_size = " + n(inter)},
       {.key = "model.vocab_size", .origin = "vocab_size = " + n(vocab)},
       {.key = "model.num_outputs", .origin = "vocab_size = " + n(vocab)},
@@ -161,7 +163,8 @@ HfModelMap tensor_map(const ModelConfig& c) {
   need(c.position == PositionKind::rope, "model.position", "is not rope (Llama has no position table)");
   need(!c.use_bias, "model.use_bias", "is true (Llama's layers have no biases)");
   need(c.num_outputs == c.vocab_size, "model.num_outputs", "differs from vocab_size (lm_head is [vocab_size, C])");
-  const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = mlp_width(c);
+  need(!c.qk_norm, "model.qk_norm", "is true (Llama does not normalise q and k; Qwen3ForCausalLM does)");
+  const int64_t C = c.hidden_size, D = c.head_dim, H = num_heads(c), F = mlp_width(c);
   const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
   HfModelMap m{.architecture = kArchitecture,
                .model_type = "llama",

@@ -14,7 +14,11 @@ std::vector<KeySpec<ModelConfig>> transformer_keys() {
       dropout_rate_key(),
       layer_norm_eps_key(),
       integer<ModelConfig>("model.num_layers", "transformer blocks", REF(num_layers)),
-      integer<ModelConfig>("model.head_dim", "attention head width; num_heads = hidden_size / head_dim", REF(head_dim)),
+      integer<ModelConfig>("model.head_dim", "attention head width", REF(head_dim)),
+      integer<ModelConfig>("model.num_heads",
+                           "attention heads, each of head_dim features (q is num_heads·head_dim wide, the output "
+                           "projection maps that back to hidden_size); 0: hidden_size / head_dim",
+                           REF(num_heads)),
       integer<ModelConfig>("model.mlp_expansion",
                            "MLP hidden width = mlp_expansion × hidden_size (see intermediate_size)",
                            REF(mlp_expansion)),
@@ -43,6 +47,10 @@ std::vector<KeySpec<ModelConfig>> transformer_keys() {
       integer<ModelConfig>("model.num_kv_heads",
                            "key/value heads, dividing num_heads (grouped-query attention; 0 = num_heads)",
                            REF(num_kv_heads)),
+      boolean<ModelConfig>("model.qk_norm",
+                           "RMSNorm of each query and key head over head_dim before rope, one [head_dim] scale for "
+                           "the queries and one for the keys (Qwen3's q_norm and k_norm)",
+                           REF(qk_norm)),
       boolean<ModelConfig>("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", REF(use_bias)),
       boolean<ModelConfig>("model.tie_embeddings",
                            "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)",

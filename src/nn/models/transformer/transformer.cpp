@@ -81,7 +81,7 @@ struct HeadGroups {
   int64_t kv, group;
 };
 HeadGroups head_groups(const ModelConfig& c) {
-  const int64_t H = c.hidden_size / c.head_dim, kv = c.num_kv_heads > 0 ? c.num_kv_heads : H;
+  const int64_t H = num_heads(c), kv = c.num_kv_heads > 0 ? c.num_kv_heads : H;
   return {kv, H / kv};
 }
 
@@ -108,7 +108,7 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   Graph& g = s.graph();
   const Shape xs = g.value(x).shape;
   const int64_t B = xs[0], T = xs[1], C = xs[2];
-  const int64_t H = c.hidden_size / c.head_dim, D = c.head_dim;
+  const int64_t H = num_heads(c), D = c.head_dim;
   const auto [KV, G] = head_groups(c);
   ValueId h = norm(s / "pre_norm", x, c);
   // DenseGeneral(features=(KV, (G+2)·D)): kernel [C, KV, (G+2)·D] and bias [KV, (G+2)·D], used as a
@@ -118,6 +118,13 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   ValueId qkv = linear(qs, h, Shape{C, KV, (G + 2) * D}, c, false);  // [B, T, KV·(G+2)·D]
   qkv = view(qs, qkv, Shape{B, T, KV, (G + 2) * D});                 // [B, T, KV, (G+2)·D]
   const auto group = static_cast<int32_t>(G);
+  if (c.qk_norm) {  // Qwen3: each query and key head normalised over D, before rope
+    const ValueId q_scale = (s / "q_norm").param("scale", Shape{D}, ParamInit{ParamInit::ones, 0});
+    const ValueId k_scale = (s / "k_norm").param("scale", Shape{D}, ParamInit{ParamInit::ones, 0});
+    qkv = s.op(OpKind::qk_norm, {qkv, q_scale, k_scale},
+               QkNormAttrs{.eps = static_cast<float>(c.layer_norm_eps), .group = group})
+              .at(0);
+  }
   if (c.position == PositionKind::rope)  // the decoder's cache then holds rotated keys, as transformers' does
     qkv = s.op1(OpKind::rope, {qkv, positions}, RopeAttrs{.theta = static_cast<float>(c.rope_theta), .group = group});
   const ValueId att = dec ? cached_attention(s, qkv, c, *dec)
@@ -265,6 +272,8 @@ ModelGraph build_transformer_prefill(const ModelConfig& config, int64_t batch, i
   return m;
 }
 
+int64_t num_heads(const ModelConfig& c) { return c.num_heads > 0 ? c.num_heads : c.hidden_size / c.head_dim; }
+
 int64_t mlp_width(const ModelConfig& c) {
   if (c.intermediate_size > 0) return c.intermediate_size;
   const int64_t f = c.mlp_expansion * c.hidden_size;
@@ -277,14 +286,15 @@ void validate_transformer(const ModelConfig& c) {
   };
   need(c.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
   need(c.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");
-  need(c.hidden_size % c.head_dim == 0, "model.hidden_size",
+  need(c.num_heads >= 0, "model.num_heads", "must be >= 0", "0 takes hidden_size / head_dim");
+  need(c.num_heads > 0 || c.hidden_size % c.head_dim == 0, "model.hidden_size",
        "hidden_size " + std::to_string(c.hidden_size) + " is not a multiple of model.head_dim " +
            std::to_string(c.head_dim),
-       "num_heads = hidden_size / head_dim must be whole: change either");
-  const int64_t H = c.hidden_size / c.head_dim;
+       "num_heads = hidden_size / head_dim must be whole: change either, or set model.num_heads");
+  const int64_t H = num_heads(c);
   need(c.num_kv_heads >= 0 && (c.num_kv_heads == 0 || H % c.num_kv_heads == 0), "model.num_kv_heads",
        std::to_string(c.num_kv_heads) + " does not divide num_heads " + std::to_string(H) +
-           " (model.hidden_size / model.head_dim)",
+           (c.num_heads > 0 ? " (model.num_heads)" : " (model.hidden_size / model.head_dim)"),
        "use a divisor of num_heads, or 0 for one key/value head per query head");
   need(c.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
   need(c.intermediate_size >= 0, "model.intermediate_size", "must be >= 0",

@@ -8,6 +8,9 @@
 //   transformers' LlamaMLP with down_proj = output_layer; biases per model.use_bias as everywhere)
 // AttentionBlock: pre_norm -> qkv DenseGeneral((H, 3·D)) -> dot_product_attention(softmax_dtype)
 //                 -> output_layer DenseGeneral(C, axis=(-2, -1)) -> dropout
+//   (H = model.num_heads, hidden_size / head_dim when 0, so H·D may differ from C; model.qk_norm:
+//   qk_norm normalises each query and key head over D, scales q_norm/scale and k_norm/scale [D],
+//   before rope, as transformers' Qwen3Attention)
 // Parameter paths are those of the tutorial with scan_layers=False ("block_3/mlp/input_layer/kernel");
 // the stacked scan layout is a file-format mapping (nn/param_layout.h), not a different program.
 // Remat regions: `MLP` -> block_l/mlp, `Attn` -> block_l/attn, `Block` -> block_l.
@@ -34,7 +37,10 @@ ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool tr
 // state intermediate_size, which an import takes). The 2/3 keeps swiglu's three matrices at the
 // GELU MLP's parameters and FLOPs, which ⌊8·hidden/3⌋ matches without the rounding.
 int64_t mlp_width(const ModelConfig& c);
-// Its model.* keys (num_heads = hidden_size / head_dim must be whole, ...): UserError naming the key.
+// The attention heads: model.num_heads, or hidden_size / head_dim when it is 0.
+int64_t num_heads(const ModelConfig& c);
+// Its model.* keys (num_heads = hidden_size / head_dim must be whole when model.num_heads is 0,
+// ...): UserError naming the key.
 void validate_transformer(const ModelConfig& c);
 
 // The same model as a one-token decoding program with a key/value cache (KV-cached sampling,
