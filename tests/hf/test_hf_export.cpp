@@ -1,5 +1,5 @@
 // `loom export hf` (src/train/hf_export.h): a run started from a fixture (GPT-2, Llama with a tied
-// and with an untied head), trained a few steps, exported and imported again has bit-identical
+// and with an untied head, Qwen3), trained a few steps, exported and imported again has bit-identical
 // parameters; an export of the unchanged fixture is the fixture's model.safetensors tensor for
 // tensor; config.json and tokenizer.json describe the model as transformers wrote it. (transformers loading the export
 // and matching loom's greedy text was checked by hand with tools/check_hf_export.py: docs/ARCHITECTURE.md.)
@@ -48,7 +48,7 @@ std::unique_ptr<Trainer> trained_checkpoint(Backend& be, const std::string& dir,
 }
 
 class HfExportOf : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportOf, ::testing::Values("gpt2", "llama_tied", "llama_untied"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportOf, ::testing::Values("gpt2", "llama_tied", "llama_untied", "qwen3"));
 
 TEST_P(HfExportOf, RoundTripIsBitIdentical) {
   TempDir d;
@@ -85,7 +85,8 @@ TEST_P(HfExportOf, RoundTripIsBitIdentical) {
     EXPECT_EQ(back.param(path), trained->param(path)) << path;
     ++n;
   }
-  EXPECT_EQ(n, GetParam() == "gpt2" ? 2 + 2 * 12 + 2 : 1 + 2 * 7 + 1 + (GetParam() == "llama_untied"));
+  const int per_layer = GetParam() == "gpt2" ? 12 : GetParam() == "qwen3" ? 9 : 7;  // qwen3: q_norm, k_norm
+  EXPECT_EQ(n, (GetParam() == "gpt2" ? 4 : 2) + 2 * per_layer + (GetParam() == "llama_untied"));
 }
 
 TEST_P(HfExportOf, AnUnchangedImportExportsTheSameTensors) {

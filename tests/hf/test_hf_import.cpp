@@ -1,6 +1,7 @@
 // Hugging Face checkpoints in (src/io/hf.h, src/nn/models/hf_arch.h, src/train/model_source.h) against
-// tests/golden/hf/{gpt2, llama_tied, llama_untied}: random-weight GPT2LMHeadModel and
-// LlamaForCausalLM models (GQA; tied and untied heads) and the logits, loss and gradients
+// tests/golden/hf/{gpt2, llama_tied, llama_untied, qwen3}: random-weight GPT2LMHeadModel,
+// LlamaForCausalLM (GQA; tied and untied heads) and Qwen3ForCausalLM (q/k norms, head_dim
+// independent of the width; with transformers' greedy continuation) models and the logits, loss and gradients
 // transformers computes for fixed ids (tools/make_hf_fixtures.py). loom started from each
 // directory must compute the same (float32; logits within 1e-4 absolute, the bound, and
 // 1e-5 relative to their range), on the training program, the evaluation program and the
@@ -162,22 +163,9 @@ TEST(HfLlama, ConfigMapsOntoTheLlamaVariant) {
   }
 }
 
-// Each fixture directory: GPT-2, Llama with a tied head, Llama with an untied one.
-class HfImport : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Fixtures, HfImport, ::testing::Values("gpt2", "llama_tied", "llama_untied"));
-
-TEST_P(HfImport, LogitsAndLossEqualTransformers) {
-  const Expected e = expected(GetParam());
-  for (const char* device : {"cpu", "reference"}) {
-    const auto [logits, loss] = forward(fixture_config(hf_golden(GetParam()), device), e);
-    expect_logits_match(logits, e, device);
-    EXPECT_NEAR(loss, e.f32("loss")[0], 1e-5) << device;
-  }
-}
-
-TEST_P(HfImport, TrainingLossAndGradientsEqualTransformers) {
-  const Expected e = expected(GetParam());
-  const Config c = fixture_config(hf_golden(GetParam()));
+// One training step's loss, and loom's gradients (in transformers' names and layouts) of the six
+// parameters the fixture holds, against transformers'.
+void expect_gradients_match(const Config& c, const Expected& e) {
   auto be = make_backend(c.device);
   Trainer t(c, *be);
   ModelSource(c.model.init_from).load_params(t.executor());
@@ -197,6 +185,27 @@ TEST_P(HfImport, TrainingLossAndGradientsEqualTransformers) {
     ++compared;
   }
   EXPECT_EQ(compared, 6);
+}
+
+// Each fixture directory: GPT-2, Llama with a tied head, Llama with an untied one, Qwen3.
+class HfImport : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfImport, ::testing::Values("gpt2", "llama_tied", "llama_untied", "qwen3"));
+
+TEST_P(HfImport, LogitsAndLossEqualTransformers) {
+  const Expected e = expected(GetParam());
+  for (const char* device : {"cpu", "reference"}) {
+    const auto [logits, loss] = forward(fixture_config(hf_golden(GetParam()), device), e);
+    expect_logits_match(logits, e, device);
+    EXPECT_NEAR(loss, e.f32("loss")[0], 1e-5) << device;
+  }
+}
+
+TEST_P(HfImport, TrainingLossAndGradientsEqualTransformers) {
+  const Expected e = expected(GetParam());
+  for (const char* device : {"cpu", "reference"}) {
+    SCOPED_TRACE(device);
+    expect_gradients_match(fixture_config(hf_golden(GetParam()), device), e);
+  }
 }
 
 TEST_P(HfImport, SamplerLogitsEqualTransformers) {
@@ -399,6 +408,57 @@ TEST(HfLlama, RefusesOptionsItCannotRun) {
   EXPECT_NE(m.find("'model.layers.1.self_attn.k_proj.weight' is [32, 16]; config.json's model needs [16, 32]"),
             std::string::npos)
       << m;
+}
+
+TEST(HfQwen3, ConfigMapsOntoLlamaWithQkNormAndWiderHeads) {
+  const Config c = fixture_config(hf_golden("qwen3"));
+  EXPECT_EQ(c.model.norm, NormKind::rmsnorm);
+  EXPECT_EQ(c.model.mlp, MlpKind::swiglu);
+  EXPECT_EQ(c.model.position, PositionKind::rope);
+  EXPECT_TRUE(c.model.qk_norm);
+  EXPECT_EQ(c.model.hidden_size, 32);
+  EXPECT_EQ(c.model.num_heads, 4);
+  EXPECT_EQ(c.model.head_dim, 16);  // 4 heads × 16 = 64 ≠ hidden 32
+  EXPECT_EQ(c.model.num_kv_heads, 2);
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_FALSE(c.model.use_bias);
+}
+
+// transformers' greedy continuation of the fixture's prompt (model.generate, do_sample=False),
+// 32 tokens, through the sampler's prefill and one-token programs; argmax, first maximum wins.
+TEST(HfQwen3, GreedyContinuationEqualsTransformers) {
+  const Expected e = expected("qwen3");
+  const ModelSource src(hf_golden("qwen3"));
+  for (const Device device : {Device::cpu, Device::reference}) {
+    auto be = make_backend(device);
+    Sampler s(src.config(), *be);
+    src.load_params(s.executor());
+    const std::vector<int32_t> prompt = e.ids("greedy/prompt"), want = e.ids("greedy/tokens");
+    std::vector<int32_t> got;
+    std::span<const float> logits = s.prefill(prompt);
+    while (got.size() < want.size()) {
+      got.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      logits = s.feed(got.back());
+    }
+    EXPECT_EQ(got, want) << be->name();
+  }
+}
+
+TEST(HfQwen3, RefusesOptionsItCannotRun) {
+  using J = nlohmann::json;
+  using Ts = std::vector<StTensor>;
+  const auto qwen3 = [](auto edit) { return import_error(edit, "qwen3"); };
+  std::string m = qwen3([](J& c, Ts&) { c["attention_bias"] = true; });
+  EXPECT_NE(m.find("\"attention_bias\" is true; loom's Qwen3 layers have no biases"), std::string::npos) << m;
+  m = qwen3([](J& c, Ts&) { c["use_sliding_window"] = true; });
+  EXPECT_NE(m.find("\"use_sliding_window\" is true"), std::string::npos) << m;
+  m = qwen3([](J& c, Ts&) { c["layer_types"][1] = "sliding_attention"; });
+  EXPECT_NE(m.find("\"layer_types\" has \"sliding_attention\""), std::string::npos) << m;
+  m = qwen3([](J&, Ts& ts) {
+    ts.erase(std::find_if(ts.begin(), ts.end(),
+                          [](const StTensor& t) { return t.name == "model.layers.1.self_attn.k_norm.weight"; }));
+  });
+  EXPECT_NE(m.find("tensor 'model.layers.1.self_attn.k_norm.weight' is missing"), std::string::npos) << m;
 }
 
 TEST(HfLlama, ReadsTransformers4ConfigsAndOldBuffers) {
