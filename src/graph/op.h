@@ -66,6 +66,7 @@ struct ShapeAttrs {
 struct LayerNormAttrs {
   float eps = 1e-6f;         // Flax's default epsilon
   DType dtype = DType::f32;  // output dtype; statistics are always fp32
+  bool unit_offset = false;  // rms_norm: the scale used is 1 + scale (Gemma's RMSNorm)
   bool operator==(const LayerNormAttrs&) const = default;
 };
 struct DropoutAttrs {
@@ -101,8 +102,9 @@ struct RopeAttrs {
 };
 // qk_norm: RMSNorm of each query and key head of a packed qkv (Qwen3's q_norm and k_norm).
 struct QkNormAttrs {
-  float eps = 1e-6f;  // transformers' rms_norm_eps
-  int32_t group = 1;  // query heads per key/value head: qkv's last dim is (group + 2)·head_dim
+  float eps = 1e-6f;         // transformers' rms_norm_eps
+  int32_t group = 1;         // query heads per key/value head: qkv's last dim is (group + 2)·head_dim
+  bool unit_offset = false;  // the scales used are 1 + q_scale, 1 + k_scale (Gemma 3's q/k norms)
   bool operator==(const QkNormAttrs&) const = default;
 };
 

@@ -25,15 +25,17 @@
   X(attn_first, "GPT-2: x + attn(x), then x + mlp(x)")
 
 // The normalisation layers of a transformer (model.norm; both take model.layer_norm_eps).
-#define LOOM_NORMS(X)                                                      \
-  X(layernorm, "LayerNorm: centred, scale and bias (the tutorial, GPT-2)") \
-  X(rmsnorm, "RMSNorm: root mean square, scale only (Llama's LlamaRMSNorm)")
+#define LOOM_NORMS(X)                                                        \
+  X(layernorm, "LayerNorm: centred, scale and bias (the tutorial, GPT-2)")   \
+  X(rmsnorm, "RMSNorm: root mean square, scale only (Llama's LlamaRMSNorm)") \
+  X(gemma_rmsnorm, "RMSNorm scaled by 1 + scale, scales starting at 0 (Gemma's RMSNorm)")
 
 // The MLP of a transformer block (model.mlp), of width model.intermediate_size.
 #define LOOM_MLPS(X)                                                                        \
   X(gelu_tanh, "Dense -> tanh-approximate GELU -> Dense (the tutorial, GPT-2's gelu_new)")  \
   X(gelu, "Dense -> exact (erf) GELU -> Dense (transformers' \"gelu\", PyTorch's default)") \
-  X(swiglu, "down(silu(gate(x)) * up(x)) (transformers' LlamaMLP)")
+  X(swiglu, "down(silu(gate(x)) * up(x)) (transformers' LlamaMLP)")                         \
+  X(geglu, "down(gelu_tanh(gate(x)) * up(x)) (transformers' GemmaMLP, gelu_pytorch_tanh)")
 // Where a transformer's token positions enter (model.position).
 #define LOOM_POSITIONS(X)                                                              \
   X(learned, "a learned position table added to the embeddings (the tutorial, GPT-2)") \
@@ -92,6 +94,7 @@ struct ModelConfig {
   int64_t num_kv_heads = 0;   // key/value heads (grouped-query attention); 0 = num_heads
   int64_t num_heads = 0;      // attention heads; 0 = hidden_size / head_dim (nn::num_heads)
   bool qk_norm = false;       // RMSNorm of each query and key head before rope (Qwen3's q_norm, k_norm)
+  bool post_norms = false;    // a norm on each branch's output before its residual add (Gemma)
   bool use_bias = true;
   bool tie_embeddings = false;
   InitScheme init = InitScheme::flax;

@@ -166,7 +166,10 @@ TEST(HfExport, Refusals) {
   // GPT-2's blocks have LayerNorms and a GELU MLP; Llama's (RMSNorm) a SwiGLU MLP and rotary embeddings.
   for (const auto& [key, problem] :
        {std::pair<std::string, std::string>{"model.norm=rmsnorm", "model.mlp: is not swiglu"},
-        {"model.mlp=swiglu", "model.mlp: is swiglu"}}) {
+        {"model.mlp=swiglu", "model.mlp: is swiglu"},
+        // Gemma's blocks are neither architecture's: GPT-2's map would drop the (1 + scale) and the gate.
+        {"model.norm=gemma_rmsnorm", "model.norm: is gemma_rmsnorm"},
+        {"model.mlp=geglu", "model.mlp: is geglu"}}) {
     const Config c = default_config({"model.kind=transformer", "model.hidden_size=16", "model.head_dim=8",
                                      "model.vocab_size=12", "model.num_outputs=12", "model.max_seq_len=8",
                                      "model.block_order=attn_first", "model.tie_embeddings=true", key,

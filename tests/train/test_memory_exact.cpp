@@ -124,6 +124,9 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
                           "model.num_kv_heads=2"})
       qwen3.push_back(o);
     expect_holds_the_plan(default_config(qwen3), "qk_norm, 8 heads of 64 on 256, bfloat16 remat " + remat);
+    // Gemma's blocks on it: (1 + scale) norms, the GeGLU MLP and the post-branch norms.
+    for (const char* o : {"model.norm=gemma_rmsnorm", "model.mlp=geglu", "model.post_norms=true"}) qwen3.push_back(o);
+    expect_holds_the_plan(default_config(qwen3), "Gemma's blocks, bfloat16 remat " + remat);
   }
 }
 

@@ -45,6 +45,7 @@ void cpu_norm(const KernelArgs& a) {
   }
   LOOM_ASSERT(a.out[1].shape.numel() == R && a.out.back().shape.numel() == R);
   const float* scale = a.in[1].as<float>();
+  const float offset = at.unit_offset ? 1.f : 0.f;
   const float* bias = kCentred ? a.in[2].as<float>() : nullptr;
   float* mean_out = kCentred ? a.out[1].as<float>() : nullptr;
   float* rstd_out = a.out[kCentred ? 2 : 1].as<float>();
@@ -65,7 +66,7 @@ void cpu_norm(const KernelArgs& a) {
       rstd_out[r] = rstd;
     } else {
       const float rstd = 1.f / std::sqrt(dot_f32(xr, xr, C) / fc + at.eps);
-      for (int64_t c = 0; c < C; ++c) t[c] = xr[c] * rstd * scale[c];
+      for (int64_t c = 0; c < C; ++c) t[c] = xr[c] * rstd * (offset + scale[c]);
       rstd_out[r] = rstd;
     }
     if (y.dtype != DType::f32) store_f32(t, y.data, y.dtype, r * C, C);
@@ -113,6 +114,7 @@ void cpu_norm_grad(const KernelArgs& a) {
   for (size_t i = 3; i < a.in.size(); ++i) LOOM_ASSERT(a.in[i].shape.numel() == R && a.in[i].dtype == DType::f32);
   for (size_t i = 1; i < a.out.size(); ++i) LOOM_ASSERT(a.out[i].shape.numel() == C);
   const float* scale = a.in[2].as<float>();
+  const float offset = std::get<LayerNormAttrs>(a.node.attrs).unit_offset ? 1.f : 0.f;
   const float* mean_in = kCentred ? a.in[3].as<float>() : nullptr;
   const float* rstd_in = a.in[kCentred ? 4 : 3].as<float>();
   float* dscale = a.out[1].as<float>();
@@ -144,7 +146,7 @@ void cpu_norm_grad(const KernelArgs& a) {
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         xhat[c] = (xr[c] - mean) * rstd;
-        g[c] = dyr[c] * scale[c];
+        g[c] = dyr[c] * (offset + scale[c]);
         ds[c] += dyr[c] * xhat[c];
         db[c] += dyr[c];
       }
@@ -210,6 +212,7 @@ void cpu_qk_norm(const KernelArgs& a) {
   LOOM_ASSERT(y.shape == x.shape && y.dtype == x.dtype && a.out[1].shape.numel() == rows * (parts - 1));
   const float* q_scale = a.in[1].as<float>();
   const float* k_scale = a.in[2].as<float>();
+  const float offset = at.unit_offset ? 1.f : 0.f;
   float* rstd_out = a.out[1].as<float>();
   const auto fd = static_cast<float>(D);
   Bump ws(a.workspace);
@@ -222,7 +225,7 @@ void cpu_qk_norm(const KernelArgs& a) {
       float* h = buf + p * D;
       const float* scale = p < at.group ? q_scale : k_scale;
       const float rstd = 1.f / std::sqrt(dot_f32(h, h, D) / fd + at.eps);
-      for (int64_t c = 0; c < D; ++c) h[c] = h[c] * rstd * scale[c];
+      for (int64_t c = 0; c < D; ++c) h[c] = h[c] * rstd * (offset + scale[c]);
       rstd_out[r * (parts - 1) + p] = rstd;
     }
     store_f32(buf, y.data, y.dtype, r * W, W);
@@ -238,6 +241,7 @@ void cpu_qk_norm_grad(const KernelArgs& a) {
   LOOM_ASSERT(dy.shape == x.shape && dx.shape == x.shape && a.in[4].shape.numel() == rows * (parts - 1));
   const float* scales[2] = {a.in[2].as<float>(), a.in[3].as<float>()};
   const float* rstd_in = a.in[4].as<float>();
+  const float offset = at.unit_offset ? 1.f : 0.f;
   float* dscale[2] = {a.out[1].as<float>(), a.out[2].as<float>()};
   if (rows == 0) {
     for (float* d : dscale) std::fill(d, d + D, 0.f);
@@ -267,7 +271,7 @@ void cpu_qk_norm_grad(const KernelArgs& a) {
         for (int64_t c = 0; c < D; ++c) {
           xh[c] *= rstd;
           ds[c] += g[c] * xh[c];
-          g[c] *= scale[c];
+          g[c] *= offset + scale[c];
         }
         const float gx_mean = dot_f32(g, xh, D) / fd;
         for (int64_t c = 0; c < D; ++c) g[c] = rstd * (g[c] - xh[c] * gx_mean);

@@ -19,6 +19,7 @@ namespace {
 // when centred, then rstd) stored as f32. Inputs (x, scale[, bias]), outputs (y[, mean], rstd).
 void ref_norm(const KernelArgs& a, bool centred) {
   const auto& at = std::get<LayerNormAttrs>(a.node.attrs);
+  const double offset = at.unit_offset ? 1.0 : 0.0;
   const TensorArg& x = a.in[0];
   const TensorArg& scale = a.in[1];
   const TensorArg* bias = centred ? &a.in[2] : nullptr;
@@ -42,7 +43,7 @@ void ref_norm(const KernelArgs& a, bool centred) {
     const double var = sq / static_cast<double>(C);
     const double rstd = 1.0 / std::sqrt(var + static_cast<double>(at.eps));
     for (int64_t c = 0; c < C; ++c)
-      st(y, base + c, (ld(x, base + c) - mean) * rstd * ld(scale, c) + (bias ? ld(*bias, c) : 0.0));
+      st(y, base + c, (ld(x, base + c) - mean) * rstd * (offset + ld(scale, c)) + (bias ? ld(*bias, c) : 0.0));
     if (mean_out) st(*mean_out, r, mean);
     st(rstd_out, r, rstd);
   }
@@ -53,6 +54,7 @@ void ref_norm(const KernelArgs& a, bool centred) {
 // not centred, mean = 0 and the mean_row(g) term goes (it is the mean's derivative).
 // Inputs (dy, x, scale[, mean], rstd), outputs (dx, dscale[, dbias]).
 void ref_norm_grad(const KernelArgs& a, bool centred) {
+  const double offset = std::get<LayerNormAttrs>(a.node.attrs).unit_offset ? 1.0 : 0.0;
   const TensorArg& dy = a.in[0];
   const TensorArg& x = a.in[1];
   const TensorArg& scale = a.in[2];
@@ -75,7 +77,7 @@ void ref_norm_grad(const KernelArgs& a, bool centred) {
       const auto i = static_cast<size_t>(c);
       const double d = ld(dy, base + c);
       xhat[i] = (ld(x, base + c) - mean) * rstd;
-      g[i] = d * ld(scale, c);
+      g[i] = d * (offset + ld(scale, c));
       g_sum += g[i];
       gx_sum += g[i] * xhat[i];
       ds[i] += d * xhat[i];
@@ -106,6 +108,7 @@ void ref_rms_norm_grad(const KernelArgs& a) { ref_norm_grad(a, /*centred=*/false
 // k_scale), outputs (y, rstd).
 void ref_qk_norm(const KernelArgs& a) {
   const auto& at = std::get<QkNormAttrs>(a.node.attrs);
+  const double offset = at.unit_offset ? 1.0 : 0.0;
   const TensorArg& x = a.in[0];
   const TensorArg& y = a.out[0];
   const TensorArg& rstd_out = a.out[1];
@@ -118,7 +121,7 @@ void ref_qk_norm(const KernelArgs& a) {
       double sq = 0;
       for (int64_t c = 0; c < D; ++c) sq += ld(x, base + c) * ld(x, base + c);
       const double rstd = 1.0 / std::sqrt(sq / static_cast<double>(D) + static_cast<double>(at.eps));
-      for (int64_t c = 0; c < D; ++c) st(y, base + c, ld(x, base + c) * rstd * ld(scale, c));
+      for (int64_t c = 0; c < D; ++c) st(y, base + c, ld(x, base + c) * rstd * (offset + ld(scale, c)));
       st(rstd_out, r * (parts - 1) + p, rstd);
     }
     for (int64_t e = (parts - 1) * D; e < W; ++e) st(y, r * W + e, ld(x, r * W + e));
@@ -130,6 +133,7 @@ void ref_qk_norm(const KernelArgs& a) {
 // q_scale, k_scale, rstd), outputs (dqkv, dq_scale, dk_scale).
 void ref_qk_norm_grad(const KernelArgs& a) {
   const auto& at = std::get<QkNormAttrs>(a.node.attrs);
+  const double offset = at.unit_offset ? 1.0 : 0.0;
   const TensorArg& dy = a.in[0];
   const TensorArg& x = a.in[1];
   const TensorArg& rstd_in = a.in[4];
@@ -149,7 +153,7 @@ void ref_qk_norm_grad(const KernelArgs& a) {
         const auto i = static_cast<size_t>(c);
         const double d = ld(dy, base + c);
         xhat[i] = ld(x, base + c) * rstd;
-        g[i] = d * ld(scale, c);
+        g[i] = d * (offset + ld(scale, c));
         gx_sum += g[i] * xhat[i];
         dscale[c] += d * xhat[i];
       }

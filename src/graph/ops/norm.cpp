@@ -15,6 +15,7 @@ void infer_norm(const Graph& g, const Node& n, ValueDesc* out, int num_outputs) 
   const Shape c{x.shape.last()};
   if (!dtype_is_float(x.dtype) || !dtype_is_float(a.dtype)) op_fail(g, n, "float dtypes only");
   if (!(a.eps > 0.f)) op_fail(g, n, "eps must be positive");
+  if (a.unit_offset && n.op == OpKind::layer_norm) op_fail(g, n, "unit_offset is rms_norm's");
   for (size_t i = 1; i < n.in.size(); ++i)
     if (in_val(g, n, static_cast<int>(i)).shape != c || in_val(g, n, static_cast<int>(i)).dtype != DType::f32)
       op_fail(g, n, "scale (and bias) must be [C] float32 parameters");

@@ -164,6 +164,7 @@ HfModelMap tensor_map(const ModelConfig& c) {
   need(!c.use_bias, "model.use_bias", "is true (Llama's layers have no biases)");
   need(c.num_outputs == c.vocab_size, "model.num_outputs", "differs from vocab_size (lm_head is [vocab_size, C])");
   need(!c.qk_norm, "model.qk_norm", "is true (Llama does not normalise q and k; Qwen3ForCausalLM does)");
+  need(!c.post_norms, "model.post_norms", "is true (Llama has no norms after its branches)");
   const int64_t C = c.hidden_size, D = c.head_dim, H = num_heads(c), F = mlp_width(c);
   const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
   HfModelMap m{.architecture = kArchitecture,

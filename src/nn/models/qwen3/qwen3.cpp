@@ -76,6 +76,7 @@ HfModelMap tensor_map(const ModelConfig& c) {
   need(c.mlp == MlpKind::swiglu, "model.mlp", "is not swiglu (Qwen3's MLP is SiLU-gated)");
   need(c.position == PositionKind::rope, "model.position", "is not rope (Qwen3 has no position table)");
   need(!c.use_bias, "model.use_bias", "is true (Qwen3's layers have no biases)");
+  need(!c.post_norms, "model.post_norms", "is true (Qwen3 has no norms after its branches)");
   ModelConfig plain = c;  // Llama's map holds every tensor but the q/k norms
   plain.qk_norm = false;
   const HfModelMap llama = llama_architecture().tensor_map(plain);

@@ -39,7 +39,7 @@ std::vector<KeySpec<ModelConfig>> transformer_keys() {
       choice<ModelConfig>("model.norm", "normalisation layers (epsilon: model.layer_norm_eps)", REF(norm)),
       choice<ModelConfig>("model.mlp", "the MLP of each block", REF(mlp)),
       integer<ModelConfig>("model.intermediate_size",
-                           "MLP hidden width; 0: mlp_expansion × hidden_size, and for swiglu Llama's "
+                           "MLP hidden width; 0: mlp_expansion × hidden_size, and for swiglu and geglu Llama's "
                            "2/3 of that rounded up to a multiple of 256",
                            REF(intermediate_size)),
       choice<ModelConfig>("model.position", "how token positions enter: learned table or rotary (RoPE)", REF(position)),
@@ -51,6 +51,10 @@ std::vector<KeySpec<ModelConfig>> transformer_keys() {
                            "RMSNorm of each query and key head over head_dim before rope, one [head_dim] scale for "
                            "the queries and one for the keys (Qwen3's q_norm and k_norm)",
                            REF(qk_norm)),
+      boolean<ModelConfig>("model.post_norms",
+                           "normalise each branch's output (after its output layer) before the residual add, as "
+                           "Gemma's post_attention_layernorm and post_feedforward_layernorm (model.norm)",
+                           REF(post_norms)),
       boolean<ModelConfig>("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", REF(use_bias)),
       boolean<ModelConfig>("model.tie_embeddings",
                            "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)",

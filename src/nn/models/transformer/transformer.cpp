@@ -44,25 +44,27 @@ ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const ModelConfig&
 }
 
 // The block's and the final normalisation (model.norm): LayerNorm (biases per model.use_bias) or
-// RMSNorm (none), both with model.layer_norm_eps.
+// RMSNorm (none; Gemma's scaled by 1 + scale), all with model.layer_norm_eps.
 ValueId norm(const Scope& s, ValueId x, const ModelConfig& c) {
   const auto eps = static_cast<float>(c.layer_norm_eps);
-  return c.norm == NormKind::rmsnorm ? rms_norm(s, x, c.dtype, eps) : layer_norm(s, x, c.dtype, eps, c.use_bias);
+  if (c.norm == NormKind::layernorm) return layer_norm(s, x, c.dtype, eps, c.use_bias);
+  return rms_norm(s, x, c.dtype, eps, c.norm == NormKind::gemma_rmsnorm);
 }
 
 // MLPBlock: [B, T, C] -> [B, T, C]
 ValueId mlp_block(const Scope& s, ValueId x, const ModelConfig& c, bool train) {
   const int64_t features = s.graph().value(x).shape.last(), F = mlp_width(c);
   ValueId h = norm(s / "pre_norm", x, c);
-  if (c.mlp == MlpKind::swiglu) {
+  if (gated_mlp(c)) {
     const ValueId gate = linear(s / "gate_layer", h, Shape{features, F}, c, false);  // [B, T, F]
     const ValueId up = linear(s / "up_layer", h, Shape{features, F}, c, false);      // [B, T, F]
-    h = s.op1(OpKind::silu_mul, {gate, up});
+    h = s.op1(c.mlp == MlpKind::swiglu ? OpKind::silu_mul : OpKind::gelu_mul, {gate, up});
   } else {
     h = linear(s / "input_layer", h, Shape{features, F}, c, false);  // [B, T, F]
     h = s.op1(c.mlp == MlpKind::gelu ? OpKind::gelu_erf : OpKind::gelu, {h});
   }
   h = linear(s / "output_layer", h, Shape{F, features}, c, true);  // [B, T, C]
+  if (c.post_norms) h = norm(s / "post_norm", h, c);
   return dropout(s, h, c.dropout_rate, train);
 }
 
@@ -119,10 +121,13 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   qkv = view(qs, qkv, Shape{B, T, KV, (G + 2) * D});                 // [B, T, KV, (G+2)·D]
   const auto group = static_cast<int32_t>(G);
   if (c.qk_norm) {  // Qwen3: each query and key head normalised over D, before rope
-    const ValueId q_scale = (s / "q_norm").param("scale", Shape{D}, ParamInit{ParamInit::ones, 0});
-    const ValueId k_scale = (s / "k_norm").param("scale", Shape{D}, ParamInit{ParamInit::ones, 0});
+    const ParamInit init{c.norm == NormKind::gemma_rmsnorm ? ParamInit::zeros : ParamInit::ones, 0};
+    const ValueId q_scale = (s / "q_norm").param("scale", Shape{D}, init);
+    const ValueId k_scale = (s / "k_norm").param("scale", Shape{D}, init);
     qkv = s.op(OpKind::qk_norm, {qkv, q_scale, k_scale},
-               QkNormAttrs{.eps = static_cast<float>(c.layer_norm_eps), .group = group})
+               QkNormAttrs{.eps = static_cast<float>(c.layer_norm_eps),
+                           .group = group,
+                           .unit_offset = c.norm == NormKind::gemma_rmsnorm})
               .at(0);
   }
   if (c.position == PositionKind::rope)  // the decoder's cache then holds rotated keys, as transformers' does
@@ -133,6 +138,7 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   // DenseGeneral(features=C, axis=(-2, -1)): kernel [H, D, C] (fan_in H·D), bias [C].
   const Scope os = s / "output_layer";
   ValueId o = linear(os, view(os, att, Shape{B, T, H * D}), Shape{H, D, C}, c, true, 2);  // [B, T, C]
+  if (c.post_norms) o = norm(s / "post_norm", o, c);
   return dropout(s, o, c.dropout_rate, train);
 }
 
@@ -272,12 +278,14 @@ ModelGraph build_transformer_prefill(const ModelConfig& config, int64_t batch, i
   return m;
 }
 
+bool gated_mlp(const ModelConfig& c) { return c.mlp == MlpKind::swiglu || c.mlp == MlpKind::geglu; }
+
 int64_t num_heads(const ModelConfig& c) { return c.num_heads > 0 ? c.num_heads : c.hidden_size / c.head_dim; }
 
 int64_t mlp_width(const ModelConfig& c) {
   if (c.intermediate_size > 0) return c.intermediate_size;
   const int64_t f = c.mlp_expansion * c.hidden_size;
-  return c.mlp == MlpKind::swiglu ? (2 * f / 3 + 255) / 256 * 256 : f;
+  return gated_mlp(c) ? (2 * f / 3 + 255) / 256 * 256 : f;
 }
 
 void validate_transformer(const ModelConfig& c) {
