@@ -22,6 +22,11 @@ this in its own venv; the C++ tests read the outputs and need neither Python nor
   qwen2_tied/, qwen2_untied/  Qwen2ForCausalLM of that shape (random q/k/v biases), theta 1e6
   mistral/                    MistralForCausalLM of that shape, sliding_window 4 (shorter than the
                               fixtures' 8 tokens and the 40 of the greedy continuation)
+  qwen3/                      Qwen3ForCausalLM, 2 layers, hidden 32, 4 heads of head_dim 16 (so
+                              q_proj is 64 wide, not 32), 2 key/value heads, q_norm and k_norm
+                              weights 1 + N(0, 0.1^2), tied head; same files, and in
+                              expected.safetensors "greedy/prompt" (int32 [1, 8]) and
+                              "greedy/tokens" (int32 [32]): transformers' greedy continuation
 
 expected.safetensors holds "inputs" and "labels" (int32 [2, 8]: fixed ids), "logits" (float32
 [2, 8, V]), "loss" (float32 []: mean cross-entropy of logits against labels) and "grad/<name>"
@@ -156,7 +161,7 @@ def greedy(model, prompt, n):
     return ids[0, prompt.numel():]
 
 
-def write_expected(model, out, vocab_size, grad_names, gen, with_greedy=False):
+def write_expected(model, out, vocab_size, grad_names, gen, with_greedy=False, generate=0):
     inputs = torch.randint(0, vocab_size, (2, 8), generator=gen)
     labels = torch.randint(0, vocab_size, (2, 8), generator=gen)
     model.zero_grad()
@@ -174,6 +179,14 @@ def write_expected(model, out, vocab_size, grad_names, gen, with_greedy=False):
         tensors["grad/" + n] = params[n].grad.detach().contiguous()
     if with_greedy:
         tensors["greedy"] = greedy(model, inputs[0], 32).to(torch.int32).contiguous()
+    if generate:
+        prompt = torch.randint(0, vocab_size, (1, 8), generator=gen)
+        with torch.no_grad():
+            out_ids = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                                     max_new_tokens=generate, min_new_tokens=generate, eos_token_id=None,
+                                     pad_token_id=0)
+        tensors["greedy/prompt"] = prompt.to(torch.int32).contiguous()
+        tensors["greedy/tokens"] = out_ids[0, prompt.shape[1]:].to(torch.int32).contiguous()
     save_file(tensors, os.path.join(out, "expected.safetensors"), metadata={"loss": repr(loss.item())})
 
 
@@ -262,6 +275,25 @@ def make_mistral(out, tokenizer_file, vocab_size, seed):
     make_causal_lm(out, MistralForCausalLM, cfg, tokenizer_file, vocab_size, seed, LLAMA_GRADS, with_greedy=True)
 
 
+def make_qwen3(out, tokenizer_file, vocab_size, seed):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+                      rope_theta=10000.0, rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False,
+                      tie_word_embeddings=True, attention_dropout=0.0, bos_token_id=0, eos_token_id=1,
+                      use_sliding_window=False, attn_implementation="eager")
+    model = Qwen3ForCausalLM(cfg).float().eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    randomize(model, gen)
+    save_model(model, out, tokenizer_file)
+    grads = ["model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_norm.weight",
+             "model.layers.1.self_attn.k_norm.weight", "model.layers.1.self_attn.o_proj.weight",
+             "model.norm.weight", "model.embed_tokens.weight"]
+    write_expected(model, out, vocab_size, grads, gen, generate=32)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -281,6 +313,7 @@ def main():
     make_qwen2(os.path.join(a.out, "qwen2_tied"), os.path.join(tok_dir, "qwen2.json"), qwen_vocab, True, 40)
     make_qwen2(os.path.join(a.out, "qwen2_untied"), os.path.join(tok_dir, "qwen2.json"), qwen_vocab, False, 50)
     make_mistral(os.path.join(a.out, "mistral"), os.path.join(tok_dir, "llama3.json"), llama_vocab, 60)
+    make_qwen3(os.path.join(a.out, "qwen3"), os.path.join(tok_dir, "llama3.json"), llama_vocab, 30)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,18 @@ void silu_mul_grad(T gate, T up, T dy, T& dgate, T& dup) {
   dgate = dy * up * s * (T(1) + gate * (T(1) - s));
 }
 
+// GeGLU's gate (transformers' GemmaMLP with gelu_pytorch_tanh): gelu(gate)·up with the tanh GELU
+// above, and its gradients for dy: dup = dy·gelu(gate), dgate = gelu_grad(gate, dy·up).
+template <class T, class M = StdMath>
+T gelu_mul(T gate, T up) {
+  return gelu<T, M>(gate) * up;
+}
+template <class T, class M = StdMath>
+void gelu_mul_grad(T gate, T up, T dy, T& dgate, T& dup) {
+  dup = dy * gelu<T, M>(gate);
+  dgate = gelu_grad<T, M>(gate, dy * up);
+}
+
 // Dropout keeps element i when its uniform draw is below keep = 1 − rate (Flax: bernoulli(keep)),
 // and scales kept elements by 1/keep. The draw is rng_uniform(key, i) with
 // key = rng_key(seed, step, minibatch, stream): identical on every backend and on recompute.

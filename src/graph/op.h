@@ -66,6 +66,7 @@ struct ShapeAttrs {
 struct LayerNormAttrs {
   float eps = 1e-6f;         // Flax's default epsilon
   DType dtype = DType::f32;  // output dtype; statistics are always fp32
+  bool unit_offset = false;  // rms_norm: the scale used is 1 + scale (Gemma's RMSNorm)
   bool operator==(const LayerNormAttrs&) const = default;
 };
 // add_columns / take_columns: columns [offset, offset + width) of the last dim, times scale.
@@ -117,6 +118,13 @@ struct RopeAttrs {
   int32_t original_max_position = 8192;  // the context length the model was pretrained at
   bool operator==(const RopeAttrs&) const = default;
 };
+// qk_norm: RMSNorm of each query and key head of a packed qkv (Qwen3's q_norm and k_norm).
+struct QkNormAttrs {
+  float eps = 1e-6f;         // transformers' rms_norm_eps
+  int32_t group = 1;         // query heads per key/value head: qkv's last dim is (group + 2)·head_dim
+  bool unit_offset = false;  // the scales used are 1 + q_scale, 1 + k_scale (Gemma 3's q/k norms)
+  bool operator==(const QkNormAttrs&) const = default;
+};
 
 // RoPE's inverse frequency i < head_dim / 2: 1 / theta^(2i / head_dim), then with llama3 scaling
 // transformers' _compute_llama3_parameters: wavelen = 2π / f; wavelen > old / low_freq_factor:
@@ -150,7 +158,8 @@ inline RopeCosSin rope_cos_sin(const RopeAttrs& a, int64_t head_dim, int64_t i, 
 
 using Attrs =
     std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DenseGradWeightAttrs, DTypeAttrs, ReduceAttrs, ShapeAttrs,
-                 LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs, RopeAttrs, ColumnsAttrs>;
+                 LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs, RopeAttrs, ColumnsAttrs,
+                 QkNormAttrs>;
 
 enum class OpKind : uint16_t {
 #define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) name,

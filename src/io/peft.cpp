@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "nn/models.h"
 #include "nn/models/hf_arch.h"
+#include "nn/models/transformer/transformer.h"
 
 namespace loom {
 
@@ -67,7 +68,7 @@ std::vector<PeftTensor> peft_tensor_map(const ModelConfig& c) {
 
 std::vector<std::string> peft_target_modules(const ModelConfig& c) {
   std::vector<std::string> out;
-  const ChoiceSet<LoraTarget> m = nn::lora_modules(c.lora, c.mlp == MlpKind::swiglu);
+  const ChoiceSet<LoraTarget> m = nn::lora_modules(c.lora, nn::gated_mlp(c));
   for (size_t i = 0; i < choices_of(LoraTarget{}).size(); ++i)
     if (m.has(static_cast<LoraTarget>(i))) out.emplace_back(choice_name(static_cast<LoraTarget>(i)));
   return out;

@@ -26,15 +26,17 @@
   X(attn_first, "GPT-2: x + attn(x), then x + mlp(x)")
 
 // The normalisation layers of a transformer (model.norm; both take model.layer_norm_eps).
-#define LOOM_NORMS(X)                                                      \
-  X(layernorm, "LayerNorm: centred, scale and bias (the tutorial, GPT-2)") \
-  X(rmsnorm, "RMSNorm: root mean square, scale only (Llama's LlamaRMSNorm)")
+#define LOOM_NORMS(X)                                                        \
+  X(layernorm, "LayerNorm: centred, scale and bias (the tutorial, GPT-2)")   \
+  X(rmsnorm, "RMSNorm: root mean square, scale only (Llama's LlamaRMSNorm)") \
+  X(gemma_rmsnorm, "RMSNorm scaled by 1 + scale, scales starting at 0 (Gemma's RMSNorm)")
 
 // The MLP of a transformer block (model.mlp), of width model.intermediate_size.
 #define LOOM_MLPS(X)                                                                        \
   X(gelu_tanh, "Dense -> tanh-approximate GELU -> Dense (the tutorial, GPT-2's gelu_new)")  \
   X(gelu, "Dense -> exact (erf) GELU -> Dense (transformers' \"gelu\", PyTorch's default)") \
-  X(swiglu, "down(silu(gate(x)) * up(x)) (transformers' LlamaMLP)")
+  X(swiglu, "down(silu(gate(x)) * up(x)) (transformers' LlamaMLP)")                         \
+  X(geglu, "down(gelu_tanh(gate(x)) * up(x)) (transformers' GemmaMLP, gelu_pytorch_tanh)")
 // Where a transformer's token positions enter (model.position).
 #define LOOM_POSITIONS(X)                                                              \
   X(learned, "a learned position table added to the embeddings (the tutorial, GPT-2)") \
@@ -91,7 +93,7 @@ struct ModelConfig {
   // Not a key: model.remat = auto's choice per layer (train/fit.h); empty: remat and remat_policy
   // apply to every layer.
   std::vector<LayerRemat> remat_layers;
-  bool scan_layers = false;      // parameter layout only: stacked [num_layers, ...] in files
+  bool scan_layers = false;  // parameter layout only: stacked [num_layers, ...] in files
   BlockOrder block_order = BlockOrder::mlp_first;
   NormKind norm = NormKind::layernorm;
   MlpKind mlp = MlpKind::gelu_tanh;
@@ -104,6 +106,9 @@ struct ModelConfig {
   double rope_factor = 8, rope_low_freq_factor = 1, rope_high_freq_factor = 4;
   int64_t rope_original_max_position = 8192;
   int64_t num_kv_heads = 0;   // key/value heads (grouped-query attention); 0 = num_heads
+  int64_t num_heads = 0;      // attention heads; 0 = hidden_size / head_dim (nn::num_heads)
+  bool qk_norm = false;       // RMSNorm of each query and key head before rope (Qwen3's q_norm, k_norm)
+  bool post_norms = false;    // a norm on each branch's output before its residual add (Gemma)
   bool use_bias = true;
   bool qkv_bias = false;       // biases on the q/k/v projection even without use_bias (Qwen2)
   int64_t sliding_window = 0;  // attention sees the last sliding_window keys (itself included); 0: all

@@ -34,10 +34,10 @@ ValueId layer_norm(const Scope& s, ValueId x, DType dtype, float eps, bool use_b
   return s.op(OpKind::layer_norm, {x, scale, bias}, LayerNormAttrs{eps, dtype}).at(0);
 }
 
-ValueId rms_norm(const Scope& s, ValueId x, DType dtype, float eps) {
+ValueId rms_norm(const Scope& s, ValueId x, DType dtype, float eps, bool unit_offset) {
   const int64_t c = s.graph().value(x).shape.last();
-  const ValueId scale = s.param("scale", Shape{c}, ParamInit{ParamInit::ones, 0});
-  return s.op(OpKind::rms_norm, {x, scale}, LayerNormAttrs{eps, dtype}).at(0);
+  const ValueId scale = s.param("scale", Shape{c}, ParamInit{unit_offset ? ParamInit::zeros : ParamInit::ones, 0});
+  return s.op(OpKind::rms_norm, {x, scale}, LayerNormAttrs{eps, dtype, unit_offset}).at(0);
 }
 
 ValueId dropout(const Scope& s, ValueId x, float rate, bool train) {

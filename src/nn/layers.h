@@ -19,7 +19,8 @@ ValueId dense(const Scope& s, ValueId x, int64_t features, DType dtype, bool use
 // use_bias = false: no bias parameter (nanoGPT's LayerNorm(bias=False)).
 ValueId layer_norm(const Scope& s, ValueId x, DType dtype, float eps, bool use_bias = true);
 // transformers' LlamaRMSNorm: scale (ones) of [C], no bias, fp32 statistics, output in dtype.
-ValueId rms_norm(const Scope& s, ValueId x, DType dtype, float eps);
+// unit_offset: Gemma's RMSNorm, the scale used is 1 + scale, whose parameter starts at zeros.
+ValueId rms_norm(const Scope& s, ValueId x, DType dtype, float eps, bool unit_offset = false);
 // nn.Dropout(rate): identity when rate is 0 or not training (Flax returns its input unchanged).
 ValueId dropout(const Scope& s, ValueId x, float rate, bool train);
 ValueId cast(const Scope& s, ValueId x, DType dtype);

@@ -51,7 +51,7 @@ struct CheckpointState {
   double best_val_loss = -1;  // -1: none yet
   // A LoRA run (nn/lora.h): its checkpoints hold the adapters alone; the frozen base is
   // model.init_from's (or drawn from the seed), identified by this hash of its float32 values.
-  std::string base_hash;  // "" for a run that trains every parameter
+  std::string base_hash = {};  // "" for a run that trains every parameter
 };
 
 struct Checkpoint {

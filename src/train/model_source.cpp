@@ -23,6 +23,7 @@ constexpr const char* kLoomArchKeys[] = {
     "model.mlp_expansion", "model.vocab_size",        "model.num_outputs", "model.max_seq_len", "model.layer_norm_eps",
     "model.causal_mask",   "model.block_order",       "model.norm",        "model.use_bias",    "model.tie_embeddings",
     "model.mlp",           "model.intermediate_size", "model.position",    "model.rope_theta",  "model.num_kv_heads",
+    "model.num_heads",     "model.qk_norm",           "model.post_norms",
 };
 // And those of the Llama-style families' options: rotary scaling, Qwen2's q/k/v biases, Mistral's window.
 constexpr const char* kLoomVariantKeys[] = {"model.rope_scaling",

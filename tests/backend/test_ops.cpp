@@ -435,7 +435,7 @@ TEST(CpuOps, Bf16GemmStridedOperands) {
   constexpr int64_t M = 512, N = 640, K = 192;
   const PhiloxKey key = rng_key(next_seed(), 0, 0, 0);
   uint64_t k = 0;
-  for (const auto [ta, tb] : {std::pair{false, false}, {false, true}, {true, false}}) {
+  for (const auto& [ta, tb] : {std::pair{false, false}, {false, true}, {true, false}}) {
     const int64_t lda = (ta ? M : K) + 8, ldb = (tb ? K : N) + 24, ldc = N + 40;
     std::vector<uint16_t> a(static_cast<size_t>((ta ? K : M) * lda)), b(static_cast<size_t>((tb ? N : K) * ldb));
     for (uint16_t& v : a) v = f32_to_bf16(rng_normal(key, k++));
@@ -551,7 +551,7 @@ void set_norm_stats(OpCase& oc, OpKind op, int64_t R, int64_t C) {
 struct NormGradMagnitudes {
   std::vector<double> dx, dscale, dbias;
 };
-NormGradMagnitudes norm_grad_magnitudes(OpCase& oc, OpKind op, int64_t R, int64_t C) {
+NormGradMagnitudes norm_grad_magnitudes(OpCase& oc, OpKind op, int64_t R, int64_t C, double offset = 0) {
   NormGradMagnitudes m;
   m.dx.resize(static_cast<size_t>(R * C));
   m.dscale.assign(static_cast<size_t>(C), 0.0);
@@ -563,8 +563,8 @@ NormGradMagnitudes norm_grad_magnitudes(OpCase& oc, OpKind op, int64_t R, int64_
     for (int64_t c = 0; c < C; ++c) {
       const double xhat = (x.get(r * C + c) - mean) * rstd.get(r);
       const double d = dy.get(r * C + c);
-      g_abs += std::fabs(d * scale.get(c));
-      gx_abs += std::fabs(d * scale.get(c) * xhat);
+      g_abs += std::fabs(d * (offset + scale.get(c)));
+      gx_abs += std::fabs(d * (offset + scale.get(c)) * xhat);
       m.dscale[static_cast<size_t>(c)] += std::fabs(d * xhat);
       m.dbias[static_cast<size_t>(c)] += std::fabs(d);
     }
@@ -572,8 +572,8 @@ NormGradMagnitudes norm_grad_magnitudes(OpCase& oc, OpKind op, int64_t R, int64_
     for (int64_t c = 0; c < C; ++c) {
       const double xhat = (x.get(r * C + c) - mean) * rstd.get(r);
       m.dx[static_cast<size_t>(r * C + c)] =
-          std::fabs(rstd.get(r)) * (std::fabs(dy.get(r * C + c) * scale.get(c)) + g_abs / static_cast<double>(C) +
-                                    std::fabs(xhat) * gx_abs / static_cast<double>(C));
+          std::fabs(rstd.get(r)) * (std::fabs(dy.get(r * C + c) * (offset + scale.get(c))) +
+                                    g_abs / static_cast<double>(C) + std::fabs(xhat) * gx_abs / static_cast<double>(C));
     }
   }
   return m;
@@ -602,6 +602,153 @@ TEST_P(BackendOps, LayerNormGrad) {
               expect_bounded(o.got[1], o.ref[1], m.dscale, DType::f32, what + " dscale");
               if (centred(op)) expect_bounded(o.got[2], o.ref[2], m.dbias, DType::f32, what + " dbias");
             }
+}
+
+// rms_norm with unit_offset (Gemma's 1 + scale): the definition on both backends, then the
+// backend against the reference on the same shapes as LayerNorm, forward and backward.
+TEST_P(BackendOps, RmsNormUnitOffset) {
+  LOOM_REQUIRE_OPS(OpKind::rms_norm, OpKind::rms_norm_grad);
+  const LayerNormAttrs attrs{.eps = 1e-6f, .dtype = DType::f32, .unit_offset = true};
+  ReferenceBackend ref;
+  for (Backend* be : {&testing::under_test(), static_cast<Backend*>(&ref)}) {
+    OpCase oc(OpKind::rms_norm, norm_inputs(OpKind::rms_norm, Shape{3, 7}, DType::f32), attrs);
+    oc.fill_random(next_seed());
+    const HostTensor y = oc.run(*be).at(0);
+    for (int64_t r = 0; r < 3; ++r) {
+      double sq = 0;
+      for (int64_t c = 0; c < 7; ++c) sq += oc.input(0).get(r * 7 + c) * oc.input(0).get(r * 7 + c);
+      const double rstd = 1 / std::sqrt(sq / 7 + 1e-6);
+      for (int64_t c = 0; c < 7; ++c) {
+        const double want = oc.input(0).get(r * 7 + c) * rstd * (1 + oc.input(1).get(c));
+        EXPECT_NEAR(y.get(r * 7 + c), want, 1e-6 * (1 + std::fabs(want))) << be->name();
+      }
+    }
+  }
+  for (DType xdt : kFloatTypes)
+    for (int64_t R : kRows)
+      for (int64_t C : kWidths) {
+        const std::string what = "x=" + dn(xdt) + " R=" + std::to_string(R) + " C=" + std::to_string(C);
+        OpCase fwd(OpKind::rms_norm, norm_inputs(OpKind::rms_norm, Shape{R, C}, xdt), attrs);
+        fwd.fill_random(next_seed());
+        expect_outputs_close(run_both(fwd), "rms_norm unit_offset " + what);
+        OpCase grad(OpKind::rms_norm_grad, norm_grad_inputs(OpKind::rms_norm_grad, R, C, DType::f32, xdt), attrs);
+        grad.fill_random(next_seed());
+        set_norm_stats(grad, OpKind::rms_norm_grad, R, C);
+        const Outputs o = run_both(grad);
+        const NormGradMagnitudes m = norm_grad_magnitudes(grad, OpKind::rms_norm_grad, R, C, 1.0);
+        expect_bounded(o.got[0], o.ref[0], m.dx, xdt, "rms_norm_grad unit_offset " + what + " dx", C == 1);
+        expect_bounded(o.got[1], o.ref[1], m.dscale, DType::f32, "rms_norm_grad unit_offset " + what + " dscale");
+      }
+}
+
+// ---- qk_norm -------------------------------------------------------------------------------
+
+// Packed qkv shapes [B, T, S, (G+2)·D] as (B, T, S, G, D): one head of one element, odd head
+// widths, grouped queries, and enough rows for the parallel paths and chunked parameter sums.
+struct QkShape {
+  int64_t B, T, S, G, D;
+  Shape qkv() const { return Shape{B, T, S, (G + 2) * D}; }
+  std::string str() const { return qkv().str() + " G=" + std::to_string(G); }
+};
+const QkShape kQkShapes[] = {{1, 1, 1, 1, 1}, {2, 3, 1, 1, 5}, {1, 7, 2, 3, 64}, {2, 33, 2, 2, 130}};
+
+std::vector<ValueDesc> qk_norm_inputs(const QkShape& q, DType dt) {
+  return {{q.qkv(), dt}, {Shape{q.D}, DType::f32}, {Shape{q.D}, DType::f32}};
+}
+
+// The definition on both backends, against a direct computation in double: each query head is
+// x·rsqrt(mean(x²) + eps)·q_scale, the key head the same with k_scale, the value part is copied
+// bit for bit, and rstd holds each head's statistic in head order.
+TEST_P(BackendOps, QkNormDefinition) {
+  LOOM_REQUIRE_OPS(OpKind::qk_norm);
+  const QkShape q{1, 2, 2, 2, 6};
+  const float eps = 1e-3f;
+  ReferenceBackend ref;
+  for (Backend* be : {&testing::under_test(), static_cast<Backend*>(&ref)})
+    for (bool unit : {false, true}) {
+      OpCase oc(OpKind::qk_norm, qk_norm_inputs(q, DType::f32),
+                QkNormAttrs{.eps = eps, .group = 2, .unit_offset = unit});
+      oc.fill_random(next_seed());
+      const std::vector<HostTensor> out = oc.run(*be);
+      const HostTensor& x = oc.input(0);
+      const int64_t W = (q.G + 2) * q.D;
+      for (int64_t r = 0; r < q.B * q.T * q.S; ++r) {
+        for (int64_t p = 0; p <= q.G; ++p) {
+          double sq = 0;
+          for (int64_t c = 0; c < q.D; ++c) sq += x.get(r * W + p * q.D + c) * x.get(r * W + p * q.D + c);
+          const double rstd = 1 / std::sqrt(sq / static_cast<double>(q.D) + eps);
+          EXPECT_NEAR(out[1].get(r * (q.G + 1) + p), rstd, 1e-6 * rstd) << be->name();
+          const HostTensor& scale = oc.input(p < q.G ? 1 : 2);
+          for (int64_t c = 0; c < q.D; ++c) {
+            const double want = x.get(r * W + p * q.D + c) * rstd * ((unit ? 1 : 0) + scale.get(c));
+            EXPECT_NEAR(out[0].get(r * W + p * q.D + c), want, 1e-6 * (1 + std::fabs(want))) << be->name();
+          }
+        }
+        for (int64_t e = (q.G + 1) * q.D; e < W; ++e) EXPECT_EQ(out[0].get(r * W + e), x.get(r * W + e)) << be->name();
+      }
+    }
+}
+
+TEST_P(BackendOps, QkNorm) {
+  LOOM_REQUIRE_OPS(OpKind::qk_norm);
+  for (DType dt : kFloatTypes)
+    for (const QkShape& q : kQkShapes)
+      for (bool unit : {false, true}) {
+        OpCase oc(OpKind::qk_norm, qk_norm_inputs(q, dt),
+                  QkNormAttrs{.eps = 1e-6f, .group = static_cast<int32_t>(q.G), .unit_offset = unit});
+        oc.fill_random(next_seed());
+        expect_outputs_close(run_both(oc), "qk_norm " + dn(dt) + " " + q.str() + (unit ? " unit_offset" : ""));
+      }
+}
+
+// qk_norm_grad with the statistics the forward saves; dqkv and the scale gradients bounded by
+// the magnitudes of their terms (norm_grad_magnitudes' rms_norm_grad terms, per head).
+TEST_P(BackendOps, QkNormGrad) {
+  LOOM_REQUIRE_OPS(OpKind::qk_norm_grad);
+  for (DType dt : kFloatTypes)
+    for (const QkShape& q : kQkShapes)
+      for (bool unit : {false, true}) {
+        const std::string what = "qk_norm_grad " + dn(dt) + " " + q.str() + (unit ? " unit_offset" : "");
+        const QkNormAttrs attrs{.eps = 1e-6f, .group = static_cast<int32_t>(q.G), .unit_offset = unit};
+        const double offset = unit ? 1.0 : 0.0;
+        const Shape stats{q.B, q.T, q.S, q.G + 1};
+        OpCase oc(
+            OpKind::qk_norm_grad,
+            {{q.qkv(), dt}, {q.qkv(), dt}, {Shape{q.D}, DType::f32}, {Shape{q.D}, DType::f32}, {stats, DType::f32}},
+            attrs);
+        oc.fill_random(next_seed());
+        const HostTensor& x = oc.input(1);
+        const HostTensor& dy = oc.input(0);
+        const int64_t W = (q.G + 2) * q.D, rows = q.B * q.T * q.S;
+        std::vector<double> mdx(static_cast<size_t>(rows * W)), mds(static_cast<size_t>(2 * q.D), 0.0);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t p = 0; p <= q.G; ++p) {
+            const int64_t base = r * W + p * q.D;
+            double sq = 0, gx = 0;
+            for (int64_t c = 0; c < q.D; ++c) sq += x.get(base + c) * x.get(base + c);
+            const double rstd = 1 / std::sqrt(sq / static_cast<double>(q.D) + 1e-6);
+            oc.input(4).set(r * (q.G + 1) + p, static_cast<float>(rstd));
+            const HostTensor& scale = oc.input(p < q.G ? 2 : 3);
+            for (int64_t c = 0; c < q.D; ++c)
+              gx += std::fabs(dy.get(base + c) * (offset + scale.get(c)) * x.get(base + c) * rstd);
+            for (int64_t c = 0; c < q.D; ++c) {
+              const double xhat = std::fabs(x.get(base + c) * rstd);
+              mdx[static_cast<size_t>(base + c)] =
+                  rstd * (std::fabs(dy.get(base + c) * (offset + scale.get(c))) + xhat * gx / static_cast<double>(q.D));
+              mds[static_cast<size_t>((p < q.G ? 0 : q.D) + c)] += std::fabs(dy.get(base + c)) * xhat;
+            }
+          }
+          for (int64_t e = (q.G + 1) * q.D; e < W; ++e)
+            mdx[static_cast<size_t>(r * W + e)] = std::fabs(dy.get(r * W + e));
+        }
+        const Outputs o = run_both(oc);
+        // One-element heads with their own statistics: dx = rstd·g·(1 − xhat²), all cancellation.
+        expect_bounded(o.got[0], o.ref[0], mdx, dt, what + " dqkv", q.D == 1);
+        expect_bounded(o.got[1], o.ref[1], std::vector<double>(mds.begin(), mds.begin() + q.D), DType::f32,
+                       what + " dq_scale");
+        expect_bounded(o.got[2], o.ref[2], std::vector<double>(mds.begin() + q.D, mds.end()), DType::f32,
+                       what + " dk_scale");
+      }
 }
 
 // ---- activations ---------------------------------------------------------------------------
@@ -647,10 +794,10 @@ TEST_P(BackendOps, Activations) {
       }
 }
 
-// The gradients (x, dy) -> dx, and silu_mul (gate, up) -> silu(gate)·up of the same form.
+// The gradients (x, dy) -> dx, and silu_mul and gelu_mul (gate, up) -> act(gate)·up of the same form.
 TEST_P(BackendOps, ActivationGrads) {
-  LOOM_REQUIRE_OPS(OpKind::silu_grad, OpKind::gelu_grad, OpKind::gelu_erf_grad, OpKind::silu_mul);
-  for (OpKind op : {OpKind::silu_grad, OpKind::gelu_grad, OpKind::gelu_erf_grad, OpKind::silu_mul})
+  LOOM_REQUIRE_OPS(OpKind::silu_grad, OpKind::gelu_grad, OpKind::gelu_erf_grad, OpKind::silu_mul, OpKind::gelu_mul);
+  for (OpKind op : {OpKind::silu_grad, OpKind::gelu_grad, OpKind::gelu_erf_grad, OpKind::silu_mul, OpKind::gelu_mul})
     for (DType dt : kFloatTypes)
       for (const Shape& s : kElemShapes) {
         const std::string what = std::string(op_name(op)) + " " + dn(dt) + " " + s.str();
@@ -663,21 +810,22 @@ TEST_P(BackendOps, ActivationGrads) {
 }
 
 // (gate, up, dy) -> dgate, dup: each against the reference, dgate's ulps scaled by up and dy.
-TEST_P(BackendOps, SiluMulGrad) {
-  LOOM_REQUIRE_OPS(OpKind::silu_mul_grad);
-  for (DType dt : kFloatTypes)
-    for (const Shape& s : kElemShapes) {
-      const std::string what = "silu_mul_grad " + dn(dt) + " " + s.str();
-      OpCase oc(OpKind::silu_mul_grad, {{s, dt}, {s, dt}, {s, dt}});
-      oc.fill_random(next_seed());
-      const Outputs o = run_both(oc);
-      expect_outputs_close(o, what);
-      if (dt == DType::f32) continue;
-      HostTensor up_dy = oc.input(1);
-      for (int64_t i = 0; i < up_dy.numel(); ++i) up_dy.set(i, oc.input(1).get(i) * oc.input(2).get(i));
-      expect_ulp(o.got[0], o.ref[0], oc.input(0), &up_dy, what + " dgate");
-      expect_ulp(o.got[1], o.ref[1], oc.input(0), &oc.input(2), what + " dup");
-    }
+TEST_P(BackendOps, GatedActivationGrads) {
+  LOOM_REQUIRE_OPS(OpKind::silu_mul_grad, OpKind::gelu_mul_grad);
+  for (OpKind op : {OpKind::silu_mul_grad, OpKind::gelu_mul_grad})
+    for (DType dt : kFloatTypes)
+      for (const Shape& s : kElemShapes) {
+        const std::string what = std::string(op_name(op)) + " " + dn(dt) + " " + s.str();
+        OpCase oc(op, {{s, dt}, {s, dt}, {s, dt}});
+        oc.fill_random(next_seed());
+        const Outputs o = run_both(oc);
+        expect_outputs_close(o, what);
+        if (dt == DType::f32) continue;
+        HostTensor up_dy = oc.input(1);
+        for (int64_t i = 0; i < up_dy.numel(); ++i) up_dy.set(i, oc.input(1).get(i) * oc.input(2).get(i));
+        expect_ulp(o.got[0], o.ref[0], oc.input(0), &up_dy, what + " dgate");
+        expect_ulp(o.got[1], o.ref[1], oc.input(0), &oc.input(2), what + " dup");
+      }
 }
 
 // Wide-range inputs (|x| up to ~12) reach the saturated tails of the activations.
@@ -801,7 +949,9 @@ TEST_P(BackendOps, AddColumnsBitExact) {
       const int64_t W = c.y.last();
       for (int64_t i = 0; i < c.y.numel(); i += 7) {
         const int64_t col = i % W;
-        if (col < c.offset || col >= c.offset + c.width) EXPECT_EQ(o.got[0].get(i), oc.input(0).get(i)) << what;
+        if (col < c.offset || col >= c.offset + c.width) {
+          EXPECT_EQ(o.got[0].get(i), oc.input(0).get(i)) << what;
+        }
       }
       OpCase tc(OpKind::take_columns, {{c.y, dt}}, at);
       tc.fill_random(next_seed());
@@ -918,8 +1068,11 @@ TEST(CpuOps, InPlaceAliasing) {
       cases.push_back({OpKind::gelu_grad, {{s, dt}, {s, dt}}, NoAttrs{}, k});
       cases.push_back({OpKind::gelu_erf_grad, {{s, dt}, {s, dt}}, NoAttrs{}, k});
       cases.push_back({OpKind::silu_mul, {{s, dt}, {s, dt}}, NoAttrs{}, k});
+      cases.push_back({OpKind::gelu_mul, {{s, dt}, {s, dt}}, NoAttrs{}, k});
     }
-    for (size_t k : {0u, 1u, 2u}) cases.push_back({OpKind::silu_mul_grad, {{s, dt}, {s, dt}, {s, dt}}, NoAttrs{}, k});
+    for (size_t k : {0u, 1u, 2u})
+      for (OpKind op : {OpKind::silu_mul_grad, OpKind::gelu_mul_grad})
+        cases.push_back({op, {{s, dt}, {s, dt}, {s, dt}}, NoAttrs{}, k});
     cases.push_back({OpKind::dropout, {{s, dt}}, DropoutAttrs{0.3f, 5}, 0});
     cases.push_back({OpKind::dropout, {{s, dt}}, DropoutAttrs{0.f, 5}, 0});
     cases.push_back({OpKind::add, {{s, dt}, {s, dt}}, NoAttrs{}, 0});
@@ -1326,6 +1479,21 @@ TEST(CpuThreads, LayerNormGrad) {
     }
 }
 
+TEST(CpuThreads, QkNormGrad) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const QkShape q{4, 64, 2, 2, 64};
+    OpCase oc(OpKind::qk_norm_grad,
+              {{q.qkv(), dt},
+               {q.qkv(), dt},
+               {Shape{q.D}, DType::f32},
+               {Shape{q.D}, DType::f32},
+               {Shape{q.B, q.T, q.S, q.G + 1}, DType::f32}},
+              QkNormAttrs{.eps = 1e-6f, .group = 2});
+    oc.fill_random(next_seed());
+    expect_thread_invariant(oc, "qk_norm_grad " + dn(dt));
+  }
+}
+
 TEST(CpuThreads, SumLeading) {
   for (const Shape& s : {Shape{2000, 100}, Shape{100000}, Shape{64, 2048}}) {
     OpCase oc(OpKind::sum_leading, {{s, DType::f32}}, ReduceAttrs{1, DType::f32});
@@ -1417,6 +1585,8 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::layer_norm_grad, "BackendOps.LayerNormGrad"},
     {OpKind::rms_norm, "BackendOps.LayerNorm"},
     {OpKind::rms_norm_grad, "BackendOps.LayerNormGrad"},
+    {OpKind::qk_norm, "BackendOps.QkNorm"},
+    {OpKind::qk_norm_grad, "BackendOps.QkNormGrad"},
     {OpKind::silu, "BackendOps.Activations"},
     {OpKind::silu_grad, "BackendOps.ActivationGrads"},
     {OpKind::gelu, "BackendOps.Activations"},
@@ -1424,7 +1594,9 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::gelu_erf, "BackendOps.Activations"},
     {OpKind::gelu_erf_grad, "BackendOps.ActivationGrads"},
     {OpKind::silu_mul, "BackendOps.ActivationGrads"},
-    {OpKind::silu_mul_grad, "BackendOps.SiluMulGrad"},
+    {OpKind::silu_mul_grad, "BackendOps.GatedActivationGrads"},
+    {OpKind::gelu_mul, "BackendOps.ActivationGrads"},
+    {OpKind::gelu_mul_grad, "BackendOps.GatedActivationGrads"},
     {OpKind::dropout, "BackendOps.DropoutBitExact"},
     {OpKind::reshape, "BackendOps.ReshapeView"},
     {OpKind::cast, "BackendOps.CastBitExact"},

@@ -38,10 +38,12 @@ constexpr testing::OpTestTable kFdCase = testing::op_test_table({
     {OpKind::dense, "VjpFd.DenseWithBiasRank3"},
     {OpKind::layer_norm, "VjpFd.LayerNorm"},
     {OpKind::rms_norm, "VjpFd.RmsNorm"},
+    {OpKind::qk_norm, "VjpFd.QkNorm"},
     {OpKind::silu, "VjpFd.Silu"},
     {OpKind::gelu, "VjpFd.Gelu"},
     {OpKind::gelu_erf, "VjpFd.GeluErf"},
-    {OpKind::silu_mul, "VjpFd.SiluMul"},
+    {OpKind::silu_mul, "VjpFd.GatedActivations"},
+    {OpKind::gelu_mul, "VjpFd.GatedActivations"},
     {OpKind::dropout, "VjpFd.Dropout"},
     {OpKind::reshape, "VjpFd.Reshape"},
     {OpKind::cast, "VjpFd.CastF32"},
@@ -134,6 +136,23 @@ TEST_P(VjpFd, RmsNorm) {
       o);
 }
 
+// Two key/value rows of two query heads each: the query heads share q_scale, the key heads
+// k_scale; the value part passes its cotangent through. Also with unit_offset (Gemma 3's 1 + scale).
+TEST_P(VjpFd, QkNorm) {
+  for (const bool unit : {false, true}) {
+    Options o;
+    o.init = [](const std::string& path, int64_t, float d) { return path.ends_with("_scale") ? 1.f + 0.3f * d : d; };
+    check_vjp(
+        [unit](const Scope& s) {
+          const ValueId x = s.param("qkv", Shape{1, 2, 2, 4 * 3}, {});
+          const ValueId q = s.param("q_scale", Shape{3}, {});
+          const ValueId k = s.param("k_scale", Shape{3}, {});
+          return s.op(OpKind::qk_norm, {x, q, k}, QkNormAttrs{.eps = 1e-6f, .group = 2, .unit_offset = unit})[0];
+        },
+        o);
+  }
+}
+
 TEST_P(VjpFd, Silu) {
   Options o;
   o.init = [](const std::string&, int64_t, float d) { return 1.5f * d; };
@@ -152,13 +171,28 @@ TEST_P(VjpFd, GeluErf) {
   check_vjp([](const Scope& s) { return s.op1(OpKind::gelu_erf, {s.param("x", Shape{3, 5}, {})}); }, o);
 }
 
-// Both cotangents of the fused SwiGLU gate, gate and up drawn independently.
-TEST_P(VjpFd, SiluMul) {
+// Both cotangents of the fused SwiGLU and GeGLU gates, gate and up drawn independently.
+TEST_P(VjpFd, GatedActivations) {
+  for (const OpKind op : {OpKind::silu_mul, OpKind::gelu_mul}) {
+    Options o;
+    o.init = [](const std::string&, int64_t, float d) { return 1.5f * d; };
+    check_vjp(
+        [op](const Scope& s) {
+          return s.op1(op, {s.param("gate", Shape{3, 5}, {}), s.param("up", Shape{3, 5}, {})});
+        },
+        o);
+  }
+}
+
+// Gemma's RMSNorm (1 + scale), scales near 0 as it starts.
+TEST_P(VjpFd, RmsNormUnitOffset) {
   Options o;
-  o.init = [](const std::string&, int64_t, float d) { return 1.5f * d; };
+  o.init = [](const std::string& path, int64_t, float d) { return path == "op/scale" ? 0.3f * d : d; };
   check_vjp(
       [](const Scope& s) {
-        return s.op1(OpKind::silu_mul, {s.param("gate", Shape{3, 5}, {}), s.param("up", Shape{3, 5}, {})});
+        const ValueId x = s.param("x", Shape{3, 6}, {});
+        const ValueId scale = s.param("scale", Shape{6}, {});
+        return s.op(OpKind::rms_norm, {x, scale}, LayerNormAttrs{1e-6f, DType::f32, true})[0];
       },
       o);
 }

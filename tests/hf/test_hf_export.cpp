@@ -1,8 +1,9 @@
 // `loom export hf` (src/train/hf_export.h): a run started from a fixture (GPT-2, Llama with a tied
-// and with an untied head, Llama 3.1's rope scaling, Qwen2 tied and untied, Mistral), trained a few steps, exported and
-// imported again has bit-identical parameters; an export of the unchanged fixture is the fixture's model.safetensors
-// tensor for tensor; config.json and tokenizer.json describe the model as transformers wrote it. (transformers loading
-// the export and matching loom's greedy text was checked by hand with tools/check_hf_export.py: docs/ARCHITECTURE.md.)
+// and with an untied head, Llama 3.1's rope scaling, Qwen2 tied and untied, Mistral, Qwen3), trained a few steps,
+// exported and imported again has bit-identical parameters; an export of the unchanged fixture is the fixture's
+// model.safetensors tensor for tensor; config.json and tokenizer.json describe the model as transformers wrote it.
+// (transformers loading the export and matching loom's greedy text was checked by hand with tools/check_hf_export.py:
+// docs/ARCHITECTURE.md.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,7 +56,7 @@ std::unique_ptr<Trainer> trained_checkpoint(Backend& be, const std::string& dir,
 class HfExportOf : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportOf,
                          ::testing::Values("gpt2", "llama_tied", "llama_untied", "llama3", "qwen2_tied", "qwen2_untied",
-                                           "mistral"));
+                                           "mistral", "qwen3"));
 
 TEST_P(HfExportOf, RoundTripIsBitIdentical) {
   TempDir d;
@@ -93,9 +94,9 @@ TEST_P(HfExportOf, RoundTripIsBitIdentical) {
     ++n;
   }
   // GPT-2: wte, wpe, 12 per block, ln_f; Llama-style: the embedding, 7 per block (and Qwen2's q/k/v
-  // bias), the final norm and an untied head.
+  // bias, Qwen3's q/k norms), the final norm and an untied head.
   const bool untied = GetParam().ends_with("untied") || GetParam() == "llama3" || GetParam() == "mistral";
-  const int per_block = GetParam().starts_with("qwen2") ? 8 : 7;
+  const int per_block = GetParam().starts_with("qwen2") ? 8 : GetParam() == "qwen3" ? 9 : 7;
   EXPECT_EQ(n, GetParam() == "gpt2" ? 2 + 2 * 12 + 2 : 1 + 2 * per_block + 1 + untied);
 }
 
@@ -233,7 +234,10 @@ TEST(HfExport, Refusals) {
   // GPT-2's blocks have LayerNorms and a GELU MLP; Llama's (RMSNorm) a SwiGLU MLP and rotary embeddings.
   for (const auto& [key, problem] :
        {std::pair<std::string, std::string>{"model.norm=rmsnorm", "model.mlp: is not swiglu"},
-        {"model.mlp=swiglu", "model.mlp: is swiglu"}}) {
+        {"model.mlp=swiglu", "model.mlp: is swiglu"},
+        // Gemma's blocks are neither architecture's: GPT-2's map would drop the (1 + scale) and the gate.
+        {"model.norm=gemma_rmsnorm", "model.norm: is gemma_rmsnorm"},
+        {"model.mlp=geglu", "model.mlp: is geglu"}}) {
     const Config c = default_config({"model.kind=transformer", "model.hidden_size=16", "model.head_dim=8",
                                      "model.vocab_size=12", "model.num_outputs=12", "model.max_seq_len=8",
                                      "model.block_order=attn_first", "model.tie_embeddings=true", key,

@@ -52,7 +52,8 @@ constexpr int64_t kVocab = 20, kMaxLen = 16;
 // overrides it ("tutorial": mlp_first, untied, biases; "rmsnorm", "gelu", "swiglu": GPT-2 style with
 // RMSNorm, the exact GELU, a SwiGLU MLP of width 40; "llama": GPT-2 style with RMSNorm, rotary
 // positions (a small rope_theta for large angles) and grouped-query attention, 2 key/value heads
-// for 4 query heads).
+// for 4 query heads); "gemma": "llama" with Gemma's blocks, RMSNorm scaled by 1 + scale, a GeGLU
+// MLP of width 40, post-branch norms and q/k norms, and 6 heads of 8 (q 48 wide on a width of 32)).
 Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype = "float32") {
   std::vector<std::string> ov = {"model.kind=transformer",  "model.hidden_size=32",
                                  "model.num_layers=2",      "model.head_dim=8",
@@ -62,10 +63,14 @@ Config tiny_config(const std::string& variant = "gpt2", const std::string& dtype
                                  "data.vocab_size=20",      "data.batch_size=2",
                                  "model.dtype=" + dtype,    "seed=7"};
   if (variant == "rmsnorm" || variant == "llama") ov.push_back("model.norm=rmsnorm");
+  if (variant == "gemma")
+    for (const char* o : {"model.norm=gemma_rmsnorm", "model.mlp=geglu", "model.intermediate_size=40",
+                          "model.post_norms=true", "model.qk_norm=true", "model.num_heads=6"})
+      ov.push_back(o);
   if (variant == "gelu") ov.push_back("model.mlp=gelu");
   if (variant == "swiglu")
     for (const char* o : {"model.mlp=swiglu", "model.intermediate_size=40"}) ov.push_back(o);
-  if (variant == "llama")
+  if (variant == "llama" || variant == "gemma")
     for (const char* o : {"model.position=rope", "model.rope_theta=100", "model.num_kv_heads=2"}) ov.push_back(o);
   if (variant != "tutorial") {
     for (const char* o :
@@ -158,6 +163,7 @@ TEST(Decoder, LogitsMatchTrainingForwardF32) {
   expect_decoder_matches(tiny_config("gelu"), cpu, 1e-5);
   expect_decoder_matches(tiny_config("swiglu"), cpu, 1e-5);
   expect_decoder_matches(tiny_config("llama"), cpu, 1e-5);
+  expect_decoder_matches(tiny_config("gemma"), cpu, 1e-5);
 }
 
 TEST(Decoder, LogitsMatchTrainingForwardReference) {
@@ -167,6 +173,7 @@ TEST(Decoder, LogitsMatchTrainingForwardReference) {
   expect_decoder_matches(tiny_config("gelu"), ref, 1e-5);
   expect_decoder_matches(tiny_config("swiglu"), ref, 1e-5);
   expect_decoder_matches(tiny_config("llama"), ref, 1e-5);
+  expect_decoder_matches(tiny_config("gemma"), ref, 1e-5);
 }
 
 // model.mlp: each layer's MLP holds its activation op once (swiglu: the fused silu_mul, no separate
@@ -202,6 +209,45 @@ TEST(Decoder, MlpVariantsHoldTheirOps) {
                                                              {"block_0/mlp/output_layer/kernel", Shape{F, C}},
                                                              {"block_0/mlp/pre_norm/scale", Shape{C}}};
       EXPECT_EQ(kernels, want) << variant;
+    }
+  }
+}
+
+// Gemma's blocks (tiny_config("gemma")): per layer the fused gelu_mul, four RMSNorms (pre and post
+// each branch, the post ones feeding the residual adds) and one qk_norm, all scaled by 1 + scale
+// with scales that start at 0; then the final norm.
+TEST(Decoder, GemmaBlocksHoldTheirOps) {
+  const Config c = tiny_config("gemma");
+  for (bool decoder : {false, true}) {
+    const nn::ModelGraph m = decoder ? nn::build_transformer_decoder(c.model, 1, kMaxLen)
+                                     : nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, true);
+    const Graph& g = m.graph;
+    std::map<OpKind, int> count;
+    int post_into_add = 0;
+    for (const Node& n : g.nodes()) {
+      ++count[n.op];
+      if (n.op == OpKind::rms_norm) {
+        EXPECT_TRUE(std::get<LayerNormAttrs>(n.attrs).unit_offset) << n.scope;
+      }
+      if (n.op == OpKind::qk_norm) {
+        EXPECT_TRUE(std::get<QkNormAttrs>(n.attrs).unit_offset) << n.scope;
+      }
+      if (n.op == OpKind::add)
+        for (ValueId in : n.in)
+          if (g.value(in).producer >= 0 && g.node(g.value(in).producer).op == OpKind::rms_norm &&
+              g.node(g.value(in).producer).scope.ends_with("/post_norm"))
+            ++post_into_add;
+    }
+    EXPECT_EQ(count[OpKind::gelu_mul], c.model.num_layers);
+    EXPECT_EQ(count[OpKind::silu_mul] + count[OpKind::gelu], 0);
+    EXPECT_EQ(count[OpKind::rms_norm], 4 * c.model.num_layers + 1);
+    EXPECT_EQ(count[OpKind::qk_norm], c.model.num_layers);
+    EXPECT_EQ(post_into_add, 2 * c.model.num_layers) << "each branch's post_norm is what its residual add adds";
+    for (const Param& p : g.params()) {
+      const std::string& name = g.value(p.value).name;
+      if (name.ends_with("norm/scale")) {
+        EXPECT_EQ(p.init.kind, ParamInit::zeros) << name;
+      }
     }
   }
 }

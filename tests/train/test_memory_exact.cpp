@@ -127,6 +127,18 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
     EXPECT_EQ(r.optimizer_bytes, optimizer_moments(c.optimizer) * r.grads_bytes);
     expect_holds_the_plan(c, "lora " + lora[1]);
   }
+  // Qwen3's attention: 8 heads of 64 on a width of 256 (q is 512 wide) in 2 key/value groups, and
+  // qk_norm with its per-head statistics, its backward and the scales' gradients.
+  for (const std::string remat : {"none", "Attn"}) {
+    std::vector<std::string> qwen3 = small_transformer("bfloat16", remat);
+    for (const char* o : {"model.norm=rmsnorm", "model.position=rope", "model.qk_norm=true", "model.num_heads=8",
+                          "model.num_kv_heads=2"})
+      qwen3.push_back(o);
+    expect_holds_the_plan(default_config(qwen3), "qk_norm, 8 heads of 64 on 256, bfloat16 remat " + remat);
+    // Gemma's blocks on it: (1 + scale) norms, the GeGLU MLP and the post-branch norms.
+    for (const char* o : {"model.norm=gemma_rmsnorm", "model.mlp=geglu", "model.post_norms=true"}) qwen3.push_back(o);
+    expect_holds_the_plan(default_config(qwen3), "Gemma's blocks, bfloat16 remat " + remat);
+  }
 }
 
 TEST(MemoryExact, Gpt2ShapeHoldsExactlyItsPlan) {

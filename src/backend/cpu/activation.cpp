@@ -93,6 +93,16 @@ void cpu_silu_mul_grad(const KernelArgs& a) {
   });
 }
 
+void cpu_gelu_mul(const KernelArgs& a) {
+  binary(a, [](float gate, float up) { return kmath::gelu_mul<float, FastMath>(gate, up); });
+}
+// (gate, up, dy) -> dgate, dup
+void cpu_gelu_mul_grad(const KernelArgs& a) {
+  map_elements<3, 2>(a, [](const float* const* x, float* const* y, int64_t i) {
+    kmath::gelu_mul_grad<float, FastMath>(x[0][i], x[1][i], x[2][i], y[0][i], y[1][i]);
+  });
+}
+
 LOOM_CPU_NO_WORKSPACE(silu)
 LOOM_CPU_NO_WORKSPACE(gelu)
 LOOM_CPU_NO_WORKSPACE(silu_grad)
@@ -101,5 +111,7 @@ LOOM_CPU_NO_WORKSPACE(gelu_erf)
 LOOM_CPU_NO_WORKSPACE(gelu_erf_grad)
 LOOM_CPU_NO_WORKSPACE(silu_mul)
 LOOM_CPU_NO_WORKSPACE(silu_mul_grad)
+LOOM_CPU_NO_WORKSPACE(gelu_mul)
+LOOM_CPU_NO_WORKSPACE(gelu_mul_grad)
 
 }  // namespace loom

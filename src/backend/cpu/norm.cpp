@@ -45,6 +45,7 @@ void cpu_norm(const KernelArgs& a) {
   }
   LOOM_ASSERT(a.out[1].shape.numel() == R && a.out.back().shape.numel() == R);
   const float* scale = a.in[1].as<float>();
+  const float offset = at.unit_offset ? 1.f : 0.f;
   const float* bias = kCentred ? a.in[2].as<float>() : nullptr;
   float* mean_out = kCentred ? a.out[1].as<float>() : nullptr;
   float* rstd_out = a.out[kCentred ? 2 : 1].as<float>();
@@ -65,7 +66,7 @@ void cpu_norm(const KernelArgs& a) {
       rstd_out[r] = rstd;
     } else {
       const float rstd = 1.f / std::sqrt(dot_f32(xr, xr, C) / fc + at.eps);
-      for (int64_t c = 0; c < C; ++c) t[c] = xr[c] * rstd * scale[c];
+      for (int64_t c = 0; c < C; ++c) t[c] = xr[c] * rstd * (offset + scale[c]);
       rstd_out[r] = rstd;
     }
     if (y.dtype != DType::f32) store_f32(t, y.data, y.dtype, r * C, C);
@@ -113,6 +114,7 @@ void cpu_norm_grad(const KernelArgs& a) {
   for (size_t i = 3; i < a.in.size(); ++i) LOOM_ASSERT(a.in[i].shape.numel() == R && a.in[i].dtype == DType::f32);
   for (size_t i = 1; i < a.out.size(); ++i) LOOM_ASSERT(a.out[i].shape.numel() == C);
   const float* scale = a.in[2].as<float>();
+  const float offset = std::get<LayerNormAttrs>(a.node.attrs).unit_offset ? 1.f : 0.f;
   const float* mean_in = kCentred ? a.in[3].as<float>() : nullptr;
   const float* rstd_in = a.in[kCentred ? 4 : 3].as<float>();
   float* dscale = a.out[1].as<float>();
@@ -144,7 +146,7 @@ void cpu_norm_grad(const KernelArgs& a) {
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         xhat[c] = (xr[c] - mean) * rstd;
-        g[c] = dyr[c] * scale[c];
+        g[c] = dyr[c] * (offset + scale[c]);
         ds[c] += dyr[c] * xhat[c];
         db[c] += dyr[c];
       }
@@ -177,5 +179,115 @@ int64_t cpu_workspace_layer_norm(const KernelArgs& a) { return workspace_of<laye
 int64_t cpu_workspace_layer_norm_grad(const KernelArgs& a) { return workspace_of<layer_norm_grad_spans>(a); }
 int64_t cpu_workspace_rms_norm(const KernelArgs& a) { return workspace_of<layer_norm_spans>(a); }
 int64_t cpu_workspace_rms_norm_grad(const KernelArgs& a) { return workspace_of<layer_norm_grad_spans>(a); }
+
+// qk_norm and its backward: one packed row (b, t, s) of W = (G+2)·D elements per iteration, widened
+// into the thread's row buffer, each of its G query heads and its key head normalised there in f32
+// as rms_norm's rows, the row stored (the value part unchanged). The backward's dq_scale and
+// dk_scale sum over row chunks that depend only on the row count, as norm_grad's, so the result does
+// not depend on the thread count.
+namespace {
+struct QkNormSpans {
+  float* part;  // backward: [chunks, 2·D] partial dq_scale, dk_scale
+  PerThread<float> row, dy;
+  int team;
+};
+template <bool kGrad>
+QkNormSpans qk_norm_spans(Bump& ws, const KernelArgs& a) {
+  const Shape& s = a.in[kGrad ? 1 : 0].shape;
+  const int64_t W = s[3], rows = s.numel() / W, D = W / (std::get<QkNormAttrs>(a.node.attrs).group + 2);
+  const int64_t nchunks = std::min(rows, kMaxChunks);
+  const int team = ws.team(rows * W >= kParallelMin, kGrad ? nchunks : rows);
+  return {.part = kGrad ? ws.take<float>(nchunks * 2 * D) : nullptr,
+          .row = ws.per_thread<float>(W, team),
+          .dy = ws.per_thread<float>(kGrad ? W : 0, team),
+          .team = team};
+}
+}  // namespace
+
+void cpu_qk_norm(const KernelArgs& a) {
+  const auto& at = std::get<QkNormAttrs>(a.node.attrs);
+  const TensorArg& x = a.in[0];
+  const TensorArg& y = a.out[0];
+  const int64_t W = x.shape[3], parts = at.group + 2, D = W / parts, rows = x.shape.numel() / W;
+  LOOM_ASSERT(y.shape == x.shape && y.dtype == x.dtype && a.out[1].shape.numel() == rows * (parts - 1));
+  const float* q_scale = a.in[1].as<float>();
+  const float* k_scale = a.in[2].as<float>();
+  const float offset = at.unit_offset ? 1.f : 0.f;
+  float* rstd_out = a.out[1].as<float>();
+  const auto fd = static_cast<float>(D);
+  Bump ws(a.workspace);
+  const QkNormSpans sp = qk_norm_spans<false>(ws, a);
+#pragma omp parallel for schedule(static) num_threads(sp.team)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* buf = sp.row.mine();
+    load_f32(x.data, x.dtype, r * W, buf, W);
+    for (int64_t p = 0; p + 1 < parts; ++p) {
+      float* h = buf + p * D;
+      const float* scale = p < at.group ? q_scale : k_scale;
+      const float rstd = 1.f / std::sqrt(dot_f32(h, h, D) / fd + at.eps);
+      for (int64_t c = 0; c < D; ++c) h[c] = h[c] * rstd * (offset + scale[c]);
+      rstd_out[r * (parts - 1) + p] = rstd;
+    }
+    store_f32(buf, y.data, y.dtype, r * W, W);
+  }
+}
+
+void cpu_qk_norm_grad(const KernelArgs& a) {
+  const auto& at = std::get<QkNormAttrs>(a.node.attrs);
+  const TensorArg& dy = a.in[0];
+  const TensorArg& x = a.in[1];
+  const TensorArg& dx = a.out[0];
+  const int64_t W = x.shape[3], parts = at.group + 2, D = W / parts, rows = x.shape.numel() / W;
+  LOOM_ASSERT(dy.shape == x.shape && dx.shape == x.shape && a.in[4].shape.numel() == rows * (parts - 1));
+  const float* scales[2] = {a.in[2].as<float>(), a.in[3].as<float>()};
+  const float* rstd_in = a.in[4].as<float>();
+  const float offset = at.unit_offset ? 1.f : 0.f;
+  float* dscale[2] = {a.out[1].as<float>(), a.out[2].as<float>()};
+  if (rows == 0) {
+    for (float* d : dscale) std::fill(d, d + D, 0.f);
+    return;
+  }
+  const int64_t nchunks = std::min(rows, kMaxChunks);
+  Bump ws(a.workspace);
+  const QkNormSpans sp = qk_norm_spans<true>(ws, a);
+  const auto fd = static_cast<float>(D);
+#pragma omp parallel for schedule(static) num_threads(sp.team)
+  for (int64_t ch = 0; ch < nchunks; ++ch) {
+    float* part = sp.part + ch * 2 * D;
+    std::fill(part, part + 2 * D, 0.f);
+    float* xr = sp.row.mine();
+    float* dyr = sp.dy.mine();
+    for (int64_t r = ch * rows / nchunks; r < (ch + 1) * rows / nchunks; ++r) {
+      load_f32(x.data, x.dtype, r * W, xr, W);
+      load_f32(dy.data, dy.dtype, r * W, dyr, W);
+      for (int64_t p = 0; p + 1 < parts; ++p) {
+        const int k = p == at.group ? 1 : 0;
+        const float* scale = scales[k];
+        float* ds = part + k * D;
+        float* xh = xr + p * D;  // becomes xhat
+        float* g = dyr + p * D;  // becomes g = dy·scale, then dx
+        const float rstd = rstd_in[r * (parts - 1) + p];
+#pragma omp simd
+        for (int64_t c = 0; c < D; ++c) {
+          xh[c] *= rstd;
+          ds[c] += g[c] * xh[c];
+          g[c] *= offset + scale[c];
+        }
+        const float gx_mean = dot_f32(g, xh, D) / fd;
+        for (int64_t c = 0; c < D; ++c) g[c] = rstd * (g[c] - xh[c] * gx_mean);
+      }
+      store_f32(dyr, dx.data, dx.dtype, r * W, W);  // the value part: dy's, unchanged
+    }
+  }
+#pragma omp parallel for schedule(static) if (nchunks * 2 * D >= kParallelMin)
+  for (int64_t c = 0; c < 2 * D; ++c) {
+    float s = 0.f;
+    for (int64_t ch = 0; ch < nchunks; ++ch) s += sp.part[ch * 2 * D + c];
+    dscale[c / D][c % D] = s;
+  }
+}
+
+int64_t cpu_workspace_qk_norm(const KernelArgs& a) { return workspace_of<qk_norm_spans<false>>(a); }
+int64_t cpu_workspace_qk_norm_grad(const KernelArgs& a) { return workspace_of<qk_norm_spans<true>>(a); }
 
 }  // namespace loom

@@ -49,17 +49,23 @@ void ref_gelu_erf_grad(const KernelArgs& a) {
 void ref_silu_mul(const KernelArgs& a) {
   binary(a, [](double gate, double up) { return kmath::silu_mul(gate, up); });
 }
-// (gate, up, dy) -> dgate, dup
-void ref_silu_mul_grad(const KernelArgs& a) {
+// (gate, up, dy) -> dgate, dup with `grad` (silu_mul's or gelu_mul's)
+template <class Grad>
+void gated_grad(const KernelArgs& a, Grad grad) {
   const int64_t n = a.in[0].shape.numel();
   for (const TensorArg& t : a.in) LOOM_ASSERT(t.shape.numel() == n);
   for (const TensorArg& t : a.out) LOOM_ASSERT(t.shape.numel() == n);
   for (int64_t i = 0; i < n; ++i) {
     double dgate, dup;
-    kmath::silu_mul_grad(ld(a.in[0], i), ld(a.in[1], i), ld(a.in[2], i), dgate, dup);
+    grad(ld(a.in[0], i), ld(a.in[1], i), ld(a.in[2], i), dgate, dup);
     st(a.out[0], i, dgate);
     st(a.out[1], i, dup);
   }
 }
+void ref_silu_mul_grad(const KernelArgs& a) { gated_grad(a, kmath::silu_mul_grad<double>); }
+void ref_gelu_mul(const KernelArgs& a) {
+  binary(a, [](double gate, double up) { return kmath::gelu_mul(gate, up); });
+}
+void ref_gelu_mul_grad(const KernelArgs& a) { gated_grad(a, kmath::gelu_mul_grad<double>); }
 
 }  // namespace loom

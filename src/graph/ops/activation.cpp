@@ -35,11 +35,13 @@ void infer_silu_mul(const Graph& g, const Node& n, ValueDesc* out) {
 void infer_silu_mul_grad(const Graph& g, const Node& n, ValueDesc* out) {
   infer_alike(g, n, out, 2, "gate, up and dy must match in shape and dtype");
 }
+void infer_gelu_mul(const Graph& g, const Node& n, ValueDesc* out) { infer_silu_mul(g, n, out); }
+void infer_gelu_mul_grad(const Graph& g, const Node& n, ValueDesc* out) { infer_silu_mul_grad(g, n, out); }
 
 // FLOPs per element (exp and tanh counted as one): silu x·σ(x) 4; its grad dy·σ·(1 + x·(1 − σ)) 8;
 // tanh-GELU 0.5·x·(1 + tanh(c·(x + 0.044715·x³))) 10; its grad 18; exact GELU 0.5·x·erfc(−x/√2)
 // with erfc ~ an exp and a degree-9 polynomial 24, its grad (also exp(−x²/2)) 30; silu(g)·u 5,
-// its grad (dgate and dup from one sigmoid) 10.
+// its grad (dgate and dup from one sigmoid) 10; gelu(g)·u 11, its grad (gelu and gelu_grad) 30.
 OpCost cost_silu(const Graph& g, const Node& n) { return elementwise_cost(g, n, 4); }
 OpCost cost_silu_grad(const Graph& g, const Node& n) { return elementwise_cost(g, n, 8); }
 OpCost cost_gelu(const Graph& g, const Node& n) { return elementwise_cost(g, n, 10); }
@@ -48,6 +50,8 @@ OpCost cost_gelu_erf(const Graph& g, const Node& n) { return elementwise_cost(g,
 OpCost cost_gelu_erf_grad(const Graph& g, const Node& n) { return elementwise_cost(g, n, 30); }
 OpCost cost_silu_mul(const Graph& g, const Node& n) { return elementwise_cost(g, n, 5); }
 OpCost cost_silu_mul_grad(const Graph& g, const Node& n) { return elementwise_cost(g, n, 10); }
+OpCost cost_gelu_mul(const Graph& g, const Node& n) { return elementwise_cost(g, n, 11); }
+OpCost cost_gelu_mul_grad(const Graph& g, const Node& n) { return elementwise_cost(g, n, 30); }
 
 void vjp_silu(VjpCtx& c) { c.in_ct[0] = c.emit1(OpKind::silu_grad, {c.in_id(0), c.out_ct[0]}); }
 void vjp_gelu(VjpCtx& c) { c.in_ct[0] = c.emit1(OpKind::gelu_grad, {c.in_id(0), c.out_ct[0]}); }
@@ -55,6 +59,11 @@ void vjp_gelu_erf(VjpCtx& c) { c.in_ct[0] = c.emit1(OpKind::gelu_erf_grad, {c.in
 // One backward op gives both cotangents (they share silu(gate)'s sigmoid).
 void vjp_silu_mul(VjpCtx& c) {
   const auto outs = c.emit(OpKind::silu_mul_grad, {c.in_id(0), c.in_id(1), c.out_ct[0]});
+  c.in_ct[0] = outs[0];
+  c.in_ct[1] = outs[1];
+}
+void vjp_gelu_mul(VjpCtx& c) {
+  const auto outs = c.emit(OpKind::gelu_mul_grad, {c.in_id(0), c.in_id(1), c.out_ct[0]});
   c.in_ct[0] = outs[0];
   c.in_ct[1] = outs[1];
 }

@@ -15,6 +15,7 @@ void infer_norm(const Graph& g, const Node& n, ValueDesc* out, int num_outputs) 
   const Shape c{x.shape.last()};
   if (!dtype_is_float(x.dtype) || !dtype_is_float(a.dtype)) op_fail(g, n, "float dtypes only");
   if (!(a.eps > 0.f)) op_fail(g, n, "eps must be positive");
+  if (a.unit_offset && n.op == OpKind::layer_norm) op_fail(g, n, "unit_offset is rms_norm's");
   for (size_t i = 1; i < n.in.size(); ++i)
     if (in_val(g, n, static_cast<int>(i)).shape != c || in_val(g, n, static_cast<int>(i)).dtype != DType::f32)
       op_fail(g, n, "scale (and bias) must be [C] float32 parameters");
@@ -72,6 +73,67 @@ OpCost cost_layer_norm_grad(const Graph& g, const Node& n) {
 // Per element: x̂ (1), g·dy (1), the row sum of g·x̂ (2), dx (3), dscale (2): ~9.
 OpCost cost_rms_norm_grad(const Graph& g, const Node& n) {
   return OpCost{.flops = 9 * in_val(g, n, 1).shape.numel(), .bytes = io_bytes(g, n)};
+}
+
+// qk_norm's checks: qkv [B, T, S, (G+2)·D] float, q_scale and k_scale [D] f32; returns D.
+namespace {
+int64_t check_qk_norm(const Graph& g, const Node& n, const Value& qkv, int first_scale) {
+  const auto& a = attrs_of<QkNormAttrs>(n);
+  if (a.group < 1) op_fail(g, n, "attrs.group (query heads per key/value head) must be >= 1");
+  if (!(a.eps > 0.f)) op_fail(g, n, "eps must be positive");
+  if (!dtype_is_float(qkv.dtype)) op_fail(g, n, "qkv must be a float dtype");
+  if (qkv.shape.rank != 4) op_fail(g, n, "qkv must have rank 4: [batch, length, kv heads, (group+2)·head_dim]");
+  const int64_t parts = a.group + 2;
+  if (qkv.shape[3] == 0 || qkv.shape[3] % parts != 0)
+    op_fail(g, n,
+            "qkv's last dim (" + std::to_string(qkv.shape[3]) +
+                ") must be (group+2)·head_dim with group = " + std::to_string(a.group));
+  const int64_t D = qkv.shape[3] / parts;
+  for (int i = first_scale; i < first_scale + 2; ++i)
+    if (in_val(g, n, i).shape != Shape{D} || in_val(g, n, i).dtype != DType::f32)
+      op_fail(g, n, "q_scale and k_scale must be [head_dim] float32 parameters");
+  return D;
+}
+// The statistics' shape: one per normalised head, [B, T, S, G+1].
+Shape qk_norm_stats(const Shape& qkv, int32_t group) { return Shape{qkv[0], qkv[1], qkv[2], group + 1}; }
+}  // namespace
+
+void infer_qk_norm(const Graph& g, const Node& n, ValueDesc* out) {
+  const Value& x = in_val(g, n, 0);
+  check_qk_norm(g, n, x, 1);
+  out[0] = {x.shape, x.dtype};
+  out[1] = {qk_norm_stats(x.shape, attrs_of<QkNormAttrs>(n).group), DType::f32};
+}
+
+void infer_qk_norm_grad(const Graph& g, const Node& n, ValueDesc* out) {
+  const Value& dy = in_val(g, n, 0);
+  const Value& x = in_val(g, n, 1);
+  const int64_t D = check_qk_norm(g, n, x, 2);
+  if (dy.shape != x.shape || dy.dtype != x.dtype) op_fail(g, n, "dy must have qkv's shape and dtype");
+  const Value& rstd = in_val(g, n, 4);
+  if (rstd.shape != qk_norm_stats(x.shape, attrs_of<QkNormAttrs>(n).group) || rstd.dtype != DType::f32)
+    op_fail(g, n, "rstd must be float32 [batch, length, kv heads, group+1]");
+  out[0] = {x.shape, x.dtype};
+  out[1] = {Shape{D}, DType::f32};
+  out[2] = {Shape{D}, DType::f32};
+}
+
+// rms_norm's per element, on the normalised (G+1)/(G+2) of qkv (the copy of v costs bytes only).
+OpCost cost_qk_norm(const Graph& g, const Node& n) {
+  const int64_t parts = attrs_of<QkNormAttrs>(n).group + 2;
+  return OpCost{.flops = 5 * in_val(g, n, 0).shape.numel() / parts * (parts - 1), .bytes = io_bytes(g, n)};
+}
+OpCost cost_qk_norm_grad(const Graph& g, const Node& n) {
+  const int64_t parts = attrs_of<QkNormAttrs>(n).group + 2;
+  return OpCost{.flops = 9 * in_val(g, n, 1).shape.numel() / parts * (parts - 1), .bytes = io_bytes(g, n)};
+}
+
+// The backward reads (dy, qkv, q_scale, k_scale, rstd) and gives (dqkv, dq_scale, dk_scale).
+void vjp_qk_norm(VjpCtx& c) {
+  if (c.out_ct[0] == kNoValue) return;
+  const auto outs =
+      c.emit(OpKind::qk_norm_grad, {c.out_ct[0], c.in_id(0), c.in_id(1), c.in_id(2), c.out_id(1)}, c.node.attrs);
+  for (int i = 0; i < 3; ++i) c.in_ct[static_cast<size_t>(i)] = outs[static_cast<size_t>(i)];
 }
 
 }  // namespace loom

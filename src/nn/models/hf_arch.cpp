@@ -15,7 +15,10 @@ void HfConfigJson::fail(const std::string& key, const std::string& what) const {
 
 const nlohmann::json* HfConfigJson::find(const char* key) const {
   auto it = j_.find(key);
-  return it == j_.end() || it->is_null() ? nullptr : &*it;
+  if (it != j_.end() && !it->is_null()) return &*it;
+  if (!defaults_) return nullptr;
+  it = defaults_->find(key);
+  return it == defaults_->end() || it->is_null() ? nullptr : &*it;
 }
 
 bool HfConfigJson::present(const char* key) const { return j_.contains(key); }
@@ -164,7 +167,6 @@ const HfArchitecture* find_hf_architecture(std::string_view model_type, std::str
 std::string_view hf_near_miss(std::string_view model_type) {
   // Llama-family variants whose weights or blocks differ from LlamaForCausalLM's.
   static constexpr std::pair<std::string_view, std::string_view> near[] = {
-      {"qwen3", "normalises q and k per head (q_norm, k_norm), which loom's Llama blocks do not do"},
       {"smollm3",
        "skips rotary embeddings in the layers its \"no_rope_layers\" names (NoPE); loom's Llama "
        "blocks rotate q and k in every layer"},

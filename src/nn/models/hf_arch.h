@@ -56,6 +56,11 @@ struct HfModelMap {
 class HfConfigJson {
  public:
   HfConfigJson(const nlohmann::json& j, const std::string& path) : j_(j), path_(path) {}
+  // The same file, read with another config class's defaults: a key absent or null in the file
+  // takes its value in `defaults` (an object) before the caller's default (a row that reads its
+  // config as a relative's does: Qwen3's defaults through Llama's reader).
+  HfConfigJson(const HfConfigJson& file, const nlohmann::json& defaults)
+      : j_(file.j_), path_(file.path_), defaults_(&defaults) {}
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const;
   const nlohmann::json* find(const char* key) const;     // nullptr: absent or null
@@ -68,6 +73,7 @@ class HfConfigJson {
  private:
   const nlohmann::json& j_;
   const std::string& path_;
+  const nlohmann::json* defaults_ = nullptr;
 };
 
 // One `transformers` architecture loom reads and writes.

@@ -16,4 +16,5 @@
   X(gpt2)                        \
   X(qwen2)                       \
   X(mistral)                     \
+  X(qwen3)                       \
   X(llama)

@@ -34,7 +34,7 @@ namespace {
 
 constexpr const char* kArchitecture = "GPT2LMHeadModel";
 
-bool claims(const ModelConfig& c) { return c.norm != NormKind::rmsnorm; }
+bool claims(const ModelConfig& c) { return c.norm == NormKind::layernorm; }
 
 void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& keys) {
   const int64_t n_embd = j.integer("n_embd", 768), n_layer = j.integer("n_layer", 12), n_head = j.integer("n_head", 12);
@@ -143,13 +143,18 @@ HfModelMap tensor_map(const ModelConfig& c) {
       "position = learned, tie_embeddings = true, causal_mask = true (configs/gpt2_124m.toml); model.norm = layernorm "
       "chose it (a Llama has rmsnorm)"};
   hf_check_decoder(c, need);
-  need(c.mlp != MlpKind::swiglu, "model.mlp", "is swiglu");
+  need(c.norm == NormKind::layernorm, "model.norm", "is " + std::string(choice_name(c.norm)));
+  need(c.mlp == MlpKind::gelu_tanh || c.mlp == MlpKind::gelu, "model.mlp", "is " + std::string(choice_name(c.mlp)));
   need(c.position == PositionKind::learned, "model.position", "is not learned (GPT-2 has a position table)");
   need(c.num_kv_heads == 0 || c.num_kv_heads * c.head_dim == c.hidden_size, "model.num_kv_heads",
        "is fewer than num_heads (GPT-2 has no grouped-query attention)");
   need(c.use_bias || !c.qkv_bias, "model.qkv_bias", "is true without use_bias (GPT-2 has all biases or none)");
   need(c.sliding_window == 0, "model.sliding_window", "is not 0 (GPT-2 attends to every earlier token)");
   need(c.tie_embeddings, "model.tie_embeddings", "is false (loom's untied head has a bias, GPT-2's lm_head none)");
+  need(num_heads(c) * c.head_dim == c.hidden_size, "model.num_heads",
+       "× head_dim is not hidden_size (GPT-2's heads split the width)");
+  need(!c.qk_norm, "model.qk_norm", "is true (GPT-2 does not normalise q and k)");
+  need(!c.post_norms, "model.post_norms", "is true (GPT-2 has no norms after its branches)");
   const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = mlp_width(c);
   HfModelMap m{.architecture = kArchitecture,
                .model_type = "gpt2",

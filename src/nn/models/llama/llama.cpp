@@ -3,8 +3,8 @@
 // attn_first, norm = rmsnorm, mlp = swiglu, position = rope, no biases and causal attention.
 //
 // config.json -> model.*: hidden_size, num_hidden_layers -> num_layers, head_dim (null:
-// hidden_size / num_attention_heads), intermediate_size, num_key_value_heads (null:
-// num_attention_heads) -> num_kv_heads, vocab_size -> vocab_size and num_outputs,
+// hidden_size / num_attention_heads), num_attention_heads -> num_heads, intermediate_size,
+// num_key_value_heads (null: num_attention_heads) -> num_kv_heads, vocab_size -> vocab_size and num_outputs,
 // max_position_embeddings -> max_seq_len, rms_norm_eps (1e-6) -> layer_norm_eps, rope_theta and
 // rope_parameters / rope_scaling (rope_type default or llama3, with its factor, low_freq_factor,
 // high_freq_factor, original_max_position_embeddings) -> model.rope_* (hf_read_rope),
@@ -42,11 +42,11 @@ void llama_style_read(const LlamaStyle& s, const HfConfigJson& j, ModelConfig& m
   const int64_t inter = j.integer("intermediate_size", s.intermediate_size);
   const int64_t vocab = j.integer("vocab_size", s.vocab_size);
   const int64_t positions = j.integer("max_position_embeddings", s.max_position_embeddings);
-  if (hidden % heads != 0) j.fail("num_attention_heads", "does not divide hidden_size = " + std::to_string(hidden));
+  // head_dim may be independent of the width (q_proj maps hidden_size to heads·head_dim features).
+  if (!j.find("head_dim") && hidden % heads != 0)
+    j.fail("num_attention_heads",
+           "does not divide hidden_size = " + std::to_string(hidden) + " and head_dim is absent");
   const int64_t head_dim = j.integer("head_dim", hidden / heads);
-  if (head_dim * heads != hidden)
-    j.fail("head_dim", "× num_attention_heads is not hidden_size = " + std::to_string(hidden) +
-                           "; loom's attention projects back from hidden_size features");
   if (heads % kv != 0) j.fail("num_key_value_heads", "does not divide num_attention_heads = " + std::to_string(heads));
   const double eps = j.number("rms_norm_eps", 1e-6);
   const std::string act = j.text("hidden_act", "silu");
@@ -64,6 +64,7 @@ void llama_style_read(const LlamaStyle& s, const HfConfigJson& j, ModelConfig& m
   m.hidden_size = hidden;
   m.num_layers = layers;
   m.head_dim = head_dim;
+  m.num_heads = heads;
   m.intermediate_size = inter;
   m.vocab_size = m.num_outputs = vocab;
   m.max_seq_len = positions;
@@ -87,6 +88,7 @@ void llama_style_read(const LlamaStyle& s, const HfConfigJson& j, ModelConfig& m
       {.key = "model.hidden_size", .origin = "hidden_size = " + n(hidden)},
       {.key = "model.num_layers", .origin = "num_hidden_layers = " + n(layers)},
       {.key = "model.head_dim", .origin = "head_dim = " + n(head_dim)},
+      {.key = "model.num_heads", .origin = "num_attention_heads = " + n(heads)},
       {.key = "model.intermediate_size", .origin = "intermediate_size = " + n(inter)},
       {.key = "model.vocab_size", .origin = "vocab_size = " + n(vocab)},
       {.key = "model.num_outputs", .origin = "vocab_size = " + n(vocab)},
@@ -153,7 +155,9 @@ HfModelMap llama_style_map(const LlamaStyle& s, const ModelConfig& c) {
   need(s.sliding_window || c.sliding_window == 0, "model.sliding_window",
        "is not 0 (every layer attends to all earlier tokens)");
   need(c.num_outputs == c.vocab_size, "model.num_outputs", "differs from vocab_size (lm_head is [vocab_size, C])");
-  const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = mlp_width(c);
+  need(!c.qk_norm, "model.qk_norm", "is true (Llama does not normalise q and k; Qwen3ForCausalLM does)");
+  need(!c.post_norms, "model.post_norms", "is true (Llama has no norms after its branches)");
+  const int64_t C = c.hidden_size, D = c.head_dim, H = num_heads(c), F = mlp_width(c);
   const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
   HfModelMap m{.architecture = s.architecture,
                .model_type = s.model_type,

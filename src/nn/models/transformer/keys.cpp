@@ -14,7 +14,11 @@ std::vector<KeySpec<ModelConfig>> transformer_keys() {
       dropout_rate_key(),
       layer_norm_eps_key(),
       integer<ModelConfig>("model.num_layers", "transformer blocks", REF(num_layers)),
-      integer<ModelConfig>("model.head_dim", "attention head width; num_heads = hidden_size / head_dim", REF(head_dim)),
+      integer<ModelConfig>("model.head_dim", "attention head width", REF(head_dim)),
+      integer<ModelConfig>("model.num_heads",
+                           "attention heads, each of head_dim features (q is num_heads·head_dim wide, the output "
+                           "projection maps that back to hidden_size); 0: hidden_size / head_dim",
+                           REF(num_heads)),
       integer<ModelConfig>("model.mlp_expansion",
                            "MLP hidden width = mlp_expansion × hidden_size (see intermediate_size)",
                            REF(mlp_expansion)),
@@ -35,7 +39,7 @@ std::vector<KeySpec<ModelConfig>> transformer_keys() {
       choice<ModelConfig>("model.norm", "normalisation layers (epsilon: model.layer_norm_eps)", REF(norm)),
       choice<ModelConfig>("model.mlp", "the MLP of each block", REF(mlp)),
       integer<ModelConfig>("model.intermediate_size",
-                           "MLP hidden width; 0: mlp_expansion × hidden_size, and for swiglu Llama's "
+                           "MLP hidden width; 0: mlp_expansion × hidden_size, and for swiglu and geglu Llama's "
                            "2/3 of that rounded up to a multiple of 256",
                            REF(intermediate_size)),
       choice<ModelConfig>("model.position", "how token positions enter: learned table or rotary (RoPE)", REF(position)),
@@ -55,6 +59,14 @@ std::vector<KeySpec<ModelConfig>> transformer_keys() {
       integer<ModelConfig>("model.num_kv_heads",
                            "key/value heads, dividing num_heads (grouped-query attention; 0 = num_heads)",
                            REF(num_kv_heads)),
+      boolean<ModelConfig>("model.qk_norm",
+                           "RMSNorm of each query and key head over head_dim before rope, one [head_dim] scale for "
+                           "the queries and one for the keys (Qwen3's q_norm and k_norm)",
+                           REF(qk_norm)),
+      boolean<ModelConfig>("model.post_norms",
+                           "normalise each branch's output (after its output layer) before the residual add, as "
+                           "Gemma's post_attention_layernorm and post_feedforward_layernorm (model.norm)",
+                           REF(post_norms)),
       boolean<ModelConfig>("model.use_bias", "biases in the Dense layers (nanoGPT's bias)", REF(use_bias)),
       boolean<ModelConfig>("model.qkv_bias",
                            "biases in the q/k/v projection even when use_bias is false (Qwen2's q/k/v_proj)",

@@ -46,7 +46,7 @@ ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const ModelConfig&
 
 // y with the LoRA update of PEFT module `m` (nn/lora.h) when lora.targets names it; x is the layer's input.
 ValueId adapt(const Scope& s, LoraTarget m, ValueId x, ValueId y, const ModelConfig& c, bool train) {
-  if (!c.lora.enabled() || !lora_modules(c.lora, c.mlp == MlpKind::swiglu).has(m)) return y;
+  if (!c.lora.enabled() || !lora_modules(c.lora, gated_mlp(c)).has(m)) return y;
   const LoraSlice whole{.suffix = "b", .offset = 0, .width = s.graph().value(y).shape.last(), .heads = 1};
   return lora_update(s / ("lora_" + std::string(choice_name(m))), x, y, {&whole, 1}, c.lora, c.dtype, train);
 }
@@ -55,7 +55,7 @@ ValueId adapt(const Scope& s, LoraTarget m, ValueId x, ValueId y, const ModelCon
 // the k columns [G·D, (G+1)·D) and the v columns [(G+1)·D, (G+2)·D); c_attn adapts all three with one A.
 ValueId adapt_qkv(const Scope& s, ValueId x, ValueId qkv, const ModelConfig& c, bool train) {
   if (!c.lora.enabled()) return qkv;
-  const ChoiceSet<LoraTarget> modules = lora_modules(c.lora, c.mlp == MlpKind::swiglu);
+  const ChoiceSet<LoraTarget> modules = lora_modules(c.lora, gated_mlp(c));
   const int64_t H = c.hidden_size / c.head_dim, D = c.head_dim;
   const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
   const LoraSlice slices[] = {{.suffix = "b_q", .offset = 0, .width = G * D, .heads = KV},
@@ -73,10 +73,11 @@ ValueId adapt_qkv(const Scope& s, ValueId x, ValueId qkv, const ModelConfig& c, 
 }
 
 // The block's and the final normalisation (model.norm): LayerNorm (biases per model.use_bias) or
-// RMSNorm (none), both with model.layer_norm_eps.
+// RMSNorm (none; Gemma's scaled by 1 + scale), all with model.layer_norm_eps.
 ValueId norm(const Scope& s, ValueId x, const ModelConfig& c) {
   const auto eps = static_cast<float>(c.layer_norm_eps);
-  return c.norm == NormKind::rmsnorm ? rms_norm(s, x, c.dtype, eps) : layer_norm(s, x, c.dtype, eps, c.use_bias);
+  if (c.norm == NormKind::layernorm) return layer_norm(s, x, c.dtype, eps, c.use_bias);
+  return rms_norm(s, x, c.dtype, eps, c.norm == NormKind::gemma_rmsnorm);
 }
 
 // MLPBlock: [B, T, C] -> [B, T, C]
@@ -88,17 +89,18 @@ ValueId mlp_block(const Scope& s, ValueId x, const ModelConfig& c, bool train) {
     const Scope ls = s / name;
     return adapt(ls, module, x, linear(ls, x, kernel, c, residual), c, train);
   };
-  const bool llama = c.mlp == MlpKind::swiglu;
-  if (llama) {
+  const bool gated = gated_mlp(c);
+  if (gated) {
     const ValueId gate = dense("gate_layer", h, Shape{features, F}, false, LoraTarget::gate_proj);  // [B, T, F]
     const ValueId up = dense("up_layer", h, Shape{features, F}, false, LoraTarget::up_proj);        // [B, T, F]
-    h = s.op1(OpKind::silu_mul, {gate, up});
+    h = s.op1(c.mlp == MlpKind::swiglu ? OpKind::silu_mul : OpKind::gelu_mul, {gate, up});
   } else {
     h = dense("input_layer", h, Shape{features, F}, false, LoraTarget::c_fc);  // [B, T, F]
     h = s.op1(c.mlp == MlpKind::gelu ? OpKind::gelu_erf : OpKind::gelu, {h});
   }
   h = dense("output_layer", h, Shape{F, features}, true,
-            llama ? LoraTarget::down_proj : LoraTarget::c_proj);  // [B, T, C]
+            gated ? LoraTarget::down_proj : LoraTarget::c_proj);  // [B, T, C]
+  if (c.post_norms) h = norm(s / "post_norm", h, c);
   return dropout(s, h, c.dropout_rate, train);
 }
 
@@ -117,7 +119,7 @@ struct HeadGroups {
   int64_t kv, group;
 };
 HeadGroups head_groups(const ModelConfig& c) {
-  const int64_t H = c.hidden_size / c.head_dim, kv = c.num_kv_heads > 0 ? c.num_kv_heads : H;
+  const int64_t H = num_heads(c), kv = c.num_kv_heads > 0 ? c.num_kv_heads : H;
   return {kv, H / kv};
 }
 
@@ -156,7 +158,7 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   Graph& g = s.graph();
   const Shape xs = g.value(x).shape;
   const int64_t B = xs[0], T = xs[1], C = xs[2];
-  const int64_t H = c.hidden_size / c.head_dim, D = c.head_dim;
+  const int64_t H = num_heads(c), D = c.head_dim;
   const auto [KV, G] = head_groups(c);
   ValueId h = norm(s / "pre_norm", x, c);
   // DenseGeneral(features=(KV, (G+2)·D)): kernel [C, KV, (G+2)·D] and bias [KV, (G+2)·D], used as a
@@ -166,6 +168,16 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   ValueId qkv = linear(qs, h, Shape{C, KV, (G + 2) * D}, c, false, 1, c.qkv_bias);  // [B, T, KV·(G+2)·D]
   qkv = adapt_qkv(qs, h, view(qs, qkv, Shape{B, T, KV, (G + 2) * D}), c, train);     // [B, T, KV, (G+2)·D]
   const auto group = static_cast<int32_t>(G);
+  if (c.qk_norm) {  // Qwen3: each query and key head normalised over D, before rope
+    const ParamInit init{c.norm == NormKind::gemma_rmsnorm ? ParamInit::zeros : ParamInit::ones, 0};
+    const ValueId q_scale = (s / "q_norm").param("scale", Shape{D}, init);
+    const ValueId k_scale = (s / "k_norm").param("scale", Shape{D}, init);
+    qkv = s.op(OpKind::qk_norm, {qkv, q_scale, k_scale},
+               QkNormAttrs{.eps = static_cast<float>(c.layer_norm_eps),
+                           .group = group,
+                           .unit_offset = c.norm == NormKind::gemma_rmsnorm})
+              .at(0);
+  }
   if (c.position == PositionKind::rope)  // the decoder's cache then holds rotated keys, as transformers' does
     qkv = s.op1(OpKind::rope, {qkv, positions}, rope_attrs(c, group));
   const ValueId att =
@@ -177,7 +189,8 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   const Scope os = s / "output_layer";
   const ValueId att_flat = view(os, att, Shape{B, T, H * D});
   ValueId o = linear(os, att_flat, Shape{H, D, C}, c, true, 2);  // [B, T, C]
-  o = adapt(os, c.mlp == MlpKind::swiglu ? LoraTarget::o_proj : LoraTarget::c_proj, att_flat, o, c, train);
+  o = adapt(os, gated_mlp(c) ? LoraTarget::o_proj : LoraTarget::c_proj, att_flat, o, c, train);
+  if (c.post_norms) o = norm(s / "post_norm", o, c);
   return dropout(s, o, c.dropout_rate, train);
 }
 
@@ -317,10 +330,14 @@ ModelGraph build_transformer_prefill(const ModelConfig& config, int64_t batch, i
   return m;
 }
 
+bool gated_mlp(const ModelConfig& c) { return c.mlp == MlpKind::swiglu || c.mlp == MlpKind::geglu; }
+
+int64_t num_heads(const ModelConfig& c) { return c.num_heads > 0 ? c.num_heads : c.hidden_size / c.head_dim; }
+
 int64_t mlp_width(const ModelConfig& c) {
   if (c.intermediate_size > 0) return c.intermediate_size;
   const int64_t f = c.mlp_expansion * c.hidden_size;
-  return c.mlp == MlpKind::swiglu ? (2 * f / 3 + 255) / 256 * 256 : f;
+  return gated_mlp(c) ? (2 * f / 3 + 255) / 256 * 256 : f;
 }
 
 void validate_transformer(const ModelConfig& c) {
@@ -329,14 +346,15 @@ void validate_transformer(const ModelConfig& c) {
   };
   need(c.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
   need(c.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");
-  need(c.hidden_size % c.head_dim == 0, "model.hidden_size",
+  need(c.num_heads >= 0, "model.num_heads", "must be >= 0", "0 takes hidden_size / head_dim");
+  need(c.num_heads > 0 || c.hidden_size % c.head_dim == 0, "model.hidden_size",
        "hidden_size " + std::to_string(c.hidden_size) + " is not a multiple of model.head_dim " +
            std::to_string(c.head_dim),
-       "num_heads = hidden_size / head_dim must be whole: change either");
-  const int64_t H = c.hidden_size / c.head_dim;
+       "num_heads = hidden_size / head_dim must be whole: change either, or set model.num_heads");
+  const int64_t H = num_heads(c);
   need(c.num_kv_heads >= 0 && (c.num_kv_heads == 0 || H % c.num_kv_heads == 0), "model.num_kv_heads",
        std::to_string(c.num_kv_heads) + " does not divide num_heads " + std::to_string(H) +
-           " (model.hidden_size / model.head_dim)",
+           (c.num_heads > 0 ? " (model.num_heads)" : " (model.hidden_size / model.head_dim)"),
        "use a divisor of num_heads, or 0 for one key/value head per query head");
   need(c.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
   need(c.intermediate_size >= 0, "model.intermediate_size", "must be >= 0",
@@ -363,7 +381,7 @@ void validate_transformer(const ModelConfig& c) {
   if (c.lora.enabled()) {
     need(c.lora.alpha > 0, "lora.alpha", "must be > 0", "PEFT's default is 8; often 2 × lora.rank");
     need(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora.dropout", "must be in [0, 1)", "e.g. 0.05");
-    lora_modules(c.lora, c.mlp == MlpKind::swiglu);  // names the family lacks
+    lora_modules(c.lora, gated_mlp(c));  // names the family lacks
   }
   need(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
        "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");

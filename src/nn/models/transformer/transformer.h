@@ -5,9 +5,14 @@
 //   post_norm LayerNorm -> output_layer Dense(num_outputs) -> cast float32
 // MLPBlock: pre_norm -> input_layer Dense(F) -> gelu -> output_layer Dense(C) -> dropout, F = mlp_width
 //   (model.mlp = gelu: the exact GELU; swiglu: output_layer(silu(gate_layer(h)) · up_layer(h)),
-//   transformers' LlamaMLP with down_proj = output_layer; biases per model.use_bias as everywhere)
+//   transformers' LlamaMLP with down_proj = output_layer; geglu the same with the tanh GELU, Gemma's;
+//   biases per model.use_bias as everywhere; model.post_norms: a norm "post_norm" after output_layer,
+//   in the attention block too, Gemma's post_attention_layernorm and post_feedforward_layernorm)
 // AttentionBlock: pre_norm -> qkv DenseGeneral((H, 3·D)) -> dot_product_attention(softmax_dtype)
 //                 -> output_layer DenseGeneral(C, axis=(-2, -1)) -> dropout
+//   (H = model.num_heads, hidden_size / head_dim when 0, so H·D may differ from C; model.qk_norm:
+//   qk_norm normalises each query and key head over D, scales q_norm/scale and k_norm/scale [D],
+//   before rope, as transformers' Qwen3Attention)
 // Parameter paths are those of the tutorial with scan_layers=False ("block_3/mlp/input_layer/kernel");
 // the stacked scan layout is a file-format mapping (nn/param_layout.h), not a different program.
 // Remat regions: `MLP` -> block_l/mlp, `Attn` -> block_l/attn, `Block` -> block_l.
@@ -29,12 +34,17 @@ namespace loom::nn {
 // The tutorial's model is block_order = mlp_first, use_bias, untied, init = flax, no embed_dropout.
 ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool train);
 // The MLP's hidden width: model.intermediate_size, or when 0, mlp_expansion·hidden_size for the
-// GELU MLPs and for swiglu Meta's Llama rule, 2/3 of that rounded up to a multiple of 256
+// GELU MLPs and for the gated ones (swiglu, geglu) Meta's Llama rule, 2/3 of that rounded up to a multiple of 256
 // (hidden 576 -> 1536 as SmolLM, 4096 -> 11008 as Llama 2 7B; transformers' LlamaConfig files
 // state intermediate_size, which an import takes). The 2/3 keeps swiglu's three matrices at the
 // GELU MLP's parameters and FLOPs, which ⌊8·hidden/3⌋ matches without the rounding.
 int64_t mlp_width(const ModelConfig& c);
-// Its model.* keys (num_heads = hidden_size / head_dim must be whole, ...): UserError naming the key.
+// Whether the MLP is gated (swiglu, geglu: gate_layer and up_layer into the activation's product).
+bool gated_mlp(const ModelConfig& c);
+// The attention heads: model.num_heads, or hidden_size / head_dim when it is 0.
+int64_t num_heads(const ModelConfig& c);
+// Its model.* keys (num_heads = hidden_size / head_dim must be whole when model.num_heads is 0,
+// ...): UserError naming the key.
 void validate_transformer(const ModelConfig& c);
 
 // The same model as a one-token decoding program with a key/value cache (KV-cached sampling,
