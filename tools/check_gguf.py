@@ -17,6 +17,7 @@ Exits 1 when a check fails.
 
 import argparse
 import json
+import math
 import sys
 
 import numpy as np
@@ -48,11 +49,39 @@ def expected_tensors(hf_dir, arch, n_blocks, heads, kv_heads):
     return out
 
 
+def rope_freqs(hf_dir):
+    """Llama 3.1's per-frequency divisors as convert_hf_to_gguf's LlamaModel.generate_extra_tensors
+    makes them (in float32 with numpy here; torch's pow may differ in the last bit), or None."""
+    cfg = json.load(open(f"{hf_dir}/config.json"))
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type")) != "llama3":
+        return None
+    dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    base = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    freqs = np.float32(1.0) / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    factor, low, high = rope.get("factor", 8.0), rope.get("low_freq_factor", 1.0), rope.get("high_freq_factor", 4.0)
+    old = rope.get("original_max_position_embeddings", 8192)
+    out = []
+    for f in freqs:
+        wavelen = np.float32(2 * math.pi) / f
+        if wavelen < np.float32(old / high):
+            out.append(1.0)
+        elif wavelen > np.float32(old / low):
+            out.append(factor)
+        else:
+            smooth = (np.float32(old) / wavelen - np.float32(low)) / np.float32(high - low)
+            out.append(np.float32(1) / ((np.float32(1) - smooth) / np.float32(factor) + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 def check_tensors(r, hf_dir):
     arch = field(r, "general.architecture")
     heads = field(r, f"{arch}.attention.head_count")
     kv = field(r, f"{arch}.attention.head_count_kv") or heads
     want = expected_tensors(hf_dir, arch, field(r, f"{arch}.block_count"), heads, kv)
+    ff = rope_freqs(hf_dir)
+    if ff is not None:
+        want["rope_freqs.weight"] = ff
     ok = set(want) == {t.name for t in r.tensors}
     if not ok:
         print("tensor names differ:", sorted(set(want) ^ {t.name for t in r.tensors}))
@@ -65,7 +94,10 @@ def check_tensors(r, hf_dir):
         if policy is not None and qt != policy:
             print(f"{t.name}: {qt.name}, the converter writes F32")
             ok = False
-        same = np.asarray(quantize(x, qt)).tobytes() == np.asarray(t.data).tobytes()
+        if t.name == "rope_freqs.weight":  # numpy's float32 pow against torch's: to the last bit or so
+            same = np.allclose(np.asarray(t.data), x, rtol=1e-6, atol=0)
+        else:
+            same = np.asarray(quantize(x, qt)).tobytes() == np.asarray(t.data).tobytes()
         if not same:
             print(f"{t.name}: {qt.name} bytes differ from gguf.quants.quantize's")
             ok = False

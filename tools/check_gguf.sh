@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks `loom export gguf` with llama.cpp itself, outside the tests (they need neither Python nor
-# llama.cpp): for each fixture of tests/golden/hf/ (GPT-2, Llama tied and untied), fine-tunes it a
+# llama.cpp): for each fixture of tests/golden/hf/ (GPT-2, Llama tied and untied, Llama 3.1's rope
+# scaling, Qwen2 tied and untied, Qwen3; not Mistral's, whose window llama.cpp lacks), fine-tunes it a
 # few steps on tiny Shakespeare, exports the run as f16, bf16 and q8_0 GGUF files and runs
 # tools/check_gguf.py on each: every tensor byte for byte as llama.cpp's converter would write it
 # from the run's `loom export hf` directory (gguf-py's names and quantizers), and llama.cpp's greedy
@@ -29,7 +30,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 head -c 200000 "$root/data/tinyshakespeare.txt" > "$work/text.txt"
 status=0
-for fixture in gpt2 llama_tied llama_untied; do
+for fixture in gpt2 llama_tied llama_untied llama3 qwen2_tied qwen2_untied qwen3; do
   model="$root/tests/golden/hf/$fixture"
   w="$work/$fixture"
   mkdir -p "$w"

@@ -1,11 +1,13 @@
 #include "train/gguf_export.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <regex>
 
 #include "core/error.h"
 #include "data/hf_tokenizer.h"
+#include "graph/op.h"
 #include "nn/models/transformer/transformer.h"
 #include "train/hf_export.h"
 
@@ -251,7 +253,14 @@ GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& 
     v.types.push_back(kUnused);
   }
 
-  const int64_t C = c.hidden_size, D = c.head_dim, H = C / D;
+  // llama.cpp's llama architecture has no sliding window: a window shorter than the context would
+  // be lost, and the model would attend further than it was trained to.
+  if (c.sliding_window > 0 && c.sliding_window < c.max_seq_len)
+    throw UserError(run_or_checkpoint,
+                    "has a sliding window (model.sliding_window = " + std::to_string(c.sliding_window) +
+                        ") shorter than its context, which llama.cpp's " + a + " architecture does not apply",
+                    "export it with `loom export hf` for transformers");
+  const int64_t C = c.hidden_size, D = c.head_dim, H = nn::num_heads(c);
   const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H;
   GgufFile f;
   auto put = [&](std::string key, GgufValue value) { f.metadata.emplace_back(std::move(key), std::move(value)); };
@@ -272,6 +281,10 @@ GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& 
     put(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
     put(a + ".rope.dimension_count", u32(D));
     put(a + ".vocab_size", u32(c.vocab_size));
+    if (H * D != C || a == "qwen3") {  // the converter writes them where config.json has head_dim
+      put(a + ".attention.key_length", u32(D));
+      put(a + ".attention.value_length", u32(D));
+    }
   } else {
     put(a + ".attention.layer_norm_epsilon", static_cast<float>(c.layer_norm_eps));
   }
@@ -288,6 +301,30 @@ GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& 
   put("tokenizer.ggml.add_bos_token", v.add_bos);
   if (const std::string t = chat_template(companions); !t.empty()) put("tokenizer.chat_template", t);
 
+  // Llama 3.1's rope scaling as llama.cpp takes it: rope_freqs.weight, each frequency's divisor
+  // (convert_hf_to_gguf's LlamaModel.generate_extra_tensors: 1, factor, or the band's blend).
+  if (c.rope_scaling == RopeScaling::llama3) {
+    // Every step in float32, as the converter's torch code computes it (its Python scalars meet
+    // float32 tensors).
+    std::vector<float> divisors;
+    const auto old = static_cast<float>(c.rope_original_max_position);
+    const auto low = static_cast<float>(c.rope_low_freq_factor), high = static_cast<float>(c.rope_high_freq_factor);
+    const auto factor = static_cast<float>(c.rope_factor);
+    for (int64_t i = 0; i < D / 2; ++i) {
+      const RopeAttrs plain{.theta = static_cast<float>(c.rope_theta)};
+      const float wavelen = static_cast<float>(2 * M_PI) / rope_inv_freq(plain, D, i);
+      if (wavelen < static_cast<float>(double{old} / double{high})) {
+        divisors.push_back(1.f);
+      } else if (wavelen > static_cast<float>(double{old} / double{low})) {
+        divisors.push_back(factor);
+      } else {
+        const float smooth = (old / wavelen - low) / static_cast<float>(double{high} - double{low});
+        divisors.push_back(1.f / ((1.f - smooth) / factor + smooth));
+      }
+    }
+    f.tensors.push_back(
+        {"rope_freqs.weight", {D / 2}, GgufType::f32, gguf_encode(divisors.data(), D / 2, GgufType::f32)});
+  }
   for (const StTensor& t : hc.tensors) {
     const std::string name = gguf_name(t.name, hc.map.prefix);
     const auto* x = reinterpret_cast<const float*>(t.bytes.data());

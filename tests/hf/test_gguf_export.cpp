@@ -2,11 +2,13 @@
 // and saved as loom checkpoints, exported as GGUF: llama.cpp's tensor names and shapes, q_proj's and
 // k_proj's rows permuted per head for llama (row 2j = HF row j, 2j+1 = HF row j + D/2), GPT-2's
 // Conv1D weights transposed, each tensor equal to the fixture's after its type's rounding, the
-// hyperparameters and the tokenizer. (llama.cpp running the file is tools/check_gguf.py's check.)
+// hyperparameters and the tokenizer; Llama 3.1's rope scaling as the rope_freqs tensor, Qwen2 unpermuted
+// with its biases, Mistral's window refused. (llama.cpp running the file is tools/check_gguf.py's check.)
 #include "train/gguf_export.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -142,6 +144,41 @@ TEST(GgufExport, Gpt2Conv1DWeightsAreTransposed) {
   EXPECT_EQ(tensor(f, "position_embd.weight").shape[0], 64);
 }
 
+TEST(GgufExport, Llama3RopeScalingIsTheRopeFreqsTensor) {
+  // The fixture: head_dim 8, theta 10000, original_max_position_embeddings 64, factors 8, 1 and 4:
+  // wavelengths 2π·10000^(i/4) = 6.28, 62.8, 628, 6283 against the band [64/4, 64/1] = [16, 64]:
+  // kept, blended (smooth = (64/62.8 - 1)/3), divided by 8, divided by 8.
+  TempDir d;
+  fixture_checkpoint("llama3", d.path());
+  export_gguf(d.path("ckpt"), d.path("m.gguf"), GgufType::f16);
+  const GgufFile f = read_gguf(d.path("m.gguf"));
+  const GgufTensor& ff = tensor(f, "rope_freqs.weight");
+  ASSERT_EQ(ff.shape, (std::vector<int64_t>{4}));
+  const std::vector<float> got = gguf_decode(ff.data.data(), 4, GgufType::f32);
+  const double smooth = (64.0 / (2 * M_PI * std::pow(10000.0, 0.25)) - 1) / 3;
+  EXPECT_EQ(got[0], 1.f);
+  EXPECT_NEAR(got[1], 1 / ((1 - smooth) / 8 + smooth), 1e-6);
+  EXPECT_EQ(got[2], 8.f);
+  EXPECT_EQ(got[3], 8.f);
+}
+
+TEST(GgufExport, Qwen2KeepsTransformersRotationAndItsBiases) {
+  TempDir d;
+  fixture_checkpoint("qwen2_untied", d.path());
+  export_gguf(d.path("ckpt"), d.path("m.gguf"), GgufType::f16);
+  const GgufFile f = read_gguf(d.path("m.gguf"));
+  EXPECT_EQ(meta<std::string>(f, "general.architecture"), "qwen2");
+  EXPECT_EQ(meta<std::string>(f, "tokenizer.ggml.pre"), "qwen2");
+  const auto hf = hf_tensors("qwen2_untied");
+  // llama.cpp rotates Qwen2's halves as transformers does: no permutation.
+  const GgufTensor& q = tensor(f, "blk.0.attn_q.weight");
+  EXPECT_EQ(gguf_decode(q.data.data(), 32 * 32, GgufType::f16),
+            rounded(hf.at("model.layers.0.self_attn.q_proj.weight"), GgufType::f16));
+  const GgufTensor& kb = tensor(f, "blk.1.attn_k.bias");
+  EXPECT_EQ(kb.type, GgufType::f32);
+  EXPECT_EQ(gguf_decode(kb.data.data(), 16, GgufType::f32), hf.at("model.layers.1.self_attn.k_proj.bias"));
+}
+
 TEST(GgufExport, Refusals) {
   TempDir d;
   fixture_checkpoint("gpt2", d.path());
@@ -149,6 +186,11 @@ TEST(GgufExport, Refusals) {
   std::string m = user_error([&] { export_gguf(d.path("ckpt"), d.path("exists.gguf"), GgufType::f16); });
   EXPECT_NE(m.find("exists.gguf: exists"), std::string::npos) << m;
   EXPECT_EQ(testing::read_file(d.path("exists.gguf")), "mine");
+  // Mistral's window (4 tokens of 64) is no part of llama.cpp's llama architecture.
+  fixture_checkpoint("mistral", d.path("mistral"));
+  m = user_error([&] { export_gguf(d.path("mistral/ckpt"), d.path("w.gguf"), GgufType::f16); });
+  EXPECT_NE(m.find("model.sliding_window = 4"), std::string::npos) << m;
+  EXPECT_FALSE(fs::exists(d.path("w.gguf")));
   m = user_error([&] { gguf_type_named("q4_0"); });
   EXPECT_NE(m.find("--type: is 'q4_0'"), std::string::npos) << m;
 }

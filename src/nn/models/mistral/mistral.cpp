@@ -55,7 +55,9 @@ const HfArchitecture& mistral_architecture() {
                                 .claims = claims,
                                 .read_config = read_config,
                                 .write_config = write_config,
-                                .tensor_map = tensor_map};
+                                .tensor_map = tensor_map,
+                                .gguf_architecture = "llama",
+                                .gguf_rotate_pairs = true};
   return a;
 }
 

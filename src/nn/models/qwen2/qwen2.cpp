@@ -47,7 +47,7 @@ void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& ke
   if (const nlohmann::json* t = j.find("layer_types")) {
     if (!t->is_array()) j.fail("layer_types", "is not a list");
     for (const nlohmann::json& l : *t)
-      if (l != "full_attention")
+      if (!l.is_string() || l.get<std::string>() != "full_attention")
         j.fail("layer_types", "has " + l.dump() + "; loom runs Qwen2 with every layer \"full_attention\"");
   }
 }
@@ -72,7 +72,8 @@ const HfArchitecture& qwen2_architecture() {
                                 .claims = claims,
                                 .read_config = read_config,
                                 .write_config = write_config,
-                                .tensor_map = tensor_map};
+                                .tensor_map = tensor_map,
+                                .gguf_architecture = "qwen2"};
   return a;
 }
 

@@ -109,7 +109,8 @@ const HfArchitecture& qwen3_architecture() {
                                 .claims = claims,
                                 .read_config = read_config,
                                 .write_config = write_config,
-                                .tensor_map = tensor_map};
+                                .tensor_map = tensor_map,
+                                .gguf_architecture = "qwen3"};
   return a;
 }
 
