@@ -103,6 +103,39 @@ TEST(HfCliExample, LlamaFineTuneThenSample) {
   EXPECT_EQ(r.out.rfind("ROMEO:", 0), 0u) << r.out;
 }
 
+// The README's LoRA example (configs/llama_finetune.toml with lora.*), shortened: the adapters
+// learn, the run samples, and `loom export peft` writes PEFT's two files; a LoRA run is no model
+// for `loom export hf` or `loom export gguf`, which say so.
+TEST(HfCliExample, LoraFineTuneThenExportPeft) {
+  TempDir d;
+  auto r = run_loom("prepare hf " + hf_golden("llama_tied") +
+                    "/tokenizer.json " LOOM_SOURCE_DIR "/data/tinyshakespeare.txt " + d.path("data"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_loom("train " LOOM_SOURCE_DIR "/configs/llama_finetune.toml data.dir=" + d.path("data") +
+               " lora.rank=8 lora.alpha=16 optimizer.learning_rate=3e-3 train.steps=40 train.eval_interval=20"
+               " optimizer.decay_steps=40 --out " +
+               d.path("run"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto at = [&](const std::string& step) {
+    const size_t p = r.out.find("step " + step + ": val loss ");
+    return p == std::string::npos ? -1.0 : std::stod(r.out.substr(p + step.size() + 16));
+  };
+  EXPECT_GT(at("20"), at("40")) << r.out;
+  EXPECT_GT(at("40"), 0) << r.out;
+  r = run_loom("sample " + d.path("run") + " --prompt ROMEO: --tokens 10");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = run_loom("export peft " + d.path("run") + " " + d.path("adapter"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(d.path("adapter/adapter_config.json")));
+  EXPECT_TRUE(std::filesystem::exists(d.path("adapter/adapter_model.safetensors")));
+  for (const std::string& cmd :
+       {"export hf " + d.path("run") + " " + d.path("hf"), "export gguf " + d.path("run") + " " + d.path("m.gguf")}) {
+    r = run_loom(cmd);
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("loom export peft"), std::string::npos) << r.out;
+  }
+}
+
 // Data prepared with another tokenizer than the model's is refused before anything runs.
 TEST(HfCliExample, DataOfAnotherTokenizerIsRefused) {
   TempDir d;
