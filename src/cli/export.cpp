@@ -15,6 +15,7 @@ namespace loom::cli {
 namespace {
 struct ExportArgs {
   std::string format, checkpoint, out, type = "f16";
+  bool merge = false;
 };
 }  // namespace
 
@@ -32,6 +33,8 @@ CommandBody add_export_command(CLI::App& sub) {
   sub.add_option("--type", a->type,
                  "gguf: the weights' type, f16 (default), bf16 or q8_0; vectors and norm weights stay float32")
       ->check(CLI::IsMember({"f16", "bf16", "q8_0"}));
+  sub.add_flag("--merge", a->merge,
+               "hf: a LoRA run's model with its adapters merged into the weights (gguf always merges them)");
   return [a] {
     if (a->format == "gguf") {
       const GgufExport r = export_gguf(a->checkpoint, a->out, gguf_type_named(a->type));
@@ -39,7 +42,8 @@ CommandBody add_export_command(CLI::App& sub) {
                  a->out, r.tensors, a->type, static_cast<double>(r.bytes) / (1 << 20));
       return 0;
     }
-    const HfExport r = a->format == "peft" ? export_peft(a->checkpoint, a->out) : export_hf(a->checkpoint, a->out);
+    const HfExport r =
+        a->format == "peft" ? export_peft(a->checkpoint, a->out) : export_hf(a->checkpoint, a->out, a->merge);
     fmt::print("exported {} as {} to {}: {}\n", r.checkpoint, r.architecture, a->out, fmt::join(r.files, ", "));
     if (!r.tokenizer_note.empty()) fmt::print("no tokenizer.json: {}\n", r.tokenizer_note);
     return 0;

@@ -226,7 +226,7 @@ GgufType gguf_type_named(const std::string& name) {
 GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& file, GgufType type) {
   std::error_code ec;
   if (fs::exists(file, ec)) throw UserError(file, "exists", "choose a new file name (nothing is overwritten)");
-  const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint);
+  const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint, /*merge_lora=*/true);
   const ModelConfig& c = hc.config.model;
   const nn::HfArchitecture& arch = nn::hf_architecture_of(c);
   if (arch.gguf_architecture.empty())

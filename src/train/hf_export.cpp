@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 
+#include "backend/registry.h"
 #include "core/error.h"
 #include "data/hf_tokenizer.h"
 #include "io/hf.h"
@@ -14,6 +15,7 @@
 #include "nn/models.h"
 #include "nn/models/hf_arch.h"
 #include "train/checkpoint.h"
+#include "train/evaluator.h"
 #include "train/model_source.h"
 
 namespace loom {
@@ -75,26 +77,76 @@ nlohmann::json hf_export_companions(const ModelConfig& m, const HfTokenizer& tok
   return files;
 }
 
-HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint) {
+namespace {
+
+// A LoRA run's model with its adapters merged, in transformers' names: W += scale · B·A for each
+// PEFT module, as PEFT's merge_and_unload does (GPT-2's Conv1D weights are stored [in, out]: the
+// transpose). The base comes from model.init_from (or the seed), checked against the checkpoint's
+// hash, as for `loom eval`.
+std::vector<StTensor> merged_lora_tensors(const Config& c, const Checkpoint& ck, const nn::HfModelMap& map) {
+  const std::unique_ptr<Backend> be = make_backend(Device::cpu);
+  Evaluator ev(c, *be);
+  load_checkpoint_params(ev.executor(), ck);
+  const std::vector<StTensor> params = export_params(ev.executor(), /*scan_layers=*/false);
+  std::map<std::string, const StTensor*> by_path;
+  for (const StTensor& t : params) by_path[t.name] = &t;
+  std::vector<StTensor> hf = loom_to_hf(c.model, by_path);
+  std::map<std::string, StTensor*> by_name;
+  for (StTensor& t : hf) by_name[t.name] = &t;
+  const std::vector<StTensor> adapters = loom_to_peft(c.model, by_path);
+  std::map<std::string, const StTensor*> adapter;
+  for (const StTensor& t : adapters) adapter[t.name] = &t;
+  const double scale = c.model.lora.scale();
+  const std::string prefix = "base_model.model.", a_suffix = ".lora_A.weight";
+  for (const auto& [name, a] : adapter) {
+    if (!name.ends_with(a_suffix)) continue;
+    const std::string module = name.substr(prefix.size(), name.size() - prefix.size() - a_suffix.size());
+    const StTensor& b = *adapter.at(prefix + module + ".lora_B.weight");
+    StTensor& w = *by_name.at(module + ".weight");
+    const int64_t r = a->shape[0], in = a->shape[1], out = b.shape[0];
+    const bool conv1d = map.model_type == "gpt2";  // [in, out]
+    const auto* av = reinterpret_cast<const float*>(a->bytes.data());
+    const auto* bv = reinterpret_cast<const float*>(b.bytes.data());
+    auto* wv = reinterpret_cast<float*>(w.bytes.data());
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) {
+        double d = 0;
+        for (int64_t k = 0; k < r; ++k) d += double{bv[o * r + k]} * double{av[k * in + i]};
+        wv[conv1d ? i * out + o : o * in + i] += static_cast<float>(scale * d);
+      }
+  }
+  return hf;
+}
+
+}  // namespace
+
+HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint, bool merge_lora) {
   const ModelSource src(run_or_checkpoint);
   if (src.is_hf())
     throw UserError(run_or_checkpoint, "is a Hugging Face directory already",
                     "export a loom run or checkpoint (loom train --out DIR)");
   nn::HfModelMap map = nn::hf_model_map(src.config().model);  // refuses what transformers cannot hold
-  if (src.config().model.lora.enabled())
+  const bool lora = src.config().model.lora.enabled();
+  if (lora && !merge_lora)
     throw UserError(run_or_checkpoint, "is a LoRA run: its checkpoints hold the adapters, not the model",
-                    "export the adapters with loom export peft");
-  // The checkpoint's parameters by path (unstacked when it was saved with model.scan_layers).
+                    "export the adapters with loom export peft, or the merged model with --merge");
   const Checkpoint ck = load_checkpoint(run_or_checkpoint, nullptr, /*with_optimizer=*/false);
   Config stored = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
-  std::map<std::string, const StTensor*> by_name;
-  for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
-  const nn::ModelGraph g = nn::build_model(stored.model, model_input(stored, 1), /*train=*/false);
-  const std::vector<StTensor> params =
-      params_by_path(g.graph, by_name, stored.model.scan_layers, (fs::path(ck.path) / "model.safetensors").string());
-  std::map<std::string, const StTensor*> by_path;
-  for (const StTensor& t : params) by_path[t.name] = &t;
-  std::vector<StTensor> tensors = loom_to_hf(stored.model, by_path);
+  std::vector<StTensor> tensors;
+  if (lora) {
+    tensors = merged_lora_tensors(stored, ck, map);
+    stored.model.lora = {};  // the merged model is a plain one
+  } else {
+    // The checkpoint's parameters by path (unstacked when it was saved with model.scan_layers).
+    std::map<std::string, const StTensor*> by_name;
+    for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
+    const nn::ModelGraph g = nn::build_model(stored.model, model_input(stored, 1), /*train=*/false);
+    const std::vector<StTensor> params =
+        params_by_path(g.graph, by_name, stored.model.scan_layers, (fs::path(ck.path) / "model.safetensors").string());
+    std::map<std::string, const StTensor*> by_path;
+    for (const StTensor& t : params) by_path[t.name] = &t;
+    tensors = loom_to_hf(stored.model, by_path);
+  }
   return {.checkpoint = ck.path,
           .config = std::move(stored),
           .map = std::move(map),
@@ -128,11 +180,11 @@ HfExport export_peft(const std::string& run_or_checkpoint, const std::string& ou
   return r;
 }
 
-HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir) {
+HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir, bool merge_lora) {
   std::error_code ec;
   if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
     throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
-  const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint);
+  const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint, merge_lora);
   HfExport r{.checkpoint = hc.checkpoint, .architecture = hc.map.architecture, .files = {}, .tokenizer_note = {}};
   const Tokenizer* tok = hc.tokenizer.get();
   const int32_t start = tok ? tok->start_id() : -1;

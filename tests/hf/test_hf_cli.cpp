@@ -104,9 +104,10 @@ TEST(HfCliExample, LlamaFineTuneThenSample) {
 }
 
 // The README's LoRA example (configs/llama_finetune.toml with lora.*), shortened: the adapters
-// learn, the run samples, and `loom export peft` writes PEFT's two files; a LoRA run is no model
-// for `loom export hf` or `loom export gguf`, which say so.
-TEST(HfCliExample, LoraFineTuneThenExportPeft) {
+// learn, the run samples, `loom export peft` writes PEFT's two files, and `loom export hf --merge`
+// a model that continues a prompt greedily as the LoRA run does; without --merge export hf says
+// what to use; `loom export gguf` merges.
+TEST(HfCliExample, LoraFineTuneThenExportPeftAndMerged) {
   TempDir d;
   auto r = run_loom("prepare hf " + hf_golden("llama_tied") +
                     "/tokenizer.json " LOOM_SOURCE_DIR "/data/tinyshakespeare.txt " + d.path("data"));
@@ -122,18 +123,22 @@ TEST(HfCliExample, LoraFineTuneThenExportPeft) {
   };
   EXPECT_GT(at("20"), at("40")) << r.out;
   EXPECT_GT(at("40"), 0) << r.out;
-  r = run_loom("sample " + d.path("run") + " --prompt ROMEO: --tokens 10");
-  EXPECT_EQ(r.status, 0) << r.out;
   r = run_loom("export peft " + d.path("run") + " " + d.path("adapter"));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(std::filesystem::exists(d.path("adapter/adapter_config.json")));
   EXPECT_TRUE(std::filesystem::exists(d.path("adapter/adapter_model.safetensors")));
-  for (const std::string& cmd :
-       {"export hf " + d.path("run") + " " + d.path("hf"), "export gguf " + d.path("run") + " " + d.path("m.gguf")}) {
-    r = run_loom(cmd);
-    EXPECT_EQ(r.status, 2) << r.out;
-    EXPECT_NE(r.out.find("loom export peft"), std::string::npos) << r.out;
-  }
+  r = run_loom("export hf " + d.path("run") + " " + d.path("hf"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("loom export peft, or the merged model with --merge"), std::string::npos) << r.out;
+  r = run_loom("export hf " + d.path("run") + " " + d.path("merged") + " --merge");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string sample = " --prompt ROMEO: --tokens 16 --temperature 0";
+  const auto lora = run_loom("sample " + d.path("run") + sample);
+  const auto merged = run_loom("sample " + d.path("merged") + sample);
+  ASSERT_EQ(lora.status, 0) << lora.out;
+  EXPECT_EQ(merged.out, lora.out);
+  r = run_loom("export gguf " + d.path("run") + " " + d.path("m.gguf"));
+  EXPECT_EQ(r.status, 0) << r.out;
 }
 
 // Data prepared with another tokenizer than the model's is refused before anything runs.
