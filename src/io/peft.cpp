@@ -1,8 +1,12 @@
 #include "io/peft.h"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
+#include "io/param_io.h"
 #include "nn/models.h"
 #include "nn/models/hf_arch.h"
 #include "nn/models/transformer/transformer.h"
@@ -151,6 +155,59 @@ std::vector<StTensor> peft_to_loom(const ModelConfig& c, const std::map<std::str
     }
   }
   return out;
+}
+
+void load_peft_adapter(Executor& ex, const ModelConfig& c, const std::string& dir) {
+  const std::string config_path = (std::filesystem::path(dir) / "adapter_config.json").string();
+  std::ifstream f(config_path, std::ios::binary);
+  if (!f) throw UserError(config_path, "cannot be opened", "give lora.init_from a PEFT adapter directory");
+  const nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) throw UserError(config_path, "is not a JSON object", "give a PEFT adapter's adapter_config.json");
+  if (j.value("peft_type", "LORA") != "LORA")
+    throw UserError(config_path, "is a " + j.value("peft_type", std::string()) + " adapter", "give a LoRA adapter");
+  auto differs = [&](const char* key, const std::string& theirs, const std::string& what) {
+    throw UserError(key, "is " + what + " but " + config_path + " has " + theirs,
+                    "set " + std::string(key) + " to the adapter's value");
+  };
+  const nlohmann::json r = j.value("r", nlohmann::json());
+  if (!r.is_number_integer() || r.get<int64_t>() != c.lora.rank)
+    differs("lora.rank", "r = " + r.dump(), std::to_string(c.lora.rank));
+  const nlohmann::json alpha = j.value("lora_alpha", nlohmann::json());
+  if (!alpha.is_number() || alpha.get<double>() != c.lora.alpha)
+    differs("lora.alpha", "lora_alpha = " + alpha.dump(), nlohmann::json(c.lora.alpha).dump());
+  if (j.value("use_rslora", false) != c.lora.use_rslora)
+    differs("lora.use_rslora", "use_rslora = " + nlohmann::json(j.value("use_rslora", false)).dump(),
+            c.lora.use_rslora ? "true" : "false");
+  std::vector<std::string> want = peft_target_modules(c), theirs;
+  const nlohmann::json t = j.value("target_modules", nlohmann::json());
+  if (t.is_array())
+    for (const nlohmann::json& m : t) theirs.push_back(m.is_string() ? m.get<std::string>() : m.dump());
+  std::ranges::sort(want);
+  std::ranges::sort(theirs);
+  if (theirs != want) differs("lora.targets", "target_modules = " + t.dump(), nlohmann::json(want).dump());
+
+  const std::string file = (std::filesystem::path(dir) / "adapter_model.safetensors").string();
+  std::vector<StTensor> tensors = read_safetensors(file);
+  for (StTensor& s : tensors) {  // PEFT saves in the base model's dtype
+    if (s.dtype == DType::f32) continue;
+    if (s.dtype != DType::bf16 && s.dtype != DType::f16)
+      throw UserError(file, "tensor '" + s.name + "' is " + dtype_name(s.dtype), "save the adapter in float32");
+    std::vector<unsigned char> wide(static_cast<size_t>(s.shape.numel()) * 4);
+    for (int64_t i = 0; i < s.shape.numel(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, s.bytes.data() + 2 * i, 2);
+      const float v = s.dtype == DType::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+      std::memcpy(wide.data() + 4 * i, &v, 4);
+    }
+    s.bytes = std::move(wide);
+    s.dtype = DType::f32;
+  }
+  std::map<std::string, const StTensor*> by_name;
+  for (const StTensor& s : tensors) by_name[s.name] = &s;
+  const std::vector<StTensor> loom = peft_to_loom(c, by_name, file);
+  std::map<std::string, const StTensor*> by_path;
+  for (const StTensor& s : loom) by_path[s.name] = &s;
+  import_params(ex, by_path, /*scan_layers=*/false, file, "", nn::ParamSubset::trainable);
 }
 
 }  // namespace loom

@@ -12,6 +12,7 @@
 
 #include "io/safetensors.h"
 #include "nn/config.h"
+#include "runtime/executor.h"
 
 namespace loom {
 
@@ -34,5 +35,12 @@ nlohmann::json peft_adapter_config(const ModelConfig& c);
 std::vector<StTensor> loom_to_peft(const ModelConfig& c, const std::map<std::string, const StTensor*>& loom);
 std::vector<StTensor> peft_to_loom(const ModelConfig& c, const std::map<std::string, const StTensor*>& peft,
                                    const std::string& source);
+
+// Loads the PEFT adapter directory `dir` (adapter_config.json, adapter_model.safetensors, float32,
+// bfloat16 or float16) into the trainable parameters of `ex`, built from `c`. The adapter must be
+// the one `c` describes: its r, lora_alpha, use_rslora and target_modules are checked against the
+// lora.* keys (a UserError naming the key and the value the adapter has); a missing file or
+// tensor, or a wrong shape, is a UserError naming the file.
+void load_peft_adapter(Executor& ex, const ModelConfig& c, const std::string& dir);
 
 }  // namespace loom

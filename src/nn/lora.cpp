@@ -33,6 +33,11 @@ std::vector<KeySpec<ModelConfig>> lora_keys() {
       only_if(
           boolean<ModelConfig>("lora.use_rslora", "rank-stabilised LoRA: scale alpha / sqrt(rank)", REF(use_rslora)),
           lora_on),
+      only_if(path<ModelConfig>("lora.init_from",
+                                "start the adapters from this PEFT adapter directory (adapter_config.json, "
+                                "adapter_model.safetensors; \"\" = PEFT's initialisation)",
+                                REF(init_from)),
+              lora_on),
   };
 }
 

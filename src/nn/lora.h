@@ -43,6 +43,9 @@ struct LoraConfig {
   double dropout = 0;
   ChoiceSet<LoraTarget> targets{LoraTarget::all_linear};
   bool use_rslora = false;
+  // A PEFT adapter directory the adapters start from (adapter_config.json, adapter_model.safetensors:
+  // io/peft.h); "" = PEFT's initialisation.
+  std::string init_from;
   bool enabled() const { return rank > 0; }
   // alpha / rank, or alpha / √rank with rsLoRA.
   float scale() const;

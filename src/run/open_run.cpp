@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/peft.h"
 #include "train/distributed.h"
 #include "train/model_source.h"
 
@@ -146,6 +147,10 @@ void load_start(const OpenedRun& r, Trainer& t, DataSource& data, FILE* out) {
                           "/tokenizer.json INPUT OUTDIR");
     src.load_params(t.executor());
     fmt::print(out, "parameters from {}\n", src.description());
+  }
+  if (!r.resumed() && !c.model.lora.init_from.empty()) {  // someone else's adapter, on the base
+    load_peft_adapter(t.executor(), c.model, c.model.lora.init_from);
+    fmt::print(out, "adapters from the PEFT adapter in {}\n", c.model.lora.init_from);
   }
 }
 

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
+#include <vector>
 
+#include "io/safetensors.h"
 #include "support/files.h"
 #include "support/run_loom.h"
 
@@ -139,6 +142,46 @@ TEST(HfCliExample, LoraFineTuneThenExportPeftAndMerged) {
   EXPECT_EQ(merged.out, lora.out);
   r = run_loom("export gguf " + d.path("run") + " " + d.path("m.gguf"));
   EXPECT_EQ(r.status, 0) << r.out;
+}
+
+// lora.init_from starts the adapters from someone else's PEFT adapter (the fixture PEFT wrote): a
+// step at learning rate 0 exports the same adapter tensors; an adapter of another rank is refused
+// naming lora.rank and the adapter's r.
+TEST(HfCliExample, LoraStartsFromAPeftAdapter) {
+  TempDir d;
+  write_file(d.path("t.toml"), R"(
+[optimizer]
+name = "sgd"
+learning_rate = 0.0
+[data]
+kind = "random_tokens"
+vocab_size = 300
+batch_size = 2
+seq_len = 8
+[train]
+steps = 1
+)");
+  const std::string adapter = hf_golden("peft_llama_untied");
+  const std::string base = "train " + d.path("t.toml") + " --init-from " + hf_golden("llama_untied") +
+                           " lora.rank=4 lora.alpha=8 lora.init_from=" + adapter;
+  auto r = run_loom(base + " --out " + d.path("run"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("adapters from the PEFT adapter in " + adapter), std::string::npos) << r.out;
+  r = run_loom("export peft " + d.path("run") + " " + d.path("out"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::map<std::string, StTensor> want;
+  for (StTensor& t : read_safetensors(adapter + "/adapter_model.safetensors")) want.emplace(t.name, std::move(t));
+  const std::vector<StTensor> got = read_safetensors(d.path("out/adapter_model.safetensors"));
+  EXPECT_EQ(got.size(), want.size());
+  for (const StTensor& t : got) {
+    ASSERT_TRUE(want.count(t.name)) << t.name;
+    EXPECT_EQ(t.bytes, want.at(t.name).bytes) << t.name;
+  }
+  r = run_loom("train " + d.path("t.toml") + " --init-from " + hf_golden("llama_untied") +
+               " lora.rank=8 lora.alpha=8 lora.init_from=" + adapter + " --out " + d.path("run8"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("lora.rank: is 8 but " + adapter + "/adapter_config.json has r = 4"), std::string::npos)
+      << r.out;
 }
 
 // Data prepared with another tokenizer than the model's is refused before anything runs.
