@@ -226,7 +226,10 @@ GgufType gguf_type_named(const std::string& name) {
 GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& file, GgufType type) {
   std::error_code ec;
   if (fs::exists(file, ec)) throw UserError(file, "exists", "choose a new file name (nothing is overwritten)");
-  const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint, /*merge_lora=*/true);
+  if (const fs::path parent = fs::path(file).parent_path(); !parent.empty() && !fs::is_directory(parent, ec))
+    throw UserError(parent.string(), fs::exists(parent, ec) ? "is not a directory" : "does not exist",
+                    "create the directory first (mkdir -p), or write the file elsewhere");
+  const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint, LoraMerge::if_lora);
   const ModelConfig& c = hc.config.model;
   const nn::HfArchitecture& arch = nn::hf_architecture_of(c);
   if (arch.gguf_architecture.empty())

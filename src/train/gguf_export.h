@@ -26,9 +26,9 @@ struct GgufExport {
 // "f16", "bf16", "q8_0" (the --type values); anything else is a UserError naming --type.
 GgufType gguf_type_named(const std::string& name);
 
-// A LoRA run is written with its adapters merged. UserErrors: read_hf_checkpoint's, an architecture llama.cpp does not run, a tokenizer it cannot
-// hold (naming the tokenizer.json field), an existing FILE (nothing is overwritten). The file is
-// written whole or not at all (io/gguf.h).
+// A LoRA run is written with its adapters merged. UserErrors: read_hf_checkpoint's, an architecture llama.cpp does not
+// run, a tokenizer it cannot hold (naming the tokenizer.json field), an existing FILE (nothing is overwritten) or a
+// missing directory for it. The file is written whole or not at all (io/gguf.h).
 GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& file, GgufType type);
 
 }  // namespace loom

@@ -120,16 +120,19 @@ std::vector<StTensor> merged_lora_tensors(const Config& c, const Checkpoint& ck,
 
 }  // namespace
 
-HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint, bool merge_lora) {
+HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint, LoraMerge merge) {
   const ModelSource src(run_or_checkpoint);
   if (src.is_hf())
     throw UserError(run_or_checkpoint, "is a Hugging Face directory already",
                     "export a loom run or checkpoint (loom train --out DIR)");
   nn::HfModelMap map = nn::hf_model_map(src.config().model);  // refuses what transformers cannot hold
   const bool lora = src.config().model.lora.enabled();
-  if (lora && !merge_lora)
+  if (lora && merge == LoraMerge::refuse)
     throw UserError(run_or_checkpoint, "is a LoRA run: its checkpoints hold the adapters, not the model",
                     "export the adapters with loom export peft, or the merged model with --merge");
+  if (!lora && merge == LoraMerge::merge)
+    throw UserError("--merge", "asks to merge adapters, but " + run_or_checkpoint + " is no LoRA run (no lora.rank)",
+                    "drop --merge: a full run's checkpoints hold the whole model");
   const Checkpoint ck = load_checkpoint(run_or_checkpoint, nullptr, /*with_optimizer=*/false);
   Config stored = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
   std::vector<StTensor> tensors;
@@ -180,11 +183,11 @@ HfExport export_peft(const std::string& run_or_checkpoint, const std::string& ou
   return r;
 }
 
-HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir, bool merge_lora) {
+HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir, LoraMerge lora) {
   std::error_code ec;
   if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
     throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
-  const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint, merge_lora);
+  const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint, lora);
   HfExport r{.checkpoint = hc.checkpoint, .architecture = hc.map.architecture, .files = {}, .tokenizer_note = {}};
   const Tokenizer* tok = hc.tokenizer.get();
   const int32_t start = tok ? tok->start_id() : -1;

@@ -31,11 +31,14 @@ struct HfCheckpoint {
   std::vector<StTensor> tensors;         // float32, in map order, transformers' names and shapes
   std::unique_ptr<Tokenizer> tokenizer;  // the run's, or nullptr
 };
-// A LoRA run's is its model with the adapters merged (W += scale · B·A, PEFT's merge_and_unload),
-// with `merge_lora`; without it a LoRA run is a UserError. Other UserErrors: a source that is no
-// loom checkpoint (a Hugging Face directory already), a model transformers' architectures cannot
-// hold (nn/models/hf_arch.h: the architecture names the key), a LoRA base that changed.
-HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint, bool merge_lora = false);
+// What a reader does with a LoRA run's adapters: `refuse` the run (its checkpoints hold the
+// adapters, not the model), `merge` them (W += scale · B·A, PEFT's merge_and_unload) and refuse a
+// run without adapters (the user asked for a merge that cannot happen), or merge them `if_lora`.
+enum class LoraMerge { refuse, merge, if_lora };
+// UserErrors: those of `lora` above, a source that is no loom checkpoint (a Hugging Face directory
+// already), a model transformers' architectures cannot hold (nn/models/hf_arch.h: the architecture
+// names the key), a LoRA base that changed.
+HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint, LoraMerge lora = LoraMerge::refuse);
 // The config.json bos_token_id and eos_token_id of `c` with tokenizer start token `start` (the
 // source's own when the run was fine-tuned from a Hugging Face directory that names them: Llama 3's
 // differ, and an instruct model's eos may be a list).
@@ -55,7 +58,8 @@ struct HfExport {
 // UserErrors: read_hf_checkpoint's, an OUTDIR that exists and is not empty (nothing is
 // overwritten). The files are written into OUTDIR.loom-export.tmp, which is then renamed to
 // OUTDIR: a failed export leaves no OUTDIR.
-HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir, bool merge_lora = false);
+HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir,
+                   LoraMerge lora = LoraMerge::refuse);
 
 // `loom export peft RUN_OR_CKPT OUTDIR`: a LoRA run's adapters (nn/lora.h) as the directory
 // peft.PeftModel.from_pretrained(base, OUTDIR) loads (io/peft.h):

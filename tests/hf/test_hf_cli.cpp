@@ -71,6 +71,17 @@ sample_tokens = 8
                        "tokenizer.json"),
             std::string::npos)
       << r.out;
+  // Flags that do not apply are refused, not ignored, and nothing is written.
+  for (const auto& [flags, named] : {std::pair{"hf " + d.path("run") + " " + d.path("hf2") + " --merge", "--merge"},
+                                     std::pair{"peft " + d.path("run") + " " + d.path("hf2") + " --merge", "--merge"},
+                                     std::pair{"hf " + d.path("run") + " " + d.path("hf2") + " --type bf16", "--type"},
+                                     std::pair{"gguf " + d.path("run") + " " + d.path("no/dir/m.gguf"), "no/dir"}}) {
+    r = run_loom("export " + flags);
+    EXPECT_EQ(r.status, 2) << flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(named), std::string::npos) << flags << "\n" << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(d.path("hf2")));
+  EXPECT_FALSE(std::filesystem::exists(d.path("no")));
   const auto from_run = run_loom("sample " + d.path("run") + " --tokens 20 --prompt ROMEO: --temperature 0");
   const auto from_export = run_loom("sample " + d.path("hf") + " --tokens 20 --prompt ROMEO: --temperature 0");
   EXPECT_EQ(from_export.status, 0) << from_export.out;
