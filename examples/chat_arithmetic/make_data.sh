@@ -55,8 +55,13 @@ while (($#)); do
 done
 [[ -n "$out" ]] || usage
 
-mkdir -p "$out"
-scratch="$(mktemp -d "$out/.make_data.XXXXXX")"
+command -v "$loom" >/dev/null || {
+  echo "$0: cannot run loom as '$loom': put loom on the PATH or set LOOM, e.g. LOOM=build/loom" >&2
+  exit 2
+}
+# Everything is written beside OUTDIR first, so a failure leaves OUTDIR as it was.
+mkdir -p "$(dirname "$out")"
+scratch="$(mktemp -d "$(dirname "$out")/.make_data.XXXXXX")"
 trap 'rm -rf "$scratch"' EXIT
 
 # chats.jsonl; contexts.jsonl: each question's conversation up to its last question;
@@ -126,11 +131,18 @@ BEGIN {
   }
 }' >"$scratch/chats.jsonl"
 
+# render NAME [--add-generation-prompt]: NAME.jsonl rendered into NAME.rendered; the template's
+# errors (printed as {"error": ...} lines) are shown and stop the script.
 render() {
-  "$loom" prepare chat "$model" "$1" --render-only ${template:+--template "$template"} "${@:2}"
+  "$loom" prepare chat "$model" "$scratch/$1.jsonl" --render-only ${template:+--template "$template"} "${@:2}" \
+    >"$scratch/$1.rendered" || {
+    grep -m 3 '^{"error"' "$scratch/$1.rendered" >&2
+    echo "$0: the template does not render the questions" >&2
+    exit 1
+  }
 }
-render "$scratch/contexts.jsonl" --add-generation-prompt >"$scratch/contexts.rendered"
-render "$scratch/answers.jsonl" >"$scratch/answers.rendered"
+render contexts --add-generation-prompt
+render answers
 
 # Both renderings are {"text": "..."} lines; JSON escapes each character on its own, so the escaped
 # context is a prefix of each escaped answer and what follows it is the candidate, still escaped.
@@ -158,5 +170,6 @@ function text(line) {
   printf "{\"context\": \"%s\", \"choices\": [%s], \"label\": %d}\n", context, choices, $1
 }' "$scratch/labels" >"$scratch/choices.jsonl"
 
+mkdir -p "$out"
 mv "$scratch/chats.jsonl" "$scratch/choices.jsonl" "$out/"
 echo "wrote $out/chats.jsonl ($conversations conversations) and $out/choices.jsonl ($questions questions, seed $seed)"
