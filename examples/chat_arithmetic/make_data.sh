@@ -8,8 +8,9 @@
 # questions each; `loom prepare chat` keeps the last tenth for validation) and OUTDIR/choices.jsonl
 # (questions: a conversation up to a last question, four candidate answers, the label). The same
 # seed gives the same files byte for byte on every host: the random numbers are Park and Miller's
-# minimal standard generator in awk's doubles (exact below 2^53), not awk's rand(), which differs
-# between awk implementations. Plain bash and awk so that the example needs nothing Python.
+# minimal standard generator in awk's doubles (products below 2^47, so exact in any awk), not
+# awk's rand(), which differs between awk implementations (mawk, gawk, BWK awk). Plain bash and
+# awk, so that the example needs nothing beyond loom and a POSIX system.
 #
 # Held out: the sums whose first number is the second plus 3 (modulo 10), 10 of the 100, appear in
 # no training conversation; each question asks one of them last, so acc measures whether the model
