@@ -2,7 +2,7 @@
 tools/make_hf_fixtures.sh):
 
   .venv-hf/bin/python tools/check_hf_export.py OUTDIR [--expected EXPECTED] [--loom-text FILE --prompt P --tokens N]
-                                                [--chat-like MODEL_DIR]
+                                                [--chat-like MODEL_DIR] [--loom-chat FILE --chat MESSAGE]
 
 - loads OUTDIR with AutoModelForCausalLM.from_pretrained (float32) and its tokenizer.json;
 - --expected: a fixture's expected.safetensors (tests/golden/hf/<model>): the logits of the
@@ -16,6 +16,9 @@ tools/make_hf_fixtures.sh):
   with): AutoTokenizer on OUTDIR must render and tokenize a few conversations with
   apply_chat_template (with and without the generation prompt) exactly as on MODEL_DIR, and
   OUTDIR's generation_config.json must equal MODEL_DIR's.
+- --loom-chat: what `loom sample RUN --chat MESSAGE --temperature 0` printed: transformers'
+  apply_chat_template of the one-message conversation with the generation prompt, then greedy
+  generate() until the eos token (the tokenizer's, else config.json's), must reply the same.
 Exits 1 when a check fails.
 """
 
@@ -69,6 +72,8 @@ def main():
     ap.add_argument("--prompt", default="")
     ap.add_argument("--tokens", type=int, default=40)
     ap.add_argument("--chat-like")
+    ap.add_argument("--loom-chat")
+    ap.add_argument("--chat", default="")
     a = ap.parse_args()
     model = AutoModelForCausalLM.from_pretrained(a.outdir, dtype=torch.float32).eval()
     print(f"loaded {type(model).__name__} from {a.outdir}")
@@ -95,6 +100,21 @@ def main():
         ok &= same
     if a.chat_like:
         ok &= same_chat(a.outdir, a.chat_like)
+    if a.loom_chat:
+        tok = AutoTokenizer.from_pretrained(a.outdir)
+        ids = tok.apply_chat_template([{"role": "user", "content": a.chat}], add_generation_prompt=True,
+                                      return_tensors="pt", return_dict=True)
+        with torch.no_grad():
+            # The end of turn: the tokenizer's eos, else config.json's (generate()'s default).
+            stop = {"eos_token_id": tok.eos_token_id} if tok.eos_token_id is not None else {}
+            out = model.generate(**ids, max_new_tokens=a.tokens, do_sample=False, **stop)
+        reply = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        loom = open(a.loom_chat, encoding="utf-8").read().rstrip("\n")
+        same = reply.strip() == loom.strip()
+        print(f"chat reply to {a.chat!r}: {'the same as' if same else 'DIFFERENT from'} loom's")
+        print("  transformers:", repr(reply))
+        print("  loom:        ", repr(loom))
+        ok &= same
     sys.exit(0 if ok else 1)
 
 
