@@ -90,5 +90,33 @@ TEST(FusedHead, IsThePlainHeadToFloat32RoundingOnTheCpu) {
     }
 }
 
+// The fused head has no bias and trains its kernel: a biased untied head and a LoRA run (frozen
+// kernel) are refused naming the key and the way out; a tied head needs no bias setting.
+TEST(FusedHead, RefusesWhatItCannotComputeNamingTheKey) {
+  const auto message = [](std::vector<std::string> overrides) -> std::string {
+    try {
+      default_config(overrides);
+    } catch (const UserError& e) {
+      return std::string(e.what()) + " " + e.hint();
+    }
+    return "";
+  };
+  const std::vector<std::string> base = {"model.kind=transformer", "data.kind=random_tokens", "data.seq_len=16",
+                                         "data.vocab_size=16", "model.head_chunk=8"};
+  std::vector<std::string> biased = base;
+  biased.push_back("model.use_bias=true");
+  const std::string m = message(biased);
+  EXPECT_NE(m.find("model.head_chunk"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.use_bias = false"), std::string::npos) << m;
+  biased.push_back("model.tie_embeddings=true");
+  EXPECT_EQ(message(biased), "");
+  std::vector<std::string> lora = base;
+  for (const char* kv : {"model.use_bias=false", "lora.rank=4"}) lora.push_back(kv);
+  EXPECT_NE(message(lora).find("model.head_chunk = 0"), std::string::npos) << message(lora);
+  std::vector<std::string> negative = base;
+  negative.push_back("model.head_chunk=-1");
+  EXPECT_NE(message(negative).find("model.head_chunk"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace loom

@@ -117,7 +117,8 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
   for (const std::string dtype : {"float32", "bfloat16"})
     for (const std::string tied : {"false", "true"}) {
       std::vector<std::string> fused = small_transformer(dtype, "none");
-      for (const std::string kv : {"model.use_bias=false", "model.head_chunk=300", "model.tie_embeddings=" + tied})
+      for (const std::string kv :
+           {std::string("model.use_bias=false"), std::string("model.head_chunk=300"), "model.tie_embeddings=" + tied})
         fused.push_back(kv);
       expect_holds_the_plan(default_config(fused), "fused head, " + dtype + ", tied " + tied);
     }

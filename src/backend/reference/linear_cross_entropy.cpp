@@ -43,6 +43,25 @@ void row_logits(const Head& h, const TensorArg& x, const TensorArg& w, int64_t r
   }
 }
 
+// log Σ exp(z) (max + log Σ exp(z − max), as the loss ops' reference) and the first argmax (a NaN
+// counting as the maximum, the first one winning, as jnp.argmax) of a row of logits.
+struct RowStats {
+  double lse;
+  int64_t best;
+};
+RowStats row_stats(const std::vector<double>& z) {
+  double mx = -std::numeric_limits<double>::infinity();
+  int64_t best = 0;
+  for (size_t v = 0; v < z.size() && !std::isnan(mx); ++v)
+    if (std::isnan(z[v]) || z[v] > mx) {
+      mx = z[v];
+      best = static_cast<int64_t>(v);
+    }
+  double s = 0;
+  for (double zv : z) s += std::exp(zv - mx);
+  return {mx + std::log(s), best};
+}
+
 }  // namespace
 
 // Per row with a label >= 0: lse = log Σ exp(logit), loss += lse − logit[label], and a hit when the
@@ -61,19 +80,7 @@ void ref_linear_cross_entropy(const KernelArgs& a) {
       continue;
     }
     row_logits(h, x, a.in[1], r, z);
-    double mx = -std::numeric_limits<double>::infinity();
-    int64_t best = 0;
-    for (int64_t v = 0; v < h.V; ++v) {
-      const double zv = z[static_cast<size_t>(v)];
-      if (std::isnan(mx)) break;
-      if (std::isnan(zv) || zv > mx) {
-        mx = zv;
-        best = v;
-      }
-    }
-    double s = 0;
-    for (double zv : z) s += std::exp(zv - mx);
-    const double lse = mx + std::log(s);
+    const auto [lse, best] = row_stats(z);
     st(a.out[2], r, lse);
     total += lse - z[static_cast<size_t>(l)];
     if (best == l) ++correct;
@@ -82,8 +89,10 @@ void ref_linear_cross_entropy(const KernelArgs& a) {
   refk::st_i32(a.out[1], 0, correct);
 }
 
-// (grad, x, w, labels, lse, dloss) -> dx; grad += dW. dlogits = round_c(dloss·(exp(logit − lse) −
-// onehot)) (zero rows for ignored labels), dW[k, v] = round_c(Σ_r round_c(x[r, k])·dlogits[r, v])
+// (grad, x, w, labels, lse, dloss) -> dx; grad += dW. The oracle takes each row's lse in double
+// from its logits, not the saved float32 one, as cross_entropy_grad's reference does. dlogits =
+// round_c(dloss·(exp(logit − lse) − onehot)) (zero rows for ignored labels), dW[k, v] = round_c(Σ_r round_c(x[r,
+// k])·dlogits[r, v])
 // (= instead of += in minibatch 0 when the attrs say so), dx[r, k] = round_c(Σ_v dlogits[r, v]·
 // round_c(w[k, v])) stored in x's dtype.
 void ref_linear_cross_entropy_grad(const KernelArgs& a) {
@@ -93,7 +102,6 @@ void ref_linear_cross_entropy_grad(const KernelArgs& a) {
   const TensorArg& x = a.in[1];
   const TensorArg& w = a.in[2];
   const TensorArg& labels = a.in[3];
-  const TensorArg& lse = a.in[4];
   const Head h(a, x, w);
   const double dloss = ld(a.in[5], 0);
   std::vector<double> dl(static_cast<size_t>(h.R * h.V), 0.0), z;  // dlogits [R, V]
@@ -101,8 +109,9 @@ void ref_linear_cross_entropy_grad(const KernelArgs& a) {
     const int32_t l = label_at(labels, r, h.V);
     if (l < 0) continue;
     row_logits(h, x, w, r, z);
+    const double lse = row_stats(z).lse;
     for (int64_t v = 0; v < h.V; ++v) {
-      const double p = std::exp(z[static_cast<size_t>(v)] - ld(lse, r));
+      const double p = std::exp(z[static_cast<size_t>(v)] - lse);
       dl[static_cast<size_t>(r * h.V + v)] = rnd(h.c, dloss * (p - (v == l ? 1.0 : 0.0)));
     }
   }
