@@ -126,6 +126,16 @@ struct QkNormAttrs {
   bool operator==(const QkNormAttrs&) const = default;
 };
 
+// linear_cross_entropy and its backward (ops.def): the head's dense attributes, the vocabulary
+// columns formed per chunk, and (the backward) whether it assigns the kernel's gradient.
+struct LinearCrossEntropyAttrs {
+  DType compute = DType::f32;
+  bool transpose_w = false;                // the kernel is stored [V, C] (the tied embedding table)
+  int64_t chunk = 0;                       // vocabulary columns per chunk of logits, > 0
+  bool assign_in_first_minibatch = false;  // set by mark_first_grad_writes (the backward)
+  bool operator==(const LinearCrossEntropyAttrs&) const = default;
+};
+
 // RoPE's inverse frequency i < head_dim / 2: 1 / theta^(2i / head_dim), then with llama3 scaling
 // transformers' _compute_llama3_parameters: wavelen = 2π / f; wavelen > old / low_freq_factor:
 // f / factor; wavelen < old / high_freq_factor: f; otherwise, with s = (old / wavelen − low) /
@@ -156,10 +166,9 @@ inline RopeCosSin rope_cos_sin(const RopeAttrs& a, int64_t head_dim, int64_t i, 
   return {static_cast<float>(std::cos(angle)), static_cast<float>(std::sin(angle))};
 }
 
-using Attrs =
-    std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DenseGradWeightAttrs, DTypeAttrs, ReduceAttrs, ShapeAttrs,
-                 LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs, RopeAttrs, ColumnsAttrs,
-                 QkNormAttrs>;
+using Attrs = std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DenseGradWeightAttrs, DTypeAttrs, ReduceAttrs,
+                           ShapeAttrs, LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs, RopeAttrs,
+                           ColumnsAttrs, QkNormAttrs, LinearCrossEntropyAttrs>;
 
 enum class OpKind : uint16_t {
 #define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) name,

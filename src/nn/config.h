@@ -113,6 +113,9 @@ struct ModelConfig {
   bool qkv_bias = false;       // biases on the q/k/v projection even without use_bias (Qwen2)
   int64_t sliding_window = 0;  // attention sees the last sliding_window keys (itself included); 0: all
   bool tie_embeddings = false;
+  // Vocabulary columns per chunk of the fused head and loss (linear_cross_entropy), which never
+  // holds [tokens, V] logits; 0: the unfused dense head and the loss ops on its logits.
+  int64_t head_chunk = 0;
   InitScheme init = InitScheme::flax;
   bool embed_dropout = false;
   // Where the parameters start from (train/model_source.h): "" = drawn by `init`; otherwise a

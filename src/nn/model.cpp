@@ -11,4 +11,15 @@ void add_classification_loss(ModelGraph& m, const Scope& s, ValueId logits) {
   m.examples = m.graph.value(m.labels).shape.numel();
 }
 
+void add_fused_classification_loss(ModelGraph& m, const Scope& s, ValueId x, ValueId kernel,
+                                   const LinearCrossEntropyAttrs& attrs) {
+  m.output = x;
+  const std::vector<ValueId> out = s.op(OpKind::linear_cross_entropy, {x, kernel, m.labels}, attrs);
+  m.loss_sum = out[0];
+  m.correct = out[1];
+  m.graph.mark_output(m.loss_sum);
+  m.graph.mark_output(m.correct);
+  m.examples = m.graph.value(m.labels).shape.numel();
+}
+
 }  // namespace loom::nn

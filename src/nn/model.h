@@ -15,7 +15,8 @@ struct ModelGraph {
   ValueId inputs = kNoValue;    // persistent input: features or token ids
   ValueId labels = kNoValue;    // persistent input: int32 labels
   ValueId output = kNoValue;    // the model's output (log-probs or logits), before the loss; a
-                                // Transformer's logits are in its compute dtype
+                                // Transformer's logits are in its compute dtype (its hidden states
+                                // with a fused head: add_fused_classification_loss)
   ValueId loss_sum = kNoValue;  // f32 scalar: Σ over the minibatch of the per-example loss
   ValueId correct = kNoValue;   // i32 scalar: examples whose argmax equals the label
   int64_t examples = 0;         // rows the loss is summed over (the metric's count)
@@ -27,5 +28,10 @@ struct ModelGraph {
 // ops compute in f32) against `labels`,
 // marks both as program outputs, and fills the loss fields of `m`.
 void add_classification_loss(ModelGraph& m, const Scope& s, ValueId logits);
+// The same loss and accuracy with the output layer fused in (linear_cross_entropy): logits =
+// x · kernel (kernelᵀ with attrs.transpose_w) formed attrs.chunk vocabulary columns at a time, never
+// whole. `output` is then x, the hidden states before the output layer.
+void add_fused_classification_loss(ModelGraph& m, const Scope& s, ValueId x, ValueId kernel,
+                                   const LinearCrossEntropyAttrs& attrs);
 
 }  // namespace loom::nn

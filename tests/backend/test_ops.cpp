@@ -1342,6 +1342,89 @@ TEST_P(BackendOps, LossOpsIgnoreNegativeLabels) {
   }
 }
 
+// ---- linear_cross_entropy: the head and the loss fused ---------------------------------------
+
+// Rows, width, vocabulary and chunk: chunks that do not divide V (the last one narrower), one
+// wider than V, one column each, and a vocabulary of several GEMM tiles.
+struct HeadShape {
+  int64_t R, C, V, chunk;
+};
+constexpr HeadShape kHeadShapes[] = {{37, 24, 100, 32}, {5, 16, 70, 128}, {9, 8, 13, 1}, {64, 96, 1000, 384}};
+
+Shape head_kernel(const HeadShape& h, bool tied) { return tied ? Shape{h.V, h.C} : Shape{h.C, h.V}; }
+std::string head_what(const char* op, const HeadShape& h, DType c, bool tied) {
+  return std::string(op) + " c=" + dn(c) + (tied ? " tied" : " untied") + " R=" + std::to_string(h.R) +
+         " C=" + std::to_string(h.C) + " V=" + std::to_string(h.V) + " chunk=" + std::to_string(h.chunk);
+}
+// Every third row's label ignored (kIgnoreLabel, -1).
+void ignore_every_third(HostTensor& labels) {
+  for (int64_t r = 1; r < labels.numel(); r += 3) labels.set_i32(r, -1);
+}
+// The forward case of h (x in c), random, with every third label ignored.
+OpCase head_forward(const HeadShape& h, DType c, bool tied) {
+  OpCase oc(OpKind::linear_cross_entropy,
+            {{Shape{h.R, h.C}, c}, {head_kernel(h, tied), DType::f32}, {Shape{h.R}, DType::i32}},
+            LinearCrossEntropyAttrs{.compute = c, .transpose_w = tied, .chunk = h.chunk});
+  oc.fill_random(next_seed(), static_cast<int32_t>(h.V));
+  ignore_every_third(oc.input(2));
+  return oc;
+}
+
+// Loss, correct and lse against the reference's whole rows in double. The logits are rounded to
+// the compute dtype as dense rounds them, so with bfloat16 a logit may round to the neighbouring
+// value (an f32 product summed in another order) and a near tie for the maximum change the count.
+TEST_P(BackendOps, LinearCrossEntropy) {
+  LOOM_REQUIRE_OPS(OpKind::linear_cross_entropy);
+  for (DType c : {DType::f32, DType::bf16})
+    for (bool tied : {false, true})
+      for (const HeadShape& h : kHeadShapes) {
+        const std::string what = head_what("linear_cross_entropy", h, c, tied);
+        OpCase oc = head_forward(h, c, tied);
+        const Outputs o = run_both(oc);
+        const double tol = c == DType::f32 ? 1e-12 : 1e-8;
+        expect_nmse(o.got[0], o.ref[0], tol, what + " loss");
+        expect_nmse(o.got[2], o.ref[2], tol, what + " lse");
+        EXPECT_NEAR(o.got[1].get_i32(0), o.ref[1].get_i32(0), c == DType::f32 ? 0 : 1) << what << " correct";
+        EXPECT_GT(o.ref[0].get(0), 0.0) << what;
+      }
+}
+
+// The kernel's gradient (assigned and accumulated) and dx against the reference, from the lse the
+// reference's forward gives, with every third label ignored.
+TEST_P(BackendOps, LinearCrossEntropyGrad) {
+  LOOM_REQUIRE_OPS(OpKind::linear_cross_entropy_grad);
+  ReferenceBackend ref;
+  for (DType c : {DType::f32, DType::bf16})
+    for (bool tied : {false, true})
+      for (bool assign : {true, false})
+        for (const HeadShape& h : kHeadShapes) {
+          const std::string what = head_what("linear_cross_entropy_grad", h, c, tied) + (assign ? " assign" : "");
+          OpCase fwd = head_forward(h, c, tied);
+          const HostTensor lse = fwd.run(ref).at(2);
+          OpCase oc(OpKind::linear_cross_entropy_grad,
+                    {{head_kernel(h, tied), DType::f32},
+                     {Shape{h.R, h.C}, c},
+                     {head_kernel(h, tied), DType::f32},
+                     {Shape{h.R}, DType::i32},
+                     {Shape{h.R}, DType::f32},
+                     {Shape{}, DType::f32}},
+                    LinearCrossEntropyAttrs{
+                        .compute = c, .transpose_w = tied, .chunk = h.chunk, .assign_in_first_minibatch = assign});
+          oc.fill_random(next_seed());  // the gradient's previous contents
+          for (int k = 0; k < 3; ++k)
+            oc.input(static_cast<size_t>(k + 1)).bytes = fwd.input(static_cast<size_t>(k)).bytes;
+          oc.input(4).bytes = lse.bytes;
+          oc.input(5).set(0, 0.37f);
+          const Outputs o = run_both(oc);
+          expect_nmse(o.got[0], o.ref[0], nmse_tol(c), what + " kernel gradient");
+          expect_close(o.got[1], o.ref[1], c, what + " dx");
+          if (c != DType::f32) expect_few_mismatches(o.got[1], o.ref[1], what + " dx");
+          for (int64_t r = 1; r < h.R; r += 3)
+            for (int64_t k = 0; k < h.C; ++k)
+              ASSERT_EQ(o.got[1].get(r * h.C + k), 0.f) << what << ": ignored row " << r;
+        }
+}
+
 // ---- fused optimizer ------------------------------------------------------------------------
 
 struct OptState {
@@ -1608,6 +1691,8 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::cross_entropy, "BackendOps.CrossEntropy"},
     {OpKind::cross_entropy_grad, "BackendOps.CrossEntropyGrad"},
     {OpKind::accuracy, "BackendOps.Accuracy"},
+    {OpKind::linear_cross_entropy, "BackendOps.LinearCrossEntropy"},
+    {OpKind::linear_cross_entropy_grad, "BackendOps.LinearCrossEntropyGrad"},
     {OpKind::grad_accumulate, "BackendOps.GradAccumulateBitExact"},
     {OpKind::embedding, "BackendOpsAttention.EmbeddingBitExact"},
     {OpKind::embedding_grad, "BackendOpsAttention.EmbeddingGrad"},

@@ -51,6 +51,7 @@ constexpr testing::OpTestTable kFdCase = testing::op_test_table({
     {OpKind::add_columns, "VjpFd.AddColumns"},
     {OpKind::log_softmax, "VjpFd.LogSoftmax"},
     {OpKind::cross_entropy, "VjpFd.CrossEntropy"},
+    {OpKind::linear_cross_entropy, "VjpFd.LinearCrossEntropy"},
     {OpKind::embedding, "VjpFdAttention.EmbeddingTable"},
     {OpKind::attention, "VjpFdAttention.QkvParameter"},
     {OpKind::rope, "VjpFdAttention.RopeThenAttention"},
@@ -62,6 +63,27 @@ constexpr testing::OpTestTable kFdCase = testing::op_test_table({
 #undef LOOM_OP
 
 TEST(VjpRules, FdTableCoverage) { EXPECT_EQ(testing::unregistered_tests(kFdCase), ""); }
+
+// The fused head and loss: x [5, 4] and the kernel (untied [4, 7], tied [7, 4]) in chunks of 3
+// columns (the last one 1 wide), rows 1 and 3 ignored.
+TEST_P(VjpFd, LinearCrossEntropy) {
+  for (bool tied : {false, true}) {
+    Options o;
+    o.head = false;
+    o.int_inputs["labels"] = {6, -1, 0, -1, 3};
+    o.loss = [tied](const Scope& s, ValueId x, ValueId labels) {
+      const ValueId w = s.param(tied ? "embedding" : "kernel", tied ? Shape{7, 4} : Shape{4, 7}, {});
+      return s.op(OpKind::linear_cross_entropy, {x, w, labels},
+                  LinearCrossEntropyAttrs{.compute = DType::f32, .transpose_w = tied, .chunk = 3})[0];
+    };
+    const Result r = check_vjp([](const Scope& s) { return s.param("x", Shape{5, 4}, {}); }, o);
+    if (r.skipped) return;
+    for (int64_t k = 0; k < 4; ++k) {  // ignored rows have no gradient
+      EXPECT_EQ(r.grad.at("op/x")[static_cast<size_t>(4 + k)], 0.f);
+      EXPECT_EQ(r.grad.at("op/x")[static_cast<size_t>(12 + k)], 0.f);
+    }
+  }
+}
 
 // A LoRA update into the middle columns of each head of a packed [.., heads, W] output.
 TEST_P(VjpFd, AddColumns) {

@@ -44,8 +44,10 @@ inline constexpr double kAbsTol = 5e-4;
 
 struct Options {
   bool head = true;  // false: the builder's output is already the logits fed to cross_entropy
+  // The scalar loss of the builder's output and the labels (with head = false); unset: cross_entropy.
+  std::function<ValueId(const Scope& s, ValueId out, ValueId labels)> loss;
   RunCtx rc{};
-  // Values of int32 inputs the builder created, by name (token ids).
+  // Values of int32 inputs the builder created, by name (token ids), or of "labels".
   std::map<std::string, std::vector<int32_t>> int_inputs;
   // Value of element i of the parameter at `path`; `dflt` is a N(0, 1) draw.
   std::function<float(const std::string& path, int64_t i, float dflt)> init;
@@ -77,7 +79,8 @@ inline Result check_vjp(const std::function<ValueId(const Scope&)>& build, const
   }
   const Shape label_shape = g.value(logits).shape.drop_last();
   const ValueId labels = g.add_input("labels", label_shape, DType::i32);
-  const ValueId loss = (root / "loss").op1(OpKind::cross_entropy, {logits, labels});
+  const ValueId loss =
+      opt.loss ? opt.loss(root / "loss", logits, labels) : (root / "loss").op1(OpKind::cross_entropy, {logits, labels});
   g.mark_output(loss);
   const ValueId seed = g.add_input("seed", Shape{}, DType::f32);
   const NodeId num_fwd = build_backward(g, loss, seed);
@@ -130,7 +133,7 @@ inline Result check_vjp(const std::function<ValueId(const Scope&)>& build, const
     EXPECT_EQ(static_cast<int64_t>(vals.size()), g.value(v).shape.numel()) << name;
     ex->upload(v, vals.data());
   }
-  ex->upload(labels, lab.data());
+  if (!opt.int_inputs.count("labels")) ex->upload(labels, lab.data());  // else uploaded above
   const float one = 1.f;
   ex->upload(seed, &one);
   std::vector<std::vector<float>> theta;

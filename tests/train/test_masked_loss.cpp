@@ -15,12 +15,15 @@
 #include "backend/registry.h"
 #include "data/data.h"
 #include "support/chat_dir.h"
+#include "support/worst_rel.h"
 #include "train/config.h"
 #include "train/evaluator.h"
 #include "train/trainer.h"
 
 namespace loom {
 namespace {
+
+using testing::worst_rel;
 
 constexpr int64_t kRows = 4, kT = 16;
 
@@ -54,22 +57,6 @@ Step first_step(const Config& c, const Batch& b) {
   const Graph& g = t.model().graph;
   for (const Param& p : g.params()) s.grads[g.value(p.value).name] = t.grad(g.value(p.value).name);
   return s;
-}
-
-// max |a − b| over the largest |b| of each tensor, worst over tensors.
-double worst_rel(const std::map<std::string, std::vector<float>>& a,
-                 const std::map<std::string, std::vector<float>>& b) {
-  double worst = 0;
-  for (const auto& [name, x] : b) {
-    const std::vector<float>& y = a.at(name);
-    double scale = 0, diff = 0;
-    for (size_t i = 0; i < x.size(); ++i) {
-      scale = std::max(scale, static_cast<double>(std::fabs(x[i])));
-      diff = std::max(diff, std::fabs(static_cast<double>(y[i]) - x[i]));
-    }
-    if (scale > 0) worst = std::max(worst, diff / scale);
-  }
-  return worst;
 }
 
 // Linearity is the oracle: a mask M and its complement split the unmasked batch's tokens, so

@@ -112,6 +112,16 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
   for (const std::string dtype : {"float32", "bfloat16"})
     for (const std::string remat : {"none", "MLP,Attn"})
       expect_holds_the_plan(default_config(small_transformer(dtype, remat)), dtype + " remat " + remat);
+  // The head and the loss fused (model.head_chunk, a head without a bias): chunks of 300 of the
+  // 2048 columns (the last one 248), tied and untied.
+  for (const std::string dtype : {"float32", "bfloat16"})
+    for (const std::string tied : {"false", "true"}) {
+      std::vector<std::string> fused = small_transformer(dtype, "none");
+      for (const std::string kv :
+           {std::string("model.use_bias=false"), std::string("model.head_chunk=300"), "model.tie_embeddings=" + tied})
+        fused.push_back(kv);
+      expect_holds_the_plan(default_config(fused), "fused head, " + dtype + ", tied " + tied);
+    }
   // SwiGLU: two [B, T, F] projections into silu_mul, and its backward's two outputs.
   std::vector<std::string> swiglu = small_transformer("bfloat16", "MLP");
   swiglu.push_back("model.mlp=swiglu");

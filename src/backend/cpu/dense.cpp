@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_util.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/simd/gemv.h"
 #include "graph/graph.h"
 
@@ -99,85 +100,6 @@ void tile_grid(int64_t M, int64_t N, int64_t K, bool gemv, bool tb, bool rows_on
   }
 }
 
-// What happens to each tile of C right after its GEMM, while it is still in cache: C = round_c(C)
-// (when round_first), + bias[n] (when bias), then a store to out (out's dtype, one more rounding),
-// or with accumulate out += C (out f32, [M, N] like C) — unless the tile is out's own memory (the
-// GEMM wrote an f32 out directly). The same per-element operations as a separate pass, without the
-// pass.
-struct Epilogue {
-  DType c = DType::f32;
-  bool round_first = false;
-  const float* bias = nullptr;  // [N] f32, already round_c'd
-  const TensorArg* out = nullptr;
-  bool accumulate = false;
-  // Tile rows [m0, m1) × columns [n0, n1) of C, at t with row stride ldt (in out itself when
-  // in_place); C is N wide.
-  void operator()(bool in_place, float* t, int64_t ldt, int64_t N, int64_t m0, int64_t m1, int64_t n0,
-                  int64_t n1) const {
-    const bool store = !in_place;
-    if (!store && !round_first && !bias) return;
-    for (int64_t m = m0; m < m1; ++m) {
-      float* row = t + (m - m0) * ldt;
-      if (round_first) round_inplace(row, n1 - n0, c);
-      if (bias)
-        for (int64_t n = n0; n < n1; ++n) row[n - n0] += bias[n];
-      if (accumulate) {
-        float* o = out->as<float>() + m * N + n0;
-        for (int64_t n = 0; n < n1 - n0; ++n) o[n] += row[n];
-      } else if (store) {
-        store_f32(row, out->data, out->dtype, m * N + n0, n1 - n0);
-      }
-    }
-  }
-};
-
-// One dense-family product C[M, N] = op(A)·op(B) (A is [M, K], or [K, M] when ta; B is [K, N], or
-// [N, K] when tb), A's elements rounded to ra and B's to rb (f32: as they are), compute dtype c,
-// finished tile by tile into `out` by an epilogue.
-//
-// The operands are multiplied as bfloat16 bits through oneDNN's matmul (`native`) when c is bf16,
-// both operands hold bf16 values and the CPU has the bf16 dot products (about twice the f32 rate);
-// as f32 through sgemm otherwise. Both are exact "fp32 accumulation of the compute-dtype products".
-//
-// C is split into a grid of tiles chosen from the shape and the machine (tile_grid), never from the
-// thread count, and each tile is one single-threaded GEMM call from our own OpenMP loop: a BLAS's
-// own threading is not bitwise reproducible across thread counts (its partition and kernel choice
-// depend on them), so each element's result depends only on the shape, the machine and the values.
-// When C is out itself (`in_place`: out is f32 and the GEMM assigns it) the calls write out, in
-// row blocks of about kEpilogueRows when the epilogue adds a bias (Tiles::epilogue_blocks);
-// otherwise each thread forms its tile in a tile buffer of its own and the epilogue converts or adds
-// it into out, so no [M, N] f32 buffer exists. When op(A) is A itself, a tile goes through its
-// buffer in blocks of at most kBlockRows rows, one GEMM call each, so the buffer's size does not
-// grow with the batch; when A is transposed the tile is one call (a row block of a TN product sums
-// in another order). A tile buffer keeps the density of a tile inside a whole [M, N] C: rows exactly
-// as wide as the tile when the grid has one column of tiles, wider otherwise. oneDNN's bf16 matmul
-// picks its kernel by whether C's rows are dense, and the two give different summation orders; the
-// strided ones all agree, and so do row blocks of an NN or NT product and the whole
-// (CpuOps.DenseGemmTileBuffersAgree checks both). A row vector split along K (tile_grid) is the
-// exception: its tiles write partial rows, summed and finished after them, and it has no tile
-// buffer.
-struct Gemm {
-  bool ta, tb;
-  int64_t M, N, K;
-  const TensorArg& A;
-  DType ra;
-  const TensorArg& B;
-  DType rb;
-  DType c;
-  const TensorArg& out;
-  bool in_place;
-
-  bool native() const {
-    const auto bf16_valued = [](const TensorArg& t, DType r) {
-      return r == DType::bf16 || (r == DType::f32 && t.dtype == DType::bf16);
-    };
-    return c == DType::bf16 && bf16_valued(A, ra) && bf16_valued(B, rb) && bf16_gemm_available();
-  }
-  int64_t lda() const { return ta ? M : K; }
-  int64_t ldb() const { return tb ? K : N; }
-  bool gemv() const { return M == 1 && !ta; }  // the whole product is one row (simd::gemv)
-};
-
 // Rows of a tile formed in its buffer per GEMM call (see Gemm). Each call packs the tile's columns
 // of B again, so blocks are kept long enough for that to cost little next to the block's product.
 constexpr int64_t kBlockRows = 4096;
@@ -241,21 +163,9 @@ struct Tiles {
   }
 };
 
-// The workspace of a Gemm (workspace.h): each operand's converted copy when it needs one (bf16 bits
-// when native, rounded f32 otherwise), and per thread of the tile loop a tile buffer of one row
-// block (unless in_place) and, when native, oneDNN's scratchpad for the largest of its calls; for a
-// row vector split along K, its partial rows instead of tile buffers. `either`:
-// the product runs in place on some runs and not on others (dense_grad_weight assigns in minibatch
-// 0 and accumulates after), so the workspace serves both.
-struct GemmSpans {
-  void* a = nullptr;  // uint16_t when native, float otherwise
-  void* b = nullptr;
-  PerThread<float> tile;
-  PerThread<std::byte> pad;
-  float* partial = nullptr;  // [tk, N] a split row vector's partial rows (tile_grid)
-  int team = 1;
-};
-GemmSpans gemm_spans(Bump& ws, const Gemm& g, bool either = false) {
+}  // namespace
+
+GemmSpans cpuk::gemm_spans(Bump& ws, const Gemm& g, bool either) {
   GemmSpans s;
   if (g.M == 0 || g.N == 0) return s;
   const bool native = g.native();
@@ -287,6 +197,8 @@ GemmSpans gemm_spans(Bump& ws, const Gemm& g, bool either = false) {
   }
   return s;
 }
+
+namespace {
 
 // A row vector split into K chunks (tile_grid; B is [K, N]): each tile streams its chunk's whole
 // rows (or a column tile of them) into that chunk's partial row, then column blocks are summed and
@@ -353,9 +265,9 @@ void run_tiles(const Gemm& g, const GemmSpans& s, const T* A, const T* B, const 
   }
 }
 
-// Converts g's operands into their spans (as bf16 bits when native, as rounded f32 otherwise) and
-// runs it.
-void run(const Gemm& g, const GemmSpans& s, const Epilogue& epi) {
+}  // namespace
+
+void cpuk::run_gemm(const Gemm& g, const GemmSpans& s, const Epilogue& epi) {
   if (g.M == 0 || g.N == 0) return;
   if (g.native())
     run_tiles(g, s, bf16_rounded(g.A, static_cast<uint16_t*>(s.a)), bf16_rounded(g.B, static_cast<uint16_t*>(s.b)),
@@ -364,6 +276,8 @@ void run(const Gemm& g, const GemmSpans& s, const Epilogue& epi) {
     run_tiles(g, s, f32_rounded(g.A, g.ra, static_cast<float*>(s.a)), f32_rounded(g.B, g.rb, static_cast<float*>(s.b)),
               epi);
 }
+
+namespace {
 
 // ---- dense ----
 
@@ -408,7 +322,7 @@ void cpu_dense(const KernelArgs& a) {
   const Gemm g = dense_gemm(a);
   // With a bias: round_c(Σ) (a no-op for f32), + round_c(b), and the final round_c by the store.
   const float* bs = a.in.size() < 3 ? nullptr : f32_rounded(a.in[2], g.c, s.bias);
-  run(g, s.gemm, Epilogue{.c = g.c, .round_first = bs != nullptr, .bias = bs, .out = &g.out});
+  run_gemm(g, s.gemm, Epilogue{.c = g.c, .round_first = bs != nullptr, .bias = bs, .out = &g.out});
 }
 int64_t cpu_workspace_dense(const KernelArgs& a) { return workspace_of<dense_spans>(a); }
 
@@ -445,7 +359,7 @@ void cpu_dense_grad_input(const KernelArgs& a) {
   const GemmSpans s = dense_grad_input_spans(ws, a);
   const Gemm g = dense_grad_input_gemm(a);
   // round_c first unless the store to out_dtype is that same rounding (or c is f32).
-  run(g, s, Epilogue{.c = g.c, .round_first = rounding_changes(g.out.dtype, g.c), .out = &g.out});
+  run_gemm(g, s, Epilogue{.c = g.c, .round_first = rounding_changes(g.out.dtype, g.c), .out = &g.out});
 }
 int64_t cpu_workspace_dense_grad_input(const KernelArgs& a) { return workspace_of<dense_grad_input_spans>(a); }
 
@@ -489,7 +403,8 @@ void cpu_dense_grad_weight(const KernelArgs& a) {
   Bump ws(a.workspace);
   const GemmSpans s = dense_grad_weight_spans(ws, a);
   const Gemm g = dense_grad_weight_gemm(a, assign);
-  run(g, s, Epilogue{.c = at.compute, .round_first = at.compute != DType::f32, .out = &g.out, .accumulate = !assign});
+  run_gemm(g, s,
+           Epilogue{.c = at.compute, .round_first = at.compute != DType::f32, .out = &g.out, .accumulate = !assign});
 }
 int64_t cpu_workspace_dense_grad_weight(const KernelArgs& a) { return workspace_of<dense_grad_weight_spans>(a); }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_util.h"
+#include "backend/cpu/softmax_rows.h"
 #include "graph/graph.h"
 
 namespace loom {
@@ -15,51 +16,6 @@ namespace loom {
 using namespace cpuk;
 
 namespace {
-
-// e[c] = exp(x[c] − max) for a row of C elements; returns {max, Σ e} (fixed-order sum).
-// max ignores NaNs (like fmax); a row of NaNs or −inf propagates NaN through the exps. exp_f32,
-// not libm's scalar expf: the logits are the largest tensor of a GPT-2 step (50257 per token).
-struct RowExp {
-  float max, sum;
-};
-RowExp row_exp(const float* x, int64_t C, float* e) {
-  const float mx = max_f32(x, C);
-  for (int64_t c = 0; c < C; ++c) e[c] = exp_f32(x[c] - mx);
-  return {mx, sum_f32(e, C)};
-}
-
-// Row r's label, negative when the row is ignored (ops.def).
-int32_t label_at(const TensorArg& labels, int64_t r, int64_t V) {
-  const int32_t l = labels.as<const int32_t>()[r];
-  LOOM_ASSERT(l < V, "label " + std::to_string(l) + " out of range [0, " + std::to_string(V) + ")");
-  return l;
-}
-
-// jnp.argmax of a row of n > 0: the first NaN if there is one (argmax takes NaN for the largest),
-// else the first element equal to the row's max. Vectorised passes: the max and the NaN count,
-// then chunks searched for a hit with one vector compare each, and only the chunk that has one
-// element by element (a scalar scan made accuracy cost twice the cross-entropy over the same row).
-int64_t argmax_row(const float* x, int64_t n) {
-  const float mx = max_f32(x, n);  // NaNs never win its compare
-  int64_t nans = 0;
-#pragma omp simd reduction(+ : nans)
-  for (int64_t c = 0; c < n; ++c) nans += x[c] != x[c];
-  // The first c with hit(c), one vector compare per chunk until a chunk has one.
-  const auto first = [&](auto hit) -> int64_t {
-    constexpr int64_t kChunk = 64;
-    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-      const int64_t c1 = std::min(n, c0 + kChunk);
-      int64_t any = 0;
-#pragma omp simd reduction(+ : any)
-      for (int64_t c = c0; c < c1; ++c) any += hit(x[c]);
-      if (any > 0)
-        for (int64_t c = c0;; ++c)
-          if (hit(x[c])) return c;
-    }
-    return 0;  // a row of n > 0 always has a hit
-  };
-  return nans > 0 ? first([](float v) { return v != v; }) : first([mx](float v) { return v == mx; });
-}
 
 // Rows whose work (C elements each) is worth a thread.
 bool par_rows(int64_t R, int64_t C) { return R > 1 && R * C >= kParallelMin / 4; }

@@ -7,6 +7,7 @@
 
 namespace loom {
 
+using refk::label_at;
 using refk::ld;
 using refk::st;
 
@@ -21,12 +22,6 @@ RowLse row_lse(const TensorArg& t, int64_t r, int64_t C) {
   double s = 0;
   for (int64_t c = 0; c < C; ++c) s += std::exp(ld(t, r * C + c) - mx);
   return {mx, mx + std::log(s)};
-}
-// Row r's label, negative when the row is ignored (ops.def).
-int32_t label_at(const TensorArg& labels, int64_t r, int64_t V) {
-  const int32_t l = refk::ld_i32(labels, r);
-  LOOM_ASSERT(l < V, "label " + std::to_string(l) + " out of range [0, " + std::to_string(V) + ")");
-  return l;
 }
 }  // namespace
 

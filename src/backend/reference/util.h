@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "backend/backend.h"
 #include "core/dtype.h"
@@ -31,6 +32,14 @@ inline int32_t ld_i32(const TensorArg& t, int64_t i) {
 inline void st_i32(const TensorArg& t, int64_t i, int32_t v) {
   LOOM_ASSERT(t.dtype == DType::i32);
   std::memcpy(static_cast<unsigned char*>(t.data) + i * 4, &v, 4);
+}
+
+// Row r's label of the loss ops (labels [rows] i32 over V classes), negative when the row is
+// ignored (ops.def, cross_entropy); one >= V is a bug in the caller.
+inline int32_t label_at(const TensorArg& labels, int64_t r, int64_t V) {
+  const int32_t l = ld_i32(labels, r);
+  LOOM_ASSERT(l < V, "label " + std::to_string(l) + " out of range [0, " + std::to_string(V) + ")");
+  return l;
 }
 
 }  // namespace loom::refk

@@ -78,6 +78,11 @@ std::vector<KeySpec<ModelConfig>> transformer_keys() {
       boolean<ModelConfig>("model.tie_embeddings",
                            "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)",
                            REF(tie_embeddings)),
+      integer<ModelConfig>("model.head_chunk",
+                           "training and evaluation run the output layer and the loss fused, this many vocabulary "
+                           "columns of logits at a time, so [tokens, vocabulary] logits are never held whole "
+                           "(sampling keeps the plain head); 0: the plain head and loss",
+                           REF(head_chunk)),
       choice<ModelConfig>("model.init", "parameter init", REF(init)),
       boolean<ModelConfig>("model.embed_dropout", "dropout after the token + position embedding (GPT-2)",
                            REF(embed_dropout)),

@@ -221,13 +221,18 @@ ValueId take_rows(const Scope& s, ValueId x, ValueId rows) {
   return view(s, s.op1(OpKind::embedding, {rows, table}, DTypeAttrs{dt}), Shape{xs[0], 1, xs[2]});
 }
 
-// Embeddings, blocks and head, shared by the training graph and the cached programs: the logits [B, T, V]
-// of tokens [B, T] at positions [T], in the compute dtype. The tutorial's logits.astype(float32)
-// before the loss is inside the loss ops (graph/ops/loss.cpp: they widen low-precision logits
-// exactly), so a bfloat16 model keeps no float32 copy of the logits or of their gradient; the
-// cached programs cast for the sampler.
-ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const ModelConfig& c, bool train,
-                           const Cache* dec) {
+// The trunk's final hidden states [B, T, C] (or [B, 1, C]) in the compute dtype, and the output
+// layer's kernel: the embedding table, used transposed, when the embeddings are tied.
+struct Trunk {
+  ValueId x;
+  ValueId kernel;  // kNoValue for an untied head, whose kernel (and bias) its user creates in `head`
+  Scope head;      // the output layer's scope
+};
+
+// Embeddings, blocks, final norm and the output layer's kernel, shared by the training graph and
+// the cached programs.
+Trunk transformer_trunk(Graph& g, ValueId tokens, ValueId positions, const ModelConfig& c, bool train,
+                        const Cache* dec) {
   const Scope root = Scope(g).frozen(c.lora.enabled());  // with LoRA only the adapters train
   const int64_t C = c.hidden_size;
   // nn.Embed's default init: variance_scaling(1, fan_in, normal, out_axis=0) -> N(0, 1/C).
@@ -252,11 +257,20 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Mo
   }
   if (dec && dec->last_rows != kNoValue) x = take_rows(root / "last_rows", x, dec->last_rows);  // [B, 1, C]
   x = norm(root / "post_norm", x, c);
-  if (c.tie_embeddings)  // wte.attend(x): the embedding table, transposed, is the output layer
-    x = es.op1(OpKind::dense, {x, table}, DenseAttrs{c.dtype, /*transpose_w=*/true});  // [B, T, V]
-  else
-    x = linear(root / "output_layer", x, Shape{C, c.num_outputs}, c, false);  // [B, T, V]
-  return x;
+  if (c.tie_embeddings) return Trunk{x, table, es};  // wte.attend(x): the table, transposed, is the output layer
+  return Trunk{x, kNoValue, root / "output_layer"};  // its own kernel: the caller creates it
+}
+
+// The logits [B, T, V] of tokens [B, T] at positions [T], in the compute dtype. The tutorial's
+// logits.astype(float32) before the loss is inside the loss ops (graph/ops/loss.cpp: they widen
+// low-precision logits exactly), so a bfloat16 model keeps no float32 copy of the logits or of
+// their gradient; the cached programs cast for the sampler.
+ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const ModelConfig& c, bool train,
+                           const Cache* dec) {
+  const Trunk t = transformer_trunk(g, tokens, positions, c, train, dec);
+  if (c.tie_embeddings)
+    return t.head.op1(OpKind::dense, {t.x, t.kernel}, DenseAttrs{c.dtype, /*transpose_w=*/true});  // [B, T, V]
+  return linear(t.head, t.x, Shape{c.hidden_size, c.num_outputs}, c, false);                       // [B, T, V]
 }
 
 // A persistent int32 input [n] whose contents never change (uploaded once: ModelGraph::constants).
@@ -295,7 +309,19 @@ ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool tr
   m.inputs = g.add_input("inputs", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] token ids
   m.labels = g.add_input("labels", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] next tokens
   const ValueId positions = positions_from_zero(m, in.seq_len);               // [T]
-  add_classification_loss(m, Scope(g), transformer_logits(g, m.inputs, positions, c, train, nullptr));
+  if (c.head_chunk == 0) {
+    add_classification_loss(m, Scope(g), transformer_logits(g, m.inputs, positions, c, train, nullptr));
+    return m;
+  }
+  // The head and the loss fused (model.head_chunk): no [B, T, V] logits.
+  const Trunk t = transformer_trunk(g, m.inputs, positions, c, train, nullptr);
+  const ValueId kernel =  // linear()'s kernel: the same path and init
+      c.tie_embeddings ? t.kernel
+                       : t.head.param("kernel", Shape{c.hidden_size, c.num_outputs},
+                                      as_kernel(kernel_init(c, c.hidden_size, false)));
+  add_fused_classification_loss(
+      m, t.head, t.x, kernel,
+      LinearCrossEntropyAttrs{.compute = c.dtype, .transpose_w = c.tie_embeddings, .chunk = c.head_chunk});
   return m;
 }
 
@@ -383,6 +409,12 @@ void validate_transformer(const ModelConfig& c) {
     need(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora.dropout", "must be in [0, 1)", "e.g. 0.05");
     lora_modules(c.lora, gated_mlp(c));  // names the family lacks
   }
+  need(c.head_chunk >= 0, "model.head_chunk", "must be >= 0", "0 for the plain head, e.g. 8192 columns per chunk");
+  need(c.head_chunk == 0 || c.tie_embeddings || !c.use_bias, "model.head_chunk",
+       "the fused head has no bias, and this untied head has one (model.use_bias = true)",
+       "set model.head_chunk = 0, or model.use_bias = false");
+  need(c.head_chunk == 0 || !c.lora.enabled(), "model.head_chunk",
+       "the fused head trains its kernel, which a LoRA run freezes", "set model.head_chunk = 0 for a LoRA run");
   need(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
        "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
 }

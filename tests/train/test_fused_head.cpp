@@ -1,0 +1,122 @@
+// model.head_chunk: the output layer and the loss fused (linear_cross_entropy), its logits formed a
+// chunk of vocabulary columns at a time, give the step the plain head and loss give: the same loss,
+// accuracy and gradients (the hidden states' through every layer, the tied embedding's or the
+// untied head's kernel), with some labels ignored, a chunk that does not divide the vocabulary
+// and two minibatches (the kernel's gradient assigned, then accumulated).
+//
+// The oracle is the plain head. On the reference backend the fused op has its rounding points
+// (the logits, dlogits and both products rounded to the compute dtype where dense and the loss
+// ops round them) and sums in the same order, so the step is bit for bit the same in float32 and
+// bfloat16. On the CPU backend the products are split differently and the softmax statistics
+// merged over chunks, which changes float32 rounding only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/registry.h"
+#include "data/data.h"
+#include "support/worst_rel.h"
+#include "train/config.h"
+#include "train/evaluator.h"
+#include "train/trainer.h"
+
+namespace loom {
+namespace {
+
+using testing::worst_rel;
+
+// One layer of 32, a vocabulary of 61 in chunks of 16 (the last one 13 wide), no biases.
+Config tiny(const std::string& dtype, bool tied, int64_t chunk) {
+  return default_config({"model.kind=transformer", "model.hidden_size=32", "model.num_layers=1", "model.head_dim=8",
+                         "model.vocab_size=61", "model.num_outputs=61", "model.max_seq_len=16", "model.dropout_rate=0",
+                         "model.use_bias=false", std::string("model.tie_embeddings=") + (tied ? "true" : "false"),
+                         "model.dtype=" + dtype, "model.head_chunk=" + std::to_string(chunk), "data.kind=random_tokens",
+                         "data.batch_size=4", "data.seq_len=16", "data.vocab_size=61", "optimizer.num_minibatches=2"});
+}
+
+struct Step {
+  Metrics metrics;
+  std::map<std::string, std::vector<float>> grads;
+};
+
+// One step of a freshly initialised model on `device`, every fifth label ignored.
+Step first_step(const Config& c, const std::string& device) {
+  auto be = make_backend(device);
+  Trainer t(c, *be);
+  Batch b = random_tokens_batch(c.data, data_context(c));
+  for (size_t i = 0; i < b.labels.size(); i += 5) b.labels[i] = kIgnoreLabel;
+  Step s{t.step(b).metrics, {}};
+  const Graph& g = t.model().graph;
+  for (const Param& p : g.params()) s.grads[g.value(p.value).name] = t.grad(g.value(p.value).name);
+  return s;
+}
+
+std::string what(const std::string& dtype, bool tied) { return dtype + (tied ? " tied" : " untied"); }
+
+TEST(FusedHead, IsThePlainHeadBitForBitOnTheReference) {
+  for (const std::string dtype : {"float32", "bfloat16"})
+    for (bool tied : {false, true}) {
+      const Step plain = first_step(tiny(dtype, tied, 0), "reference");
+      const Step fused = first_step(tiny(dtype, tied, 16), "reference");
+      EXPECT_GT(plain.metrics.loss.count, 0);
+      EXPECT_LT(plain.metrics.loss.count, 64) << "some labels are ignored";
+      EXPECT_EQ(fused.metrics.loss.count, plain.metrics.loss.count) << what(dtype, tied);
+      EXPECT_EQ(fused.metrics.loss.sum, plain.metrics.loss.sum) << what(dtype, tied);
+      EXPECT_EQ(fused.metrics.accuracy.sum, plain.metrics.accuracy.sum) << what(dtype, tied);
+      ASSERT_EQ(fused.grads.size(), plain.grads.size()) << what(dtype, tied);
+      for (const auto& [name, g] : plain.grads) EXPECT_EQ(fused.grads.at(name), g) << what(dtype, tied) << " " << name;
+    }
+}
+
+// float32: the loss to 1e-6 and every gradient to 1e-5 of its tensor's largest (float32 rounding
+// through one layer). bfloat16: a dlogit whose float32 value moved by an ulp may round to the other
+// neighbouring bfloat16 value, a change of 2⁻⁸ in that element, so 1e-3.
+TEST(FusedHead, IsThePlainHeadToFloat32RoundingOnTheCpu) {
+  for (const std::string dtype : {"float32", "bfloat16"})
+    for (bool tied : {false, true}) {
+      const Step plain = first_step(tiny(dtype, tied, 0), "cpu");
+      const Step fused = first_step(tiny(dtype, tied, 16), "cpu");
+      const bool f32 = dtype == "float32";
+      EXPECT_EQ(fused.metrics.loss.count, plain.metrics.loss.count) << what(dtype, tied);
+      EXPECT_NEAR(fused.metrics.loss.sum, plain.metrics.loss.sum, 1e-6 * plain.metrics.loss.sum) << what(dtype, tied);
+      EXPECT_NEAR(fused.metrics.accuracy.sum, plain.metrics.accuracy.sum, f32 ? 0 : 1) << what(dtype, tied);
+      const double worst = worst_rel(fused.grads, plain.grads);
+      std::printf("%s: gradients differ by at most %.3g of their tensor's largest\n", what(dtype, tied).c_str(), worst);
+      EXPECT_LT(worst, f32 ? 1e-5 : 1e-3) << what(dtype, tied);
+    }
+}
+
+// The fused head has no bias and trains its kernel: a biased untied head and a LoRA run (frozen
+// kernel) are refused naming the key and the way out; a tied head needs no bias setting.
+TEST(FusedHead, RefusesWhatItCannotComputeNamingTheKey) {
+  const auto message = [](std::vector<std::string> overrides) -> std::string {
+    try {
+      default_config(overrides);
+    } catch (const UserError& e) {
+      return std::string(e.what()) + " " + e.hint();
+    }
+    return "";
+  };
+  const std::vector<std::string> base = {"model.kind=transformer", "data.kind=random_tokens", "data.seq_len=16",
+                                         "data.vocab_size=16", "model.head_chunk=8"};
+  std::vector<std::string> biased = base;
+  biased.push_back("model.use_bias=true");
+  const std::string m = message(biased);
+  EXPECT_NE(m.find("model.head_chunk"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.use_bias = false"), std::string::npos) << m;
+  biased.push_back("model.tie_embeddings=true");
+  EXPECT_EQ(message(biased), "");
+  std::vector<std::string> lora = base;
+  for (const char* kv : {"model.use_bias=false", "lora.rank=4"}) lora.push_back(kv);
+  EXPECT_NE(message(lora).find("model.head_chunk = 0"), std::string::npos) << message(lora);
+  std::vector<std::string> negative = base;
+  negative.push_back("model.head_chunk=-1");
+  EXPECT_NE(message(negative).find("model.head_chunk"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom
