@@ -154,7 +154,7 @@ std::string format_memory_report(const MemoryReport& r) {
   line("workspace", r.workspace_bytes, "kernel scratch of the node at the peak, in the arena");
   if (r.ranks > 1) line("communication", r.communication_bytes, "gradient buckets' staging and receive buffers");
   line("checkpoint", r.checkpoint_bytes,
-       "the stream buffer of a save or a resume (host memory): no copy of the state, sharded or not");
+       "a save's or a resume's stream buffer (host memory; never a copy of the state)");
   if (r.evaluation_bytes > 0)
     line("evaluation", r.evaluation_bytes,
          "the validation program's inputs, and its arena unless it fits in the training arena, which it "

@@ -773,11 +773,12 @@ TEST(Dist, ARankLoadingSlowlyIsNotTakenForHung) {
 
 // Sharded optimizer state streams to the checkpoint and back (train/checkpoint.h): the worker
 // (tests/dist/worker/checkpoints.cpp) counts each rank's heap during a save and a resume of a model
-// whose Adam moments (15 MiB each) dwarf the plan's stream buffer, and fails when a rank holds
-// more than that buffer (and, resuming, the parameters, which are read whole): a rank that
-// gathered whole moments again would hold 30 MiB more. Its moments are a pure function of
-// parameter and element, so one process, which writes them from its own buffers without any
-// stream, is the oracle for the sharded saves' files; every resume checks every rank's slice.
+// whose Adam moments (23 MiB each) dwarf the stream buffer, and fails unless a rank's high-water is
+// `loom memory`'s checkpoint line (and, resuming, the parameters, which are read whole) up to a
+// slack for names and headers: a rank that gathered whole moments again would hold 46 MiB more.
+// Its moments are a pure function of parameter and element, so one process, which writes them
+// from its own buffers without any stream, is the oracle for the sharded saves' files; every
+// resume checks every rank's slice.
 TEST(Dist, ShardedCheckpointsStreamWithinThePlanAndResumeAtAnyRankCount) {
   REQUIRE_MPIRUN();
   const auto worker = [](int np, const std::string& args) {
