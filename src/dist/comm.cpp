@@ -208,6 +208,11 @@ class SingleProcess final : public Comm {
   void all_gather_bytes(const void* mine, size_t bytes, void* out) override {
     if (bytes) std::memmove(out, mine, bytes);
   }
+  void gather_bytes(const void* mine, void* out, std::span<const int64_t> counts, std::span<const int64_t> displs,
+                    int) override {
+    auto* dst = static_cast<unsigned char*>(out) + displs[0];
+    if (counts[0] > 0 && dst != mine) std::memmove(dst, mine, static_cast<size_t>(counts[0]));
+  }
   void broadcast(void*, size_t, int) override {}
   void barrier() override {}
 

@@ -79,6 +79,11 @@ class Comm {
   virtual void all_gather(const float* mine, int64_t n, float* out) = 0;
   // mine [bytes] from every rank; out [size() × bytes] = them in rank order.
   virtual void all_gather_bytes(const void* mine, size_t bytes, void* out) = 0;
+  // Rank r's counts[r] bytes at `mine` land at out + displs[r] on rank `root` (out is not used on
+  // the other ranks; on `root`, mine may be out + displs[root]: in place). Every rank passes the
+  // same counts and displs, one per rank.
+  virtual void gather_bytes(const void* mine, void* out, std::span<const int64_t> counts,
+                            std::span<const int64_t> displs, int root) = 0;
   // data [bytes] of rank `root` copied to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   virtual void barrier() = 0;

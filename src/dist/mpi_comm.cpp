@@ -416,6 +416,21 @@ class MpiComm final : public Comm {
     wait(*watch_, req, next(kExchange));
   }
 
+  void gather_bytes(const void* mine, void* out, std::span<const int64_t> counts, std::span<const int64_t> displs,
+                    int root) override {
+    std::vector<int> count, displ;
+    for (int r = 0; r < size_; ++r) {
+      count.push_back(to_int(counts[static_cast<size_t>(r)]));
+      displ.push_back(to_int(displs[static_cast<size_t>(r)]));
+    }
+    const bool in_place =
+        rank_ == root && mine == static_cast<const unsigned char*>(out) + displs[static_cast<size_t>(rank_)];
+    MPI_Request req = MPI_REQUEST_NULL;
+    MPI_Igatherv(in_place ? MPI_IN_PLACE : mine, count[static_cast<size_t>(rank_)], MPI_BYTE, out, count.data(),
+                 displ.data(), MPI_BYTE, root, MPI_COMM_WORLD, &req);
+    wait(*watch_, req, next(kGather));
+  }
+
   void broadcast(void* data, size_t bytes, int root) override {
     MPI_Request req = MPI_REQUEST_NULL;
     MPI_Ibcast(data, to_int(static_cast<int64_t>(bytes)), MPI_BYTE, root, MPI_COMM_WORLD, &req);

@@ -192,14 +192,17 @@ std::string crc_hex(uint32_t c) {
   return buf;
 }
 
-// A tensor whose metadata holds "crc32c/<name>" (loom writes one per tensor) must match it.
-void verify_checksum(const std::string& path, const StTensor& t, const json& meta) {
-  auto it = meta.find(std::string(kChecksumPrefix) + t.name);
-  if (it == meta.end() || !it->is_string()) return;
-  const std::string got = crc_hex(crc32c(t.bytes.data(), t.bytes.size()));
+// A tensor whose metadata holds "crc32c/<name>" (loom writes one per tensor) must match `crc`,
+// the CRC-32C of the bytes read.
+void verify_checksum(const std::string& path, const std::string& name, uint32_t crc, const json& header) {
+  auto meta = header.find(kMetadataKey);
+  if (meta == header.end()) return;
+  auto it = meta->find(std::string(kChecksumPrefix) + name);
+  if (it == meta->end() || !it->is_string()) return;
+  const std::string got = crc_hex(crc);
   if (it->get<std::string>() != got)
     bad_file(path,
-             "tensor " + in_quotes(t.name) + " fails its checksum (CRC-32C " + got + ", the file records " +
+             "tensor " + in_quotes(name) + " fails its checksum (CRC-32C " + got + ", the file records " +
                  it->get<std::string>() + "): its bytes changed after it was written",
              "the file is corrupted: use another copy (for a checkpoint: an earlier ckpt_<step>)");
 }
@@ -243,9 +246,19 @@ const char* safetensors_dtype_name(DType dt) {
   detail::bad_dtype(dt);
 }
 
-std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata,
-                                       const std::function<void()>& progress) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+namespace {
+
+// A file opened and its header validated: the entries tile the data buffer, in offset order.
+struct OpenFile {
+  Fd fd;
+  json header;
+  std::vector<Entry> entries;
+  uint64_t data_start = 0;
+};
+
+void open_file(OpenFile& f, const std::string& path, std::map<std::string, std::string>* metadata,
+               const std::function<void()>& progress) {
+  Fd& fd = f.fd;
   if (fd.get() < 0) {
     const int e = errno;
     bad_file(path, "cannot open: " + errno_text(e), "check the path and that the file is readable");
@@ -279,12 +292,13 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
   if (const size_t nul = text.find('\0'); nul != std::string::npos)
     bad_file(path, "header has a NUL byte at offset " + std::to_string(nul) +
                        " (JSON allows none; the header may only be padded with spaces)");
-  const json h = parse_header(path, text);
+  f.header = parse_header(path, text);
+  const json& h = f.header;
   if (!h.is_object()) bad_file(path, "header is JSON " + std::string(h.type_name()) + ", expected an object");
 
-  const uint64_t data_start = 8 + header_size;
-  const uint64_t buffer_size = file_size - data_start;
-  std::vector<Entry> entries;
+  f.data_start = 8 + header_size;
+  const uint64_t buffer_size = file_size - f.data_start;
+  std::vector<Entry>& entries = f.entries;
   if (metadata) metadata->clear();
   for (auto it = h.begin(); it != h.end(); ++it) {
     if (it.key() == kMetadataKey) {
@@ -328,21 +342,69 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
   if (pos != buffer_size)
     bad_file(path, "the data buffer has " + std::to_string(buffer_size - pos) +
                        " bytes after the last tensor that belong to no tensor");
+}
 
+}  // namespace
+
+std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata,
+                                       const std::function<void()>& progress) {
+  OpenFile f{Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)), {}, {}, 0};
+  open_file(f, path, metadata, progress);
   std::vector<StTensor> out;
-  out.reserve(entries.size());
-  for (Entry& e : entries) {
+  out.reserve(f.entries.size());
+  for (Entry& e : f.entries) {
     StTensor t;
     t.name = std::move(e.name);
     t.dtype = e.dtype;
     t.shape = e.shape;
     t.bytes.resize(e.end - e.begin);
-    if (pread_full(fd.get(), t.bytes.data(), t.bytes.size(), data_start + e.begin, path, progress) != t.bytes.size())
+    if (pread_full(f.fd.get(), t.bytes.data(), t.bytes.size(), f.data_start + e.begin, path, progress) !=
+        t.bytes.size())
       bad_file(path, "file ended inside tensor " + in_quotes(t.name) + " (it shrank while being read?)");
-    if (auto c = h.find(kMetadataKey); c != h.end()) verify_checksum(path, t, *c);
+    verify_checksum(path, t.name, crc32c(t.bytes.data(), t.bytes.size()), f.header);
     out.push_back(std::move(t));
   }
   return out;
+}
+
+std::vector<StEntry> scan_safetensors(const std::string& path,
+                                      const std::function<void(const StEntry&, const unsigned char*, size_t)>& visit,
+                                      const std::function<void()>& progress) {
+  OpenFile f{Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)), {}, {}, 0};
+  open_file(f, path, nullptr, progress);
+  std::vector<unsigned char> buf(kStreamBytes);
+  std::vector<StEntry> out;
+  out.reserve(f.entries.size());
+  for (Entry& e : f.entries) {
+    StEntry s{.name = std::move(e.name),
+              .dtype = e.dtype,
+              .shape = e.shape,
+              .offset = f.data_start + e.begin,
+              .bytes = e.end - e.begin,
+              .crc = 0};
+    for (uint64_t at = 0; at < s.bytes;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(buf.size(), s.bytes - at));
+      if (pread_full(f.fd.get(), buf.data(), n, s.offset + at, path, progress) != n)
+        bad_file(path, "file ended inside tensor " + in_quotes(s.name) + " (it shrank while being read?)");
+      s.crc = crc32c(buf.data(), n, s.crc);
+      if (visit) visit(s, buf.data(), n);
+      at += n;
+    }
+    verify_checksum(path, s.name, s.crc, f.header);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void read_safetensors_range(const std::string& path, const StEntry& e, uint64_t offset, size_t n, void* dst) {
+  LOOM_ASSERT(offset + n <= e.bytes, "a range outside its tensor");
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    const int err = errno;
+    bad_file(path, "cannot open: " + errno_text(err), "check the path and that the file is readable");
+  }
+  if (pread_full(fd.get(), dst, n, e.offset + offset, path, {}) != n)
+    bad_file(path, "file ended inside tensor " + in_quotes(e.name) + " (it changed since it was checked?)");
 }
 
 namespace {
@@ -437,13 +499,11 @@ void stream_safetensors(const std::string& path, const std::vector<StSource>& te
   };
   int e = write_all(fd.get(), len_bytes, 8);
   if (!e) e = write_all(fd.get(), text.data(), text.size());
-  // One bounded staging buffer: saving costs kChunk bytes of host memory, not a copy of the tensors.
-  constexpr size_t kChunk = size_t{4} << 20;
-  std::vector<unsigned char> chunk;
+  // One bounded staging buffer: saving costs kStreamBytes of host memory, not a copy of the tensors.
+  std::vector<unsigned char> chunk(kStreamBytes);
   for (size_t i = 0; !e && i < tensors.size(); ++i) {
     const StSource& t = tensors[i];
     const size_t size = static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype);
-    chunk.resize(std::min(kChunk, std::max<size_t>(size, 1)));
     for (size_t off = 0; !e && off < size; off += chunk.size()) {
       const size_t n = std::min(chunk.size(), size - off);
       try {

@@ -10,6 +10,8 @@
 // loom reads and writes the dtypes it has: F32, BF16, F16, I32. Any other dtype in a file
 // (I64, F64, ...) is reported as an error rather than converted.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -19,6 +21,11 @@
 #include "core/shape.h"
 
 namespace loom {
+
+// The bounded host buffer through which loom streams safetensors data (stream_safetensors,
+// scan_safetensors, read_safetensors_range's callers): 4 MiB amortises a write, a read or a
+// message per piece to a few percent of its transfer time while staying small beside any model.
+inline constexpr size_t kStreamBytes = size_t{4} << 20;
 
 struct StTensor {
   std::string name;
@@ -54,6 +61,26 @@ const char* safetensors_dtype_name(DType dt);
 std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr,
                                        const std::function<void()>& progress = {});
 
+// A tensor of a file, located and verified (scan_safetensors) but not held in memory.
+struct StEntry {
+  std::string name;
+  DType dtype = DType::f32;
+  Shape shape;
+  uint64_t offset = 0, bytes = 0;  // where its data lies in the file, and its length
+  uint32_t crc = 0;                // the CRC-32C of its bytes, as read
+};
+
+// Checks a file as read_safetensors does (every problem it reports, checksums included) without
+// keeping its data: the tensors are read in order through one kStreamBytes buffer, each piece
+// shown to `visit(entry, bytes, n)` when given (e.g. a finiteness check that throws). Returns the
+// tensors in the order of their data in the file.
+std::vector<StEntry> scan_safetensors(
+    const std::string& path, const std::function<void(const StEntry&, const unsigned char*, size_t)>& visit = {},
+    const std::function<void()>& progress = {});
+// Bytes [offset, offset + n) of tensor `e` of the file `path` (as scan_safetensors found it) into
+// dst. A file that no longer holds them is a UserError naming it.
+void read_safetensors_range(const std::string& path, const StEntry& e, uint64_t offset, size_t n, void* dst);
+
 // Writes `tensors` in the given order, with `metadata` as "__metadata__". Each tensor's CRC-32C
 // is added to the metadata as "crc32c/<name>" (8 hex digits), and read_safetensors verifies it:
 // a flipped bit is an error naming the tensor, not a silently different model.
@@ -67,7 +94,7 @@ std::vector<StTensor> read_safetensors(const std::string& path, std::map<std::st
 // shape, a negative dimension) throw std::invalid_argument before anything is written.
 void write_safetensors(const std::string& path, const std::vector<StTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
-// write_safetensors from sources, streamed through one 4 MiB host buffer: writing costs no copy of the
+// write_safetensors from sources, streamed through one kStreamBytes host buffer: writing costs no copy of the
 // tensors. An exception from a source's read removes the temporary file and propagates. `sync`
 // flushes the file and then its directory to disk (::fsync when empty): a caller that must keep
 // answering others while the disk works (train/checkpoint.cpp) waits its own way.

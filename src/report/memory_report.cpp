@@ -39,6 +39,7 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
   r.num_params = p.param_bytes / 4;
   r.optimizer_bytes = optimizer_moments(c.optimizer) * rank.optimizer_elems * static_cast<int64_t>(sizeof(float));
   r.communication_bytes = rank.comm_buffer_bytes;
+  r.checkpoint_bytes = rank.checkpoint_stream_bytes;
   r.activations_bytes = p.arena_bytes;
   r.inputs_bytes = p.input_bytes;
   r.workspace_threads = p.workspace_threads;
@@ -95,7 +96,7 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
   r.activations_bytes = p.arena_bytes - r.workspace_bytes;
   if (Evaluator::during_training(c)) r.evaluation_bytes = Evaluator::planned_bytes(c, ranks, p.arena_bytes);
   r.total_bytes = r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes +
-                  r.workspace_bytes + r.communication_bytes + r.evaluation_bytes;
+                  r.workspace_bytes + r.communication_bytes + r.checkpoint_bytes + r.evaluation_bytes;
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
                    [](const BufferRow& a, const BufferRow& b) { return a.bytes > b.bytes; });
   if (r.largest_at_peak.size() > top) r.largest_at_peak.resize(top);
@@ -152,6 +153,8 @@ std::string format_memory_report(const MemoryReport& r) {
   line("inputs", r.inputs_bytes, "one minibatch of token ids / features and the loss seed");
   line("workspace", r.workspace_bytes, "kernel scratch of the node at the peak, in the arena");
   if (r.ranks > 1) line("communication", r.communication_bytes, "gradient buckets' staging and receive buffers");
+  line("checkpoint", r.checkpoint_bytes,
+       "a save's or a resume's stream buffer (host memory; never a copy of the state)");
   if (r.evaluation_bytes > 0)
     line("evaluation", r.evaluation_bytes,
          "the validation program's inputs, and its arena unless it fits in the training arena, which it "
@@ -240,6 +243,7 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
           {"workspace_threads", r.workspace_threads},
           {"communication_bytes", r.communication_bytes},
           {"evaluation_bytes", r.evaluation_bytes},
+          {"checkpoint_bytes", r.checkpoint_bytes},
           {"ranks", r.ranks},
           {"lower_bound_bytes", r.lower_bound_bytes},
           {"num_params", r.num_params},

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -123,32 +124,99 @@ void check_finite(std::vector<StSource>& sources, dist::Comm& comm) {
 
 constexpr const char* kMomentPrefix[2] = {"opt/mu/", "opt/nu/"};
 
-// The moments of every parameter, named like the parameters with an "opt/mu/" or "opt/nu/" prefix.
-// Read from the device as they are written, or, when the optimizer state is sharded, from
-// `gathered`: every rank's parts (Trainer::moments, which every rank calls).
-std::vector<StSource> moment_sources(const Trainer& t, const std::vector<std::vector<float>> (&gathered)[2]) {
+// What rank 0 asks the others for while it writes sharded moments: elements [begin, begin + n)
+// of moment `which` of parameter `param`; which = -1: the save is over.
+struct Piece {
+  int64_t which = -1, param = 0, begin = 0, n = 0;
+};
+
+// The sharded moments' way to the file: rank 0 writes each moment tensor through its
+// kStreamBytes write buffer, and for each piece it broadcasts the Piece it needs and every rank
+// sends its slice of it straight into that buffer (a gather at the slices' offsets). So no rank
+// holds more of the state than its own shard and one piece: the others stage their part in
+// kStreamBytes of their own. The other ranks serve pieces until rank 0 says the save is over,
+// waiting in the numbered, deadline-polled collectives (rank 0 answers that it is busy while it
+// writes and flushes).
+class MomentStream {
+ public:
+  // Every rank of t.comm(), together: each learns every rank's moment_range of every parameter.
+  explicit MomentStream(const Trainer& t) : t_(t), comm_(t.comm()), params_(t.model().graph.params().size()) {
+    std::vector<dist::Range> mine(params_);
+    for (size_t i = 0; i < params_; ++i) mine[i] = t.moment_range(i);
+    ranges_.resize(params_ * static_cast<size_t>(comm_.size()));
+    comm_.all_gather_bytes(mine.data(), params_ * sizeof(dist::Range), ranges_.data());
+    if (comm_.rank() != 0) staging_.resize(kStreamBytes / sizeof(float));
+  }
+  // Rank 0: dst [n] = elements [begin, begin + n) of moment `which` of parameter `param`, n at
+  // most kStreamBytes / 4.
+  void fetch(int which, size_t param, int64_t begin, int64_t n, float* dst) {
+    Piece p{.which = which, .param = static_cast<int64_t>(param), .begin = begin, .n = n};
+    comm_.broadcast(&p, sizeof p, 0);
+    exchange(p, dst);
+  }
+  // Rank 0, whether its save succeeded or not: the other ranks stop serving.
+  void finish() {
+    Piece done;
+    comm_.broadcast(&done, sizeof done, 0);
+  }
+  // The other ranks: their parts of every piece rank 0 asks for, until it finishes.
+  void serve() {
+    for (;;) {
+      Piece p;
+      comm_.broadcast(&p, sizeof p, 0);
+      if (p.which < 0) return;
+      exchange(p, nullptr);
+    }
+  }
+
+ private:
+  // Every rank's part of piece p (its slice of the piece's elements, possibly none) to rank 0's dst.
+  void exchange(const Piece& p, float* dst) {
+    const size_t ranks = static_cast<size_t>(comm_.size());
+    std::vector<int64_t> counts(ranks), displs(ranks);
+    int64_t covered = 0;
+    for (size_t r = 0; r < ranks; ++r) {
+      const dist::Range& own = ranges_[r * params_ + static_cast<size_t>(p.param)];
+      const int64_t lo = std::max(p.begin, own.begin), hi = std::min(p.begin + p.n, own.end);
+      counts[r] = std::max<int64_t>(hi - lo, 0) * static_cast<int64_t>(sizeof(float));
+      displs[r] = hi > lo ? (lo - p.begin) * static_cast<int64_t>(sizeof(float)) : 0;
+      covered += counts[r];
+    }
+    LOOM_ASSERT(covered == p.n * static_cast<int64_t>(sizeof(float)), "the ranks' moment slices do not tile a piece");
+    const auto me = static_cast<size_t>(comm_.rank());
+    float* part = me == 0 ? dst + displs[0] / static_cast<int64_t>(sizeof(float)) : staging_.data();
+    if (counts[me] > 0)
+      t_.read_moment(static_cast<int>(p.which), static_cast<size_t>(p.param),
+                     p.begin + displs[me] / static_cast<int64_t>(sizeof(float)),
+                     counts[me] / static_cast<int64_t>(sizeof(float)), part);
+    comm_.gather_bytes(part, dst, counts, displs, 0);
+  }
+  const Trainer& t_;
+  dist::Comm& comm_;
+  size_t params_;
+  std::vector<dist::Range> ranges_;  // [rank × params_ + param]: every rank's moment_range
+  std::vector<float> staging_;       // [kStreamBytes / 4] on ranks other than 0: its part of a piece
+};
+
+// The moments of every parameter, named like the parameters with an "opt/mu/" or "opt/nu/" prefix,
+// read as they are written: from this rank's own buffers, or, when the optimizer state is
+// sharded, piece by piece from every rank through `stream`.
+std::vector<StSource> moment_sources(const Trainer& t, MomentStream* stream) {
   std::vector<StSource> out;
   const Graph& g = t.model().graph;
-  const auto& ts = t.optimizer().tensors();
-  Backend& be = t.executor().backend();
   for (int which : {0, 1}) {
     if (!t.optimizer().keeps_moment(which)) continue;
-    for (size_t i = 0, k = 0; i < g.params().size(); ++i) {
+    for (size_t i = 0; i < g.params().size(); ++i) {
       if (!g.params()[i].trainable()) continue;  // a frozen parameter has no optimizer state
       const Value& v = g.value(g.params()[i].value);
       StSource s{.name = kMomentPrefix[which] + v.name, .dtype = DType::f32, .shape = v.shape, .read = {}};
-      if (t.sharded()) {
-        const float* host = gathered[which][i].data();
-        s.read = [host](void* dst, size_t off, size_t n) {
-          std::memcpy(dst, reinterpret_cast<const unsigned char*>(host) + off, n);
-        };
-      } else {  // one whole slice per trainable parameter, in parameter order
-        const float* buf = which == 0 ? ts[k].mu : ts[k].nu;
-        ++k;
-        s.read = [&be, buf](void* dst, size_t off, size_t n) {
-          be.copy_to_host(dst, reinterpret_cast<const unsigned char*>(buf) + off, n);
-        };
-      }
+      s.read = [&t, stream, which, i](void* dst, size_t off, size_t n) {
+        const auto begin = static_cast<int64_t>(off / sizeof(float)), elems = static_cast<int64_t>(n / sizeof(float));
+        if (stream)
+          stream->fetch(which, i, begin, elems, static_cast<float*>(dst));
+        else
+          t.read_moment(which, i, begin, elems, static_cast<float*>(dst));
+      };
       out.push_back(std::move(s));
     }
   }
@@ -269,16 +337,27 @@ Checkpoint load_verified(const std::string& dir, bool with_optimizer, const std:
   c.path = dir;
   c.state = parse_state((fs::path(dir) / kStateFile).string());
   c.tensors = read_safetensors((fs::path(dir) / kModelFile).string(), nullptr, progress);
+  const auto nonfinite = [&dir](const std::string& name) {
+    return UserError(dir, "tensor '" + name + "' holds a NaN or an infinity",
+                     "the checkpoint is corrupted or from a diverged run: resume from an earlier one");
+  };
   const fs::path opt = fs::path(dir) / kOptimizerFile;
+  // The moments are checked as they stream past, not kept: each rank reads its slice on restore.
   if (with_optimizer && fs::exists(opt))
-    for (StTensor& t : read_safetensors(opt.string(), nullptr, progress)) c.tensors.push_back(std::move(t));
+    c.moments = scan_safetensors(
+        opt.string(),
+        [&nonfinite](const StEntry& e, const unsigned char* bytes, size_t n) {
+          if (e.dtype != DType::f32) return;
+          const auto* f = reinterpret_cast<const float*>(bytes);
+          for (size_t i = 0; i < n / 4; ++i)
+            if (!std::isfinite(f[i])) throw nonfinite(e.name);
+        },
+        progress);
   for (const StTensor& t : c.tensors) {
     if (t.dtype != DType::f32) continue;
     const auto* f = reinterpret_cast<const float*>(t.bytes.data());
     for (size_t i = 0; i < t.bytes.size() / 4; ++i)
-      if (!std::isfinite(f[i]))
-        throw UserError(dir, "tensor '" + t.name + "' holds a NaN or an infinity",
-                        "the checkpoint is corrupted or from a diverged run: resume from an earlier one");
+      if (!std::isfinite(f[i])) throw nonfinite(t.name);
   }
   return c;
 }
@@ -295,7 +374,7 @@ Checkpoint load_one(const std::string& dir, bool with_optimizer, const std::func
 }
 
 SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
-                            const nlohmann::json* tokenizer, const std::vector<std::vector<float>> (&gathered)[2]) {
+                            const nlohmann::json* tokenizer, MomentStream* stream) {
   const fs::path final_dir(dir);
   const fs::path tmp = sibling(final_dir, ".tmp");
   std::error_code ec;
@@ -306,7 +385,7 @@ SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const st
     const std::string base = base_hash(t.executor());
     std::vector<StSource> params = param_sources(t.executor(), t.config().model.scan_layers, {},
                                                  base.empty() ? nn::ParamSubset::all : nn::ParamSubset::trainable);
-    std::vector<StSource> moments = moment_sources(t, gathered);
+    std::vector<StSource> moments = moment_sources(t, stream);
     check_finite(params, t.comm());
     check_finite(moments, t.comm());
     dist::Comm& comm = t.comm();
@@ -354,11 +433,20 @@ SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const st
 
 SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
                            const nlohmann::json* tokenizer) {
-  std::vector<std::vector<float>> gathered[2];
-  if (t.sharded())
-    for (int which : {0, 1}) gathered[which] = t.moments(which);  // every rank takes part
+  std::optional<MomentStream> stream;
+  if (t.sharded()) stream.emplace(t);  // every rank takes part
   SaveResult r{.saved = true, .nonfinite = {}};
-  if (t.comm().rank() == 0) r = write_checkpoint(t, s, dir, tokenizer, gathered);
+  if (t.comm().rank() == 0) {
+    try {
+      r = write_checkpoint(t, s, dir, tokenizer, stream ? &*stream : nullptr);
+    } catch (...) {
+      if (stream) stream->finish();
+      throw;
+    }
+    if (stream) stream->finish();
+  } else if (stream) {
+    stream->serve();
+  }
   if (t.comm().size() > 1) {  // every rank learns what rank 0 found ("" when it saved)
     r.nonfinite = dist::broadcast_string(t.comm(), r.nonfinite, 0);
     r.saved = r.nonfinite.empty();
@@ -540,9 +628,15 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
     throw UserError(c.path, "was written for a different model: " + diff + " differs",
                     "resume with the checkpoint's model configuration (or start a new run with --out)");
   restore_params(t, c);
-  std::map<std::string, const StTensor*> by_name;
-  for (const StTensor& s : c.tensors) by_name[s.name] = &s;
+  // A format-1 checkpoint holds the moments in model.safetensors (read whole with the parameters);
+  // a format-2 one in optimizer.safetensors, located by load_checkpoint, from which this rank reads
+  // its slice alone through one kStreamBytes buffer.
+  std::map<std::string, const StTensor*> whole;
+  for (const StTensor& s : c.tensors) whole[s.name] = &s;
+  std::map<std::string, const StEntry*> located;
+  for (const StEntry& e : c.moments) located[e.name] = &e;
   const std::string file = (fs::path(c.path) / kOptimizerFile).string();
+  std::vector<float> buf;
   const Graph& g = t.model().graph;
   for (int which : {0, 1}) {
     if (!t.optimizer().keeps_moment(which)) continue;
@@ -550,12 +644,30 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
       if (!g.params()[i].trainable()) continue;
       const Value& v = g.value(g.params()[i].value);
       const std::string name = kMomentPrefix[which] + v.name;
-      auto it = by_name.find(name);
-      if (it == by_name.end() || it->second->shape != v.shape || it->second->dtype != DType::f32)
+      const auto w = whole.find(name);
+      const auto l = located.find(name);
+      const bool found = w != whole.end()
+                             ? w->second->shape == v.shape && w->second->dtype == DType::f32
+                             : l != located.end() && l->second->shape == v.shape && l->second->dtype == DType::f32;
+      if (!found)
         throw UserError(file, "optimizer tensor '" + name + "' is missing or has the wrong shape",
                         "the checkpoint was written with another optimizer or model");
       // This rank's part (all of it unless the optimizer state is sharded): resharded on load.
-      t.set_moment(which, i, reinterpret_cast<const float*>(it->second->bytes.data()));
+      const dist::Range own = t.moment_range(i);
+      if (w != whole.end()) {
+        t.write_moment(which, i, own.begin, own.size(),
+                       reinterpret_cast<const float*>(w->second->bytes.data()) + own.begin);
+        continue;
+      }
+      buf.resize(kStreamBytes / sizeof(float));
+      for (int64_t at = own.begin; at < own.end;) {
+        const int64_t n = std::min<int64_t>(own.end - at, static_cast<int64_t>(buf.size()));
+        t.comm().keep_alive();  // the other ranks wait for this one's disk in their next collective
+        read_safetensors_range(file, *l->second, static_cast<uint64_t>(at) * sizeof(float),
+                               static_cast<size_t>(n) * sizeof(float), buf.data());
+        t.write_moment(which, i, at, n, buf.data());
+        at += n;
+      }
     }
   }
   t.restore_progress(c.state.step, c.state.opt_count, c.state.loss_scale, c.state.scaler_tracker,

@@ -10,9 +10,15 @@
 // Every tensor carries its CRC-32C (io/safetensors.h), verified when it is read.
 //
 // Never losing work:
-// - Saving streams tensors from the backend's buffers into RUN/.ckpt_<step>.tmp/ (4 MiB of host
-//   memory, not a copy of the state), fsyncs, then renames it into place; a crash or a full disk
-//   leaves the previous checkpoints as they were.
+// - Saving streams tensors from the backend's buffers into RUN/.ckpt_<step>.tmp/ through one
+//   kStreamBytes host buffer (io/safetensors.h), not a copy of the state; sharded optimizer state
+//   reaches rank 0's buffer piece by piece from every rank (each stages its part of a piece in
+//   kStreamBytes of its own), so no rank ever holds more of it than its shard. The file fsyncs,
+//   then the directory is renamed into place; a crash or a full disk leaves the previous
+//   checkpoints as they were.
+// - Resuming reads the parameters whole (every rank holds them all) and checks the moments as they
+//   stream past (checksums, finite values); each rank then reads its own slice of them by offset.
+//   checkpoint_stream_bytes() is what either costs, counted by `loom memory` and the fit check.
 // - A state with a non-finite parameter is never written (save returns `nonfinite`), so every
 //   checkpoint on disk is finite and pruning can never remove the last good one.
 // - Replacing a directory (best/) exchanges the two atomically (renameat2 RENAME_EXCHANGE); pruning
@@ -56,8 +62,11 @@ struct CheckpointState {
 
 struct Checkpoint {
   CheckpointState state;
-  std::vector<StTensor> tensors;  // params and optimizer moments ("opt/mu/...", "opt/nu/...")
-  std::string path;               // the checkpoint directory
+  std::vector<StTensor> tensors;  // params (and a format-1 checkpoint's moments, "opt/mu/...", "opt/nu/...")
+  // The moments in optimizer.safetensors, verified (checksums, finite values) but not held:
+  // restore_checkpoint reads each rank's slice of them from the file.
+  std::vector<StEntry> moments;
+  std::string path;  // the checkpoint directory
 };
 
 struct SaveResult {
@@ -68,14 +77,15 @@ struct SaveResult {
 // Writes the trainer's parameters and optimizer state into `dir` atomically (and the data's
 // tokenizer as tokenizer.json, when given, so `loom sample` can decode). A non-finite parameter
 // or moment writes nothing and is reported in the result; I/O failures throw std::runtime_error.
-// Every rank of t.comm() calls it (sharded optimizer state is gathered); rank 0 alone writes, and
-// every rank returns its result.
+// Every rank of t.comm() calls it (sharded optimizer state streams to rank 0 in pieces); rank 0
+// alone writes, and every rank returns its result.
 SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
                            const nlohmann::json* tokenizer = nullptr);
 // Reads and verifies a checkpoint directory, or a run directory: its newest checkpoint that
 // verifies (checksums, complete files, finite values), each skipped one reported in `skipped`
 // ("ckpt_000300: <why>") when given. Problems are UserErrors naming the file and the tensor.
-// Without `with_optimizer` the moments are not read (sampling, fine-tuning). `progress` is called
+// With `with_optimizer` the moments are verified as they are read, and located, not kept
+// (Checkpoint::moments); without, they are not read (sampling, fine-tuning). `progress` is called
 // between reads (at most 64 MiB apart): e.g. Comm::keep_alive, so that the other ranks of a job
 // that wait for a slow load are told it goes on (a read that hangs tells them nothing).
 Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* skipped = nullptr,
@@ -84,6 +94,10 @@ Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* sk
 // matches: otherwise a UserError naming the first differing model.* key). Each rank takes its
 // part of sharded optimizer state, whatever the rank count that wrote the checkpoint.
 void restore_checkpoint(Trainer& t, const Checkpoint& c);
+// The host memory a save or a resume holds beside the run's own buffers, on every rank: one
+// kStreamBytes buffer (rank 0's write buffer, another rank's staging, a reader's), whatever the
+// model's size. The resume's parameters, read whole, come on top (they are not sharded).
+inline constexpr int64_t checkpoint_stream_bytes() { return static_cast<int64_t>(kStreamBytes); }
 // Loads only the parameters (fine-tuning from a run: optimizer state fresh).
 void restore_params(Trainer& t, const Checkpoint& c);
 // Loads a checkpoint's parameters into `ex`, a program of its model: all of them, or for a LoRA

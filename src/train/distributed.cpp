@@ -109,6 +109,10 @@ uint32_t resume_digest(const Checkpoint& c) {
     crc = crc32c(t.name.data(), t.name.size(), crc);
     crc = crc32c(t.bytes.data(), t.bytes.size(), crc);
   }
+  for (const StEntry& m : c.moments) {  // verified against their bytes as they were read
+    crc = crc32c(m.name.data(), m.name.size(), crc);
+    crc = crc32c(&m.crc, sizeof m.crc, crc);
+  }
   return crc;
 }
 

@@ -121,7 +121,7 @@ FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_miniba
   f.fixed_bytes = mp.param_bytes + mp.grad_bytes + mp.input_bytes +
                   (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *
                       static_cast<int64_t>(sizeof(float)) +
-                  rank.comm_buffer_bytes +
+                  rank.comm_buffer_bytes + rank.checkpoint_stream_bytes +
                   (Evaluator::during_training(c) ? Evaluator::planned_bytes(c, ranks_, mp.arena_bytes) : 0);
   f.total_bytes = f.fixed_bytes + f.arena_bytes;
   for (NodeId id : p.schedule) {

@@ -13,6 +13,7 @@
 #include "graph/passes/remat.h"
 #include "nn/init.h"
 #include "nn/models.h"
+#include "train/checkpoint.h"
 #include "train/evaluator.h"
 #include "train/fit.h"
 
@@ -90,6 +91,7 @@ RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks) {
   const GradientBuckets gb = gradient_buckets(c, p);
   RankMemory m;
   for (const dist::Bucket& b : gb.buckets) m.optimizer_elems += b.elems;
+  m.checkpoint_stream_bytes = checkpoint_stream_bytes();
   if (ranks == 1) return m;
   m.comm_buffer_bytes = dist::BucketReducer::buffer_bytes(gb.buckets, ranks);
   if (c.optimizer.shard != OptimizerShard::none)
@@ -133,12 +135,13 @@ void refuse_unless_it_fits(const Config& c, Backend& be, const TrainProgram& pro
     const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
                            (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *
                                static_cast<int64_t>(sizeof(float)) +
-                           rank.comm_buffer_bytes + evaluation;
+                           rank.comm_buffer_bytes + rank.checkpoint_stream_bytes + evaluation;
     const int on_host = comm.ranks_on_this_host();
     if (needed * on_host > available) {
       constexpr double kGiB = 1073741824.0;
       const std::string parts = fmt::format(
-          "activations {:.2f}, parameters, gradients, optimizer state, inputs and communication buffers {:.2f}{}",
+          "activations {:.2f}, parameters, gradients, optimizer state, inputs, communication and checkpoint "
+          "buffers {:.2f}{}",
           plan.arena_bytes / kGiB, (needed - plan.arena_bytes - evaluation) / kGiB,
           evaluation > 0 ? fmt::format(", evaluation {:.2f}", evaluation / kGiB) : "");
       const std::string what = on_host > 1
@@ -373,34 +376,37 @@ void Trainer::run_with_buckets(const RunCtx& rc) {
   reducer_->finish();
 }
 
-std::vector<std::vector<float>> Trainer::moments(int which) const {
-  const Graph& g = prog_.model.graph;
-  std::vector<std::vector<float>> out(g.params().size());
-  const auto& ts = opt_->tensors();
-  const auto& slices = opt_->slices();
-  const auto buffer = [&](size_t k) { return which == 0 ? ts[k].mu : ts[k].nu; };
-  if (!opt_->keeps_moment(which)) return out;
-  for (size_t i = 0; i < out.size(); ++i)
-    if (g.params()[i].trainable()) out[i].resize(static_cast<size_t>(g.value(g.params()[i].value).shape.numel()));
-  for (size_t k = 0; k < slices.size(); ++k)
-    be_.copy_to_host(out[slices[k].param].data() + slices[k].begin, buffer(k),
-                     static_cast<size_t>(slices[k].n) * sizeof(float));
-  if (sharded_) {
-    std::vector<dist::FloatSpan> parts;
-    for (size_t i : order_) parts.push_back({out[i].data(), static_cast<int64_t>(out[i].size())});
-    reducer_->all_gather(parts);
-  }
-  return out;
+namespace {
+// The slice of `param` in `slices` (at most one: a parameter lies in one bucket), or nullptr.
+const OptimSlice* slice_of(const std::vector<OptimSlice>& slices, size_t param, size_t* k) {
+  for (*k = 0; *k < slices.size(); ++*k)
+    if (slices[*k].param == param) return &slices[*k];
+  return nullptr;
+}
+}  // namespace
+
+dist::Range Trainer::moment_range(size_t param) const {
+  size_t k = 0;
+  const OptimSlice* s = slice_of(opt_->slices(), param, &k);
+  return s ? dist::Range{s->begin, s->begin + s->n} : dist::Range{};
 }
 
-void Trainer::set_moment(int which, size_t param, const float* values) {
-  const auto& ts = opt_->tensors();
-  const auto& slices = opt_->slices();
-  for (size_t k = 0; k < slices.size(); ++k) {
-    float* buf = which == 0 ? ts[k].mu : ts[k].nu;
-    if (slices[k].param == param && buf)
-      be_.copy_to_device(buf, values + slices[k].begin, static_cast<size_t>(slices[k].n) * sizeof(float));
-  }
+void Trainer::read_moment(int which, size_t param, int64_t begin, int64_t n, float* out) const {
+  if (n == 0) return;
+  size_t k = 0;
+  const OptimSlice* s = slice_of(opt_->slices(), param, &k);
+  LOOM_ASSERT(s && begin >= s->begin && begin + n <= s->begin + s->n, "a moment range this rank does not hold");
+  const float* buf = which == 0 ? opt_->tensors()[k].mu : opt_->tensors()[k].nu;
+  be_.copy_to_host(out, buf + (begin - s->begin), static_cast<size_t>(n) * sizeof(float));
+}
+
+void Trainer::write_moment(int which, size_t param, int64_t begin, int64_t n, const float* values) {
+  if (n == 0) return;
+  size_t k = 0;
+  const OptimSlice* s = slice_of(opt_->slices(), param, &k);
+  LOOM_ASSERT(s && begin >= s->begin && begin + n <= s->begin + s->n, "a moment range this rank does not hold");
+  float* buf = which == 0 ? opt_->tensors()[k].mu : opt_->tensors()[k].nu;
+  if (buf) be_.copy_to_device(buf + (begin - s->begin), values, static_cast<size_t>(n) * sizeof(float));
 }
 
 void Trainer::restore_progress(int64_t step, int64_t opt_count, double loss_scale, int64_t scaler_tracker,

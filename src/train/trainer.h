@@ -72,6 +72,9 @@ struct RankMemory {
   int64_t optimizer_elems = 0;    // parameter elements whose moments the largest share holds
   int64_t grad_shard_elems = 0;   // state+grads: gradient elements the largest share keeps
   int64_t comm_buffer_bytes = 0;  // the gradient buckets' staging and receive buffers
+  // The buffer a checkpoint's save or resume streams through (train/checkpoint.h), held between
+  // steps beside everything else: every rank's, whatever the rank count.
+  int64_t checkpoint_stream_bytes = 0;
 };
 RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks);
 
@@ -131,12 +134,15 @@ class Trainer {
   size_t bucket_sums_per_step() const {
     return num_buckets() * static_cast<size_t>(grad_shard_ ? cfg_.optimizer.num_minibatches : 1);
   }
-  // Optimizer moment `which` (0: the first, mu; 1: the second, nu) of every parameter, whole, in
-  // Graph::params() order (empty vectors when the optimizer keeps none). With sharded state every
-  // rank must call it: the parts are gathered.
-  std::vector<std::vector<float>> moments(int which) const;
-  // Sets this process's part of moment `which` of parameter `param` from the whole tensor.
-  void set_moment(int which, size_t param, const float* values);
+  // The elements of parameter `param` (Graph::params() order) whose optimizer moments this rank
+  // holds: all of them unless the optimizer state is sharded, then this rank's slice (the ranks'
+  // slices are in rank order and tile the parameter); empty for a frozen parameter.
+  dist::Range moment_range(size_t param) const;
+  // Elements [begin, begin + n) of optimizer moment `which` (0: the first, mu; 1: the second, nu)
+  // of parameter `param`, which lie within moment_range(param) (or n = 0: nothing), copied out to /
+  // in from host memory.
+  void read_moment(int which, size_t param, int64_t begin, int64_t n, float* out) const;
+  void write_moment(int which, size_t param, int64_t begin, int64_t n, const float* values);
   bool sharded() const { return sharded_; }
   int64_t comm_buffer_bytes() const { return reducer_->buffer_bytes(); }
   // Bytes of the gradient shard (state+grads on more than one rank; else 0).

@@ -358,9 +358,13 @@ TEST(Dist, MemoryPlanPerRankIsWhatEachRankAllocates) {
     }
     EXPECT_EQ(largest_optimizer, p["optimizer_bytes"].get<int64_t>()) << mode;
     EXPECT_EQ(largest_grads, p["grads_bytes"].get<int64_t>()) << mode;
-    // `loom profile` runs no evaluation, which `loom memory` counts for the fixture's training run.
+    // `loom profile` runs no evaluation, which `loom memory` counts for the fixture's training run,
+    // and saves no checkpoint, whose stream buffer it counts too.
     EXPECT_GT(p["evaluation_bytes"].get<int64_t>(), 0) << mode;
-    EXPECT_EQ(largest_peak, p["total_bytes"].get<int64_t>() - p["evaluation_bytes"].get<int64_t>()) << mode;
+    EXPECT_EQ(p["checkpoint_bytes"].get<int64_t>(), static_cast<int64_t>(loom::kStreamBytes)) << mode;
+    EXPECT_EQ(largest_peak, p["total_bytes"].get<int64_t>() - p["evaluation_bytes"].get<int64_t>() -
+                                p["checkpoint_bytes"].get<int64_t>())
+        << mode;
     std::printf("optimizer.shard = %s: planned %lld bytes per rank, measured peak %lld\n", mode,
                 static_cast<long long>(p["total_bytes"].get<int64_t>()), static_cast<long long>(largest_peak));
   }
@@ -686,17 +690,21 @@ RunResult loom_with_slow_disk(int rank, const char* call, const char* path, int 
 }
 
 // Rank 0's save waits for the disk (the final fsync of its optimizer state takes 3 deadlines):
-// it keeps answering the other ranks that it is busy, so the job is not ended as hung.
+// it keeps answering the other ranks that it is busy, so the job is not ended as hung; with
+// sharded state too, where rank 1 waits for it in the stream of moments (train/checkpoint.h).
 TEST(Dist, ASaveWhoseFlushOutlastsTheDeadlineIsNotAHang) {
   REQUIRE_MPIRUN();
-  const fs::path out = scratch("slow_fsync");
-  constexpr int kTimeout = 5;  // rank 0 may be measuring its matmul ceiling for a second or two at start
-  const RunResult r = loom_with_slow_disk(
-      0, "fsync", "optimizer.safetensors", 3 * kTimeout,
-      train_args(out, fmt::format("train.eval_interval=0 train.collective_timeout={} --steps 3", kTimeout)));
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(r.out.find("waited"), std::string::npos) << r.out;
-  EXPECT_FALSE(tensors(out / "ckpt_000003").empty()) << "the checkpoint reads back, checksums verified";
+  for (const char* shard : {"none", "state"}) {
+    const fs::path out = scratch(std::string("slow_fsync_") + shard);
+    constexpr int kTimeout = 5;  // rank 0 may be measuring its matmul ceiling for a second or two at start
+    const RunResult r = loom_with_slow_disk(
+        0, "fsync", "optimizer.safetensors", 3 * kTimeout,
+        train_args(out, fmt::format("train.eval_interval=0 train.collective_timeout={} optimizer.shard={} --steps 3",
+                                    kTimeout, shard)));
+    ASSERT_EQ(r.status, 0) << shard << ":\n" << r.out;
+    EXPECT_EQ(r.out.find("waited"), std::string::npos) << shard << ":\n" << r.out;
+    EXPECT_FALSE(tensors(out / "ckpt_000003").empty()) << "the checkpoint reads back, checksums verified";
+  }
 }
 
 // A rank whose disk hangs while it loads the checkpoint to resume is named after the run's own
@@ -750,14 +758,49 @@ TEST(Dist, TwoHostsWhoseLinkGoesDownEndTheJobNamingTheUnreachableRank) {
 // deadline of 4 s in all) tells the ranks that wait for it that it is busy: the job resumes.
 TEST(Dist, ARankLoadingSlowlyIsNotTakenForHung) {
   REQUIRE_MPIRUN();
-  const fs::path out = scratch("slow_reads");
-  ASSERT_EQ(loom_on(2, train_args(out, "train.eval_interval=0 --steps 2")).status, 0);
-  const RunResult r = loom_with_slow_disk(1, "pread", "model.safetensors", 1,
-                                          "train --resume " + out.string() + " train.collective_timeout=4 --steps 3",
-                                          "LOOM_SLOW_TIMES=12 ");
+  // With sharded state each rank also reads its slice of the moments while restoring them.
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    const fs::path out = scratch(std::string("slow_reads_") + file);
+    ASSERT_EQ(loom_on(2, train_args(out, "train.eval_interval=0 optimizer.shard=state --steps 2")).status, 0);
+    const RunResult r = loom_with_slow_disk(
+        1, "pread", file, 1, "train --resume " + out.string() + " train.collective_timeout=4 --steps 3",
+        "LOOM_SLOW_TIMES=12 ");
+    ASSERT_EQ(r.status, 0) << file << ":\n" << r.out;
+    EXPECT_EQ(r.out.find("waited"), std::string::npos) << file << ":\n" << r.out;
+    EXPECT_TRUE(fs::exists(out / "ckpt_000003" / "state.json")) << r.out;
+  }
+}
+
+// Sharded optimizer state streams to the checkpoint and back (train/checkpoint.h): the worker
+// (tests/dist/worker/checkpoints.cpp) counts each rank's heap during a save and a resume of a model
+// whose Adam moments (23 MiB each) dwarf the stream buffer, and fails unless a rank's high-water is
+// `loom memory`'s checkpoint line (and, resuming, the parameters, which are read whole) up to a
+// slack for names and headers: a rank that gathered whole moments again would hold 46 MiB more.
+// Its moments are a pure function of parameter and element, so one process, which writes them
+// from its own buffers without any stream, is the oracle for the sharded saves' files; every
+// resume checks every rank's slice.
+TEST(Dist, ShardedCheckpointsStreamWithinThePlanAndResumeAtAnyRankCount) {
+  REQUIRE_MPIRUN();
+  const auto worker = [](int np, const std::string& args) {
+    return shell((np ? mpirun(np) : std::string()) + LOOM_CHECKPOINT_WORKER + " " + args);
+  };
+  const fs::path one = scratch("stream_one") / "ckpt", two = scratch("stream_two") / "ckpt";
+  RunResult r = worker(0, "save none " + one.string());
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(r.out.find("waited"), std::string::npos) << r.out;
-  EXPECT_TRUE(fs::exists(out / "ckpt_000003" / "state.json")) << r.out;
+  std::printf("%s", r.out.c_str());
+  r = worker(2, "save state " + two.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::printf("%s", r.out.c_str());
+  EXPECT_EQ(count(r.out, "checkpoint streamed within the plan"), 2u) << r.out;
+  expect_same_files(one, two);
+  for (const auto& [np, shard] : {std::pair{0, "none"}, std::pair{2, "state"}, std::pair{3, "state+grads"}}) {
+    const fs::path again = scratch(fmt::format("stream_again_{}", np)) / "ckpt";
+    r = worker(np, fmt::format("resave {} {} {}", shard, two.string(), again.string()));
+    ASSERT_EQ(r.status, 0) << np << " ranks:\n" << r.out;
+    std::printf("%s", r.out.c_str());
+    EXPECT_EQ(count(r.out, "checkpoint streamed within the plan"), static_cast<size_t>(std::max(np, 1))) << r.out;
+    expect_same_files(two, again);
+  }
 }
 
 TEST(Dist, CheckpointsResumeWithAnyRankCount) {

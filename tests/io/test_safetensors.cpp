@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -179,12 +180,47 @@ TEST_F(SafetensorsTest, FlippedBitIsAnErrorNamingTheTensor) {
     const std::string q = path("broken.safetensors");
     std::ofstream(q, std::ios::binary)
         .write(reinterpret_cast<const char*>(broken.data()), static_cast<std::streamsize>(broken.size()));
-    try {
-      read_safetensors(q);
-      ADD_FAILURE() << "no error for a flipped bit in " << t.name;
-    } catch (const loom::UserError& e) {
-      EXPECT_NE(std::string(e.what()).find("'" + t.name + "' fails its checksum"), std::string::npos) << e.what();
+    for (const bool streamed : {false, true}) {  // scan_safetensors checks what read_safetensors does
+      try {
+        if (streamed)
+          scan_safetensors(q);
+        else
+          read_safetensors(q);
+        ADD_FAILURE() << "no error for a flipped bit in " << t.name << (streamed ? " (scan)" : "");
+      } catch (const loom::UserError& e) {
+        EXPECT_NE(std::string(e.what()).find("'" + t.name + "' fails its checksum"), std::string::npos) << e.what();
+      }
     }
+  }
+}
+
+// scan_safetensors shows every byte once, in order, through its bounded buffer (a tensor larger
+// than kStreamBytes in several pieces) and locates each tensor so that any range of it reads back
+// as read_safetensors reads the whole.
+TEST_F(SafetensorsTest, ScanLocatesWhatReadReads) {
+  auto ts = sample_tensors();
+  std::vector<float> big(kStreamBytes / sizeof(float) * 2 + 5);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i) * 0.5f;
+  ts.push_back(make("big", DType::f32, Shape{static_cast<int64_t>(big.size())}, as_bytes(big)));
+  const std::string p = path("scan.safetensors");
+  write_safetensors(p, ts);
+  const std::vector<StTensor> whole = read_safetensors(p);
+  std::map<std::string, std::vector<unsigned char>> seen;
+  const std::vector<StEntry> found = scan_safetensors(p, [&](const StEntry& e, const unsigned char* b, size_t n) {
+    EXPECT_LE(n, kStreamBytes);
+    seen[e.name].insert(seen[e.name].end(), b, b + n);
+  });
+  ASSERT_EQ(found.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    const StEntry& e = found[i];
+    EXPECT_EQ(e.name, whole[i].name);
+    EXPECT_EQ(e.shape, whole[i].shape);
+    EXPECT_EQ(e.bytes, whole[i].bytes.size());
+    EXPECT_EQ(seen[e.name], whole[i].bytes) << e.name;
+    if (e.bytes < 3) continue;
+    std::vector<unsigned char> middle(e.bytes - 2);  // all but the first and the last byte
+    read_safetensors_range(p, e, 1, middle.size(), middle.data());
+    EXPECT_TRUE(std::equal(middle.begin(), middle.end(), whole[i].bytes.begin() + 1)) << e.name;
   }
 }
 

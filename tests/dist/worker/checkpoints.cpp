@@ -1,0 +1,175 @@
+// Run under mpirun by tests/dist/test_dist.cpp (and alone, as a single process): a checkpoint's
+// save and resume hold no copy of the optimizer state, measured by counting this process's heap.
+//
+//   dist_checkpoint_worker save SHARD DIR         moments set to pattern(), then saved to DIR
+//   dist_checkpoint_worker resave SHARD FROM DIR  FROM resumed (the moments checked against
+//                                                 pattern()), then saved to DIR
+//
+// with optimizer.shard = SHARD, on a model whose Adam moments (23 MiB each) are far larger than
+// the checkpoint stream buffer. Each rank prints its heap high-water above the start of the save
+// or resume and the plan for it (`loom memory`'s checkpoint line, and for a resume the parameters,
+// read whole); a line with FAILED and exit status 1 when the high-water is not the plan (up to a
+// slack for names and headers) or a moment's value is wrong.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "backend/registry.h"
+#include "dist/comm.h"
+#include "report/memory_report.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace {
+
+// The heap this process holds through operator new (std::vector, std::string, the safetensors
+// reader's tensors), and its high-water since the last reset.
+std::atomic<int64_t> g_live{0}, g_peak{0};
+
+void* counted_alloc(size_t n) {
+  // The size sits in front of the block, so that delete can subtract it.
+  auto* p = static_cast<unsigned char*>(std::malloc(n + 16));
+  if (!p) throw std::bad_alloc();
+  std::memcpy(p, &n, sizeof n);
+  const int64_t now = g_live += static_cast<int64_t>(n);
+  int64_t peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+  }
+  return p + 16;
+}
+
+void counted_free(void* q) {
+  if (!q) return;
+  auto* p = static_cast<unsigned char*>(q) - 16;
+  size_t n = 0;
+  std::memcpy(&n, p, sizeof n);
+  g_live -= static_cast<int64_t>(n);
+  std::free(p);
+}
+
+}  // namespace
+
+void* operator new(size_t n) { return counted_alloc(n); }
+void* operator new[](size_t n) { return counted_alloc(n); }
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete(void* p, size_t) noexcept { counted_free(p); }
+void operator delete[](void* p, size_t) noexcept { counted_free(p); }
+
+namespace {
+
+using namespace loom;
+
+int failures = 0;
+
+void check(bool ok, const std::string& what, int rank) {
+  if (ok) return;
+  std::printf("rank %d: FAILED %s\n", rank, what.c_str());
+  ++failures;
+}
+
+// Element e of moment `which` of parameter `param`: a pure function of the three (splitmix64),
+// positive and finite, different almost everywhere, whatever rank holds it.
+float pattern(int which, size_t param, int64_t e) {
+  uint64_t z = (static_cast<uint64_t>(which) << 56) ^ (static_cast<uint64_t>(param) << 40) ^ static_cast<uint64_t>(e);
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return 1e-3f * (1.0f + static_cast<float>((z ^ (z >> 31)) & 0xffffff) / 16777216.0f);
+}
+
+// Two layers of 256 and 8192 embedding rows and outputs: 5.8 M parameters, 23 MiB per moment.
+Config worker_config(const std::string& shard) {
+  return default_config({"model.kind=transformer", "model.hidden_size=256", "model.num_layers=2", "model.head_dim=64",
+                         "model.vocab_size=8192", "model.num_outputs=8192", "model.max_seq_len=32",
+                         "data.kind=random_tokens", "data.batch_size=6", "data.seq_len=32", "data.vocab_size=8192",
+                         "optimizer.name=adamw", "optimizer.num_minibatches=1", "threads=1",
+                         "optimizer.shard=" + shard});
+}
+
+// Runs f and returns the heap high-water above what was held when it began.
+template <class F>
+int64_t heap_above_start(F&& f) {
+  const int64_t start = g_live.load();
+  g_peak = start;
+  f();
+  return g_peak.load() - start;
+}
+
+// What a save or a resume may hold beyond the run's buffers: the plan's checkpoint stream buffer,
+// and 1 MiB for what grows with the number of tensors, not their size (names, headers, the ranks'
+// slice tables).
+constexpr int64_t kSlack = int64_t{1} << 20;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::Launch launch(&argc, &argv);
+  dist::Comm& comm = dist::world();
+  const int rank = comm.rank();
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (!((mode == "save" && argc == 4) || (mode == "resave" && argc == 5))) {
+    std::fprintf(stderr, "usage: %s save SHARD DIR | resave SHARD FROM DIR\n", argv[0]);
+    return 2;
+  }
+  const Config c = worker_config(argv[2]);
+  const std::unique_ptr<Backend> be = make_backend("cpu");
+  Trainer t(c, *be, {}, &comm);
+  const Graph& g = t.model().graph;
+  int64_t param_bytes = 0;
+  for (const Param& p : g.params()) param_bytes += g.value(p.value).bytes();
+  // `loom memory --ranks N`'s checkpoint line, which the fit check counts too.
+  const int64_t plan = memory_report(c, 0, {}, comm.size()).checkpoint_bytes;
+
+  CheckpointState state{.config_toml = config_to_toml(c), .step = 1};
+  if (mode == "save") {
+    for (int which : {0, 1})
+      for (size_t i = 0; i < g.params().size(); ++i) {
+        const dist::Range own = t.moment_range(i);
+        std::vector<float> v;
+        for (int64_t e = own.begin; e < own.end; ++e) v.push_back(pattern(which, i, e));
+        t.write_moment(which, i, own.begin, own.size(), v.data());
+      }
+  } else {
+    const int64_t held = heap_above_start([&] {
+      const Checkpoint ck = load_checkpoint(argv[3], nullptr, true, [&comm] { comm.keep_alive(); });
+      restore_checkpoint(t, ck);
+      state = ck.state;
+    });
+    std::printf("rank %d: resume heap high-water %lld bytes, plan %lld (parameters %lld + stream buffer %lld)\n", rank,
+                static_cast<long long>(held), static_cast<long long>(param_bytes + plan),
+                static_cast<long long>(param_bytes), static_cast<long long>(plan));
+    check(held <= param_bytes + plan + kSlack, "the resume held more than the parameters and the stream buffer", rank);
+    check(held >= param_bytes + plan, "the resume held less than the plan: the plan overstates it", rank);
+    int64_t wrong = 0, held_elems = 0;
+    for (int which : {0, 1})
+      for (size_t i = 0; i < g.params().size(); ++i) {
+        const dist::Range own = t.moment_range(i);
+        std::vector<float> v(static_cast<size_t>(own.size()));
+        if (own.size() > 0) t.read_moment(which, i, own.begin, own.size(), v.data());
+        for (int64_t e = own.begin; e < own.end; ++e)
+          wrong += v[static_cast<size_t>(e - own.begin)] != pattern(which, i, e);
+        held_elems += own.size();
+      }
+    check(wrong == 0, fmt::format("{} resumed moment elements differ from what was saved", wrong), rank);
+    check(held_elems > 0, "this rank holds no moments", rank);
+  }
+  const int64_t held = heap_above_start([&] {
+    const SaveResult r = save_checkpoint(t, state, argv[argc - 1]);
+    check(r.saved, "the save did not save: " + r.nonfinite, rank);
+  });
+  std::printf("rank %d: save heap high-water %lld bytes, plan %lld (stream buffer)\n", rank,
+              static_cast<long long>(held), static_cast<long long>(plan));
+  check(held <= plan + kSlack, "the save held more than the stream buffer", rank);
+  check(held >= plan, "the save held less than the stream buffer: the plan overstates it", rank);
+  if (failures == 0) std::printf("rank %d: checkpoint streamed within the plan\n", rank);
+  return failures ? 1 : 0;
+}
