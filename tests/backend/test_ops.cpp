@@ -929,6 +929,24 @@ TEST_P(BackendOps, AddBitExact) {
 
 // A LoRA update into columns of y (nn/lora.h): both backends' values, bit for bit, and outside
 // the columns y unchanged; take_columns is its cotangent.
+// scale: x·round_d(factor) rounded once to x's dtype (16-bit products are exact in float): the
+// definition, and the backend bit for bit against the reference.
+TEST_P(BackendOps, ScaleBitExact) {
+  LOOM_REQUIRE_OPS(OpKind::scale);
+  const ScaleAttrs at{.factor = static_cast<float>(std::sqrt(640.0))};  // gemma-3-270m's normaliser
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (const Shape& sh : {Shape{1}, Shape{3, 7}, Shape{2, 5, 1000}}) {
+      const std::string what = "scale " + dn(dt) + " " + sh.str();
+      OpCase oc(OpKind::scale, {{sh, dt}}, at);
+      oc.fill_random(next_seed());
+      const Outputs o = run_both(oc);
+      expect_bytes_equal(o.got[0], o.ref[0], what);
+      const float factor = round_to(dt, at.factor);
+      for (int64_t i = 0; i < sh.numel(); i += 3)
+        ASSERT_EQ(o.ref[0].get(i), round_to(dt, oc.input(0).get(i) * factor)) << what << " element " << i;
+    }
+}
+
 TEST_P(BackendOps, AddColumnsBitExact) {
   LOOM_REQUIRE_OPS(OpKind::add_columns, OpKind::take_columns);
   struct Case {
@@ -1602,6 +1620,7 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::cast, "BackendOps.CastBitExact"},
     {OpKind::add, "BackendOps.AddBitExact"},
     {OpKind::add_columns, "BackendOps.AddColumnsBitExact"},
+    {OpKind::scale, "BackendOps.ScaleBitExact"},
     {OpKind::take_columns, "BackendOps.AddColumnsBitExact"},
     {OpKind::log_softmax, "BackendOps.LogSoftmax"},
     {OpKind::log_softmax_grad, "BackendOps.LogSoftmaxGrad"},
