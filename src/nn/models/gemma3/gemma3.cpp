@@ -224,7 +224,7 @@ nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {
       {"max_position_embeddings", c.max_seq_len},
       {"vocab_size", c.vocab_size},
       {"rms_norm_eps", c.layer_norm_eps},
-      {"query_pre_attn_scalar", c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(c.head_dim)},
+      {"query_pre_attn_scalar", static_cast<int64_t>(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(c.head_dim))},
       {"sliding_window", c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr)},
       {"sliding_window_pattern", c.sliding_window_pattern},
       {"layer_types", types},
@@ -253,7 +253,8 @@ HfModelMap tensor_map(const ModelConfig& c) {
                      "sliding_window > 0, causal_mask = true; model.norm = gemma_rmsnorm chose it"};
   ModelConfig plain = c;  // the options only Gemma has, which hf_check_decoder refuses elsewhere
   plain.sliding_window_pattern = 0;
-  plain.rope_local_theta = plain.query_pre_attn_scalar = 0;
+  plain.rope_local_theta = 0;
+  plain.query_pre_attn_scalar = 0;
   plain.scale_embeddings = false;
   hf_check_decoder(plain, need);
   need(c.post_norms, "model.post_norms", "is false (Gemma 3 normalises each branch's output)");
@@ -265,6 +266,8 @@ HfModelMap tensor_map(const ModelConfig& c) {
   need(c.scale_embeddings, "model.scale_embeddings", "is false (Gemma 3 scales its embeddings by sqrt(hidden_size))");
   need(c.sliding_window > 0 || c.sliding_window_pattern == 1, "model.sliding_window",
        "is 0 (Gemma 3's local layers have a window; only sliding_window_pattern = 1 has none)");
+  need(c.query_pre_attn_scalar == std::floor(c.query_pre_attn_scalar), "model.query_pre_attn_scalar",
+       "is not a whole number (Gemma3TextConfig's query_pre_attn_scalar is an integer)");
   need(c.num_outputs == c.vocab_size, "model.num_outputs", "differs from vocab_size (lm_head is [vocab_size, C])");
   const int64_t C = c.hidden_size, D = c.head_dim, H = num_heads(c), F = mlp_width(c);
   const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
