@@ -1081,6 +1081,7 @@ TEST(CpuOps, InPlaceAliasing) {
     cases.push_back({OpKind::silu, {{s, dt}}, NoAttrs{}, 0});
     cases.push_back({OpKind::gelu, {{s, dt}}, NoAttrs{}, 0});
     cases.push_back({OpKind::gelu_erf, {{s, dt}}, NoAttrs{}, 0});
+    cases.push_back({OpKind::scale, {{s, dt}}, ScaleAttrs{.factor = 5.3f}, 0});
     for (size_t k : {0u, 1u}) {
       cases.push_back({OpKind::silu_grad, {{s, dt}, {s, dt}}, NoAttrs{}, k});
       cases.push_back({OpKind::gelu_grad, {{s, dt}, {s, dt}}, NoAttrs{}, k});

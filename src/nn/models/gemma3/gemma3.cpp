@@ -38,6 +38,7 @@
 
 #include "core/error.h"
 #include "nn/models/hf_arch.h"
+#include "nn/models/llama/llama.h"
 #include "nn/models/transformer/transformer.h"
 
 namespace loom::nn {
@@ -224,7 +225,8 @@ nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {
       {"max_position_embeddings", c.max_seq_len},
       {"vocab_size", c.vocab_size},
       {"rms_norm_eps", c.layer_norm_eps},
-      {"query_pre_attn_scalar", static_cast<int64_t>(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(c.head_dim))},
+      {"query_pre_attn_scalar",
+       static_cast<int64_t>(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(c.head_dim))},
       {"sliding_window", c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr)},
       {"sliding_window_pattern", c.sliding_window_pattern},
       {"layer_types", types},
@@ -269,8 +271,7 @@ HfModelMap tensor_map(const ModelConfig& c) {
   need(c.query_pre_attn_scalar == std::floor(c.query_pre_attn_scalar), "model.query_pre_attn_scalar",
        "is not a whole number (Gemma3TextConfig's query_pre_attn_scalar is an integer)");
   need(c.num_outputs == c.vocab_size, "model.num_outputs", "differs from vocab_size (lm_head is [vocab_size, C])");
-  const int64_t C = c.hidden_size, D = c.head_dim, H = num_heads(c), F = mlp_width(c);
-  const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
+  const int64_t C = c.hidden_size, D = c.head_dim, H = num_heads(c), KV = c.num_kv_heads > 0 ? c.num_kv_heads : H;
   HfModelMap m{.architecture = kArchitecture,
                .model_type = kModelType,
                .prefix = "model.",
@@ -280,20 +281,13 @@ HfModelMap tensor_map(const ModelConfig& c) {
                .params = {},
                .is_buffer = is_rope_buffer};
   const HfMapBuilder add{m, false};
-  const auto T = HfLayout::transposed, R = HfLayout::qkv_rows;
   add("embed_tokens.weight", Shape{c.vocab_size, C}, "embed/embedding", Shape{c.vocab_size, C});
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string h = "layers." + std::to_string(l) + ".", b = "block_" + std::to_string(l) + "/";
-    const Shape qkv{C, KV, (G + 2) * D};
-    add(h + "self_attn.q_proj.weight", Shape{H * D, C}, b + "attn/qkv/kernel", qkv, R, 0, G);
-    add(h + "self_attn.k_proj.weight", Shape{KV * D, C}, b + "attn/qkv/kernel", qkv, R, G, 1);
-    add(h + "self_attn.v_proj.weight", Shape{KV * D, C}, b + "attn/qkv/kernel", qkv, R, G + 1, 1);
-    add(h + "self_attn.o_proj.weight", Shape{C, H * D}, b + "attn/output_layer/kernel", Shape{H, D, C}, T);
+    llama_attention_tensors(add, c, l);
     add(h + "self_attn.q_norm.weight", Shape{D}, b + "attn/q_norm/scale", Shape{D});
     add(h + "self_attn.k_norm.weight", Shape{D}, b + "attn/k_norm/scale", Shape{D});
-    add(h + "mlp.gate_proj.weight", Shape{F, C}, b + "mlp/gate_layer/kernel", Shape{C, F}, T);
-    add(h + "mlp.up_proj.weight", Shape{F, C}, b + "mlp/up_layer/kernel", Shape{C, F}, T);
-    add(h + "mlp.down_proj.weight", Shape{C, F}, b + "mlp/output_layer/kernel", Shape{F, C}, T);
+    llama_mlp_tensors(add, c, l);
     add(h + "input_layernorm.weight", Shape{C}, b + "attn/pre_norm/scale", Shape{C});
     add(h + "post_attention_layernorm.weight", Shape{C}, b + "attn/post_norm/scale", Shape{C});
     add(h + "pre_feedforward_layernorm.weight", Shape{C}, b + "mlp/pre_norm/scale", Shape{C});
@@ -301,7 +295,7 @@ HfModelMap tensor_map(const ModelConfig& c) {
   }
   add("norm.weight", Shape{C}, "post_norm/scale", Shape{C});
   if (!c.tie_embeddings)
-    add("lm_head.weight", Shape{c.vocab_size, C}, "output_layer/kernel", Shape{C, c.vocab_size}, T);
+    add("lm_head.weight", Shape{c.vocab_size, C}, "output_layer/kernel", Shape{C, c.vocab_size}, HfLayout::transposed);
   return m;
 }
 
