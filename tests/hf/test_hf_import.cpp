@@ -593,20 +593,25 @@ TEST(HfGemma3, ConfigMapsOntoTheGemmaVariant) {
 }
 
 // transformers 4.x's spelling (sliding_window_pattern, rope_theta and rope_local_base_freq, no
-// layer_types or rope_parameters; gemma-3-1b's config.json) gives the same model.
+// layer_types or rope_parameters; gemma-3-1b's config.json) gives the same model, bases aside.
 TEST(HfGemma3, ReadsTransformers4Configs) {
   TempDir d;
   nlohmann::json config = nlohmann::json::parse(read_file(hf_golden("gemma3/config.json")));
   config.erase("layer_types");
   config.erase("rope_parameters");
-  config["rope_theta"] = 1e6;
-  config["rope_local_base_freq"] = 1e4;
+  config["rope_theta"] = 5e5;  // not the defaults, to be read
+  config["rope_local_base_freq"] = 2e4;
   config["rope_scaling"] = nullptr;
   write_file(d.path("config.json"), config.dump());
   for (const char* f : {"model.safetensors", "tokenizer.json"})
     fs::copy_file(hf_golden(std::string("gemma3/") + f), d.path(f));
   Config old = fixture_config(d.path()), now = fixture_config(hf_golden("gemma3"));
+  EXPECT_EQ(old.model.rope_theta, 5e5);
+  EXPECT_EQ(old.model.rope_local_theta, 2e4);
+  EXPECT_EQ(old.model.sliding_window_pattern, 2);  // sliding_window_pattern, not the default 6
   old.model.init_from = now.model.init_from = "";
+  now.model.rope_theta = 5e5;
+  now.model.rope_local_theta = 2e4;
   EXPECT_EQ(config_to_toml(old), config_to_toml(now));
 }
 
