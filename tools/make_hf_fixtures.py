@@ -27,11 +27,15 @@ this in its own venv; the C++ tests read the outputs and need neither Python nor
                               weights 1 + N(0, 0.1^2), tied head; same files, and in
                               expected.safetensors "greedy/prompt" (int32 [1, 8]) and
                               "greedy/tokens" (int32 [32]): transformers' greedy continuation
+  gemma3/                     Gemma3ForCausalLM (text), 3 layers (local, global, local: sliding_window 4,
+                              rope bases 1e4 and 1e6), hidden 32, 4 heads of head_dim 16, 2 key/value
+                              heads, query_pre_attn_scalar 12, tied head, the gemma SentencePiece-style
+                              tokenizer (vocabulary 676)
 
 expected.safetensors holds "inputs" and "labels" (int32 [2, 8]: fixed ids), "logits" (float32
 [2, 8, V]), "loss" (float32 []: mean cross-entropy of logits against labels) and "grad/<name>"
 (float32: the gradient of that loss with respect to parameter <name>, for a few parameters);
-llama3/, qwen2_*/ and mistral/ also "greedy" (int32 [32]): the 32 tokens transformers' greedy
+llama3/, qwen2_*/, mistral/ and gemma3/ also "greedy" (int32 [32]): the 32 tokens transformers' greedy
 decoding (argmax of a full forward pass per token, first maximum) appends to inputs[0].
 
 Deterministic: running it twice gives the same files.
@@ -294,6 +298,27 @@ def make_qwen3(out, tokenizer_file, vocab_size, seed):
     write_expected(model, out, vocab_size, grads, gen, generate=32)
 
 
+def make_gemma3(out, tokenizer_file, vocab_size, seed):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    # Chosen so that each of Gemma 3's features changes the logits: layers 0 and 2 local (window 4
+    # of the 8 and 40 tokens, rope base 1e4), layer 1 global (rope base 1e6); query_pre_attn_scalar
+    # 12, not head_dim 16; embeddings times sqrt(32). Norm weights are the w of 1 + w.
+    cfg = Gemma3TextConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=12,
+                           sliding_window=4, sliding_window_pattern=2, max_position_embeddings=128,
+                           rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                                            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                           rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True,
+                           attention_dropout=0.0, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+                           attn_implementation="eager")
+    assert cfg.layer_types == ["sliding_attention", "full_attention", "sliding_attention"]
+    grads = ["model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.q_norm.weight",
+             "model.layers.0.pre_feedforward_layernorm.weight", "model.layers.1.post_attention_layernorm.weight",
+             "model.layers.2.mlp.gate_proj.weight"]
+    make_causal_lm(out, Gemma3ForCausalLM, cfg, tokenizer_file, vocab_size, seed, grads, with_greedy=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -314,6 +339,8 @@ def main():
     make_qwen2(os.path.join(a.out, "qwen2_untied"), os.path.join(tok_dir, "qwen2.json"), qwen_vocab, False, 50)
     make_mistral(os.path.join(a.out, "mistral"), os.path.join(tok_dir, "llama3.json"), llama_vocab, 60)
     make_qwen3(os.path.join(a.out, "qwen3"), os.path.join(tok_dir, "llama3.json"), llama_vocab, 30)
+    gemma_tok = os.path.join(tok_dir, "gemma.json")
+    make_gemma3(os.path.join(a.out, "gemma3"), gemma_tok, Tokenizer.from_file(gemma_tok).get_vocab_size(), 70)
 
 
 if __name__ == "__main__":

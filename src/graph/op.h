@@ -100,10 +100,19 @@ struct AttentionAttrs {
   // Sliding window (needs causal): query i sees keys i − window < j <= i, itself and the
   // window − 1 before it (transformers' sliding_window, Mistral); 0: every key up to i.
   int32_t window = 0;
+  // The logits' scale before rounding to qkv's dtype; 0: head_dim^-0.5 (Gemma 3 gives
+  // query_pre_attn_scalar^-0.5). attention_scale reads it.
+  float scale = 0.f;
   bool operator==(const AttentionAttrs&) const = default;
   // Whether query row i sees key row j.
   bool sees(int64_t i, int64_t j) const { return !(causal && j > i) && !(window > 0 && i - j >= window); }
 };
+
+// The scale of the attention logits of heads of width head_dim, in double (the kernels round it
+// to qkv's dtype, as JAX and torch cast a Python scalar).
+inline double attention_scale(const AttentionAttrs& a, int64_t head_dim) {
+  return a.scale > 0.f ? static_cast<double>(a.scale) : std::pow(static_cast<double>(head_dim), -0.5);
+}
 
 // rope: rotary position embeddings on the q and k parts of a packed qkv (ops.def).
 struct RopeAttrs {
@@ -117,6 +126,11 @@ struct RopeAttrs {
   float low_freq_factor = 1.f, high_freq_factor = 4.f;
   int32_t original_max_position = 8192;  // the context length the model was pretrained at
   bool operator==(const RopeAttrs&) const = default;
+};
+// scale: x times a constant (Gemma's embedding normaliser sqrt(hidden_size)).
+struct ScaleAttrs {
+  float factor = 1.f;
+  bool operator==(const ScaleAttrs&) const = default;
 };
 // qk_norm: RMSNorm of each query and key head of a packed qkv (Qwen3's q_norm and k_norm).
 struct QkNormAttrs {
@@ -168,7 +182,7 @@ inline RopeCosSin rope_cos_sin(const RopeAttrs& a, int64_t head_dim, int64_t i, 
 
 using Attrs = std::variant<NoAttrs, DenseAttrs, DenseGradAttrs, DenseGradWeightAttrs, DTypeAttrs, ReduceAttrs,
                            ShapeAttrs, LayerNormAttrs, DropoutAttrs, AttentionAttrs, GradAccumulateAttrs, RopeAttrs,
-                           ColumnsAttrs, QkNormAttrs, LinearCrossEntropyAttrs>;
+                           ColumnsAttrs, QkNormAttrs, LinearCrossEntropyAttrs, ScaleAttrs>;
 
 enum class OpKind : uint16_t {
 #define LOOM_OP(name, min_in, max_in, n_out, attr, flags, grad) name,

@@ -112,6 +112,13 @@ struct ModelConfig {
   bool use_bias = true;
   bool qkv_bias = false;       // biases on the q/k/v projection even without use_bias (Qwen2)
   int64_t sliding_window = 0;  // attention sees the last sliding_window keys (itself included); 0: all
+  // Gemma 3's local/global layers: 0, every layer local; N, layer l global (full attention,
+  // rope_theta) when (l + 1) % N == 0, the others local (sliding_window, rope_local_theta).
+  // nn::layer_attention reads them.
+  int64_t sliding_window_pattern = 0;
+  double rope_local_theta = 0;       // RoPE base of the local layers; 0: rope_theta
+  double query_pre_attn_scalar = 0;  // attention scale query_pre_attn_scalar^-0.5; 0: head_dim^-0.5
+  bool scale_embeddings = false;     // token embeddings · sqrt(hidden_size) (Gemma), not the tied head
   bool tie_embeddings = false;
   // Vocabulary columns per chunk of the fused head and loss (linear_cross_entropy), which never
   // holds [tokens, V] logits; 0: the unfused dense head and the loss ops on its logits.

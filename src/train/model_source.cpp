@@ -25,14 +25,19 @@ constexpr const char* kLoomArchKeys[] = {
     "model.mlp",           "model.intermediate_size", "model.position",    "model.rope_theta",  "model.num_kv_heads",
     "model.num_heads",     "model.qk_norm",           "model.post_norms",
 };
-// And those of the Llama-style families' options: rotary scaling, Qwen2's q/k/v biases, Mistral's window.
+// And those of the Llama-style families' options: rotary scaling, Qwen2's q/k/v biases, Mistral's window,
+// Gemma 3's local/global layers, attention scale and embedding scale.
 constexpr const char* kLoomVariantKeys[] = {"model.rope_scaling",
                                             "model.rope_factor",
                                             "model.rope_low_freq_factor",
                                             "model.rope_high_freq_factor",
                                             "model.rope_original_max_position",
                                             "model.qkv_bias",
-                                            "model.sliding_window"};
+                                            "model.sliding_window",
+                                            "model.sliding_window_pattern",
+                                            "model.rope_local_theta",
+                                            "model.query_pre_attn_scalar",
+                                            "model.scale_embeddings"};
 
 }  // namespace
 

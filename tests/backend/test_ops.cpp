@@ -929,6 +929,24 @@ TEST_P(BackendOps, AddBitExact) {
 
 // A LoRA update into columns of y (nn/lora.h): both backends' values, bit for bit, and outside
 // the columns y unchanged; take_columns is its cotangent.
+// scale: x·round_d(factor) rounded once to x's dtype (16-bit products are exact in float): the
+// definition, and the backend bit for bit against the reference.
+TEST_P(BackendOps, ScaleBitExact) {
+  LOOM_REQUIRE_OPS(OpKind::scale);
+  const ScaleAttrs at{.factor = static_cast<float>(std::sqrt(640.0))};  // gemma-3-270m's normaliser
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (const Shape& sh : {Shape{1}, Shape{3, 7}, Shape{2, 5, 1000}}) {
+      const std::string what = "scale " + dn(dt) + " " + sh.str();
+      OpCase oc(OpKind::scale, {{sh, dt}}, at);
+      oc.fill_random(next_seed());
+      const Outputs o = run_both(oc);
+      expect_bytes_equal(o.got[0], o.ref[0], what);
+      const float factor = round_to(dt, at.factor);
+      for (int64_t i = 0; i < sh.numel(); i += 3)
+        ASSERT_EQ(o.ref[0].get(i), round_to(dt, oc.input(0).get(i) * factor)) << what << " element " << i;
+    }
+}
+
 TEST_P(BackendOps, AddColumnsBitExact) {
   LOOM_REQUIRE_OPS(OpKind::add_columns, OpKind::take_columns);
   struct Case {
@@ -1063,6 +1081,7 @@ TEST(CpuOps, InPlaceAliasing) {
     cases.push_back({OpKind::silu, {{s, dt}}, NoAttrs{}, 0});
     cases.push_back({OpKind::gelu, {{s, dt}}, NoAttrs{}, 0});
     cases.push_back({OpKind::gelu_erf, {{s, dt}}, NoAttrs{}, 0});
+    cases.push_back({OpKind::scale, {{s, dt}}, ScaleAttrs{.factor = 5.3f}, 0});
     for (size_t k : {0u, 1u}) {
       cases.push_back({OpKind::silu_grad, {{s, dt}, {s, dt}}, NoAttrs{}, k});
       cases.push_back({OpKind::gelu_grad, {{s, dt}, {s, dt}}, NoAttrs{}, k});
@@ -1685,6 +1704,7 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::cast, "BackendOps.CastBitExact"},
     {OpKind::add, "BackendOps.AddBitExact"},
     {OpKind::add_columns, "BackendOps.AddColumnsBitExact"},
+    {OpKind::scale, "BackendOps.ScaleBitExact"},
     {OpKind::take_columns, "BackendOps.AddColumnsBitExact"},
     {OpKind::log_softmax, "BackendOps.LogSoftmax"},
     {OpKind::log_softmax_grad, "BackendOps.LogSoftmaxGrad"},

@@ -294,8 +294,9 @@ struct AttnCases {
   OpCase fwd, bwd;
 };
 
-AttnCases make_attention_cases(const DtypePair& p, bool causal, const AttnShape& s, int32_t window = 0) {
-  const AttentionAttrs at{causal, p.s, s.G, window};
+AttnCases make_attention_cases(const DtypePair& p, bool causal, const AttnShape& s, int32_t window = 0,
+                               float scale = 0.f) {
+  const AttentionAttrs at{.causal = causal, .softmax_dtype = p.s, .group = s.G, .window = window, .scale = scale};
   const Shape qkv = s.qkv(), out = s.out(), lse{s.B, s.H * s.G, s.T};
   AttnCases c{OpCase(OpKind::attention, {{qkv, p.d}}, at),
               OpCase(OpKind::attention_grad, {{qkv, p.d}, {lse, DType::f32}, {out, p.d}}, at)};
@@ -507,7 +508,7 @@ HostTensor nan_tensor(const Shape& shape, DType d) {
 }
 
 DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype, int64_t Tmax, int32_t G = 1,
-                        int32_t window = 0) {
+                        int32_t window = 0, float scale = 0.f) {
   const int64_t B = qkv.shape[0], T = qkv.shape[1], KV = qkv.shape[2], D3 = qkv.shape[3], D = D3 / (G + 2);
   const int64_t H = KV * G;  // query heads: the output's; KV: the caches'
   const DType d = qkv.dtype;
@@ -516,8 +517,10 @@ DecodeResult run_decode(Backend& be, const HostTensor& qkv, DType softmax_dtype,
   const ValueId kc = g.add_input("k_cache", Shape{B, Tmax, KV, D}, d);
   const ValueId vc = g.add_input("v_cache", Shape{B, Tmax, KV, D}, d);
   const ValueId pos = g.add_input("pos", Shape{}, DType::i32);
-  const NodeId id = g.add_node(OpKind::attention_decode, {x, kc, vc, pos},
-                               AttentionAttrs{true, softmax_dtype, G, window}, "test", Phase::forward);
+  const NodeId id = g.add_node(
+      OpKind::attention_decode, {x, kc, vc, pos},
+      AttentionAttrs{.causal = true, .softmax_dtype = softmax_dtype, .group = G, .window = window, .scale = scale},
+      "test", Phase::forward);
   const ValueId out = g.node(id).out.at(0);
   g.mark_output(out);
   std::unique_ptr<Executor> ex;
@@ -606,6 +609,50 @@ TEST_P(BackendOpsAttention, AttentionDecodeWithWindowMatchesAttention) {
         const DecodeResult dr = run_decode(ref, qkv, p.s, s.T + 3, s.G, window);
         expect_bytes_equal(dr.out, att.ref[0], what + " ref decode vs ref attention");
         expect_close(dc.out, att.got[0], coarser(p.d, p.s), what + " cpu decode vs cpu attention");
+      }
+}
+
+// attrs.scale (Gemma 3's query_pre_attn_scalar^-0.5) replaces D^-0.5. Its definition on both
+// backends: with D = 16 (D^-0.5 = 1/4 exactly) a scale of 1/8 is the default attention of q / 2,
+// bit for bit on the reference. Then CPU against the reference with a scale no power of two
+// gives (12^-0.5): forward, backward and the decoder, windowed and grouped too.
+TEST_P(BackendOpsAttention, ScaleReplacesHeadDimScale) {
+  LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_grad, OpKind::attention_decode);
+  const AttnShape s{2, 7, 4, 16, 2};
+  AttnCases scaled = make_attention_cases({DType::f32, DType::f32}, true, s, 0, 0.125f);
+  OpCase halved(OpKind::attention, {{s.qkv(), DType::f32}}, AttentionAttrs{.causal = true, .group = s.G});
+  halved.input(0) = scaled.fwd.input(0);
+  const int64_t parts = s.G + 2, rows = s.B * s.T * s.H;  // H: key/value heads
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < s.G * s.D; ++e) {  // the query slots of each key/value head
+      const int64_t i = r * parts * s.D + e;
+      halved.input(0).set(i, halved.input(0).get(i) / 2);
+    }
+  ReferenceBackend ref;
+  for (Backend* be : {&testing::under_test(), static_cast<Backend*>(&ref)}) {
+    const HostTensor got = scaled.fwd.run(*be).at(0), want = halved.run(*be).at(0);
+    for (int64_t k = 0; k < got.shape.numel(); ++k) {
+      if (be == &ref)
+        ASSERT_EQ(got.get(k), want.get(k)) << be->name() << " element " << k;
+      else
+        ASSERT_NEAR(got.get(k), want.get(k), 1e-6f * (1 + std::fabs(want.get(k)))) << be->name() << " element " << k;
+    }
+  }
+  const float scale = static_cast<float>(std::pow(12.0, -0.5));
+  for (const DtypePair& p : {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32}})
+    for (int32_t window : {0, 4})
+      for (const AttnShape& sh : {AttnShape{2, 9, 3, 16}, AttnShape{1, 70, 4, 8, 2}}) {
+        const std::string what = attn_what("attention", p, true, sh) + " window=" + std::to_string(window) + " scale";
+        AttnCases c = make_attention_cases(p, true, sh, window, scale);
+        const Outputs o = run_both(c.fwd);
+        expect_close(o.got[0], o.ref[0], coarser(p.d, p.s), what + " out");
+        expect_close(o.got[1], o.ref[1], coarser(p.d, p.s), what + " lse");
+        const Outputs g = run_both(c.bwd);
+        expect_close(g.got[0], g.ref[0], coarser(p.d, p.s), what + " dqkv");
+        const DecodeResult dc = run_decode(testing::under_test(), c.fwd.input(0), p.s, sh.T + 3, sh.G, window, scale);
+        const DecodeResult dr = run_decode(ref, c.fwd.input(0), p.s, sh.T + 3, sh.G, window, scale);
+        expect_bytes_equal(dr.out, o.ref[0], what + " ref decode vs ref attention");
+        expect_close(dc.out, dr.out, coarser(p.d, p.s), what + " cpu decode vs ref decode");
       }
 }
 

@@ -44,6 +44,7 @@ constexpr testing::OpTestTable kFdCase = testing::op_test_table({
     {OpKind::gelu_erf, "VjpFd.GeluErf"},
     {OpKind::silu_mul, "VjpFd.GatedActivations"},
     {OpKind::gelu_mul, "VjpFd.GatedActivations"},
+    {OpKind::scale, "VjpFd.Scale"},
     {OpKind::dropout, "VjpFd.Dropout"},
     {OpKind::reshape, "VjpFd.Reshape"},
     {OpKind::cast, "VjpFd.CastF32"},
@@ -204,6 +205,11 @@ TEST_P(VjpFd, GatedActivations) {
         },
         o);
   }
+}
+
+// Gemma's embedding normaliser: a constant factor, not a power of two.
+TEST_P(VjpFd, Scale) {
+  check_vjp([](const Scope& s) { return s.op1(OpKind::scale, {s.param("x", Shape{3, 5}, {})}, ScaleAttrs{2.3f}); });
 }
 
 // Gemma's RMSNorm (1 + scale), scales near 0 as it starts.

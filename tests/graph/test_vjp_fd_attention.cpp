@@ -44,6 +44,15 @@ TEST_P(VjpFdAttention, SlidingWindow) {
       });
 }
 
+// attrs.scale replacing D^-0.5 (Gemma 3's query_pre_attn_scalar^-0.5), with a window and groups:
+// the backward's dq carries the same scale.
+TEST_P(VjpFdAttention, Scale) {
+  check_vjp([](const Scope& s) {
+    const ValueId qkv = s.param("qkv", Shape{2, 5, 2, 4 * 4}, {});  // B=2, T=5, KV=2, G=2, D=4
+    return s.op(OpKind::attention, {qkv}, AttentionAttrs{.causal = true, .group = 2, .window = 2, .scale = 0.9f}).at(0);
+  });
+}
+
 // D = 3: the scale 3^-0.5 is not a power of two; T = 5 odd.
 TEST_P(VjpFdAttention, OddHeadDim) {
   check_vjp([](const Scope& s) {

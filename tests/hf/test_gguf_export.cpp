@@ -191,6 +191,11 @@ TEST(GgufExport, Refusals) {
   m = user_error([&] { export_gguf(d.path("mistral/ckpt"), d.path("w.gguf"), GgufType::f16); });
   EXPECT_NE(m.find("model.sliding_window = 4"), std::string::npos) << m;
   EXPECT_FALSE(fs::exists(d.path("w.gguf")));
+  // Gemma 3 (llama.cpp's gemma3 adds 1 to the norms and fixes the layer pattern at 6): not written.
+  fixture_checkpoint("gemma3", d.path("gemma3"));
+  m = user_error([&] { export_gguf(d.path("gemma3/ckpt"), d.path("g.gguf"), GgufType::f16); });
+  EXPECT_NE(m.find("is a Gemma3ForCausalLM, which loom cannot write for llama.cpp"), std::string::npos) << m;
+  EXPECT_FALSE(fs::exists(d.path("g.gguf")));
   m = user_error([&] { gguf_type_named("q4_0"); });
   EXPECT_NE(m.find("--type: is 'q4_0'"), std::string::npos) << m;
 }

@@ -1,6 +1,6 @@
 // `loom export hf` (src/train/hf_export.h): a run started from a fixture (GPT-2, Llama with a tied
-// and with an untied head, Llama 3.1's rope scaling, Qwen2 tied and untied, Mistral, Qwen3), trained a few steps,
-// exported and imported again has bit-identical parameters; an export of the unchanged fixture is the fixture's
+// and with an untied head, Llama 3.1's rope scaling, Qwen2 tied and untied, Mistral, Qwen3, Gemma 3), trained a few
+// steps, exported and imported again has bit-identical parameters; an export of the unchanged fixture is the fixture's
 // model.safetensors tensor for tensor; config.json and tokenizer.json describe the model as transformers wrote it.
 // (transformers loading the export and matching loom's greedy text was checked by hand with tools/check_hf_export.py:
 // docs/ARCHITECTURE.md.)
@@ -56,7 +56,7 @@ std::unique_ptr<Trainer> trained_checkpoint(Backend& be, const std::string& dir,
 class HfExportOf : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfExportOf,
                          ::testing::Values("gpt2", "llama_tied", "llama_untied", "llama3", "qwen2_tied", "qwen2_untied",
-                                           "mistral", "qwen3"));
+                                           "mistral", "qwen3", "gemma3"));
 
 TEST_P(HfExportOf, RoundTripIsBitIdentical) {
   TempDir d;
@@ -76,6 +76,8 @@ TEST_P(HfExportOf, RoundTripIsBitIdentical) {
   for (const auto& [key, value] : want.items()) {
     if (key == "transformers_version" || !cfg.contains(key)) continue;
     EXPECT_EQ(cfg[key], value) << key;
+    // transformers' config classes check types: 12.0 is no int.
+    EXPECT_EQ(cfg[key].is_number_integer(), value.is_number_integer()) << key;
     ++keys;
   }
   EXPECT_GE(keys, 15);
@@ -94,10 +96,14 @@ TEST_P(HfExportOf, RoundTripIsBitIdentical) {
     ++n;
   }
   // GPT-2: wte, wpe, 12 per block, ln_f; Llama-style: the embedding, 7 per block (and Qwen2's q/k/v
-  // bias, Qwen3's q/k norms), the final norm and an untied head.
+  // bias, Qwen3's q/k norms, Gemma 3's q/k norms and two more norms), the final norm and an untied head.
   const bool untied = GetParam().ends_with("untied") || GetParam() == "llama3" || GetParam() == "mistral";
-  const int per_block = GetParam().starts_with("qwen2") ? 8 : GetParam() == "qwen3" ? 9 : 7;
-  EXPECT_EQ(n, GetParam() == "gpt2" ? 2 + 2 * 12 + 2 : 1 + 2 * per_block + 1 + untied);
+  const int per_block = GetParam().starts_with("qwen2") ? 8
+                        : GetParam() == "qwen3"         ? 9
+                        : GetParam() == "gemma3"        ? 11
+                                                        : 7;
+  const int layers = want.value("num_hidden_layers", want.value("n_layer", 0));
+  EXPECT_EQ(n, GetParam() == "gpt2" ? 2 + layers * 12 + 2 : 1 + layers * per_block + 1 + untied);
 }
 
 TEST_P(HfExportOf, AnUnchangedImportExportsTheSameTensors) {
@@ -235,8 +241,9 @@ TEST(HfExport, Refusals) {
   for (const auto& [key, problem] :
        {std::pair<std::string, std::string>{"model.norm=rmsnorm", "model.mlp: is not swiglu"},
         {"model.mlp=swiglu", "model.mlp: is swiglu"},
-        // Gemma's blocks are neither architecture's: GPT-2's map would drop the (1 + scale) and the gate.
-        {"model.norm=gemma_rmsnorm", "model.norm: is gemma_rmsnorm"},
+        // Gemma's norm makes a Gemma 3, which needs its other blocks too; its gate is neither GPT-2's nor
+        // Llama's.
+        {"model.norm=gemma_rmsnorm", "model.post_norms: is false (Gemma 3 normalises each branch's output)"},
         {"model.mlp=geglu", "model.mlp: is geglu"}}) {
     const Config c = default_config({"model.kind=transformer", "model.hidden_size=16", "model.head_dim=8",
                                      "model.vocab_size=12", "model.num_outputs=12", "model.max_seq_len=8",

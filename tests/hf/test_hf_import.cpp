@@ -1,8 +1,10 @@
 // Hugging Face checkpoints in (src/io/hf.h, src/nn/models/hf_arch.h, src/train/model_source.h) against
-// tests/golden/hf/{gpt2, llama_tied, llama_untied, llama3, qwen2_tied, qwen2_untied, mistral, qwen3}:
+// tests/golden/hf/{gpt2, llama_tied, llama_untied, llama3, qwen2_tied, qwen2_untied, mistral, qwen3, gemma3}:
 // random-weight GPT2LMHeadModel, LlamaForCausalLM (GQA; tied and untied heads; Llama 3.1's llama3
 // rope scaling), Qwen2ForCausalLM (q/k/v biases), MistralForCausalLM (a sliding window shorter
-// than the sequence) and Qwen3ForCausalLM (q/k norms, head_dim independent of the width) models
+// than the sequence), Qwen3ForCausalLM (q/k norms, head_dim independent of the width) and
+// Gemma3ForCausalLM (scaled embeddings, 1 + w norms, four per layer, GeGLU, query_pre_attn_scalar,
+// local and global layers with their own windows and rope bases) models
 // and the logits, loss and gradients transformers computes for fixed ids, and its greedy
 // continuation (tools/make_hf_fixtures.py). loom started from each
 // directory must compute the same (float32; logits within 1e-4 absolute, the bound, and
@@ -27,6 +29,7 @@
 #include "io/hf.h"
 #include "io/param_io.h"
 #include "nn/models.h"
+#include "nn/models/transformer/transformer.h"
 #include "sample/sample.h"
 #include "support/files.h"
 #include "train/checkpoint.h"
@@ -193,7 +196,7 @@ void expect_gradients_match(const Config& c, const Expected& e) {
 class HfImport : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfImport,
                          ::testing::Values("gpt2", "llama_tied", "llama_untied", "llama3", "qwen2_tied", "qwen2_untied",
-                                           "mistral", "qwen3"));
+                                           "mistral", "qwen3", "gemma3"));
 
 TEST_P(HfImport, LogitsAndLossEqualTransformers) {
   const Expected e = expected(GetParam());
@@ -238,7 +241,8 @@ TEST_P(HfImport, SamplerLogitsEqualTransformers) {
 // inputs[0], the first maximum of a full forward pass per token) is loom's, on both backends:
 // the prompt through the prefill program, then token by token through the KV-cached decoder.
 class HfGreedy : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Fixtures, HfGreedy, ::testing::Values("llama3", "qwen2_tied", "qwen2_untied", "mistral"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfGreedy,
+                         ::testing::Values("llama3", "qwen2_tied", "qwen2_untied", "mistral", "gemma3"));
 
 TEST_P(HfGreedy, ContinuationEqualsTransformers) {
   const Expected e = expected(GetParam());
@@ -565,6 +569,76 @@ TEST(HfQwen3, RefusesOptionsItCannotRun) {
                           [](const StTensor& t) { return t.name == "model.layers.1.self_attn.k_norm.weight"; }));
   });
   EXPECT_NE(m.find("tensor 'model.layers.1.self_attn.k_norm.weight' is missing"), std::string::npos) << m;
+}
+
+TEST(HfGemma3, ConfigMapsOntoTheGemmaVariant) {
+  const Config c = fixture_config(hf_golden("gemma3"));
+  EXPECT_EQ(c.model.norm, NormKind::gemma_rmsnorm);
+  EXPECT_EQ(c.model.mlp, MlpKind::geglu);
+  EXPECT_TRUE(c.model.post_norms && c.model.qk_norm && c.model.scale_embeddings && c.model.tie_embeddings);
+  EXPECT_EQ(c.model.num_layers, 3);
+  EXPECT_EQ(c.model.head_dim, 16);
+  EXPECT_EQ(c.model.query_pre_attn_scalar, 12.0);
+  EXPECT_EQ(c.model.sliding_window, 4);
+  EXPECT_EQ(c.model.sliding_window_pattern, 2);
+  EXPECT_EQ(c.model.rope_theta, 1e6);
+  EXPECT_EQ(c.model.rope_local_theta, 1e4);
+  // Layers 0 and 2 local (the window, base 1e4), layer 1 global.
+  for (int64_t l : {0, 2}) {
+    EXPECT_EQ(nn::layer_attention(c.model, l).window, 4);
+    EXPECT_EQ(nn::layer_attention(c.model, l).rope_theta, 1e4);
+  }
+  EXPECT_EQ(nn::layer_attention(c.model, 1).window, 0);
+  EXPECT_EQ(nn::layer_attention(c.model, 1).rope_theta, 1e6);
+}
+
+// transformers 4.x's spelling (sliding_window_pattern, rope_theta and rope_local_base_freq, no
+// layer_types or rope_parameters; gemma-3-1b's config.json) gives the same model, bases aside.
+TEST(HfGemma3, ReadsTransformers4Configs) {
+  TempDir d;
+  nlohmann::json config = nlohmann::json::parse(read_file(hf_golden("gemma3/config.json")));
+  config.erase("layer_types");
+  config.erase("rope_parameters");
+  config["rope_theta"] = 5e5;  // not the defaults, to be read
+  config["rope_local_base_freq"] = 2e4;
+  config["rope_scaling"] = nullptr;
+  write_file(d.path("config.json"), config.dump());
+  for (const char* f : {"model.safetensors", "tokenizer.json"})
+    fs::copy_file(hf_golden(std::string("gemma3/") + f), d.path(f));
+  Config old = fixture_config(d.path()), now = fixture_config(hf_golden("gemma3"));
+  EXPECT_EQ(old.model.rope_theta, 5e5);
+  EXPECT_EQ(old.model.rope_local_theta, 2e4);
+  EXPECT_EQ(old.model.sliding_window_pattern, 2);  // sliding_window_pattern, not the default 6
+  old.model.init_from = now.model.init_from = "";
+  now.model.rope_theta = 5e5;
+  now.model.rope_local_theta = 2e4;
+  EXPECT_EQ(config_to_toml(old), config_to_toml(now));
+}
+
+TEST(HfGemma3, RefusesOptionsItCannotRun) {
+  using J = nlohmann::json;
+  using Ts = std::vector<StTensor>;
+  const auto gemma = [](auto edit) { return import_error(edit, "gemma3"); };
+  std::string m = gemma([](J& c, Ts&) { c["final_logit_softcapping"] = 30.0; });
+  EXPECT_NE(m.find("\"final_logit_softcapping\" is not null"), std::string::npos) << m;
+  m = gemma([](J& c, Ts&) { c["attn_logit_softcapping"] = 50.0; });
+  EXPECT_NE(m.find("\"attn_logit_softcapping\" is not null"), std::string::npos) << m;
+  m = gemma([](J& c, Ts&) { c["rope_parameters"]["full_attention"] = {{"rope_type", "linear"}, {"factor", 8.0}}; });
+  EXPECT_NE(m.find("\"rope_parameters.full_attention.rope_type\" is \"linear\""), std::string::npos) << m;
+  m = gemma([](J& c, Ts&) { c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}}; });
+  EXPECT_NE(m.find("\"rope_scaling\" is"), std::string::npos) << m;
+  m = gemma([](J& c, Ts&) { c["layer_types"][2] = "full_attention"; });
+  EXPECT_NE(m.find("\"layer_types\" has \"full_attention\" at layer 2"), std::string::npos) << m;
+  m = gemma([](J& c, Ts&) { c["hidden_activation"] = "gelu"; });
+  EXPECT_NE(m.find("\"hidden_activation\" is \"gelu\""), std::string::npos) << m;
+  m = gemma([](J& c, Ts&) { c["use_bidirectional_attention"] = true; });
+  EXPECT_NE(m.find("\"use_bidirectional_attention\" is true"), std::string::npos) << m;
+  m = gemma([](J&, Ts& ts) {
+    ts.erase(std::find_if(ts.begin(), ts.end(), [](const StTensor& t) {
+      return t.name == "model.layers.2.post_feedforward_layernorm.weight";
+    }));
+  });
+  EXPECT_NE(m.find("tensor 'model.layers.2.post_feedforward_layernorm.weight' is missing"), std::string::npos) << m;
 }
 
 TEST(HfLlama, ReadsTransformers4ConfigsAndOldBuffers) {

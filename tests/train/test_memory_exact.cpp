@@ -150,6 +150,11 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
     // Gemma's blocks on it: (1 + scale) norms, the GeGLU MLP and the post-branch norms.
     for (const char* o : {"model.norm=gemma_rmsnorm", "model.mlp=geglu", "model.post_norms=true"}) qwen3.push_back(o);
     expect_holds_the_plan(default_config(qwen3), "Gemma's blocks, bfloat16 remat " + remat);
+    // Gemma 3's: scaled embeddings, a query_pre_attn_scalar, local and global layers.
+    for (const char* o : {"model.scale_embeddings=true", "model.query_pre_attn_scalar=100", "model.sliding_window=8",
+                          "model.sliding_window_pattern=2", "model.rope_local_theta=1000"})
+      qwen3.push_back(o);
+    expect_holds_the_plan(default_config(qwen3), "Gemma 3's layers, bfloat16 remat " + remat);
   }
 }
 

@@ -1,4 +1,4 @@
-// CPU kernels for the elementwise activations (graph/ops/activation.cpp): the shared kmath
+// CPU kernels for the elementwise activations and the constant scale (graph/ops/activation.cpp): the shared kmath
 // formulas evaluated in float with the branch-free exp of cpu_util.h, one rounding to the output
 // dtype. OpenMP over blocks of kBlock elements; f32 tensors are read and written in place, 16-bit
 // ones widened to f32 on the stack and narrowed back.
@@ -103,6 +103,13 @@ void cpu_gelu_mul_grad(const KernelArgs& a) {
   });
 }
 
+// x·round_d(factor) in float, rounded once (a float product is the correctly rounded one).
+void cpu_scale(const KernelArgs& a) {
+  const float factor = round_to(a.in[0].dtype, std::get<ScaleAttrs>(a.node.attrs).factor);
+  unary(a, [factor](float x) { return x * factor; });
+}
+
+LOOM_CPU_NO_WORKSPACE(scale)
 LOOM_CPU_NO_WORKSPACE(silu)
 LOOM_CPU_NO_WORKSPACE(gelu)
 LOOM_CPU_NO_WORKSPACE(silu_grad)

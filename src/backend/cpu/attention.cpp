@@ -91,7 +91,7 @@ struct Geometry {
   DType d, s;  // qkv dtype, softmax dtype
   bool causal;
   int64_t window;  // 0: none (AttentionAttrs::window)
-  float scale;     // round_d(D^-0.5)
+  float scale;     // round_d(D^-0.5), or of AttentionAttrs::scale
   explicit Geometry(const TensorArg& qkv, const AttentionAttrs& at)
       : B(qkv.shape[0]),
         T(qkv.shape[1]),
@@ -103,7 +103,7 @@ struct Geometry {
         s(at.softmax_dtype),
         causal(at.causal),
         window(at.window),
-        scale(round_to(qkv.dtype, static_cast<float>(std::pow(static_cast<double>(D), -0.5)))) {}
+        scale(round_to(qkv.dtype, static_cast<float>(attention_scale(at, D)))) {}
   // Offset of element 0 of query head h's part (0 = its q, 1 = its group's k, 2 = v) of row (b, t)
   // in qkv / dqkv.
   int64_t qkv_at(int64_t b, int64_t t, int64_t h, int part) const {

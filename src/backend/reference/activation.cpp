@@ -1,5 +1,5 @@
 // Reference kernels for the elementwise activations (graph/ops/activation.cpp): the shared kmath
-// formulas evaluated in double, rounded once to the output dtype.
+// formulas evaluated in double, rounded once to the output dtype; and the constant scale.
 #include "backend/kernel_math.h"
 #include "backend/reference/util.h"
 #include "graph/graph.h"
@@ -67,5 +67,11 @@ void ref_gelu_mul(const KernelArgs& a) {
   binary(a, [](double gate, double up) { return kmath::gelu_mul(gate, up); });
 }
 void ref_gelu_mul_grad(const KernelArgs& a) { gated_grad(a, kmath::gelu_mul_grad<double>); }
+
+// x·round_d(factor) in double, rounded once.
+void ref_scale(const KernelArgs& a) {
+  const double factor = refk::rnd(a.in[0].dtype, std::get<ScaleAttrs>(a.node.attrs).factor);
+  unary(a, [factor](double x) { return x * factor; });
+}
 
 }  // namespace loom

@@ -58,8 +58,8 @@ struct Operands {
 Operands operands(const TensorArg& qkv, const Dims& n, int64_t b, int64_t h, const AttentionAttrs& at) {
   const DType d = qkv.dtype, s = at.softmax_dtype;
   auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
-  // JAX: query * D**-0.5 with the Python scalar cast to the query's dtype.
-  const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));
+  // JAX: query * D**-0.5 (or attrs.scale) with the Python scalar cast to the query's dtype.
+  const double scale = rnd(d, attention_scale(at, n.D));
   const auto T = static_cast<size_t>(n.T), D = static_cast<size_t>(n.D);
   Operands o{std::vector<double>(T * D), std::vector<double>(T * D), std::vector<double>(T * T)};
   for (int64_t t = 0; t < n.T; ++t)
@@ -130,7 +130,7 @@ void ref_attention_grad(const KernelArgs& a) {
   auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
   LOOM_ASSERT(lse.shape == (Shape{n.B, n.H, n.T}) && lse.dtype == DType::f32);
   LOOM_ASSERT(dout.shape == (Shape{n.B, n.T, n.H, n.D}) && dqkv.shape == qkv.shape && dqkv.dtype == d);
-  const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));
+  const double scale = rnd(d, attention_scale(at, n.D));
   const auto TT = static_cast<size_t>(n.T * n.T), TD = static_cast<size_t>(n.T * n.D);
   std::vector<double> p(TT), ds(TT), dk(TD), dv(TD);  // dk, dv: the sums over a group's heads
   for (int64_t b = 0; b < n.B; ++b)
@@ -220,7 +220,7 @@ void ref_attention_decode(const KernelArgs& a) {
               "attention_decode pos " + std::to_string(pos) + " out of range [0, Tmax = " + std::to_string(Tmax) + ")");
   const DType d = qkv.dtype, s = at.softmax_dtype;
   auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
-  const double scale = rnd(d, std::pow(static_cast<double>(n.D), -0.5));
+  const double scale = rnd(d, attention_scale(at, n.D));
   // Row t of query head h's key/value head in a cache [B, Tmax, KV, D].
   auto cache = [&](int64_t b, int64_t t, int64_t h, int64_t e) { return ((b * Tmax + t) * n.KV + h / n.G) * n.D + e; };
   store_kv(qkv, kc, vc, n, 0, pos);

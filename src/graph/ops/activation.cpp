@@ -1,4 +1,7 @@
-// Elementwise activations (SiLU, tanh and exact GELU, SwiGLU's silu·mul): shape rules, costs and VJPs.
+// Elementwise activations (SiLU, tanh and exact GELU, SwiGLU's silu·mul) and the constant scale:
+// shape rules, costs and VJPs.
+#include <cmath>
+
 #include "graph/ops/rules.h"
 
 namespace loom {
@@ -67,5 +70,14 @@ void vjp_gelu_mul(VjpCtx& c) {
   c.in_ct[0] = outs[0];
   c.in_ct[1] = outs[1];
 }
+
+void infer_scale(const Graph& g, const Node& n, ValueDesc* out) {
+  if (!std::isfinite(attrs_of<ScaleAttrs>(n).factor)) op_fail(g, n, "factor must be finite");
+  infer_unary_float(g, n, out);
+}
+// One multiply per element.
+OpCost cost_scale(const Graph& g, const Node& n) { return elementwise_cost(g, n, 1); }
+// Linear: the cotangent is scaled by the same rounded factor.
+void vjp_scale(VjpCtx& c) { c.in_ct[0] = c.emit1(OpKind::scale, {c.out_ct[0]}, c.node.attrs); }
 
 }  // namespace loom

@@ -3,7 +3,7 @@
 // Semantics: the tutorial's dot_product_attention(q, k, v, mask, softmax_dtype) applied to
 // q, k, v = jnp.split(qkv, 3, axis=-1), qkv being the DenseGeneral output [B, T, H, 3D]. With
 // d = qkv.dtype, s = softmax_dtype, round_x = round to nearest even to x, and
-// scale = round_d(float(D^-0.5)) (JAX casts the Python scalar D**-0.5 to the weakly typed
+// scale = round_d(float(D^-0.5)) (attrs.scale when > 0; JAX casts the Python scalar D**-0.5 to the weakly typed
 // operand's dtype: 0.353515625 for bf16 and D = 8; exact for D a power of 4):
 //
 //   qs[i] = round_s(round_d(q[i]·scale))            ks[j] = round_s(k[j])
@@ -50,6 +50,7 @@ Heads check_qkv(const Graph& g, const Node& n, const Value& qkv) {
   if (a.group < 1) op_fail(g, n, "attrs.group (query heads per key/value head) must be >= 1");
   if (a.window < 0 || (a.window > 0 && !a.causal))
     op_fail(g, n, "attrs.window must be 0 (none) or, with attrs.causal, the keys a query sees (itself included)");
+  if (!(a.scale >= 0.f && std::isfinite(a.scale))) op_fail(g, n, "attrs.scale must be 0 (head_dim^-0.5) or > 0");
   if (!dtype_is_float(qkv.dtype)) op_fail(g, n, "qkv must be a float dtype");
   if (qkv.shape.rank != 4) op_fail(g, n, "qkv must have rank 4: [batch, length, kv heads, (group+2)·head_dim]");
   const int64_t parts = a.group + 2;

@@ -71,6 +71,12 @@ void hf_check_decoder(const ModelConfig& c, const HfNeeds& need) {
   need(c.kind == ModelKind::transformer, "model.kind", "is not transformer");
   need(c.block_order == BlockOrder::attn_first, "model.block_order", "is not attn_first");
   need(c.causal_mask, "model.causal_mask", "is false");
+  // Gemma 3's options, which only Gemma3ForCausalLM holds (it checks a copy without them).
+  const char* gemma = " (only Gemma3ForCausalLM has it)";
+  need(c.sliding_window_pattern == 0, "model.sliding_window_pattern", std::string("is not 0") + gemma);
+  need(c.rope_local_theta == 0, "model.rope_local_theta", std::string("is not 0") + gemma);
+  need(c.query_pre_attn_scalar == 0, "model.query_pre_attn_scalar", std::string("is not 0") + gemma);
+  need(!c.scale_embeddings, "model.scale_embeddings", std::string("is true") + gemma);
 }
 
 void hf_read_rope(const HfConfigJson& j, int64_t max_positions, ModelConfig& m, std::vector<ArchKey>& keys) {

@@ -133,7 +133,9 @@ struct HfMapBuilder {
   void operator()(const std::string& hf, Shape hf_shape, std::string path, Shape shape,
                   HfLayout layout = HfLayout::same, int64_t slot = 0, int64_t slots = 0) const;
 };
-// The checks every decoder architecture makes: a causal transformer with attention first.
+// The checks every decoder architecture makes: a causal transformer with attention first, and
+// none of Gemma 3's options (sliding_window_pattern, rope_local_theta, query_pre_attn_scalar,
+// scale_embeddings).
 void hf_check_decoder(const ModelConfig& c, const HfNeeds& need);
 
 // Rotary embeddings as config.json gives them (Llama-style rows): rope_theta, and the rope type

@@ -17,4 +17,5 @@
   X(qwen2)                       \
   X(mistral)                     \
   X(qwen3)                       \
+  X(gemma3)                      \
   X(llama)

@@ -157,40 +157,52 @@ HfModelMap llama_style_map(const LlamaStyle& s, const ModelConfig& c) {
   need(c.num_outputs == c.vocab_size, "model.num_outputs", "differs from vocab_size (lm_head is [vocab_size, C])");
   need(!c.qk_norm, "model.qk_norm", "is true (Llama does not normalise q and k; Qwen3ForCausalLM does)");
   need(!c.post_norms, "model.post_norms", "is true (Llama has no norms after its branches)");
-  const int64_t C = c.hidden_size, D = c.head_dim, H = num_heads(c), F = mlp_width(c);
-  const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
+  const int64_t C = c.hidden_size, H = num_heads(c), KV = c.num_kv_heads > 0 ? c.num_kv_heads : H;
   HfModelMap m{.architecture = s.architecture,
                .model_type = s.model_type,
                .prefix = "model.",
                .heads = H,
-               .head_dim = D,
+               .head_dim = c.head_dim,
                .kv_heads = KV,
                .params = {},
                .is_buffer = is_rope_buffer};
   const HfMapBuilder add{m, s.qkv_bias};
-  const auto T = HfLayout::transposed, R = HfLayout::qkv_rows;
   add("embed_tokens.weight", Shape{c.vocab_size, C}, "embed/embedding", Shape{c.vocab_size, C});
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string h = "layers." + std::to_string(l) + ".", b = "block_" + std::to_string(l) + "/";
-    const std::string qkv = b + "attn/qkv/";
-    const Shape qkv_shape{C, KV, (G + 2) * D}, bias_shape{KV, (G + 2) * D};
     add(h + "input_layernorm.weight", Shape{C}, b + "attn/pre_norm/scale", Shape{C});
-    add(h + "self_attn.q_proj.weight", Shape{H * D, C}, qkv + "kernel", qkv_shape, R, 0, G);
-    if (s.qkv_bias) add(h + "self_attn.q_proj.bias", Shape{H * D}, qkv + "bias", bias_shape, R, 0, G);
-    add(h + "self_attn.k_proj.weight", Shape{KV * D, C}, qkv + "kernel", qkv_shape, R, G, 1);
-    if (s.qkv_bias) add(h + "self_attn.k_proj.bias", Shape{KV * D}, qkv + "bias", bias_shape, R, G, 1);
-    add(h + "self_attn.v_proj.weight", Shape{KV * D, C}, qkv + "kernel", qkv_shape, R, G + 1, 1);
-    if (s.qkv_bias) add(h + "self_attn.v_proj.bias", Shape{KV * D}, qkv + "bias", bias_shape, R, G + 1, 1);
-    add(h + "self_attn.o_proj.weight", Shape{C, H * D}, b + "attn/output_layer/kernel", Shape{H, D, C}, T);
+    llama_attention_tensors(add, c, l);
     add(h + "post_attention_layernorm.weight", Shape{C}, b + "mlp/pre_norm/scale", Shape{C});
-    add(h + "mlp.gate_proj.weight", Shape{F, C}, b + "mlp/gate_layer/kernel", Shape{C, F}, T);
-    add(h + "mlp.up_proj.weight", Shape{F, C}, b + "mlp/up_layer/kernel", Shape{C, F}, T);
-    add(h + "mlp.down_proj.weight", Shape{C, F}, b + "mlp/output_layer/kernel", Shape{F, C}, T);
+    llama_mlp_tensors(add, c, l);
   }
   add("norm.weight", Shape{C}, "post_norm/scale", Shape{C});
   if (!c.tie_embeddings)
-    add("lm_head.weight", Shape{c.vocab_size, C}, "output_layer/kernel", Shape{C, c.vocab_size}, T);
+    add("lm_head.weight", Shape{c.vocab_size, C}, "output_layer/kernel", Shape{C, c.vocab_size}, HfLayout::transposed);
   return m;
+}
+
+void llama_attention_tensors(const HfMapBuilder& add, const ModelConfig& c, int64_t l) {
+  const int64_t C = c.hidden_size, D = c.head_dim, H = num_heads(c);
+  const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
+  const auto R = HfLayout::qkv_rows;
+  const std::string h = "layers." + std::to_string(l) + ".self_attn.", b = "block_" + std::to_string(l) + "/attn/";
+  const Shape qkv{C, KV, (G + 2) * D}, bias{KV, (G + 2) * D};
+  add(h + "q_proj.weight", Shape{H * D, C}, b + "qkv/kernel", qkv, R, 0, G);
+  if (c.qkv_bias) add(h + "q_proj.bias", Shape{H * D}, b + "qkv/bias", bias, R, 0, G);
+  add(h + "k_proj.weight", Shape{KV * D, C}, b + "qkv/kernel", qkv, R, G, 1);
+  if (c.qkv_bias) add(h + "k_proj.bias", Shape{KV * D}, b + "qkv/bias", bias, R, G, 1);
+  add(h + "v_proj.weight", Shape{KV * D, C}, b + "qkv/kernel", qkv, R, G + 1, 1);
+  if (c.qkv_bias) add(h + "v_proj.bias", Shape{KV * D}, b + "qkv/bias", bias, R, G + 1, 1);
+  add(h + "o_proj.weight", Shape{C, H * D}, b + "output_layer/kernel", Shape{H, D, C}, HfLayout::transposed);
+}
+
+void llama_mlp_tensors(const HfMapBuilder& add, const ModelConfig& c, int64_t l) {
+  const int64_t C = c.hidden_size, F = mlp_width(c);
+  const auto T = HfLayout::transposed;
+  const std::string h = "layers." + std::to_string(l) + ".mlp.", b = "block_" + std::to_string(l) + "/mlp/";
+  add(h + "gate_proj.weight", Shape{F, C}, b + "gate_layer/kernel", Shape{C, F}, T);
+  add(h + "up_proj.weight", Shape{F, C}, b + "up_layer/kernel", Shape{C, F}, T);
+  add(h + "down_proj.weight", Shape{C, F}, b + "output_layer/kernel", Shape{F, C}, T);
 }
 
 namespace {

@@ -32,5 +32,10 @@ void llama_style_read(const LlamaStyle& s, const HfConfigJson& j, ModelConfig& m
 nlohmann::json llama_style_write(const LlamaStyle& s, const ModelConfig& c, const HfModelMap& map);
 // The map of `c`'s parameters; a model the architecture cannot hold is a UserError naming the key.
 HfModelMap llama_style_map(const LlamaStyle& s, const ModelConfig& c);
+// Layer l's tensors in Llama's names and layouts, appended through `add` (prefix "layers.l.",
+// loom's "block_l/"): the attention's q/k/v_proj (with their biases when c.qkv_bias) and o_proj;
+// the MLP's gate/up/down_proj. Rows with Llama's projections and other norms (Gemma 3) share them.
+void llama_attention_tensors(const HfMapBuilder& add, const ModelConfig& c, int64_t l);
+void llama_mlp_tensors(const HfMapBuilder& add, const ModelConfig& c, int64_t l);
 
 }  // namespace loom::nn

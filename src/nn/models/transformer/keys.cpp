@@ -75,6 +75,22 @@ std::vector<KeySpec<ModelConfig>> transformer_keys() {
                            "each query attends to the last sliding_window tokens, itself included (Mistral's "
                            "sliding_window); 0: to all earlier tokens",
                            REF(sliding_window)),
+      integer<ModelConfig>("model.sliding_window_pattern",
+                           "local and global layers: N > 0 makes every Nth layer (l + 1 a multiple of N) global, "
+                           "attending to all earlier tokens with rope_theta, the others local with sliding_window "
+                           "and rope_local_theta (Gemma 3: 6); 0: every layer local",
+                           REF(sliding_window_pattern)),
+      number<ModelConfig>("model.rope_local_theta",
+                          "RoPE frequency base of the local layers (sliding_window_pattern; Gemma 3's "
+                          "rope_local_base_freq); 0: rope_theta",
+                          REF(rope_local_theta)),
+      number<ModelConfig>("model.query_pre_attn_scalar",
+                          "attention logits scaled by query_pre_attn_scalar^-0.5 (Gemma 3); 0: by head_dim^-0.5",
+                          REF(query_pre_attn_scalar)),
+      boolean<ModelConfig>("model.scale_embeddings",
+                           "token embeddings times sqrt(hidden_size), rounded to the compute dtype (Gemma); the tied "
+                           "head uses the table unscaled",
+                           REF(scale_embeddings)),
       boolean<ModelConfig>("model.tie_embeddings",
                            "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)",
                            REF(tie_embeddings)),

@@ -127,21 +127,20 @@ HeadGroups head_groups(const ModelConfig& c) {
 // compute dtype) and the attention over them: the decoder's attention_decode of one token, which
 // updates row pos; the prefill's causal attention over its T tokens, whose keys and values
 // kv_cache_write stores in rows 0..T-1.
-ValueId cached_attention(const Scope& s, ValueId qkv, const ModelConfig& c, const Cache& d) {
+ValueId cached_attention(const Scope& s, ValueId qkv, const ModelConfig& c, const AttentionAttrs& attrs,
+                         const Cache& d) {
   Graph& g = s.graph();
   const Shape q = g.value(qkv).shape;
   const Shape cache{q[0], d.max_len, q[2], c.head_dim};
   const ValueId k = g.add_input(s.path() + "/k_cache", cache, c.dtype);
   const ValueId v = g.add_input(s.path() + "/v_cache", cache, c.dtype);
-  const AttentionAttrs attrs{true, c.softmax_dtype, static_cast<int32_t>(head_groups(c).group),
-                             static_cast<int32_t>(c.sliding_window)};
   if (d.pos != kNoValue) return s.op1(OpKind::attention_decode, {qkv, k, v, d.pos}, attrs);
   s.op(OpKind::kv_cache_write, {qkv, k, v}, attrs);
   return s.op(OpKind::attention, {qkv}, attrs).at(0);
 }
 
-RopeAttrs rope_attrs(const ModelConfig& c, int32_t group) {
-  RopeAttrs a{.theta = static_cast<float>(c.rope_theta), .group = group};
+RopeAttrs rope_attrs(const ModelConfig& c, double theta, int32_t group) {
+  RopeAttrs a{.theta = static_cast<float>(theta), .group = group};
   if (c.rope_scaling == RopeScaling::llama3) {
     a.llama3_factor = static_cast<float>(c.rope_factor);
     a.low_freq_factor = static_cast<float>(c.rope_low_freq_factor);
@@ -151,9 +150,10 @@ RopeAttrs rope_attrs(const ModelConfig& c, int32_t group) {
   return a;
 }
 
-// AttentionBlock: [B, T, C] -> [B, T, C] (with `dec`: over the KV caches, see Cache); the tokens'
-// positions [T] rotate q and k when model.position = rope.
-ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const ModelConfig& c, bool train,
+// AttentionBlock of layer `layer`: [B, T, C] -> [B, T, C] (with `dec`: over the KV caches, see
+// Cache); the tokens' positions [T] rotate q and k when model.position = rope, with the layer's
+// base, and the layer's window masks (layer_attention).
+ValueId attention_block(const Scope& s, int64_t layer, ValueId x, ValueId positions, const ModelConfig& c, bool train,
                         const Cache* dec) {
   Graph& g = s.graph();
   const Shape xs = g.value(x).shape;
@@ -178,13 +178,17 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
                            .unit_offset = c.norm == NormKind::gemma_rmsnorm})
               .at(0);
   }
+  const LayerAttention la = layer_attention(c, layer);
   if (c.position == PositionKind::rope)  // the decoder's cache then holds rotated keys, as transformers' does
-    qkv = s.op1(OpKind::rope, {qkv, positions}, rope_attrs(c, group));
+    qkv = s.op1(OpKind::rope, {qkv, positions}, rope_attrs(c, la.rope_theta, group));
+  const AttentionAttrs attrs{
+      .causal = c.causal_mask,
+      .softmax_dtype = c.softmax_dtype,
+      .group = group,
+      .window = static_cast<int32_t>(la.window),
+      .scale = c.query_pre_attn_scalar > 0 ? static_cast<float>(std::pow(c.query_pre_attn_scalar, -0.5)) : 0.f};
   const ValueId att =
-      dec ? cached_attention(s, qkv, c, *dec)
-          : s.op(OpKind::attention, {qkv},
-                 AttentionAttrs{c.causal_mask, c.softmax_dtype, group, static_cast<int32_t>(c.sliding_window)})
-                .at(0);  // [B, T, H, D]
+      dec ? cached_attention(s, qkv, c, attrs, *dec) : s.op(OpKind::attention, {qkv}, attrs).at(0);  // [B, T, H, D]
   // DenseGeneral(features=C, axis=(-2, -1)): kernel [H, D, C] (fan_in H·D), bias [C].
   const Scope os = s / "output_layer";
   const ValueId att_flat = view(os, att, Shape{B, T, H * D});
@@ -205,7 +209,9 @@ ValueId transformer_block(const Scope& s, int32_t layer, ValueId x, ValueId posi
   const Scope mlp_s = remat.has(RematRegion::MLP) ? (s / "mlp").remat_region(layer) : s / "mlp";
   const Scope attn_s = remat.has(RematRegion::Attn) ? (s / "attn").remat_region(layer) : s / "attn";
   auto mlp = [&](ValueId v) { return s.op1(OpKind::add, {v, mlp_block(mlp_s, v, c, train)}); };
-  auto attn = [&](ValueId v) { return s.op1(OpKind::add, {v, attention_block(attn_s, v, positions, c, train, dec)}); };
+  auto attn = [&](ValueId v) {
+    return s.op1(OpKind::add, {v, attention_block(attn_s, layer, v, positions, c, train, dec)});
+  };
   return c.block_order == BlockOrder::attn_first ? mlp(attn(x)) : attn(mlp(x));
 }
 
@@ -240,6 +246,8 @@ Trunk transformer_trunk(Graph& g, ValueId tokens, ValueId positions, const Model
   const float embed_std = c.init == InitScheme::gpt2 ? 0.02f : static_cast<float>(1.0 / std::sqrt(double(C)));
   const ValueId table = es.param("embedding", Shape{c.vocab_size, C}, ParamInit{ParamInit::normal, embed_std});
   ValueId x = es.op1(OpKind::embedding, {tokens, table}, DTypeAttrs{c.dtype});  // [B, T, C]
+  if (c.scale_embeddings)  // Gemma's normaliser, a float32 buffer cast to the compute dtype
+    x = es.op1(OpKind::scale, {x}, ScaleAttrs{static_cast<float>(std::sqrt(static_cast<double>(C)))});
   if (c.position == PositionKind::learned) {
     // pos_emb.astype(dtype)[:T]: a gather of rows 0..T-1 rounds exactly like the cast-then-slice.
     const ValueId pos_emb = root.param("pos_emb", Shape{c.max_seq_len, C}, ParamInit{ParamInit::normal, 0.02f});
@@ -356,6 +364,12 @@ ModelGraph build_transformer_prefill(const ModelConfig& config, int64_t batch, i
   return m;
 }
 
+LayerAttention layer_attention(const ModelConfig& c, int64_t layer) {
+  const int64_t p = c.sliding_window_pattern;
+  if (p > 0 && (layer + 1) % p == 0) return {.window = 0, .rope_theta = c.rope_theta};
+  return {.window = c.sliding_window, .rope_theta = c.rope_local_theta > 0 ? c.rope_local_theta : c.rope_theta};
+}
+
 bool gated_mlp(const ModelConfig& c) { return c.mlp == MlpKind::swiglu || c.mlp == MlpKind::geglu; }
 
 int64_t num_heads(const ModelConfig& c) { return c.num_heads > 0 ? c.num_heads : c.hidden_size / c.head_dim; }
@@ -393,6 +407,11 @@ void validate_transformer(const ModelConfig& c) {
   need(c.rope_theta > 0, "model.rope_theta", "must be > 0", "Llama uses 10000 (Llama 3: 500000)");
   need(c.sliding_window >= 0 && c.sliding_window <= INT32_MAX, "model.sliding_window", "must be in [0, 2^31)",
        "0 for no window; Mistral 7B v0.1 uses 4096");
+  need(c.sliding_window_pattern >= 0, "model.sliding_window_pattern", "must be >= 0",
+       "0: every layer local; Gemma 3 uses 6 (every 6th layer global)");
+  need(c.rope_local_theta >= 0, "model.rope_local_theta", "must be >= 0", "0 takes rope_theta; Gemma 3 uses 10000");
+  need(c.query_pre_attn_scalar >= 0, "model.query_pre_attn_scalar", "must be >= 0",
+       "0 scales the attention logits by head_dim^-0.5; Gemma 3 270M and 1B use 256");
   need(c.sliding_window == 0 || c.causal_mask, "model.sliding_window",
        "needs model.causal_mask = true (a query sees the window of keys before it)", "set causal_mask = true");
   need(c.rope_scaling == RopeScaling::none || c.position == PositionKind::rope, "model.rope_scaling",

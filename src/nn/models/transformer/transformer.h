@@ -1,6 +1,7 @@
 // The Transformer language model of the Part 1.2 tutorial (seed 001), exactly as it writes it:
 //   embed (nn.Embed, dtype) + pos_emb[:T] (normal 0.02, cast to dtype; none with model.position =
-//   rope, where a rope op rotates q and k of the packed qkv at the tokens' positions instead)
+//   rope, where a rope op rotates q and k of the packed qkv at the tokens' positions instead;
+//   model.scale_embeddings: the embeddings times sqrt(C) first, Gemma's)
 //   num_layers × TransformerBlock: x = x + MLPBlock(x); x = x + AttentionBlock(x)   (mlp_first)
 //   post_norm LayerNorm -> output_layer Dense(num_outputs) -> cast float32
 // MLPBlock: pre_norm -> input_layer Dense(F) -> gelu -> output_layer Dense(C) -> dropout, F = mlp_width
@@ -12,7 +13,8 @@
 //                 -> output_layer DenseGeneral(C, axis=(-2, -1)) -> dropout
 //   (H = model.num_heads, hidden_size / head_dim when 0, so H·D may differ from C; model.qk_norm:
 //   qk_norm normalises each query and key head over D, scales q_norm/scale and k_norm/scale [D],
-//   before rope, as transformers' Qwen3Attention)
+//   before rope, as transformers' Qwen3Attention; each layer's window and RoPE base per
+//   layer_attention; model.query_pre_attn_scalar: logits scaled by its ^-0.5, not D^-0.5)
 // Parameter paths are those of the tutorial with scan_layers=False ("block_3/mlp/input_layer/kernel");
 // the stacked scan layout is a file-format mapping (nn/param_layout.h), not a different program.
 // Remat regions: `MLP` -> block_l/mlp, `Attn` -> block_l/attn, `Block` -> block_l.
@@ -39,6 +41,15 @@ ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool tr
 // state intermediate_size, which an import takes). The 2/3 keeps swiglu's three matrices at the
 // GELU MLP's parameters and FLOPs, which ⌊8·hidden/3⌋ matches without the rounding.
 int64_t mlp_width(const ModelConfig& c);
+// Layer `layer`'s attention: the window it masks with (0: every earlier token) and its RoPE base.
+// Global layers (model.sliding_window_pattern N > 0, layer + 1 a multiple of N) attend to
+// everything with rope_theta; the others, every layer when N = 0, use model.sliding_window and
+// rope_local_theta (rope_theta when 0): Mistral's window in every layer, Gemma 3's local/global mix.
+struct LayerAttention {
+  int64_t window;
+  double rope_theta;
+};
+LayerAttention layer_attention(const ModelConfig& c, int64_t layer);
 // Whether the MLP is gated (swiglu, geglu: gate_layer and up_layer into the activation's product).
 bool gated_mlp(const ModelConfig& c);
 // The attention heads: model.num_heads, or hidden_size / head_dim when it is 0.
