@@ -152,7 +152,8 @@ RopeAttrs rope_attrs(const ModelConfig& c, int32_t group) {
 }
 
 // AttentionBlock: [B, T, C] -> [B, T, C] (with `dec`: over the KV caches, see Cache); the tokens'
-// positions [T] rotate q and k when model.position = rope.
+// positions [T] rotate q and k when model.position = rope. Per-token positions [B, T] (packed
+// rows) also confine attention to each example (ops.def: attention's positions).
 ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const ModelConfig& c, bool train,
                         const Cache* dec) {
   Graph& g = s.graph();
@@ -180,9 +181,11 @@ ValueId attention_block(const Scope& s, ValueId x, ValueId positions, const Mode
   }
   if (c.position == PositionKind::rope)  // the decoder's cache then holds rotated keys, as transformers' does
     qkv = s.op1(OpKind::rope, {qkv, positions}, rope_attrs(c, group));
+  std::vector<ValueId> att_in{qkv};
+  if (g.value(positions).shape.rank == 2) att_in.push_back(positions);
   const ValueId att =
       dec ? cached_attention(s, qkv, c, *dec)
-          : s.op(OpKind::attention, {qkv},
+          : s.op(OpKind::attention, att_in,
                  AttentionAttrs{c.causal_mask, c.softmax_dtype, group, static_cast<int32_t>(c.sliding_window)})
                 .at(0);  // [B, T, H, D]
   // DenseGeneral(features=C, axis=(-2, -1)): kernel [H, D, C] (fan_in H·D), bias [C].
@@ -222,7 +225,7 @@ ValueId take_rows(const Scope& s, ValueId x, ValueId rows) {
 }
 
 // Embeddings, blocks and head, shared by the training graph and the cached programs: the logits [B, T, V]
-// of tokens [B, T] at positions [T], in the compute dtype. The tutorial's logits.astype(float32)
+// of tokens [B, T] at positions [T] (or per token, [B, T]), in the compute dtype. The tutorial's logits.astype(float32)
 // before the loss is inside the loss ops (graph/ops/loss.cpp: they widen low-precision logits
 // exactly), so a bfloat16 model keeps no float32 copy of the logits or of their gradient; the
 // cached programs cast for the sampler.
@@ -238,7 +241,7 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Mo
   if (c.position == PositionKind::learned) {
     // pos_emb.astype(dtype)[:T]: a gather of rows 0..T-1 rounds exactly like the cast-then-slice.
     const ValueId pos_emb = root.param("pos_emb", Shape{c.max_seq_len, C}, ParamInit{ParamInit::normal, 0.02f});
-    const ValueId pos = root.op1(OpKind::embedding, {positions, pos_emb}, DTypeAttrs{c.dtype});  // [T, C]
+    const ValueId pos = root.op1(OpKind::embedding, {positions, pos_emb}, DTypeAttrs{c.dtype});  // [T, C] or [B, T, C]
     x = root.op1(OpKind::add, {x, pos});
   }
   if (c.embed_dropout) x = dropout(root, x, c.dropout_rate, train);
@@ -294,7 +297,13 @@ ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool tr
   Graph& g = m.graph;
   m.inputs = g.add_input("inputs", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] token ids
   m.labels = g.add_input("labels", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] next tokens
-  const ValueId positions = positions_from_zero(m, in.seq_len);               // [T]
+  if (in.packed) {
+    if (!c.causal_mask)
+      throw UserError("model.causal_mask = false", "packed rows of examples need causal attention",
+                      "set model.causal_mask = true to train on chat data");
+    m.positions = g.add_input("positions", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] in their examples
+  }
+  const ValueId positions = in.packed ? m.positions : positions_from_zero(m, in.seq_len);  // [B, T] or [T]
   add_classification_loss(m, Scope(g), transformer_logits(g, m.inputs, positions, c, train, nullptr));
   return m;
 }
