@@ -20,6 +20,15 @@ int64_t Batch::targets(int64_t first, int64_t n) const {
                        [](int32_t l) { return l >= 0; });
 }
 
+Batch token_batch(int64_t B, int64_t T, bool positions) {
+  Batch b;
+  b.batch_size = B;
+  b.inputs.resize(static_cast<size_t>(B * T) * sizeof(int32_t));
+  b.labels.resize(static_cast<size_t>(B * T));
+  if (positions) b.positions.resize(static_cast<size_t>(B * T));
+  return b;
+}
+
 Batch random_classification_batch(const DataConfig& d, const DataContext& cx) {
   Batch b;
   b.batch_size = d.batch_size;
@@ -110,7 +119,9 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
       val_rows_ =
           std::make_unique<ExampleBatcher>(std::move(val_rows), val_split_->tokens, mask(*val_split_), mb, cx.seed);
     if (cut > 0)
-      std::fprintf(stderr, "loom: note: %lld examples are longer than data.seq_len = %lld and were cut to it\n",
+      std::fprintf(stderr,
+                   "loom: note: %lld example(s) longer than data.seq_len = %lld cut to it (data.packing: rows of whole "
+                   "examples)\n",
                    static_cast<long long>(cut), static_cast<long long>(d.seq_len));
     return;
   }

@@ -27,6 +27,9 @@ struct Batch {
   int64_t targets(int64_t first, int64_t n) const;
 };
 
+// A zeroed batch of B token rows of T: int32 inputs and labels, and positions when `positions`.
+Batch token_batch(int64_t B, int64_t T, bool positions);
+
 // The tutorial's classification batch: inputs ~ N(0, 1) [batch, num_inputs] f32 and labels
 // uniform in [0, num_classes), drawn from the seed. The same batch every step, as in the tutorial.
 Batch random_classification_batch(const DataConfig& d, const DataContext& cx);

@@ -69,19 +69,8 @@ void ExampleBatcher::fill_row(Batch& b, int64_t slot, int64_t row) const {
   }
 }
 
-namespace {
-Batch empty_rows(int64_t B, int64_t T) {
-  Batch b;
-  b.batch_size = B;
-  b.inputs.resize(static_cast<size_t>(B * T) * sizeof(int32_t));
-  b.labels.resize(static_cast<size_t>(B * T));
-  b.positions.resize(static_cast<size_t>(B * T));
-  return b;
-}
-}  // namespace
-
 Batch ExampleBatcher::train_batch(uint64_t step) const {
-  Batch b = empty_rows(batch_size_, rows_.seq_len);
+  Batch b = token_batch(batch_size_, rows_.seq_len, true);
   HostRng rng = HostRng(named_key(seed_, "data/train")).split(step);
   for (int64_t s = 0; s < batch_size_; ++s)
     fill_row(b, s, static_cast<int64_t>(rng.next_below(static_cast<uint64_t>(rows_.rows()))));
@@ -89,7 +78,7 @@ Batch ExampleBatcher::train_batch(uint64_t step) const {
 }
 
 Batch ExampleBatcher::val_batch() {
-  Batch b = empty_rows(batch_size_, rows_.seq_len);
+  Batch b = token_batch(batch_size_, rows_.seq_len, true);
   for (int64_t s = 0; s < batch_size_; ++s) {
     fill_row(b, s, position_);
     position_ = (position_ + 1) % rows_.rows();

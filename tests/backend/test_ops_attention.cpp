@@ -307,6 +307,15 @@ AttnCases make_attention_cases(const DtypePair& p, bool causal, const AttnShape&
   return c;
 }
 
+// Both cases on the backend under test and the reference: out, lse and dqkv close.
+void expect_cases_close(AttnCases& c, const DtypePair& p, const std::string& what) {
+  const Outputs o = run_both(c.fwd);
+  expect_close(o.got[0], o.ref[0], coarser(p.d, p.s), what + " out");
+  expect_close(o.got[1], o.ref[1], coarser(p.d, p.s), what + " lse");
+  const Outputs g = run_both(c.bwd);
+  expect_close(g.got[0], g.ref[0], coarser(p.d, p.s), what + " dqkv");
+}
+
 TEST_P(BackendOpsAttention, Attention) {
   LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_grad);
   for (const DtypePair& p : kAttnDtypes)
@@ -336,12 +345,7 @@ TEST_P(BackendOpsAttention, SlidingWindow) {
       for (const AttnShape& s : {AttnShape{2, 7, 3, 16}, AttnShape{1, 65, 2, 8}, AttnShape{2, 150, 2, 16},
                                  AttnShape{1, 256, 1, 64}, AttnShape{1, 150, 2, 8, 2}, AttnShape{1, 300, 1, 16}}) {
         AttnCases c = make_attention_cases(p, true, s, window);
-        const std::string what = attn_what("attention", p, true, s) + " window=" + std::to_string(window);
-        const Outputs o = run_both(c.fwd);
-        expect_close(o.got[0], o.ref[0], coarser(p.d, p.s), what + " out");
-        expect_close(o.got[1], o.ref[1], coarser(p.d, p.s), what + " lse");
-        const Outputs g = run_both(c.bwd);
-        expect_close(g.got[0], g.ref[0], coarser(p.d, p.s), what + " dqkv");
+        expect_cases_close(c, p, attn_what("attention", p, true, s) + " window=" + std::to_string(window));
       }
 }
 
@@ -413,12 +417,7 @@ TEST_P(BackendOpsAttention, PackedExamples) {
       for (const AttnShape& s : {AttnShape{2, 7, 3, 16}, AttnShape{1, 65, 2, 8}, AttnShape{2, 150, 2, 16},
                                  AttnShape{1, 256, 1, 64}, AttnShape{1, 150, 2, 8, 2}, AttnShape{1, 300, 1, 16}}) {
         AttnCases c = make_packed_cases(p, s, window);
-        const std::string what = attn_what("attention", p, true, s) + " packed window=" + std::to_string(window);
-        const Outputs o = run_both(c.fwd);
-        expect_close(o.got[0], o.ref[0], coarser(p.d, p.s), what + " out");
-        expect_close(o.got[1], o.ref[1], coarser(p.d, p.s), what + " lse");
-        const Outputs g = run_both(c.bwd);
-        expect_close(g.got[0], g.ref[0], coarser(p.d, p.s), what + " dqkv");
+        expect_cases_close(c, p, attn_what("attention", p, true, s) + " packed window=" + std::to_string(window));
       }
 }
 

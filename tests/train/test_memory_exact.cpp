@@ -165,7 +165,9 @@ TEST(MemoryExact, PackedRowsHoldExactlyTheirPlan) {
   testing::write_chat_dir(dir, s, s, 2048, nlohmann::json::object());
   for (bool rope : {false, true}) {
     std::vector<std::string> o = small_transformer("bfloat16", "MLP,Attn");
-    for (const std::string kv : {"data.kind=tokens", "data.packing=true", "data.dir=" + dir.string()}) o.push_back(kv);
+    for (const std::string& kv :
+         {std::string("data.kind=tokens"), std::string("data.packing=true"), "data.dir=" + dir.string()})
+      o.push_back(kv);
     if (rope)
       for (const char* kv : {"model.norm=rmsnorm", "model.position=rope", "model.num_kv_heads=2"}) o.push_back(kv);
     const Config c = default_config(o);
