@@ -120,8 +120,8 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
           std::make_unique<ExampleBatcher>(std::move(val_rows), val_split_->tokens, mask(*val_split_), mb, cx.seed);
     if (cut > 0)
       std::fprintf(stderr,
-                   "loom: note: %lld example(s) longer than data.seq_len = %lld cut to it (data.packing: rows of whole "
-                   "examples)\n",
+                   "loom: note: %lld example(s) longer than data.seq_len = %lld cut to it (chat data trains on rows of "
+                   "whole examples)\n",
                    static_cast<long long>(cut), static_cast<long long>(d.seq_len));
     return;
   }
