@@ -25,6 +25,7 @@ struct PrepareArgs {
   bool render_only = false, add_generation_prompt = false;
   std::vector<std::string> paths;  // [TOKENIZER_JSON] INPUT OUTDIR
   double val_fraction = 0.1;
+  int64_t block_size = 1024;  // chat: the packing report's rows
 };
 }  // namespace
 
@@ -46,6 +47,10 @@ CommandBody add_prepare_command(CLI::App& sub) {
       ->expected(2, 3)
       ->transform(home_path());
   sub.add_option("--val-fraction", a->val_fraction, "fraction of the text held out for validation (default 0.1)");
+  sub.add_option("--block-size", a->block_size,
+                 "chat: the data.seq_len to report the packing efficiency at (share of non-padding tokens with and "
+                 "without data.packing; default 1024, TRL's max_length)")
+      ->check(CLI::PositiveNumber);
   sub.add_option("--vocab", a->vocab, "gpt2: directory with encoder.json and vocab.bpe")->transform(home_path());
   sub.add_option("--tokenizer", a->hf_tokenizer, "hf: tokenizer.json, or a directory holding it")
       ->transform(home_path());
@@ -70,6 +75,7 @@ CommandBody add_prepare_command(CLI::App& sub) {
             a->render_only ? "--render-only takes MODEL_DIR DATA.jsonl" : "takes MODEL_DIR DATA.jsonl OUTDIR",
             "e.g. loom prepare chat models/SmolLM2-135M-Instruct chats.jsonl data/chats");
       ChatOptions o{p[0], p[1], a->render_only ? std::string() : p[2], a->chat_template, a->loss_on, a->val_fraction};
+      o.block_size = a->block_size;
       return a->render_only ? run_render_chat(o, a->add_generation_prompt) : run_prepare_chat(o);
     }
     const TokenizerKind kind = parse_choice_or_throw<TokenizerKind>(a->tokenizer, "prepare");

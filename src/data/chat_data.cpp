@@ -437,6 +437,9 @@ PreparedChat prepare_chat(const ChatOptions& o) {
     r.examples[s] = static_cast<int64_t>(splits[s].docs.size()) - 1;
     r.tokens[s] = static_cast<int64_t>(splits[s].ids.size());
     r.targets[s] = splits[s].targets;
+    const std::vector<int64_t> docs(splits[s].docs.begin(), splits[s].docs.end());
+    r.packed[s] = pack_examples(docs, o.block_size, true);
+    r.padded[s] = pack_examples(docs, o.block_size, false);
   }
 
   // Everything goes into a scratch directory beside OUTDIR, renamed into place at the end.
@@ -550,6 +553,13 @@ int run_prepare_chat(const ChatOptions& o, FILE* out) {
                  static_cast<long long>(r.examples[s]), static_cast<long long>(r.tokens[s]),
                  static_cast<long long>(r.targets[s]),
                  r.tokens[s] ? 100.0 * static_cast<double>(r.targets[s]) / static_cast<double>(r.tokens[s]) : 0.0);
+  for (int s = 0; s < 2; ++s)
+    std::fprintf(out,
+                 "  %s at block size %lld: packed %lld rows, %.1f%% tokens (data.packing = true); one example per "
+                 "row %lld rows, %.1f%% tokens; %lld examples cut to the block\n",
+                 names[s], static_cast<long long>(o.block_size), static_cast<long long>(r.packed[s].rows()),
+                 100.0 * r.packed[s].efficiency(), static_cast<long long>(r.padded[s].rows()),
+                 100.0 * r.padded[s].efficiency(), static_cast<long long>(r.packed[s].truncated));
   std::fprintf(out, "  wrote %s: {train,val}.bin, {train,val}_mask.bin, {train,val}_docs.bin, meta.json\n",
                o.out_dir.c_str());
   return 0;

@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "data/jinja.h"
+#include "data/packing.h"
 #include "data/token_data.h"
 
 namespace loom {
@@ -119,6 +120,9 @@ struct ChatOptions {
   std::string template_path;  // replaces the config's chat_template when not empty
   std::string loss_on;        // "" = the format's default
   double val_fraction = 0.1;
+  // The data.seq_len the data will be trained at, for the packing report (data/packing.h); 1024 is
+  // TRL's default max_length.
+  int64_t block_size = 1024;
 };
 
 struct PreparedChat {
@@ -128,6 +132,9 @@ struct PreparedChat {
   int64_t examples[2] = {0, 0};  // train, val
   int64_t tokens[2] = {0, 0};
   int64_t targets[2] = {0, 0};
+  // At ChatOptions::block_size, per split: the rows of data.packing = true and false (their
+  // efficiency: the share of non-padding positions) and the examples cut to the block.
+  ExampleRows packed[2], padded[2];
   std::string out_dir;
 };
 
@@ -136,7 +143,8 @@ struct PreparedChat {
 // files other than a data directory's.
 PreparedChat prepare_chat(const ChatOptions& o);
 
-// prepare_chat and a summary on `out` (examples, tokens, target tokens per split). Returns 0.
+// prepare_chat and a summary on `out` (examples, tokens, target tokens per split, the packing
+// efficiency with and without data.packing at the block size). Returns 0.
 int run_prepare_chat(const ChatOptions& o, FILE* out = stdout);
 
 // `--render-only`: each example of the file rendered (conversational: template(messages);

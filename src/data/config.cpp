@@ -28,6 +28,12 @@ const std::vector<KeySpec<DataConfig>>& data_keys() {
       only_if(path<DataConfig>("data.dir",
                                "tokens: directory written by `loom prepare` (train.bin, val.bin, meta.json)", REF(dir)),
               token_files),
+      only_if(boolean<DataConfig>("data.packing",
+                                  "chat data (loom prepare chat): fill each row of data.seq_len with several whole "
+                                  "examples, attention and positions restarting at each; false (TRL's default): one "
+                                  "example per row, padded",
+                                  REF(packing)),
+              token_files),
   };
   return keys;
 }

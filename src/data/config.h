@@ -29,6 +29,7 @@ struct DataConfig {
   int64_t num_inputs = 128;   // random_classification
   int64_t seq_len = 512;      // random_tokens
   int64_t vocab_size = 2048;  // random_tokens: tokens in [1, vocab_size)
+  bool packing = false;       // chat data: several examples per row (data/packing.h), else one, padded
 };
 
 // What a data source needs from outside `data.*` (train/config.h: data_context(config)).

@@ -3,11 +3,13 @@
 #include <filesystem>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/chat_data.h"
+#include "data/packing.h"
 #include "data/token_data.h"
 
 namespace loom {
@@ -16,6 +18,15 @@ int64_t Batch::targets(int64_t first, int64_t n) const {
   const auto per = static_cast<int64_t>(labels.size()) / batch_size;
   return std::count_if(labels.begin() + first * per, labels.begin() + (first + n) * per,
                        [](int32_t l) { return l >= 0; });
+}
+
+Batch token_batch(int64_t B, int64_t T, bool positions) {
+  Batch b;
+  b.batch_size = B;
+  b.inputs.resize(static_cast<size_t>(B * T) * sizeof(int32_t));
+  b.labels.resize(static_cast<size_t>(B * T));
+  if (positions) b.positions.resize(static_cast<size_t>(B * T));
+  return b;
 }
 
 Batch random_classification_batch(const DataConfig& d, const DataContext& cx) {
@@ -54,6 +65,12 @@ Batch random_tokens_batch(const DataConfig& d, const DataContext& cx) {
   return b;
 }
 
+bool rows_of_examples(const DataConfig& d) {
+  if (d.kind != DataKind::tokens) return false;
+  std::error_code ec;
+  return std::filesystem::exists(std::filesystem::path(d.dir) / "meta.json", ec) && read_token_meta(d.dir).chat;
+}
+
 DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
   if (d.kind != DataKind::tokens) {
     fixed_ = make_batch(d, cx);
@@ -78,6 +95,10 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
                         ": labels beyond the logits cannot be scored",
                     "set model.num_outputs to at least " + std::to_string(meta.vocab_size));
   tokenizer_ = meta.tokenizer;
+  if (d.packing && !meta.chat)
+    throw UserError("data.packing = true",
+                    d.dir + " holds one stream of tokens, not examples (its meta.json has no \"chat\")",
+                    "prepare the examples with `loom prepare chat`, or set data.packing = false");
   const auto open = [&](const char* split) {
     return std::make_unique<ChatSplit>(meta.chat ? open_chat_split(d.dir, split)
                                                  : ChatSplit{TokenFile::open_split(d.dir, split), {}, {}, 0});
@@ -86,6 +107,24 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
   train_split_ = open("train");
   const TokenFile& train = train_split_->tokens;
   const int64_t mb = d.batch_size / cx.num_minibatches;
+  if (meta.chat) {
+    ExampleRows train_rows = pack_examples(train_split_->docs, d.seq_len, d.packing);
+    int64_t cut = train_rows.truncated;
+    train_rows_ =
+        std::make_unique<ExampleBatcher>(std::move(train_rows), train, mask(*train_split_), d.batch_size, cx.seed);
+    val_split_ = open("val");
+    ExampleRows val_rows = pack_examples(val_split_->docs, d.seq_len, d.packing);
+    cut += val_rows.truncated;
+    if (val_rows.rows() > 0)
+      val_rows_ =
+          std::make_unique<ExampleBatcher>(std::move(val_rows), val_split_->tokens, mask(*val_split_), mb, cx.seed);
+    if (cut > 0)
+      std::fprintf(stderr,
+                   "loom: note: %lld example(s) longer than data.seq_len = %lld cut to it (chat data trains on rows of "
+                   "whole examples)\n",
+                   static_cast<long long>(cut), static_cast<long long>(d.seq_len));
+    return;
+  }
   if (train.size() <= d.seq_len)
     throw UserError(train.path(),
                     "has " + std::to_string(train.size()) + " tokens, fewer than one window of data.seq_len + 1",
@@ -101,11 +140,16 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
 DataSource::~DataSource() = default;
 
 Batch DataSource::train_batch(int64_t step) const {
+  if (train_rows_) return train_rows_->train_batch(static_cast<uint64_t>(step));
   return train_batcher_ ? train_batcher_->train_batch(static_cast<uint64_t>(step)) : fixed_;
 }
-Batch DataSource::val_batch() { return val_batcher_->val_batch(); }
-int64_t DataSource::val_position() const { return val_batcher_ ? val_batcher_->position() : 0; }
+Batch DataSource::val_batch() { return val_rows_ ? val_rows_->val_batch() : val_batcher_->val_batch(); }
+int64_t DataSource::val_position() const {
+  if (val_rows_) return val_rows_->position();
+  return val_batcher_ ? val_batcher_->position() : 0;
+}
 void DataSource::set_val_position(int64_t p) {
+  if (val_rows_) val_rows_->set_position(p);
   if (val_batcher_) val_batcher_->set_position(p);
 }
 

@@ -19,10 +19,16 @@ inline constexpr int32_t kIgnoreLabel = -1;
 struct Batch {
   std::vector<unsigned char> inputs;  // batch_size examples, inputs_bytes_per_example each
   std::vector<int32_t> labels;        // batch_size × labels_per_example; kIgnoreLabel: no target
+  // Rows of whole examples (rows_of_examples): [batch_size, T], each token's position in its
+  // example (data/packing.h); empty otherwise.
+  std::vector<int32_t> positions;
   int64_t batch_size = 0;
   // Training targets (labels >= 0) in examples [first, first + n).
   int64_t targets(int64_t first, int64_t n) const;
 };
+
+// A zeroed batch of B token rows of T: int32 inputs and labels, and positions when `positions`.
+Batch token_batch(int64_t B, int64_t T, bool positions);
 
 // The tutorial's classification batch: inputs ~ N(0, 1) [batch, num_inputs] f32 and labels
 // uniform in [0, num_classes), drawn from the seed. The same batch every step, as in the tutorial.
@@ -36,20 +42,28 @@ Batch random_tokens_batch(const DataConfig& d, const DataContext& cx);
 Batch make_batch(const DataConfig& d, const DataContext& cx);
 
 class TokenBatcher;
+class ExampleBatcher;
 struct ChatSplit;
+
+// Whether the data's rows hold whole examples with their positions (Batch::positions): token data
+// in a directory from `loom prepare chat`. Reads data.dir/meta.json when it exists (a malformed
+// one is a UserError); false for the other kinds and for a directory without one.
+bool rows_of_examples(const DataConfig& d);
 
 // Where training and validation batches come from. random_classification / random_tokens: one
 // fixed batch every step, no validation split. tokens: data.dir prepared by `loom prepare`;
 // training batch k is a pure function of (seed, k) (random windows), so a resumed run sees the
 // same batches; validation walks val.bin deterministically from a position that is checkpointed.
-// A directory from `loom prepare chat` (meta.json has "chat") is read with its loss masks: a
-// label whose token the mask marks 0 is kIgnoreLabel.
+// A directory from `loom prepare chat` (meta.json has "chat") is read with its loss masks (a
+// label whose token the mask marks 0 is kIgnoreLabel) in rows of whole examples, packed or one
+// per row by data.packing (data/packing.h); an example cut to data.seq_len is reported once on
+// stderr with the count. data.packing on other data is a UserError.
 class DataSource {
  public:
   DataSource(const DataConfig& d, const DataContext& cx);  // throws UserError for missing or invalid data
   ~DataSource();
   Batch train_batch(int64_t step) const;
-  bool has_val() const { return val_batcher_ != nullptr; }
+  bool has_val() const { return val_batcher_ != nullptr || val_rows_ != nullptr; }
   Batch val_batch();  // the next validation batch (data.batch_size / num_minibatches rows)
   int64_t val_position() const;
   void set_val_position(int64_t p);
@@ -60,6 +74,7 @@ class DataSource {
   Batch fixed_;
   std::unique_ptr<ChatSplit> train_split_, val_split_;  // tokens, and masks for chat data
   std::unique_ptr<TokenBatcher> train_batcher_, val_batcher_;
+  std::unique_ptr<ExampleBatcher> train_rows_, val_rows_;  // chat data instead of the batchers
   nlohmann::json tokenizer_;
 };
 

@@ -416,19 +416,9 @@ void TokenBatcher::fill_row(Batch& b, int64_t row, int64_t start) const {
   }
 }
 
-namespace {
-Batch empty_batch(int64_t B, int64_t T) {
-  Batch b;
-  b.batch_size = B;
-  b.inputs.resize(static_cast<size_t>(B * T) * sizeof(int32_t));
-  b.labels.resize(static_cast<size_t>(B * T));
-  return b;
-}
-}  // namespace
-
 Batch TokenBatcher::train_batch(uint64_t step) const {
   LOOM_ASSERT(mode_ == BatchMode::train, "TokenBatcher::train_batch on a val batcher");
-  Batch b = empty_batch(batch_size_, seq_len_);
+  Batch b = token_batch(batch_size_, seq_len_, false);
   // A child stream per step: batch k never depends on how many words batches < k consumed.
   HostRng rng = HostRng(named_key(seed_, "data/train")).split(step);
   const auto starts = static_cast<uint64_t>(file_->size() - seq_len_);  // [0, n - T - 1]
@@ -438,7 +428,7 @@ Batch TokenBatcher::train_batch(uint64_t step) const {
 
 Batch TokenBatcher::val_batch() {
   LOOM_ASSERT(mode_ == BatchMode::val, "TokenBatcher::val_batch on a train batcher");
-  Batch b = empty_batch(batch_size_, seq_len_);
+  Batch b = token_batch(batch_size_, seq_len_, false);
   for (int64_t r = 0; r < batch_size_; ++r) {
     fill_row(b, r, position_);
     position_ += seq_len_;

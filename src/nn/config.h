@@ -147,6 +147,10 @@ struct ModelInput {
   int64_t batch = 1;       // examples (sequences) per minibatch
   int64_t num_inputs = 0;  // features per example: a classifier's input width (data.num_inputs)
   int64_t seq_len = 0;     // tokens per sequence: a language model's (data.seq_len)
+  // Rows of whole examples (chat data, packed or padded): a [batch, seq_len] input "positions"
+  // gives each token's position in its example, which restart the position embeddings and keep
+  // attention within an example. false: one sequence per row, positions 0..seq_len-1.
+  bool packed = false;
 };
 
 }  // namespace loom

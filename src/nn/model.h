@@ -14,6 +14,8 @@ struct ModelGraph {
   std::string name;             // "MLPClassifier"
   ValueId inputs = kNoValue;    // persistent input: features or token ids
   ValueId labels = kNoValue;    // persistent input: int32 labels
+  ValueId positions = kNoValue;  // with ModelInput::packed: persistent input, int32 [B, T] positions
+                                 // of the tokens in their examples (data/data.h: Batch::positions)
   ValueId output = kNoValue;    // the model's output (log-probs or logits), before the loss; a
                                 // Transformer's logits are in its compute dtype (its hidden states
                                 // with a fused head: add_fused_classification_loss)

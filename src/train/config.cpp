@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/data.h"
 #include "nn/config_keys.h"
 #include "nn/models.h"
 #include "train/fit.h"
@@ -463,7 +464,10 @@ std::string config_help() {
 }
 
 ModelInput model_input(const Config& c, int64_t minibatch) {
-  return {.batch = minibatch, .num_inputs = c.data.num_inputs, .seq_len = c.data.seq_len};
+  return {.batch = minibatch,
+          .num_inputs = c.data.num_inputs,
+          .seq_len = c.data.seq_len,
+          .packed = rows_of_examples(c.data)};
 }
 
 DataContext data_context(const Config& c) {

@@ -58,6 +58,7 @@ void Evaluator::run_rows(const Batch& b, int64_t first, Metrics& into) {
   const auto row = static_cast<size_t>(first + comm_.rank() * minibatch_size(cfg_, comm_.size()));
   exec_->upload(model_.inputs, b.inputs.data() + row * in_row);
   exec_->upload(model_.labels, b.labels.data() + row * label_row);
+  if (model_.positions != kNoValue) exec_->upload(model_.positions, b.positions.data() + row * label_row);
   exec_->run(RunCtx{.seed = cfg_.seed, .step = 0, .minibatch = 0});
   struct Sums {
     float loss = 0;

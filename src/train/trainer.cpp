@@ -322,6 +322,8 @@ StepReport Trainer::step(const Batch& batch) {
     const uint32_t mb = first + static_cast<uint32_t>(i);
     exec_->upload(prog_.model.inputs, batch.inputs.data() + mb * in_bytes);
     exec_->upload(prog_.model.labels, batch.labels.data() + mb * lab_count);
+    if (prog_.model.positions != kNoValue)
+      exec_->upload(prog_.model.positions, batch.positions.data() + mb * lab_count);
     const RunCtx rc{.seed = cfg_.seed,
                     .step = static_cast<uint64_t>(step_),
                     .minibatch = mb,

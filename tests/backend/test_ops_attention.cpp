@@ -308,6 +308,15 @@ AttnCases make_attention_cases(const DtypePair& p, bool causal, const AttnShape&
   return c;
 }
 
+// Both cases on the backend under test and the reference: out, lse and dqkv close.
+void expect_cases_close(AttnCases& c, const DtypePair& p, const std::string& what) {
+  const Outputs o = run_both(c.fwd);
+  expect_close(o.got[0], o.ref[0], coarser(p.d, p.s), what + " out");
+  expect_close(o.got[1], o.ref[1], coarser(p.d, p.s), what + " lse");
+  const Outputs g = run_both(c.bwd);
+  expect_close(g.got[0], g.ref[0], coarser(p.d, p.s), what + " dqkv");
+}
+
 TEST_P(BackendOpsAttention, Attention) {
   LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_grad);
   for (const DtypePair& p : kAttnDtypes)
@@ -337,12 +346,7 @@ TEST_P(BackendOpsAttention, SlidingWindow) {
       for (const AttnShape& s : {AttnShape{2, 7, 3, 16}, AttnShape{1, 65, 2, 8}, AttnShape{2, 150, 2, 16},
                                  AttnShape{1, 256, 1, 64}, AttnShape{1, 150, 2, 8, 2}, AttnShape{1, 300, 1, 16}}) {
         AttnCases c = make_attention_cases(p, true, s, window);
-        const std::string what = attn_what("attention", p, true, s) + " window=" + std::to_string(window);
-        const Outputs o = run_both(c.fwd);
-        expect_close(o.got[0], o.ref[0], coarser(p.d, p.s), what + " out");
-        expect_close(o.got[1], o.ref[1], coarser(p.d, p.s), what + " lse");
-        const Outputs g = run_both(c.bwd);
-        expect_close(g.got[0], g.ref[0], coarser(p.d, p.s), what + " dqkv");
+        expect_cases_close(c, p, attn_what("attention", p, true, s) + " window=" + std::to_string(window));
       }
 }
 
@@ -369,6 +373,83 @@ TEST_P(BackendOpsAttention, SlidingWindowIsAttentionOverTheLastTokens) {
         else
           ASSERT_NEAR(got, w, 1e-6f * (1 + std::fabs(w))) << be->name() << " row " << i;
       }
+    }
+  }
+}
+
+// Positions [B, T] of packed rows: per row, examples of the given lengths in turn from a list
+// (cycled), each token's position in its example; a row's tail that no example fills is padding,
+// examples of one token (position 0).
+HostTensor packed_positions(int64_t B, int64_t T, const std::vector<int64_t>& lengths) {
+  HostTensor pos(Shape{B, T}, DType::i32);
+  size_t k = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T;) {
+      const int64_t n = std::min(lengths[k++ % lengths.size()], T - t);
+      for (int64_t i = 0; i < n; ++i, ++t) pos.set_i32(b * T + t, static_cast<int32_t>(i));
+    }
+  return pos;
+}
+
+// The attention cases with positions: examples of 1 to 100 tokens, so blocks of 64 query rows
+// span several examples and examples span several blocks (the CPU kernel skips the key blocks
+// before a block's first example), alone and with a window.
+AttnCases make_packed_cases(const DtypePair& p, const AttnShape& s, int32_t window = 0) {
+  const AttentionAttrs at{true, p.s, s.G, window};
+  const Shape qkv = s.qkv(), out = s.out(), lse{s.B, s.H * s.G, s.T}, pos{s.B, s.T};
+  AttnCases c{OpCase(OpKind::attention, {{qkv, p.d}, {pos, DType::i32}}, at),
+              OpCase(OpKind::attention_grad, {{qkv, p.d}, {lse, DType::f32}, {out, p.d}, {pos, DType::i32}}, at)};
+  c.fwd.fill_random(next_seed());
+  c.bwd.fill_random(next_seed());
+  c.fwd.input(1) = packed_positions(s.B, s.T, {5, 1, 70, 3, 100, 17, 1, 1, 40});
+  c.bwd.input(0) = c.fwd.input(0);
+  c.bwd.input(3) = c.fwd.input(1);
+  ReferenceBackend ref;
+  c.bwd.input(1) = c.fwd.run(ref).at(1);
+  return c;
+}
+
+// Packed examples (attention's positions: block-diagonal causal), CPU against the reference.
+TEST_P(BackendOpsAttention, PackedExamples) {
+  LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_grad);
+  for (const DtypePair& p :
+       {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32}, DtypePair{DType::f16, DType::f16}})
+    for (int32_t window : {0, 5})
+      for (const AttnShape& s : {AttnShape{2, 7, 3, 16}, AttnShape{1, 65, 2, 8}, AttnShape{2, 150, 2, 16},
+                                 AttnShape{1, 256, 1, 64}, AttnShape{1, 150, 2, 8, 2}, AttnShape{1, 300, 1, 16}}) {
+        AttnCases c = make_packed_cases(p, s, window);
+        expect_cases_close(c, p, attn_what("attention", p, true, s) + " packed window=" + std::to_string(window));
+      }
+}
+
+// The definition, on both backends: each example's rows of a packed row are causal attention over
+// that example alone, and its gradient (every dout row of other examples zero) is the example's
+// alone; bit for bit on the reference (masked keys add exact zeros to its double sums).
+TEST_P(BackendOpsAttention, PackedExampleIsAttentionAlone) {
+  LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_grad);
+  const AttnShape s{1, 150, 2, 8, 2};
+  const std::vector<int64_t> lengths = {70, 5, 1, 60, 14};  // fills the row exactly
+  AttnCases c = make_packed_cases({DType::f32, DType::f32}, s, 0);
+  c.fwd.input(1) = packed_positions(1, s.T, lengths);
+  c.bwd.input(3) = c.fwd.input(1);
+  const int64_t row = s.H * (s.G + 2) * s.D, orow = s.H * s.G * s.D;  // floats per token of qkv, of out
+  ReferenceBackend ref;
+  for (Backend* be : {&testing::under_test(), static_cast<Backend*>(&ref)}) {
+    const HostTensor out = c.fwd.run(*be).at(0);
+    int64_t first = 0;
+    for (int64_t n : lengths) {
+      const AttnShape sub{1, n, s.H, s.D, s.G};
+      OpCase part(OpKind::attention, {{sub.qkv(), DType::f32}}, AttentionAttrs{true, DType::f32, s.G});
+      for (int64_t k = 0; k < n * row; ++k) part.input(0).set(k, c.fwd.input(0).get(first * row + k));
+      const HostTensor want = part.run(*be).at(0);
+      for (int64_t k = 0; k < n * orow; ++k) {
+        const float got = out.get(first * orow + k), w = want.get(k);
+        if (be == &ref)
+          ASSERT_EQ(got, w) << be->name() << " example at " << first << " element " << k;
+        else
+          ASSERT_NEAR(got, w, 1e-6f * (1 + std::fabs(w))) << be->name() << " example at " << first;
+      }
+      first += n;
     }
   }
 }
@@ -826,6 +907,30 @@ TEST_P(BackendOpsAttention, Rope) {
               ASSERT_EQ(o.ref[0].get(row * W + e), oc.input(0).get(row * W + e)) << what << " value part";
             }
         }
+}
+
+// Per-token positions [B, T] (packed rows): CPU against the reference, and each row (b, t) rotated
+// as rope with positions [T] rotates it when its position is the same.
+TEST_P(BackendOpsAttention, RopePerTokenPositions) {
+  LOOM_REQUIRE_OPS(OpKind::rope);
+  for (DType d : kFloatTypes)
+    for (bool inverse : {false, true}) {
+      const RopeShape r{2, 7, 3, 1, 8};
+      OpCase per_token(OpKind::rope, {{Shape{r.B, r.T, r.S, (r.group + 2) * r.D}, d}, {Shape{r.B, r.T}, DType::i32}},
+                       RopeAttrs{.theta = 10000.f, .group = r.group, .inverse = inverse});
+      per_token.fill_random(next_seed(), 4096);
+      const std::string what = "rope per token " + dn(d) + (inverse ? " inverse " : " ") + r.str();
+      const Outputs o = run_both(per_token);
+      expect_close(o.got[0], o.ref[0], d, what);
+      for (int64_t b = 0; b < r.B; ++b) {
+        OpCase one = make_rope_case(d, {1, r.T, r.S, r.group, r.D}, inverse);
+        const int64_t n = r.T * r.S * (r.group + 2) * r.D;
+        for (int64_t k = 0; k < n; ++k) one.input(0).set(k, per_token.input(0).get(b * n + k));
+        for (int64_t t = 0; t < r.T; ++t) one.input(1).set_i32(t, per_token.input(1).get_i32(b * r.T + t));
+        const HostTensor want = one.run(testing::under_test()).at(0);
+        for (int64_t k = 0; k < n; ++k) ASSERT_EQ(o.got[0].get(b * n + k), want.get(k)) << what << " row " << b;
+      }
+    }
 }
 
 // The definition on both backends: position 0 is the identity; with D = 2 the one frequency is 1,

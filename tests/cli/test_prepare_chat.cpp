@@ -65,6 +65,7 @@ TEST(PrepareChat, WritesTokensMasksAndReportsTargets) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("conversational data, loss on assistant"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("train has 9 examples"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("train at block size 1024: packed 1 rows"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("val has 1 examples"), std::string::npos) << r.out;
   for (const char* f :
        {"train.bin", "val.bin", "train_mask.bin", "val_mask.bin", "train_docs.bin", "val_docs.bin", "meta.json"})

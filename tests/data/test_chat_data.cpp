@@ -221,6 +221,7 @@ TEST(ChatData, PrepareWritesTokensMasksAndBoundaries) {
              R"({"role": "assistant", "content": ")" + std::to_string(k + 1) + R"("}]})" + "\n";
   write_file(d.path("data.jsonl"), lines);
   ChatOptions o{d.path(), d.path("data.jsonl"), d.path("out"), "", "", 0.2};
+  o.block_size = 100;
   const PreparedChat r = prepare_chat(o);
   EXPECT_EQ(r.examples[0], 8);
   EXPECT_EQ(r.examples[1], 2);
@@ -260,6 +261,25 @@ TEST(ChatData, PrepareWritesTokensMasksAndBoundaries) {
     EXPECT_EQ(tok->decode(target_ids), std::to_string(k + 1) + "<|im_end|>\n");
   }
   EXPECT_EQ(targets, r.targets[0]);
+  // The packing report at the block size: examples of n tokens take n − 1 positions; packed,
+  // rows fill in order while the next example fits; unpacked, one row each.
+  int64_t used = 0, rows = 0, fill = o.block_size;
+  for (size_t k = 0; k < 8; ++k) {
+    const int64_t n = doc(k + 1) - doc(k) - 1;
+    ASSERT_LE(n, o.block_size);
+    used += n;
+    if (fill + n > o.block_size) {
+      ++rows;
+      fill = 0;
+    }
+    fill += n;
+  }
+  EXPECT_EQ(r.packed[0].rows(), rows);
+  EXPECT_EQ(r.padded[0].rows(), 8);
+  EXPECT_DOUBLE_EQ(r.packed[0].efficiency(), static_cast<double>(used) / static_cast<double>(rows * o.block_size));
+  EXPECT_DOUBLE_EQ(r.padded[0].efficiency(), static_cast<double>(used) / static_cast<double>(8 * o.block_size));
+  EXPECT_GT(rows, 1);
+  EXPECT_LT(rows, 8);
 }
 
 TEST(ChatData, AFailedPrepareLeavesTheOutputAsItWas) {

@@ -229,7 +229,8 @@ TEST(Dist, MaskedTargetsTrainAlikeWithAnyMinibatchesAndRanks) {
   const fs::path data = scratch("chat_data");
   loom::testing::ChatSplitData split[2];
   uint64_t z = 12345;
-  for (int s = 0; s < 2; ++s)
+  for (int s = 0; s < 2; ++s) {
+    split[s].docs = {0};
     while (split[s].tokens.size() < (s == 0 ? 3000u : 600u)) {
       z = z * 6364136223846793005ull + 1442695040888963407ull;
       const auto len = static_cast<size_t>(4 + (z >> 33) % 40);
@@ -237,7 +238,9 @@ TEST(Dist, MaskedTargetsTrainAlikeWithAnyMinibatchesAndRanks) {
         split[s].tokens.push_back(static_cast<uint16_t>(1 + (z >> (i % 50)) % 19));
         split[s].mask.push_back(i >= len / 2 ? 1 : 0);
       }
+      split[s].docs.push_back(split[s].tokens.size());  // one padded row per example
     }
+  }
   std::ifstream meta(fixture().data / "meta.json");
   loom::testing::write_chat_dir(data, split[0], split[1], 20, nlohmann::json::parse(meta)["tokenizer"]);
   const std::string common = "data.dir=" + data.string() + " model.dropout_rate=0 optimizer.num_minibatches=";

@@ -101,6 +101,24 @@ TEST_P(VjpFdAttention, RopeThenAttention) {
     }
 }
 
+// Packed examples (attention's positions input): row 0 holds examples of 2, 3 and 1 tokens, row 1
+// one of 6; then per-token rope at the same positions before it, as a packed Llama-style row.
+TEST_P(VjpFdAttention, PackedExamples) {
+  for (int32_t group : {1, 2})
+    for (bool rope : {false, true}) {
+      Options o;
+      o.int_inputs["positions"] = {0, 1, 0, 1, 2, 0, 0, 1, 2, 3, 4, 5};
+      check_vjp(
+          [group, rope](const Scope& s) {
+            const ValueId pos = s.graph().add_input("positions", Shape{2, 6}, DType::i32);
+            ValueId qkv = s.param("qkv", Shape{2, 6, 2, (group + 2) * 4}, {});  // B=2, T=6, KV=2, D=4
+            if (rope) qkv = s.op1(OpKind::rope, {qkv, pos}, RopeAttrs{.theta = 100.f, .group = group});
+            return s.op(OpKind::attention, {qkv, pos}, AttentionAttrs{true, DType::f32, group}).at(0);
+          },
+          o);
+    }
+}
+
 // Grouped-query attention alone, full and causal: dk and dv sum over each group's query heads.
 TEST_P(VjpFdAttention, GroupedQuery) {
   for (bool causal : {false, true})

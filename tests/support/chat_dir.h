@@ -1,7 +1,6 @@
 // A chat data directory written directly (the files `loom prepare chat` writes, data/chat_data.h):
-// train and val tokens with their loss masks, each split one example, and meta.json with the
-// "chat" entry and its target counts. For tests that train on masked tokens without a tokenizer
-// or a template.
+// train and val tokens with their loss masks, each split one example unless its docs say otherwise, and meta.json with
+// the "chat" entry and its target counts. For tests that train on masked tokens without a tokenizer or a template.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -14,7 +13,8 @@ namespace loom::testing {
 
 struct ChatSplitData {
   std::vector<uint16_t> tokens;
-  std::vector<uint8_t> mask;  // [tokens], 1 = a target
+  std::vector<uint8_t> mask;   // [tokens], 1 = a target
+  std::vector<uint64_t> docs;  // example boundaries (S_docs.bin); empty: one example, {0, tokens}
 };
 
 // `tokenizer` goes into meta.json as it is (a Tokenizer::to_json object).
@@ -24,15 +24,16 @@ inline void write_chat_dir(const std::filesystem::path& dir, const ChatSplitData
   const auto bytes = [](const std::filesystem::path& p, const void* data, size_t n) {
     std::ofstream(p, std::ios::binary).write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
   };
-  nlohmann::json chat = {{"data_format", "text"}, {"loss_on", "all"}, {"template", nullptr}, {"train_examples", 1},
-                         {"val_examples", 1},     {"mask", "uint8"},  {"docs", "uint64"}};
+  nlohmann::json chat = {
+      {"data_format", "text"}, {"loss_on", "all"}, {"template", nullptr}, {"mask", "uint8"}, {"docs", "uint64"}};
   const std::pair<const char*, const ChatSplitData*> splits[] = {{"train", &train}, {"val", &val}};
   for (const auto& [name, s] : splits) {
     const std::string n = name;
     bytes(dir / (n + ".bin"), s->tokens.data(), s->tokens.size() * 2);
     bytes(dir / (n + "_mask.bin"), s->mask.data(), s->mask.size());
-    const uint64_t docs[2] = {0, s->tokens.size()};
-    bytes(dir / (n + "_docs.bin"), docs, sizeof docs);
+    const std::vector<uint64_t> docs = s->docs.empty() ? std::vector<uint64_t>{0, s->tokens.size()} : s->docs;
+    bytes(dir / (n + "_docs.bin"), docs.data(), docs.size() * 8);
+    chat[n + "_examples"] = docs.size() - 1;
     int64_t targets = 0;
     for (uint8_t m : s->mask) targets += m;
     chat[n + "_target_tokens"] = targets;

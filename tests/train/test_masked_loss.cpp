@@ -128,7 +128,7 @@ TEST(MaskedLoss, ABatchWithoutTargetsHasNoGradient) {
 
 // The validation loss has the same convention: over chat data whose val mask is M, its
 // complement or all ones, the evaluator's sums and counts split as the tokens do, and its counts
-// are the targets of the windows it walked.
+// are the targets of the rows it walked (examples of 17 tokens: one row of 16 positions each).
 TEST(MaskedLoss, ValidationCountsAndAveragesTargetTokens) {
   namespace fs = std::filesystem;
   const fs::path root = fs::temp_directory_path() / ("loom_test_masked_val_" + std::to_string(getpid()));
@@ -143,6 +143,8 @@ TEST(MaskedLoss, ValidationCountsAndAveragesTargetTokens) {
       const bool m = (i * i + i / 4) % 5 < 2;
       val[k].mask.push_back(k == 2 || (k == 0) == m ? 1 : 0);
     }
+    for (uint64_t d = 0; d < train.tokens.size(); d += 17) val[k].docs.push_back(d);
+    val[k].docs.push_back(train.tokens.size());
   }
   Metrics got[3];
   int64_t want_count[3] = {0, 0, 0};
@@ -156,8 +158,9 @@ TEST(MaskedLoss, ValidationCountsAndAveragesTargetTokens) {
     Trainer t(c, *be);
     Evaluator ev(t, *be);
     DataSource data(c.data, data_context(c));
-    got[k] = ev.validation(data, 3);  // 3 batches of 2 windows of 16: tokens 1..96 predicted
-    for (size_t i = 1; i <= 96; ++i) want_count[k] += val[k].mask[i];
+    got[k] = ev.validation(data, 3);  // 3 batches of 2 rows: examples 0..5, tokens 1..16 of each predicted
+    for (size_t e = 0; e < 6; ++e)
+      for (size_t i = 1; i <= 16; ++i) want_count[k] += val[k].mask[17 * e + i];
   }
   for (int k = 0; k < 3; ++k) {
     EXPECT_EQ(got[k].loss.count, want_count[k]) << k;

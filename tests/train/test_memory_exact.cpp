@@ -8,7 +8,11 @@
 // evaluates adds the evaluation program, which `loom memory` counts too (the last test).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <array>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +24,7 @@
 #include "dist/comm.h"
 #include "io/param_io.h"
 #include "report/memory_report.h"
+#include "support/chat_dir.h"
 #include "train/config.h"
 #include "train/evaluator.h"
 #include "train/trainer.h"
@@ -92,14 +97,15 @@ Config on_prepared_tokens(const std::string& dtype, const std::string& remat, in
   return default_config(o);
 }
 
-void expect_holds_the_plan(const Config& c, const std::string& what) {
+// `batch`: the step's batch (the fixed one of the random kinds when nullptr).
+void expect_holds_the_plan(const Config& c, const std::string& what, const Batch* batch = nullptr) {
   const MemoryReport plan = memory_report(c, 0);
   set_num_threads(static_cast<int>(c.threads));  // the count the plan is for, as `loom train` sets it
   auto cpu = make_backend("cpu");
   CountingBackend be(*cpu);
   {
     Trainer t(c, be);
-    const Batch b = make_batch(c.data, data_context(c));
+    const Batch b = batch ? *batch : make_batch(c.data, data_context(c));
     t.step(b);  // both minibatches: the first assigns the gradients, the second adds into them
     // The backend's memory: all the plan counts but the checkpoint stream buffer (host memory, held
     // while saving or resuming, which tests/dist's checkpoint worker measures).
@@ -156,6 +162,37 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
       qwen3.push_back(o);
     expect_holds_the_plan(default_config(qwen3), "Gemma 3's layers, bfloat16 remat " + remat);
   }
+}
+
+// Rows of packed chat examples (data.packing): the positions input [B, T], the per-token position
+// embeddings [B, T, C] (learned) or rotations (rope) and attention's masks are planned exactly too.
+TEST(MemoryExact, PackedRowsHoldExactlyTheirPlan) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("loom_test_memory_packed_" + std::to_string(getpid()));
+  testing::ChatSplitData s;
+  s.docs = {0};
+  for (int64_t k = 0; s.tokens.size() < 3000; ++k) {
+    const int64_t n = std::array<int64_t, 5>{30, 90, 61, 200, 17}[static_cast<size_t>(k % 5)];
+    for (int64_t i = 0; i < n; ++i) {
+      s.tokens.push_back(static_cast<uint16_t>(1 + (k * 131 + i * 17) % 2000));
+      s.mask.push_back(i % 4 != 0);
+    }
+    s.docs.push_back(s.tokens.size());
+  }
+  testing::write_chat_dir(dir, s, s, 2048, nlohmann::json::object());
+  for (bool rope : {false, true}) {
+    std::vector<std::string> o = small_transformer("bfloat16", "MLP,Attn");
+    for (const std::string& kv :
+         {std::string("data.kind=tokens"), std::string("data.packing=true"), "data.dir=" + dir.string()})
+      o.push_back(kv);
+    if (rope)
+      for (const char* kv : {"model.norm=rmsnorm", "model.position=rope", "model.num_kv_heads=2"}) o.push_back(kv);
+    const Config c = default_config(o);
+    const Batch b = DataSource(c.data, data_context(c)).train_batch(0);
+    ASSERT_EQ(b.positions.size(), static_cast<size_t>(4 * 128));
+    expect_holds_the_plan(c, rope ? "packed rows, rope" : "packed rows, learned positions", &b);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(MemoryExact, Gpt2ShapeHoldsExactlyItsPlan) {

@@ -27,7 +27,8 @@
 //
 // Causal masking: query rows [r0, r1) see only keys [0, r1), so each block of kBq rows computes
 // its products against those keys and skips the blocks above the diagonal (with a sliding window
-// also the whole kBq-blocks of keys before the window of row r0: Geometry::block_first_key); inside the diagonal
+// or packed examples also the whole kBq-blocks of keys before the window or the example of row
+// r0: Geometry::block_first_key); inside the diagonal
 // block the masked weights are zeroed, and product() also leaves out the tiles and terms of it
 // that are all masked (Skip). Without the mask one block covers all rows and keys. The backward's
 // dV and dK (sums over query rows) accumulate block by block. Skipped and zeroed terms are exact
@@ -92,7 +93,9 @@ struct Geometry {
   bool causal;
   int64_t window;  // 0: none (AttentionAttrs::window)
   float scale;     // round_d(D^-0.5), or of AttentionAttrs::scale
-  explicit Geometry(const TensorArg& qkv, const AttentionAttrs& at)
+  // [B, T], each token's position in its example (packed rows, ops.def), or nullptr: one sequence.
+  const int32_t* positions;
+  explicit Geometry(const TensorArg& qkv, const AttentionAttrs& at, const int32_t* positions = nullptr)
       : B(qkv.shape[0]),
         T(qkv.shape[1]),
         KV(qkv.shape[2]),
@@ -103,7 +106,8 @@ struct Geometry {
         s(at.softmax_dtype),
         causal(at.causal),
         window(at.window),
-        scale(round_to(qkv.dtype, static_cast<float>(attention_scale(at, D)))) {}
+        scale(round_to(qkv.dtype, static_cast<float>(attention_scale(at, D)))),
+        positions(positions) {}
   // Offset of element 0 of query head h's part (0 = its q, 1 = its group's k, 2 = v) of row (b, t)
   // in qkv / dqkv.
   int64_t qkv_at(int64_t b, int64_t t, int64_t h, int part) const {
@@ -112,15 +116,21 @@ struct Geometry {
   }
   int64_t qkv_ld() const { return KV * (G + 2) * D; }  // between rows t of qkv
   int64_t out_at(int64_t b, int64_t t, int64_t h) const { return ((b * T + t) * H + h) * D; }
-  // Query row i sees keys [first_key(i), keys(i)).
+  // Query row i of sequence b sees keys [first_key(b, i), keys(i)): the window's, and its own
+  // example's (an example starts at i − positions[b, i]). Both never decrease with i.
   int64_t keys(int64_t i) const { return causal ? i + 1 : T; }
-  int64_t first_key(int64_t i) const { return window > 0 ? std::max<int64_t>(0, i - window + 1) : 0; }
-  // Query rows per block, and the keys [block_first_key(r0), block_keys(r1)) that the block of rows
-  // [r0, r1) computes: with a window it starts at the first key of row r0 rounded down to a block
-  // (whole vectors, so Kᵀ's columns from it stay aligned), so a block's work is O(window + kBq),
-  // not O(T). Keys outside a row's window inside that range are masked like the causal ones.
+  int64_t first_key(int64_t b, int64_t i) const {
+    const int64_t w = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+    return positions ? std::max<int64_t>(w, i - positions[b * T + i]) : w;
+  }
+  // Query rows per block, and the keys [block_first_key(b, r0), block_keys(r1)) that the block of
+  // rows [r0, r1) computes: with a window or packed examples it starts at the first key of row r0
+  // rounded down to a block (whole vectors, so Kᵀ's columns from it stay aligned), so a block's
+  // work is O(window + kBq), or O(example + kBq): the pairs of a packed row are about the sum of its
+  // examples' squares, not T². Keys outside a row's window or example inside that range are masked
+  // like the causal ones.
   int64_t block_rows() const { return causal ? std::min(kBq, T) : T; }
-  int64_t block_first_key(int64_t r0) const { return first_key(r0) / kBq * kBq; }
+  int64_t block_first_key(int64_t b, int64_t r0) const { return first_key(b, r0) / kBq * kBq; }
   int64_t block_keys(int64_t r1) const { return causal ? r1 : T; }
   // The width the row loops of row i run over in a block of c keys from k0: its keys rounded up to
   // whole vectors, so the vectorised exp has no scalar tail; past it the row is all masked (weight 0).
@@ -217,8 +227,8 @@ void transpose(const Geometry& g, const Rows& x, float* Xt) {
 // the row's max, and exp of them is exactly 0, so the row loops run over whole vectors instead of
 // each row's own length (its sums gain only exact zeros). Past its width a row is left unset
 // (product() may skip it).
-void logits(const Geometry& g, const float* Q, const Rows& K, const float* Kt, int64_t r0, int64_t r1, int64_t k0,
-            int64_t c, float* S) {
+void logits(const Geometry& g, const float* Q, const Rows& K, const float* Kt, int64_t b, int64_t r0, int64_t r1,
+            int64_t k0, int64_t c, float* S) {
   const int64_t cp = whole_vectors(c);
   mul(g, {false, r1 - r0, c, g.D, Q + r0 * g.D, g.D, Kt ? Kt + k0 : nullptr, g.Tp(), S, cp, false, Skip::cols, r0 - k0,
           K.p + k0 * K.ld, K.ld});
@@ -228,7 +238,7 @@ void logits(const Geometry& g, const float* Q, const Rows& K, const float* Kt, i
     const int64_t w = g.row_width(i, k0, c);
     round_inplace(row, w, g.s);
     std::fill(row + g.keys(i) - k0, row + w, kMasked);
-    std::fill(row, row + g.first_key(i) - k0, kMasked);
+    std::fill(row, row + g.first_key(b, i) - k0, kMasked);
   }
 }
 
@@ -304,7 +314,7 @@ void cpu_attention(const KernelArgs& a) {
   const auto& at = std::get<AttentionAttrs>(a.node.attrs);
   const TensorArg& qkv = a.in[0];
   const TensorArg& out = a.out[0];
-  const Geometry g(qkv, at);
+  const Geometry g(qkv, at, a.in.size() > 1 ? a.in[1].as<const int32_t>() : nullptr);
   LOOM_ASSERT(out.shape == (Shape{g.B, g.T, g.H, g.D}) && out.dtype == g.d);
   LOOM_ASSERT(a.out[1].shape == (Shape{g.B, g.H, g.T}) && a.out[1].dtype == DType::f32);
   float* lse = a.out[1].as<float>();
@@ -327,9 +337,9 @@ void cpu_attention(const KernelArgs& a) {
     const Slice o = out_rows(g, out, b, h);
     const Rows O = result(g, o, g.d == DType::f32, fb.O);
     for (int64_t r0 = 0; r0 < T; r0 += bq) {
-      const int64_t r1 = std::min(T, r0 + bq), k0 = g.block_first_key(r0), c = g.block_keys(r1) - k0;
+      const int64_t r1 = std::min(T, r0 + bq), k0 = g.block_first_key(b, r0), c = g.block_keys(r1) - k0;
       const int64_t cp = whole_vectors(c);
-      logits(g, Q, K, fb.Kt, r0, r1, k0, c, S);
+      logits(g, Q, K, fb.Kt, b, r0, r1, k0, c, S);
       for (int64_t i = r0; i < r1; ++i) {
         float* row = S + (i - r0) * cp;
         const int64_t w = g.row_width(i, k0, c);
@@ -352,7 +362,7 @@ void cpu_attention_grad(const KernelArgs& a) {
   const TensorArg& qkv = a.in[0];
   const TensorArg& dout = a.in[2];
   const TensorArg& dqkv = a.out[0];
-  const Geometry g(qkv, at);
+  const Geometry g(qkv, at, a.in.size() > 3 ? a.in[3].as<const int32_t>() : nullptr);
   LOOM_ASSERT(a.in[1].shape == (Shape{g.B, g.H, g.T}) && a.in[1].dtype == DType::f32);
   LOOM_ASSERT(dout.shape == (Shape{g.B, g.T, g.H, g.D}) && dout.dtype == g.d);
   LOOM_ASSERT(dqkv.shape == qkv.shape && dqkv.dtype == g.d);
@@ -400,9 +410,9 @@ void cpu_attention_grad(const KernelArgs& a) {
       const Slice dq = qkv_part(g, dqkv, b, h, 0);
       const Rows dQ = result(g, dq, in_place, bb.dQ);
       for (int64_t r0 = 0; r0 < T; r0 += bq) {
-        const int64_t r1 = std::min(T, r0 + bq), m = r1 - r0, k0 = g.block_first_key(r0), c = g.block_keys(r1) - k0;
-        const int64_t cp = whole_vectors(c);
-        logits(g, Q, K, Kt, r0, r1, k0, c, P);
+        const int64_t r1 = std::min(T, r0 + bq), m = r1 - r0, k0 = g.block_first_key(b, r0);
+        const int64_t c = g.block_keys(r1) - k0, cp = whole_vectors(c);
+        logits(g, Q, K, Kt, b, r0, r1, k0, c, P);
         // P, W and dS are zero past each row's width, up to the padded stride cp (so the whole
         // block rounds and copies as one run).
         for (int64_t i = r0; i < r1; ++i) {
@@ -517,7 +527,7 @@ void cpu_attention_decode(const KernelArgs& a) {
   auto cache_at = [&](int64_t b, int64_t t, int64_t h) { return ((b * Tmax + t) * g.KV + h / g.G) * D; };
   store_kv(g, qkv, kc, vc, 0, pos);
   // Rows [lo, pos] (a window's last rows), n of them: w[j] is row lo + j's weight.
-  const int64_t lo = g.first_key(pos), n = int64_t{pos} + 1 - lo, pairs = g.B * g.H;
+  const int64_t lo = g.first_key(0, pos), n = int64_t{pos} + 1 - lo, pairs = g.B * g.H;
   const bool round_q_d = g.d != DType::f32, round_s = rounding_changes(g.d, g.s);
   // bf16 caches read in place: the same products as on widened copies, without a copy per row
   // (perf put this op, copying row by row, at a quarter of a bf16 GPT-2 token's time).
@@ -584,10 +594,10 @@ LOOM_CPU_NO_WORKSPACE(kv_cache_write)
 
 namespace loom {
 
-// RoPE: the cos/sin table [T, D] (per position: D/2 cosines, then D/2 sines, sines negated for
-// the inverse) is built once per call, then each (b, t, row) of qkv is widened into its thread's
-// row buffer, its rotated heads turned pair by pair in f32 and the row stored back (the value part
-// unchanged): a row is read whole before it is written, so the op may run in place.
+// RoPE: the cos/sin table [P, D], P the positions (T, or B·T per-token ones of packed rows; per
+// position: D/2 cosines, then D/2 sines, sines negated for the inverse) is built once per call, then each (b, t, row)
+// of qkv is widened into its thread's row buffer, its rotated heads turned pair by pair in f32 and the row stored back
+// (the value part unchanged): a row is read whole before it is written, so the op may run in place.
 namespace {
 struct RopeSpans {
   float* table;
@@ -598,7 +608,7 @@ RopeSpans rope_spans(Bump& ws, const KernelArgs& a) {
   const Shape& s = a.in[0].shape;
   const int64_t rows = s[0] * s[1] * s[2];
   const int team = ws.team(rows * s[3] >= kParallelMin, rows);
-  return {.table = ws.take<float>(s[1] * (s[3] / (std::get<RopeAttrs>(a.node.attrs).group + 2))),
+  return {.table = ws.take<float>(a.in[1].shape.numel() * (s[3] / (std::get<RopeAttrs>(a.node.attrs).group + 2))),
           .row = ws.per_thread<float>(s[3], team),
           .team = team};
 }
@@ -612,13 +622,14 @@ void cpu_rope(const KernelArgs& a) {
   const int64_t parts = at.group + 2, D = W / parts, half = D / 2;
   LOOM_ASSERT(y.shape == x.shape && y.dtype == x.dtype);
   const int32_t* positions = a.in[1].as<const int32_t>();
+  const int64_t P = a.in[1].shape.numel();  // T, or B·T per-token positions
   Bump ws(a.workspace);
   const RopeSpans sp = rope_spans(ws, a);
   // One region for both loops: the table's implicit barrier is all that separates them.
 #pragma omp parallel num_threads(sp.team)
   {
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < T; ++t)
+    for (int64_t t = 0; t < P; ++t)
       for (int64_t i = 0; i < half; ++i) {
         const RopeCosSin cs = rope_cos_sin(at, D, i, positions[t]);
         sp.table[t * D + i] = cs.cos;
@@ -627,7 +638,7 @@ void cpu_rope(const KernelArgs& a) {
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       float* buf = sp.row.mine();
-      const float* cos = sp.table + (r / S % T) * D;
+      const float* cos = sp.table + (r / S % P) * D;
       const float* sin = cos + half;
       load_f32(x.data, x.dtype, r * W, buf, W);
       for (int64_t p = 0; p + 1 < parts; ++p) {

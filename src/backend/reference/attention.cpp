@@ -49,13 +49,28 @@ struct Dims {
   int64_t lse(int64_t b, int64_t h, int64_t t) const { return (b * H + h) * T + t; }
 };
 
+// Whether query row i of sequence b sees key row j: the attributes' mask and, with the optional
+// positions [B, T] (`pos`, nullptr without), keys of the query's own example only.
+struct Mask {
+  const AttentionAttrs& at;
+  const TensorArg* pos;
+  int64_t T;
+  bool sees(int64_t b, int64_t i, int64_t j) const {
+    return at.sees(i, j) && (!pos || j >= i - refk::ld_i32(*pos, b * T + i));
+  }
+};
+Mask mask_of(const KernelArgs& a, size_t positions_input, int64_t T) {
+  const auto& at = std::get<AttentionAttrs>(a.node.attrs);
+  return {at, a.in.size() > positions_input ? &a.in[positions_input] : nullptr, T};
+}
+
 // One (b, h) pair's operands: qs = round_s(round_d(q·scale)), ks = round_s(k), and the logits
 // round_s(qs·ksᵀ) with the mask applied, all [T, D] / [T, T] row-major.
 struct Operands {
   std::vector<double> qs, ks, logits;
 };
 
-Operands operands(const TensorArg& qkv, const Dims& n, int64_t b, int64_t h, const AttentionAttrs& at) {
+Operands operands(const TensorArg& qkv, const Dims& n, int64_t b, int64_t h, const AttentionAttrs& at, const Mask& m) {
   const DType d = qkv.dtype, s = at.softmax_dtype;
   auto rs = [s](double x) { return s == DType::f32 ? x : rnd(s, x); };
   // JAX: query * D**-0.5 (or attrs.scale) with the Python scalar cast to the query's dtype.
@@ -73,7 +88,7 @@ Operands operands(const TensorArg& qkv, const Dims& n, int64_t b, int64_t h, con
       double acc = 0;
       for (int64_t e = 0; e < n.D; ++e)
         acc += o.qs[static_cast<size_t>(i * n.D + e)] * o.ks[static_cast<size_t>(j * n.D + e)];
-      o.logits[static_cast<size_t>(i * n.T + j)] = at.sees(i, j) ? rs(acc) : finfo_min(s);
+      o.logits[static_cast<size_t>(i * n.T + j)] = m.sees(b, i, j) ? rs(acc) : finfo_min(s);
     }
   return o;
 }
@@ -90,10 +105,11 @@ void ref_attention(const KernelArgs& a) {
   const DType d = qkv.dtype, s = at.softmax_dtype;
   LOOM_ASSERT(out.shape == (Shape{n.B, n.T, n.H, n.D}) && out.dtype == d);
   LOOM_ASSERT(lse.shape == (Shape{n.B, n.H, n.T}) && lse.dtype == DType::f32);
+  const Mask m = mask_of(a, 1, n.T);
   std::vector<double> w(static_cast<size_t>(n.T));
   for (int64_t b = 0; b < n.B; ++b)
     for (int64_t h = 0; h < n.H; ++h) {
-      const Operands o = operands(qkv, n, b, h, at);
+      const Operands o = operands(qkv, n, b, h, at, m);
       for (int64_t i = 0; i < n.T; ++i) {
         const double* l = o.logits.data() + i * n.T;
         double mx = -std::numeric_limits<double>::infinity();
@@ -131,6 +147,7 @@ void ref_attention_grad(const KernelArgs& a) {
   LOOM_ASSERT(lse.shape == (Shape{n.B, n.H, n.T}) && lse.dtype == DType::f32);
   LOOM_ASSERT(dout.shape == (Shape{n.B, n.T, n.H, n.D}) && dqkv.shape == qkv.shape && dqkv.dtype == d);
   const double scale = rnd(d, attention_scale(at, n.D));
+  const Mask m = mask_of(a, 3, n.T);
   const auto TT = static_cast<size_t>(n.T * n.T), TD = static_cast<size_t>(n.T * n.D);
   std::vector<double> p(TT), ds(TT), dk(TD), dv(TD);  // dk, dv: the sums over a group's heads
   for (int64_t b = 0; b < n.B; ++b)
@@ -139,12 +156,12 @@ void ref_attention_grad(const KernelArgs& a) {
         std::fill(dk.begin(), dk.end(), 0.0);
         std::fill(dv.begin(), dv.end(), 0.0);
       }
-      const Operands o = operands(qkv, n, b, h, at);
+      const Operands o = operands(qkv, n, b, h, at, m);
       for (int64_t i = 0; i < n.T; ++i) {
         const double l_i = ld(lse, n.lse(b, h, i));
         for (int64_t j = 0; j < n.T; ++j) {
           const auto k = static_cast<size_t>(i * n.T + j);
-          p[k] = at.sees(i, j) ? rs(std::exp(o.logits[k] - l_i)) : 0.0;
+          p[k] = m.sees(b, i, j) ? rs(std::exp(o.logits[k] - l_i)) : 0.0;
         }
       }
       // dv[j] = round_d(Σ_heads Σ_i w[i, j]·dout[i])
@@ -273,7 +290,7 @@ void ref_rope(const KernelArgs& a) {
   LOOM_ASSERT(y.shape == x.shape && y.dtype == x.dtype);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
-      const int32_t pos = refk::ld_i32(a.in[1], t);
+      const int32_t pos = refk::ld_i32(a.in[1], a.in[1].shape.rank == 2 ? b * T + t : t);
       for (int64_t r = 0; r < S; ++r) {
         const int64_t row = ((b * T + t) * S + r) * W;
         for (int64_t p = 0; p + 1 < parts; ++p)

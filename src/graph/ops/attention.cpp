@@ -8,7 +8,8 @@
 //
 //   qs[i] = round_s(round_d(q[i]·scale))            ks[j] = round_s(k[j])
 //   logits[i, j] = round_s(Σ_d qs[i, d]·ks[j, d])   masked (causal and j > i, or a window W and
-//                                                    j <= i − W): finfo(s).min
+//                                                    j <= i − W, or with positions j < i − pos[i],
+//                                                    another example): finfo(s).min
 //   p[i, j] = softmax_j(logits[i, :])                computed in f32/double, round_s'd when s is 16-bit
 //   w = round_d(p)                                   out[i] = round_d(Σ_j w[i, j]·v[j])
 //   lse[i] = log Σ_j exp(logits[i, j])               f32, saved for the backward
@@ -77,11 +78,23 @@ void check_caches(const Graph& g, const Node& n, const Value& qkv, const Heads& 
   }
 }
 
+// Input `i`, when the node has it: the tokens' positions in their examples, int32 [B, T], which
+// make the causal mask block-diagonal (ops.def).
+void check_positions(const Graph& g, const Node& n, const Heads& h, size_t i) {
+  if (n.in.size() <= i) return;
+  if (!attrs_of<AttentionAttrs>(n).causal)
+    op_fail(g, n, "positions (packed examples) need attrs.causal: attention within an example is causal");
+  const Value& pos = in_val(g, n, static_cast<int>(i));
+  if (pos.shape != Shape{h.B, h.T} || pos.dtype != DType::i32)
+    op_fail(g, n, "positions must be int32 [batch, length], each token's position in its example");
+}
+
 }  // namespace
 
 void infer_attention(const Graph& g, const Node& n, ValueDesc* out) {
   const Value& qkv = in_val(g, n, 0);
   const Heads h = check_qkv(g, n, qkv);
+  check_positions(g, n, h, 1);
   out[0] = {Shape{h.B, h.T, h.H, h.D}, qkv.dtype};
   out[1] = {Shape{h.B, h.H, h.T}, DType::f32};
 }
@@ -112,7 +125,9 @@ OpCost cost_attention(const Graph& g, const Node& n) {
 // one there is nothing to emit.
 void vjp_attention(VjpCtx& c) {
   if (c.out_ct[0] == kNoValue || !c.needs[0]) return;
-  c.in_ct[0] = c.emit1(OpKind::attention_grad, {c.in_id(0), c.out_id(1), c.out_ct[0]}, c.node.attrs);
+  std::vector<ValueId> in{c.in_id(0), c.out_id(1), c.out_ct[0]};
+  if (c.node.in.size() > 1) in.push_back(c.in_id(1));  // the positions: the same mask
+  c.in_ct[0] = c.emit1(OpKind::attention_grad, in, c.node.attrs);
 }
 
 void infer_attention_grad(const Graph& g, const Node& n, ValueDesc* out) {
@@ -123,6 +138,7 @@ void infer_attention_grad(const Graph& g, const Node& n, ValueDesc* out) {
   if (lse.shape != Shape{B, H, T} || lse.dtype != DType::f32) op_fail(g, n, "lse must be [B, H, T] float32");
   if (dout.shape != Shape{B, T, H, D} || dout.dtype != qkv.dtype)
     op_fail(g, n, "dout must be [B, T, H, head_dim] in qkv's dtype");
+  check_positions(g, n, {B, T, KV, H, D}, 3);
   out[0] = {qkv.shape, qkv.dtype};
 }
 
@@ -188,8 +204,8 @@ void infer_rope(const Graph& g, const Node& n, ValueDesc* out) {
     op_fail(g, n,
             "qkv's last dim (" + std::to_string(x.shape[3]) +
                 ") must be (group+2)·head_dim with group = " + std::to_string(a.group) + " and an even head_dim");
-  if (pos.shape != Shape{x.shape[1]} || pos.dtype != DType::i32)
-    op_fail(g, n, "positions must be int32 [length] (length = qkv's dim 1)");
+  if ((pos.shape != Shape{x.shape[1]} && pos.shape != Shape{x.shape[0], x.shape[1]}) || pos.dtype != DType::i32)
+    op_fail(g, n, "positions must be int32 [length] or [batch, length] (qkv's dims 0 and 1)");
   out[0] = {x.shape, x.dtype};
 }
 

@@ -152,7 +152,8 @@ RopeAttrs rope_attrs(const ModelConfig& c, double theta, int32_t group) {
 
 // AttentionBlock of layer `layer`: [B, T, C] -> [B, T, C] (with `dec`: over the KV caches, see
 // Cache); the tokens' positions [T] rotate q and k when model.position = rope, with the layer's
-// base, and the layer's window masks (layer_attention).
+// base, and the layer's window masks (layer_attention). Per-token positions [B, T] (packed rows)
+// also confine attention to each example (ops.def: attention's positions).
 ValueId attention_block(const Scope& s, int64_t layer, ValueId x, ValueId positions, const ModelConfig& c, bool train,
                         const Cache* dec) {
   Graph& g = s.graph();
@@ -166,7 +167,7 @@ ValueId attention_block(const Scope& s, int64_t layer, ValueId x, ValueId positi
   // tutorial's (H, 3D).
   const Scope qs = s / "qkv";
   ValueId qkv = linear(qs, h, Shape{C, KV, (G + 2) * D}, c, false, 1, c.qkv_bias);  // [B, T, KV·(G+2)·D]
-  qkv = adapt_qkv(qs, h, view(qs, qkv, Shape{B, T, KV, (G + 2) * D}), c, train);     // [B, T, KV, (G+2)·D]
+  qkv = adapt_qkv(qs, h, view(qs, qkv, Shape{B, T, KV, (G + 2) * D}), c, train);    // [B, T, KV, (G+2)·D]
   const auto group = static_cast<int32_t>(G);
   if (c.qk_norm) {  // Qwen3: each query and key head normalised over D, before rope
     const ParamInit init{c.norm == NormKind::gemma_rmsnorm ? ParamInit::zeros : ParamInit::ones, 0};
@@ -187,8 +188,10 @@ ValueId attention_block(const Scope& s, int64_t layer, ValueId x, ValueId positi
       .group = group,
       .window = static_cast<int32_t>(la.window),
       .scale = c.query_pre_attn_scalar > 0 ? static_cast<float>(std::pow(c.query_pre_attn_scalar, -0.5)) : 0.f};
+  std::vector<ValueId> att_in{qkv};
+  if (g.value(positions).shape.rank == 2) att_in.push_back(positions);  // packed rows
   const ValueId att =
-      dec ? cached_attention(s, qkv, c, attrs, *dec) : s.op(OpKind::attention, {qkv}, attrs).at(0);  // [B, T, H, D]
+      dec ? cached_attention(s, qkv, c, attrs, *dec) : s.op(OpKind::attention, att_in, attrs).at(0);  // [B, T, H, D]
   // DenseGeneral(features=C, axis=(-2, -1)): kernel [H, D, C] (fan_in H·D), bias [C].
   const Scope os = s / "output_layer";
   const ValueId att_flat = view(os, att, Shape{B, T, H * D});
@@ -251,7 +254,7 @@ Trunk transformer_trunk(Graph& g, ValueId tokens, ValueId positions, const Model
   if (c.position == PositionKind::learned) {
     // pos_emb.astype(dtype)[:T]: a gather of rows 0..T-1 rounds exactly like the cast-then-slice.
     const ValueId pos_emb = root.param("pos_emb", Shape{c.max_seq_len, C}, ParamInit{ParamInit::normal, 0.02f});
-    const ValueId pos = root.op1(OpKind::embedding, {positions, pos_emb}, DTypeAttrs{c.dtype});  // [T, C]
+    const ValueId pos = root.op1(OpKind::embedding, {positions, pos_emb}, DTypeAttrs{c.dtype});  // [T, C] or [B, T, C]
     x = root.op1(OpKind::add, {x, pos});
   }
   if (c.embed_dropout) x = dropout(root, x, c.dropout_rate, train);
@@ -269,8 +272,8 @@ Trunk transformer_trunk(Graph& g, ValueId tokens, ValueId positions, const Model
   return Trunk{x, kNoValue, root / "output_layer"};  // its own kernel: the caller creates it
 }
 
-// The logits [B, T, V] of tokens [B, T] at positions [T], in the compute dtype. The tutorial's
-// logits.astype(float32) before the loss is inside the loss ops (graph/ops/loss.cpp: they widen
+// The logits [B, T, V] of tokens [B, T] at positions [T] (or per token, [B, T]: packed rows), in the compute dtype. The
+// tutorial's logits.astype(float32) before the loss is inside the loss ops (graph/ops/loss.cpp: they widen
 // low-precision logits exactly), so a bfloat16 model keeps no float32 copy of the logits or of
 // their gradient; the cached programs cast for the sampler.
 ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const ModelConfig& c, bool train,
@@ -316,7 +319,13 @@ ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool tr
   Graph& g = m.graph;
   m.inputs = g.add_input("inputs", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] token ids
   m.labels = g.add_input("labels", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] next tokens
-  const ValueId positions = positions_from_zero(m, in.seq_len);               // [T]
+  if (in.packed) {
+    if (!c.causal_mask)
+      throw UserError("model.causal_mask = false", "packed rows of examples need causal attention",
+                      "set model.causal_mask = true to train on chat data");
+    m.positions = g.add_input("positions", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] in their examples
+  }
+  const ValueId positions = in.packed ? m.positions : positions_from_zero(m, in.seq_len);  // [B, T] or [T]
   if (c.head_chunk == 0) {
     add_classification_loss(m, Scope(g), transformer_logits(g, m.inputs, positions, c, train, nullptr));
     return m;

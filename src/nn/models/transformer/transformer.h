@@ -33,6 +33,9 @@
 namespace loom::nn {
 
 // The model of `c` (model.kind = transformer) for `in.batch` sequences of `in.seq_len` tokens.
+// With in.packed, a row holds several examples: the input "positions" [B, T] (m.positions) restarts
+// the position embeddings (learned or rotary) at each example and keeps attention within it;
+// it needs model.causal_mask (a UserError otherwise).
 // The tutorial's model is block_order = mlp_first, use_bias, untied, init = flax, no embed_dropout.
 ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool train);
 // The MLP's hidden width: model.intermediate_size, or when 0, mlp_expansion·hidden_size for the
