@@ -68,7 +68,6 @@ ValueId lora_update(const Scope& s, ValueId x, ValueId y, std::span<const LoraSl
                     DType dtype, bool train) {
   const Scope t = s.frozen(false);
   const int64_t in = t.graph().value(x).shape.last(), r = c.rank;
-  const Shape ys = t.graph().value(y).shape;
   // PEFT's kaiming_uniform_(a=√5) on lora_A [r, in]: U(±1/√in).
   const ValueId a =
       t.param("a", Shape{in, r}, ParamInit{ParamInit::uniform, static_cast<float>(1.0 / std::sqrt(double(in)))});
