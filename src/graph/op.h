@@ -34,6 +34,9 @@ struct NoAttrs {
 struct DenseAttrs {
   DType compute = DType::f32;  // dtype inputs and kernel are cast to; accumulation is fp32
   bool transpose_w = false;    // the kernel is stored [N, K] (tied embeddings: logits = x · Eᵀ)
+  // N is a small rank (a LoRA adapter's x·A): the VJP leaves x's cotangent dy·Wᵀ to autodiff as a
+  // low-rank term, which adds it into x's other cotangents (add_low_rank) instead of forming it.
+  bool low_rank = false;
   bool operator==(const DenseAttrs&) const = default;
 };
 struct DenseGradAttrs {
@@ -69,11 +72,14 @@ struct LayerNormAttrs {
   bool unit_offset = false;  // rms_norm: the scale used is 1 + scale (Gemma's RMSNorm)
   bool operator==(const LayerNormAttrs&) const = default;
 };
-// add_columns / take_columns: columns [offset, offset + width) of the last dim, times scale.
+// add_low_rank / take_columns: columns [offset, offset + width) of the last dim, times scale;
+// add_low_rank's product in `compute`, its V stored [N, r] when transpose_v.
 struct ColumnsAttrs {
   int64_t offset = 0;
   int64_t width = 0;
   float scale = 1.f;
+  DType compute = DType::f32;
+  bool transpose_v = false;
   bool operator==(const ColumnsAttrs&) const = default;
 };
 struct DropoutAttrs {

@@ -68,17 +68,15 @@ ValueId lora_update(const Scope& s, ValueId x, ValueId y, std::span<const LoraSl
                     DType dtype, bool train) {
   const Scope t = s.frozen(false);
   const int64_t in = t.graph().value(x).shape.last(), r = c.rank;
-  const Shape ys = t.graph().value(y).shape;
   // PEFT's kaiming_uniform_(a=√5) on lora_A [r, in]: U(±1/√in).
   const ValueId a =
       t.param("a", Shape{in, r}, ParamInit{ParamInit::uniform, static_cast<float>(1.0 / std::sqrt(double(in)))});
-  const ValueId xa =
-      t.op1(OpKind::dense, {dropout(t, x, static_cast<float>(c.dropout), train), a}, DenseAttrs{dtype});  // [..., r]
+  const ValueId xa = t.op1(OpKind::dense, {dropout(t, x, static_cast<float>(c.dropout), train), a},
+                           DenseAttrs{.compute = dtype, .low_rank = true});  // [..., r]
   for (const LoraSlice& sl : slices) {
     const ValueId b = t.param(sl.suffix, Shape{r, sl.heads * sl.width}, ParamInit{ParamInit::zeros, 0});
-    const ValueId d = t.op1(OpKind::dense, {xa, b}, DenseAttrs{dtype});  // [..., heads · width]
-    const ValueId dv = sl.heads == 1 ? d : t.op1(OpKind::reshape, {d}, ShapeAttrs{ys.with_last(sl.width)});
-    y = t.op1(OpKind::add_columns, {y, dv}, ColumnsAttrs{.offset = sl.offset, .width = sl.width, .scale = c.scale()});
+    y = t.op1(OpKind::add_low_rank, {y, xa, b},
+              ColumnsAttrs{.offset = sl.offset, .width = sl.width, .scale = c.scale(), .compute = dtype});
   }
   return y;
 }

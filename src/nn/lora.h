@@ -6,7 +6,7 @@
 // (Scope::frozen): no gradients, no optimizer state, no weight-gradient products.
 //
 // Targets are PEFT's module names. Loom packs q, k and v into one qkv kernel; an adapter on
-// q_proj alone adds its update into the q columns only (add_columns), so each PEFT module keeps
+// q_proj alone adds its update into the q columns only (add_low_rank), so each PEFT module keeps
 // its own A and B and an export is exact. GPT-2's c_attn is one module over the packed kernel:
 // one A and a B per q, k, v slice, which laid end to end are c_attn's lora_B in (3, H, D) order.
 #pragma once
@@ -69,7 +69,8 @@ struct LoraSlice {
 
 // y + the adapter's update: under `s` (frozen or not) the trainable parameters "<s>/a" [in, r]
 // and "<s>/<slice.suffix>" [r, heads · width], one dropout of x [..., in] (when training), one
-// product with A, per slice one with its B, added into y's columns in `dtype`.
+// product with A, per slice its B's product added into y's columns in `dtype` by one add_low_rank
+// (the [..., heads · width] product is never stored).
 ValueId lora_update(const Scope& s, ValueId x, ValueId y, std::span<const LoraSlice> slices, const LoraConfig& c,
                     DType dtype, bool train);
 

@@ -927,8 +927,6 @@ TEST_P(BackendOps, AddBitExact) {
     }
 }
 
-// A LoRA update into columns of y (nn/lora.h): both backends' values, bit for bit, and outside
-// the columns y unchanged; take_columns is its cotangent.
 // scale: x·round_d(factor) rounded once to x's dtype (16-bit products are exact in float): the
 // definition, and the backend bit for bit against the reference.
 TEST_P(BackendOps, ScaleBitExact) {
@@ -947,35 +945,46 @@ TEST_P(BackendOps, ScaleBitExact) {
     }
 }
 
-TEST_P(BackendOps, AddColumnsBitExact) {
-  LOOM_REQUIRE_OPS(OpKind::add_columns, OpKind::take_columns);
+// A LoRA update u·V into columns of y (nn/lora.h): within the dense family's error bounds of the
+// reference (the r products summed in another order), y unchanged outside the columns;
+// take_columns, its cotangent, bit for bit.
+TEST_P(BackendOps, AddLowRank) {
+  LOOM_REQUIRE_OPS(OpKind::add_low_rank, OpKind::take_columns);
   struct Case {
     Shape y;
-    int64_t offset, width;
+    int64_t rows, offset, width, r;
   };
-  const std::vector<Case> cases = {
-      {Shape{3, 2, 12}, 0, 8}, {Shape{3, 2, 12}, 8, 2}, {Shape{5, 7}, 0, 7}, {Shape{40, 3, 2500}, 2100, 300}};
-  for (DType dt : {DType::f32, DType::bf16, DType::f16})
-    for (const Case& c : cases) {
-      const ColumnsAttrs at{.offset = c.offset, .width = c.width, .scale = 0.37f};
-      const std::string what =
-          dn(dt) + " " + c.y.str() + " columns " + std::to_string(c.offset) + "+" + std::to_string(c.width);
-      OpCase oc(OpKind::add_columns, {{c.y, dt}, {c.y.with_last(c.width), dt}}, at);
-      oc.fill_random(next_seed());
-      const Outputs o = run_both(oc);
-      expect_bytes_equal(o.got[0], o.ref[0], "add_columns " + what);
-      const int64_t W = c.y.last();
-      for (int64_t i = 0; i < c.y.numel(); i += 7) {
-        const int64_t col = i % W;
-        if (col < c.offset || col >= c.offset + c.width) {
-          EXPECT_EQ(o.got[0].get(i), oc.input(0).get(i)) << what;
+  // y [rows, heads, W] or [rows, W]; the last one is wider than a block and above the parallel threshold.
+  const std::vector<Case> cases = {{Shape{3, 2, 12}, 6, 0, 8, 4},
+                                   {Shape{3, 2, 12}, 3, 8, 2, 5},
+                                   {Shape{5, 7}, 5, 0, 7, 1},
+                                   {Shape{40, 3, 2500}, 40, 100, 2300, 16},
+                                   {Shape{9, 130}, 9, 0, 130, 70}};
+  for (DType dt : kFloatTypes)
+    for (bool vt : {false, true})
+      for (const Case& c : cases) {
+        const ColumnsAttrs at{.offset = c.offset, .width = c.width, .scale = 0.37f, .compute = dt, .transpose_v = vt};
+        const int64_t N = c.y.numel() / c.rows / c.y.last() * c.width;
+        const std::string what = dn(dt) + (vt ? " vT " : " ") + c.y.str() + " columns " + std::to_string(c.offset) +
+                                 "+" + std::to_string(c.width) + " r=" + std::to_string(c.r);
+        const std::vector<ValueDesc> ins = {
+            {c.y, dt}, {Shape{c.rows, c.r}, dt}, {vt ? Shape{N, c.r} : Shape{c.r, N}, DType::f32}};
+        check_multilinear(OpKind::add_low_rank, ins, at, dt, "add_low_rank " + what);
+        OpCase oc(OpKind::add_low_rank, ins, at);
+        oc.fill_random(next_seed());
+        const Outputs o = run_both(oc);
+        const int64_t W = c.y.last();
+        for (int64_t i = 0; i < c.y.numel(); i += 7) {
+          const int64_t col = i % W;
+          if (col < c.offset || col >= c.offset + c.width) {
+            EXPECT_EQ(o.got[0].get(i), oc.input(0).get(i)) << what;
+          }
         }
+        OpCase tc(OpKind::take_columns, {{c.y, dt}}, at);
+        tc.fill_random(next_seed());
+        const Outputs t = run_both(tc);
+        expect_bytes_equal(t.got[0], t.ref[0], "take_columns " + what);
       }
-      OpCase tc(OpKind::take_columns, {{c.y, dt}}, at);
-      tc.fill_random(next_seed());
-      const Outputs t = run_both(tc);
-      expect_bytes_equal(t.got[0], t.ref[0], "take_columns " + what);
-    }
 }
 
 // Adds, except that a first writer assigns in minibatch 0 (and adds in later minibatches).
@@ -1098,9 +1107,9 @@ TEST(CpuOps, InPlaceAliasing) {
     cases.push_back({OpKind::add, {{s, dt}, {s, dt}}, NoAttrs{}, 1});
     cases.push_back({OpKind::add, {{s, dt}, {Shape{130}, dt}}, NoAttrs{}, 0});
     cases.push_back({OpKind::rope, {{Shape{3, 37, 2, 32}, dt}, {Shape{37}, DType::i32}}, RopeAttrs{.group = 2}, 0});
-    cases.push_back({OpKind::add_columns,
-                     {{Shape{37, 2, 130}, dt}, {Shape{37, 2, 40}, dt}},
-                     ColumnsAttrs{.offset = 70, .width = 40, .scale = 0.5f},
+    cases.push_back({OpKind::add_low_rank,
+                     {{Shape{37, 2, 130}, dt}, {Shape{37, 6}, dt}, {Shape{6, 80}, DType::f32}},
+                     ColumnsAttrs{.offset = 70, .width = 40, .scale = 0.5f, .compute = dt},
                      0});
   }
   cases.push_back({OpKind::add, {{s, DType::i32}, {s, DType::i32}}, NoAttrs{}, 1});
@@ -1703,9 +1712,9 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::reshape, "BackendOps.ReshapeView"},
     {OpKind::cast, "BackendOps.CastBitExact"},
     {OpKind::add, "BackendOps.AddBitExact"},
-    {OpKind::add_columns, "BackendOps.AddColumnsBitExact"},
+    {OpKind::add_low_rank, "BackendOps.AddLowRank"},
     {OpKind::scale, "BackendOps.ScaleBitExact"},
-    {OpKind::take_columns, "BackendOps.AddColumnsBitExact"},
+    {OpKind::take_columns, "BackendOps.AddLowRank"},
     {OpKind::log_softmax, "BackendOps.LogSoftmax"},
     {OpKind::log_softmax_grad, "BackendOps.LogSoftmaxGrad"},
     {OpKind::cross_entropy, "BackendOps.CrossEntropy"},

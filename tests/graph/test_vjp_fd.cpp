@@ -49,7 +49,7 @@ constexpr testing::OpTestTable kFdCase = testing::op_test_table({
     {OpKind::reshape, "VjpFd.Reshape"},
     {OpKind::cast, "VjpFd.CastF32"},
     {OpKind::add, "VjpFd.AddBroadcastSuffix"},
-    {OpKind::add_columns, "VjpFd.AddColumns"},
+    {OpKind::add_low_rank, "VjpFd.AddLowRank"},
     {OpKind::log_softmax, "VjpFd.LogSoftmax"},
     {OpKind::cross_entropy, "VjpFd.CrossEntropy"},
     {OpKind::linear_cross_entropy, "VjpFd.LinearCrossEntropy"},
@@ -86,13 +86,41 @@ TEST_P(VjpFd, LinearCrossEntropy) {
   }
 }
 
-// A LoRA update into the middle columns of each head of a packed [.., heads, W] output.
-TEST_P(VjpFd, AddColumns) {
-  check_vjp([](const Scope& s) {
-    const ValueId y = s.param("y", Shape{3, 2, 6}, {});
-    const ValueId d = s.param("d", Shape{3, 2, 2}, {});
-    return s.op1(OpKind::add_columns, {y, d}, ColumnsAttrs{.offset = 3, .width = 2, .scale = 1.7f});
-  });
+// A LoRA update into the middle columns of each head of a packed [.., heads, W] output, with V
+// stored [r, N] and [N, r].
+TEST_P(VjpFd, AddLowRank) {
+  for (bool vt : {false, true})
+    check_vjp([vt](const Scope& s) {
+      const ValueId y = s.param("y", Shape{3, 2, 6}, {});
+      const ValueId u = s.param("u", Shape{3, 3}, {});
+      const ValueId v = s.param("v", vt ? Shape{4, 3} : Shape{3, 4}, {});
+      return s.op1(OpKind::add_low_rank, {y, u, v},
+                   ColumnsAttrs{.offset = 3, .width = 2, .scale = 1.7f, .transpose_v = vt});
+    });
+}
+
+// A LoRA layer: x's cotangent from the frozen-shaped product and the low-rank adapter's term
+// (DenseAttrs::low_rank, added by autodiff with add_low_rank), with x feeding both, the adapter
+// alone, an adapter on a parameter, and two adapters on one x (q and k of a packed output).
+TEST_P(VjpFd, DenseLowRank) {
+  enum Where { beside_base, alone, on_param, two };
+  for (Where where : {beside_base, alone, on_param, two})
+    check_vjp([where](const Scope& s) {
+      const ValueId p = s.param("p", Shape{3, 6}, {});
+      const ValueId x = where == on_param ? p : s.op1(OpKind::silu, {p});
+      const auto adapter = [&](const Scope& a, ValueId y, int64_t offset) {
+        const ValueId xa = a.op1(OpKind::dense, {x, a.param("a", Shape{6, 2}, {})},
+                                 DenseAttrs{.compute = DType::f32, .low_rank = true});
+        return a.op1(OpKind::add_low_rank, {y, xa, a.param("b", Shape{2, 2}, {})},
+                     ColumnsAttrs{.offset = offset, .width = 2, .scale = 0.7f});
+      };
+      ValueId y = where == alone
+                      ? s.op1(OpKind::silu, {s.param("y", Shape{3, 5}, {})})
+                      : s.op1(OpKind::dense, {x, s.param("kernel", Shape{6, 5}, {})}, DenseAttrs{DType::f32});
+      y = adapter(s / "lora_q", y, 0);
+      if (where == two) y = adapter(s / "lora_k", y, 3);
+      return y;
+    });
 }
 
 TEST_P(VjpFd, DenseNoBias) {

@@ -134,7 +134,7 @@ TEST(Lora, RematChangesNoAdapterBit) {
   }
 }
 
-// q_proj alone: its own A and B, and the only add_columns nodes write columns [0, G·D) of each
+// q_proj alone: its own A and B, and the only add_low_rank nodes write columns [0, G·D) of each
 // key/value head of the packed qkv (tools/check_peft.py checks the numbers against PEFT).
 TEST(Lora, QProjAloneAdaptsTheQueryColumnsOnly) {
   const Config c = default_config(with_lora(tiny("float32", "swiglu"), "q_proj"));
@@ -147,7 +147,7 @@ TEST(Lora, QProjAloneAdaptsTheQueryColumnsOnly) {
                                    "block_1/attn/qkv/lora_q_proj/a", "block_1/attn/qkv/lora_q_proj/b"}));
   int columns = 0;
   for (const Node& n : g.nodes())
-    if (n.op == OpKind::add_columns) {
+    if (n.op == OpKind::add_low_rank) {
       const auto& a = std::get<ColumnsAttrs>(n.attrs);
       // H = 4 heads in KV = 2 groups: qkv [.., 2, (2+2)·8], the queries columns [0, 16).
       EXPECT_EQ(g.value(n.in[0]).shape.last(), 32);

@@ -1,6 +1,8 @@
 // CPU kernels for the elementwise structure ops (graph/ops/elementwise.cpp): dropout, reshape,
 // cast, add and in-place gradient accumulation. OpenMP over fixed blocks of elements.
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "backend/cpu/cpu_util.h"
 #include "backend/kernel_math.h"
@@ -158,32 +160,72 @@ void cpu_grad_accumulate(const KernelArgs& a) {
   }
 }
 
-// y[r, o + j] + scale·d[r, j] in double (the product is exact), rounded to f32 and then to the
-// dtype: the reference's value bit for bit. y's other columns are copied (nothing moves when the
-// planner ran the op in place). OpenMP over rows, each in blocks of kBlock columns.
-void cpu_add_columns(const KernelArgs& a) {
+// add_low_rank (ops.def): per row m of u and head h, the product's columns in blocks of kBlock,
+// each formed in f32 (k in order, kLanes columns at a time so they stay in registers), rounded to
+// c, and added into out's columns while the block is in cache; y's other columns are copied first
+// (nothing moves when the planner ran the op in place). OpenMP over rows. The products are exact
+// and only their order of summation differs from the reference's (r terms).
+namespace {
+struct LowRankSpans {
+  float* v;  // [r, N]: V rounded to c, transposed when stored [N, r]
+  float* u;  // [M, r]: u rounded to c, when it needs a copy
+};
+LowRankSpans low_rank_spans(Bump& ws, const KernelArgs& a) {
   const auto& at = std::get<ColumnsAttrs>(a.node.attrs);
-  const TensorArg& x = a.in[0];
-  const TensorArg& d = a.in[1];
-  const TensorArg& y = a.out[0];
-  const int64_t W = x.shape.last(), rows = W > 0 ? x.shape.numel() / W : 0;
-  const bool in_place = x.data == y.data;
-#pragma omp parallel for schedule(static) if (x.shape.numel() >= kParallelMin)
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c0 = in_place ? at.offset : 0, end = in_place ? at.offset + at.width : W; c0 < end; c0 += kBlock) {
-      const int64_t len = std::min(kBlock, end - c0);
-      float v[kBlock], u[kBlock];
-      load_f32(x.data, x.dtype, r * W + c0, v, len);
-      const int64_t lo = std::max(c0, at.offset), hi = std::min(c0 + len, at.offset + at.width);
-      if (lo < hi) {
-        load_f32(d.data, d.dtype, r * at.width + lo - at.offset, u, hi - lo);
-        for (int64_t k = 0; k < hi - lo; ++k)
-          v[lo - c0 + k] = static_cast<float>(double{v[lo - c0 + k]} + double{at.scale} * double{u[k]});
+  return {ws.take<float>(a.in[2].shape.numel()),
+          needs_f32_copy(a.in[1], at.compute) ? ws.take<float>(a.in[1].shape.numel()) : nullptr};
+}
+}  // namespace
+
+void cpu_add_low_rank(const KernelArgs& a) {
+  constexpr int64_t kLanes = 64;
+  const auto& at = std::get<ColumnsAttrs>(a.node.attrs);
+  const TensorArg& y = a.in[0];
+  const TensorArg& u = a.in[1];
+  const TensorArg& v = a.in[2];
+  const TensorArg& out = a.out[0];
+  const int64_t r = u.shape.last(), M = u.shape.rows(), N = r > 0 ? v.shape.numel() / r : 0;
+  const int64_t W = y.shape.last(), H = at.width > 0 ? N / at.width : 0;
+  Bump ws(a.workspace);
+  const LowRankSpans s = low_rank_spans(ws, a);
+  load_f32(v.data, v.dtype, 0, s.v, v.shape.numel());
+  if (at.transpose_v) {  // [N, r] -> [r, N] (V is small: r·N elements)
+    std::vector<float> t(s.v, s.v + r * N);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < r; ++k) s.v[k * N + n] = t[static_cast<size_t>(n * r + k)];
+  }
+  round_inplace(s.v, r * N, at.compute);
+  const float* uf = f32_rounded(u, at.compute, s.u);
+  if (out.data != y.data) std::memcpy(out.data, y.data, static_cast<size_t>(y.shape.numel() * dtype_size(y.dtype)));
+  const float scale = at.scale;
+#pragma omp parallel for schedule(static) if (M * N * (r + 1) >= kParallelMin)
+  for (int64_t m = 0; m < M; ++m) {
+    const float* um = uf + m * r;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t j0 = 0; j0 < at.width; j0 += kBlock) {
+        const int64_t len = std::min(kBlock, at.width - j0);
+        const float* vb = s.v + h * at.width + j0;
+        float acc[kBlock], yb[kBlock];
+        for (int64_t j = 0; j < len; j += kLanes) {
+          float t[kLanes] = {};
+          if (len - j >= kLanes) {
+            for (int64_t k = 0; k < r; ++k)
+              for (int64_t l = 0; l < kLanes; ++l) t[l] += um[k] * vb[k * N + j + l];
+          } else {
+            for (int64_t k = 0; k < r; ++k)
+              for (int64_t l = 0; l < len - j; ++l) t[l] += um[k] * vb[k * N + j + l];
+          }
+          std::copy_n(t, std::min(kLanes, len - j), acc + j);
+        }
+        round_inplace(acc, len, at.compute);
+        const int64_t off = (m * H + h) * W + at.offset + j0;
+        load_f32(out.data, out.dtype, off, yb, len);
+        for (int64_t j = 0; j < len; ++j) yb[j] += scale * acc[j];
+        store_f32(yb, out.data, out.dtype, off, len);
       }
-      store_f32(v, y.data, y.dtype, r * W + c0, len);
-    }
   }
 }
+int64_t cpu_workspace_add_low_rank(const KernelArgs& a) { return workspace_of<low_rank_spans>(a); }
 
 // scale·dy[r, o + j]: the f32 product is the reference's exact double product rounded. OpenMP over rows.
 void cpu_take_columns(const KernelArgs& a) {
@@ -207,7 +249,6 @@ LOOM_CPU_NO_WORKSPACE(dropout)
 LOOM_CPU_NO_WORKSPACE(reshape)
 LOOM_CPU_NO_WORKSPACE(cast)
 LOOM_CPU_NO_WORKSPACE(grad_accumulate)
-LOOM_CPU_NO_WORKSPACE(add_columns)
 LOOM_CPU_NO_WORKSPACE(take_columns)
 
 }  // namespace loom

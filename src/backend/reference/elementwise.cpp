@@ -63,17 +63,25 @@ void ref_add(const KernelArgs& a) {
   for (int64_t i = 0; i < n; ++i) st(y, i, ld(x, i) + ld(b, i % nb));
 }
 
-// y[r, o + j] + scale·d[r, j] in double, rounded once; y's other columns copied.
-void ref_add_columns(const KernelArgs& a) {
+// y + scale·round_c(Σ_k round_c(u[m, k])·round_c(V[k, n])) in double over the columns
+// (ops.def), rounded once; y's other columns copied.
+void ref_add_low_rank(const KernelArgs& a) {
   const auto& at = std::get<ColumnsAttrs>(a.node.attrs);
-  const TensorArg& x = a.in[0];
-  const TensorArg& d = a.in[1];
-  const TensorArg& y = a.out[0];
-  const int64_t W = x.shape.last(), rows = x.shape.numel() / std::max<int64_t>(W, 1);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < W; ++c) {
-      const bool in = c >= at.offset && c < at.offset + at.width;
-      st(y, r * W + c, ld(x, r * W + c) + (in ? double{at.scale} * ld(d, r * at.width + c - at.offset) : 0.0));
+  const TensorArg& y = a.in[0];
+  const TensorArg& u = a.in[1];
+  const TensorArg& v = a.in[2];
+  const TensorArg& out = a.out[0];
+  const int64_t r = u.shape.last(), M = u.shape.rows(), N = v.shape.numel() / std::max<int64_t>(r, 1);
+  const int64_t W = y.shape.last(), H = N / at.width;
+  const DType c = at.compute;
+  for (int64_t i = 0; i < y.shape.numel(); ++i) st(out, i, ld(y, i));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < r; ++k)
+        acc += refk::rnd(c, ld(u, m * r + k)) * refk::rnd(c, ld(v, at.transpose_v ? n * r + k : k * N + n));
+      const int64_t i = (m * H + n / at.width) * W + at.offset + n % at.width;
+      st(out, i, ld(y, i) + double{at.scale} * refk::rnd(c, acc));
     }
 }
 

@@ -55,6 +55,18 @@ ValueId kernel_grad(const Graph& g, ValueId w) {
   }
 }
 
+namespace {
+// dW += xᵀ·dy (op(W) = Wᵀ when transpose): straight into the persistent gradient buffer behind
+// kernel w (dense_grad_weight accumulates).
+void emit_kernel_grad(VjpCtx& c, ValueId x, ValueId w, ValueId dy, DType compute, bool transpose) {
+  const ValueId grad = kernel_grad(c.g, w);
+  if (grad == kNoValue)
+    throw std::invalid_argument(std::string(op_name(c.node.op)) + " at '" + c.node.scope +
+                                "': only a parameter kernel (or a reshape of one) can be differentiated");
+  c.emit(OpKind::dense_grad_weight, {grad, x, dy}, DenseGradWeightAttrs{.compute = compute, .transpose_w = transpose});
+}
+}  // namespace
+
 // y = x·W + b  ⇒  dx = dy·Wᵀ (M×N · (K×N)ᵀ → M×K), dW = xᵀ·dy (K×M · M×N → K×N), db = Σ_rows dy.
 void vjp_dense(VjpCtx& c) {
   const auto a = std::get<DenseAttrs>(c.node.attrs);
@@ -62,24 +74,66 @@ void vjp_dense(VjpCtx& c) {
   // dW first: it is the last reader of x, so x is freed before dx is allocated (x and dx have
   // the same size; in the other order both are live at once — a whole activation at the peak).
   // The kernel's gradient goes straight into its persistent buffer (dense_grad_weight accumulates).
-  if (c.needs[1]) {
-    const ValueId grad = kernel_grad(c.g, c.in_id(1));
-    if (grad == kNoValue)
-      throw std::invalid_argument("dense at '" + c.node.scope +
-                                  "': only a parameter kernel (or a reshape of one) can be differentiated");
-    c.emit(OpKind::dense_grad_weight, {grad, c.in_id(0), dy},
-           DenseGradWeightAttrs{.compute = a.compute, .transpose_w = a.transpose_w});
-  }
-  if (c.needs[0])
+  if (c.needs[1]) emit_kernel_grad(c, c.in_id(0), c.in_id(1), dy, a.compute, a.transpose_w);
+  if (c.needs[0] && a.low_rank && c.in(0).dtype == a.compute) {
+    // dx = dy·Wᵀ with W [K, r] (Wᵀ is add_low_rank's V stored [N, r]).
+    c.in_low_rank[0] = {
+        dy, c.in_id(1),
+        ColumnsAttrs{.width = c.in(0).shape.last(), .compute = a.compute, .transpose_v = !a.transpose_w}};
+  } else if (c.needs[0]) {
     c.in_ct[0] =
         c.emit1(OpKind::dense_grad_input, {dy, c.in_id(1)},
                 DenseGradAttrs{.compute = a.compute, .out_dtype = c.in(0).dtype, .transpose_w = a.transpose_w});
+  }
   if (c.node.in.size() == 3 && c.needs[2]) {
     // JAX reduces the bias cotangent in the compute dtype, then the f32 cast's VJP widens it.
     ValueId db = c.emit1(OpKind::sum_leading, {dy}, ReduceAttrs{.keep_dims = 1, .dtype = a.compute});
     if (a.compute != DType::f32) db = c.emit1(OpKind::cast, {db}, DTypeAttrs{DType::f32});
     c.in_ct[2] = db;
   }
+}
+
+void infer_add_low_rank(const Graph& g, const Node& n, ValueDesc* out) {
+  const auto& a = attrs_of<ColumnsAttrs>(n);
+  const Value& y = in_val(g, n, 0);
+  const Value& u = in_val(g, n, 1);
+  const Value& v = in_val(g, n, 2);
+  if (!dtype_is_float(a.compute) || y.dtype != a.compute || u.dtype != a.compute)
+    op_fail(g, n, "y and u must be in the compute dtype, a float dtype");
+  if (v.shape.rank != 2 || (v.dtype != DType::f32 && v.dtype != a.compute))
+    op_fail(g, n, "V must be a rank-2 float32 (or compute dtype) parameter");
+  const int64_t r = v.shape[a.transpose_v ? 1 : 0], N = v.shape[a.transpose_v ? 0 : 1];
+  if (u.shape.rank < 1 || u.shape.last() != r) op_fail(g, n, "u's last dim must equal V's rank r");
+  if (y.shape.rank < 1 || a.width < 1 || N % a.width != 0 || a.offset < 0 || a.offset + a.width > y.shape.last())
+    op_fail(g, n, "columns [offset, offset + width) must lie in y's last dim, width dividing V's N");
+  if (y.shape.numel() != u.shape.rows() * (N / a.width) * y.shape.last())
+    op_fail(g, n, "y must hold u's rows times N / width rows of its last dim");
+  out[0] = {y.shape, y.dtype};
+}
+
+// The product (2·M·r·N) and an add per element of it.
+OpCost cost_add_low_rank(const Graph& g, const Node& n) {
+  const Value& u = in_val(g, n, 1);
+  const int64_t MN = g.value(n.out[0]).shape.numel() / g.value(n.out[0]).shape.last() * attrs_of<ColumnsAttrs>(n).width;
+  return OpCost{.flops = 2 * MN * u.shape.last() + 2 * MN, .bytes = io_bytes(g, n)};
+}
+
+// y' = y + s·(u·V) in the columns  ⇒  dy' passes to y; g = s·dy'[columns] (take_columns, as
+// u's rows × N) is the cotangent of u·V: du = g·Vᵀ, dV = uᵀ·g, as dense's VJP.
+void vjp_add_low_rank(VjpCtx& c) {
+  const auto a = std::get<ColumnsAttrs>(c.node.attrs);
+  const ValueId dy = c.out_ct[0];
+  if (c.needs[0]) c.in_ct[0] = dy;
+  if (!c.needs[1] && !c.needs[2]) return;
+  const Shape& us = c.in(1).shape;
+  const int64_t N = c.in(2).shape[a.transpose_v ? 0 : 1];
+  ValueId ct = c.emit1(OpKind::take_columns, {dy}, c.node.attrs);
+  if (c.g.value(ct).shape != us.with_last(N)) ct = c.emit1(OpKind::reshape, {ct}, ShapeAttrs{us.with_last(N)});
+  if (c.needs[2]) emit_kernel_grad(c, c.in_id(1), c.in_id(2), ct, a.compute, a.transpose_v);  // first: see vjp_dense
+  if (c.needs[1])
+    c.in_ct[1] =
+        c.emit1(OpKind::dense_grad_input, {ct, c.in_id(2)},
+                DenseGradAttrs{.compute = a.compute, .out_dtype = c.in(1).dtype, .transpose_w = a.transpose_v});
 }
 
 void infer_dense_grad_input(const Graph& g, const Node& n, ValueDesc* out) {

@@ -64,28 +64,6 @@ void vjp_add(VjpCtx& c) {
   }
 }
 
-void infer_add_columns(const Graph& g, const Node& n, ValueDesc* out) {
-  const auto& a = attrs_of<ColumnsAttrs>(n);
-  const Value& y = in_val(g, n, 0);
-  const Value& d = in_val(g, n, 1);
-  if (y.dtype != d.dtype || !dtype_is_float(y.dtype)) op_fail(g, n, "y and d must have the same float dtype");
-  if (y.shape.rank < 1 || d.shape.with_last(y.shape.last()) != y.shape) op_fail(g, n, "d must have y's leading dims");
-  if (a.width != d.shape.last() || a.offset < 0 || a.offset + a.width > y.shape.last())
-    op_fail(g, n, "columns [offset, offset + width) must lie in y's last dim, width = d's last dim");
-  out[0] = {y.shape, y.dtype};
-}
-
-// A multiply and an add per column of d; y's other columns are copied.
-OpCost cost_add_columns(const Graph& g, const Node& n) {
-  return OpCost{.flops = 2 * in_val(g, n, 1).shape.numel(), .bytes = io_bytes(g, n)};
-}
-
-void vjp_add_columns(VjpCtx& c) {
-  const ValueId dy = c.out_ct[0];
-  if (c.needs[0]) c.in_ct[0] = dy;
-  if (c.needs[1]) c.in_ct[1] = c.emit1(OpKind::take_columns, {dy}, c.node.attrs);
-}
-
 void infer_take_columns(const Graph& g, const Node& n, ValueDesc* out) {
   const auto& a = attrs_of<ColumnsAttrs>(n);
   const Value& dy = in_val(g, n, 0);

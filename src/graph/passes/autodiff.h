@@ -22,6 +22,16 @@ struct VjpCtx {
   std::vector<ValueId> out_ct;  // cotangent per output, kNoValue where it is zero
   std::vector<bool> needs;      // per input: whether a cotangent is wanted
   std::vector<ValueId> in_ct;   // filled by the rule; kNoValue = zero / not needed
+  // Per input, instead of in_ct: a cotangent u·op(V) of small rank (a LoRA adapter's input
+  // gradient), u [..., r] the output cotangent and V the kernel with attrs as add_low_rank's (one
+  // column block of the input's width, scale 1). Autodiff adds it into the input's other
+  // cotangents with add_low_rank, one pass over them instead of an [..., K] product and an add,
+  // and forms it with dense_grad_input only when nothing else reaches the input.
+  struct LowRank {
+    ValueId u = kNoValue, v = kNoValue;
+    ColumnsAttrs attrs;
+  };
+  std::vector<LowRank> in_low_rank;
 
   const Value& in(int i) const { return g.value(node.in.at(i)); }
   // The persistent gradient buffer of input i when it is a parameter, else kNoValue. A rule may
