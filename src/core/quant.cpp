@@ -1,7 +1,6 @@
 #include "core/quant.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -13,19 +12,9 @@ namespace {
 
 int64_t nf4_code_bytes(int64_t numel) { return (numel + 7) / 8 * 4; }  // two per byte, padded to 4 bytes
 
-// The 15 decision boundaries between adjacent codes, as float32 midpoints.
-const std::array<float, 15>& nf4_thresholds() {
-  static const std::array<float, 15> t = [] {
-    std::array<float, 15> r{};
-    for (size_t j = 0; j < r.size(); ++j) r[j] = (kNf4Codes[j] + kNf4Codes[j + 1]) / 2.f;
-    return r;
-  }();
-  return t;
-}
-
 int nf4_code(float xn) {
   int c = 0;
-  for (float t : nf4_thresholds()) c += xn > t ? 1 : 0;
+  for (float t : kNf4Thresholds) c += xn > t ? 1 : 0;
   return c;
 }
 

@@ -12,10 +12,11 @@
 //     Bytes: the codes int8 [N, K], then the scales float32 [N].
 //   nf4 (bitsandbytes' quantize_4bit with quant_type nf4, blocksize 64, no double quantization):
 //     blocks of 64 consecutive elements i (the last one shorter when N·K % 64 != 0),
-//     absmax_b = max |w| over the block (float32), xn = fl32(w / absmax_b), and the code is the
-//     number of thresholds fl32((code_j + code_j+1) / 2) below xn (bitsandbytes' kernel constants
-//     are these float32 midpoints): the nearest of the 16 kNf4Codes, a value exactly on a midpoint
-//     taking the lower one (bitsandbytes' strict comparisons). A block of zeros (absmax 0)
+//     absmax_b = max |w| over the block (float32), xn = fl32(w / absmax_b) clamped to [-1, 1], and
+//     the code is the number of kNf4Thresholds strictly below xn: the nearest of the 16 kNf4Codes,
+//     a value on a threshold taking the lower one. The thresholds are bitsandbytes' CUDA kernel's
+//     float literals (dQuantizeNF4); some are an ulp off the float32 midpoints of adjacent codes,
+//     and the kernel's are the ones QLoRA weights were made with. A block of zeros (absmax 0)
 //     gets code 7 (0.0) where bitsandbytes would divide by zero. Dequantized w = fl32(code · absmax_b).
 //     Bytes: two codes per byte, element 2j in the high nibble and 2j + 1 in the low one (a last odd
 //     element's partner 0), padded to a multiple of 4 bytes; then the absmax float32 [ceil(N·K / 64)].
@@ -49,6 +50,11 @@ inline constexpr float kNf4Codes[16] = {-1.0f,
                                         0.5626170039176941f,
                                         0.7229568362236023f,
                                         1.0f};
+// dQuantizeNF4's decision thresholds between adjacent codes, ascending.
+inline constexpr float kNf4Thresholds[15] = {
+    -0.8480964004993439f,  -0.6106329262256622f,   -0.4599952697753906f, -0.33967943489551544f, -0.23460740596055984f,
+    -0.13791173323988914f, -0.045525018125772476f, 0.03979014977812767f, 0.1202552504837513f,   0.2035212516784668f,
+    0.2920137718319893f,   0.3893125355243683f,    0.5016634166240692f,  0.6427869200706482f,   0.8614784181118011f};
 inline constexpr int64_t kNf4Block = 64;
 
 // Bytes of a quantized kernel of `shape` [K, N] in format dt (i8 or nf4); LOOM_ASSERT on another

@@ -7,6 +7,7 @@
 //   - the CPU workspace is far smaller than the widened kernel (it grows with K or N, not K · N).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -43,7 +44,7 @@ Result run(const std::string& device, const Case& c, const std::vector<float>& w
   if (c.fmt != DType::f32) g.set_param_dtype(wp, c.fmt);
   std::vector<ValueId> ins = {x, wp};
   if (c.bias) ins.push_back(g.add_input("b", Shape{c.N}, DType::f32));
-  const ValueId y = g.value(g.add_node(OpKind::dense, ins, DenseAttrs{c.c}, "d", Phase::forward)).out.at(0);
+  const ValueId y = g.node(g.add_node(OpKind::dense, ins, DenseAttrs{c.c}, "d", Phase::forward)).out.at(0);
   const ValueId dx =
       g.node(g.add_node(OpKind::dense_grad_input, {dy, wp}, DenseGradAttrs{c.c, c.c}, "g", Phase::forward)).out.at(0);
   g.mark_output(y);

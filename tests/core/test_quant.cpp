@@ -9,6 +9,8 @@
 //   - int8: per output channel scale = absmax / 127, q = nearest (ties to even), w = q · scale.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -35,7 +37,8 @@ constexpr float kCodes[16] = {-1.0f,
                               0.5626170039176941f,
                               0.7229568362236023f,
                               1.0f};
-// dQuantizeNF4's comparisons, ascending (the kernel walks them as a binary tree of strict >).
+// dQuantizeNF4's comparisons, ascending (the kernel walks them as a binary tree of strict >), as
+// nvcc reads its float literals.
 constexpr float kThresholds[15] = {
     -0.8480964004993439f,  -0.6106329262256622f,   -0.4599952697753906f, -0.33967943489551544f, -0.23460740596055984f,
     -0.13791173323988914f, -0.045525018125772476f, 0.03979014977812767f, 0.1202552504837513f,   0.2035212516784668f,
@@ -111,6 +114,34 @@ TEST(Quant, Nf4CodesAbsmaxAndValuesAreBitsandbytes) {
   for (const auto& [K, N] : std::vector<std::pair<int64_t, int64_t>>{{128, 6}, {40, 13}, {7, 9}, {1, 1}})
     expect_nf4_matches(random_kernel(K, N, static_cast<uint64_t>(K * 100 + N)), K, N,
                        std::to_string(K) + "x" + std::to_string(N));
+}
+
+// Away from the thresholds (more than 1e-6 from each) the code is the nearest code value, found
+// by distance in double: the thresholds separate the codes.
+TEST(Quant, Nf4CodeIsTheNearestCodeValue) {
+  const int64_t K = 64, N = 16;
+  const std::vector<float> w = random_kernel(K, N, 11);
+  std::vector<unsigned char> q(static_cast<size_t>(quant_bytes(DType::nf4, Shape{K, N})));
+  quantize_kernel(DType::nf4, w.data(), K, N, q.data());
+  int checked = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    float absmax = 0;
+    for (int64_t k = 0; k < K; ++k) absmax = std::max(absmax, std::fabs(w[static_cast<size_t>(k * N + n)]));
+    for (int64_t k = 0; k < K; ++k) {
+      const double xn = w[static_cast<size_t>(k * N + n)] / absmax;
+      if (std::any_of(std::begin(kThresholds), std::end(kThresholds),
+                      [&](float t) { return std::fabs(xn - t) < 1e-6; }))
+        continue;
+      int best = 0;
+      for (int c = 1; c < 16; ++c)
+        if (std::fabs(xn - kCodes[c]) < std::fabs(xn - kCodes[best])) best = c;
+      const int64_t i = n * K + k;
+      const int got = i % 2 == 0 ? q[static_cast<size_t>(i / 2)] >> 4 : q[static_cast<size_t>(i / 2)] & 15;
+      ASSERT_EQ(got, best) << n << "," << k;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, K * N - 10);
 }
 
 TEST(Quant, Nf4ValuesOnThresholdsTakeTheLowerCodeAndZeroBlocksDequantizeToZero) {
