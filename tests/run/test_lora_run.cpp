@@ -69,17 +69,17 @@ TEST(LoraRun, AnNf4BaseResumesBitExactAndAChangedBaseIsRefused) {
   const fs::path base = scratch("qlora_base"), straight = scratch("qlora_straight"), split = scratch("qlora_split");
   Result r = run("train " + fx.config.string() + " train.steps=3 --out " + base.string() + " --overwrite");
   ASSERT_EQ(r.status, 0) << r.out;
-  const std::string lora = " lora.rank=4 lora.base_dtype=nf4 model.init_from=" + base.string() + " train.steps=6";
+  const std::string lora = " lora.rank=4 lora.base_dtype=nf4 model.init_from=" + base.string() + " train.steps=10";
   r = run("train " + fx.config.string() + lora + " --out " + straight.string() + " --overwrite");
   ASSERT_EQ(r.status, 0) << r.out;
-  r = run("train " + fx.config.string() + lora + " train.steps=3 --out " + split.string() + " --overwrite");
+  r = run("train " + fx.config.string() + lora + " train.steps=5 --out " + split.string() + " --overwrite");
   ASSERT_EQ(r.status, 0) << r.out;
-  r = run("train --resume " + split.string() + " train.steps=6");
+  r = run("train --resume " + split.string() + " train.steps=10");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(logged_losses(straight / "metrics.jsonl"), logged_losses(split / "metrics.jsonl"));
-  r = run("train --resume " + base.string() + " train.steps=4");
+  r = run("train --resume " + base.string() + " train.steps=7");
   ASSERT_EQ(r.status, 0) << r.out;
-  r = run("train --resume " + split.string() + " train.steps=8");
+  r = run("train --resume " + split.string() + " train.steps=12");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("is not the base model"), std::string::npos) << r.out;
 }
