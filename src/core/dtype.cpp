@@ -21,6 +21,9 @@ size_t dtype_size(DType dt) {
     case DType::bf16:
     case DType::f16:
       return 2;
+    case DType::i8:
+    case DType::nf4:
+      break;
   }
   detail::bad_dtype(dt);
 }
@@ -35,6 +38,10 @@ const char* dtype_name(DType dt) {
       return "float16";
     case DType::i32:
       return "int32";
+    case DType::i8:
+      return "int8";
+    case DType::nf4:
+      return "nf4";
   }
   detail::bad_dtype(dt);
 }
@@ -62,6 +69,8 @@ bool dtype_is_float(DType dt) {
     case DType::f16:
       return true;
     case DType::i32:
+    case DType::i8:
+    case DType::nf4:
       return false;
   }
   detail::bad_dtype(dt);

@@ -34,19 +34,26 @@
 
 namespace loom {
 
-enum class DType : uint8_t { f32, bf16, f16, i32 };
+// The element types f32 … i32, then the quantized storage formats of a frozen dense kernel W [K, N]
+// (lora.base_dtype): i8 (int8 codes, a float32 scale per output channel) and nf4 (QLoRA's 4-bit
+// codes, a float32 absmax per block of 64). A format has no element size: its buffers hold codes
+// and scales together (core/quant.h), and only the dense kernels and upload_param read or write one.
+enum class DType : uint8_t { f32, bf16, f16, i32, i8, nf4 };
+// The element types: DType values 0 .. kNumDTypes - 1 (convert() and dtype_size take only these).
 inline constexpr int kNumDTypes = 4;
+inline bool dtype_is_quantized(DType dt) { return dt == DType::i8 || dt == DType::nf4; }
 
 // A DType value outside the enum is a bug in loom, not bad input (user text
 // goes through dtype_from_name): every function here taking a DType aborts
 // on one, like a failed LOOM_ASSERT (core/error.h).
 
-// Bytes per element: 4, 2, 2, 4.
+// Bytes per element: 4, 2, 2, 4 (a quantized format aborts: quant_bytes in core/quant.h).
 size_t dtype_size(DType dt);
-// Canonical names "float32", "bfloat16", "float16", "int32".
+// Canonical names "float32", "bfloat16", "float16", "int32", "int8", "nf4".
 const char* dtype_name(DType dt);
-// Accepts the canonical names and the short aliases "fp32", "f32", "bf16",
-// "fp16", "f16", "i32" (case-sensitive); anything else is nullopt.
+// Accepts the element types' canonical names and the short aliases "fp32", "f32",
+// "bf16", "fp16", "f16", "i32" (case-sensitive); anything else (the quantized
+// formats too: no tensor file or compute dtype is one) is nullopt.
 std::optional<DType> dtype_from_name(std::string_view name);
 bool dtype_is_float(DType dt);
 
@@ -160,6 +167,9 @@ inline float load_as_f32(const void* p, DType dt, size_t i) {
       std::memcpy(&v, b + i * 4, 4);
       return static_cast<float>(v);
     }
+    case DType::i8:
+    case DType::nf4:
+      break;  // no elements: core/quant.h
   }
   detail::bad_dtype(dt);
 }
@@ -186,6 +196,9 @@ inline void store_from_f32(void* p, DType dt, size_t i, float v) {
       std::memcpy(b + i * 4, &x, 4);
       return;
     }
+    case DType::i8:
+    case DType::nf4:
+      break;  // no elements: core/quant.h
   }
   detail::bad_dtype(dt);
 }
@@ -203,6 +216,9 @@ inline float round_to(DType dt, float v) {
       return f16_to_f32(f32_to_f16(v));
     case DType::i32:
       return static_cast<float>(f32_to_i32(v));
+    case DType::i8:
+    case DType::nf4:
+      break;  // no elements: core/quant.h
   }
   detail::bad_dtype(dt);
 }

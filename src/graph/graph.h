@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quant.h"
 #include "core/shape.h"
 #include "graph/op.h"
 
@@ -65,7 +66,10 @@ struct Value {
   int out_index = 0;
   std::string name;        // params/grads/inputs: their path; activations: empty
   bool is_output = false;  // read by the host after the run: lives to the end of the program
-  int64_t bytes() const { return shape.numel() * static_cast<int64_t>(dtype_size(dtype)); }
+  int64_t bytes() const {
+    return dtype_is_quantized(dtype) ? quant_bytes(dtype, shape)
+                                     : shape.numel() * static_cast<int64_t>(dtype_size(dtype));
+  }
 };
 
 struct Node {

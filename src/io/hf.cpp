@@ -214,7 +214,8 @@ std::vector<StTensor> loom_to_hf(const ModelConfig& c, const std::map<std::strin
         {p.hf_name, DType::f32, p.hf_shape, std::vector<unsigned char>(static_cast<size_t>(p.hf_shape.numel()) * 4)});
     if (p.path.empty()) continue;  // a bias the model lacks: zero
     auto it = loom.find(p.path);
-    LOOM_ASSERT(it != loom.end() && it->second->dtype == DType::f32 && it->second->shape == p.shape,
+    // The same row-major values: a quantized LoRA base kernel is stored as its [K, N] product.
+    LOOM_ASSERT(it != loom.end() && it->second->dtype == DType::f32 && it->second->shape.numel() == p.shape.numel(),
                 "loom_to_hf: parameter '" + p.path + "' is missing or misshapen");
     const auto* src = reinterpret_cast<const float*>(it->second->bytes.data());
     auto* dst = reinterpret_cast<float*>(out.back().bytes.data());

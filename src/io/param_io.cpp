@@ -12,8 +12,9 @@ namespace {
 // The file layout of g's parameters, which must be float32 masters: a narrowed copy cannot be
 // written back as the values it was made from.
 std::vector<nn::FileTensor> master_layout(const Graph& g, bool scan_layers, nn::ParamSubset subset) {
-  for (const Param& p : g.params())
-    LOOM_ASSERT(g.value(p.value).dtype == DType::f32, "parameter '" + g.value(p.value).name + "' is narrowed");
+  for (const Param& p : g.params())  // a LoRA base stored in bf16, int8 or nf4 is exported widened
+    LOOM_ASSERT(g.value(p.value).dtype == DType::f32 || !p.trainable(),
+                "parameter '" + g.value(p.value).name + "' is narrowed");
   return nn::param_file_layout(g, scan_layers, subset);
 }
 }  // namespace
@@ -30,8 +31,12 @@ std::vector<StTensor> export_params(const Executor& ex, bool scan_layers, bool g
     size_t off = 0;
     for (ValueId p : f.params) {
       const ValueId v = grads ? g.grad_of(p) : p;
-      ex.download(v, t.bytes.data() + off);
-      off += static_cast<size_t>(g.value(v).bytes());
+      const size_t bytes = static_cast<size_t>(g.value(v).shape.numel()) * 4;
+      if (g.value(v).dtype == DType::f32)
+        ex.download(v, t.bytes.data() + off);
+      else  // a LoRA base: the values its dense kernels compute with (lora.base_dtype)
+        std::memcpy(t.bytes.data() + off, download_param(ex, v).data(), bytes);
+      off += bytes;
     }
     out.push_back(std::move(t));
   }
@@ -80,7 +85,11 @@ void for_each_param(const Graph& g, const std::map<std::string, const StTensor*>
                       scan_layers ? "the file must hold every parameter, stacked per layer (model.scan_layers = true)"
                                   : "the file must hold every parameter by path (model.scan_layers = false)");
     const StTensor& t = *it->second;
-    if (t.dtype != DType::f32 || t.shape != f.shape)
+    // A quantized base kernel is its DenseGeneral kernel's [K, N] product (core/quant.h): the same
+    // values in the same row-major order.
+    const bool product =
+        f.params.size() == 1 && dtype_is_quantized(g.value(f.params[0]).dtype) && t.shape.numel() == f.shape.numel();
+    if (t.dtype != DType::f32 || (t.shape != f.shape && !product))
       throw UserError(file,
                       "tensor '" + name + "' is " + dtype_name(t.dtype) + t.shape.str() + ", the model needs float32" +
                           f.shape.str(),
@@ -110,8 +119,32 @@ void upload_param(Executor& ex, ValueId p, const float* values) {
     return;
   }
   std::vector<unsigned char> narrowed(static_cast<size_t>(v.bytes()));
-  convert(values, DType::f32, narrowed.data(), v.dtype, static_cast<size_t>(v.shape.numel()));
+  if (dtype_is_quantized(v.dtype))
+    quantize_kernel(v.dtype, values, v.shape[0], v.shape[1], narrowed.data());
+  else
+    convert(values, DType::f32, narrowed.data(), v.dtype, static_cast<size_t>(v.shape.numel()));
   ex.upload(p, narrowed.data());
+}
+
+std::vector<float> download_param(const Executor& ex, ValueId p) {
+  const Value& v = ex.graph().value(p);
+  std::vector<float> out(static_cast<size_t>(v.shape.numel()));
+  if (v.dtype == DType::f32) {
+    ex.download(p, out.data());
+    return out;
+  }
+  std::vector<unsigned char> stored(static_cast<size_t>(v.bytes()));
+  ex.download(p, stored.data());
+  if (!dtype_is_quantized(v.dtype)) {
+    convert(stored.data(), v.dtype, out.data(), DType::f32, out.size());
+    return out;
+  }
+  const int64_t K = v.shape[0], N = v.shape[1];
+  std::vector<float> wt(out.size());  // Wᵀ [N, K]
+  dequantize_tile(v.dtype, stored.data(), K, N, 0, N, 0, K, wt.data(), K);
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t n = 0; n < N; ++n) out[static_cast<size_t>(k * N + n)] = wt[static_cast<size_t>(n * K + k)];
+  return out;
 }
 
 std::vector<StTensor> params_by_path(const Graph& g, const std::map<std::string, const StTensor*>& tensors,

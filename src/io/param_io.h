@@ -28,8 +28,12 @@ void import_params(Executor& ex, const std::map<std::string, const StTensor*>& t
                    nn::ParamSubset subset = nn::ParamSubset::all);
 // Stores the float32 master `values` of parameter p (its numel floats) in ex, rounded to the
 // parameter's dtype: to nearest even, the dense and embedding kernels' rounding, for one narrowed
-// to the compute dtype (graph/passes/narrow_params.h); as they are for a float32 one.
+// to the compute dtype (graph/passes/narrow_params.h) or a LoRA base in bfloat16; quantized by
+// core/quant.h for an int8 or nf4 base kernel; as they are for a float32 one.
 void upload_param(Executor& ex, ValueId p, const float* values);
+// Parameter p's values as float32 [numel]: as stored, widened from a 16-bit dtype, or a quantized
+// kernel's dequantized values (core/quant.h), in the parameter's row-major layout.
+std::vector<float> download_param(const Executor& ex, ValueId p);
 // The parameters of graph `g` as float32 tensors named by path (one per layer), cut out of
 // `tensors` in the file layout (stacked for scan_layers), with import_params' checks: a file's
 // parameters without an executor.

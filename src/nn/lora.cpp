@@ -13,6 +13,21 @@ float LoraConfig::scale() const {
   return static_cast<float>(alpha / (use_rslora ? std::sqrt(r) : r));
 }
 
+DType LoraConfig::base_storage() const {
+  if (!enabled()) return DType::f32;
+  switch (base_dtype) {
+    case LoraBaseDType::float32:
+      return DType::f32;
+    case LoraBaseDType::bfloat16:
+      return DType::bf16;
+    case LoraBaseDType::int8:
+      return DType::i8;
+    case LoraBaseDType::nf4:
+      return DType::nf4;
+  }
+  LOOM_ASSERT(false, "a LoraBaseDType enumerator");
+}
+
 namespace {
 bool lora_on(const ModelConfig& c) { return c.lora.enabled(); }
 }  // namespace
@@ -37,6 +52,11 @@ std::vector<KeySpec<ModelConfig>> lora_keys() {
                                 "start the adapters from this PEFT adapter directory (adapter_config.json, "
                                 "adapter_model.safetensors; \"\" = PEFT's initialisation)",
                                 REF(init_from)),
+              lora_on),
+      only_if(choice<ModelConfig>("lora.base_dtype",
+                                  "storage of the frozen base's dense kernels (the blocks' layers; embeddings, head "
+                                  "and norms stay float32), widened to model.dtype inside the dense kernels",
+                                  REF(base_dtype)),
               lora_on),
   };
 }

@@ -33,7 +33,19 @@
   X(c_fc, "c_fc", "the MLP's input layer (GPT-2)")                                \
   X(all_linear, "all-linear", "every dense layer except the output head (the family's names)")
 
+// How the frozen base's dense kernels are stored (lora.base_dtype): every dense layer of the
+// transformer blocks, adapted or not, as QLoRA quantizes every nn.Linear; the embeddings, the
+// output head and the norms stay float32 (PEFT and QLoRA keep them unquantized). The dense kernels
+// widen the stored values to the compute dtype on the fly (core/quant.h for the two formats).
+#define LOOM_LORA_BASE_DTYPES(X)                                                               \
+  X(float32, "float32", "float32 masters, as in full training")                                \
+  X(bfloat16, "bfloat16", "rounded to bfloat16 once at load: half the bytes")                  \
+  X(int8, "int8", "int8 with a float32 absmax scale per output channel: about 1/4 of float32") \
+  X(nf4, "nf4", "QLoRA's NF4, blocks of 64 with a float32 absmax each: about 1/7 of float32")
+
 namespace loom {
+
+LOOM_CHOICE_SPELLED(LoraBaseDType, "LoRA base storage", LOOM_LORA_BASE_DTYPES)
 
 LOOM_CHOICE_SPELLED(LoraTarget, "LoRA target module", LOOM_LORA_TARGETS)
 
@@ -46,7 +58,10 @@ struct LoraConfig {
   // A PEFT adapter directory the adapters start from (adapter_config.json, adapter_model.safetensors:
   // io/peft.h); "" = PEFT's initialisation.
   std::string init_from;
+  LoraBaseDType base_dtype = LoraBaseDType::float32;
   bool enabled() const { return rank > 0; }
+  // The dtype (or quantized format) of the frozen base's dense kernels: f32 without LoRA.
+  DType base_storage() const;
   // alpha / rank, or alpha / √rank with rsLoRA.
   float scale() const;
   bool operator==(const LoraConfig&) const = default;

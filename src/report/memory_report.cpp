@@ -32,11 +32,13 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
   r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   r.params_bytes = p.param_bytes;
+  r.base_storage = choice_name(c.model.lora.base_dtype);
   for (const Param& q : g.params())
     if (!q.trainable()) r.frozen_params_bytes += g.value(q.value).bytes();
   const RankMemory rank = rank_memory(c, prog, ranks);
   r.grads_bytes = p.grad_bytes + rank.grad_shard_elems * static_cast<int64_t>(sizeof(float));
-  r.num_params = p.param_bytes / 4;
+  r.num_params = 0;  // elements: a LoRA base may be stored in fewer bytes than float32 (lora.base_dtype)
+  for (const Param& q : g.params()) r.num_params += g.value(q.value).shape.numel();
   r.optimizer_bytes = optimizer_moments(c.optimizer) * rank.optimizer_elems * static_cast<int64_t>(sizeof(float));
   r.communication_bytes = rank.comm_buffer_bytes;
   r.checkpoint_bytes = rank.checkpoint_stream_bytes;
@@ -142,8 +144,9 @@ std::string format_memory_report(const MemoryReport& r) {
   const std::string frozen =
       r.frozen_params_bytes == 0
           ? std::string("float32 masters")
-          : fmt::format("float32 masters: {} frozen base (LoRA), {} trainable adapters",
-                        format_bytes(r.frozen_params_bytes), format_bytes(r.params_bytes - r.frozen_params_bytes));
+          : fmt::format("{} frozen base (LoRA; blocks' dense kernels {}), {} trainable adapters (float32 masters)",
+                        format_bytes(r.frozen_params_bytes), r.base_storage,
+                        format_bytes(r.params_bytes - r.frozen_params_bytes));
   line("params", r.params_bytes, frozen.c_str());
   line("grads", r.grads_bytes,
        r.ranks > 1 && r.grad_shard ? "float32, this rank's shard (the whole gradients are working memory, in the arena)"

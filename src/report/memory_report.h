@@ -39,6 +39,7 @@ struct BufferRow {
 struct MemoryReport {
   std::string config_summary;
   int64_t frozen_params_bytes = 0;  // of params_bytes: a LoRA run's frozen base (no grads, no optimizer state)
+  std::string base_storage;         // lora.base_dtype's name: how the base's dense kernels are stored
   int64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_bytes = 0, inputs_bytes = 0,
           workspace_bytes = 0, communication_bytes = 0, evaluation_bytes = 0, checkpoint_bytes = 0, total_bytes = 0,
           lower_bound_bytes = 0;

@@ -73,6 +73,14 @@ void Sampler::copy_params_from(const Executor& src) {
   for (const Param& p : g.params()) {
     const Value& v = g.value(p.value);
     const ValueId s = src.graph().input_by_name(v.name);
+    if (s != kNoValue && src.graph().value(s).dtype != DType::f32) {  // a LoRA base as lora.base_dtype stores it
+      LOOM_ASSERT(s != kNoValue && src.graph().value(s).dtype == v.dtype && src.graph().value(s).shape == v.shape,
+                  "parameter '" + v.name + "' differs");
+      std::vector<unsigned char> bytes(static_cast<size_t>(v.bytes()));
+      src.download(s, bytes.data());
+      exec_->upload(p.value, bytes.data());
+      continue;
+    }
     LOOM_ASSERT(s != kNoValue && src.graph().value(s).shape == v.shape && src.graph().value(s).dtype == DType::f32,
                 "parameter '" + v.name + "' differs");
     master.resize(static_cast<size_t>(v.shape.numel()));

@@ -572,15 +572,17 @@ std::string base_hash(const Executor& ex) {
   const Graph& g = ex.graph();
   uint32_t crc = 0;
   bool frozen = false;
-  std::vector<float> host;
+  // An inference program (no backward) may hold narrowed copies: not the bytes a run trained on.
+  if (std::none_of(g.nodes().begin(), g.nodes().end(), [](const Node& n) { return n.phase == Phase::backward; }))
+    return "";
+  std::vector<unsigned char> host;
   for (const Param& p : g.params()) {
     const Value& v = g.value(p.value);
     if (p.trainable()) continue;
-    if (v.dtype != DType::f32) return "";
     frozen = true;
-    host.resize(static_cast<size_t>(v.shape.numel()));
+    host.resize(static_cast<size_t>(v.bytes()));
     ex.download(p.value, host.data());
-    crc = crc32c(host.data(), host.size() * sizeof(float), crc);
+    crc = crc32c(host.data(), host.size(), crc);
   }
   return frozen ? fmt::format("{:08x}", crc) : "";
 }

@@ -105,8 +105,9 @@ void restore_params(Trainer& t, const Checkpoint& c);
 // then the adapters. A base whose hash differs from the one recorded is a UserError naming
 // model.init_from's path.
 void load_checkpoint_params(Executor& ex, const Checkpoint& c);
-// The CRC-32C of the frozen parameters' float32 values, in parameter order, as 8 hex digits; ""
-// when every parameter trains or one is narrowed (an inference program's copies).
+// The CRC-32C of the frozen parameters' stored bytes (float32 values, or lora.base_dtype's bytes:
+// a quantized base is hashed as quantized), in parameter order, as 8 hex digits; "" when every
+// parameter trains or the program has no backward pass (an inference program's narrowed copies).
 std::string base_hash(const Executor& ex);
 // The ckpt_<step> directories of a run directory, oldest first ({} if none).
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir);

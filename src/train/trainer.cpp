@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "graph/passes/autodiff.h"
 #include "graph/passes/remat.h"
+#include "io/param_io.h"
 #include "nn/init.h"
 #include "nn/models.h"
 #include "train/checkpoint.h"
@@ -218,7 +219,7 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
   std::vector<float> host;
   for (const Param& p : g.params()) {
     init_param(g, p, c.seed, host);
-    exec_->upload(p.value, host.data());
+    upload_param(*exec_, p.value, host.data());  // a LoRA base stored as lora.base_dtype says
   }
   const std::vector<std::pair<size_t, size_t>> written = gradient_order(prog_);
   for (const auto& [param, at] : written) order_.push_back(param);
@@ -430,9 +431,7 @@ void Trainer::set_recorder(OpRecorder* r) {
 std::vector<float> Trainer::param(const std::string& path) const {
   const ValueId v = prog_.model.graph.input_by_name(path);
   if (v == kNoValue || !prog_.model.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
-  std::vector<float> out(static_cast<size_t>(prog_.model.graph.value(v).shape.numel()));
-  exec_->download(v, out.data());
-  return out;
+  return download_param(*exec_, v);
 }
 
 std::vector<float> Trainer::grad(const std::string& path) const {
@@ -459,7 +458,7 @@ void Trainer::set_param(const std::string& path, const std::vector<float>& value
   if (v == kNoValue || !prog_.model.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
   if (static_cast<int64_t>(values.size()) != prog_.model.graph.value(v).shape.numel())
     throw std::invalid_argument("wrong element count for parameter '" + path + "'");
-  exec_->upload(v, values.data());
+  upload_param(*exec_, v, values.data());
 }
 
 }  // namespace loom

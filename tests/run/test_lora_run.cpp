@@ -60,3 +60,26 @@ TEST(LoraRun, ResumeIsBitExactAndCheckpointsHoldTheAdaptersOnly) {
 }
 
 }  // namespace
+
+// An NF4 base (lora.base_dtype): the base run's checkpoint is quantized at load, deterministically,
+// so a resumed run re-quantizes it to the same bytes (base_crc32c hashes them) and continues
+// bit-exactly; a changed base is refused as for a float32 one.
+TEST(LoraRun, AnNf4BaseResumesBitExactAndAChangedBaseIsRefused) {
+  const Fixture& fx = fixture();
+  const fs::path base = scratch("qlora_base"), straight = scratch("qlora_straight"), split = scratch("qlora_split");
+  Result r = run("train " + fx.config.string() + " train.steps=3 --out " + base.string() + " --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string lora = " lora.rank=4 lora.base_dtype=nf4 model.init_from=" + base.string() + " train.steps=10";
+  r = run("train " + fx.config.string() + lora + " --out " + straight.string() + " --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("train " + fx.config.string() + lora + " train.steps=5 --out " + split.string() + " --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("train --resume " + split.string() + " train.steps=10");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(logged_losses(straight / "metrics.jsonl"), logged_losses(split / "metrics.jsonl"));
+  r = run("train --resume " + base.string() + " train.steps=7");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("train --resume " + split.string() + " train.steps=12");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("is not the base model"), std::string::npos) << r.out;
+}

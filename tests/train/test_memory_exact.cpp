@@ -145,6 +145,13 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
     EXPECT_EQ(r.optimizer_bytes, optimizer_moments(c.optimizer) * r.grads_bytes);
     expect_holds_the_plan(c, "lora " + lora[1]);
   }
+  // A LoRA base in int8 and NF4 (lora.base_dtype): the quantized kernels' bytes and the dense
+  // kernels' tile workspace (backend/cpu/dense_quant.cpp).
+  for (const std::string base : {"int8", "nf4"}) {
+    std::vector<std::string> q = swiglu;
+    for (std::string kv : {std::string("lora.rank=16"), "lora.base_dtype=" + base}) q.push_back(kv);
+    expect_holds_the_plan(default_config(q), "lora base " + base);
+  }
   // Qwen3's attention: 8 heads of 64 on a width of 256 (q is 512 wide) in 2 key/value groups, and
   // qk_norm with its per-head statistics, its backward and the scales' gradients.
   for (const std::string remat : {"none", "Attn"}) {

@@ -112,6 +112,9 @@ inline void load_f32(const void* src, DType dt, int64_t off, float* dst, int64_t
     case DType::i32:
       convert(static_cast<const int32_t*>(src) + off, DType::i32, dst, DType::f32, static_cast<size_t>(n));
       return;
+    case DType::i8:
+    case DType::nf4:
+      break;  // no elements: core/quant.h
   }
   LOOM_ASSERT(false, "invalid dtype");
 }
@@ -147,6 +150,9 @@ inline void store_f32(const float* src, void* dst, DType dt, int64_t off, int64_
     case DType::i32:
       convert(src, DType::f32, static_cast<int32_t*>(dst) + off, DType::i32, static_cast<size_t>(n));
       return;
+    case DType::i8:
+    case DType::nf4:
+      break;  // no elements: core/quant.h
   }
   LOOM_ASSERT(false, "invalid dtype");
 }
@@ -177,6 +183,9 @@ inline void round_inplace(float* p, int64_t n, DType dt) {
     case DType::i32:
       for (int64_t i = 0; i < n; ++i) p[i] = round_to(DType::i32, p[i]);
       return;
+    case DType::i8:
+    case DType::nf4:
+      break;  // no elements: core/quant.h
   }
   LOOM_ASSERT(false, "invalid dtype");
 }

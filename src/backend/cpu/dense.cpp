@@ -18,6 +18,7 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_util.h"
+#include "backend/cpu/dense_quant.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/simd/gemv.h"
 #include "graph/graph.h"
@@ -317,6 +318,7 @@ DenseSpans dense_spans(Bump& ws, const KernelArgs& a) {
 }  // namespace
 
 void cpu_dense(const KernelArgs& a) {
+  if (dtype_is_quantized(a.in[1].dtype)) return dense_quant(a);
   Bump ws(a.workspace);
   const DenseSpans s = dense_spans(ws, a);
   const Gemm g = dense_gemm(a);
@@ -324,7 +326,9 @@ void cpu_dense(const KernelArgs& a) {
   const float* bs = a.in.size() < 3 ? nullptr : f32_rounded(a.in[2], g.c, s.bias);
   run_gemm(g, s.gemm, Epilogue{.c = g.c, .round_first = bs != nullptr, .bias = bs, .out = &g.out});
 }
-int64_t cpu_workspace_dense(const KernelArgs& a) { return workspace_of<dense_spans>(a); }
+int64_t cpu_workspace_dense(const KernelArgs& a) {
+  return dtype_is_quantized(a.in[1].dtype) ? dense_quant_workspace(a) : workspace_of<dense_spans>(a);
+}
 
 // dx[m, k] = round_out(round_c(Σ_n dy[m, n] · round_c(W[k, n]))): dy[M, N] · Wᵀ, or · W when W is
 // stored [N, K], with dy as is (normally in c already).
@@ -355,13 +359,17 @@ GemmSpans dense_grad_input_spans(Bump& ws, const KernelArgs& a) { return gemm_sp
 }  // namespace
 
 void cpu_dense_grad_input(const KernelArgs& a) {
+  if (dtype_is_quantized(a.in[1].dtype)) return dense_quant_grad_input(a);
   Bump ws(a.workspace);
   const GemmSpans s = dense_grad_input_spans(ws, a);
   const Gemm g = dense_grad_input_gemm(a);
   // round_c first unless the store to out_dtype is that same rounding (or c is f32).
   run_gemm(g, s, Epilogue{.c = g.c, .round_first = rounding_changes(g.out.dtype, g.c), .out = &g.out});
 }
-int64_t cpu_workspace_dense_grad_input(const KernelArgs& a) { return workspace_of<dense_grad_input_spans>(a); }
+int64_t cpu_workspace_dense_grad_input(const KernelArgs& a) {
+  return dtype_is_quantized(a.in[1].dtype) ? dense_quant_grad_input_workspace(a)
+                                           : workspace_of<dense_grad_input_spans>(a);
+}
 
 // grad[k, n] += round_c(Σ_m round_c(x[m, k]) · dy[m, n]): a TN GEMM. When this assigns (the
 // buffer's first writer, minibatch 0) the GEMM writes the gradient buffer itself; otherwise each

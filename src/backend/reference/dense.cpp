@@ -5,6 +5,7 @@
 
 #include "backend/reference/reference.h"
 #include "backend/reference/util.h"
+#include "core/quant.h"
 #include "graph/graph.h"
 
 namespace loom {
@@ -12,6 +13,15 @@ namespace loom {
 using refk::ld;
 using refk::rnd;
 using refk::st;
+
+namespace {
+// W[k, n] (W stored [N, K] when wt): its element, or for a quantized kernel the exact product
+// code · scale, which the callers' rnd rounds to float32 once before the compute dtype (core/quant.h).
+double weight(const TensorArg& w, bool wt, int64_t K, int64_t N, int64_t k, int64_t n) {
+  if (dtype_is_quantized(w.dtype)) return dequantize_exact(w.dtype, w.data, K, N, k, n);
+  return ld(w, wt ? n * K + k : k * N + n);
+}
+}  // namespace
 
 // y[m, n] = round_c(Σ_k round_c(x[m, k]) · round_c(W[k, n]))  (+ bias: round_c(y + round_c(b[n]))).
 void ref_dense(const KernelArgs& a) {
@@ -27,7 +37,7 @@ void ref_dense(const KernelArgs& a) {
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       double acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += rnd(c, ld(x, m * K + k)) * rnd(c, ld(w, wt ? n * K + k : k * N + n));
+      for (int64_t k = 0; k < K; ++k) acc += rnd(c, ld(x, m * K + k)) * rnd(c, weight(w, wt, K, N, k, n));
       double v = rnd(c, acc);
       if (has_bias) v = rnd(c, v + rnd(c, ld(a.in[2], n)));
       st(y, m * N + n, v);
@@ -47,7 +57,7 @@ void ref_dense_grad_input(const KernelArgs& a) {
   for (int64_t m = 0; m < M; ++m)
     for (int64_t k = 0; k < K; ++k) {
       double acc = 0;
-      for (int64_t n = 0; n < N; ++n) acc += ld(dy, m * N + n) * rnd(at.compute, ld(w, wt ? n * K + k : k * N + n));
+      for (int64_t n = 0; n < N; ++n) acc += ld(dy, m * N + n) * rnd(at.compute, weight(w, wt, K, N, k, n));
       st(dx, m * K + k, rnd(at.compute, acc));
     }
 }

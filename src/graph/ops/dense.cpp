@@ -19,10 +19,13 @@ void infer_dense(const Graph& g, const Node& n, ValueDesc* out) {
   require_float(g, n, 0, "x");
   // float32, or a parameter narrowed to the compute dtype (graph/passes/narrow_params.h).
   const auto stored = [&](const Value& v) { return v.dtype == DType::f32 || v.dtype == a.compute; };
-  if (w.shape.rank != 2 || !stored(w))
+  // A LoRA run's frozen base kernel may be stored in bfloat16 or a quantized format whatever the
+  // compute dtype (lora.base_dtype; core/quant.h), a quantized one only as [K, N].
+  const bool base = w.dtype == DType::bf16 || (dtype_is_quantized(w.dtype) && !a.transpose_w);
+  if (w.shape.rank != 2 || !(stored(w) || base))
     op_fail(g, n,
             a.transpose_w ? "kernel must be an [N, K] float32 (or compute dtype) parameter"
-                          : "kernel must be a [K, N] float32 (or compute dtype) parameter");
+                          : "kernel must be a [K, N] float32, compute dtype, bfloat16 or quantized parameter");
   const int64_t K = w.shape[a.transpose_w ? 1 : 0], N = w.shape[a.transpose_w ? 0 : 1];
   if (x.shape.rank < 1 || x.shape.last() != K) {
     std::string msg = "last dim of x (";
@@ -143,6 +146,7 @@ void infer_dense_grad_input(const Graph& g, const Node& n, ValueDesc* out) {
   if (w.shape.rank != 2 || dy.shape.rank < 1) op_fail(g, n, "needs dy of rank >= 1 and a rank-2 kernel");
   const int64_t K = w.shape[a.transpose_w ? 1 : 0], N = w.shape[a.transpose_w ? 0 : 1];
   if (dy.shape.last() != N) op_fail(g, n, "dy's last dim must equal the kernel's N");
+  if (dtype_is_quantized(w.dtype) && a.transpose_w) op_fail(g, n, "a quantized kernel is stored [K, N]");
   if (!dtype_is_float(a.out_dtype)) op_fail(g, n, "out_dtype must be a float dtype");
   out[0] = {dy.shape.with_last(K), a.out_dtype};
 }

@@ -44,6 +44,7 @@ std::vector<ValueId> narrow_params(Graph& g) {
   }
   std::vector<ValueId> narrowed;
   for (const Param& p : g.params()) {
+    if (g.value(p.value).dtype != DType::f32) continue;  // a LoRA base stored as lora.base_dtype says
     const std::optional<DType> dt = rounded_read(g, readers, p.value);
     if (!dt || *dt == DType::f32) continue;
     g.set_param_dtype(p.value, *dt);

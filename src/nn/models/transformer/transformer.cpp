@@ -29,13 +29,18 @@ ParamInit kernel_init(const ModelConfig& c, int64_t fan_in, bool residual_proj) 
 
 // A Dense / DenseGeneral layer with the variant's bias and init choices: the kernel's first
 // `in_dims` dims are contracted with x's last dim (flattened), the rest are the output features;
-// the bias (model.use_bias, or `bias`) has the output features' shape.
+// the bias (model.use_bias, or `bias`) has the output features' shape. A block's kernel (not the
+// `head`) is stored as lora.base_dtype says; a quantized one is created as its [K, N] product, the
+// shape the formats are defined on (core/quant.h; the file's DenseGeneral shape loads into it).
 ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const ModelConfig& c, bool residual_proj, int in_dims = 1,
-               bool bias = false) {
+               bool bias = false, bool head = false) {
   const int64_t fan_in = s.graph().value(x).shape.last();
   const int64_t out = kernel_shape.numel() / fan_in;
-  const ValueId w = s.param("kernel", kernel_shape, as_kernel(kernel_init(c, fan_in, residual_proj)));
-  const ValueId wv = kernel_shape.rank == 2 ? w : view(s, w, Shape{fan_in, out});
+  const DType stored = head ? DType::f32 : c.lora.base_storage();
+  const Shape param_shape = dtype_is_quantized(stored) ? Shape{fan_in, out} : kernel_shape;
+  const ValueId w = s.param("kernel", param_shape, as_kernel(kernel_init(c, fan_in, residual_proj)));
+  if (stored != DType::f32) s.graph().set_param_dtype(w, stored);
+  const ValueId wv = param_shape.rank == 2 ? w : view(s, w, Shape{fan_in, out});
   if (!c.use_bias && !bias) return s.op1(OpKind::dense, {x, wv}, DenseAttrs{c.dtype});
   Shape bias_shape;
   for (int i = in_dims; i < kernel_shape.rank; ++i) bias_shape.push_back(kernel_shape[i]);
@@ -280,8 +285,8 @@ ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const Mo
                            const Cache* dec) {
   const Trunk t = transformer_trunk(g, tokens, positions, c, train, dec);
   if (c.tie_embeddings)
-    return t.head.op1(OpKind::dense, {t.x, t.kernel}, DenseAttrs{c.dtype, /*transpose_w=*/true});  // [B, T, V]
-  return linear(t.head, t.x, Shape{c.hidden_size, c.num_outputs}, c, false);                       // [B, T, V]
+    return t.head.op1(OpKind::dense, {t.x, t.kernel}, DenseAttrs{c.dtype, /*transpose_w=*/true});      // [B, T, V]
+  return linear(t.head, t.x, Shape{c.hidden_size, c.num_outputs}, c, false, 1, false, /*head=*/true);  // [B, T, V]
 }
 
 // A persistent int32 input [n] whose contents never change (uploaded once: ModelGraph::constants).
