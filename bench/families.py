@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Speed and memory of each model family's features (issue 27.5, docs/performance.md "Model families").
+
+Each family runs at the dimensions of its smallest release with the layers cut to --layers, next to
+its Llama-style twin: the same dimensions with the family's own features switched off (llama3 rope
+scaling, Qwen2's q/k/v biases, Qwen3's q/k norms, Mistral's sliding window, Gemma 3's blocks). A
+feature should cost no more than its FLOPs: the target is the family's achieved GFLOP/s (the cost
+rules' FLOPs over the median step of `loom profile`) within 10 % of its twin's. Family and twin run
+alternately, --repeats times, in float32 and bfloat16.
+
+Then the memory plan against the measured peak (as bench/memory_rss.py measures it: `loom train`'s
+maximum RSS minus `loom params`' baseline) for each family, and the sliding window's attention time
+(attention + attention_grad, from the profile's op totals) at several windows: it should fall in
+proportion to the window.
+
+    python3 bench/families.py                      # ~25 min on a loaded 2-core host
+    python3 bench/families.py --only qwen --dtypes bfloat16 --repeats 1
+    python3 bench/families.py --parts window      # only the sliding-window sweep
+    python3 bench/families.py --quick              # dimensions divided by 8: a smoke test of the script
+
+Standard library only. Prints markdown tables and writes bench/results/families.json.
+"""
+import argparse
+import datetime
+import json
+import pathlib
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from memory_rss import MB, TARGET_RATIO, TARGET_SLACK, max_rss_bytes  # noqa: E402
+
+LLAMA_STYLE = ["model.kind=transformer", "model.block_order=attn_first", "model.norm=rmsnorm", "model.mlp=swiglu",
+               "model.position=rope", "model.use_bias=false", "model.layer_norm_eps=1e-6", "model.dropout_rate=0",
+               "model.tie_embeddings=true"]
+NO_EXTRAS = ["data.kind=random_tokens", "train.eval_interval=0", "train.sample_tokens=0"]
+
+
+def dims(hidden, head_dim, heads, kv, inter, vocab, theta):
+    return [f"model.hidden_size={hidden}", f"model.head_dim={head_dim}", f"model.num_heads={heads}",
+            f"model.num_kv_heads={kv}", f"model.intermediate_size={inter}", f"model.vocab_size={vocab}",
+            f"model.num_outputs={vocab}", f"data.vocab_size={vocab}", f"model.rope_theta={theta}"]
+
+
+# (name, release whose dimensions are used, dimensions, the family's features; the twin omits them)
+FAMILIES = [
+    ("llama3", "Llama 3.2 1B", dims(2048, 64, 32, 8, 8192, 128256, 500000),
+     ["model.rope_scaling=llama3", "model.rope_factor=32", "model.rope_original_max_position=8192"]),
+    ("qwen2", "Qwen2.5 0.5B", dims(896, 64, 14, 2, 4864, 151936, 1000000), ["model.qkv_bias=true"]),
+    ("qwen3", "Qwen3 0.6B", dims(1024, 128, 16, 8, 3072, 151936, 1000000), ["model.qk_norm=true"]),
+    ("mistral", "Llama 3.2 1B with Mistral's window", dims(2048, 64, 32, 8, 8192, 128256, 500000),
+     ["model.sliding_window=128"]),
+    ("gemma3", "Gemma 3 270M", dims(640, 256, 4, 1, 2048, 262144, 1000000),
+     ["model.norm=gemma_rmsnorm", "model.mlp=geglu", "model.post_norms=true", "model.qk_norm=true",
+      "model.sliding_window=128"]),
+]
+
+
+def quick(ov):
+    """Dimensions divided by 8 (heads kept), for a fast check that the script runs."""
+    out = []
+    for o in ov:
+        k, v = o.split("=", 1)
+        if k in ("model.hidden_size", "model.intermediate_size", "model.vocab_size", "model.num_outputs",
+                 "data.vocab_size"):
+            v = str(max(int(v) // 8, 64))
+        elif k == "model.head_dim":
+            v = str(max(int(v) // 8, 8))
+        out.append(f"{k}={v}")
+    return out
+
+
+def profile(loom, ov, steps, warmup):
+    """`loom profile` with overrides ov: (achieved GFLOP/s, median step ms, attention ms per step)."""
+    with tempfile.TemporaryDirectory() as d:
+        p = subprocess.run([loom, "profile", "configs/shakespeare_char.toml", *ov, "threads=2", "--steps", str(steps),
+                            "--warmup", str(warmup), "--no-ceiling", "--out", d], cwd=ROOT, capture_output=True,
+                           text=True)
+        if p.returncode != 0:
+            sys.exit(f"loom profile {' '.join(ov)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+        s = json.loads((pathlib.Path(d) / "summary.json").read_text())
+    attn = sum(k["total_ms"] for k in s["op_kinds"] if k["op"] in ("attention", "attention_grad")) / s["steps"]
+    return s["step_gflop"] / (s["median_step_ms"] / 1e3), s["median_step_ms"], attn
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--loom", default=str(ROOT / "build" / "loom"))
+    ap.add_argument("--only", default="", help="only the families whose name contains this")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--windows", default="1024,512,256,128", help="sliding windows timed at sequence 2048")
+    ap.add_argument("--parts", default="speed,memory,window", help="which of the three tables to measure")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "families.json"))
+    a = ap.parse_args()
+    shape = lambda d: quick(d) if a.quick else d  # noqa: E731
+    common = LLAMA_STYLE + NO_EXTRAS + [f"model.num_layers={a.layers}", f"data.batch_size={a.batch}",
+                                        f"data.seq_len={a.seq}", f"model.max_seq_len={max(a.seq, 2048)}",
+                                        "optimizer.num_minibatches=1"]
+    fams = [f for f in FAMILIES if a.only in f[0]]
+    parts = a.parts.split(",")
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    flags = open("/proc/cpuinfo").read()
+    isa = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
+    print(f"host: {cpu} ({', '.join(isa) or 'no bf16 ISA'}), {platform.node()}; loom {a.loom}\n")
+
+    speed = []
+    print("| family | dimensions of | dtype | family GFLOP/s | twin GFLOP/s | family / twin | target ≥ 0.90 |")
+    print("|---|---|---|---|---|---|---|")
+    for name, release, d, features in fams if "speed" in parts else []:
+        for dt in a.dtypes.split(","):
+            base = common + shape(d) + [f"model.dtype={dt}"]
+            runs = {"family": [], "twin": []}
+            for _ in range(a.repeats):  # alternating, so a change of load hits both
+                runs["twin"].append(profile(a.loom, base, a.steps, 1))
+                runs["family"].append(profile(a.loom, base + features, a.steps, 1))
+            best = {k: max(r[0] for r in v) for k, v in runs.items()}
+            ratio = best["family"] / best["twin"]
+            speed.append({"family": name, "release": release, "dtype": dt, "overrides": base, "features": features,
+                          "family_gflop_per_s": best["family"], "twin_gflop_per_s": best["twin"],
+                          "family_step_ms": [r[1] for r in runs["family"]], "twin_step_ms": [r[1] for r in runs["twin"]],
+                          "ratio": ratio, "within_target": ratio >= 0.9})
+            print(f"| {name} | {release} | {dt} | {best['family']:.1f} | {best['twin']:.1f} | {ratio:.3f} | "
+                  f"{'yes' if ratio >= 0.9 else 'NO'} |", flush=True)
+
+    memory = []
+    print("\n| family | dtype | plan total | measured net peak | net / plan | target (3 % + 24 MB) |")
+    print("|---|---|---|---|---|---|")
+    train = ["train.steps=2", "train.log_every=1"]
+    for name, _, d, features in fams if "memory" in parts else []:
+        for dt in a.dtypes.split(","):
+            ov = common + shape(d) + features + [f"model.dtype={dt}"]
+            cfg = "configs/shakespeare_char.toml"
+            plan = json.loads(subprocess.run([a.loom, "memory", cfg, *ov, "--json"], cwd=ROOT, check=True,
+                                             capture_output=True, text=True).stdout)
+            net = max_rss_bytes([a.loom, "train", cfg, *ov, *train]) - max_rss_bytes([a.loom, "params", cfg, *ov])
+            total = plan["total_bytes"]
+            ok = abs(net - total) <= TARGET_RATIO * total + TARGET_SLACK
+            memory.append({"family": name, "dtype": dt, "overrides": ov, "plan_total_bytes": total,
+                           "net_peak_bytes": net, "net_over_plan": net / total, "within_target": ok})
+            print(f"| {name} | {dt} | {total / MB:.1f} MB | {net / MB:.1f} MB | {net / total:.3f} | "
+                  f"{'yes' if ok else 'NO'} |", flush=True)
+
+    window = []
+    if "window" in parts and a.windows:
+        print("\n| sliding window (sequence 2048) | attention + attention_grad ms per step | share of no window |")
+        print("|---|---|---|")
+        d = shape(FAMILIES[0][2])
+        base = common + d + ["model.dtype=bfloat16", "data.seq_len=2048", "model.num_layers=1"]
+        ws = [0] + [int(x) for x in a.windows.split(",")]
+        times = {w: [] for w in ws}
+        for _ in range(a.repeats):  # each window once per round, so a change of load hits all
+            for w in ws:
+                times[w].append(profile(a.loom, base + [f"model.sliding_window={w}"], a.steps, 1)[2])
+        for w in ws:
+            attn, full = min(times[w]), min(times[0])
+            window.append({"window": w, "attention_ms": times[w], "share": attn / full})
+            print(f"| {w or 'none'} | {attn:.1f} | {attn / full:.3f} |", flush=True)
+
+    out = pathlib.Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": cpu,
+                               "isa": isa, "loom": a.loom, "args": vars(a), "speed": speed, "memory": memory,
+                               "window": window}, indent=1) + "\n")
+    print(f"\nwrote {out}")
+    return 0 if all(r["within_target"] for r in speed + memory) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
