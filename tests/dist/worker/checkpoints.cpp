@@ -59,6 +59,18 @@ void counted_free(void* q) {
 
 void* operator new(size_t n) { return counted_alloc(n); }
 void* operator new[](size_t n) { return counted_alloc(n); }
+// The nothrow forms too (std::stable_sort's temporary buffer): a sanitizer's own nothrow new would
+// hand the counted delete below a block without the size in front.
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted_alloc(n);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
 void operator delete(void* p) noexcept { counted_free(p); }
 void operator delete[](void* p) noexcept { counted_free(p); }
 void operator delete(void* p, size_t) noexcept { counted_free(p); }
