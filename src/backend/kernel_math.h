@@ -72,7 +72,9 @@ T gelu_erf(T x) {
 // d/dx [x·Φ(x)] = Φ(x) + x·φ(x), φ(x) = exp(−x²/2)/√(2π).
 template <class T, class M = StdMath>
 T gelu_erf_grad(T x, T dy) {
-  return dy * (T(0.5) * M::erfc(-x * T(kSqrtHalf)) + x * T(kInvSqrt2Pi) * M::exp(T(-0.5) * x * x));
+  // exp(−v²) rather than exp(−x²/2): the same value, and the exp that the CPU's erfc computes.
+  const T v = -x * T(kSqrtHalf);
+  return dy * (T(0.5) * M::erfc(v) + x * T(kInvSqrt2Pi) * M::exp(-(v * v)));
 }
 
 // SwiGLU's gate (transformers' LlamaMLP: act_fn(gate_proj(x)) * up_proj(x), act_fn = silu):
