@@ -163,10 +163,10 @@ TEST(Cli, MemoryReportJsonHasTheDocumentedKeys) {
                         "workspace_bytes", "lower_bound_bytes", "plan_ms", "largest_at_peak"})
     EXPECT_NE(r.out.find(std::string("\"") + k + "\""), std::string::npos) << k;
   const Result s =
-      run("memory " + shipped("tutorial_transformer.toml") + " --sweep model.remat=none,MLP+Attn --budget 3GiB");
+      run("memory " + shipped("tutorial_transformer.toml") + " --sweep model.remat=none,MLP+Attn --budget 4GiB");
   ASSERT_EQ(s.status, 0) << s.out;
-  EXPECT_NE(s.out.find("NO"), std::string::npos) << "no remat does not fit in 3 GiB: " << s.out;
-  EXPECT_NE(s.out.find("yes"), std::string::npos) << "MLP+Attn remat fits in 3 GiB: " << s.out;
+  EXPECT_NE(s.out.find("NO"), std::string::npos) << "no remat does not fit in 4 GiB: " << s.out;
+  EXPECT_NE(s.out.find("yes"), std::string::npos) << "MLP+Attn remat fits in 4 GiB (its plan is 2.9-3.1 GiB by host ISA): " << s.out;
 }
 
 TEST(Cli, ParamsTableCountsTheTutorialMlp) {
