@@ -42,9 +42,9 @@ def plan(overrides, flags=()):
 
 
 def fit(overrides, xla_gb):
-    """model.remat = auto's choice (layers, minibatches from 1 up, head) for 0.7x the tutorial's figure."""
+    """model.remat = auto's choice (layers, minibatches from the row's up, head) for 0.7x the tutorial's figure."""
     budget = int(FIT_SHARE * xla_gb * 1e9)
-    r = plan([*overrides, "model.remat=auto", "model.head_chunk=auto", "optimizer.num_minibatches=1"],
+    r = plan([*overrides, "model.remat=auto", "model.head_chunk=auto"],
              ["--budget", str(budget)])
     assert r["total_bytes"] <= budget, (overrides, r["total_bytes"], budget)
     return r["remat_auto"]
@@ -94,9 +94,9 @@ def main():
       "tutorial's figure read as 10^9 bytes per GB; read as GiB, every ratio is 7% lower.")
     w("")
     w("The last three columns: `loom memory CONFIG OVERRIDES model.remat=auto model.head_chunk=auto "
-      "optimizer.num_minibatches=1 --budget B --json` with B = 0.7 × the tutorial's figure (as 10^9 bytes): "
-      "the least-recompute choice of per-layer remat (layers from the first), minibatch count (from 1 up, "
-      "the global batch kept) and head (plain, or fused in chunks of vocabulary columns) that the plan fits "
+      "--budget B --json` with B = 0.7 × the tutorial's figure (as 10^9 bytes): the least-recompute choice "
+      "of per-layer remat (layers from the first), minibatch count (the row's or more, the global batch "
+      "kept) and head (plain, or fused in chunks of vocabulary columns) that the plan fits "
       "in B; its planned total and its recomputed FLOPs as a share of the step's (docs/ARCHITECTURE.md, "
       "\"Fitting a budget\").")
     w("")
