@@ -16,7 +16,9 @@
 //
 // The search: layers are identical, so recomputed FLOPs depend only on how many layers take each
 // option (a multiset); multisets are visited in increasing FLOPs, each laid out with the heavier
-// options on the earlier layers (their saved activations are live longest). The total of a
+// options on the earlier layers (their saved activations are live longest) and, when that does not
+// fit, on the later ones (a peak late in the step, as a fused head's backward puts it, can favour
+// that). The total of a
 // multiset is predicted from per-layer increments measured on one full plan per option; full plans
 // are made only for multisets predicted within `slack` of the budget (the largest prediction
 // error seen so far), in FLOPs order, and the first that fits is the answer. That search runs
