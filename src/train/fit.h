@@ -18,7 +18,8 @@
 // option (a multiset); multisets are visited in increasing FLOPs, each laid out with the heavier
 // options on the earlier layers (their saved activations are live longest) and, when that does not
 // fit, on the later ones (a peak late in the step, as a fused head's backward puts it, can favour
-// that). The total of a
+// that). Other orders are not tried: with a fused head on 3 layers a mixed order can fit a budget
+// neither does (test_fit.cpp compares with exhaustive search over every order on 2 layers there). The total of a
 // multiset is predicted from per-layer increments measured on one full plan per option; full plans
 // are made only for multisets predicted within `slack` of the budget (the largest prediction
 // error seen so far), in FLOPs order, and the first that fits is the answer. That search runs
