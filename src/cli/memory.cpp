@@ -3,13 +3,16 @@
 // (report/memory_report.h), for one configuration or for every combination of the swept values;
 // with --ranks, one rank's of N; with --fit, model.remat = auto's choices from the no-remat plan
 // down to the smallest that fits (train/fit.h). With model.remat = auto the plan is that of the
-// choice for --budget, else train.memory_budget, else the memory available.
+// choice for --budget, else train.memory_budget, else the memory available, and the choice is
+// printed above it (`remat_auto` in --json).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <utility>
 #include <vector>
 
@@ -35,15 +38,17 @@ struct MemoryArgs {
   bool fit = false;
 };
 
-// `c` with model.remat = auto resolved for `budget` (0: train.memory_budget or what is available).
-Config resolve_auto(const Config& c, int64_t budget, int ranks) {
-  if (!c.model.remat.has(RematRegion::auto_)) return c;
+// `c` with model.remat = auto resolved for `budget` (0: train.memory_budget or what is available),
+// and the choice when it was.
+std::pair<Config, std::optional<FitChoice>> resolve_auto(const Config& c, int64_t budget, int ranks) {
+  if (!c.model.remat.has(RematRegion::auto_)) return {c, std::nullopt};
   if (budget == 0) budget = fit_budget(c, make_backend(c.device)->memory_available(), ranks);
   if (budget < 0)
     throw UserError("train.memory_budget", "model.remat = auto needs a budget and this backend reports none",
                     "set train.memory_budget or --budget, e.g. 20GiB");
   Fitter f(c, ranks);
-  return f.apply(f.fit(budget));
+  const FitChoice choice = f.fit(budget);
+  return {f.apply(choice), choice};
 }
 
 void print_fit(const Config& c, bool json, int ranks) {
@@ -63,13 +68,17 @@ void print_fit(const Config& c, bool json, int ranks) {
 }
 
 void print_one(const Config& config, bool json, int64_t budget, PlanOptions popts, int ranks) {
-  const Config c = resolve_auto(config, budget, ranks);
+  const auto [c, choice] = resolve_auto(config, budget, ranks);
   const MemoryReport r = memory_report(c, 15, popts, ranks);
   if (json) {
     nlohmann::json j = memory_report_json(r);
     if (budget) j["fits_budget"] = r.total_bytes <= budget;
+    if (choice) j["remat_auto"] = fit_choice_json(*choice);
     fmt::print("{}\n", j.dump(2));
   } else {
+    if (choice)
+      fmt::print("model.remat = auto: {}, recompute +{:.1f}% FLOPs\n\n", describe_choice(*choice),
+                 100 * choice->recompute_flops / choice->step_flops);
     fmt::print("{}", format_memory_report(r));
     if (budget)
       fmt::print("\nbudget {}: {}\n", format_bytes(budget), r.total_bytes <= budget ? "fits" : "does NOT fit");
@@ -112,7 +121,7 @@ void print_sweep(const MemoryArgs& a, int64_t budget, PlanOptions popts) {
       cols += fmt::format("{:<26} ", v);
       row[axes[i].first] = v;
     }
-    const MemoryReport r = memory_report(resolve_auto(a.config.load(ov), budget, a.ranks), 15, popts, a.ranks);
+    const MemoryReport r = memory_report(resolve_auto(a.config.load(ov), budget, a.ranks).first, 15, popts, a.ranks);
     if (a.json) {
       row["report"] = memory_report_json(r);
       if (budget) row["fits_budget"] = r.total_bytes <= budget;
@@ -144,13 +153,14 @@ CommandBody add_memory_command(CLI::App& sub) {
   sub.add_option("--html", a->html, "also write the memory viewer (one self-contained HTML page) to FILE")
       ->transform(home_path());
   sub.add_flag("--fit", a->fit,
-               "model.remat = auto's least-recompute choice at budgets from the no-remat plan down to the smallest "
-               "that fits, with the recompute share and predicted step time");
+               "model.remat = auto's least-recompute choice (layers, minibatches and, with model.head_chunk=auto, "
+               "the head) at budgets from the no-remat plan down to the smallest that fits, with the recompute "
+               "share and predicted step time");
   sub.add_option("--ranks", a->ranks, "plan one rank of N (mpirun -np N): its share of the batch and state")
       ->check(CLI::PositiveNumber);
   return [a] {
     const int64_t budget = a->budget.empty() ? 0 : parse_bytes(a->budget, "--budget");
-    if (!a->html.empty()) write_memory_html(resolve_auto(a->config.load(), budget, a->ranks), a->html);
+    if (!a->html.empty()) write_memory_html(resolve_auto(a->config.load(), budget, a->ranks).first, a->html);
     const PlanOptions popts{.inplace = !a->no_inplace, .reuse = true, .grad_release = {}};
     if (a->fit)
       print_fit(a->config.load(), a->json, a->ranks);

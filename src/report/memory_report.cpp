@@ -190,32 +190,40 @@ double predicted_step_seconds(const FitChoice& f, double ceiling_flops) {
 }  // namespace
 
 std::string format_fit_frontier(const std::vector<Fitter::FitPoint>& points, double ceiling_flops) {
-  std::string o = fmt::format("{:>11} {:>11} {:>10} {:>10} {:>9} {:>6}  {}\n", "budget", "planned", "recompute",
-                              "step (s)", "fit (ms)", "plans", "choice (layers from the first; minibatches)");
+  std::string o = fmt::format("{:>11} {:>11} {:>10} {:>10} {:>9} {:>6} {:>6}  {}\n", "budget", "planned",
+                              "recompute", "step (s)", "fit (ms)", "plans", "head", "choice (layers from the first; minibatches)");
   for (const Fitter::FitPoint& p : points) {
     const FitChoice& f = p.choice;
-    o += fmt::format("{:>11} {:>11} {:>9.1f}% {:>10} {:>9.1f} {:>6}  {}; {}{}\n", format_bytes(p.budget),
+    o += fmt::format("{:>11} {:>11} {:>9.1f}% {:>10} {:>9.1f} {:>6} {:>6}  {}; {}{}\n", format_bytes(p.budget),
                      format_bytes(f.total_bytes), 100 * f.recompute_flops / f.step_flops,
                      ceiling_flops > 0 ? fmt::format("{:.3f}", predicted_step_seconds(f, ceiling_flops)) : "-",
-                     1e3 * p.seconds, p.plans, describe_layers(f.layers), f.num_minibatches,
+                     1e3 * p.seconds, p.plans, f.head_chunk == 0 ? std::string("plain") : std::to_string(f.head_chunk),
+                     describe_layers(f.layers), f.num_minibatches,
                      f.proven_least ? "" : " (capped: not proven least)");
   }
   return o;
 }
 
+nlohmann::json fit_choice_json(const FitChoice& f) {
+  return {{"total_bytes", f.total_bytes},
+          {"layers", describe_layers(f.layers)},
+          {"num_minibatches", f.num_minibatches},
+          {"head_chunk", f.head_chunk},
+          {"recompute_flops", f.recompute_flops},
+          {"step_flops", f.step_flops},
+          {"proven_least", f.proven_least}};
+}
+
 nlohmann::json fit_frontier_json(const std::vector<Fitter::FitPoint>& points, double ceiling_flops) {
   nlohmann::json rows = nlohmann::json::array();
-  for (const Fitter::FitPoint& p : points)
-    rows.push_back({{"budget_bytes", p.budget},
-                    {"total_bytes", p.choice.total_bytes},
-                    {"layers", describe_layers(p.choice.layers)},
-                    {"num_minibatches", p.choice.num_minibatches},
-                    {"recompute_flops", p.choice.recompute_flops},
-                    {"step_flops", p.choice.step_flops},
-                    {"predicted_step_seconds", predicted_step_seconds(p.choice, ceiling_flops)},
-                    {"fit_seconds", p.seconds},
-                    {"full_plans", p.plans},
-                    {"proven_least", p.choice.proven_least}});
+  for (const Fitter::FitPoint& p : points) {
+    nlohmann::json row = fit_choice_json(p.choice);
+    row["budget_bytes"] = p.budget;
+    row["predicted_step_seconds"] = predicted_step_seconds(p.choice, ceiling_flops);
+    row["fit_seconds"] = p.seconds;
+    row["full_plans"] = p.plans;
+    rows.push_back(row);
+  }
   return rows;
 }
 

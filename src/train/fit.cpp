@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -11,7 +12,9 @@
 
 #include "backend/registry.h"
 #include "core/error.h"
+#include "graph/ops/linear_cross_entropy.h"
 #include "nn/models.h"
+#include "nn/models/transformer/transformer.h"
 #include "optim/optimizer.h"
 #include "runtime/executor.h"
 #include "train/evaluator.h"
@@ -71,6 +74,15 @@ std::string describe_layers(const std::vector<LayerRemat>& layers) {
   return s;
 }
 
+std::string describe_head(int64_t head_chunk) {
+  return head_chunk == 0 ? "plain" : fmt::format("{} columns", head_chunk);
+}
+
+std::string describe_choice(const FitChoice& f) {
+  return fmt::format("{} in {} minibatch{}, head {}", describe_layers(f.layers), f.num_minibatches,
+                     f.num_minibatches == 1 ? "" : "es", describe_head(f.head_chunk));
+}
+
 Fitter::Fitter(const Config& c, int ranks) : c_(c), ranks_(ranks), be_(make_backend(c.device)) {
   const bool lm = nn::model_kind(c.model.kind).language_model;
   num_layers_ = lm ? c.model.num_layers : 1;
@@ -85,6 +97,17 @@ Fitter::Fitter(const Config& c, int ranks) : c_(c), ranks_(ranks), be_(make_back
   for (const auto& r : regions)
     for (RematPolicyKind p : policies) options_.push_back(LayerRemat{.regions = r, .policy = p});
   c_.model.remat = {RematRegion::auto_};
+  head_chunks_ = {c.model.head_chunk};
+  // The fused head refuses a biased untied head and LoRA runs (nn/models/transformer): the plain
+  // head alone then.
+  const bool fused = lm && (c.model.tie_embeddings || !c.model.use_bias) && !c.model.lora.enabled();
+  if (c.model.head_chunk == nn::kHeadChunkAuto) {
+    head_chunks_ = {0};
+    // A quarter of the vocabulary holds a quarter of the logits; a sixteenth, a sixteenth: below
+    // that the head's few MiB rarely decide a fit, and ever narrower products run slower.
+    const int64_t wide = lm && fused ? std::bit_floor(static_cast<uint64_t>(c.model.num_outputs / 4)) : 0;
+    for (int64_t chunk = wide; chunk >= 1 && head_chunks_.size() < 3; chunk /= 4) head_chunks_.push_back(chunk);
+  }
 }
 
 std::vector<int64_t> Fitter::minibatch_counts() const {
@@ -101,15 +124,17 @@ Config Fitter::apply(const FitChoice& f) const {
   Config c = c_;
   c.model.remat_layers = f.layers;
   c.optimizer.num_minibatches = f.num_minibatches;
+  c.model.head_chunk = f.head_chunk;
   return c;
 }
 
-FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_minibatches) {
+FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_minibatches, int64_t head_chunk) {
   std::string key;
   for (const LayerRemat& l : layers) key += layer_name(l) + ",";
-  if (auto it = plans_by_choice_.find({key, num_minibatches}); it != plans_by_choice_.end()) return it->second;
+  if (auto it = plans_by_choice_.find({key, num_minibatches, head_chunk}); it != plans_by_choice_.end())
+    return it->second;
   ++plans_;
-  FitChoice f{.layers = layers, .num_minibatches = num_minibatches};
+  FitChoice f{.layers = layers, .num_minibatches = num_minibatches, .head_chunk = head_chunk};
   const Config c = apply(f);
   const TrainProgram p = build_train_program(c, ranks_);
   const Graph& g = p.model.graph;
@@ -126,29 +151,34 @@ FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_miniba
   f.total_bytes = f.fixed_bytes + f.arena_bytes;
   for (NodeId id : p.schedule) {
     const Node& n = g.node(id);
-    (n.phase == Phase::recompute ? f.recompute_flops : f.step_flops) += static_cast<double>(node_cost(g, n).flops);
+    const OpCost cost = node_cost(g, n);
+    const int64_t again = n.phase == Phase::recompute                   ? cost.flops
+                          : n.op == OpKind::linear_cross_entropy_grad ? linear_cross_entropy_recomputed_flops(g, n)
+                                                                      : 0;
+    f.recompute_flops += static_cast<double>(again);
+    f.step_flops += static_cast<double>(cost.flops - again);
   }
   f.recompute_flops *= static_cast<double>(num_minibatches);
   f.step_flops *= static_cast<double>(num_minibatches);
-  plans_by_choice_.emplace(std::make_pair(key, num_minibatches), f);
+  plans_by_choice_.emplace(std::make_tuple(key, num_minibatches, head_chunk), f);
   return f;
 }
 
-FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
+FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head) {
   const auto L = static_cast<size_t>(num_layers_);
   // Per option: recomputed FLOPs and bytes added per layer, from uniform plans of a model of at
   // most 3 layers (identical layers: the increments carry over to any depth).
-  auto [cal, fresh] = per_layer_.try_emplace(mb);
+  auto [cal, fresh] = per_layer_.try_emplace({mb, head});
   if (fresh) {
     Config small = c_;
     const bool lm = nn::model_kind(c_.model.kind).language_model;
     const size_t Lc = lm ? std::min<size_t>(L, 3) : L;
     if (lm) small.model.num_layers = static_cast<int64_t>(Lc);
     Fitter calib(small, ranks_);
-    const FitChoice none_small = calib.plan(std::vector<LayerRemat>(Lc), mb);
+    const FitChoice none_small = calib.plan(std::vector<LayerRemat>(Lc), mb, head);
     for (size_t o = 0; o < options_.size(); ++o) {
-      const FitChoice u = o == 0 ? none_small : calib.plan(std::vector<LayerRemat>(Lc, options_[o]), mb);
-      cal->second.emplace_back(u.recompute_flops / static_cast<double>(Lc),
+      const FitChoice u = o == 0 ? none_small : calib.plan(std::vector<LayerRemat>(Lc, options_[o]), mb, head);
+      cal->second.emplace_back((u.recompute_flops - none_small.recompute_flops) / static_cast<double>(Lc),
                                static_cast<double>(u.total_bytes - none_small.total_bytes) / static_cast<double>(Lc));
     }
     plans_ += calib.plans_made();
@@ -168,15 +198,24 @@ FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
     if (chain.empty() || l.bytes < chain.back().bytes) chain.push_back(l);
   const size_t K = chain.size();
 
-  const FitChoice none = plan(std::vector<LayerRemat>(L), mb);
+  const FitChoice none = plan(std::vector<LayerRemat>(L), mb, head);
   if (none.total_bytes <= budget) return none;
-  // Layers by count per level; the layout puts the highest levels on the first layers.
+  // Layers by count per level, laid out with the highest levels on the first layers (their saved
+  // activations are live longest) or, when that does not fit, on the last (where the peak falls
+  // late, as at a fused head's backward, that can be the smaller).
   using Counts = std::vector<int64_t>;
-  auto layout = [&](const Counts& n) {
+  auto layout = [&](const Counts& n, bool highest_first) {
     std::vector<LayerRemat> layers;
     for (size_t k = K; k-- > 0;)
       for (int64_t i = 0; i < n[k]; ++i) layers.push_back(options_[chain[k].option]);
+    if (!highest_first) std::reverse(layers.begin(), layers.end());
     return layers;
+  };
+  auto plan_counts = [&](const Counts& n) {
+    FitChoice a = plan(layout(n, true), mb, head);
+    if (a.total_bytes <= budget) return a;
+    FitChoice b = plan(layout(n, false), mb, head);
+    return b.total_bytes < a.total_bytes ? b : a;
   };
   auto predict = [&](const Counts& n) {
     double b = static_cast<double>(none.total_bytes);
@@ -196,15 +235,15 @@ FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
   double slack = 0;
   for (const Level& l : chain) slack = std::max(slack, -l.bytes);
   // Bytes fall with every level: when all layers on the top level do not fit, no multiset does.
-  FitChoice heaviest = plan(layout(top), mb);
+  FitChoice heaviest = plan(layout(top, true), mb, head);
   if (heaviest.total_bytes > budget) return FitChoice{};
   heaviest.proven_least = false;  // the answer when the search gives up (below)
   constexpr size_t kMaxVisits = 200000;
-  // Deep models put many multisets inside the slack; past kMaxPlans full plans the search trusts
-  // the prediction (slack 0) and says its answer is not proven least; past kMaxVisits multisets it
-  // answers all layers on the top level, not proven least either.
-  constexpr int kMaxPlans = 64;
-  const int plans_before = plans_;
+  // Deep models put many multisets inside the slack; past kMaxPlans multisets planned the search
+  // trusts the prediction (slack 0) and says its answer is not proven least; past kMaxVisits
+  // multisets it answers all layers on the top level, not proven least either.
+  constexpr size_t kMaxPlans = 64;
+  std::set<Counts> planned;
   bool proven = true;
   while (true) {
     // Multisets by FLOPs ascending (then predicted bytes): each step moves one layer up one level.
@@ -221,13 +260,14 @@ FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
       const Counts n = queue.top().second;
       const double est = queue.top().first.second;
       queue.pop();
-      if (proven && plans_ - plans_before >= kMaxPlans) {
+      if (proven && planned.size() >= kMaxPlans) {
         proven = false;
         slack = 0;
         break;
       }
       if (est <= static_cast<double>(budget) + slack) {
-        FitChoice f = plan(layout(n), mb);
+        planned.insert(n);
+        FitChoice f = plan_counts(n);
         f.proven_least = proven;
         if (proven && est - static_cast<double>(f.total_bytes) > slack) {
           slack = est - static_cast<double>(f.total_bytes);
@@ -255,17 +295,28 @@ FitChoice Fitter::fit_minibatches(int64_t budget, int64_t mb) {
 FitChoice Fitter::smallest() {
   // Every layer on one option at the most minibatches: the option that saves the most on its own.
   FitChoice least;
-  for (const LayerRemat& o : options_) {
-    FitChoice f = plan(std::vector<LayerRemat>(static_cast<size_t>(num_layers_), o), minibatch_counts().back());
-    if (least.layers.empty() || f.total_bytes < least.total_bytes) least = std::move(f);
-  }
+  for (int64_t head : head_chunks_)
+    for (const LayerRemat& o : options_) {
+      FitChoice f =
+          plan(std::vector<LayerRemat>(static_cast<size_t>(num_layers_), o), minibatch_counts().back(), head);
+      if (least.layers.empty() || f.total_bytes < least.total_bytes) least = std::move(f);
+    }
   return least;
 }
 
 FitChoice Fitter::fit(int64_t budget) {
   const std::vector<int64_t> counts = minibatch_counts();
-  for (int64_t mb : counts)
-    if (FitChoice f = fit_minibatches(budget, mb); !f.layers.empty()) return f;
+  for (int64_t mb : counts) {
+    FitChoice best;
+    for (int64_t head : head_chunks_) {
+      // The head's own recompute is a floor for any layers with it.
+      const FitChoice bare = plan(std::vector<LayerRemat>(static_cast<size_t>(num_layers_)), mb, head);
+      if (!best.layers.empty() && bare.recompute_flops >= best.recompute_flops) continue;
+      FitChoice f = fit_layers(budget, mb, head);
+      if (!f.layers.empty() && (best.layers.empty() || f.recompute_flops < best.recompute_flops)) best = std::move(f);
+    }
+    if (!best.layers.empty()) return best;
+  }
   // The calibration's chain may have left out the option that saves the most at this depth.
   const FitChoice least = smallest();
   if (least.total_bytes <= budget) return least;
@@ -276,7 +327,7 @@ FitChoice Fitter::fit(int64_t budget) {
       fmt::format("no choice fits {:.2f} GiB: the smallest plan is {:.2f} GiB ({}), of which parameters, gradients, "
                   "optimizer state and inputs are {:.2f} GiB and activations with kernel workspace {:.2f} GiB",
                   budget / kGiB, least.total_bytes / kGiB,
-                  describe_layers(least.layers) + fmt::format(" in {} minibatches", least.num_minibatches),
+                  describe_choice(least),
                   least.fixed_bytes / kGiB, least.arena_bytes / kGiB),
       fixed ? "the parameters and optimizer state dominate: a smaller model, or more ranks with "
               "optimizer.shard=state+grads"
@@ -284,7 +335,8 @@ FitChoice Fitter::fit(int64_t budget) {
 }
 
 std::vector<Fitter::FitPoint> Fitter::frontier(int steps) {
-  const FitChoice none = plan(std::vector<LayerRemat>(static_cast<size_t>(num_layers_)), minibatch_counts().front());
+  const FitChoice none = plan(std::vector<LayerRemat>(static_cast<size_t>(num_layers_)), minibatch_counts().front(),
+                              head_chunks_.front());
   const int64_t lo = std::min(smallest().total_bytes, none.total_bytes), hi = none.total_bytes;
   std::vector<FitPoint> out;
   for (int s = 0; s <= steps; ++s) {

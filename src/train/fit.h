@@ -1,27 +1,37 @@
 // model.remat = auto: fitting a training run into a memory budget (README, "Fitting a memory
 // budget").
 //
-// A choice is one LayerRemat per layer (regions and policy, the options below) and a minibatch
-// count (optimizer.num_minibatches, the global batch kept). Its measure is the plan: the total
+// A choice is one LayerRemat per layer (regions and policy, the options below), a minibatch
+// count (optimizer.num_minibatches, the global batch kept) and, with model.head_chunk = auto, the
+// head: plain, or fused in chunks of vocabulary columns (the candidates below). Its measure is the plan: the total
 // `loom memory` prints (parameters, gradients, optimizer state, the arena with its kernel
 // workspace, inputs, communication buffers, evaluation), so a returned choice fits by
 // construction. The objective is the least recomputed FLOPs (the op table's cost rules over the
-// recompute nodes): on a CPU the step time is the GEMMs' time, and recompute adds FLOPs at the
+// recompute nodes, and the fused head's backward forming its logits again, graph/ops/linear_cross_entropy.h):
+// on a CPU the step time is the GEMMs' time, and recompute adds FLOPs at the
 // same GEMM rate, so FLOPs rank choices as step time does without a timing model that a busy
-// machine would skew; ties go to the smaller total. Fewer minibatches come first: a minibatch
-// count above the configured one is tried only when no remat choice fits.
+// machine would skew; ties go to the smaller total, and between head chunks to the larger chunk
+// (fewer, larger products; every chunk recomputes the same FLOPs). Fewer minibatches come first: a
+// minibatch count above the configured one is tried only when no remat and head choice fits.
 //
 // The search: layers are identical, so recomputed FLOPs depend only on how many layers take each
 // option (a multiset); multisets are visited in increasing FLOPs, each laid out with the heavier
-// options on the earlier layers (their saved activations are live longest). The total of a
+// options on the earlier layers (their saved activations are live longest) and, when that does not
+// fit, on the later ones (a peak late in the step, as a fused head's backward puts it, can favour
+// that). Other orders are not tried: with a fused head on 3 layers a mixed order can fit a budget
+// neither does (test_fit.cpp compares with exhaustive search over every order on 2 layers there). The total of a
 // multiset is predicted from per-layer increments measured on one full plan per option; full plans
 // are made only for multisets predicted within `slack` of the budget (the largest prediction
-// error seen so far), in FLOPs order, and the first that fits is the answer.
+// error seen so far), in FLOPs order, and the first that fits is the answer. That search runs
+// once per head candidate (its own calibration: the head moves the peak), the least FLOPs over
+// them wins, and a candidate whose own recompute (the fused head's, with no layer remat) is no
+// less than the best found is skipped.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "nn/config.h"
@@ -38,16 +48,21 @@ int64_t parse_bytes(const std::string& text, const std::string& what);
 struct FitChoice {
   std::vector<LayerRemat> layers;  // one per layer
   int64_t num_minibatches = 1;
+  int64_t head_chunk = 0;      // model.head_chunk: 0 the plain head
   int64_t total_bytes = 0;     // the plan's total, as `loom memory` prints it
   int64_t fixed_bytes = 0;     // parameters, gradients, optimizer state, inputs, buffers, evaluation
   int64_t arena_bytes = 0;     // activations and the kernel workspace
   double recompute_flops = 0;  // per step, all minibatches
   double step_flops = 0;       // forward and backward per step without recompute
-  bool proven_least = true;    // false: the search's plan cap was reached (Fitter::fit_minibatches)
+  bool proven_least = true;    // false: the search's plan cap was reached (Fitter::fit_layers)
 };
 
 // Runs of equal layers in layer order: "12×Block/nothing_saveable, 36×none".
 std::string describe_layers(const std::vector<LayerRemat>& layers);
+// "plain" or "8192 columns": the head of a choice.
+std::string describe_head(int64_t head_chunk);
+// "12×Block/nothing_saveable, 36×none in 2 minibatches, head 8192 columns".
+std::string describe_choice(const FitChoice& f);
 
 class Fitter {
  public:
@@ -57,10 +72,13 @@ class Fitter {
   // The options a layer may take, `none` first.
   const std::vector<LayerRemat>& options() const { return options_; }
   int64_t num_layers() const { return num_layers_; }
+  // The heads to try, model.head_chunk's value alone unless it is auto: then the plain head (0)
+  // and chunks of the largest power of two <= V/4 and a quarter of that columns, descending.
+  const std::vector<int64_t>& head_chunks() const { return head_chunks_; }
   // The minibatch counts to try, ascending from the configured one (each divides the batch).
   std::vector<int64_t> minibatch_counts() const;
   // The exact plan of a choice (one full build and plan, remembered).
-  FitChoice plan(const std::vector<LayerRemat>& layers, int64_t num_minibatches);
+  FitChoice plan(const std::vector<LayerRemat>& layers, int64_t num_minibatches, int64_t head_chunk);
   // The least-recompute choice whose plan totals at most `budget`; UserError naming the smallest
   // total that fits, and what dominates it, when none does.
   FitChoice fit(int64_t budget);
@@ -73,12 +91,12 @@ class Fitter {
     int plans = 0;
   };
   std::vector<FitPoint> frontier(int steps = 8);
-  // The smallest total of any one option on every layer at the most minibatches.
+  // The smallest total of any one option on every layer, with any head, at the most minibatches.
   FitChoice smallest();
   // Full plans made so far.
   int plans_made() const { return plans_; }
 
-  // `c` with the choice applied (model.remat_layers, optimizer.num_minibatches).
+  // `c` with the choice applied (model.remat_layers, optimizer.num_minibatches, model.head_chunk).
   Config apply(const FitChoice& f) const;
 
  private:
@@ -86,13 +104,16 @@ class Fitter {
   int ranks_;
   int64_t num_layers_;
   std::vector<LayerRemat> options_;
+  std::vector<int64_t> head_chunks_;
   int plans_ = 0;
-  std::map<std::pair<std::string, int64_t>, FitChoice> plans_by_choice_;
+  std::map<std::tuple<std::string, int64_t, int64_t>, FitChoice> plans_by_choice_;
   std::shared_ptr<Backend> be_;  // c.device's, for the kernels' workspace sizes
-  // Per minibatch count: each option's recomputed FLOPs and added bytes per layer (fit_minibatches).
-  std::map<int64_t, std::vector<std::pair<double, double>>> per_layer_;
-  // The least-recompute fit for one minibatch count, or an empty choice (no layers) when none fits.
-  FitChoice fit_minibatches(int64_t budget, int64_t num_minibatches);
+  // Per minibatch count and head: each option's recomputed FLOPs and added bytes per layer
+  // (fit_layers).
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<double, double>>> per_layer_;
+  // The least-recompute layers for one minibatch count and head, or an empty choice (no layers)
+  // when none fits.
+  FitChoice fit_layers(int64_t budget, int64_t num_minibatches, int64_t head_chunk);
 };
 
 // The budget `loom train` fits model.remat = auto into: train.memory_budget, else the memory the

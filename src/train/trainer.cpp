@@ -197,8 +197,7 @@ Config resolve_auto_remat(const Config& c, Backend& be, dist::Comm& comm) {
   Fitter fitter(c, comm.size());
   const FitChoice f = fitter.fit(budget);
   if (comm.rank() == 0)
-    fmt::print(stderr, "remat auto: {} in {} minibatch{}: plan {:.2f} of {:.2f} GiB, recompute +{:.1f}% FLOPs{}\n",
-               describe_layers(f.layers), f.num_minibatches, f.num_minibatches == 1 ? "" : "es",
+    fmt::print(stderr, "remat auto: {}: plan {:.2f} of {:.2f} GiB, recompute +{:.1f}% FLOPs{}\n", describe_choice(f),
                f.total_bytes / 1073741824.0, budget / 1073741824.0, 100 * f.recompute_flops / f.step_flops,
                f.proven_least ? "" : " (search capped: not proven least)");
   return fitter.apply(f);

@@ -1,12 +1,15 @@
 // model.remat = auto (train/fit.h):
 //   - optimal: on 2- and 3-layer Transformers, at every budget between the smallest and the largest
 //     total of all per-layer combinations of the options, the planner's recomputed FLOPs equal the
-//     least of any combination that fits (exhaustive search over all of them, each planned);
+//     least of any combination that fits (exhaustive search over all of them, each planned); with
+//     model.head_chunk = auto (2 layers) the combinations take every head too, and some budget
+//     needs a chunk;
 //   - exact: its choice's total is the one `loom memory` reports for the applied configuration, and
 //     is within the budget;
 //   - when no remat choice fits, more minibatches; when nothing fits, an error naming the smallest
 //     total;
 //   - a Trainer with model.remat = auto runs the choice, with the gradients of no remat.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 
 #include "backend/registry.h"
 #include "core/error.h"
+#include "nn/models/transformer/transformer.h"
 #include "report/memory_report.h"
 #include "train/config.h"
 #include "train/fit.h"
@@ -23,63 +27,80 @@
 namespace loom {
 namespace {
 
-Config tiny(int layers, int minibatches = 1) {
-  return default_config({"model.kind=transformer", "model.dtype=float32", "model.hidden_size=32",
-                         "model.num_layers=" + std::to_string(layers), "model.head_dim=8", "model.vocab_size=61",
+// head_chunk = auto ties the head (the fused head refuses a biased untied one).
+Config tiny(int layers, int minibatches = 1, const std::string& head_chunk = "0") {
+  return default_config({fmt::format("model.tie_embeddings={}", head_chunk == "auto"), "model.kind=transformer", "model.dtype=float32", "model.hidden_size=32",
+                         fmt::format("model.num_layers={}", layers), "model.head_dim=8", "model.vocab_size=61",
                          "model.num_outputs=61", "model.max_seq_len=16", "data.kind=random_tokens", "data.batch_size=4",
-                         "data.seq_len=16", "data.vocab_size=61",
-                         "optimizer.num_minibatches=" + std::to_string(minibatches), "model.remat=auto", "threads=1"});
+                         "data.seq_len=16", "data.vocab_size=61", fmt::format("optimizer.num_minibatches={}", minibatches),
+                         "model.remat=auto", fmt::format("model.head_chunk={}", head_chunk), "threads=1"});
 }
 
 struct Combo {
   int64_t total;
   double flops;
+  int64_t head_chunk;
+  std::string what;  // for failure messages
 };
 
-// Every per-layer combination of the options, planned.
+// Every per-layer combination of the options with every head, planned.
 std::vector<Combo> exhaustive(Fitter& f) {
   std::vector<Combo> out;
   const size_t L = static_cast<size_t>(f.num_layers()), K = f.options().size();
-  std::vector<size_t> idx(L, 0);
-  while (true) {
-    std::vector<LayerRemat> layers;
-    for (size_t i : idx) layers.push_back(f.options()[i]);
-    const FitChoice c = f.plan(layers, 1);
-    out.push_back({c.total_bytes, c.recompute_flops});
-    size_t i = 0;
-    while (i < L && ++idx[i] == K) idx[i++] = 0;
-    if (i == L) break;
+  for (int64_t head : f.head_chunks()) {
+    std::vector<size_t> idx(L, 0);
+    while (true) {
+      std::vector<LayerRemat> layers;
+      for (size_t i : idx) layers.push_back(f.options()[i]);
+      const FitChoice c = f.plan(layers, 1, head);
+      out.push_back({c.total_bytes, c.recompute_flops, head, describe_choice(c)});
+      size_t i = 0;
+      while (i < L && ++idx[i] == K) idx[i++] = 0;
+      if (i == L) break;
+    }
   }
   return out;
 }
 
-void expect_optimal(int layers) {
-  const Config c = tiny(layers);
+void expect_optimal(int layers, const std::string& head_chunk) {
+  const Config c = tiny(layers, 1, head_chunk);
   Fitter f(c);
   const std::vector<Combo> all = exhaustive(f);
   std::set<int64_t> budgets;
   for (const Combo& x : all) budgets.insert(x.total);
   ASSERT_GT(budgets.size(), 4u);
+  int needs_chunk = 0;  // budgets where only a fused head reaches the least FLOPs
   for (int64_t budget : budgets) {
-    double best = 1e300;
+    double best = 1e300, best_plain = 1e300;
+    std::string best_what;
     for (const Combo& x : all)
-      if (x.total <= budget) best = std::min(best, x.flops);
+      if (x.total <= budget) {
+        if (x.flops < best) best_what = x.what;
+        best = std::min(best, x.flops);
+        if (x.head_chunk == 0) best_plain = std::min(best_plain, x.flops);
+      }
+    needs_chunk += best < best_plain;
     Fitter fresh(c);
     const FitChoice got = fresh.fit(budget);
     EXPECT_EQ(got.num_minibatches, 1) << budget;
     EXPECT_LE(got.total_bytes, budget);
     EXPECT_EQ(got.recompute_flops, best) << layers << " layers, budget " << budget << ": chose "
-                                         << describe_layers(got.layers);
+                                         << describe_choice(got) << "; least: " << best_what;
+  }
+  if (head_chunk == "auto") {
+    EXPECT_EQ(f.head_chunks(), (std::vector<int64_t>{0, 8, 2}));  // V = 61: 0, bit_floor(61 / 4), a quarter
+    EXPECT_GT(needs_chunk, 0) << "no budget where the head chunk matters: the test would not see it";
   }
 }
 
-TEST(Fit, OptimalAgainstExhaustiveSearchTwoLayers) { expect_optimal(2); }
-TEST(Fit, OptimalAgainstExhaustiveSearchThreeLayers) { expect_optimal(3); }
+TEST(Fit, OptimalAgainstExhaustiveSearchTwoLayers) { expect_optimal(2, "0"); }
+TEST(Fit, OptimalAgainstExhaustiveSearchThreeLayers) { expect_optimal(3, "0"); }
+TEST(Fit, OptimalWithTheHeadChunkAgainstExhaustiveSearchTwoLayers) { expect_optimal(2, "auto"); }
 
 TEST(Fit, ChoiceIsWhatLoomMemoryPlans) {
   const Config c = tiny(3);
   Fitter f(c);
-  const FitChoice none = f.plan(std::vector<LayerRemat>(3), 1);
+  const FitChoice none = f.plan(std::vector<LayerRemat>(3), 1, 0);
   // A tenth less activation memory than no remat holds (the fixed part, 4 MiB of checkpoint
   // stream buffer included, dwarfs this tiny model's activations).
   const int64_t budget = none.fixed_bytes + none.arena_bytes * 9 / 10;
@@ -99,8 +120,8 @@ TEST(Fit, MoreMinibatchesWhenRematIsNotEnough) {
   Fitter f(c);
   int64_t least_one = INT64_MAX;
   for (const LayerRemat& o : f.options())
-    least_one = std::min(least_one, f.plan(std::vector<LayerRemat>(2, o), 1).total_bytes);
-  const FitChoice two = f.plan(std::vector<LayerRemat>(2, LayerRemat{.regions = {RematRegion::Block}}), 2);
+    least_one = std::min(least_one, f.plan(std::vector<LayerRemat>(2, o), 1, 0).total_bytes);
+  const FitChoice two = f.plan(std::vector<LayerRemat>(2, LayerRemat{.regions = {RematRegion::Block}}), 2, 0);
   ASSERT_LT(two.total_bytes, least_one);
   const FitChoice got = f.fit(least_one - 1);
   EXPECT_GT(got.num_minibatches, 1);
@@ -125,7 +146,7 @@ TEST(Fit, ImpossibleBudgetNamesTheSmallestTotal) {
 TEST(Fit, TrainerRunsTheChoiceWithTheGradientsOfNoRemat) {
   Config c = tiny(2);
   Fitter f(c);
-  const FitChoice none_plan = f.plan(std::vector<LayerRemat>(2), 1);
+  const FitChoice none_plan = f.plan(std::vector<LayerRemat>(2), 1, 0);
   const int64_t budget = none_plan.fixed_bytes + none_plan.arena_bytes * 9 / 10;  // a tenth less activation memory
   c.train.memory_budget = std::to_string(budget);
   auto be = make_backend("cpu");
@@ -137,6 +158,44 @@ TEST(Fit, TrainerRunsTheChoiceWithTheGradientsOfNoRemat) {
   Trainer u(plain, *be);
   const Batch b = make_batch(c.data, data_context(c));
   EXPECT_EQ(t.step(b).metrics.loss.mean(), u.step(b).metrics.loss.mean());
+}
+
+// At a budget where the planner takes a fused head, the Trainer runs it with the plain head's loss.
+TEST(Fit, TrainerRunsAChosenHeadChunk) {
+  Config c = tiny(2, 1, "auto");
+  Fitter f(c);
+  int64_t budget = 0;
+  FitChoice chosen;
+  for (const LayerRemat& o : f.options())
+    for (const LayerRemat& p : f.options()) {
+      if (chosen.head_chunk > 0) break;
+      budget = f.plan({o, p}, 1, f.head_chunks()[1]).total_bytes;
+      chosen = f.fit(budget);
+    }
+  ASSERT_GT(chosen.head_chunk, 0) << "no budget where a fused head is the least recompute";
+  c.train.memory_budget = std::to_string(budget);
+  auto be = make_backend("cpu");
+  Trainer t(c, *be);
+  EXPECT_EQ(t.config().model.head_chunk, chosen.head_chunk);
+  EXPECT_EQ(t.config().model.remat_layers, chosen.layers);
+  EXPECT_LE(memory_report(t.config(), 0).total_bytes, budget);
+  Config plain = c;
+  plain.model.remat = {};
+  plain.model.head_chunk = 0;
+  Trainer u(plain, *be);
+  const Batch b = make_batch(c.data, data_context(c));
+  EXPECT_NEAR(t.step(b).metrics.loss.mean(), u.step(b).metrics.loss.mean(), 1e-5);
+}
+
+TEST(Fit, HeadChunkAutoNeedsRematAuto) {
+  EXPECT_EQ(tiny(2, 1, "auto").model.head_chunk, nn::kHeadChunkAuto);
+  try {
+    default_config({"model.kind=transformer", "model.head_chunk=auto", "data.kind=random_tokens"});
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.head_chunk"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("model.remat = auto"), std::string::npos) << e.hint();
+  }
 }
 
 }  // namespace

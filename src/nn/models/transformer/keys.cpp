@@ -8,6 +8,30 @@ using namespace keys;
 
 #define REF(member) LOOM_KEY_REF(ModelConfig, member)
 
+namespace {
+// An integer, or "auto" stored as kHeadChunkAuto (model.head_chunk).
+template <class Get>
+KeySpec<ModelConfig> integer_or_auto(const char* key, const char* help, Get ref) {
+  KeySpec<ModelConfig> k = integer<ModelConfig>(key, help, ref);
+  k.type = "int|auto";
+  k.expected = "an integer or \"auto\"";
+  k.set_value = [ref](ModelConfig& c, const KeyValue& v) {
+    if (const auto* s = std::get_if<std::string>(&v); s && *s == "auto")
+      ref(c) = kHeadChunkAuto;
+    else if (const auto* i = std::get_if<int64_t>(&v))
+      ref(c) = *i;
+    else
+      throw std::invalid_argument("not an integer or \"auto\"");
+  };
+  k.set_text = [ref](ModelConfig& c, const std::string& s) { ref(c) = s == "auto" ? kHeadChunkAuto : parse_int(s); };
+  k.get = [ref](const ModelConfig& c) {
+    const int64_t v = ref(const_cast<ModelConfig&>(c));
+    return v == kHeadChunkAuto ? std::string("\"auto\"") : std::to_string(v);
+  };
+  return k;
+}
+}  // namespace
+
 std::vector<KeySpec<ModelConfig>> transformer_keys() {
   std::vector<KeySpec<ModelConfig>> k = {
       hidden_size_key(),
@@ -94,11 +118,12 @@ std::vector<KeySpec<ModelConfig>> transformer_keys() {
       boolean<ModelConfig>("model.tie_embeddings",
                            "logits = x · embeddingᵀ (GPT-2 weight tying; needs num_outputs = vocab_size)",
                            REF(tie_embeddings)),
-      integer<ModelConfig>("model.head_chunk",
-                           "training and evaluation run the output layer and the loss fused, this many vocabulary "
-                           "columns of logits at a time, so [tokens, vocabulary] logits are never held whole "
-                           "(sampling keeps the plain head); 0: the plain head and loss",
-                           REF(head_chunk)),
+      integer_or_auto("model.head_chunk",
+                                   "training and evaluation run the output layer and the loss fused, this many "
+                                   "vocabulary columns of logits at a time, so [tokens, vocabulary] logits are never "
+                                   "held whole (sampling keeps the plain head); 0: the plain head and loss; auto: "
+                                   "model.remat = auto chooses (the plain head or a chunk) with the layers' remat",
+                                   REF(head_chunk)),
       choice<ModelConfig>("model.init", "parameter init", REF(init)),
       boolean<ModelConfig>("model.embed_dropout", "dropout after the token + position embedding (GPT-2)",
                            REF(embed_dropout)),

@@ -331,7 +331,9 @@ ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool tr
     m.positions = g.add_input("positions", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] in their examples
   }
   const ValueId positions = in.packed ? m.positions : positions_from_zero(m, in.seq_len);  // [B, T] or [T]
-  if (c.head_chunk == 0) {
+  // auto unresolved (kHeadChunkAuto): the plain head.
+  const int64_t chunk = c.head_chunk == kHeadChunkAuto ? 0 : c.head_chunk;
+  if (chunk == 0) {
     add_classification_loss(m, Scope(g), transformer_logits(g, m.inputs, positions, c, train, nullptr));
     return m;
   }
@@ -343,7 +345,7 @@ ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool tr
                                       as_kernel(kernel_init(c, c.hidden_size, false)));
   add_fused_classification_loss(
       m, t.head, t.x, kernel,
-      LinearCrossEntropyAttrs{.compute = c.dtype, .transpose_w = c.tie_embeddings, .chunk = c.head_chunk});
+      LinearCrossEntropyAttrs{.compute = c.dtype, .transpose_w = c.tie_embeddings, .chunk = chunk});
   return m;
 }
 
@@ -442,11 +444,15 @@ void validate_transformer(const ModelConfig& c) {
     need(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora.dropout", "must be in [0, 1)", "e.g. 0.05");
     lora_modules(c.lora, gated_mlp(c));  // names the family lacks
   }
-  need(c.head_chunk >= 0, "model.head_chunk", "must be >= 0", "0 for the plain head, e.g. 8192 columns per chunk");
-  need(c.head_chunk == 0 || c.tie_embeddings || !c.use_bias, "model.head_chunk",
+  need(c.head_chunk >= 0 || c.head_chunk == kHeadChunkAuto, "model.head_chunk", "must be >= 0 or auto",
+       "0 for the plain head, e.g. 8192 columns per chunk");
+  need(c.head_chunk != kHeadChunkAuto || c.remat.has(RematRegion::auto_), "model.head_chunk",
+       "auto is chosen by model.remat = auto, which this run does not use",
+       "set model.remat = auto (with train.memory_budget), or a number of columns");
+  need(c.head_chunk <= 0 || c.tie_embeddings || !c.use_bias, "model.head_chunk",
        "the fused head has no bias, and this untied head has one (model.use_bias = true)",
        "set model.head_chunk = 0, or model.use_bias = false");
-  need(c.head_chunk == 0 || !c.lora.enabled(), "model.head_chunk",
+  need(c.head_chunk <= 0 || !c.lora.enabled(), "model.head_chunk",
        "the fused head trains its kernel, which a LoRA run freezes", "set model.head_chunk = 0 for a LoRA run");
   need(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
        "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");

@@ -38,6 +38,9 @@ namespace loom::nn {
 // it needs model.causal_mask (a UserError otherwise).
 // The tutorial's model is block_order = mlp_first, use_bias, untied, init = flax, no embed_dropout.
 ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool train);
+// model.head_chunk = auto: model.remat = auto chooses the head, plain or a chunk (train/fit.h). A
+// program built with it unresolved (`loom eval` of the config) has the plain head.
+inline constexpr int64_t kHeadChunkAuto = -1;
 // The MLP's hidden width: model.intermediate_size, or when 0, mlp_expansion·hidden_size for the
 // GELU MLPs and for the gated ones (swiglu, geglu) Meta's Llama rule, 2/3 of that rounded up to a multiple of 256
 // (hidden 576 -> 1536 as SmolLM, 4096 -> 11008 as Llama 2 7B; transformers' LlamaConfig files
