@@ -76,15 +76,42 @@ void rng_uniform_fill(PhiloxKey key, uint64_t first, size_t n, float* out) {
   }
 }
 
+namespace {
+// Box-Muller's radius and angle of the pair of normals at indices j and j + 1 (j even: the two
+// words share a block).
+struct NormalPair {
+  double r, t;
+};
+NormalPair normal_pair(const std::array<uint32_t, 4>& w, size_t lane) {
+  const double u1 = 1.0 - word_to_uniform(w[lane]);
+  const double u2 = word_to_uniform(w[lane + 1]);
+  return {std::sqrt(-2.0 * std::log(u1)), 2 * std::numbers::pi * u2};
+}
+}  // namespace
+
 float rng_normal(PhiloxKey key, uint64_t index) {
   const uint64_t j = index & ~uint64_t{1};
-  const std::array<uint32_t, 4> w = block(key, j / 4);
-  // j is even, so words j and j + 1 share a block.
-  const double u1 = 1.0 - word_to_uniform(w[j % 4]);
-  const double u2 = word_to_uniform(w[j % 4 + 1]);
-  const double r = std::sqrt(-2.0 * std::log(u1));
-  const double t = 2 * std::numbers::pi * u2;
-  return static_cast<float>((index & 1) != 0 ? r * std::sin(t) : r * std::cos(t));
+  const NormalPair p = normal_pair(block(key, j / 4), j % 4);
+  return static_cast<float>((index & 1) != 0 ? p.r * std::sin(p.t) : p.r * std::cos(p.t));
+}
+
+void rng_normal_fill(PhiloxKey key, uint64_t first, size_t n, float* out) {
+  uint64_t i = first;
+  size_t k = 0;
+  while (k < n) {
+    const std::array<uint32_t, 4> w = block(key, i / 4);
+    for (size_t lane = i % 4 & ~size_t{1}; lane < 4 && k < n; lane += 2) {
+      const NormalPair p = normal_pair(w, lane);
+      if (i % 2 == 0) {
+        out[k++] = static_cast<float>(p.r * std::cos(p.t));
+        ++i;
+      }
+      if (k < n) {
+        out[k++] = static_cast<float>(p.r * std::sin(p.t));
+        ++i;
+      }
+    }
+  }
 }
 
 uint32_t HostRng::next_u32() {

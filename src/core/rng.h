@@ -57,6 +57,10 @@ void rng_uniform_fill(PhiloxKey key, uint64_t first, size_t n, float* out);
 // Standard normal (mapping above), used for parameter initialisation.
 float rng_normal(PhiloxKey key, uint64_t index);
 
+// out[k] = rng_normal(key, first + k) for k in [0, n), computing each Philox block and each
+// Box-Muller pair once instead of once per element. Any first and n.
+void rng_normal_fill(PhiloxKey key, uint64_t first, size_t n, float* out);
+
 // Sequential, splittable generator for host-side code (init, data order)
 // that wants "the next number" rather than indices. It is a cursor over the
 // same stream: the k-th next_u32() is word(key, k) and the k-th

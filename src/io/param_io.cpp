@@ -4,6 +4,9 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/quant.h"
+#include "core/quant_columns.h"
+#include "nn/init.h"
 #include "nn/param_layout.h"
 
 namespace loom {
@@ -124,6 +127,52 @@ void upload_param(Executor& ex, ValueId p, const float* values) {
   else
     convert(values, DType::f32, narrowed.data(), v.dtype, static_cast<size_t>(v.shape.numel()));
   ex.upload(p, narrowed.data());
+}
+
+void init_param_in(Executor& ex, const Param& p, uint64_t seed, int64_t slice) {
+  const Graph& g = ex.graph();
+  const Value& v = g.value(p.value);
+  const ParamDraw draw(g, p, seed);
+  const int64_t numel = draw.numel();
+  if (!dtype_is_quantized(v.dtype)) {
+    // Row-major slices, each rounded to the stored dtype and copied to its place.
+    const size_t elem = dtype_size(v.dtype);
+    std::vector<float> values(static_cast<size_t>(std::min(slice, numel)));
+    std::vector<unsigned char> narrowed(v.dtype == DType::f32 ? 0 : values.size() * elem);
+    for (int64_t i0 = 0; i0 < numel; i0 += slice) {
+      const int64_t n = std::min(slice, numel - i0);
+      draw.fill(i0, n, values.data());
+      const void* src = values.data();
+      if (v.dtype != DType::f32) {
+        convert(values.data(), DType::f32, narrowed.data(), v.dtype, static_cast<size_t>(n));
+        src = narrowed.data();
+      }
+      ex.backend().copy_to_device(static_cast<unsigned char*>(ex.ptr(p.value)) + i0 * elem, src,
+                                  static_cast<size_t>(n) * elem);
+    }
+    return;
+  }
+  // A quantized kernel W [K, N]: slabs of whole columns of W (rows of Wᵀ, the order it is quantized
+  // in) drawn element by element from their row-major indices k·N + n, quantized into the stored
+  // bytes, which are uploaded once.
+  const int64_t K = v.shape[0], N = v.shape[1], step = K > 0 ? quant_column_step(v.dtype, K) : 1;
+  const int64_t cols = std::max<int64_t>(1, slice / std::max<int64_t>(1, K * step)) * step;
+  std::vector<unsigned char> stored(static_cast<size_t>(v.bytes()));  // zeroed: nf4's padding
+  std::vector<float> wt(static_cast<size_t>(std::min(cols, N) * K));
+  for (int64_t n0 = 0; n0 < N && K > 0; n0 += cols) {
+    const int64_t n1 = std::min(N, n0 + cols);
+#pragma omp parallel
+    {
+      std::vector<float> row(static_cast<size_t>(n1 - n0));
+#pragma omp for schedule(static)
+      for (int64_t k = 0; k < K; ++k) {  // W[k, n0:n1], scattered into Wᵀ's rows
+        draw.fill(k * N + n0, n1 - n0, row.data());
+        for (int64_t n = n0; n < n1; ++n) wt[static_cast<size_t>((n - n0) * K + k)] = row[static_cast<size_t>(n - n0)];
+      }
+    }
+    quantize_columns(v.dtype, wt.data(), K, N, n0, n1, stored.data());
+  }
+  ex.upload(p.value, stored.data());
 }
 
 std::vector<float> download_param(const Executor& ex, ValueId p) {

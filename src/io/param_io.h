@@ -31,6 +31,12 @@ void import_params(Executor& ex, const std::map<std::string, const StTensor*>& t
 // to the compute dtype (graph/passes/narrow_params.h) or a LoRA base in bfloat16; quantized by
 // core/quant.h for an int8 or nf4 base kernel; as they are for a float32 one.
 void upload_param(Executor& ex, ValueId p, const float* values);
+// Draws parameter p's initial values from `seed` (nn/init.h) into ex as upload_param stores them,
+// `slice` values at a time: no host copy of the whole float32 tensor. A quantized kernel is drawn
+// in slabs of whole columns (core/quant.h's quantize_columns) into one host copy of its stored
+// bytes. The stored bytes equal upload_param's of init_param's values, whatever `slice`.
+inline constexpr int64_t kInitSliceValues = int64_t{1} << 20;  // 4 MiB of float32
+void init_param_in(Executor& ex, const Param& p, uint64_t seed, int64_t slice = kInitSliceValues);
 // Parameter p's values as float32 [numel]: as stored, widened from a 16-bit dtype, or a quantized
 // kernel's dequantized values (core/quant.h), in the parameter's row-major layout.
 std::vector<float> download_param(const Executor& ex, ValueId p);

@@ -20,7 +20,6 @@
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "io/param_io.h"
-#include "nn/init.h"
 #include "train/model_source.h"
 #include "train/trainer.h"
 
@@ -575,14 +574,18 @@ std::string base_hash(const Executor& ex) {
   // An inference program (no backward) may hold narrowed copies: not the bytes a run trained on.
   if (std::none_of(g.nodes().begin(), g.nodes().end(), [](const Node& n) { return n.phase == Phase::backward; }))
     return "";
-  std::vector<unsigned char> host;
+  // Through one kStreamBytes buffer, the plan's checkpoint line: never a copy of a whole tensor.
+  std::vector<unsigned char> host(kStreamBytes);
   for (const Param& p : g.params()) {
-    const Value& v = g.value(p.value);
     if (p.trainable()) continue;
     frozen = true;
-    host.resize(static_cast<size_t>(v.bytes()));
-    ex.download(p.value, host.data());
-    crc = crc32c(host.data(), host.size(), crc);
+    const auto* src = static_cast<const unsigned char*>(ex.ptr(p.value));
+    const auto bytes = static_cast<size_t>(g.value(p.value).bytes());
+    for (size_t at = 0; at < bytes; at += host.size()) {
+      const size_t n = std::min(host.size(), bytes - at);
+      ex.backend().copy_to_host(host.data(), src + at, n);
+      crc = crc32c(host.data(), n, crc);
+    }
   }
   return frozen ? fmt::format("{:08x}", crc) : "";
 }
@@ -598,12 +601,8 @@ void load_checkpoint_params(Executor& ex, const Checkpoint& c) {
   }
   const Graph& g = ex.graph();
   if (stored.model.init_from.empty()) {  // the base was drawn from the seed
-    std::vector<float> host;
     for (const Param& p : g.params())
-      if (!p.trainable()) {
-        init_param(g, p, stored.seed, host);
-        upload_param(ex, p.value, host.data());
-      }
+      if (!p.trainable()) init_param_in(ex, p, stored.seed);
   } else {
     ModelSource(stored.model.init_from).load_params(ex);
   }

@@ -12,7 +12,6 @@
 #include "graph/passes/autodiff.h"
 #include "graph/passes/remat.h"
 #include "io/param_io.h"
-#include "nn/init.h"
 #include "nn/models.h"
 #include "train/checkpoint.h"
 #include "train/evaluator.h"
@@ -215,11 +214,8 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
   refuse_unless_it_fits(c, be, prog_, plan, comm_, evaluates);
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : prog_.model.constants) exec_->upload(v, bytes.data());
-  std::vector<float> host;
-  for (const Param& p : g.params()) {
-    init_param(g, p, c.seed, host);
-    upload_param(*exec_, p.value, host.data());  // a LoRA base stored as lora.base_dtype says
-  }
+  // In bounded slices, a LoRA base stored as lora.base_dtype says: no host copy of a whole tensor.
+  for (const Param& p : g.params()) init_param_in(*exec_, p, c.seed);
   const std::vector<std::pair<size_t, size_t>> written = gradient_order(prog_);
   for (const auto& [param, at] : written) order_.push_back(param);
   std::vector<dist::FloatSpan> grads;

@@ -59,13 +59,16 @@ TEST(Rng, FillMatchesScalarForAnyOffsetAndLength) {
   for (uint64_t first : firsts) {
     for (size_t n = 0; n < 40; n += (n < 18 ? 1 : 7)) {
       // Sentinel one past the end checks that fill writes exactly n.
-      std::vector<float> out(n + 1, -1.0f);
+      std::vector<float> out(n + 1, -1.0f), normal(n + 1, -1.0f);
       rng_uniform_fill(key, first, n, out.data());
+      rng_normal_fill(key, first, n, normal.data());
       for (size_t k = 0; k < n; ++k) {
         // first + k wraps past 2^64 - 1 like the scalar index does.
         ASSERT_EQ(out[k], rng_uniform(key, first + k)) << first << " " << n << " " << k;
+        ASSERT_EQ(normal[k], rng_normal(key, first + k)) << first << " " << n << " " << k;
       }
       EXPECT_EQ(out[n], -1.0f);
+      EXPECT_EQ(normal[n], -1.0f);
     }
   }
 }

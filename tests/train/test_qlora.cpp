@@ -12,6 +12,9 @@
 #include <cmath>
 
 #include "backend/registry.h"
+#include "core/quant_columns.h"
+#include "io/param_io.h"
+#include "nn/init.h"
 #include "report/memory_report.h"
 #include "train/config.h"
 #include "train/trainer.h"
@@ -103,6 +106,48 @@ TEST(QLora, QuantizedBasesLearnCloseToTheBfloat16Base) {
       if (is_block_kernel(path)) changed |= values != bf16.base.at(path);
     }
     EXPECT_TRUE(changed) << base;
+  }
+}
+
+// init_param_in draws a parameter in bounded slices (a quantized kernel in slabs of columns) so
+// that an 8B base never has a whole float32 tensor on the host; its stored bytes must be those of
+// the whole tensor drawn and stored at once. Widths 48 and 40 make NF4's slabs start at multiples
+// of 4 and 8 columns (a block of 64 spans several columns); slices of 1, 5 and 333 values cut
+// Box-Muller pairs, blocks and rows anywhere; a vocabulary of 200 makes the embedding and the head
+// (9600 values) drawn whole by several threads (nn/init.cpp's chunks of 4096).
+TEST(QLora, BaseDrawnInSlicesIsBitIdenticalToDrawnWhole) {
+  for (const std::string base : {"float32", "bfloat16", "int8", "nf4"}) {
+    std::vector<std::string> keys = tiny_llama(base);
+    for (std::string& k : keys) {
+      if (k == "model.hidden_size=64") k = "model.hidden_size=48";
+      if (k == "model.num_kv_heads=2") k = "model.num_kv_heads=1";
+      if (k.ends_with("vocab_size=61") || k == "model.num_outputs=61") k.replace(k.size() - 2, 2, "200");
+    }
+    keys.push_back("model.intermediate_size=40");
+    const Config c = default_config(keys);
+    auto be = make_backend("cpu");
+    Trainer t(c, *be);
+    Executor& ex = t.executor();
+    const Graph& g = ex.graph();
+    const auto stored = [&](ValueId v) {
+      std::vector<unsigned char> bytes(static_cast<size_t>(g.value(v).bytes()));
+      ex.download(v, bytes.data());
+      return bytes;
+    };
+    bool straddling = false;  // an NF4 block spans columns of some kernel
+    for (const Param& p : g.params()) {
+      const Value& v = g.value(p.value);
+      if (v.dtype == DType::nf4) straddling |= quant_column_step(v.dtype, v.shape[0]) > 1;
+      std::vector<float> whole;
+      init_param(g, p, c.seed, whole);
+      upload_param(ex, p.value, whole.data());
+      const std::vector<unsigned char> want = stored(p.value);
+      for (int64_t slice : {1, 5, 333}) {
+        init_param_in(ex, p, c.seed, slice);
+        ASSERT_EQ(stored(p.value), want) << base << ": " << v.name << " in slices of " << slice;
+      }
+    }
+    EXPECT_EQ(straddling, base == "nf4");
   }
 }
 
