@@ -660,8 +660,19 @@ int run_prepare_chat(const ChatOptions& o, FILE* out) {
                  names[s], static_cast<long long>(o.block_size), static_cast<long long>(r.packed[s].rows()),
                  100.0 * r.packed[s].efficiency(), static_cast<long long>(r.padded[s].rows()),
                  100.0 * r.padded[s].efficiency(), static_cast<long long>(r.packed[s].truncated));
-  std::fprintf(out, "  wrote %s: {train,val}.bin, {train,val}_mask.bin, {train,val}_docs.bin, meta.json\n",
+  if (!r.eos_token.empty())
+    std::fprintf(out, "  text and string completions end with the eos token %s\n",
+                 jinja::python_json(Json(r.eos_token)).c_str());
+  std::fprintf(out,
+               "  wrote %s: {train,val}.bin, {train,val}_mask.bin, {train,val}_docs.bin, meta.json and the tokenizer's "
+               "files\n",
                o.out_dir.c_str());
+  for (int s = 0; s < 2; ++s)
+    if (r.targets[s] == 0)
+      std::fprintf(out,
+                   "  warning: %s has no target tokens (loss on %s): it gives no loss to train or evaluate on; check "
+                   "--loss-on and the template\n",
+                   names[s], r.loss_on.c_str());
   return 0;
 }
 
