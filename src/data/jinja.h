@@ -27,7 +27,7 @@
 //                         and/or/not, == != < <= > >=, in / not in, + - * / // % **, ~, unary -
 //   filters               abs capitalize count d default first float indent int items join last length
 //                         list lower map reject rejectattr replace reverse safe select selectattr
-//                         string title tojson trim unique upper
+//                         string title tojson trim unique upper (not dictsort, sort, format)
 //   tests (`is`, `is not`) boolean callable defined divisibleby eq equalto even false float ge gt
 //                         in integer iterable le lower lt mapping ne none number odd sameas
 //                         sequence string true undefined upper
