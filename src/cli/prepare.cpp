@@ -21,7 +21,7 @@ std::vector<std::string> tokenizer_kind_names() {
 
 struct PrepareArgs {
   std::string tokenizer, vocab, hf_tokenizer;
-  std::string chat_template, loss_on;  // chat
+  std::string chat_template, loss_on, eos_token;  // chat
   bool render_only = false, add_generation_prompt = false;
   std::vector<std::string> paths;  // [TOKENIZER_JSON] INPUT OUTDIR
   double val_fraction = 0.1;
@@ -60,6 +60,9 @@ CommandBody add_prepare_command(CLI::App& sub) {
                  "chat: the training targets: assistant (conversational default), completion (prompt-completion "
                  "default) or all")
       ->check(CLI::IsMember({"all", "completion", "assistant"}));
+  sub.add_option("--eos-token", a->eos_token,
+                 "chat: the end-of-text token appended to plain text and string completions (default: the model's "
+                 "eos_token, as TRL's)");
   sub.add_flag("--render-only", a->render_only,
                "chat: print each example as the template renders it, one JSON line each, and write nothing "
                "(MODEL_DIR DATA.jsonl)");
@@ -76,6 +79,7 @@ CommandBody add_prepare_command(CLI::App& sub) {
             "e.g. loom prepare chat models/SmolLM2-135M-Instruct chats.jsonl data/chats");
       ChatOptions o{p[0], p[1], a->render_only ? std::string() : p[2], a->chat_template, a->loss_on, a->val_fraction};
       o.block_size = a->block_size;
+      o.eos_token = a->eos_token;
       return a->render_only ? run_render_chat(o, a->add_generation_prompt) : run_prepare_chat(o);
     }
     const TokenizerKind kind = parse_choice_or_throw<TokenizerKind>(a->tokenizer, "prepare");

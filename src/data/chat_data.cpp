@@ -70,6 +70,40 @@ std::string token_text(const Json& v) {
   return {};
 }
 
+// `path` as a JSON object; an empty object when the file does not exist (an optional file).
+Json optional_json(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Json::object();
+  Json j;
+  try {
+    j = Json::parse(read_whole(path, "a JSON file"));
+  } catch (const Json::exception& e) {
+    throw UserError(path, std::string("is not valid JSON (") + e.what() + ")", "give the model's own file");
+  }
+  if (!j.is_object()) throw UserError(path, "is not a JSON object", "give the model's own file");
+  return j;
+}
+
+// The special tokens transformers' tokenizer has (and gives templates): tokenizer_config.json's,
+// then special_tokens_map.json's for the ones it lacks.
+Json special_tokens(const std::string& model_dir) {
+  Json specials = Json::object();
+  for (const char* file : {"tokenizer_config.json", "special_tokens_map.json"}) {
+    const Json config = optional_json((fs::path(model_dir) / file).string());
+    for (const char* k : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
+      if (config.contains(k) && !specials.contains(k))
+        if (std::string v = token_text(config[k]); !v.empty()) specials[k] = v;
+    if (config.contains("additional_special_tokens") && config["additional_special_tokens"].is_array() &&
+        !specials.contains("additional_special_tokens")) {
+      Json extra = Json::array();
+      for (const auto& v : config["additional_special_tokens"])
+        if (std::string t = token_text(v); !t.empty()) extra.push_back(t);
+      specials["additional_special_tokens"] = extra;
+    }
+  }
+  return specials;
+}
+
 }  // namespace
 
 const char* chat_format_name(ChatFormat f) {
@@ -191,28 +225,63 @@ ChatTemplate load_chat_template(const std::string& model_dir, const std::string&
                       "give a chat template with --template FILE (a Jinja file as transformers uses)");
     }
   }
-  ChatTemplate ct{jinja::Template(text, source), Json::object(), {}, source, text};
-  for (const char* k : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"})
-    if (config.contains(k))
-      if (std::string v = token_text(config[k]); !v.empty()) ct.specials[k] = v;
-  if (config.contains("additional_special_tokens") && config["additional_special_tokens"].is_array()) {
-    Json extra = Json::array();
-    for (const auto& v : config["additional_special_tokens"])
-      if (std::string s = token_text(v); !s.empty()) extra.push_back(s);
-    ct.specials["additional_special_tokens"] = extra;
-  }
+  ChatTemplate ct{jinja::Template(text, source), special_tokens(model_dir), {}, source, text};
   ct.eos_token = ct.specials.value("eos_token", "");
   return ct;
 }
 
+std::string resolve_eos_token(const std::string& model_dir, const std::string& given, const Tokenizer* tok) {
+  std::string eos = given, from = "--eos-token";
+  if (eos.empty()) {
+    eos = special_tokens(model_dir).value("eos_token", "");
+    from = "the eos_token of " + model_dir + "/tokenizer_config.json or special_tokens_map.json";
+  }
+  std::unique_ptr<HfTokenizer> loaded;
+  const auto tokenizer = [&]() -> const Tokenizer& {
+    if (!tok) tok = (loaded = HfTokenizer::load(model_dir)).get();
+    return *tok;
+  };
+  for (const char* file : {"config.json", "generation_config.json"}) {
+    if (!eos.empty()) break;
+    const Json j = optional_json((fs::path(model_dir) / file).string());
+    const Json id = j.is_object() ? j.value("eos_token_id", Json()) : Json();
+    const Json& first = id.is_array() && !id.empty() ? id[0] : id;
+    if (!first.is_number_integer()) continue;
+    const auto v = first.get<int64_t>();
+    from = model_dir + "/" + file + "'s eos_token_id " + std::to_string(v);
+    if (v < 0 || v >= tokenizer().vocab_size())
+      throw UserError(from, "is not an id of the tokenizer (" + std::to_string(tokenizer().vocab_size()) + " tokens)",
+                      "give the end-of-text token with --eos-token TOKEN");
+    const auto id32 = static_cast<int32_t>(v);
+    eos = tokenizer().decode(std::span<const int32_t>(&id32, 1));
+  }
+  if (eos.empty())
+    throw UserError(model_dir,
+                    "names no end-of-text token: no \"eos_token\" in tokenizer_config.json or "
+                    "special_tokens_map.json, no \"eos_token_id\" in config.json or generation_config.json",
+                    "give it with --eos-token TOKEN (TRL's eos_token): plain text and string completions end with it so "
+                    "the model learns to stop");
+  // TRL refuses an eos_token that is not one token of the vocabulary; so does loom.
+  std::vector<int32_t> ids;
+  try {
+    ids = tokenizer().encode(eos);
+  } catch (const UserError&) {
+  }
+  if (ids.size() != 1)
+    throw UserError(from, "is \"" + eos + "\", which the tokenizer encodes as " + std::to_string(ids.size()) +
+                              " tokens, not one",
+                    "give a token of the vocabulary with --eos-token TOKEN");
+  return eos;
+}
+
 std::string render_messages(const ChatTemplate& t, const Json& messages, const Json& tools,
-                            bool add_generation_prompt) {
+                            bool add_generation_prompt, jinja::Spans* generation_spans) {
   Json ctx = t.specials;
   ctx["messages"] = messages;
   ctx["tools"] = tools;
   ctx["documents"] = nullptr;
   ctx["add_generation_prompt"] = add_generation_prompt;
-  return t.tmpl.render(ctx);
+  return t.tmpl.render(ctx, generation_spans);
 }
 
 // ---- rendering and masks --------------------------------------------------------------------
@@ -249,7 +318,8 @@ RenderedExample render_example(const ChatTemplate& t, const ChatExample& ex, con
   check_loss_on(ex.format, loss_on);
   RenderedExample r;
   if (ex.format == ChatFormat::text) {
-    r.text = ex.text + t.eos_token;
+    r.text = ex.text;
+    if (!ends_with(r.text, t.eos_token)) r.text += t.eos_token;
   } else if (ex.format == ChatFormat::prompt_completion && ex.prompt.is_string()) {
     const std::string& p = ex.prompt.get_ref<const std::string&>();
     std::string c = ex.completion.get<std::string>();
@@ -269,6 +339,11 @@ RenderedExample render_example(const ChatTemplate& t, const ChatExample& ex, con
                         "use --loss-on all, or a template that renders the prompt the same either way");
       r.targets.emplace_back(prompt.size(), r.text.size());
     }
+  } else if (loss_on == "assistant" && t.tmpl.has_generation()) {
+    jinja::Spans spans;
+    r.text = at_example(where, [&] { return render_messages(t, ex.messages, ex.tools, false, &spans); });
+    for (const auto& s : spans)
+      if (s.second > s.first) r.targets.push_back(s);
   } else {
     r.text = at_example(where, [&] { return render_messages(t, ex.messages, ex.tools, false); });
     if (loss_on == "assistant") {
@@ -287,7 +362,8 @@ RenderedExample render_example(const ChatTemplate& t, const ChatExample& ex, con
                               "] as something other than the start of the whole conversation, so loom cannot tell "
                               "which text is assistant turn " +
                               std::to_string(i) + " (the template rewrites earlier turns when later ones follow)",
-                          "use --loss-on all, or a template that renders each turn the same whatever follows");
+                          "use --loss-on all, or a template that renders each turn the same whatever follows or "
+                          "marks the assistant's text with {% generation %} blocks");
         if (end.size() > start.size()) r.targets.emplace_back(start.size(), end.size());
       }
     }
@@ -363,7 +439,9 @@ struct Split {
 
 // Files a data directory holds; OUTDIR may be replaced only when it holds nothing else.
 bool is_data_file(const std::string& name) {
-  return name == "meta.json" || ends_with(name, ".bin") || ends_with(name, ".tmp");
+  return name == "meta.json" || ends_with(name, ".bin") || ends_with(name, ".tmp") ||
+         std::find(std::begin(HfTokenizer::kCompanionFiles), std::end(HfTokenizer::kCompanionFiles), name) !=
+             std::end(HfTokenizer::kCompanionFiles);
 }
 
 // Moves the finished scratch directory to out_dir: renamed into place when out_dir does not exist
@@ -392,19 +470,35 @@ void install_dir(const std::string& scratch, const std::string& out_dir) {
   if (ec) throw UserError(out_dir, "cannot be created (" + ec.message() + ")", fix);
 }
 
+bool has_messages(const ChatExample& ex) {
+  return ex.format == ChatFormat::conversational || (ex.format == ChatFormat::prompt_completion && ex.prompt.is_array());
+}
+
+// Only what the examples need: the template for messages, the eos_token for text and string
+// completions (`tok`: the model's tokenizer, or null to load it only if the eos must be spelled).
+ChatTemplate template_for(const ChatOptions& o, const std::vector<ChatExample>& examples, const Tokenizer* tok) {
+  ChatTemplate t = std::any_of(examples.begin(), examples.end(), has_messages)
+                       ? load_chat_template(o.model_dir, o.template_path)
+                       : ChatTemplate();
+  if (!std::all_of(examples.begin(), examples.end(), has_messages))
+    t.eos_token = resolve_eos_token(o.model_dir, o.eos_token, tok);
+  return t;
+}
+
 }  // namespace
 
 PreparedChat prepare_chat(const ChatOptions& o) {
   if (!(o.val_fraction > 0.0 && o.val_fraction < 1.0))
     throw UserError("--val-fraction", "is " + std::to_string(o.val_fraction) + "; it must be in (0, 1)",
                     "give the share of the examples kept for validation, e.g. 0.1");
-  // The model's files first: their errors come before reading a possibly large data file.
-  const ChatTemplate t = load_chat_template(o.model_dir, o.template_path);
   const std::unique_ptr<HfTokenizer> tok = HfTokenizer::load(o.model_dir);
-  // The template used travels with the tokenizer (into meta.json, every checkpoint and exports).
-  if (!o.template_path.empty()) tok->set_companion("chat_template.jinja", t.text);
   const std::vector<ChatExample> examples = read_chat_jsonl(o.data_path);
+  const bool templated = std::any_of(examples.begin(), examples.end(), has_messages);
+  const ChatTemplate t = template_for(o, examples, tok.get());
+  // The template used travels with the tokenizer (into meta.json, OUTDIR, every checkpoint and exports).
+  if (templated && !o.template_path.empty()) tok->set_companion("chat_template.jinja", t.text);
   PreparedChat r;
+  r.eos_token = t.eos_token;
   r.format = examples.front().format;
   r.loss_on = o.loss_on.empty() ? default_loss_on(r.format) : o.loss_on;
   check_loss_on(r.format, r.loss_on);
@@ -461,9 +555,15 @@ PreparedChat prepare_chat(const ChatOptions& o) {
       write_le(base + "_mask.bin", splits[s].mask, 1);
       write_le(base + "_docs.bin", splits[s].docs, 8);
     }
+    for (const auto& [name, text] : tok->companions().items()) {
+      std::ofstream c(fs::path(scratch) / name, std::ios::binary | std::ios::trunc);
+      c << text.get<std::string>();
+      c.close();
+      if (!c) throw UserError(scratch + "/" + name, "could not be written", "check the free space of the output disk");
+    }
     Json chat = {{"data_format", chat_format_name(r.format)},
                  {"loss_on", r.loss_on},
-                 {"template", r.format == ChatFormat::text ? Json(nullptr) : Json(t.source)},
+                 {"template", templated ? Json(t.source) : Json(nullptr)},
                  {"train_examples", r.examples[0]},
                  {"val_examples", r.examples[1]},
                  {"train_target_tokens", r.targets[0]},
@@ -560,14 +660,25 @@ int run_prepare_chat(const ChatOptions& o, FILE* out) {
                  names[s], static_cast<long long>(o.block_size), static_cast<long long>(r.packed[s].rows()),
                  100.0 * r.packed[s].efficiency(), static_cast<long long>(r.padded[s].rows()),
                  100.0 * r.padded[s].efficiency(), static_cast<long long>(r.packed[s].truncated));
-  std::fprintf(out, "  wrote %s: {train,val}.bin, {train,val}_mask.bin, {train,val}_docs.bin, meta.json\n",
+  if (!r.eos_token.empty())
+    std::fprintf(out, "  text and string completions end with the eos token %s\n",
+                 jinja::python_json(Json(r.eos_token)).c_str());
+  std::fprintf(out,
+               "  wrote %s: {train,val}.bin, {train,val}_mask.bin, {train,val}_docs.bin, meta.json and the tokenizer's "
+               "files\n",
                o.out_dir.c_str());
+  for (int s = 0; s < 2; ++s)
+    if (r.targets[s] == 0)
+      std::fprintf(out,
+                   "  warning: %s has no target tokens (loss on %s): it gives no loss to train or evaluate on; check "
+                   "--loss-on and the template\n",
+                   names[s], r.loss_on.c_str());
   return 0;
 }
 
 int run_render_chat(const ChatOptions& o, bool add_generation_prompt, FILE* out) {
-  const ChatTemplate t = load_chat_template(o.model_dir, o.template_path);
   const std::vector<ChatExample> examples = read_chat_jsonl(o.data_path);
+  const ChatTemplate t = template_for(o, examples, nullptr);
   int status = 0;
   for (const ChatExample& ex : examples) {
     Json line;

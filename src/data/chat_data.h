@@ -13,16 +13,21 @@
 // Rendering, as transformers' apply_chat_template and TRL do:
 //   conversational     template(messages); the variables are messages, tools (null when the line
 //                      has none), documents (null), add_generation_prompt, and the special tokens
-//                      of tokenizer_config.json (bos_token, eos_token, ...)
+//                      of tokenizer_config.json, else special_tokens_map.json (bos_token, ...)
 //   prompt-completion  strings: prompt + completion + eos_token (TRL appends the EOS when the
 //                      completion does not end with it); messages: template(prompt + completion)
-//   text               text + eos_token
-// The rendered text is tokenized whole (no BOS/EOS added: templates write their own).
+//   text               text + eos_token (likewise only when the text does not end with it)
+// The rendered text is tokenized whole (no BOS/EOS added: templates write their own). Only data
+// with messages needs a template; text and string prompt-completion data need only the
+// eos_token (resolve_eos_token).
 //
 // Loss masks (which tokens are training targets), `loss_on`:
-//   assistant   (conversational default) the assistant turns. A turn's text is found by
-//               rendering prefixes, as transformers does for templates without {% generation %}:
-//               turn i spans from the end of template(messages[:i], add_generation_prompt=true)
+//   assistant   (conversational default) the assistant turns. A template with {% generation %}
+//               blocks marks them itself: the targets are exactly the bytes rendered inside the
+//               blocks (transformers' return_assistant_tokens_mask; such a template may rewrite
+//               earlier turns, as Qwen3's drops their reasoning). Otherwise a turn's text is
+//               found by rendering prefixes, as TRL does for templates without generation
+//               blocks: turn i spans from the end of template(messages[:i], add_generation_prompt=true)
 //               to the end of template(messages[:i+1]); both must be prefixes of the whole
 //               rendering, otherwise it is a UserError (the template rewrites earlier turns when
 //               later ones come; use --loss-on all).
@@ -35,6 +40,9 @@
 //   S_mask.bin  one byte per token of S.bin: 1 = a training target, 0 = context only
 //   S_docs.bin  little-endian uint64 offsets, examples + 1 of them: example k is tokens
 //               [docs[k], docs[k+1]) of S.bin (docs[0] = 0, the last = the token count)
+// OUTDIR also holds the tokenizer's companion files (tokenizer_config.json, special_tokens_map.json,
+// chat_template.jinja, generation_config.json: those the model directory has; --template FILE
+// becomes chat_template.jinja), where a user and transformers look for the template.
 // meta.json gains "chat": {"data_format", "loss_on", "template", "train_examples",
 // "val_examples", "train_target_tokens", "val_target_tokens", "mask": "uint8",
 // "docs": "uint64"}. The template travels with the data for `loom sample --chat` and exports: the
@@ -49,6 +57,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -78,10 +87,12 @@ std::vector<ChatExample> read_chat_jsonl(const std::string& path);
 ChatExample parse_chat_line(const std::string& line_text, const std::string& where);
 
 // A model's chat template with the variables transformers gives it.
+// A default ChatTemplate has no template (it renders every conversation as ""): enough for text
+// and string prompt-completion data, which need only eos_token.
 struct ChatTemplate {
-  jinja::Template tmpl;
-  jinja::Json specials;   // {"bos_token": "<s>", "eos_token": "</s>", ...}: tokenizer_config.json's
-  std::string eos_token;  // "" when the config names none
+  jinja::Template tmpl{std::string_view(), "no chat template"};
+  jinja::Json specials = jinja::Json::object();  // {"bos_token": "<s>", "eos_token": "</s>", ...}
+  std::string eos_token;  // appended to text and string completions; "" when the configs name none
   std::string source;     // where the template came from, for meta.json
   std::string text;       // the template's Jinja source
 };
@@ -90,11 +101,23 @@ struct ChatTemplate {
 // template replaced by model_dir/chat_template.jinja when there is one (transformers 5 writes
 // it), and by the file `template_path` when it is not empty. A missing config is only
 // an error when `template_path` is empty (then the template must come from it).
+// The special tokens missing from tokenizer_config.json come from special_tokens_map.json.
 ChatTemplate load_chat_template(const std::string& model_dir, const std::string& template_path);
 
-// template(messages) with transformers' variables.
+// The end-of-text token appended to text and string completions, as TRL's SFTTrainer does:
+// `given` (--eos-token) when not empty, else the eos_token of model_dir's tokenizer_config.json
+// (a string or {"content": ...}), else of special_tokens_map.json, else config.json's, else
+// generation_config.json's eos_token_id (the first of a list) spelled by the tokenizer. `tok` is
+// model_dir's tokenizer (loaded from model_dir when null and an id must be spelled). None of
+// them, or a token the tokenizer does not encode as one id, is a UserError naming the files and
+// --eos-token: TRL refuses an eos_token outside the vocabulary too, and text without an end
+// trains a model that never stops.
+std::string resolve_eos_token(const std::string& model_dir, const std::string& given, const Tokenizer* tok);
+
+// template(messages) with transformers' variables; with `generation_spans`, also the byte ranges
+// its {% generation %} blocks wrote (jinja::Template::render).
 std::string render_messages(const ChatTemplate& t, const jinja::Json& messages, const jinja::Json& tools,
-                            bool add_generation_prompt);
+                            bool add_generation_prompt, jinja::Spans* generation_spans = nullptr);
 
 // An example's text and its target spans (byte ranges [first, second) of text).
 struct RenderedExample {
@@ -123,11 +146,13 @@ struct ChatOptions {
   // The data.seq_len the data will be trained at, for the packing report (data/packing.h); 1024 is
   // TRL's default max_length.
   int64_t block_size = 1024;
+  std::string eos_token = {};  // --eos-token: replaces the model's (resolve_eos_token)
 };
 
 struct PreparedChat {
   ChatFormat format = ChatFormat::text;
   std::string loss_on, token_format;
+  std::string eos_token;  // appended to text and string completions ("" when the data has none)
   int64_t vocab_size = 0;
   int64_t examples[2] = {0, 0};  // train, val
   int64_t tokens[2] = {0, 0};

@@ -996,7 +996,10 @@ enum class Flow { normal, break_, continue_ };
 class Renderer {
  public:
   // `loop_items`: the template mentions loop.previtem or loop.nextitem (copies made only then).
-  Renderer(const std::string& name, const Json& context, bool loop_items) : name_(name), loop_items_(loop_items) {
+  // `spans`: when not null, receives the byte ranges of `root` (the output) that generation blocks wrote.
+  Renderer(const std::string& name, const Json& context, bool loop_items, const std::string* root = nullptr,
+           Spans* spans = nullptr)
+      : name_(name), loop_items_(loop_items), root_(root), spans_(spans) {
     frames_.emplace_back();
     for (const auto& [k, v] : context.items()) frames_.back()[k] = Value::borrow(v);
     frames_.emplace_back();  // the template's own top-level variables
@@ -1040,8 +1043,19 @@ class Renderer {
         return Flow::break_;
       case Node::K::continue_:
         return Flow::continue_;
-      case Node::K::generation:
-        return exec(n.branches[0].second, out);
+      case Node::K::generation: {
+        if (!spans_) return exec(n.branches[0].second, out);
+        // As transformers' AssistantTracker: the span is where the block's text lands in the output,
+        // which is only known when the block writes to the output itself.
+        if (&out != root_)
+          fail(n.line,
+               "a {% generation %} block inside a macro or a {% set %} block: where its text lands in the "
+               "output is unknown");
+        const size_t begin = out.size();
+        const Flow f = exec(n.branches[0].second, out);
+        spans_->emplace_back(begin, out.size());
+        return f;
+      }
       case Node::K::macro: {
         Value m = Value::func(n.names[0]);
         m.macro = &n;
@@ -1956,12 +1970,23 @@ class Renderer {
 
   const std::string& name_;
   bool loop_items_;
+  const std::string* root_;
+  Spans* spans_;
   std::vector<std::map<std::string, Value>> frames_;
 };
 
 }  // namespace
 
 // ---- Template -------------------------------------------------------------------------------
+
+namespace {
+bool contains_generation(const Body& body) {
+  return std::any_of(body.begin(), body.end(), [](const NodeP& n) {
+    return n->k == Node::K::generation || contains_generation(n->else_body) ||
+           std::any_of(n->branches.begin(), n->branches.end(), [](const auto& b) { return contains_generation(b.second); });
+  });
+}
+}  // namespace
 
 Template::Template(std::string_view source, std::string name) : name_(std::move(name)) {
   // jinja2's defaults: newlines normalised to \n, one trailing newline dropped.
@@ -1979,16 +2004,18 @@ Template::Template(std::string_view source, std::string name) : name_(std::move(
   loop_items_ = src.find("previtem") != std::string::npos || src.find("nextitem") != std::string::npos;
   Parser parser(Lexer(std::move(src), name_).run(), name_);
   body_ = parser.parse_template();
+  has_generation_ = contains_generation(body_);
 }
 
 Template::~Template() = default;
 Template::Template(Template&&) noexcept = default;
 Template& Template::operator=(Template&&) noexcept = default;
 
-std::string Template::render(const Json& context) const {
+std::string Template::render(const Json& context, Spans* generation_spans) const {
   LOOM_ASSERT(context.is_object(), "Template::render takes a JSON object of variables");
   std::string out;
-  Renderer r(name_, context, loop_items_);
+  if (generation_spans) generation_spans->clear();
+  Renderer r(name_, context, loop_items_, &out, generation_spans);
   const Flow f = r.exec(body_, out);
   if (f != Flow::normal) throw UserError(name_, "{% break %} or {% continue %} outside a for loop");
   return out;

@@ -20,14 +20,14 @@
 //                         block set ({% set x %}...{% endset %}), macro (parameters with
 //                         defaults, called by position or name; no caller/varargs),
 //                         generation/endgeneration (transformers' AssistantTracker tag; its
-//                         body is rendered as is)
+//                         body is rendered as is, and render() can report where it landed)
 //   expressions           literals (strings with Python escapes, integers, floats, true/false/
 //                         none in either case, lists, tuples, dicts), names, `.attr`, `[key]`,
 //                         slices [a:b:c], calls with keyword arguments, `x if c else y`,
 //                         and/or/not, == != < <= > >=, in / not in, + - * / // % **, ~, unary -
 //   filters               abs capitalize count d default first float indent int items join last length
 //                         list lower map reject rejectattr replace reverse safe select selectattr
-//                         string title tojson trim unique upper
+//                         string title tojson trim unique upper (not dictsort, sort, format)
 //   tests (`is`, `is not`) boolean callable defined divisibleby eq equalto even false float ge gt
 //                         in integer iterable le lower lt mapping ne none number odd sameas
 //                         sequence string true undefined upper
@@ -46,6 +46,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace loom::jinja {
@@ -54,6 +55,9 @@ namespace loom::jinja {
 using Json = nlohmann::ordered_json;
 
 struct Node;
+
+// Byte ranges [first, second) of a rendered text.
+using Spans = std::vector<std::pair<size_t, size_t>>;
 
 class Template {
  public:
@@ -67,7 +71,12 @@ class Template {
   // Renders with the variables of `context` (a JSON object: messages, add_generation_prompt,
   // bos_token, ...). Errors during rendering (raise_exception, an undefined value used where a
   // value is needed, a type error) are UserErrors naming the template line.
-  std::string render(const Json& context) const;
+  // With `generation_spans`, also the byte ranges of the output that {% generation %} blocks wrote,
+  // in order (what transformers' return_assistant_tokens_mask marks); a generation block inside a
+  // macro or a {% set %} block is then a UserError, as its text's place in the output is unknown.
+  std::string render(const Json& context, Spans* generation_spans = nullptr) const;
+  // The template has a {% generation %} block.
+  bool has_generation() const { return has_generation_; }
 
   const std::string& name() const { return name_; }
 
@@ -75,6 +84,7 @@ class Template {
   std::string name_;
   std::vector<std::unique_ptr<Node>> body_;
   bool loop_items_ = false;  // the template uses loop.previtem/nextitem
+  bool has_generation_ = false;
 };
 
 // json.dumps(v, ensure_ascii=False, indent=indent) as Python writes it (indent < 0: no indent).

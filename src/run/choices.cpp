@@ -101,6 +101,8 @@ ChoiceResult score_question(Sampler& s, const Tokenizer& tok, const ChoiceQuesti
     if (whole.size() <= ctx.size())
       throw UserError(where, "choices[" + std::to_string(i) + "] adds no token to the context",
                       "check the question's context and choices");
+    // The last token is predicted from all before it: more than max_len of them slide the window.
+    r.cut = r.cut || static_cast<int64_t>(whole.size()) - 1 > s.max_len();
     const double ll = continuation_loglikelihood(s, ctx, std::span<const int32_t>(whole).subspan(ctx.size()));
     r.loglikelihoods.push_back(ll);
     normalised.push_back(ll / static_cast<double>(code_points(q.choices[i])));
@@ -121,11 +123,12 @@ int run_choices(const std::string& source, const std::string& path, bool json, s
   set_num_threads(static_cast<int>(src.config().threads));
   Sampler s(src.config(), *be);
   src.load_params(s.executor());
-  int64_t acc = 0, acc_norm = 0;
+  int64_t acc = 0, acc_norm = 0, cut = 0;
   for (const ChoiceQuestion& q : questions) {
     const ChoiceResult r = score_question(s, *tok, q, path + ":" + std::to_string(q.line));
     acc += r.correct;
     acc_norm += r.correct_norm;
+    cut += r.cut;
   }
   const auto n = static_cast<double>(questions.size());
   if (json)
@@ -134,11 +137,18 @@ int run_choices(const std::string& source, const std::string& path, bool json, s
                                {"choices", path},
                                {"questions", questions.size()},
                                {"acc", static_cast<double>(acc) / n},
-                               {"acc_norm", static_cast<double>(acc_norm) / n}})
+                               {"acc_norm", static_cast<double>(acc_norm) / n},
+                               {"cut_contexts", cut},
+                               {"max_len", s.max_len()}})
                    .dump(2));
   else
     fmt::print(out, "loom eval: {} on {}: acc {:.4f}  acc_norm {:.4f}  ({} questions)\n", source, path,
                static_cast<double>(acc) / n, static_cast<double>(acc_norm) / n, questions.size());
+  if (cut > 0 && !json)
+    fmt::print(out,
+               "loom eval: note: {} question(s) longer than the model's {} positions were scored on their last {} "
+               "tokens (a sliding window)\n",
+               cut, s.max_len(), s.max_len());
   return 0;
 }
 

@@ -11,7 +11,8 @@
 //   acc       the choice with the largest ll is the label (the first of equal ones wins)
 //   acc_norm  the same with ll divided by the choice's length in characters (code points: lm-eval
 //             divides by len() of the choice's Python string)
-// A context too long for the model keeps its last tokens (the sampler's sliding window).
+// A context too long for the model keeps its last tokens (the sampler's sliding window); the
+// count of such questions is printed as a note and is "cut_contexts" in --json.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -42,6 +43,7 @@ double continuation_loglikelihood(Sampler& s, std::span<const int32_t> ctx, std:
 struct ChoiceResult {
   std::vector<double> loglikelihoods;
   bool correct = false, correct_norm = false;
+  bool cut = false;  // a choice's context + continuation did not fit the model: scored on a window
 };
 ChoiceResult score_question(Sampler& s, const Tokenizer& tok, const ChoiceQuestion& q, const std::string& where);
 

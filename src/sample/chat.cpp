@@ -59,7 +59,7 @@ std::vector<int32_t> end_of_turn_ids(const ChatTemplate& t, const std::string& d
   const auto add = [&](int32_t id) {
     if (id >= 0 && id < tok.vocab_size() && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   };
-  if (const std::vector<int32_t> m = encode_or_none(tok, after_assistant_turn(t)); !m.empty()) add(m[0]);
+  if (const std::vector<int32_t> m = encode_or_none(tok, after_assistant_turn(t)); m.size() == 1) add(m[0]);
   if (const std::vector<int32_t> e = encode_or_none(tok, t.eos_token); e.size() == 1) add(e[0]);
   const Json gen = optional_json(fs::path(dir) / "generation_config.json");
   if (gen.is_object() && gen.contains("eos_token_id")) {
@@ -68,6 +68,22 @@ std::vector<int32_t> end_of_turn_ids(const ChatTemplate& t, const std::string& d
       if (v.is_number_integer()) add(v.get<int32_t>());
   }
   return ids;
+}
+
+std::string end_of_turn_text(const ChatTemplate& t, const Tokenizer& tok) {
+  const std::string text = after_assistant_turn(t);
+  return encode_or_none(tok, text).size() == 1 ? std::string() : text;
+}
+
+size_t StopString::held(const std::string& text) const {
+  if (stop_.empty()) return 0;
+  for (size_t n = std::min(text.size(), stop_.size() - 1); n > 0; --n)
+    if (text.compare(text.size() - n, n, stop_, 0, n) == 0) return n;
+  return 0;
+}
+
+size_t StopString::find(const std::string& text) const {
+  return stop_.empty() ? std::string::npos : text.find(stop_);
 }
 
 int run_chat(const SampleOptions& o, const std::string& dir, const Tokenizer& tok, Sampler& s) {
@@ -79,6 +95,7 @@ int run_chat(const SampleOptions& o, const std::string& dir, const Tokenizer& to
                     "give the template with --template FILE");
   const ChatTemplate t = load_chat_template(dir, o.template_path);
   const std::vector<int32_t> stop = end_of_turn_ids(t, dir, tok);
+  const StopString stop_text(end_of_turn_text(t, tok));
   Json messages = Json::array();
   if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
   const bool interactive = o.chat == "-";
@@ -117,17 +134,25 @@ int run_chat(const SampleOptions& o, const std::string& dir, const Tokenizer& to
       throw UserError(t.source, "renders the conversation as no text", "give a chat template with --template FILE");
     DecodeStream stream(tok, context);
     std::string reply;
+    size_t written = 0;  // reply[0, written) is out; the rest may be the start of the stop text
+    bool stopped = false;
     generate(
         s, context, o.tokens, o.sampling, o.seed + turn, tok.vocab_size(),
         [&](int32_t id) {
-          const std::string piece = stream.push(id);
-          reply += piece;
-          write(piece);
+          reply += stream.push(id);
+          if (const size_t at = stop_text.find(reply); at != std::string::npos) {
+            reply.resize(at);
+            stopped = true;
+            return false;
+          }
+          const size_t ready = reply.size() - stop_text.held(reply);
+          if (ready > written) write(reply.substr(written, ready - written));
+          written = std::max(written, ready);
+          return true;
         },
         stop);
-    const std::string rest = stream.flush();
-    reply += rest;
-    write(rest + "\n");
+    if (!stopped) reply += stream.flush();
+    write(reply.substr(std::min(written, reply.size())) + "\n");
     messages.push_back({{"role", "assistant"}, {"content", reply}});
   }
   return 0;

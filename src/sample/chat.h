@@ -10,14 +10,18 @@
 // The template: --template FILE, else the checkpoint directory's chat_template.jinja or
 // tokenizer_config.json (data/chat_data.h's load_chat_template: a Hugging Face model's own; a loom
 // checkpoint's, carried by its tokenizer from `loom prepare chat` or `loom prepare hf`).
-// The end-of-turn tokens, each where the tokenizer encodes it as one token: the first token the
+// The end-of-turn tokens, each where the tokenizer encodes it as one token: what the
 // template writes after an assistant message's content (`<|im_end|>`, `<|eot_id|>`,
 // `<end_of_turn>`, `</s>`: found by rendering a probe conversation, not from a list of names),
 // tokenizer_config.json's eos_token, and generation_config.json's eos_token_id (one or a list).
+// When what the template writes there is several tokens, the reply ends where its decoded text
+// holds it (a stop string, as transformers' generate(stop_strings=...)), and that text and any
+// after it are neither printed nor kept in the reply.
 // Turn k (from 0) samples with seed + k.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/chat_data.h"
@@ -28,6 +32,26 @@ namespace loom {
 
 // The end-of-turn token ids (above) for template `t`, with `dir`'s generation_config.json.
 std::vector<int32_t> end_of_turn_ids(const ChatTemplate& t, const std::string& dir, const Tokenizer& tok);
+
+// What the template writes after an assistant message's content (trimmed) when the tokenizer
+// encodes it as several tokens ("" otherwise): a reply then ends where its text holds it, as
+// transformers' stop strings end generate().
+std::string end_of_turn_text(const ChatTemplate& t, const Tokenizer& tok);
+
+// A stop string matched against the tail of the decoded text.
+class StopString {
+ public:
+  explicit StopString(std::string text) : stop_(std::move(text)) {}
+  // Where the stop string begins in `text` (npos when it is not there or empty): a token may
+  // carry text past its end.
+  size_t find(const std::string& text) const;
+  // How many bytes at the end of `text` could be the start of the stop string: held back from
+  // the output until the next tokens tell.
+  size_t held(const std::string& text) const;
+
+ private:
+  std::string stop_;
+};
 
 // Answers o.chat, or every non-empty line of o.in when it is "-", with `s` (its parameters
 // loaded), writing each reply and a newline to o.out. `dir` holds the checkpoint's files. No

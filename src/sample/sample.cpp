@@ -236,7 +236,7 @@ int32_t sample_token(std::span<const float> logits, const Sampling& how, PhiloxK
 }
 
 std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t n, const Sampling& how, uint64_t seed,
-                              int64_t vocab_limit, const std::function<void(int32_t)>& on_token,
+                              int64_t vocab_limit, const std::function<bool(int32_t)>& on_token,
                               std::span<const int32_t> stop) {
   const PhiloxKey key = named_key(seed, "sample");
   const size_t V = vocab_limit > 0 ? static_cast<size_t>(std::min(vocab_limit, s.num_outputs()))
@@ -248,7 +248,7 @@ std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t 
     context.push_back(t);
     out.push_back(t);
     if (std::find(stop.begin(), stop.end(), t) != stop.end()) break;
-    if (on_token) on_token(t);
+    if (on_token && !on_token(t)) break;
   }
   return out;
 }
@@ -348,6 +348,7 @@ int run_sample(const SampleOptions& o) {
       const std::string ready = stream.push(id);
       if (!ready.empty()) last = ready;
       write_out(o.out, ready);
+      return true;
     });
     total_s += seconds_since(t0);
     const std::string rest = stream.flush();

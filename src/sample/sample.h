@@ -199,9 +199,9 @@ int32_t sample_token(std::span<const float> logits, const Sampling& how, PhiloxK
 // drawn; token i uses index i of the key named_key(seed, "sample"). Only ids below
 // `vocab_limit` (the tokenizer's vocabulary; 0 = all outputs) are drawn. A token in `stop` (the
 // end of a chat turn) ends the generation early: it is returned last, without an on_token call.
-// Returns the tokens.
+// on_token returning false ends it too (a stop string seen in the text). Returns the tokens.
 std::vector<int32_t> generate(Sampler& s, std::vector<int32_t> context, int64_t n, const Sampling& how, uint64_t seed,
-                              int64_t vocab_limit, const std::function<void(int32_t)>& on_token,
+                              int64_t vocab_limit, const std::function<bool(int32_t)>& on_token,
                               std::span<const int32_t> stop = {});
 
 }  // namespace loom

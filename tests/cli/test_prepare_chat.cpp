@@ -97,6 +97,9 @@ TEST(PrepareChat, TheTemplateTravelsToTheRunsCheckpoints) {
   const auto companions = nlohmann::json::parse(read(scratch() / "travel/meta.json"))["tokenizer"]["companions"];
   EXPECT_EQ(companions["tokenizer_config.json"], read(m / "tokenizer_config.json"));
   EXPECT_EQ(companions["generation_config.json"], read(m / "generation_config.json"));
+  // OUTDIR holds them too, where a user (and transformers) looks for the template.
+  for (const char* f : {"tokenizer_config.json", "generation_config.json"})
+    EXPECT_EQ(read(scratch() / "travel" / f), read(m / f)) << f;
   write(scratch() / "travel.toml", R"([model]
 kind = "transformer"
 hidden_size = 16
@@ -127,6 +130,43 @@ eval_interval = 0
   EXPECT_EQ(
       nlohmann::json::parse(read(scratch() / "travel_own/meta.json"))["tokenizer"]["companions"]["chat_template.jinja"],
       read(scratch() / "own.jinja"));
+  EXPECT_EQ(read(scratch() / "travel_own/chat_template.jinja"), read(scratch() / "own.jinja"));
+  // Preparing into it again replaces it (its files are a data directory's).
+  r = run("prepare chat " + m.string() + " travel.jsonl travel_own --template own.jinja --loss-on all");
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
+// A train split without a target token trains on nothing: prepare says so (loom train refuses it).
+TEST(PrepareChat, WarnsWhenASplitHasNoTargets) {
+  const fs::path m = model();
+  std::string lines;
+  for (int k = 0; k < 5; ++k) lines += R"({"messages": [{"role": "user", "content": "no answer"}]})" "\n";
+  write(scratch() / "unanswered.jsonl", lines);
+  Result r = run("prepare chat " + m.string() + " unanswered.jsonl unanswered --val-fraction 0.2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("warning: train has no target tokens (loss on assistant)"), std::string::npos) << r.out;
+  r = run("prepare chat " + m.string() + " unanswered.jsonl unanswered --val-fraction 0.2 --loss-on all");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
+}
+
+// Plain text needs no template: tokenizer.json and the eos are enough, and each text ends with it.
+TEST(PrepareChat, TextNeedsOnlyTheTokenizerAndTheEos) {
+  const fs::path m = scratch() / "bare_model";
+  fs::create_directories(m);
+  fs::copy_file(std::string(LOOM_SOURCE_DIR) + "/tests/golden/hf/tokenizers/gpt2.json", m / "tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  write(scratch() / "text.jsonl", "{\"text\": \"a b\"}\n{\"text\": \"c\"}\n");
+  Result r = run("prepare chat " + m.string() + " text.jsonl text_out --val-fraction 0.5");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("names no end-of-text token"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--eos-token"), std::string::npos) << r.out;
+  r = run("prepare chat " + m.string() + " text.jsonl text_out --val-fraction 0.5 --eos-token '<|endoftext|>'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("end with the eos token \"<|endoftext|>\""), std::string::npos) << r.out;
+  const std::string train = read(scratch() / "text_out/train.bin");
+  ASSERT_GE(train.size(), 2u);
+  EXPECT_EQ(train.substr(train.size() - 2), std::string(2, '\0'));  // uint16 id 0, <|endoftext|>
 }
 
 TEST(PrepareChat, RenderOnlyPrintsTheTemplatesText) {
@@ -152,7 +192,8 @@ TEST(PrepareChat, BadLineIsNamedAndNothingIsWritten) {
   EXPECT_FALSE(fs::exists(scratch() / "bad_out"));
   // A template construct loom does not render is named with its line.
   write(scratch() / "call.jinja", "x\n{% call f() %}{% endcall %}");
-  const Result t = run("prepare chat " + m.string() + " bad.jsonl bad_out --template call.jinja");
+  write(scratch() / "good.jsonl", conversations(3));
+  const Result t = run("prepare chat " + m.string() + " good.jsonl bad_out --template call.jinja");
   EXPECT_EQ(t.status, 2) << t.out;
   EXPECT_NE(t.out.find("call.jinja line 2: the statement '{% call %}' is not supported"), std::string::npos) << t.out;
 }

@@ -154,6 +154,39 @@ TEST(ChatData, ATemplateThatRewritesEarlierTurnsIsRefusedForAssistantLoss) {
   EXPECT_EQ(render_example(t, ex, "all", "data.jsonl:4").text, "<user>a<assistant>b<user>c");
 }
 
+// A Qwen3-like template written for the test: earlier assistant turns lose their reasoning, and
+// {% generation %} blocks mark the assistant's text, as transformers' return_assistant_tokens_mask
+// reads them.
+const char* kReasoningTemplate =
+    "{% for m in messages %}{% if m.role == 'assistant' %}"
+    "{% set c = m.content %}{% if loop.index0 < messages | length - 1 %}{% set c = c.split('</think>')[-1] %}"
+    "{% endif %}<|im_start|>assistant\n{% generation %}{{ c }}<|im_end|>{% endgeneration %}{{ '\\n' }}"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+TEST(ChatData, GenerationBlocksAreTheAssistantMask) {
+  TempDir d;
+  write_model(d.path(), kReasoningTemplate);
+  const ChatTemplate t = load_chat_template(d.path(), "");
+  const ChatExample ex = parse_chat_line(R"({"messages": [{"role": "user", "content": "a"},
+      {"role": "assistant", "content": "<think>x</think>b"}, {"role": "user", "content": "c"},
+      {"role": "assistant", "content": "<think>y</think>d"}]})",
+                                         "f:1");
+  const RenderedExample r = render_example(t, ex, "assistant", "f:1");
+  EXPECT_EQ(r.text,
+            "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb<|im_end|>\n<|im_start|>user\nc<|im_end|>\n"
+            "<|im_start|>assistant\n<think>y</think>d<|im_end|>\n");
+  jinja::Spans spans;
+  render_messages(t, ex.messages, nullptr, false, &spans);
+  EXPECT_EQ(r.targets, spans);
+  ASSERT_EQ(r.targets.size(), 2u);
+  // The earlier turn as rendered (its reasoning dropped), the last one whole.
+  EXPECT_EQ(r.text.substr(r.targets[0].first, r.targets[0].second - r.targets[0].first), "b<|im_end|>");
+  EXPECT_EQ(r.text.substr(r.targets[1].first, r.targets[1].second - r.targets[1].first), "<think>y</think>d<|im_end|>");
+  // --loss-on all ignores the blocks.
+  EXPECT_EQ(render_example(t, ex, "all", "f:1").targets, (jinja::Spans{{0, r.text.size()}}));
+}
+
 TEST(ChatData, TemplateErrorsNameTheDataLine) {
   TempDir d;
   write_model(d.path(), "{% if messages[0].role != 'user' %}{{ raise_exception('user first') }}{% endif %}x");
@@ -192,6 +225,66 @@ TEST(ChatData, PromptCompletionAndTextGetTheEos) {
                                              "completion", "f:1");
   ASSERT_EQ(cpc.targets.size(), 1u);
   EXPECT_EQ(cpc.text.substr(cpc.targets[0].first), "A<|im_end|>\n");
+}
+
+// TRL appends the tokenizer's eos_token; loom finds it where transformers keeps it, and where
+// a model directory without tokenizer_config.json still names it.
+TEST(ChatData, TheEosComesFromTheModelsFiles) {
+  TempDir d;
+  write_model(d.path());
+  const auto tok = HfTokenizer::load(d.path());
+  EXPECT_EQ(resolve_eos_token(d.path(), "", tok.get()), "<|im_end|>");          // tokenizer_config.json
+  EXPECT_EQ(resolve_eos_token(d.path(), "<|im_start|>", tok.get()), "<|im_start|>");  // --eos-token first
+  std::filesystem::remove(d.path("tokenizer_config.json"));
+  write_file(d.path("config.json"), R"({"eos_token_id": [0, 7]})");
+  EXPECT_EQ(resolve_eos_token(d.path(), "", tok.get()), "<|endoftext|>");  // an id, spelled by the tokenizer
+  EXPECT_EQ(resolve_eos_token(d.path(), "", nullptr), "<|endoftext|>");    // which is loaded when not given
+  write_file(d.path("special_tokens_map.json"), R"({"eos_token": {"content": "<|im_end|>"}})");
+  EXPECT_EQ(resolve_eos_token(d.path(), "", tok.get()), "<|im_end|>");
+  EXPECT_EQ(load_chat_template(d.path(), d.path("special_tokens_map.json")).specials["eos_token"], "<|im_end|>");
+  std::filesystem::remove(d.path("special_tokens_map.json"));
+  std::filesystem::remove(d.path("config.json"));
+  write_file(d.path("generation_config.json"), R"({"eos_token_id": 320})");
+  EXPECT_EQ(resolve_eos_token(d.path(), "", tok.get()), "<|im_start|>");
+  std::filesystem::remove(d.path("generation_config.json"));
+  try {
+    resolve_eos_token(d.path(), "", tok.get());
+    ADD_FAILURE() << "no eos anywhere is a UserError";
+  } catch (const UserError& e) {
+    const std::string none = std::string(e.what()) + " / " + e.hint();
+    for (const char* named : {"tokenizer_config.json", "special_tokens_map.json", "config.json", "--eos-token"})
+      EXPECT_NE(none.find(named), std::string::npos) << none;
+  }
+  // TRL refuses an eos_token outside the vocabulary.
+  EXPECT_NE(user_error([&] { resolve_eos_token(d.path(), "</s>", tok.get()); }).find("not one"), std::string::npos);
+}
+
+// Text needs no template: a model directory with only tokenizer.json and config.json prepares it,
+// and every example ends with the eos.
+TEST(ChatData, TextNeedsNoTemplateAndEndsWithTheEos) {
+  TempDir d;
+  write_model(d.path());
+  std::filesystem::remove(d.path("tokenizer_config.json"));
+  write_file(d.path("config.json"), R"({"eos_token_id": 0})");
+  write_file(d.path("data.jsonl"),
+             "{\"text\": \"one two\"}\n{\"text\": \"three<|endoftext|>\"}\n{\"text\": \"four\"}\n{\"text\": \"five\"}\n");
+  ChatOptions o{d.path(), d.path("data.jsonl"), d.path("out"), "", "", 0.25};
+  const PreparedChat r = prepare_chat(o);
+  EXPECT_EQ(r.eos_token, "<|endoftext|>");
+  const auto tok = HfTokenizer::load(d.path());
+  const ChatSplit train = open_chat_split(d.path("out"), "train");
+  ASSERT_EQ(train.docs.size(), 4u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(train.tokens[train.docs[k + 1] - 1], 0) << k;
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < train.tokens.size(); ++i) ids.push_back(train.tokens[i]);
+  // "three<|endoftext|>" already ends with it: no second one.
+  EXPECT_EQ(tok->decode(ids), "one two<|endoftext|>three<|endoftext|>four<|endoftext|>");
+  EXPECT_TRUE(Json::parse(read_file(d.path("out/meta.json")))["chat"]["template"].is_null());
+  // Conversations do need the template, and say where it was looked for.
+  write_file(d.path("chat.jsonl"), R"({"messages": [{"role": "user", "content": "Hi"}]})"
+                                   "\n");
+  o.data_path = d.path("chat.jsonl");
+  EXPECT_NE(user_error([&] { prepare_chat(o); }).find("tokenizer_config.json"), std::string::npos);
 }
 
 TEST(ChatData, MaskMarksTheTokensOfTheSpans) {

@@ -15,6 +15,7 @@ namespace loom {
 namespace {
 
 using jinja::Json;
+using jinja::Spans;
 using jinja::Template;
 using testing::user_error;
 
@@ -241,6 +242,24 @@ TEST(Jinja, GlobalsAndSpecialVariables) {
   EXPECT_EQ(render("{{ strftime_now is defined }}{{ strftime_now('%Y') | length }}"), "True4");
   // {% generation %} (transformers' AssistantTracker) renders its body.
   EXPECT_EQ(render("a{% generation %}b{% endgeneration %}c"), "abc");
+}
+
+TEST(Jinja, GenerationBlocksReportWhereTheirTextLands) {
+  const Template t("{% for m in messages %}<{{ m }}>{% if m == 'a' %}{% generation %}{{ m * 3 }}!"
+                   "{% endgeneration %}{% endif %}{% endfor %}{% generation %}{% endgeneration %}",
+                   "t");
+  EXPECT_TRUE(t.has_generation());
+  EXPECT_FALSE(Template("{% if x %}{% for y in z %}{{ y }}{% endfor %}{% endif %}", "t").has_generation());
+  Spans spans = {{7, 7}};  // replaced, not appended to
+  const std::string out = t.render({{"messages", {"a", "b", "a"}}}, &spans);
+  EXPECT_EQ(out, "<a>aaa!<b><a>aaa!");
+  EXPECT_EQ(spans, (Spans{{3, 7}, {13, 17}, {17, 17}}));
+  EXPECT_EQ(t.render({{"messages", {"a"}}}), "<a>aaa!");  // without spans, as before
+  // In a macro or a set block the text's place in the output is unknown.
+  const Template in_macro("{% macro f() %}{% generation %}x{% endgeneration %}{% endmacro %}{{ f() }}", "m");
+  EXPECT_TRUE(in_macro.has_generation());
+  EXPECT_EQ(in_macro.render(Json::object()), "x");
+  EXPECT_NE(user_error([&] { in_macro.render(Json::object(), &spans); }).find("inside a macro"), std::string::npos);
 }
 
 TEST(Jinja, RaiseExceptionNamesTheMessageAndLine) {

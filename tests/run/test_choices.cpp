@@ -103,6 +103,20 @@ TEST(Choices, CliReportsAccuracyAndNamesABadLine) {
   EXPECT_EQ(j["questions"], 2);
   EXPECT_EQ(j["acc"], 0.5);  // the same choices with either label: one of the two is right
   EXPECT_EQ(j["acc_norm"], 0.5);
+  EXPECT_EQ(j["cut_contexts"], 0);
+  // A context past the fixture's 64 positions is scored on a window, and that is said.
+  std::string long_context;
+  for (int k = 0; k < 80; ++k) long_context += "once upon a time ";
+  std::ofstream(dir / "long.jsonl") << R"({"context": ")" + long_context + R"(", "choices": ["day", "night"], "label": 0})"
+                                    << "\n"
+                                    << R"({"context": "Once", "choices": ["day", "night"], "label": 0})"
+                                    << "\n";
+  const auto cut = testing::run_loom("eval " + kModel + " --choices " + (dir / "long.jsonl").string() + " --json");
+  ASSERT_EQ(cut.status, 0) << cut.out;
+  EXPECT_EQ(nlohmann::json::parse(cut.out)["cut_contexts"], 1) << cut.out;
+  const auto note = testing::run_loom("eval " + kModel + " --choices " + (dir / "long.jsonl").string());
+  ASSERT_EQ(note.status, 0) << note.out;
+  EXPECT_NE(note.out.find("note: 1 question(s) longer than the model's 64 positions"), std::string::npos) << note.out;
   std::ofstream(dir / "bad.jsonl") << R"({"context": "a", "choices": ["b", "c"], "label": 0})"
                                    << "\n"
                                    << R"({"context": "a", "choices": ["b", "c"], "label": 2})"

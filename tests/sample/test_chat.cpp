@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -102,6 +103,40 @@ TEST_F(Chat, EndOfTurnTokensComeFromTheTemplateAndTheConfigs) {
   // Nothing after the content but white space, an eos_token of several tokens: the ids alone.
   EXPECT_EQ(end_of_turn_ids(load_chat_template(model_.string(), ""), model_.string(), *tok),
             (std::vector<int32_t>{1, 7}));
+}
+
+// An end of turn the tokenizer writes as several tokens is a stop string: the reply ends before
+// the first place its text holds it, and that text is not printed. The marker is taken from the
+// fixture's greedy reply itself (the template writes it only after assistant turns, so the
+// prompt does not depend on it).
+TEST_F(Chat, AMultiTokenEndOfTurnStopsTheReply) {
+  const std::string plain = "{% for m in messages %}<|begin_of_text|>{{ m.role }}\n{{ m.content }}";
+  const auto tok = HfTokenizer::load(model_.string());
+  const std::string text = continuation("<|begin_of_text|>user\nHi there" + kAssistant, 40);
+  const std::vector<int32_t> ids = tok->encode(text);
+  std::string marker;
+  for (size_t k = 2; k + 3 < ids.size() && marker.empty(); ++k) {
+    std::string m = tok->decode(std::vector<int32_t>(ids.begin() + static_cast<long>(k), ids.begin() + static_cast<long>(k) + 3));
+    const size_t b = m.find_first_not_of(" \t\r\n"), e = m.find_last_not_of(" \t\r\n");
+    if (b == std::string::npos) continue;
+    m = m.substr(b, e + 1 - b);
+    // Printable ASCII, no Jinja delimiter start: plain template text.
+    const bool plain_text = std::all_of(m.begin(), m.end(), [](char c) { return c > ' ' && c < 127 && c != '{'; });
+    if (plain_text && tok->encode(m).size() >= 2 && text.find(m) > 0) marker = m;
+  }
+  ASSERT_FALSE(marker.empty()) << text;
+  write_config({{"chat_template", plain + "{% if m.role == 'assistant' %}" + marker + "{% endif %}{% endfor %}" +
+                                      "{% if add_generation_prompt %}" + kAssistant + "{% endif %}"}});
+  EXPECT_EQ(end_of_turn_text(load_chat_template(model_.string(), ""), *tok), marker);
+  const auto r = run_loom("sample " + model_.string() + " --temperature 0 --tokens 40 --chat 'Hi there'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out, text.substr(0, text.find(marker)) + "\n") << "marker: " << marker;
+  // The tail held back while it may be the marker's start.
+  const StopString stop("abc");
+  EXPECT_EQ(stop.held("xxab"), 2u);
+  EXPECT_EQ(stop.held("xxb"), 0u);
+  EXPECT_EQ(stop.find("xabcd"), 1u);
+  EXPECT_EQ(StopString("").find("abc"), std::string::npos);
 }
 
 TEST_F(Chat, BadInputsNameTheFix) {

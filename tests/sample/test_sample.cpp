@@ -719,7 +719,10 @@ TEST(Sampler, SeedsChangeSamples) {
   EXPECT_EQ(a, a2);
   std::vector<int32_t> streamed;
   const auto c =
-      generate(s, prompt, 12, {.temperature = 1.0, .top_k = 5}, 3, 0, [&](int32_t t) { streamed.push_back(t); });
+      generate(s, prompt, 12, {.temperature = 1.0, .top_k = 5}, 3, 0, [&](int32_t t) {
+        streamed.push_back(t);
+        return true;
+      });
   EXPECT_EQ(streamed, c);
   const auto d =
       generate(s, prompt, 30, {.temperature = 1.0, .top_k = 0}, 4, 7, nullptr);  // ids below the vocab limit only
