@@ -78,12 +78,27 @@ TEST(PrepareChat, WritesTokensMasksAndReportsTargets) {
   EXPECT_GT(targets, 0);
   EXPECT_LT(targets, tokens);
 
-  // --loss-on all: every token is a target.
+  // --loss-on all is the default it records (data.loss_on = auto); the masks still mark the
+  // assistant turns, for data.loss_on = assistant.
   const Result all = run("prepare chat " + m.string() + " chat.jsonl out_all --loss-on all");
   ASSERT_EQ(all.status, 0) << all.out;
+  EXPECT_NE(all.out.find("loss on all; the masks mark the assistant tokens"), std::string::npos) << all.out;
   const auto meta_all = nlohmann::json::parse(read(scratch() / "out_all/meta.json"));
-  EXPECT_EQ(meta_all["chat"]["train_target_tokens"], meta_all["train_tokens"]);
+  EXPECT_EQ(meta_all["chat"]["loss_on"], "all");
+  EXPECT_EQ(meta_all["chat"]["mask_on"], "assistant");
+  EXPECT_EQ(meta_all["chat"]["train_target_tokens"], targets);
+  EXPECT_EQ(read(scratch() / "out_all/train_mask.bin"), read(scratch() / "out/train_mask.bin"));
   EXPECT_EQ(meta_all["train_tokens"], tokens);
+
+  // Conversations without an assistant turn have no targets: prepare warns.
+  std::string users;
+  for (int k = 0; k < 5; ++k)
+    users += R"({"messages": [{"role": "user", "content": "hi"}]})"
+             "\n";
+  write(scratch() / "users.jsonl", users);
+  const Result none = run("prepare chat " + m.string() + " users.jsonl out_none");
+  ASSERT_EQ(none.status, 0) << none.out;
+  EXPECT_NE(none.out.find("warning: the train split has no assistant tokens"), std::string::npos) << none.out;
 }
 
 // The template, the special tokens and generation_config.json go with the data's tokenizer into
