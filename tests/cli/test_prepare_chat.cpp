@@ -119,16 +119,18 @@ num_layers = 1
 head_dim = 8
 vocab_size = 50257
 num_outputs = 50257
-max_seq_len = 16
+max_seq_len = 128
 [data]
 kind = "tokens"
 dir = "travel"
 batch_size = 2
-seq_len = 16
+seq_len = 128
 [train]
 steps = 2
 eval_interval = 0
 )");
+  // Rows of 128 hold whole conversations (about 81 tokens each), assistant turn included: a row cut
+  // before it would have no target, which `loom train` refuses.
   r = run("train travel.toml --out travel_run");
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* f : {"tokenizer_config.json", "generation_config.json"})
