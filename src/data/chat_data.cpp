@@ -512,16 +512,29 @@ PreparedChat prepare_chat(const ChatOptions& o) {
                         std::to_string(o.val_fraction),
                     "give more examples or another --val-fraction");
 
+  // The mask holds the format's targets whatever --loss-on says (data.loss_on chooses at train
+  // time); only when --loss-on all was asked for and the template hides them does it mark all.
   Split splits[2];
-  for (int64_t k = 0; k < n; ++k) {
-    const ChatExample& ex = examples[static_cast<size_t>(k)];
-    const std::string where = o.data_path + ":" + std::to_string(ex.line);
-    const TokenizedExample te = tokenize_example(*tok, render_example(t, ex, r.loss_on, where));
-    Split& s = splits[k < n_train ? 0 : 1];
-    s.ids.insert(s.ids.end(), te.ids.begin(), te.ids.end());
-    s.mask.insert(s.mask.end(), te.mask.begin(), te.mask.end());
-    s.docs.push_back(s.ids.size());
-    s.targets += std::count(te.mask.begin(), te.mask.end(), uint8_t{1});
+  const auto tokenize_all = [&] {
+    for (Split& s : splits) s = Split{};
+    for (int64_t k = 0; k < n; ++k) {
+      const ChatExample& ex = examples[static_cast<size_t>(k)];
+      const std::string where = o.data_path + ":" + std::to_string(ex.line);
+      const TokenizedExample te = tokenize_example(*tok, render_example(t, ex, r.mask_on, where));
+      Split& s = splits[k < n_train ? 0 : 1];
+      s.ids.insert(s.ids.end(), te.ids.begin(), te.ids.end());
+      s.mask.insert(s.mask.end(), te.mask.begin(), te.mask.end());
+      s.docs.push_back(s.ids.size());
+      s.targets += std::count(te.mask.begin(), te.mask.end(), uint8_t{1});
+    }
+  };
+  r.mask_on = default_loss_on(r.format);
+  try {
+    tokenize_all();
+  } catch (const UserError&) {
+    if (r.loss_on != "all" || r.mask_on == "all") throw;
+    r.mask_on = "all";
+    tokenize_all();
   }
   const int width = tok->vocab_size() > kMaxUint16Vocab ? 4 : 2;
   r.token_format = width == 2 ? "uint16" : "uint32";
@@ -563,6 +576,7 @@ PreparedChat prepare_chat(const ChatOptions& o) {
     }
     Json chat = {{"data_format", chat_format_name(r.format)},
                  {"loss_on", r.loss_on},
+                 {"mask_on", r.mask_on},
                  {"template", templated ? Json(t.source) : Json(nullptr)},
                  {"train_examples", r.examples[0]},
                  {"val_examples", r.examples[1]},
@@ -592,10 +606,43 @@ PreparedChat prepare_chat(const ChatOptions& o) {
   return r;
 }
 
-ChatSplit open_chat_split(const std::string& data_dir, const std::string& split) {
+namespace {
+
+// data.loss_on against meta.json's "chat": which targets `s` trains on (the header's table).
+void apply_loss_on(ChatSplit& s, const Json& chat, LossOn loss_on, const std::string& mask_path) {
+  const std::string recorded = chat.value("loss_on", std::string("all"));
+  // Data from before "mask_on" marked what it was prepared with.
+  const std::string mask_on = chat.value("mask_on", recorded);
+  const std::string format = chat.value("data_format", std::string("text"));
+  s.loss_on = loss_on == LossOn::auto_ ? recorded : std::string(choice_name(loss_on));
+  const std::string key = "data.loss_on = " + std::string(choice_name(loss_on));
+  if (s.loss_on == "all") {
+    s.mask.clear();
+    s.targets = s.tokens.size();
+    return;
+  }
+  const std::string has = format == "conversational" ? "assistant" : format == "prompt-completion" ? "completion" : "";
+  if (s.loss_on != has)
+    throw UserError(
+        key,
+        "asks for the " + s.loss_on + " tokens, but " + mask_path + " belongs to " + format + " data, which has none",
+        "use data.loss_on = auto or all" + (has.empty() ? std::string() : " or " + has) + " for " + format + " data");
+  if (mask_on != s.loss_on)
+    throw UserError(key,
+                    "asks for the " + s.loss_on + " tokens, but " + mask_path +
+                        " marks every token (prepared with --loss-on all by an older loom, or by a template that "
+                        "rewrites earlier turns, so the " +
+                        s.loss_on + " tokens could not be found)",
+                    "prepare the data again with `loom prepare chat` (its mask then holds the " + s.loss_on +
+                        " tokens), or use data.loss_on = all");
+}
+
+}  // namespace
+
+ChatSplit open_chat_split(const std::string& data_dir, const std::string& split, LossOn loss_on) {
   const fs::path dir(data_dir);
   const std::string fix = "prepare the data directory again: loom prepare chat MODEL_DIR DATA.jsonl DIR";
-  ChatSplit s{TokenFile::open_split(data_dir, split), {}, {}, 0};
+  ChatSplit s{TokenFile::open_split(data_dir, split), {}, {}, 0, {}};
   const Json meta = Json::parse(read_whole((dir / "meta.json").string(), "meta.json"), nullptr, false);
   const Json chat = meta.is_object() ? meta.value("chat", Json()) : Json();
   const std::string count_key = split + "_target_tokens";
@@ -618,6 +665,7 @@ ChatSplit open_chat_split(const std::string& data_dir, const std::string& split)
                     "marks " + std::to_string(s.targets) + " targets but meta.json says " +
                         std::to_string(chat[count_key].get<int64_t>()),
                     fix);
+  apply_loss_on(s, chat, loss_on, mask_path);
   const std::string docs_path = (dir / (split + "_docs.bin")).string();
   const std::string docs = read_whole(docs_path, "the example boundaries");
   if (docs.size() % 8 != 0 || docs.size() < 16)
@@ -643,8 +691,10 @@ ChatSplit open_chat_split(const std::string& data_dir, const std::string& split)
 
 int run_prepare_chat(const ChatOptions& o, FILE* out) {
   const PreparedChat r = prepare_chat(o);
-  std::fprintf(out, "prepared %s (%s data, loss on %s)\n", o.data_path.c_str(), chat_format_name(r.format),
-               r.loss_on.c_str());
+  const std::string masks =
+      r.mask_on == r.loss_on ? "" : "; the masks mark the " + r.mask_on + " tokens, for data.loss_on";
+  std::fprintf(out, "prepared %s (%s data, loss on %s%s)\n", o.data_path.c_str(), chat_format_name(r.format),
+               r.loss_on.c_str(), masks.c_str());
   std::fprintf(out, "  vocab size: %lld, token files: %s\n", static_cast<long long>(r.vocab_size),
                r.token_format.c_str());
   const char* names[2] = {"train", "val"};
@@ -668,11 +718,11 @@ int run_prepare_chat(const ChatOptions& o, FILE* out) {
                "files\n",
                o.out_dir.c_str());
   for (int s = 0; s < 2; ++s)
-    if (r.targets[s] == 0)
+    if (r.targets[s] == 0 && r.loss_on != "all")
       std::fprintf(out,
-                   "  warning: %s has no target tokens (loss on %s): it gives no loss to train or evaluate on; check "
-                   "--loss-on and the template\n",
-                   names[s], r.loss_on.c_str());
+                   "  warning: %s has no target tokens (loss on %s): `loom train` refuses it unless data.loss_on = "
+                   "all; check the template's turns with --render-only, and --loss-on\n",
+                   names[s], r.mask_on.c_str());
   return 0;
 }
 

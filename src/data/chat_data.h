@@ -35,6 +35,18 @@
 //   all         (text's only choice) every token
 // A token is a target when any of its bytes lies in a target span.
 //
+// S_mask.bin always marks the format's targets (assistant / completion / all for text), whatever
+// --loss-on says: --loss-on is the default recorded in meta.json, and a run picks its targets with
+// data.loss_on (data/config.h) from the stored mask:
+//   auto        the recorded loss_on
+//   all         every token of every example (the mask is not read; padding is never a target)
+//   assistant   the mask, on conversational data only
+//   completion  the mask, on prompt-completion data only
+// A choice the data's format has not is a UserError naming data.loss_on. With --loss-on all and a
+// template that hides the assistant turns (see above) the mask marks every token and meta.json
+// says so ("mask_on": "all"); data.loss_on = assistant on it is a UserError. Data written before
+// "mask_on" existed marks what its loss_on says (all ones for "all") and trains as it did.
+//
 // The output directory holds token_data.h's train.bin, val.bin and meta.json (so every reader of
 // token data reads it) and, per split S:
 //   S_mask.bin  one byte per token of S.bin: 1 = a training target, 0 = context only
@@ -43,7 +55,7 @@
 // OUTDIR also holds the tokenizer's companion files (tokenizer_config.json, special_tokens_map.json,
 // chat_template.jinja, generation_config.json: those the model directory has; --template FILE
 // becomes chat_template.jinja), where a user and transformers look for the template.
-// meta.json gains "chat": {"data_format", "loss_on", "template", "train_examples",
+// meta.json gains "chat": {"data_format", "loss_on", "mask_on", "template", "train_examples",
 // "val_examples", "train_target_tokens", "val_target_tokens", "mask": "uint8",
 // "docs": "uint64"}. The template travels with the data for `loom sample --chat` and exports: the
 // tokenizer in meta.json carries the model directory's tokenizer_config.json,
@@ -153,6 +165,7 @@ struct PreparedChat {
   ChatFormat format = ChatFormat::text;
   std::string loss_on, token_format;
   std::string eos_token;  // appended to text and string completions ("" when the data has none)
+  std::string mask_on;  // what S_mask.bin marks: the format's targets, or "all" (see above)
   int64_t vocab_size = 0;
   int64_t examples[2] = {0, 0};  // train, val
   int64_t tokens[2] = {0, 0};
@@ -180,14 +193,16 @@ int run_render_chat(const ChatOptions& o, bool add_generation_prompt, FILE* out 
 
 // One split of a chat data directory, read and checked against each other and meta.json:
 // S.bin as a TokenFile, S_mask.bin (one byte, 0 or 1, per token), S_docs.bin (uint64 offsets,
-// 0 first, non-decreasing, the token count last), the target count of meta.json's "chat". A
-// missing, short or inconsistent file is a UserError naming it.
+// 0 first, non-decreasing, the token count last), the target count of meta.json's "chat"; then
+// `loss_on` (data.loss_on) resolved as above. A missing, short or inconsistent file is a
+// UserError naming it.
 struct ChatSplit {
   TokenFile tokens;
-  std::vector<uint8_t> mask;  // [tokens.size()]
+  std::vector<uint8_t> mask;  // [tokens.size()]; empty: every token is a target (loss_on "all")
   std::vector<int64_t> docs;  // [examples + 1]
-  int64_t targets = 0;        // ones in mask
+  int64_t targets = 0;        // tokens marked as targets (ones in mask, or every token)
+  std::string loss_on;        // what the run trains on: "all", "assistant" or "completion"
 };
-ChatSplit open_chat_split(const std::string& data_dir, const std::string& split);
+ChatSplit open_chat_split(const std::string& data_dir, const std::string& split, LossOn loss_on = LossOn::auto_);
 
 }  // namespace loom

@@ -34,6 +34,11 @@ const std::vector<KeySpec<DataConfig>>& data_keys() {
                                   "example per row, padded",
                                   REF(packing)),
               token_files),
+      only_if(choice<DataConfig>("data.loss_on",
+                                 "chat data (loom prepare chat): the tokens the loss covers, chosen at train time "
+                                 "from the stored mask; plain token data: auto or all (every token)",
+                                 REF(loss_on)),
+              token_files),
   };
   return keys;
 }

@@ -15,9 +15,17 @@
   X(random_tokens, "fixed random token sequences (the Part 1.2 tutorial)")             \
   X(tokens, "token files written by `loom prepare` in data.dir")
 
+// Which tokens of chat data are training targets (data.loss_on; data/chat_data.h).
+#define LOOM_LOSS_ON(X)                                                                                  \
+  X(auto_, "what `loom prepare chat --loss-on` recorded in meta.json (the format's targets by default)") \
+  X(all, "every token of every example (padding is never a target)")                                     \
+  X(assistant, "the assistant turns (conversational data)")                                              \
+  X(completion, "the completion (prompt-completion data)")
+
 namespace loom {
 
 LOOM_CHOICE(DataKind, "data kind", LOOM_DATA_KINDS)
+LOOM_CHOICE(LossOn, "loss target", LOOM_LOSS_ON)
 
 // Whether `k` yields token sequences (what a language model trains on).
 constexpr bool is_token_data(DataKind k) { return k != DataKind::random_classification; }
@@ -26,10 +34,11 @@ struct DataConfig {
   DataKind kind = DataKind::random_classification;
   std::string dir;  // tokens: a directory written by `loom prepare`
   int64_t batch_size = 512;
-  int64_t num_inputs = 128;   // random_classification
-  int64_t seq_len = 512;      // random_tokens
-  int64_t vocab_size = 2048;  // random_tokens: tokens in [1, vocab_size)
-  bool packing = false;       // chat data: several examples per row (data/packing.h), else one, padded
+  int64_t num_inputs = 128;        // random_classification
+  int64_t seq_len = 512;           // random_tokens
+  int64_t vocab_size = 2048;       // random_tokens: tokens in [1, vocab_size)
+  bool packing = false;            // chat data: several examples per row (data/packing.h), else one, padded
+  LossOn loss_on = LossOn::auto_;  // tokens: which tokens are targets (chat data; plain data: every token)
 };
 
 // What a data source needs from outside `data.*` (train/config.h: data_context(config)).

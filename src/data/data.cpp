@@ -99,9 +99,24 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
     throw UserError("data.packing = true",
                     d.dir + " holds one stream of tokens, not examples (its meta.json has no \"chat\")",
                     "prepare the examples with `loom prepare chat`, or set data.packing = false");
+  if (!meta.chat && d.loss_on != LossOn::auto_ && d.loss_on != LossOn::all)
+    throw UserError("data.loss_on = " + std::string(choice_name(d.loss_on)),
+                    d.dir + " holds one stream of tokens, every one a target (its meta.json has no \"chat\")",
+                    "set data.loss_on = auto (or all), or prepare the examples with `loom prepare chat`");
   const auto open = [&](const char* split) {
-    return std::make_unique<ChatSplit>(meta.chat ? open_chat_split(d.dir, split)
-                                                 : ChatSplit{TokenFile::open_split(d.dir, split), {}, {}, 0});
+    return std::make_unique<ChatSplit>(meta.chat ? open_chat_split(d.dir, split, d.loss_on)
+                                                 : ChatSplit{TokenFile::open_split(d.dir, split), {}, {}, 0, "all"});
+  };
+  // A split whose rows hold no target would train or validate on nothing (a loss of 0).
+  const auto check_targets = [&](const ExampleBatcher& rows, const ChatSplit& s) {
+    if (rows.counts().targets > 0) return;
+    throw UserError(s.tokens.path(),
+                    "has no training target under data.loss_on = " + std::string(choice_name(d.loss_on)) + " (" +
+                        s.loss_on + " tokens) within rows of data.seq_len = " + std::to_string(d.seq_len) +
+                        ": the loss would be 0 and nothing would be learned",
+                    "set data.loss_on = all to train on every token, or check what the mask marks: the template's "
+                    "assistant turns (`loom prepare chat --render-only`), --loss-on, and examples longer than "
+                    "data.seq_len");
   };
   const auto mask = [](const ChatSplit& s) { return s.mask.empty() ? nullptr : s.mask.data(); };
   train_split_ = open("train");
@@ -112,12 +127,15 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
     int64_t cut = train_rows.truncated;
     train_rows_ =
         std::make_unique<ExampleBatcher>(std::move(train_rows), train, mask(*train_split_), d.batch_size, cx.seed);
+    check_targets(*train_rows_, *train_split_);
     val_split_ = open("val");
     ExampleRows val_rows = pack_examples(val_split_->docs, d.seq_len, d.packing);
     cut += val_rows.truncated;
-    if (val_rows.rows() > 0)
+    if (val_rows.rows() > 0) {
       val_rows_ =
           std::make_unique<ExampleBatcher>(std::move(val_rows), val_split_->tokens, mask(*val_split_), mb, cx.seed);
+      check_targets(*val_rows_, *val_split_);
+    }
     if (cut > 0)
       std::fprintf(stderr,
                    "loom: note: %lld example(s) longer than data.seq_len = %lld cut to it (chat data trains on rows of "
@@ -143,6 +161,17 @@ Batch DataSource::train_batch(int64_t step) const {
   if (train_rows_) return train_rows_->train_batch(static_cast<uint64_t>(step));
   return train_batcher_ ? train_batcher_->train_batch(static_cast<uint64_t>(step)) : fixed_;
 }
+TokenCounts DataSource::train_counts(int64_t step) const {
+  if (train_rows_) return train_rows_->train_counts(static_cast<uint64_t>(step));
+  if (train_batcher_) {  // windows of plain token data: every label a target
+    const int64_t n = train_batcher_->batch_size() * train_batcher_->seq_len();
+    return {n, n};
+  }
+  return {static_cast<int64_t>(fixed_.labels.size()), fixed_.targets(0, fixed_.batch_size)};
+}
+
+int64_t DataSource::val_batches(int64_t iters) const { return val_rows_ ? val_rows_->batches_per_pass() : iters; }
+
 Batch DataSource::val_batch() { return val_rows_ ? val_rows_->val_batch() : val_batcher_->val_batch(); }
 int64_t DataSource::val_position() const {
   if (val_rows_) return val_rows_->position();

@@ -27,6 +27,17 @@ struct Batch {
   int64_t targets(int64_t first, int64_t n) const;
 };
 
+// What training batches hold: tokens (for a language model the positions holding a token, padding
+// left out; for classification, examples) and the training targets among them (labels >= 0).
+struct TokenCounts {
+  int64_t tokens = 0, targets = 0;
+  TokenCounts& operator+=(const TokenCounts& o) {
+    tokens += o.tokens;
+    targets += o.targets;
+    return *this;
+  }
+};
+
 // A zeroed batch of B token rows of T: int32 inputs and labels, and positions when `positions`.
 Batch token_batch(int64_t B, int64_t T, bool positions);
 
@@ -58,13 +69,24 @@ bool rows_of_examples(const DataConfig& d);
 // label whose token the mask marks 0 is kIgnoreLabel) in rows of whole examples, packed or one
 // per row by data.packing (data/packing.h); an example cut to data.seq_len is reported once on
 // stderr with the count. data.packing on other data is a UserError.
+// data.loss_on picks the targets (data/chat_data.h: ChatSplit); a chat split without a target is a
+// UserError naming its files and the fixes, as is a loss_on other than auto or all on plain token
+// data.
 class DataSource {
  public:
   DataSource(const DataConfig& d, const DataContext& cx);  // throws UserError for missing or invalid data
   ~DataSource();
   Batch train_batch(int64_t step) const;
+  // The counts of train_batch(step) without building it: tokens and targets of its rows of
+  // examples, or every label of a window or fixed batch.
+  TokenCounts train_counts(int64_t step) const;
   bool has_val() const { return val_batcher_ != nullptr || val_rows_ != nullptr; }
   Batch val_batch();  // the next validation batch (data.batch_size / num_minibatches rows)
+  // The validation batches of one evaluation: for rows of examples one pass over the split (each
+  // row once, the last batch padded with empty rows; it starts at row 0, see ExampleBatcher),
+  // whatever `iters`; for windows of plain token data `iters` (train.eval_iters) batches, going on
+  // where the previous evaluation stopped.
+  int64_t val_batches(int64_t iters) const;
   int64_t val_position() const;
   void set_val_position(int64_t p);
   // The tokenizer description from the data's meta.json (nullptr for the random kinds).

@@ -44,6 +44,17 @@ ExampleBatcher::ExampleBatcher(ExampleRows rows, const TokenFile& tokens, const 
   if (rows_.rows() == 0)
     throw UserError(tokens.path(), "has no example of two tokens or more: there is nothing to train on",
                     "prepare the data again with longer examples");
+  row_counts_.resize(static_cast<size_t>(rows_.rows()));
+  for (int64_t r = 0; r < rows_.rows(); ++r) {
+    TokenCounts& c = row_counts_[static_cast<size_t>(r)];
+    for (int64_t p = rows_.row_first[static_cast<size_t>(r)]; p < rows_.row_first[static_cast<size_t>(r) + 1]; ++p) {
+      const ExampleRows::Piece& e = rows_.pieces[static_cast<size_t>(p)];
+      c.tokens += e.positions;
+      // The labels are tokens first + 1 .. first + positions (fill_row).
+      c.targets += mask_ ? std::count(mask_ + e.first + 1, mask_ + e.first + 1 + e.positions, uint8_t{1}) : e.positions;
+    }
+    total_ += c;
+  }
 }
 
 void ExampleBatcher::fill_row(Batch& b, int64_t slot, int64_t row) const {
@@ -69,20 +80,36 @@ void ExampleBatcher::fill_row(Batch& b, int64_t slot, int64_t row) const {
   }
 }
 
+std::vector<int64_t> ExampleBatcher::train_rows(uint64_t step) const {
+  HostRng rng = HostRng(named_key(seed_, "data/train")).split(step);
+  std::vector<int64_t> rows(static_cast<size_t>(batch_size_));
+  for (int64_t& r : rows) r = static_cast<int64_t>(rng.next_below(static_cast<uint64_t>(rows_.rows())));
+  return rows;
+}
+
 Batch ExampleBatcher::train_batch(uint64_t step) const {
   Batch b = token_batch(batch_size_, rows_.seq_len, true);
-  HostRng rng = HostRng(named_key(seed_, "data/train")).split(step);
-  for (int64_t s = 0; s < batch_size_; ++s)
-    fill_row(b, s, static_cast<int64_t>(rng.next_below(static_cast<uint64_t>(rows_.rows()))));
+  const std::vector<int64_t> rows = train_rows(step);
+  for (int64_t s = 0; s < batch_size_; ++s) fill_row(b, s, rows[static_cast<size_t>(s)]);
   return b;
+}
+
+TokenCounts ExampleBatcher::train_counts(uint64_t step) const {
+  TokenCounts c;
+  for (int64_t r : train_rows(step)) c += row_counts_[static_cast<size_t>(r)];
+  return c;
 }
 
 Batch ExampleBatcher::val_batch() {
   Batch b = token_batch(batch_size_, rows_.seq_len, true);
   for (int64_t s = 0; s < batch_size_; ++s) {
-    fill_row(b, s, position_);
-    position_ = (position_ + 1) % rows_.rows();
+    if (position_ + s < rows_.rows()) {
+      fill_row(b, s, position_ + s);
+    } else {  // past the last row: an empty row, all padding
+      std::fill_n(b.labels.begin() + s * rows_.seq_len, rows_.seq_len, kIgnoreLabel);
+    }
   }
+  position_ = position_ + batch_size_ < rows_.rows() ? position_ + batch_size_ : 0;
   return b;
 }
 
@@ -92,7 +119,7 @@ void ExampleBatcher::set_position(int64_t p) {
                     "position " + std::to_string(p) + " is not a row of its examples (0.." +
                         std::to_string(rows_.rows() - 1) + " for seq_len " + std::to_string(rows_.seq_len) + ")",
                     "resume with the data, data.seq_len and data.packing the checkpoint was made with");
-  position_ = p;
+  position_ = p % batch_size_ == 0 ? p : 0;
 }
 
 }  // namespace loom

@@ -45,23 +45,37 @@ ExampleRows pack_examples(const std::vector<int64_t>& docs, int64_t seq_len, boo
 // Batches of ExampleRows over one split: inputs, labels and positions int32 [batch_size, T].
 // train: batch `step`'s rows are HostRng(named_key(seed, "data/train")).split(step).next_below(rows),
 //   drawn batch_size times in order: a pure function of (seed, step), as TokenBatcher's windows.
-// val: walks the rows in order, wrapping to row 0 after the last; position() is the next row.
+// val: passes over the rows in order: a batch holds the next batch_size rows from position(),
+//   the slots past the last row empty (padding: no token, no target), and after the batch that
+//   holds the last row position() is 0 again, so each pass of batches_per_pass() batches from row
+//   0 holds every row exactly once (an evaluation of chat data is one such pass).
 // The tokens and the mask (nullptr: every label a target) must outlive the batcher.
 class ExampleBatcher {
  public:
   // A split without rows is a UserError naming the token file.
   ExampleBatcher(ExampleRows rows, const TokenFile& tokens, const uint8_t* mask, int64_t batch_size, uint64_t seed);
   Batch train_batch(uint64_t step) const;
+  // train_batch(step)'s non-padding tokens and targets, from counts kept per row.
+  TokenCounts train_counts(uint64_t step) const;
+  // The whole split's rows: their tokens (positions holding one) and targets.
+  TokenCounts counts() const { return total_; }
   Batch val_batch();
+  int64_t batches_per_pass() const { return (rows_.rows() + batch_size_ - 1) / batch_size_; }
   int64_t position() const { return position_; }
-  // p must be a row, 0 <= p < rows; otherwise a UserError (the data or data.seq_len changed).
+  // p must be a row, 0 <= p < rows; otherwise a UserError (the data or data.seq_len changed). A
+  // row that starts no batch of a pass (a checkpoint of an older loom, whose evaluations stopped
+  // mid-pass) starts the next pass at row 0 instead.
   void set_position(int64_t p);
   const ExampleRows& rows() const { return rows_; }
 
  private:
   void fill_row(Batch& b, int64_t slot, int64_t row) const;
+  // The rows of train batch `step`, a pure function of (seed, step).
+  std::vector<int64_t> train_rows(uint64_t step) const;
 
   ExampleRows rows_;
+  std::vector<TokenCounts> row_counts_;  // [rows]
+  TokenCounts total_;
   const TokenFile* tokens_;
   const uint8_t* mask_;
   int64_t batch_size_;

@@ -48,11 +48,12 @@ void EvaluationHook::after_step(int64_t step) {
 }
 
 double EvaluationHook::pending_seconds(int64_t step, double step_s) {
-  // At the mean time of this session's evaluations so far; before the first, eval_iters forward
-  // passes of one minibatch at a third of a training minibatch's time (forward ≈ 1/3 of forward
-  // + backward).
-  const double per_eval = count_ ? seconds_ / static_cast<double>(count_)
-                                 : static_cast<double>(iters_) * step_s / (3.0 * static_cast<double>(minibatches_));
+  // At the mean time of this session's evaluations so far; before the first, its batches' forward
+  // passes of one minibatch each at a third of a training minibatch's time (forward ≈ 1/3 of
+  // forward + backward).
+  const double per_eval =
+      count_ ? seconds_ / static_cast<double>(count_)
+             : static_cast<double>(data_.val_batches(iters_)) * step_s / (3.0 * static_cast<double>(minibatches_));
   return static_cast<double>(cadence_.left_after(step)) * per_eval;
 }
 

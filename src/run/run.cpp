@@ -78,8 +78,8 @@ void print_summary(const LoopResult& res, const Trainer& t, const ValidationReco
                                    .best_val = val.best,
                                    .last_val_step = val.last_step,
                                    .best_val_step = val.best_step,
-                                   .items_per_step = static_cast<double>(t.model().examples *
-                                                                         c.optimizer.num_minibatches * t.comm().size()),
+                                   .run_trained = res.run_trained,
+                                   .session_trained = res.trained,
                                    .tokens = lm,
                                    .wall_s = wall_s,
                                    .step_s = res.step_seconds,

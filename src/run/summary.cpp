@@ -22,9 +22,16 @@ std::string format_run_summary(const RunSummary& s) {
     row("val loss", fmt::format("best {:.4f}{} (none this session)", s.best_val,
                                 s.best_val_step > 0 ? fmt::format(" at step {}", s.best_val_step) : ""));
   const char* unit = s.tokens ? "tokens" : "examples";
-  const double run_items = s.items_per_step * static_cast<double>(run_steps);
+  const auto run_items = static_cast<double>(s.session_trained.tokens);
   const auto count = [](double v) { return format_count(static_cast<int64_t>(v + 0.5)); };
-  row(unit, fmt::format("{} trained{}", count(s.items_per_step * static_cast<double>(s.last_step)),
+  const TokenCounts& all = s.run_trained;
+  // Masked (chat) data: the targets, what the loss averages over, beside the tokens read.
+  const std::string targets =
+      all.targets == all.tokens
+          ? ""
+          : fmt::format(", {} of them targets ({:.1f}%)", format_count(all.targets),
+                        all.tokens ? 100.0 * static_cast<double>(all.targets) / static_cast<double>(all.tokens) : 0.0);
+  row(unit, fmt::format("{} trained{}{}", format_count(all.tokens), targets,
                         s.first_step > 1 ? fmt::format(" ({} this session)", count(run_items)) : ""));
   row("wall time",
       fmt::format("{} (training steps {}, evaluation {}, checkpoints {}, other {})", format_duration(s.wall_s),

@@ -88,7 +88,10 @@ const std::vector<KeySpecC>& schema() {
                         LOOM_REF(train.tensorboard)),
         integer<Config>("train.eval_interval", "evaluate the validation loss every N steps (0 = never)",
                         LOOM_REF(train.eval_interval)),
-        integer<Config>("train.eval_iters", "validation batches per evaluation", LOOM_REF(train.eval_iters)),
+        integer<Config>("train.eval_iters",
+                        "validation batches (of one minibatch) per evaluation of plain token data; chat data is "
+                        "evaluated in one pass over its val split",
+                        LOOM_REF(train.eval_iters)),
         integer<Config>("train.checkpoint_interval",
                         "save a checkpoint every N steps (0 = at evaluations and at the end)",
                         LOOM_REF(train.checkpoint_interval)),

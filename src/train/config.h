@@ -29,7 +29,7 @@ struct TrainConfig {
   std::string metrics_file;         // JSONL, one object per logged step ("" = none; runs write RUN/metrics.jsonl)
   bool tensorboard = false;         // also a TensorBoard event file in the run directory
   int64_t eval_interval = 0;        // evaluate every N steps (0 = never; needs data.kind = tokens)
-  int64_t eval_iters = 20;          // validation batches per evaluation
+  int64_t eval_iters = 20;          // validation batches per evaluation (plain token data; chat data: one pass)
   int64_t checkpoint_interval = 0;  // save every N steps (0 = at evaluations and at the end)
   int64_t keep_last = 3;            // checkpoints kept (plus best/)
   int64_t sample_tokens = 0;        // print a sample of this many tokens at the end (0 = none)

@@ -80,7 +80,8 @@ void Evaluator::run_rows(const Batch& b, int64_t first, Metrics& into) {
 
 Metrics Evaluator::validation(DataSource& data, int64_t iters) {
   Metrics m;
-  for (int64_t i = 0; i < iters; ++i) run_rows(data.val_batch(), 0, m);
+  const int64_t batches = data.val_batches(iters);
+  for (int64_t i = 0; i < batches; ++i) run_rows(data.val_batch(), 0, m);
   return m;
 }
 

@@ -35,11 +35,13 @@ class Evaluator {
   // its Trainer, whose fit check counts them too.
   static bool during_training(const Config& c);
   // Mean loss per target (per target token for a language model: the trainer's normalisation,
-  // train/trainer.h) over `iters` batches from `data` (validation split).
+  // train/trainer.h) over the validation batches of one evaluation (data.val_batches(iters): one
+  // pass over chat data's rows, each once, whatever iters, optimizer.num_minibatches and the
+  // ranks; `iters` batches of plain token data).
   double run(DataSource& data, int64_t iters);
-  // "loss" and "accuracy" (sum, count; the counts are target tokens) over `iters` validation
-  // batches, or over the first `iters` training batches (data.train_batch(0..iters-1), each run
-  // minibatch by minibatch).
+  // "loss" and "accuracy" (sum, count; the counts are target tokens) over the validation batches
+  // of one evaluation, as run, or over the first `iters` training batches
+  // (data.train_batch(0..iters-1), each run minibatch by minibatch).
   Metrics validation(DataSource& data, int64_t iters);
   Metrics training(const DataSource& data, int64_t iters);
   Executor& executor() { return *exec_; }

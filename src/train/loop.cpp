@@ -23,15 +23,14 @@ std::string format_duration(double s) {
 LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o) {
   const bool lm = nn::model_kind(t.config().model.kind).language_model;
   const char* unit = lm ? "tok/s" : "ex/s";
-  const double items_per_step =
-      static_cast<double>(t.model().examples * t.config().optimizer.num_minibatches * t.comm().size());
   LoopResult res;
   Metrics& total = res.total;
   const TrainConfig& tc = t.config().train;
   const bool fp16 = t.config().model.dtype == DType::f16;
   const int64_t first = t.steps_done();
   double interval_s = 0;  // steps since the previous log line
-  int64_t interval_steps = 0;
+  int64_t interval_steps = 0, interval_tokens = 0;
+  for (int64_t s = 0; s < first; ++s) res.run_trained += data.train_counts(s);
   double first_s = 0;  // this call's first step
   for (int64_t s = first; s < o.steps; ++s) {
     for (StepHook* h : o.hooks) h->before_step(s + 1);
@@ -42,6 +41,10 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
     if (res.steps_run == 1) first_s = r.seconds;
     interval_s += r.seconds;
     ++interval_steps;
+    const TokenCounts counts = data.train_counts(s);
+    interval_tokens += counts.tokens;
+    res.trained += counts;
+    res.run_trained += counts;
     total += r.metrics;
     const LossScaler& sc = t.optimizer().scaler();
     // float16 gradients that overflow are the loss scale's business (skip and back off), up to
@@ -65,7 +68,7 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
     const bool log = step % o.log_every == 0 || s + 1 == o.steps;
     if (log) {
       const double mean_s = interval_s / static_cast<double>(interval_steps);
-      const double items_per_s = items_per_step / mean_s;
+      const double items_per_s = static_cast<double>(interval_tokens) / interval_s;
       const double mfu = o.model_flops_per_step > 0 && o.ceiling_flops_per_s > 0
                              ? o.model_flops_per_step / mean_s / o.ceiling_flops_per_s
                              : -1;
@@ -87,6 +90,8 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
                             {"lr", r.opt.lr},
                             {"step_time_s", mean_s},
                             {lm ? "tokens_per_s" : "examples_per_s", items_per_s},
+                            {lm ? "tokens" : "examples", res.run_trained.tokens},
+                            {"targets", res.run_trained.targets},
                             {"loss_scale", r.opt.loss_scale},
                             {"skipped_steps", sc.skipped}};
         if (mfu >= 0) j["mfu"] = mfu;
@@ -95,6 +100,7 @@ LoopResult run_training(Trainer& t, const DataSource& data, const LoopOptions& o
       }
       interval_s = 0;
       interval_steps = 0;
+      interval_tokens = 0;
     }
     if (o.progress_bar) {
       const int width = 24;

@@ -2,6 +2,11 @@
 // numbers (mean step time, tokens/s and MFU over the steps since the previous line, not the one
 // logged step), the ETA, the JSONL metrics file, and on a terminal a progress bar under the log
 // lines (train/console.h).
+// Token counts (DataSource::train_counts) leave padding out: tok/s is the examples' tokens per
+// second (every position for plain token data), and metrics.jsonl's "tokens" and "targets" are the
+// run's tokens trained through the logged step and the training targets among them (what the loss
+// averages over). MFU counts the model FLOPs of every position computed, padding included: it
+// measures the device's use, not the data's.
 #pragma once
 #include <cstdio>
 #include <string>
@@ -49,6 +54,8 @@ enum class LoopEnd { finished, stopped, diverged };
 
 struct LoopResult {
   Metrics total;  // summed over the steps run
+  // Tokens (examples) and targets of the steps run, and of every step of the run up to the last.
+  TokenCounts trained, run_trained;
   LoopEnd end = LoopEnd::finished;
   std::string why;          // diverged: what was not finite, at which step, and the state kept
   StepReport last;          // the last step's report (metrics, optimizer)

@@ -78,12 +78,27 @@ TEST(PrepareChat, WritesTokensMasksAndReportsTargets) {
   EXPECT_GT(targets, 0);
   EXPECT_LT(targets, tokens);
 
-  // --loss-on all: every token is a target.
+  // --loss-on all is the default it records (data.loss_on = auto); the masks still mark the
+  // assistant turns, for data.loss_on = assistant.
   const Result all = run("prepare chat " + m.string() + " chat.jsonl out_all --loss-on all");
   ASSERT_EQ(all.status, 0) << all.out;
+  EXPECT_NE(all.out.find("loss on all; the masks mark the assistant tokens"), std::string::npos) << all.out;
   const auto meta_all = nlohmann::json::parse(read(scratch() / "out_all/meta.json"));
-  EXPECT_EQ(meta_all["chat"]["train_target_tokens"], meta_all["train_tokens"]);
+  EXPECT_EQ(meta_all["chat"]["loss_on"], "all");
+  EXPECT_EQ(meta_all["chat"]["mask_on"], "assistant");
+  EXPECT_EQ(meta_all["chat"]["train_target_tokens"], targets);
+  EXPECT_EQ(read(scratch() / "out_all/train_mask.bin"), read(scratch() / "out/train_mask.bin"));
   EXPECT_EQ(meta_all["train_tokens"], tokens);
+
+  // Conversations without an assistant turn have no targets: prepare warns.
+  std::string users;
+  for (int k = 0; k < 5; ++k)
+    users += R"({"messages": [{"role": "user", "content": "hi"}]})"
+             "\n";
+  write(scratch() / "users.jsonl", users);
+  const Result none = run("prepare chat " + m.string() + " users.jsonl out_none");
+  ASSERT_EQ(none.status, 0) << none.out;
+  EXPECT_NE(none.out.find("warning: train has no target tokens (loss on assistant)"), std::string::npos) << none.out;
 }
 
 // The template, the special tokens and generation_config.json go with the data's tokenizer into
@@ -107,16 +122,18 @@ num_layers = 1
 head_dim = 8
 vocab_size = 50257
 num_outputs = 50257
-max_seq_len = 16
+max_seq_len = 128
 [data]
 kind = "tokens"
 dir = "travel"
 batch_size = 2
-seq_len = 16
+seq_len = 128
 [train]
 steps = 2
 eval_interval = 0
 )");
+  // Rows of 128 hold whole conversations (about 81 tokens each), assistant turn included: a row cut
+  // before it would have no target, which `loom train` refuses.
   r = run("train travel.toml --out travel_run");
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* f : {"tokenizer_config.json", "generation_config.json"})

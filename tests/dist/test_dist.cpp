@@ -253,6 +253,11 @@ TEST(Dist, MaskedTargetsTrainAlikeWithAnyMinibatchesAndRanks) {
     std::printf("%s against 1 process × 1 minibatch:\n", other.filename().c_str());
     expect_losses_close(train_losses(one), train_losses(other));
     expect_close(one / "ckpt_000020", other / "ckpt_000020");
+    // The validation loss is one pass over the val split whatever the minibatches and ranks.
+    const std::vector<double> val = logged(one, "val_loss"), val_other = logged(other, "val_loss");
+    ASSERT_EQ(val.size(), 2u);
+    ASSERT_EQ(val_other.size(), val.size());
+    for (size_t i = 0; i < val.size(); ++i) EXPECT_NEAR(val_other[i], val[i], 1e-5 * val[i]) << "evaluation " << i;
   }
 }
 

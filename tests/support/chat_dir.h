@@ -1,6 +1,7 @@
 // A chat data directory written directly (the files `loom prepare chat` writes, data/chat_data.h):
 // train and val tokens with their loss masks, each split one example unless its docs say otherwise, and meta.json with
-// the "chat" entry and its target counts. For tests that train on masked tokens without a tokenizer or a template.
+// the "chat" entry (conversational data, the masks marking the assistant turns, as `loom prepare chat` writes by
+// default) and its target counts. For tests that train on masked tokens without a tokenizer or a template.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -24,8 +25,12 @@ inline void write_chat_dir(const std::filesystem::path& dir, const ChatSplitData
   const auto bytes = [](const std::filesystem::path& p, const void* data, size_t n) {
     std::ofstream(p, std::ios::binary).write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
   };
-  nlohmann::json chat = {
-      {"data_format", "text"}, {"loss_on", "all"}, {"template", nullptr}, {"mask", "uint8"}, {"docs", "uint64"}};
+  nlohmann::json chat = {{"data_format", "conversational"},
+                         {"loss_on", "assistant"},
+                         {"mask_on", "assistant"},
+                         {"template", nullptr},
+                         {"mask", "uint8"},
+                         {"docs", "uint64"}};
   const std::pair<const char*, const ChatSplitData*> splits[] = {{"train", &train}, {"val", &val}};
   for (const auto& [name, s] : splits) {
     const std::string n = name;
