@@ -10,10 +10,8 @@
 // The template: --template FILE, else the checkpoint directory's chat_template.jinja or
 // tokenizer_config.json (data/chat_data.h's load_chat_template: a Hugging Face model's own; a loom
 // checkpoint's, carried by its tokenizer from `loom prepare chat` or `loom prepare hf`).
-// The end-of-turn tokens, each where the tokenizer encodes it as one token: the first token the
-// template writes after an assistant message's content (`<|im_end|>`, `<|eot_id|>`,
-// `<end_of_turn>`, `</s>`: found by rendering a probe conversation, not from a list of names),
-// tokenizer_config.json's eos_token, and generation_config.json's eos_token_id (one or a list).
+// The end-of-turn tokens: data/end_of_turn.h's, with the checkpoint directory's
+// generation_config.json.
 // Turn k (from 0) samples with seed + k.
 #pragma once
 #include <cstdint>
@@ -25,9 +23,6 @@
 #include "sample/sample.h"
 
 namespace loom {
-
-// The end-of-turn token ids (above) for template `t`, with `dir`'s generation_config.json.
-std::vector<int32_t> end_of_turn_ids(const ChatTemplate& t, const std::string& dir, const Tokenizer& tok);
 
 // Answers o.chat, or every non-empty line of o.in when it is "-", with `s` (its parameters
 // loaded), writing each reply and a newline to o.out. `dir` holds the checkpoint's files. No
