@@ -221,7 +221,11 @@ HfExport export_peft(const std::string& run_or_checkpoint, const std::string& ou
       g.graph, by_name, m.scan_layers, (fs::path(ck.path) / "model.safetensors").string(), nn::ParamSubset::trainable);
   std::map<std::string, const StTensor*> by_path;
   for (const StTensor& t : adapters) by_path[t.name] = &t;
-  HfExport r{.checkpoint = ck.path, .architecture = map.architecture, .files = {}, .tokenizer_note = {}};
+  HfExport r{.checkpoint = ck.path,
+             .architecture = map.architecture,
+             .files = {},
+             .tokenizer_note = {},
+             .end_of_turn_note = {}};
   write_dir(out_dir, [&](const fs::path& dir) {
     write_safetensors((dir / "adapter_model.safetensors").string(), loom_to_peft(m, by_path), {{"format", "pt"}});
     write_json(dir / "adapter_config.json", peft_adapter_config(m));
@@ -235,7 +239,11 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
   if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
     throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
   const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint, lora);
-  HfExport r{.checkpoint = hc.checkpoint, .architecture = hc.map.architecture, .files = {}, .tokenizer_note = {}};
+  HfExport r{.checkpoint = hc.checkpoint,
+             .architecture = hc.map.architecture,
+             .files = {},
+             .tokenizer_note = {},
+             .end_of_turn_note = {}};
   const Tokenizer* tok = hc.tokenizer.get();
   const int32_t start = tok ? tok->start_id() : -1;
   const auto* hf = dynamic_cast<const HfTokenizer*>(tok);

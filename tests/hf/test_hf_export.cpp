@@ -182,12 +182,12 @@ nlohmann::ordered_json read_json(const std::string& path) { return nlohmann::ord
 // A chat run as `loom prepare chat` and `loom train` make one: a Llama-style model from random
 // weights (no model.init_from), saved with `tokenizer_dir`'s tokenizer and the files beside it.
 void chat_run_checkpoint(Backend& be, const std::string& dir, const std::string& tokenizer_dir) {
-  const Config c = default_config(
-      {"model.kind=transformer", "model.block_order=attn_first", "model.norm=rmsnorm", "model.mlp=swiglu",
-       "model.position=rope", "model.use_bias=false", "model.tie_embeddings=true", "model.hidden_size=16",
-       "model.head_dim=8", "model.num_layers=1", "model.intermediate_size=32", "model.vocab_size=321",
-       "model.num_outputs=321", "model.max_seq_len=8", "device=cpu", "data.kind=random_tokens", "data.vocab_size=321",
-       "data.seq_len=8"});
+  const Config c =
+      default_config({"model.kind=transformer", "model.block_order=attn_first", "model.norm=rmsnorm",
+                      "model.mlp=swiglu", "model.position=rope", "model.use_bias=false", "model.tie_embeddings=true",
+                      "model.hidden_size=16", "model.head_dim=8", "model.num_layers=1", "model.intermediate_size=32",
+                      "model.vocab_size=321", "model.num_outputs=321", "model.max_seq_len=8", "device=cpu",
+                      "data.kind=random_tokens", "data.vocab_size=321", "data.seq_len=8"});
   Trainer t(c, be);
   const nlohmann::json tok = HfTokenizer::load(tokenizer_dir)->to_json();
   ASSERT_TRUE(save_checkpoint(t, CheckpointState{.config_toml = config_to_toml(c)}, dir, &tok).saved);
@@ -235,9 +235,10 @@ TEST(HfExport, AModelsOwnEosListIsKeptAndCompleted) {
   write_file(d.path("chat_model/config.json"), config.dump(2));
   trained_checkpoint(*be, d.path(), 1, "", d.path("chat_model"));
   export_hf(d.path("ckpt"), d.path("out"));
-  EXPECT_EQ(read_json(d.path("out/generation_config.json")),
-            nlohmann::ordered_json::parse(
-                R"({"temperature": 0.6, "eos_token_id": [3, 2, 1], "top_p": 0.9, "pad_token_id": 3, "bos_token_id": 0})"));
+  EXPECT_EQ(
+      read_json(d.path("out/generation_config.json")),
+      nlohmann::ordered_json::parse(
+          R"({"temperature": 0.6, "eos_token_id": [3, 2, 1], "top_p": 0.9, "pad_token_id": 3, "bos_token_id": 0})"));
   EXPECT_EQ(read_json(d.path("out/config.json"))["eos_token_id"], nlohmann::ordered_json({3, 1}));
 }
 

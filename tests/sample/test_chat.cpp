@@ -100,9 +100,9 @@ TEST_F(Chat, EndOfTurnTokensComeFromTheTemplateAndTheConfigs) {
   write_config({{"chat_template", "{% for m in messages %}{{ m.content }}\n{% endfor %}"},
                 {"eos_token", "<|begin_of_text|>abc"}});
   // Nothing after the content but white space, an eos_token of several tokens: the ids alone.
-  EXPECT_EQ(end_of_turn_ids(load_chat_template(model_.string(), ""), jinja::Json::parse(R"({"eos_token_id": [1, 7]})"),
-                            *tok),
-            (std::vector<int32_t>{1, 7}));
+  EXPECT_EQ(
+      end_of_turn_ids(load_chat_template(model_.string(), ""), jinja::Json::parse(R"({"eos_token_id": [1, 7]})"), *tok),
+      (std::vector<int32_t>{1, 7}));
 }
 
 TEST_F(Chat, BadInputsNameTheFix) {
