@@ -9,23 +9,31 @@ rules' FLOPs over the median step of `loom profile`) within 10 % of its twin's. 
 alternately, --repeats times, in float32 and bfloat16.
 
 Then the memory plan against the measured peak (as bench/memory_rss.py measures it: `loom train`'s
-maximum RSS minus `loom params`' baseline) for each family, and the sliding window's attention time
-(attention + attention_grad, from the profile's op totals) at several windows: it should fall in
-proportion to the window.
+maximum RSS minus `loom params`' baseline) for each family, and the sliding window's cost at several
+windows: it should fall in proportion to the window. The window sweep runs Llama 3.2 1B's attention
+(32 query heads of 64, 8 key/value heads) in one layer at --window-seq tokens, with a small
+vocabulary and MLP, so that a step is mostly attention; `window` times attention + attention_grad
+(the profile's op totals, median of the rounds, windows interleaved), `window_ir` counts the
+instructions inside the two kernels (callees included) in one training step under valgrind's
+callgrind, which no other load on the host changes. Callgrind cannot run AVX-512 code: give it a
+loom built without it (bench/build_loom_avx2.sh) with --loom-ir; it runs one head, one thread.
 
     python3 bench/families.py                      # ~25 min on a loaded 2-core host
     python3 bench/families.py --only qwen --dtypes bfloat16 --repeats 1
-    python3 bench/families.py --parts window      # only the sliding-window sweep
+    python3 bench/families.py --parts window      # only the sliding-window timing sweep
+    python3 bench/families.py --parts window_ir --loom-ir bench/build/loom-avx2/loom   # ~5 min
     python3 bench/families.py --quick              # dimensions divided by 8: a smoke test of the script
 
 Standard library only. Prints markdown tables and writes bench/results/families.json.
 """
 import argparse
+import concurrent.futures
 import datetime
 import json
 import pathlib
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,6 +66,49 @@ FAMILIES = [
      ["model.norm=gemma_rmsnorm", "model.mlp=geglu", "model.post_norms=true", "model.qk_norm=true",
       "model.sliding_window=128"]),
 ]
+
+
+# The window sweep's model: Llama 3.2 1B's attention, with a vocabulary and MLP too small to matter.
+WINDOW_MODEL = dims(2048, 64, 32, 8, 512, 512, 500000)
+# The instruction count's: one head of 64 (callgrind runs ~50x slower; the work per head is the same).
+WINDOW_IR_MODEL = dims(64, 64, 1, 1, 128, 512, 500000)
+
+
+def window_pairs(T, W, block=64):
+    """(query, key) pairs that are unmasked (what the cost rule counts), and that the CPU kernel
+    computes in its blocks of `block` query rows (src/backend/cpu/attention.cpp: each block from its
+    first row's first key rounded down to a block), for causal attention over T with window W (0: none)."""
+    unmasked = T * (T + 1) // 2 if W == 0 or W >= T else W * (W + 1) // 2 + (T - W) * W
+    computed = 0
+    for r0 in range(0, T, block):
+        r1 = min(T, r0 + block)
+        k0 = max(0, r0 - W + 1) // block * block if W else 0
+        computed += (r1 - r0) * (r1 - k0)
+    return unmasked, computed
+
+
+def attention_instructions(loom, ov):
+    """Instructions inside loom's attention and attention_grad kernels (callees included) in one
+    training step of one thread under callgrind: {"attention": Ir, "attention_grad": Ir}."""
+    with tempfile.TemporaryDirectory() as d:
+        out = pathlib.Path(d) / "callgrind.out"
+        p = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no",
+                            "--toggle-collect=loom::cpu_attention(*", "--toggle-collect=loom::cpu_attention_grad(*",
+                            loom, "train", "configs/shakespeare_char.toml", *ov, "threads=1", "train.steps=1",
+                            "train.log_every=1", "--out", str(pathlib.Path(d) / "run")],
+                           cwd=ROOT, capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"callgrind {' '.join(ov)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+        ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(out)], capture_output=True, text=True,
+                             check=True).stdout
+    ir = {}
+    for line in ann.splitlines():
+        m = re.match(r"\s*([\d,]+) .*loom::cpu_(attention(?:_grad)?)\(", line)
+        if m and m.group(2) not in ir:
+            ir[m.group(2)] = int(m.group(1).replace(",", ""))
+    if set(ir) != {"attention", "attention_grad"}:
+        sys.exit(f"callgrind_annotate names no loom::cpu_attention / cpu_attention_grad:\n{ann[:3000]}")
+    return ir
 
 
 def quick(ov):
@@ -97,8 +148,11 @@ def main():
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--windows", default="1024,512,256,128", help="sliding windows timed at sequence 2048")
-    ap.add_argument("--parts", default="speed,memory,window", help="which of the three tables to measure")
+    ap.add_argument("--windows", default="1024,512,256,128", help="sliding windows of the window sweep")
+    ap.add_argument("--window-seq", type=int, default=2048, help="the window sweep's sequence length")
+    ap.add_argument("--parts", default="speed,memory,window",
+                    help="which tables to measure: speed, memory, window (time), window_ir (instructions)")
+    ap.add_argument("--loom-ir", default="", help="a loom without AVX-512 for window_ir (bench/build_loom_avx2.sh)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "families.json"))
     a = ap.parse_args()
@@ -114,8 +168,9 @@ def main():
     print(f"host: {cpu} ({', '.join(isa) or 'no bf16 ISA'}), {platform.node()}; loom {a.loom}\n")
 
     speed = []
-    print("| family | dimensions of | dtype | family GFLOP/s | twin GFLOP/s | family / twin | target ≥ 0.90 |")
-    print("|---|---|---|---|---|---|---|")
+    if "speed" in parts:
+        print("| family | dimensions of | dtype | family GFLOP/s | twin GFLOP/s | family / twin | target ≥ 0.90 |")
+        print("|---|---|---|---|---|---|---|")
     for name, release, d, features in fams if "speed" in parts else []:
         for dt in a.dtypes.split(","):
             base = common + shape(d) + [f"model.dtype={dt}"]
@@ -133,8 +188,9 @@ def main():
                   f"{'yes' if ratio >= 0.9 else 'NO'} |", flush=True)
 
     memory = []
-    print("\n| family | dtype | plan total | measured net peak | net / plan | target (3 % + 24 MB) |")
-    print("|---|---|---|---|---|---|")
+    if "memory" in parts:
+        print("\n| family | dtype | plan total | measured net peak | net / plan | target (3 % + 24 MB) |")
+        print("|---|---|---|---|---|---|")
     train = ["train.steps=2", "train.log_every=1"]
     for name, _, d, features in fams if "memory" in parts else []:
         for dt in a.dtypes.split(","):
@@ -151,26 +207,49 @@ def main():
                   f"{'yes' if ok else 'NO'} |", flush=True)
 
     window = []
-    if "window" in parts and a.windows:
-        print("\n| sliding window (sequence 2048) | attention + attention_grad ms per step | share of no window |")
-        print("|---|---|---|")
-        d = shape(FAMILIES[0][2])
-        base = common + d + ["model.dtype=bfloat16", "data.seq_len=2048", "model.num_layers=1"]
-        ws = [0] + [int(x) for x in a.windows.split(",")]
+    ws = [0] + [int(x) for x in a.windows.split(",")] if a.windows else []
+    T = a.window_seq
+    wbase = LLAMA_STYLE + NO_EXTRAS + [f"data.seq_len={T}", f"model.max_seq_len={T}", "model.num_layers=1",
+                                       "data.batch_size=1", "optimizer.num_minibatches=1"]
+    if "window" in parts and ws:
+        print(f"\n| sliding window (sequence {T}) | attention + attention_grad ms per step (median) | share of none "
+              "| unmasked pairs' share | computed pairs' share |")
+        print("|---|---|---|---|---|")
+        base = wbase + shape(WINDOW_MODEL) + ["model.dtype=bfloat16"]
         times = {w: [] for w in ws}
         for _ in range(a.repeats):  # each window once per round, so a change of load hits all
             for w in ws:
                 times[w].append(profile(a.loom, base + [f"model.sliding_window={w}"], a.steps, 1)[2])
+        med = {w: statistics.median(t) for w, t in times.items()}
         for w in ws:
-            attn, full = min(times[w]), min(times[0])
-            window.append({"window": w, "attention_ms": times[w], "share": attn / full})
-            print(f"| {w or 'none'} | {attn:.1f} | {attn / full:.3f} |", flush=True)
+            (u, c), (u0, c0) = window_pairs(T, w), window_pairs(T, 0)
+            window.append({"window": w, "attention_ms": times[w], "share": med[w] / med[0]})
+            print(f"| {w or 'none'} | {med[w]:.1f} | {med[w] / med[0]:.3f} | {u / u0:.3f} | {c / c0:.3f} |", flush=True)
+
+    window_ir = []
+    if "window_ir" in parts and ws:
+        if not a.loom_ir:
+            sys.exit("window_ir needs --loom-ir: a loom built without AVX-512 (bash bench/build_loom_avx2.sh)")
+        print(f"\n| sliding window (sequence {T}) | attention Ir | attention_grad Ir | share of none "
+              "| unmasked pairs' share | computed pairs' share |")
+        print("|---|---|---|---|---|---|")
+        base = wbase + shape(WINDOW_IR_MODEL) + ["model.dtype=float32"]
+        # Counts do not depend on the load: the windows run at once.
+        with concurrent.futures.ThreadPoolExecutor(len(ws)) as pool:
+            irs = dict(zip(ws, pool.map(lambda w: attention_instructions(a.loom_ir, base + [f"model.sliding_window={w}"]),
+                                        ws)))
+        for w in ws:
+            (u, c), (u0, c0) = window_pairs(T, w), window_pairs(T, 0)
+            total, total0 = sum(irs[w].values()), sum(irs[0].values())
+            window_ir.append({"window": w, "instructions": irs[w], "share": total / total0})
+            print(f"| {w or 'none'} | {irs[w]['attention'] / 1e9:.3f} G | {irs[w]['attention_grad'] / 1e9:.3f} G | "
+                  f"{total / total0:.3f} | {u / u0:.3f} | {c / c0:.3f} |", flush=True)
 
     out = pathlib.Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": cpu,
                                "isa": isa, "loom": a.loom, "args": vars(a), "speed": speed, "memory": memory,
-                               "window": window}, indent=1) + "\n")
+                               "window": window, "window_ir": window_ir}, indent=1) + "\n")
     print(f"\nwrote {out}")
     return 0 if all(r["within_target"] for r in speed + memory) else 1
 

@@ -15,10 +15,12 @@ tools/make_hf_fixtures.sh):
 - --chat-like: the model directory the run started from (or whose tokenizer it was prepared
   with): AutoTokenizer on OUTDIR must render and tokenize a few conversations with
   apply_chat_template (with and without the generation prompt) exactly as on MODEL_DIR, and
-  OUTDIR's generation_config.json must equal MODEL_DIR's.
+  OUTDIR's generation_config.json must equal MODEL_DIR's, but for the end-of-turn ids `loom
+  export hf` adds to eos_token_id after MODEL_DIR's own.
 - --loom-chat: what `loom sample RUN --chat MESSAGE --temperature 0` printed: transformers'
   apply_chat_template of the one-message conversation with the generation prompt, then greedy
-  generate() until the eos token (the tokenizer's, else config.json's), must reply the same.
+  generate() with the export's own generation config (no eos given), must reply the same and stop
+  at one of its eos_token_id (the end of the turn) within --tokens tokens.
 Exits 1 when a check fails.
 """
 
@@ -57,9 +59,11 @@ def same_chat(outdir, model_dir):
         want = None
     if want is not None:
         got = GenerationConfig.from_pretrained(outdir).to_dict()
-        same = {k: v for k, v in got.items() if k != "transformers_version"} == \
-            {k: v for k, v in want.items() if k != "transformers_version"}
-        print(f"generation_config.json: {'the same' if same else 'DIFFERENT'}")
+        ids = lambda e: [] if e is None else e if isinstance(e, list) else [e]  # noqa: E731
+        own, eos = ids(want.get("eos_token_id")), ids(got.get("eos_token_id"))
+        rest = lambda c: {k: v for k, v in c.items() if k not in ("transformers_version", "eos_token_id")}  # noqa: E731
+        same = rest(got) == rest(want) and eos[:len(own)] == own
+        print(f"generation_config.json: {'the same' if same else 'DIFFERENT'} (eos_token_id {own} -> {eos})")
         ok &= same
     return ok
 
@@ -105,16 +109,21 @@ def main():
         ids = tok.apply_chat_template([{"role": "user", "content": a.chat}], add_generation_prompt=True,
                                       return_tensors="pt", return_dict=True)
         with torch.no_grad():
-            # The end of turn: the tokenizer's eos, else config.json's (generate()'s default).
-            stop = {"eos_token_id": tok.eos_token_id} if tok.eos_token_id is not None else {}
-            out = model.generate(**ids, max_new_tokens=a.tokens, do_sample=False, **stop)
-        reply = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+            # The end of turn as a user gets it: the export's generation_config.json's eos_token_id.
+            out = model.generate(**ids, max_new_tokens=a.tokens, do_sample=False)
+        new_ids = out[0, ids["input_ids"].shape[1]:].tolist()
+        reply = tok.decode(new_ids, skip_special_tokens=True)
         loom = open(a.loom_chat, encoding="utf-8").read().rstrip("\n")
         same = reply.strip() == loom.strip()
+        eos = model.generation_config.eos_token_id
+        eos = [] if eos is None else eos if isinstance(eos, list) else [eos]
+        stopped = bool(new_ids) and new_ids[-1] in eos
         print(f"chat reply to {a.chat!r}: {'the same as' if same else 'DIFFERENT from'} loom's")
         print("  transformers:", repr(reply))
         print("  loom:        ", repr(loom))
-        ok &= same
+        print(f"generate() {'stopped at the end of turn' if stopped else 'did NOT stop'}: eos_token_id {eos}, "
+              f"last token {new_ids[-1] if new_ids else None}, {len(new_ids)} of at most {a.tokens} tokens")
+        ok &= same and stopped
     sys.exit(0 if ok else 1)
 
 

@@ -55,6 +55,9 @@ CommandBody add_export_command(CLI::App& sub) {
                            : export_hf(a->checkpoint, a->out, a->merge ? LoraMerge::merge : LoraMerge::refuse);
     fmt::print("exported {} as {} to {}: {}\n", r.checkpoint, r.architecture, a->out, fmt::join(r.files, ", "));
     if (!r.tokenizer_note.empty()) fmt::print("no tokenizer.json: {}\n", r.tokenizer_note);
+    if (!r.end_of_turn_note.empty())
+      fmt::print("generation_config.json names no end of turn, the chat template could not be read: {}\n",
+                 r.end_of_turn_note);
     return 0;
   };
 }

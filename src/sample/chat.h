@@ -10,13 +10,11 @@
 // The template: --template FILE, else the checkpoint directory's chat_template.jinja or
 // tokenizer_config.json (data/chat_data.h's load_chat_template: a Hugging Face model's own; a loom
 // checkpoint's, carried by its tokenizer from `loom prepare chat` or `loom prepare hf`).
-// The end-of-turn tokens, each where the tokenizer encodes it as one token: what the
-// template writes after an assistant message's content (`<|im_end|>`, `<|eot_id|>`,
-// `<end_of_turn>`, `</s>`: found by rendering a probe conversation, not from a list of names),
-// tokenizer_config.json's eos_token, and generation_config.json's eos_token_id (one or a list).
-// When what the template writes there is several tokens, the reply ends where its decoded text
-// holds it (a stop string, as transformers' generate(stop_strings=...)), and that text and any
-// after it are neither printed nor kept in the reply.
+// The end-of-turn tokens: data/end_of_turn.h's, with the checkpoint directory's
+// generation_config.json. When what the template writes after an assistant message is several
+// tokens, the reply ends where its decoded text holds it (a stop string, as transformers'
+// generate(stop_strings=...)), and that text and any after it are neither printed nor kept in
+// the reply.
 // Turn k (from 0) samples with seed + k.
 #pragma once
 #include <cstdint>
@@ -29,14 +27,6 @@
 #include "sample/sample.h"
 
 namespace loom {
-
-// The end-of-turn token ids (above) for template `t`, with `dir`'s generation_config.json.
-std::vector<int32_t> end_of_turn_ids(const ChatTemplate& t, const std::string& dir, const Tokenizer& tok);
-
-// What the template writes after an assistant message's content (trimmed) when the tokenizer
-// encodes it as several tokens ("" otherwise): a reply then ends where its text holds it, as
-// transformers' stop strings end generate().
-std::string end_of_turn_text(const ChatTemplate& t, const Tokenizer& tok);
 
 // A stop string matched against the tail of the decoded text.
 class StopString {

@@ -1,13 +1,17 @@
 #include "train/hf_export.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "backend/registry.h"
 #include "core/error.h"
+#include "data/chat_data.h"
+#include "data/end_of_turn.h"
 #include "data/hf_tokenizer.h"
 #include "io/hf.h"
 #include "io/param_io.h"
@@ -55,8 +59,9 @@ void write_dir(const std::string& out_dir, const std::function<void(const fs::pa
 
 }  // namespace
 
-nlohmann::json hf_export_config(const ModelConfig& m, int32_t start) {
+nlohmann::json hf_export_config(const ModelConfig& m, int32_t start, const std::vector<int32_t>& eos) {
   nlohmann::json j = hf_config_json(m, start, start);
+  if (!eos.empty()) j["eos_token_id"] = eos.size() == 1 ? nlohmann::json(eos[0]) : nlohmann::json(eos);
   if (m.init_from.empty() || !is_hf_model_dir(m.init_from)) return j;
   std::ifstream f(fs::path(m.init_from) / "config.json");
   const nlohmann::json source = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
@@ -78,6 +83,48 @@ nlohmann::json hf_export_companions(const ModelConfig& m, const HfTokenizer& tok
 }
 
 namespace {
+
+// The end of turn of an export whose files (in `dir`, from `companions`) carry a chat template, as
+// hf_export.h says: `generation` is generation_config.json's object, `eos` its eos_token_id
+// list; `changed` says whether it differs from the carried file (none: an empty object).
+struct ChatEnd {
+  jinja::Json generation;
+  std::vector<int32_t> eos;
+  bool changed = false;
+};
+// nullopt when the files carry no chat template. A template loom's Jinja cannot read is a
+// UserError (load_chat_template's).
+std::optional<ChatEnd> chat_end(const fs::path& dir, const nlohmann::json& companions, const Tokenizer& tok) {
+  const auto parsed = [&](const char* name) {
+    return companions.contains(name) ? jinja::Json::parse(companions[name].get<std::string>()) : jinja::Json::object();
+  };
+  const jinja::Json config = parsed("tokenizer_config.json");
+  if (!companions.contains("chat_template.jinja") && !(config.is_object() && config.contains("chat_template")))
+    return std::nullopt;
+  ChatEnd e{.generation = parsed("generation_config.json"), .eos = {}, .changed = false};
+  if (!e.generation.is_object()) return std::nullopt;  // not a generation config to add to
+  const jinja::Json own = e.generation.value("eos_token_id", jinja::Json(nullptr));
+  for (const jinja::Json& v : own.is_array() ? own : jinja::Json::array({own}))
+    if (v.is_number_integer()) e.eos.push_back(v.get<int32_t>());
+  const size_t n = e.eos.size();
+  for (int32_t id : end_of_turn_ids(load_chat_template(dir.string(), ""), e.generation, tok))
+    if (std::find(e.eos.begin(), e.eos.end(), id) == e.eos.end()) e.eos.push_back(id);
+  if (e.eos.empty()) return std::nullopt;  // no end of turn the tokenizer has as one token
+  if (e.eos.size() > n) {
+    e.generation["eos_token_id"] = e.eos.size() == 1 ? jinja::Json(e.eos[0]) : jinja::Json(e.eos);
+    e.changed = true;
+  }
+  return e;
+}
+
+// ChatEnd's generation config with config.json's bos_token_id and pad_token_id where it names none.
+void fill_special_ids(ChatEnd& e, const nlohmann::json& config) {
+  for (const char* key : {"bos_token_id", "pad_token_id"})
+    if (!e.generation.contains(key) && config.contains(key) && !config[key].is_null()) {
+      e.generation[key] = jinja::Json::parse(config[key].dump());
+      e.changed = true;
+    }
+}
 
 // A LoRA run's model with its adapters merged, in transformers' names: W += scale · B·A for each
 // PEFT module, as PEFT's merge_and_unload does (GPT-2's Conv1D weights are stored [in, out]: the
@@ -174,7 +221,11 @@ HfExport export_peft(const std::string& run_or_checkpoint, const std::string& ou
       g.graph, by_name, m.scan_layers, (fs::path(ck.path) / "model.safetensors").string(), nn::ParamSubset::trainable);
   std::map<std::string, const StTensor*> by_path;
   for (const StTensor& t : adapters) by_path[t.name] = &t;
-  HfExport r{.checkpoint = ck.path, .architecture = map.architecture, .files = {}, .tokenizer_note = {}};
+  HfExport r{.checkpoint = ck.path,
+             .architecture = map.architecture,
+             .files = {},
+             .tokenizer_note = {},
+             .end_of_turn_note = {}};
   write_dir(out_dir, [&](const fs::path& dir) {
     write_safetensors((dir / "adapter_model.safetensors").string(), loom_to_peft(m, by_path), {{"format", "pt"}});
     write_json(dir / "adapter_config.json", peft_adapter_config(m));
@@ -188,15 +239,19 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
   if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
     throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
   const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint, lora);
-  HfExport r{.checkpoint = hc.checkpoint, .architecture = hc.map.architecture, .files = {}, .tokenizer_note = {}};
+  HfExport r{.checkpoint = hc.checkpoint,
+             .architecture = hc.map.architecture,
+             .files = {},
+             .tokenizer_note = {},
+             .end_of_turn_note = {}};
   const Tokenizer* tok = hc.tokenizer.get();
   const int32_t start = tok ? tok->start_id() : -1;
   const auto* hf = dynamic_cast<const HfTokenizer*>(tok);
   write_dir(out_dir, [&](const fs::path& dir) {
     write_safetensors((dir / "model.safetensors").string(), hc.tensors, {{"format", "pt"}});
     r.files.push_back("model.safetensors");
-    write_json(dir / "config.json", hf_export_config(hc.config.model, start));
-    r.files.push_back("config.json");
+    r.files.push_back("config.json");  // written last: its eos may be the chat template's
+    std::optional<ChatEnd> end;
     if (hf) {
       write_json(dir / "tokenizer.json", hf->tokenizer_json());
       r.files.push_back("tokenizer.json");
@@ -205,6 +260,21 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
         if (!companions.contains(name)) continue;
         write_text(dir / name, companions[name].get<std::string>());
         r.files.push_back(name);
+      }
+      try {
+        end = chat_end(dir, companions, *hf);
+      } catch (const UserError& e) {
+        r.end_of_turn_note = e.what();
+      }
+    }
+    const nlohmann::json config = hf_export_config(hc.config.model, start, end ? end->eos : std::vector<int32_t>{});
+    write_json(dir / "config.json", config);
+    if (end) {
+      fill_special_ids(*end, config);
+      if (end->changed) {
+        if (std::find(r.files.begin(), r.files.end(), "generation_config.json") == r.files.end())
+          r.files.push_back("generation_config.json");
+        write_text(dir / "generation_config.json", end->generation.dump(2) + "\n");
       }
     }
   });

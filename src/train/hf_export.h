@@ -8,7 +8,13 @@
 //                       those of them that were beside that tokenizer.json, or else in
 //                       model.init_from's Hugging Face directory, byte for byte (the chat
 //                       template and special tokens for apply_chat_template, the generation
-//                       defaults)
+//                       defaults); but when they carry a chat template, generation_config.json
+//                       (written when there was none) lists the template's end-of-turn ids
+//                       (data/end_of_turn.h) in eos_token_id after its own, so that generate()
+//                       stops at the end of the assistant's turn as `loom sample --chat` does, as
+//                       transformers' own chat models list theirs (Llama 3.1: [128001, 128008,
+//                       128009]); its other fields are kept, and its bos_token_id and pad_token_id
+//                       are config.json's where it names none
 // Importing the directory again (model.init_from) gives bit-identical parameters.
 #pragma once
 #include <memory>
@@ -39,10 +45,11 @@ enum class LoraMerge { refuse, merge, if_lora };
 // already), a model transformers' architectures cannot hold (nn/models/hf_arch.h: the architecture
 // names the key), a LoRA base that changed.
 HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint, LoraMerge lora = LoraMerge::refuse);
-// The config.json bos_token_id and eos_token_id of `c` with tokenizer start token `start` (the
-// source's own when the run was fine-tuned from a Hugging Face directory that names them: Llama 3's
-// differ, and an instruct model's eos may be a list).
-nlohmann::json hf_export_config(const ModelConfig& c, int32_t start);
+// The config.json of `c` with tokenizer start token `start` as bos_token_id, and as eos_token_id
+// unless `eos` (a chat template's end-of-turn ids, generation_config.json's list) is given; both
+// the source's own when the run was fine-tuned from a Hugging Face directory that names them:
+// Llama 3's differ, and an instruct model's eos may be a list.
+nlohmann::json hf_export_config(const ModelConfig& c, int32_t start, const std::vector<int32_t>& eos = {});
 // The companion files of the run's tokenizer ({name: text}, HfTokenizer::companions: carried from
 // the directory `loom prepare hf|chat` read), with those it lacks taken from c.init_from when that
 // is a Hugging Face directory: the chat template and generation defaults of the model fine-tuned.
@@ -53,6 +60,7 @@ struct HfExport {
   std::string architecture;        // "GPT2LMHeadModel"
   std::vector<std::string> files;  // written, in OUTDIR
   std::string tokenizer_note;      // why no tokenizer.json was written ("" when one was)
+  std::string end_of_turn_note;    // why a chat template's end of turn is not in generation_config.json ("" if it is)
 };
 
 // UserErrors: read_hf_checkpoint's, an OUTDIR that exists and is not empty (nothing is

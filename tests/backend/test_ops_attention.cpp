@@ -335,19 +335,79 @@ TEST_P(BackendOpsAttention, Attention) {
 }
 
 // Sliding windows (transformers' sliding_window: query i sees keys i − W < j <= i), CPU against
-// the reference: windows of one key, shorter than a row block, as long as one (64) and longer,
-// over sequences from a single block to several (where the CPU kernel skips whole key blocks
-// before a block's window), through product() and sgemm, with grouped queries.
+// the reference, forward and backward: windows of one key, shorter than a row block, as long as
+// one (64) and longer (100, and 129: past two blocks), over sequences from a single block to
+// several (where the CPU kernel skips whole key blocks before a block's window), through product()
+// and sgemm, with grouped queries.
 TEST_P(BackendOpsAttention, SlidingWindow) {
   LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_grad);
   for (const DtypePair& p :
        {DtypePair{DType::f32, DType::f32}, DtypePair{DType::bf16, DType::f32}, DtypePair{DType::f16, DType::f16}})
-    for (int32_t window : {1, 5, 64, 100})
+    for (int32_t window : {1, 5, 64, 100, 129})
       for (const AttnShape& s : {AttnShape{2, 7, 3, 16}, AttnShape{1, 65, 2, 8}, AttnShape{2, 150, 2, 16},
                                  AttnShape{1, 256, 1, 64}, AttnShape{1, 150, 2, 8, 2}, AttnShape{1, 300, 1, 16}}) {
         AttnCases c = make_attention_cases(p, true, s, window);
         expect_cases_close(c, p, attn_what("attention", p, true, s) + " window=" + std::to_string(window));
       }
+}
+
+// The keys a row sees with a window W, near the CPU kernel's blocks of 64 rows: changing key j's k
+// and v moves out row i exactly when i − W < j <= i (and leaves every other row bit for bit), and
+// with dout on row i alone, dk and dv of key j are nonzero exactly then. A block of keys inside a
+// row's window that the kernel skipped by mistake (a block's first key taken from its last row, or
+// rounded up rather than down) leaves such a row unmoved, or such a gradient zero. Windows shorter
+// and longer than a block and no multiple of it; keys and rows on both sides of block edges.
+TEST_P(BackendOpsAttention, SlidingWindowSeesEveryKeyInsideIt) {
+  LOOM_REQUIRE_OPS(OpKind::attention, OpKind::attention_grad);
+  Backend& be = testing::under_test();
+  const AttnShape s{1, 200, 2, 16};
+  const int64_t row = s.H * 3 * s.D, orow = s.H * s.D;  // floats per token of qkv, of out
+  // Head h's q (part 0), k (1) or v (2) of token t in qkv, and its out row.
+  const auto qkv_at = [&](int64_t t, int64_t h, int64_t part) { return t * row + (3 * h + part) * s.D; };
+  const auto out_at = [&](int64_t t, int64_t h) { return t * orow + h * s.D; };
+  // Whether the D elements of x from `at` are not all zero.
+  const auto nonzero = [&](const HostTensor& x, int64_t at) {
+    for (int64_t e = 0; e < s.D; ++e)
+      if (x.get(at + e) != 0.f) return true;
+    return false;
+  };
+  for (int32_t W : {1, 2, 63, 65, 100, 129}) {
+    AttnCases c = make_attention_cases({DType::f32, DType::f32}, true, s, W);
+    const std::string what = std::string(be.name()) + " window=" + std::to_string(W);
+    const HostTensor base = c.fwd.run(be).at(0);
+    HostTensor& qkv = c.fwd.input(0);
+    for (int64_t j : {0, 62, 63, 64, 65, 127, 128, 129, 191, 192}) {
+      const HostTensor kept = qkv;
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t e = qkv_at(j, h, 1); e < qkv_at(j, h, 3); ++e) qkv.set(e, qkv.get(e) + 1.f);
+      HostTensor moved = c.fwd.run(be).at(0);
+      qkv = kept;
+      for (int64_t k = 0; k < moved.numel(); ++k) moved.set(k, moved.get(k) - base.get(k));
+      for (int64_t i = 0; i < s.T; ++i)
+        for (int64_t h = 0; h < s.H; ++h)
+          ASSERT_EQ(nonzero(moved, out_at(i, h)), i - W < j && j <= i)
+              << what << ": out row " << i << " head " << h << " after key " << j << " changed";
+    }
+    HostTensor& dout = c.bwd.input(2);
+    const HostTensor random = dout;
+    for (int64_t i : {63, 64, 65, 127, 128, 150, 191, 199}) {
+      for (int64_t k = 0; k < dout.numel(); ++k) dout.set(k, k / orow == i ? random.get(k) : 0.f);
+      const HostTensor dqkv = c.bwd.run(be).at(0);
+      for (int64_t j = 0; j < s.T; ++j)
+        for (int64_t h = 0; h < s.H; ++h) {
+          const bool seen = i - W < j && j <= i;
+          ASSERT_EQ(nonzero(dqkv, qkv_at(j, h, 2)), seen)
+              << what << ": dv of key " << j << " head " << h << " with dout on row " << i;
+          // With one key a row's softmax is constant: its dq and the key's dk are zero up to
+          // rounding (exp of 0 in f32), so they are checked only where they must be exactly zero.
+          if (W == 1 && seen) continue;
+          ASSERT_EQ(nonzero(dqkv, qkv_at(j, h, 0)), seen && j == i)
+              << what << ": dq of row " << j << " with dout on row " << i;
+          ASSERT_EQ(nonzero(dqkv, qkv_at(j, h, 1)), seen)
+              << what << ": dk of key " << j << " head " << h << " with dout on row " << i;
+        }
+    }
+  }
 }
 
 // The window's definition, on both backends: row i of attention with window W is the last row of

@@ -123,6 +123,12 @@ TEST_P(HfExportOf, AnUnchangedImportExportsTheSameTensors) {
   }
 }
 
+// A chat template whose turns end with the fixture's <|endoftext|> (id 2; its eos_token
+// <|end_of_text|> is id 1).
+constexpr const char* kChatTemplate =
+    "{% for m in messages %}<|begin_of_text|>{{ m['role'] }}\n{{ m['content'] | trim }}<|endoftext|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|begin_of_text|>assistant\n{% endif %}";
+
 // A chat model's directory as transformers 5 saves one: the llama_tied fixture with the files kept
 // beside the tokenizer (the chat template, special tokens, generation defaults), by name.
 std::map<std::string, std::string> chat_model_dir(const std::string& dir) {
@@ -136,10 +142,9 @@ std::map<std::string, std::string> chat_model_dir(const std::string& dir) {
        "  \"model_max_length\": 1000000000000000019884624838656,\n"
        "  \"tokenizer_class\": \"TokenizersBackend\"\n}\n"},
       {"special_tokens_map.json", "{\"bos_token\": \"<|begin_of_text|>\", \"eos_token\": \"<|end_of_text|>\"}"},
-      {"chat_template.jinja",
-       "{% for m in messages %}<|start|>{{ m['role'] }}\n{{ m['content'] | trim }}<|end|>\n{% endfor %}"
-       "{% if add_generation_prompt %}<|start|>assistant\n{% endif %}"},
-      {"generation_config.json", "{\"bos_token_id\": 1, \"eos_token_id\": [2, 3], \"temperature\": 0.6}\n"}};
+      {"chat_template.jinja", kChatTemplate},
+      // The model's own list, holding the template's end of turn (2) and the eos (1) already.
+      {"generation_config.json", "{\"bos_token_id\": 1, \"eos_token_id\": [2, 3, 1], \"temperature\": 0.6}\n"}};
   for (const auto& [name, text] : companions) write_file((fs::path(dir) / name).string(), text);
   return companions;
 }
@@ -170,6 +175,84 @@ TEST(HfExport, CarriesTheChatTemplateAndGenerationDefaults) {
   r = export_hf(d.path("ckpt"), d.path("out2"));
   EXPECT_EQ(r.files.size(), 7u);
   for (const auto& [name, text] : companions) EXPECT_EQ(read_file(d.path("out2/" + name)), text) << name;
+}
+
+nlohmann::ordered_json read_json(const std::string& path) { return nlohmann::ordered_json::parse(read_file(path)); }
+
+// A chat run as `loom prepare chat` and `loom train` make one: a Llama-style model from random
+// weights (no model.init_from), saved with `tokenizer_dir`'s tokenizer and the files beside it.
+void chat_run_checkpoint(Backend& be, const std::string& dir, const std::string& tokenizer_dir) {
+  const Config c =
+      default_config({"model.kind=transformer", "model.block_order=attn_first", "model.norm=rmsnorm",
+                      "model.mlp=swiglu", "model.position=rope", "model.use_bias=false", "model.tie_embeddings=true",
+                      "model.hidden_size=16", "model.head_dim=8", "model.num_layers=1", "model.intermediate_size=32",
+                      "model.vocab_size=321", "model.num_outputs=321", "model.max_seq_len=8", "device=cpu",
+                      "data.kind=random_tokens", "data.vocab_size=321", "data.seq_len=8"});
+  Trainer t(c, be);
+  const nlohmann::json tok = HfTokenizer::load(tokenizer_dir)->to_json();
+  ASSERT_TRUE(save_checkpoint(t, CheckpointState{.config_toml = config_to_toml(c)}, dir, &tok).saved);
+}
+
+// transformers' generate() stops at generation_config.json's eos_token_id: an export whose
+// tokenizer carries a chat template lists the template's end of turn there (2: what it writes after
+// an assistant's content) and the tokenizer's eos (1), and config.json names them too, not the
+// start token (0, the bos).
+TEST(HfExport, AChatRunsEosIsTheTemplatesEndOfTurn) {
+  TempDir d;
+  auto be = make_backend(Device::cpu);
+  chat_model_dir(d.path("chat_model"));
+  fs::remove(d.path("chat_model/generation_config.json"));
+  chat_run_checkpoint(*be, d.path("ckpt"), d.path("chat_model"));
+  const HfExport r = export_hf(d.path("ckpt"), d.path("out"));
+  EXPECT_EQ(r.files.back(), "generation_config.json");
+  EXPECT_EQ(r.end_of_turn_note, "");
+  const nlohmann::ordered_json gen = read_json(d.path("out/generation_config.json"));
+  EXPECT_EQ(gen, nlohmann::ordered_json::parse(R"({"eos_token_id": [2, 1], "bos_token_id": 0})")) << gen.dump();
+  const nlohmann::ordered_json config = read_json(d.path("out/config.json"));
+  EXPECT_EQ(config["eos_token_id"], gen["eos_token_id"]);
+  EXPECT_EQ(config["bos_token_id"], 0);
+  // Without a template nothing names an end of turn: the start token stays config.json's eos, and
+  // no generation_config.json is made up.
+  fs::remove(d.path("chat_model/chat_template.jinja"));
+  fs::remove_all(d.path("ckpt"));
+  chat_run_checkpoint(*be, d.path("ckpt"), d.path("chat_model"));
+  export_hf(d.path("ckpt"), d.path("plain"));
+  EXPECT_FALSE(fs::exists(d.path("plain/generation_config.json")));
+  EXPECT_EQ(read_json(d.path("plain/config.json"))["eos_token_id"], 0);
+}
+
+// A model's own eos list (config.json's and generation_config.json's) is kept, in its order, with
+// the template's end of turn and the tokenizer's eos added where it lacks them, and its other fields
+// unchanged. (CarriesTheChatTemplateAndGenerationDefaults: a complete list stays byte for byte.)
+TEST(HfExport, AModelsOwnEosListIsKeptAndCompleted) {
+  TempDir d;
+  auto be = make_backend(Device::cpu);
+  chat_model_dir(d.path("chat_model"));
+  write_file(d.path("chat_model/generation_config.json"),
+             R"({"temperature": 0.6, "eos_token_id": 3, "top_p": 0.9, "pad_token_id": 3})");
+  nlohmann::ordered_json config = read_json(d.path("chat_model/config.json"));
+  config["eos_token_id"] = {3, 1};
+  write_file(d.path("chat_model/config.json"), config.dump(2));
+  trained_checkpoint(*be, d.path(), 1, "", d.path("chat_model"));
+  export_hf(d.path("ckpt"), d.path("out"));
+  EXPECT_EQ(
+      read_json(d.path("out/generation_config.json")),
+      nlohmann::ordered_json::parse(
+          R"({"temperature": 0.6, "eos_token_id": [3, 2, 1], "top_p": 0.9, "pad_token_id": 3, "bos_token_id": 0})"));
+  EXPECT_EQ(read_json(d.path("out/config.json"))["eos_token_id"], nlohmann::ordered_json({3, 1}));
+}
+
+// A template loom's Jinja cannot read does not stop the export: the files travel as they were, and
+// the export says why generation_config.json names no end of turn.
+TEST(HfExport, AnUnreadableTemplateIsCarriedAndNamed) {
+  TempDir d;
+  auto be = make_backend(Device::cpu);
+  const auto companions = chat_model_dir(d.path("chat_model"));
+  write_file(d.path("chat_model/chat_template.jinja"), "{% filter upper %}{{ messages }}{% endfilter %}");
+  trained_checkpoint(*be, d.path(), 1, "", d.path("chat_model"));
+  const HfExport r = export_hf(d.path("ckpt"), d.path("out"));
+  EXPECT_NE(r.end_of_turn_note.find("chat_template.jinja"), std::string::npos) << r.end_of_turn_note;
+  EXPECT_EQ(read_file(d.path("out/generation_config.json")), companions.at("generation_config.json"));
 }
 
 TEST(HfExport, AMalformedCompanionFileIsNamed) {

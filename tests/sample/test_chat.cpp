@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "data/end_of_turn.h"
 #include "data/hf_tokenizer.h"
 #include "sample/chat.h"
 #include "support/run_loom.h"
@@ -95,14 +96,14 @@ TEST_F(Chat, ReplyStopsAtTheEndOfTurnAndKeepsTheConversation) {
 TEST_F(Chat, EndOfTurnTokensComeFromTheTemplateAndTheConfigs) {
   const auto tok = HfTokenizer::load(model_.string());
   write_config({{"chat_template", kTemplate}, {"eos_token", "<|end_of_text|>"}});
-  EXPECT_EQ(end_of_turn_ids(load_chat_template(model_.string(), ""), model_.string(), *tok),
+  EXPECT_EQ(end_of_turn_ids(load_chat_template(model_.string(), ""), jinja::Json(nullptr), *tok),
             (std::vector<int32_t>{2, 1}));
-  std::ofstream(model_ / "generation_config.json") << R"({"eos_token_id": [1, 7]})";
   write_config({{"chat_template", "{% for m in messages %}{{ m.content }}\n{% endfor %}"},
                 {"eos_token", "<|begin_of_text|>abc"}});
   // Nothing after the content but white space, an eos_token of several tokens: the ids alone.
-  EXPECT_EQ(end_of_turn_ids(load_chat_template(model_.string(), ""), model_.string(), *tok),
-            (std::vector<int32_t>{1, 7}));
+  EXPECT_EQ(
+      end_of_turn_ids(load_chat_template(model_.string(), ""), jinja::Json::parse(R"({"eos_token_id": [1, 7]})"), *tok),
+      (std::vector<int32_t>{1, 7}));
 }
 
 // An end of turn the tokenizer writes as several tokens is a stop string: the reply ends before

@@ -47,7 +47,12 @@
 // FLOPs: forward 4·B·H·D per (query, key) pair computed; backward 8 per pair plus 2 to recompute
 // the logits. Full attention computes T² pairs. Causal blocks through sgemm compute
 // T·(T + kBq)/2 when kBq divides T (62.5% of T² at T = 256); product() trims the diagonal blocks
-// to whole tiles, close to the T·(T + 1)/2 unmasked pairs the op's cost rule counts.
+// to whole tiles, close to the T·(T + 1)/2 unmasked pairs the op's cost rule counts. With a window
+// W every pass (forward, backward, and the decoder's one row) computes only the key blocks that
+// reach into it: a block's rows from the first key of its first row rounded down to kBq, about
+// T·(W + kBq) pairs (W a multiple of kBq; up to kBq − 1 keys more per row otherwise), against the
+// W·(W + 1)/2 + (T − W)·W unmasked ones; packed examples likewise, about Σ n·(n + kBq) over a
+// row's examples of n tokens. bench/families.py's window_ir counts the instructions.
 
 #include <algorithm>
 #include <bit>

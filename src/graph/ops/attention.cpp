@@ -30,8 +30,13 @@
 //
 // Memory: only out and lse are saved. The [T, T] logits / weights exist only inside a kernel's
 // scratch (flash-attention style), so the plan never holds a B·H·T² buffer.
-// FLOPs: forward 4·B·H·T²·D (QKᵀ and PV); backward 8·B·H·T²·D (dV, dP, dQ, dK) plus 2·B·H·T²·D
-// to recompute the logits.
+// FLOPs: forward 4·B·H·P·D (QKᵀ and PV); backward 8·B·H·P·D (dV, dP, dQ, dK) plus 2·B·H·P·D
+// to recompute the logits, P the unmasked (query, key) pairs: T² in full, T·(T + 1)/2 causal, fewer
+// with a window (unmasked_pairs, exact). With packed examples (positions) P is Σ n·(n + 1)/2 over
+// each row's examples of n tokens, which the positions' values decide and a cost rule (shapes
+// and attributes only) cannot see: it counts each row as one example (with the window, if any),
+// an upper bound, reached when the examples fill their rows one each. The profiler's achieved
+// FLOP/s and MFU of packed rows are overstated by that bound's ratio.
 #include <algorithm>
 
 #include "graph/ops/rules.h"
@@ -101,7 +106,8 @@ void infer_attention(const Graph& g, const Node& n, ValueDesc* out) {
 
 namespace {
 // The (query, key) pairs of T rows that are not masked: T² in full, T·(T+1)/2 causal, and with a
-// window W each row's last min(i + 1, W) keys, W·(W+1)/2 + (T − W)·W for T >= W.
+// window W each row's last min(i + 1, W) keys, W·(W+1)/2 + (T − W)·W for T >= W. Packed examples
+// mask more, which only the positions' values say: these counts are their upper bound (above).
 int64_t unmasked_pairs(const AttentionAttrs& a, int64_t T) {
   if (!a.causal) return T * T;
   if (a.window == 0 || a.window >= T) return T * (T + 1) / 2;
