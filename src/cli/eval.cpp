@@ -24,7 +24,7 @@ CommandBody add_eval_command(CLI::App& sub) {
   sub.add_option("--checkpoint", a->eval.checkpoint,
                  "with a config file: the checkpoint (or run directory) to evaluate (default runs/<config name>)")
       ->transform(home_path());
-  sub.add_option("--iters", a->eval.iters, "batches per split (default train.eval_iters)")->check(integer_at_least(1));
+  sub.add_option("--iters", a->eval.iters, "batches per split (default train.eval_iters); chat data's val split is one pass over its rows")->check(integer_at_least(1));
   sub.add_flag("--train", a->eval.train, "also evaluate on the first N training batches");
   sub.add_flag("--json", a->eval.json, "print one JSON object");
   sub.add_option("--choices", a->eval.choices,

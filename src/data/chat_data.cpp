@@ -192,7 +192,10 @@ ChatTemplate load_chat_template(const std::string& model_dir, const std::string&
   Json config = Json::object();
   std::error_code ec;
   const std::string jinja_path = (fs::path(model_dir) / "chat_template.jinja").string();
-  if (fs::exists(config_path, ec) || (template_path.empty() && !fs::is_regular_file(jinja_path, ec))) {
+  if (!fs::exists(config_path, ec) && template_path.empty() && !fs::is_regular_file(jinja_path, ec))
+    throw UserError(model_dir, "holds no chat template (neither tokenizer_config.json nor chat_template.jinja)",
+                    "give the template with --template FILE, or the directory of a model with one");
+  if (fs::exists(config_path, ec)) {
     try {
       config = Json::parse(read_whole(config_path, "the tokenizer configuration"));
     } catch (const Json::exception& e) {
@@ -320,7 +323,9 @@ RenderedExample render_example(const ChatTemplate& t, const ChatExample& ex, con
   if (ex.format == ChatFormat::text) {
     r.text = ex.text;
     if (!ends_with(r.text, t.eos_token)) r.text += t.eos_token;
+    r.add_special_tokens = true;
   } else if (ex.format == ChatFormat::prompt_completion && ex.prompt.is_string()) {
+    r.add_special_tokens = true;
     const std::string& p = ex.prompt.get_ref<const std::string&>();
     std::string c = ex.completion.get<std::string>();
     if (!ends_with(c, t.eos_token)) c += t.eos_token;
@@ -372,7 +377,10 @@ RenderedExample render_example(const ChatTemplate& t, const ChatExample& ex, con
   return r;
 }
 
-TokenizedExample tokenize_example(const Tokenizer& tok, const RenderedExample& r) {
+namespace {
+
+// The text's ids and mask (1 = a token with a byte in a target span), without special tokens.
+TokenizedExample tokenize_text(const Tokenizer& tok, const RenderedExample& r) {
   TokenizedExample out;
   auto is_target = [&](size_t b, size_t e) {
     return b < e &&
@@ -408,6 +416,18 @@ TokenizedExample tokenize_example(const Tokenizer& tok, const RenderedExample& r
     const std::vector<int32_t> part = tok.encode(std::string_view(r.text).substr(cuts[c], cuts[c + 1] - cuts[c]));
     out.ids.insert(out.ids.end(), part.begin(), part.end());
     out.mask.insert(out.mask.end(), part.size(), is_target(cuts[c], cuts[c + 1]) ? 1 : 0);
+  }
+  return out;
+}
+
+}  // namespace
+
+TokenizedExample tokenize_example(const Tokenizer& tok, const RenderedExample& r) {
+  TokenizedExample out = tokenize_text(tok, r);
+  if (r.add_special_tokens) {
+    const std::vector<int32_t> lead = tok.leading_special_ids();
+    out.ids.insert(out.ids.begin(), lead.begin(), lead.end());
+    out.mask.insert(out.mask.begin(), lead.size(), 0);
   }
   return out;
 }

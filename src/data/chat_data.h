@@ -17,7 +17,9 @@
 //   prompt-completion  strings: prompt + completion + eos_token (TRL appends the EOS when the
 //                      completion does not end with it); messages: template(prompt + completion)
 //   text               text + eos_token (likewise only when the text does not end with it)
-// The rendered text is tokenized whole (no BOS/EOS added: templates write their own). Only data
+// The rendered text is tokenized whole. Text and string prompt-completion examples get the
+// tokenizer's leading special tokens (Tokenizer::leading_special_ids: Llama's and Gemma's BOS) in
+// front, as TRL's tokenization with add_special_tokens does; rendered templates write their own. Only data
 // with messages needs a template; text and string prompt-completion data need only the
 // eos_token (resolve_eos_token).
 //
@@ -135,6 +137,10 @@ std::string render_messages(const ChatTemplate& t, const jinja::Json& messages, 
 struct RenderedExample {
   std::string text;
   std::vector<std::pair<size_t, size_t>> targets;
+  // Text and string prompt-completion examples are tokenized as TRL tokenizes them, with the
+  // tokenizer's special tokens: its post-processor's leading ones (the BOS) go first, no target.
+  // A template writes its own.
+  bool add_special_tokens = false;
 };
 // `loss_on` is "all", "completion" or "assistant" (checked against the format: a UserError
 // naming --loss-on otherwise). Template errors are UserErrors naming `where`.

@@ -111,9 +111,9 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
   const auto check_targets = [&](const ExampleBatcher& rows, const ChatSplit& s) {
     if (rows.counts().targets > 0) return;
     throw UserError(s.tokens.path(),
-                    "has no training target under data.loss_on = " + std::string(choice_name(d.loss_on)) + " (" +
+                    "has no target token under data.loss_on = " + std::string(choice_name(d.loss_on)) + " (" +
                         s.loss_on + " tokens) within rows of data.seq_len = " + std::to_string(d.seq_len) +
-                        ": the loss would be 0 and nothing would be learned",
+                        ": its loss would be 0 (nothing to learn or to validate on)",
                     "set data.loss_on = all to train on every token, or check what the mask marks: the template's "
                     "assistant turns (`loom prepare chat --render-only`), --loss-on, and examples longer than "
                     "data.seq_len");

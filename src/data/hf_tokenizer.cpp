@@ -24,6 +24,30 @@ using Decoder = BpeTokenizer::Decoder;
 using PrependScheme = BpeTokenizer::PrependScheme;
 using SplitBehavior = BpeTokenizer::SplitBehavior;
 
+// The SpecialTokens a TemplateProcessing "single" template puts before its sequence (searched
+// through Sequences of processors), by their names; none without such a post-processor.
+std::vector<std::string> leading_special_tokens(const nlohmann::json& tokenizer_json) {
+  std::vector<std::string> names;
+  const auto visit = [&](const auto& self, const nlohmann::json& p) -> bool {
+    if (!p.is_object()) return false;
+    const std::string type = p.value("type", "");
+    if (type == "Sequence" && p.contains("processors") && p["processors"].is_array()) {
+      for (const nlohmann::json& x : p["processors"])
+        if (self(self, x)) return true;
+    } else if (type == "TemplateProcessing" && p.contains("single") && p["single"].is_array()) {
+      for (const nlohmann::json& piece : p["single"]) {
+        if (!piece.contains("SpecialToken")) break;
+        const nlohmann::json& t = piece["SpecialToken"];
+        if (t.contains("id") && t["id"].is_string()) names.push_back(t["id"].get<std::string>());
+      }
+      return true;
+    }
+    return false;
+  };
+  if (tokenizer_json.contains("post_processor")) visit(visit, tokenizer_json["post_processor"]);
+  return names;
+}
+
 class SpecReader {
  public:
   SpecReader(const nlohmann::json& j, const std::string& subject) : j_(j), subject_(subject) {}
@@ -287,25 +311,9 @@ class SpecReader {
     }
   }
 
-  // The first SpecialToken of a TemplateProcessing "single" template, searched through Sequences.
-  std::string template_start(const nlohmann::json& p) const {
-    if (!p.is_object()) return {};
-    const std::string type = p.value("type", "");
-    if (type == "Sequence" && p.contains("processors") && p["processors"].is_array()) {
-      for (const nlohmann::json& x : p["processors"])
-        if (std::string s = template_start(x); !s.empty()) return s;
-    } else if (type == "TemplateProcessing" && p.contains("single") && p["single"].is_array() && !p["single"].empty()) {
-      const nlohmann::json& first = p["single"][0];
-      if (first.contains("SpecialToken") && first["SpecialToken"].contains("id") &&
-          first["SpecialToken"]["id"].is_string())
-        return first["SpecialToken"]["id"].get<std::string>();
-    }
-    return {};
-  }
-
   void read_start_token() {
-    std::string start = template_start(j_.contains("post_processor") ? j_["post_processor"] : nlohmann::json());
-    if (start.empty()) start = "<|endoftext|>";
+    const std::vector<std::string> leading = leading_special_tokens(j_);
+    const std::string start = leading.empty() ? "<|endoftext|>" : leading[0];
     for (const BpeTokenizer::AddedToken& a : spec_.added)
       if (spec_.tokens[static_cast<size_t>(a.id)] == start) spec_.start_id = a.id;
   }
@@ -321,7 +329,11 @@ class SpecReader {
 HfTokenizer::HfTokenizer(nlohmann::json tokenizer_json, const std::string& subject, nlohmann::json companions)
     : BpeTokenizer(SpecReader(tokenizer_json, subject).read(), subject, kFix),
       json_(std::move(tokenizer_json)),
-      companions_(std::move(companions)) {}
+      companions_(std::move(companions)) {
+  // An added token written in the text encodes as itself.
+  for (const std::string& name : leading_special_tokens(json_))
+    if (const std::vector<int32_t> ids = encode(name); ids.size() == 1) leading_.push_back(ids[0]);
+}
 
 namespace {
 

@@ -19,10 +19,11 @@
 //                  or a Sequence; regex patterns run on data/regex.h's matcher
 //   decoder        null (tokens joined by ' ', as the library does), ByteLevel, Replace (a String
 //                  pattern), ByteFallback, Fuse, Strip, Metaspace, or a Sequence
-//   post_processor only read for the start token of `loom sample` (start_id): the first
-//                  SpecialToken of a TemplateProcessing's "single" template (Llama's <s>,
-//                  Gemma's <bos>, Llama 3's <|begin_of_text|>), else the added token
-//                  "<|endoftext|>" (GPT-2, SmolLM, Qwen2)
+//   post_processor only a TemplateProcessing's "single" template (also inside a Sequence): its
+//                  SpecialTokens before the sequence are leading_special_ids() (Llama's <s>,
+//                  Gemma's <bos>, Llama 3's <|begin_of_text|>), the first of them the start
+//                  token of `loom sample` (start_id), else the added token "<|endoftext|>"
+//                  (GPT-2, SmolLM, Qwen2); tokens after the sequence are not added
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -53,6 +54,7 @@ class HfTokenizer final : public BpeTokenizer {
   // {"kind": "hf", "vocab_size": V, "tokenizer": <the tokenizer.json object, unchanged>,
   //  "companions": {file name: text} (only when there are any)}
   nlohmann::json to_json() const override;
+  std::vector<int32_t> leading_special_ids() const override { return leading_; }
   const nlohmann::json& tokenizer_json() const { return json_; }
   // {file name: text} of the companion files it came with (an empty object when none); the
   // .json ones hold a JSON object.
@@ -64,6 +66,7 @@ class HfTokenizer final : public BpeTokenizer {
  private:
   nlohmann::json json_;
   nlohmann::json companions_;
+  std::vector<int32_t> leading_;  // leading_special_ids()
 };
 
 }  // namespace loom

@@ -47,6 +47,10 @@ class Tokenizer {
   // The token a generation with an empty prompt starts from (GPT-2's "<|endoftext|>", a
   // tokenizer.json's beginning-of-text token), or -1 when the vocabulary has none.
   virtual int32_t start_id() const { return -1; }
+  // The special tokens the tokenizer's post-processor puts before a single text when special tokens
+  // are added (the `tokenizers` library's add_special_tokens=True: Llama's and Gemma's BOS); none
+  // for tokenizers without one.
+  virtual std::vector<int32_t> leading_special_ids() const { return {}; }
   // Everything needed to rebuild this tokenizer: {"kind": kind(), "vocab_size": ..., ...}.
   virtual nlohmann::json to_json() const = 0;
 

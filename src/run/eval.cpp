@@ -8,6 +8,7 @@
 
 #include "backend/registry.h"
 #include "core/error.h"
+#include "data/data.h"
 #include "io/param_io.h"
 #include "nn/models.h"
 #include "run/choices.h"
@@ -67,8 +68,10 @@ int run_eval(const EvalOptions& o) {
   if (data.has_val()) splits.emplace_back("val", ev.validation(data, iters));
   if (o.train) splits.emplace_back("train", ev.training(data, iters));
   const bool lm = nn::model_kind(c.model.kind).language_model;
+  // Chat data's validation is one pass over its rows (train/evaluator.h), whatever `iters` says.
+  const bool one_pass = data.has_val() && rows_of_examples(c.data);
   if (o.json) {
-    nlohmann::json j = {{"checkpoint", ck.path}, {"step", ck.state.step}, {"iters", iters}};
+    nlohmann::json j = {{"checkpoint", ck.path}, {"step", ck.state.step}, {"iters", iters}, {"val_one_pass", one_pass}};
     for (const auto& [name, m] : splits)
       j[name] = {{"loss", m.loss.mean()},
                  {"accuracy", m.accuracy.mean()},
@@ -76,8 +79,12 @@ int run_eval(const EvalOptions& o) {
     fmt::print(o.out, "{}\n", j.dump(2));
     return 0;
   }
-  fmt::print(o.out, "loom eval: {} (step {}), {} batch{} per split\n", ck.path, ck.state.step, iters,
-             iters == 1 ? "" : "es");
+  const std::string batches = fmt::format("{} batch{}", iters, iters == 1 ? "" : "es");
+  if (one_pass)
+    fmt::print(o.out, "loom eval: {} (step {}), val in one pass over its rows{}\n", ck.path, ck.state.step,
+               o.train ? ", train in " + batches : "");
+  else
+    fmt::print(o.out, "loom eval: {} (step {}), {} per split\n", ck.path, ck.state.step, batches);
   for (const auto& [name, m] : splits)
     fmt::print(o.out, "{:<5}  loss {:.4f}  accuracy {:.4f}  ({} {})\n", name, m.loss.mean(),
                m.accuracy.mean(), m.loss.count, lm ? "tokens" : "examples");

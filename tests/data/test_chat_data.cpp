@@ -287,6 +287,38 @@ TEST(ChatData, TextNeedsNoTemplateAndEndsWithTheEos) {
   EXPECT_NE(user_error([&] { prepare_chat(o); }).find("tokenizer_config.json"), std::string::npos);
 }
 
+// Text and string prompt-completion examples are tokenized as TRL tokenizes them, with the
+// tokenizer's special tokens: Gemma's post-processor puts <bos> first (no target); Qwen2's has none.
+TEST(ChatData, TextAndStringPromptsStartWithThePostProcessorsBos) {
+  TempDir d;
+  write_file(d.path("text.jsonl"), "{\"text\": \"one two\"}\n{\"text\": \"three\"}\n");
+  write_file(d.path("pc.jsonl"), "{\"prompt\": \"one\", \"completion\": \" two\"}\n"
+                                 "{\"prompt\": \"three\", \"completion\": \" four\"}\n");
+  for (const char* model : {"gemma3", "qwen2_tied"}) {
+    const std::string dir = testing::hf_golden(model);
+    const auto tok = HfTokenizer::load(dir);
+    const std::vector<int32_t> lead = tok->leading_special_ids();
+    if (std::string(model) == "gemma3") {
+      ASSERT_EQ(lead.size(), 1u);
+      EXPECT_EQ(tok->decode(lead), "<bos>");
+    } else {
+      EXPECT_TRUE(lead.empty());
+    }
+    for (const char* data : {"text", "pc"}) {
+      const std::string out = d.path(std::string(model) + "_" + data);
+      ChatOptions o{dir, d.path(std::string(data) + ".jsonl"), out, "", "", 0.5};
+      prepare_chat(o);
+      const ChatSplit train = open_chat_split(out, "train");
+      ASSERT_GT(train.tokens.size(), static_cast<int64_t>(lead.size()));
+      std::vector<int32_t> ids;
+      for (int64_t i = 0; i < train.tokens.size(); ++i) ids.push_back(train.tokens[i]);
+      EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<long>(lead.size())), lead) << model << data;
+      EXPECT_EQ(ids[lead.size()], tok->encode("one two")[0]) << model << " " << data;
+      for (size_t k = 0; k < lead.size() && !train.mask.empty(); ++k) EXPECT_EQ(train.mask[k], 0) << model << data;
+    }
+  }
+}
+
 TEST(ChatData, MaskMarksTheTokensOfTheSpans) {
   TempDir d;
   write_model(d.path());

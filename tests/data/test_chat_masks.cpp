@@ -183,13 +183,13 @@ TEST(ChatMasks, ASplitWithoutTargetsIsRefused) {
   testing::write_chat_dir(dir.path, train, val, 512, nlohmann::json::object());
   const std::string e = user_error([&] { DataSource(config(dir.path), {}); });
   EXPECT_NE(e.find("train.bin"), std::string::npos) << e;
-  EXPECT_NE(e.find("no training target"), std::string::npos) << e;
+  EXPECT_NE(e.find("has no target token"), std::string::npos) << e;
   EXPECT_NE(e.find("data.loss_on = all"), std::string::npos) << e;
   EXPECT_NO_THROW(DataSource(config(dir.path, LossOn::all), {}));
   // Targets only on each example's first token, which no position predicts, are none either.
   for (size_t i = 0; i < train.mask.size(); i += 17) train.mask[i] = 1;
   testing::write_chat_dir(dir.path, train, val, 512, nlohmann::json::object());
-  EXPECT_NE(user_error([&] { DataSource(config(dir.path), {}); }).find("no training target"), std::string::npos);
+  EXPECT_NE(user_error([&] { DataSource(config(dir.path), {}); }).find("has no target token"), std::string::npos);
 }
 
 }  // namespace
