@@ -88,10 +88,24 @@ struct Op {
   }
 };
 
+// Whether `req` has completed, without taking its completion (MPI_Test would free it, and the
+// caller's own poll must still see it). MPI_REQUEST_NULL: done.
+bool completed(MPI_Request req) {
+  int flag = 0;
+  MPI_Request_get_status(req, &flag, MPI_STATUS_IGNORE);
+  return flag != 0;
+}
+
 // The deadline of every wait in a collective (Comm::set_timeout) and the questions that find the
-// rank waited for, on a communicator of their own: a rank past its deadline sends kAsk to every
-// other; each answers kAnswer with what it is doing (kWaiting in a collective, and which one, or
-// kBusy in keep_alive) the next time it polls.
+// rank waited for, on a communicator of their own: a rank past its deadline sends kAsk, with the
+// question's number, to every other; each answers kAnswer with that number and what it is doing
+// (kWaiting in a collective, and which one, or kBusy in keep_alive) the next time it polls.
+//
+// A rank's answer is what it does now, not what it last polled: one whose own collective has
+// completed while it was asking or answering (so it has not yet seen the completion) answers
+// kBusy, on its way to the next. Otherwise a root whose broadcasts complete as soon as they are
+// sent could run ahead into a later collective while a rank that asked it something is still
+// in its own ask(), and each would name a different collective, as a deadlock does.
 class Watchdog {
  public:
   Watchdog(int rank, int size) : rank_(rank), size_(size) {
@@ -106,22 +120,27 @@ class Watchdog {
     for (int r = 0; r < size; ++r) hosts_.emplace_back(all.data() + static_cast<size_t>(r) * kHostBytes);
   }
   ~Watchdog() {
-    for (Sent& s : sent_) MPI_Request_free(&s.req);  // answers to a rank that is gone: never taken
+    for (Sent& s : sent_) MPI_Request_free(&s.req);  // messages to a rank that is gone: never taken
     MPI_Comm_free(&health_);
   }
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
   void set_timeout(double s) { timeout_ = s; }
-  // One poll of a wait in `op` that began at `since`: answers questions; past the deadline, asks
-  // every rank and either goes on waiting (all alive, `since` restarts) or ends the job: some rank
-  // did not answer, or every rank waits and they wait in different collectives (which can never
-  // complete: a bug of loom's, but a job that ends naming it beats one that waits forever).
-  void check(Clock::time_point& since, const Op& op) {
+  // One poll of a wait in `op`, whose request now in flight is `req`, that began at `since`:
+  // answers questions; past the deadline, asks every rank and either goes on waiting (all alive,
+  // or `req` completed meanwhile: `since` restarts) or ends the job: some rank did not answer, or
+  // every rank waits and they wait in different collectives (which can never complete: a bug of
+  // loom's, but a job that ends naming it beats one that waits forever).
+  void check(Clock::time_point& since, const Op& op, MPI_Request req) {
     const Clock::time_point now = Clock::now();
-    if (now - last_serve_ > std::chrono::milliseconds(1)) serve(kWaiting, op);
+    if (now - last_serve_ > std::chrono::milliseconds(1)) serve(kWaiting, op, req);
     if (seconds(now - since) < timeout_) return;
-    const std::vector<Answer> answers = ask(op);
+    const std::vector<Answer> answers = ask(op, req);
+    if (completed(req)) {  // not waiting any more: the answers describe a wait that is over
+      since = Clock::now();
+      return;
+    }
     std::string silent;
     for (int r = 0; r < size_; ++r)
       if (answers[static_cast<size_t>(r)].state == 0)
@@ -134,7 +153,7 @@ class Watchdog {
                       "(train.collective_timeout = {:g} s); the checkpoints already saved are intact",
                       rank_, host(rank_), seconds(now - since), op.name(), silent, grace(), timeout_));
     // A rank that answered between two collectives of its own has moved on by the second asking.
-    if (in_different_collectives(answers) && pause_and_ask(op) == answers) {
+    if (in_different_collectives(answers) && pause_and_ask(op, req) == answers && !completed(req)) {
       std::string where;
       for (int r = 0; r < size_; ++r)
         where += fmt::format("\n  rank {} (host {}) waits in {}", r, host(r),
@@ -148,7 +167,7 @@ class Watchdog {
     since = Clock::now();
   }
   void keep_alive() {
-    if (Clock::now() - last_serve_ > std::chrono::milliseconds(1)) serve(kBusy, Op{});
+    if (Clock::now() - last_serve_ > std::chrono::milliseconds(1)) serve(kBusy, Op{}, MPI_REQUEST_NULL);
   }
 
  private:
@@ -159,9 +178,10 @@ class Watchdog {
     int64_t state = 0, kind = kNoCollective, seq = -1;
     bool operator==(const Answer&) const = default;
   };
-  struct Sent {  // an answer in flight: its buffer lives until MPI is done with it
+  static constexpr int kAnswerWords = 4;  // the question's number, then an Answer
+  struct Sent {  // a question or an answer in flight: its buffer lives until MPI is done with it
     MPI_Request req = MPI_REQUEST_NULL;
-    Answer answer;
+    int64_t words[kAnswerWords] = {};
   };
   double grace() const { return std::min(timeout_, 60.0); }
   const std::string& host(int r) const { return hosts_[static_cast<size_t>(r)]; }
@@ -184,52 +204,55 @@ class Watchdog {
       if (a.kind != mine.kind || a.seq != mine.seq) return true;
     return false;
   }
-  // Answers every question received so far: `state`, waiting in `op`.
-  void serve(int state, const Op& op) {
-    last_serve_ = Clock::now();
-    while (!sent_.empty()) {  // the oldest answers are taken first
+  // Sends words [kAnswerWords] to rank `to` with `tag`, without waiting for it to be taken.
+  void post(const std::array<int64_t, kAnswerWords>& words, int to, int tag) {
+    while (!sent_.empty()) {  // the oldest are taken first
       int done = 0;
       MPI_Test(&sent_.front().req, &done, MPI_STATUS_IGNORE);
       if (!done) break;
       sent_.pop_front();
     }
+    Sent& s = sent_.emplace_back();
+    std::copy(words.begin(), words.end(), s.words);
+    MPI_Isend(s.words, kAnswerWords, MPI_INT64_T, to, tag, health_, &s.req);
+  }
+  // Answers every question received so far: `state`, in `op` whose request in flight is `req`
+  // (kBusy once it has completed: see the class comment).
+  void serve(int state, const Op& op, MPI_Request req) {
+    last_serve_ = Clock::now();
     for (;;) {
       int flag = 0;
       MPI_Status st;
       MPI_Iprobe(MPI_ANY_SOURCE, kAsk, health_, &flag, &st);
       if (!flag) return;
-      int question = 0;
-      MPI_Recv(&question, 1, MPI_INT, st.MPI_SOURCE, kAsk, health_, MPI_STATUS_IGNORE);
-      Sent& s = sent_.emplace_back();
-      s.answer = {.state = state, .kind = op.kind, .seq = op.seq};
-      MPI_Isend(&s.answer, 3, MPI_INT64_T, st.MPI_SOURCE, kAnswer, health_, &s.req);
+      std::array<int64_t, kAnswerWords> question{};
+      MPI_Recv(question.data(), kAnswerWords, MPI_INT64_T, st.MPI_SOURCE, kAsk, health_, MPI_STATUS_IGNORE);
+      const int64_t now = state == kWaiting && completed(req) ? kBusy : state;
+      post({question[0], now, op.kind, op.seq}, st.MPI_SOURCE, kAnswer);
     }
   }
   // serve() for a moment (a rank between two collectives reaches the next), then ask().
-  std::vector<Answer> pause_and_ask(const Op& op) {
+  std::vector<Answer> pause_and_ask(const Op& op, MPI_Request req) {
     const Clock::time_point end = Clock::now() + std::chrono::milliseconds(500);
     while (Clock::now() < end) {
-      serve(kWaiting, op);
+      serve(kWaiting, op, req);
       usleep(1000);
     }
-    return ask(op);
+    return ask(op, req);
   }
-  // Every rank's answer (this one's: waiting in `op`), state 0 where none came within grace().
-  std::vector<Answer> ask(const Op& op) {
-    static const int question = 0;
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      MPI_Request req = MPI_REQUEST_NULL;  // a stopped rank never takes it: not waited for
-      MPI_Isend(&question, 1, MPI_INT, r, kAsk, health_, &req);
-      MPI_Request_free(&req);
-    }
+  // Every rank's answer to a new question (this one's: waiting in `op`), state 0 where none came
+  // within grace(). Answers to an earlier question (one that came after its grace) are dropped.
+  std::vector<Answer> ask(const Op& op, MPI_Request req) {
+    const int64_t question = ++questions_;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) post({question, 0, 0, 0}, r, kAsk);  // a stopped rank never takes it
     std::vector<Answer> answers(static_cast<size_t>(size_));
     answers[static_cast<size_t>(rank_)] = {.state = kWaiting, .kind = op.kind, .seq = op.seq};
     int missing = size_ - 1;
     const Clock::time_point end =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace()));
     while (missing > 0 && Clock::now() < end) {
-      serve(kWaiting, op);  // the others ask this rank too
+      serve(kWaiting, op, req);  // the others ask this rank too
       int flag = 0;
       MPI_Status st;
       MPI_Iprobe(MPI_ANY_SOURCE, kAnswer, health_, &flag, &st);
@@ -237,11 +260,12 @@ class Watchdog {
         usleep(1000);
         continue;
       }
-      Answer answer;
-      MPI_Recv(&answer, 3, MPI_INT64_T, st.MPI_SOURCE, kAnswer, health_, MPI_STATUS_IGNORE);
+      std::array<int64_t, kAnswerWords> words{};
+      MPI_Recv(words.data(), kAnswerWords, MPI_INT64_T, st.MPI_SOURCE, kAnswer, health_, MPI_STATUS_IGNORE);
+      if (words[0] != question) continue;
       Answer& slot = answers[static_cast<size_t>(st.MPI_SOURCE)];
       missing -= slot.state == 0;
-      slot = answer;
+      slot = {.state = words[1], .kind = words[2], .seq = words[3]};
     }
     return answers;
   }
@@ -250,6 +274,7 @@ class Watchdog {
   std::vector<std::string> hosts_;
   double timeout_ = Comm::kDefaultTimeoutSeconds;
   Clock::time_point last_serve_{};
+  int64_t questions_ = 0;  // asked so far
   std::deque<Sent> sent_;
 };
 
@@ -260,7 +285,7 @@ void wait(Watchdog& w, MPI_Request& req, const Op& op) {
     int flag = 0;
     MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
     if (flag) return;
-    w.check(since, op);
+    w.check(since, op, req);
   }
 }
 
@@ -307,7 +332,7 @@ class PendingSum final : public Comm::Pending {
       int flag = 0;
       MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);  // sets req_ to MPI_REQUEST_NULL when done
       if (!flag) {
-        watch_.check(since_, op_);
+        watch_.check(since_, op_, req_);
         return false;
       }
       if (k_ <= rounds_) round_.sum(scratch_, size_, x_ + chunk(n_, size_, rank_).begin + (k_ - 1) * kRoundElems);

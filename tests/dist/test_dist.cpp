@@ -192,6 +192,17 @@ TEST(Dist, RanksWaitingInDifferentCollectivesEndTheJobNamingThem) {
   EXPECT_NE(r.out.find(") waits in a sum over ranks (collective #0)"), std::string::npos) << r.out;
 }
 
+// A root that sends its broadcast late, while the rank waiting for it is asking it whether it
+// is alive, runs ahead into the next collectives before that rank sees its own complete: the two
+// name different collectives, which is no deadlock, and the job completes.
+TEST(Dist, ARootThatRunsAheadOfARankStillAskingIsNoDeadlock) {
+  REQUIRE_MPIRUN();
+  const RunResult r = shell(mpirun(2) + LOOM_DIST_WORKER + " late_root");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, "the late broadcast completed with 'late'"), 2u) << r.out;
+  EXPECT_EQ(r.out.find("different collectives"), std::string::npos) << r.out;
+}
+
 // A rank that ends the job at its deadline first flushes its buffered log (without waiting for
 // a reader that stopped reading): the log's last line is not lost with the process.
 TEST(Dist, TheDeadlinesEndFlushesTheLog) {

@@ -84,6 +84,25 @@ int mismatch(Comm& comm) {
   return 1;
 }
 
+// `late_root`: rank 1 waits past its deadline of 1 s for a broadcast from rank 0, which is
+// outside any collective then; its question reaches rank 0 only after rank 0's broadcasts have
+// completed (a root's can, before the others take them) and rank 0 waits in the barrier after
+// them. Rank 1's broadcast has completed by then too: the ranks are not in different
+// collectives, and the job must complete.
+int late_root(Comm& comm) {
+  comm.set_timeout(1);
+  char text[16] = {};
+  if (comm.rank() == 0) {
+    usleep(1'300'000);
+    std::snprintf(text, sizeof text, "late");
+  }
+  comm.broadcast(text, sizeof text, 0);
+  comm.broadcast(text, sizeof text, 0);
+  comm.barrier();
+  std::printf("rank %d: the late broadcast completed with '%s'\n", comm.rank(), text);
+  return std::string(text) == "late" ? 0 : 1;
+}
+
 // `deadline_log FILE`: rank 0 writes a line into FILE through a guarded, fully buffered stream
 // (as `loom train` prints its log, train/console.h) and then waits in a barrier for rank 1,
 // which sleeps outside any collective; the deadline of 1 s ends the job, the line must be in FILE.
@@ -106,6 +125,7 @@ int main(int argc, char** argv) {
   Comm& comm = loom::dist::world();
   const int rank = comm.rank(), size = comm.size();
   if (argc > 1 && std::string(argv[1]) == "mismatch") return mismatch(comm);
+  if (argc > 1 && std::string(argv[1]) == "late_root") return late_root(comm);
   if (argc > 2 && std::string(argv[1]) == "deadline_log") return deadline_log(comm, argv[2]);
   // One mpirun on one machine: every rank shares it (the memory check counts them together).
   check(comm.ranks_on_this_host() == size, "ranks_on_this_host under one mpirun on this machine", rank);
