@@ -3,7 +3,8 @@
 //   model.safetensors               the parameters by transformers' names, or shards listed by
 //   model.safetensors.index.json    {"weight_map": {tensor name: shard file}}
 // Which loom parameter is which tensor is each architecture's row (nn/models/hf_arch.h); this file reads and writes the files and
-// converts the tensors (float32, bfloat16 and float16 in; float32 out).
+// converts the tensors (float32, bfloat16 and float16 in; float32 out), whole (hf_to_loom) or in
+// bounded slices straight into an executor's parameters (load_hf_params).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "io/param_io.h"
 #include "io/safetensors.h"
 #include "nn/config.h"
 
@@ -55,6 +57,16 @@ std::vector<StTensor> read_hf_tensors(const std::string& dir, std::string* file 
 // embedding. A missing, extra or misshapen tensor, or another dtype, is a UserError naming
 // `source` (the file) and the tensor.
 std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTensor>& hf, const std::string& source);
+
+// Stores the parameters of `subset` of ex's model `c` from the Hugging Face directory `dir` (files
+// as read_hf_tensors finds them, checked as hf_to_loom checks them; `file` gets the file or index
+// read): exactly the values upload_param stores from hf_to_loom's tensors, but read, converted and
+// stored about `slice` values at a time, so the load holds no whole tensor on the host. A
+// quantized base kernel is quantized in slabs of whole columns (core/quant_columns.h) into one
+// host copy of its stored bytes, as init_param_in draws one. The files are scanned (checksums)
+// once before any value is stored.
+void load_hf_params(Executor& ex, const ModelConfig& c, const std::string& dir, nn::ParamSubset subset,
+                    std::string* file = nullptr, int64_t slice = kInitSliceValues);
 
 // The inverse: `loom` maps every parameter path of `c` to its float32 tensor (per layer); the
 // result holds transformers' names and layouts, float32, in the order of nn::hf_model_map (zero

@@ -72,13 +72,8 @@ ModelSource::ModelSource(const std::string& path) : path_(path), dir_(path) {
 
 void ModelSource::load_params(Executor& ex) const {
   if (hf_) {
-    std::string file;
-    const std::vector<StTensor> hf = read_hf_tensors(path_, &file);
-    const std::vector<StTensor> params = hf_to_loom(config_.model, hf, file);
-    std::map<std::string, const StTensor*> by_name;
-    for (const StTensor& t : params) by_name[t.name] = &t;
     // A LoRA program takes its frozen base from here; its adapters start fresh.
-    import_params(ex, by_name, /*scan_layers=*/false, file, {}, nn::base_subset(ex.graph()));
+    load_hf_params(ex, config_.model, path_, nn::base_subset(ex.graph()));
     return;
   }
   // The file layout is the checkpoint's (model.scan_layers), whatever the new run's is.
