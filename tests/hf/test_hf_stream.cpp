@@ -140,6 +140,10 @@ void write_llama(const std::string& dir, int64_t vocab, int64_t hidden) {
 }
 
 TEST(HfStream, LoadHoldsAFewStreamBuffersNotTheModel) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer keeps freed blocks in its quarantine, so the resident set measures the "
+                  "quarantine, not the load; the Release build runs this test";
+#endif
   // 2 × 16384 × 512 float32 values of embedding and head alone: 64 MiB as float32.
   TempDir d;
   write_llama(d.path(), 16384, 512);
