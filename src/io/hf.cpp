@@ -321,21 +321,10 @@ int64_t rows_per_read(const HfSource& s, int64_t slice) {
 // rounded as upload_param rounds and copied to its place: a run of consecutive loom values at a
 // time.
 void load_plain(Executor& ex, ValueId v, const std::vector<HfSource>& srcs, int64_t slice) {
-  const DType dt = ex.graph().value(v).dtype;
-  const size_t elem = dtype_size(dt);
-  auto* dev = static_cast<unsigned char*>(ex.ptr(v));
   std::vector<unsigned char> raw, narrowed;
   std::vector<float> vals, run;  // run: the pending loom values [at, at + run.size())
   int64_t at = 0;
-  auto put = [&](const float* x, size_t n, int64_t to) {
-    const void* src = x;
-    if (dt != DType::f32) {
-      narrowed.resize(n * elem);
-      convert(x, DType::f32, narrowed.data(), dt, n);
-      src = narrowed.data();
-    }
-    ex.backend().copy_to_device(dev + to * static_cast<int64_t>(elem), src, n * elem);
-  };
+  auto put = [&](const float* x, size_t n, int64_t to) { store_param_values(ex, v, to, x, n, narrowed); };
   auto flush = [&] {
     if (!run.empty()) put(run.data(), run.size(), at);
     run.clear();

@@ -129,6 +129,21 @@ void upload_param(Executor& ex, ValueId p, const float* values) {
   ex.upload(p, narrowed.data());
 }
 
+void store_param_values(Executor& ex, ValueId p, int64_t at, const float* values, size_t n,
+                        std::vector<unsigned char>& scratch) {
+  const DType dt = ex.graph().value(p).dtype;
+  LOOM_ASSERT(!dtype_is_quantized(dt), "store_param_values: a quantized kernel is stored whole");
+  const size_t elem = dtype_size(dt);
+  const void* src = values;
+  if (dt != DType::f32) {
+    scratch.resize(n * elem);
+    convert(values, DType::f32, scratch.data(), dt, n);
+    src = scratch.data();
+  }
+  ex.backend().copy_to_device(static_cast<unsigned char*>(ex.ptr(p)) + at * static_cast<int64_t>(elem), src,
+                              n * elem);
+}
+
 void init_param_in(Executor& ex, const Param& p, uint64_t seed, int64_t slice) {
   const Graph& g = ex.graph();
   const Value& v = g.value(p.value);
@@ -136,19 +151,12 @@ void init_param_in(Executor& ex, const Param& p, uint64_t seed, int64_t slice) {
   const int64_t numel = draw.numel();
   if (!dtype_is_quantized(v.dtype)) {
     // Row-major slices, each rounded to the stored dtype and copied to its place.
-    const size_t elem = dtype_size(v.dtype);
     std::vector<float> values(static_cast<size_t>(std::min(slice, numel)));
-    std::vector<unsigned char> narrowed(v.dtype == DType::f32 ? 0 : values.size() * elem);
+    std::vector<unsigned char> narrowed;
     for (int64_t i0 = 0; i0 < numel; i0 += slice) {
       const int64_t n = std::min(slice, numel - i0);
       draw.fill(i0, n, values.data());
-      const void* src = values.data();
-      if (v.dtype != DType::f32) {
-        convert(values.data(), DType::f32, narrowed.data(), v.dtype, static_cast<size_t>(n));
-        src = narrowed.data();
-      }
-      ex.backend().copy_to_device(static_cast<unsigned char*>(ex.ptr(p.value)) + i0 * elem, src,
-                                  static_cast<size_t>(n) * elem);
+      store_param_values(ex, p.value, i0, values.data(), static_cast<size_t>(n), narrowed);
     }
     return;
   }

@@ -31,6 +31,10 @@ void import_params(Executor& ex, const std::map<std::string, const StTensor*>& t
 // to the compute dtype (graph/passes/narrow_params.h) or a LoRA base in bfloat16; quantized by
 // core/quant.h for an int8 or nf4 base kernel; as they are for a float32 one.
 void upload_param(Executor& ex, ValueId p, const float* values);
+// Stores values [n] at elements [at, at + n) of parameter p (not quantized), rounded to its dtype
+// as upload_param rounds them; `scratch` holds the rounded bytes between calls.
+void store_param_values(Executor& ex, ValueId p, int64_t at, const float* values, size_t n,
+                        std::vector<unsigned char>& scratch);
 // Draws parameter p's initial values from `seed` (nn/init.h) into ex as upload_param stores them,
 // `slice` values at a time: no host copy of the whole float32 tensor. A quantized kernel is drawn
 // in slabs of whole columns (core/quant.h's quantize_columns) into one host copy of its stored
