@@ -98,9 +98,8 @@ Fitter::Fitter(const Config& c, int ranks) : c_(c), ranks_(ranks), be_(make_back
     for (RematPolicyKind p : policies) options_.push_back(LayerRemat{.regions = r, .policy = p});
   c_.model.remat = {RematRegion::auto_};
   head_chunks_ = {c.model.head_chunk};
-  // The fused head refuses a biased untied head and LoRA runs (nn/models/transformer): the plain
-  // head alone then.
-  const bool fused = lm && (c.model.tie_embeddings || !c.model.use_bias) && !c.model.lora.enabled();
+  // The fused head refuses a biased untied head (nn/models/transformer): the plain head alone then.
+  const bool fused = lm && (c.model.tie_embeddings || !c.model.use_bias);
   if (c.model.head_chunk == nn::kHeadChunkAuto) {
     head_chunks_ = {0};
     // A quarter of the vocabulary holds a quarter of the logits; a sixteenth, a sixteenth: below
@@ -152,9 +151,7 @@ FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_miniba
   for (NodeId id : p.schedule) {
     const Node& n = g.node(id);
     const OpCost cost = node_cost(g, n);
-    const int64_t again = n.phase == Phase::recompute                   ? cost.flops
-                          : n.op == OpKind::linear_cross_entropy_grad ? linear_cross_entropy_recomputed_flops(g, n)
-                                                                      : 0;
+    const int64_t again = n.phase == Phase::recompute ? cost.flops : linear_cross_entropy_recomputed_flops(g, n);
     f.recompute_flops += static_cast<double>(again);
     f.step_flops += static_cast<double>(cost.flops - again);
   }

@@ -1417,32 +1417,40 @@ TEST_P(BackendOps, LinearCrossEntropy) {
       }
 }
 
+// The backward case of forward case `fwd`: linear_cross_entropy_grad (the kernel's gradient, its
+// previous contents random, first) or, with `frozen`, linear_cross_entropy_grad_input, from the lse
+// the reference's forward gives and a loss cotangent of 0.37.
+OpCase head_backward(OpCase& fwd, const HeadShape& h, DType c, bool tied, bool assign, bool frozen) {
+  ReferenceBackend ref;
+  const HostTensor lse = fwd.run(ref).at(2);
+  std::vector<ValueDesc> in = {{Shape{h.R, h.C}, c},
+                               {head_kernel(h, tied), DType::f32},
+                               {Shape{h.R}, DType::i32},
+                               {Shape{h.R}, DType::f32},
+                               {Shape{}, DType::f32}};
+  if (!frozen) in.insert(in.begin(), ValueDesc{head_kernel(h, tied), DType::f32});
+  OpCase oc(frozen ? OpKind::linear_cross_entropy_grad_input : OpKind::linear_cross_entropy_grad, in,
+            LinearCrossEntropyAttrs{
+                .compute = c, .transpose_w = tied, .chunk = h.chunk, .assign_in_first_minibatch = assign});
+  oc.fill_random(next_seed());
+  const size_t x_at = frozen ? 0 : 1;
+  for (size_t k = 0; k < 3; ++k) oc.input(x_at + k).bytes = fwd.input(k).bytes;
+  oc.input(x_at + 3).bytes = lse.bytes;
+  oc.input(x_at + 4).set(0, 0.37f);
+  return oc;
+}
+
 // The kernel's gradient (assigned and accumulated) and dx against the reference, from the lse the
 // reference's forward gives, with every third label ignored.
 TEST_P(BackendOps, LinearCrossEntropyGrad) {
   LOOM_REQUIRE_OPS(OpKind::linear_cross_entropy_grad);
-  ReferenceBackend ref;
   for (DType c : {DType::f32, DType::bf16})
     for (bool tied : {false, true})
       for (bool assign : {true, false})
         for (const HeadShape& h : kHeadShapes) {
           const std::string what = head_what("linear_cross_entropy_grad", h, c, tied) + (assign ? " assign" : "");
           OpCase fwd = head_forward(h, c, tied);
-          const HostTensor lse = fwd.run(ref).at(2);
-          OpCase oc(OpKind::linear_cross_entropy_grad,
-                    {{head_kernel(h, tied), DType::f32},
-                     {Shape{h.R, h.C}, c},
-                     {head_kernel(h, tied), DType::f32},
-                     {Shape{h.R}, DType::i32},
-                     {Shape{h.R}, DType::f32},
-                     {Shape{}, DType::f32}},
-                    LinearCrossEntropyAttrs{
-                        .compute = c, .transpose_w = tied, .chunk = h.chunk, .assign_in_first_minibatch = assign});
-          oc.fill_random(next_seed());  // the gradient's previous contents
-          for (int k = 0; k < 3; ++k)
-            oc.input(static_cast<size_t>(k + 1)).bytes = fwd.input(static_cast<size_t>(k)).bytes;
-          oc.input(4).bytes = lse.bytes;
-          oc.input(5).set(0, 0.37f);
+          OpCase oc = head_backward(fwd, h, c, tied, assign, /*frozen=*/false);
           const Outputs o = run_both(oc);
           expect_nmse(o.got[0], o.ref[0], nmse_tol(c), what + " kernel gradient");
           expect_close(o.got[1], o.ref[1], c, what + " dx");
@@ -1451,6 +1459,28 @@ TEST_P(BackendOps, LinearCrossEntropyGrad) {
             for (int64_t k = 0; k < h.C; ++k)
               ASSERT_EQ(o.got[1].get(r * h.C + k), 0.f) << what << ": ignored row " << r;
         }
+}
+
+// A frozen kernel's backward (a LoRA run's head): dx against the reference, and bit for bit the dx
+// linear_cross_entropy_grad gives on the same backend (the same products, the kernel's gradient
+// left out).
+TEST_P(BackendOps, LinearCrossEntropyGradInput) {
+  LOOM_REQUIRE_OPS(OpKind::linear_cross_entropy_grad_input, OpKind::linear_cross_entropy_grad);
+  for (DType c : {DType::f32, DType::bf16})
+    for (bool tied : {false, true})
+      for (const HeadShape& h : kHeadShapes) {
+        const std::string what = head_what("linear_cross_entropy_grad_input", h, c, tied);
+        OpCase fwd = head_forward(h, c, tied);
+        OpCase oc = head_backward(fwd, h, c, tied, false, /*frozen=*/true);
+        const Outputs o = run_both(oc);
+        expect_close(o.got[0], o.ref[0], c, what + " dx");
+        if (c != DType::f32) expect_few_mismatches(o.got[0], o.ref[0], what + " dx");
+        for (int64_t r = 1; r < h.R; r += 3)
+          for (int64_t k = 0; k < h.C; ++k) ASSERT_EQ(o.got[0].get(r * h.C + k), 0.f) << what << ": ignored row " << r;
+        OpCase trained = head_backward(fwd, h, c, tied, false, /*frozen=*/false);
+        for (size_t k = 0; k < 5; ++k) trained.input(k + 1).bytes = oc.input(k).bytes;
+        EXPECT_EQ(trained.run(testing::under_test()).at(1).bytes, o.got[0].bytes) << what;
+      }
 }
 
 // ---- fused optimizer ------------------------------------------------------------------------
@@ -1722,6 +1752,7 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::accuracy, "BackendOps.Accuracy"},
     {OpKind::linear_cross_entropy, "BackendOps.LinearCrossEntropy"},
     {OpKind::linear_cross_entropy_grad, "BackendOps.LinearCrossEntropyGrad"},
+    {OpKind::linear_cross_entropy_grad_input, "BackendOps.LinearCrossEntropyGradInput"},
     {OpKind::grad_accumulate, "BackendOps.GradAccumulateBitExact"},
     {OpKind::embedding, "BackendOpsAttention.EmbeddingBitExact"},
     {OpKind::embedding_grad, "BackendOpsAttention.EmbeddingGrad"},

@@ -61,6 +61,26 @@ TEST(LoraRun, ResumeIsBitExactAndCheckpointsHoldTheAdaptersOnly) {
 
 }  // namespace
 
+// A LoRA run with the head and the loss fused (model.head_chunk: the frozen head's backward forms
+// dx alone) trains from a loom run's model as the plain head's run does: the same training and
+// validation losses, to float32 rounding, step by step.
+TEST(LoraRun, TrainsWithTheFusedHeadAsWithThePlainOne) {
+  const Fixture& fx = fixture();
+  const fs::path base = scratch("lora_head_base"), plain = scratch("lora_head_plain"),
+                 fused = scratch("lora_head_fused");
+  Result r = run("train " + fx.config.string() + " train.steps=3 --out " + base.string() + " --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string lora = " lora.rank=4 lora.alpha=8 model.init_from=" + base.string() + " train.steps=10";
+  r = run("train " + fx.config.string() + lora + " --out " + plain.string() + " --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("train " + fx.config.string() + lora + " model.head_chunk=8 --out " + fused.string() + " --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::vector<double> a = logged_losses(plain / "metrics.jsonl"), b = logged_losses(fused / "metrics.jsonl");
+  ASSERT_EQ(a.size(), 12u) << "10 steps and 2 evaluations";
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << "entry " << i;
+}
+
 // An NF4 base (lora.base_dtype): the base run's checkpoint is quantized at load, deterministically,
 // so a resumed run re-quantizes it to the same bytes (base_crc32c hashes them) and continues
 // bit-exactly; a changed base is refused as for a float32 one.

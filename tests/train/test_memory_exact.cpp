@@ -145,6 +145,14 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
     EXPECT_EQ(r.optimizer_bytes, optimizer_moments(c.optimizer) * r.grads_bytes);
     expect_holds_the_plan(c, "lora " + lora[1]);
   }
+  // LoRA with the head and the loss fused: the frozen kernel's backward (dx alone) and its workspace.
+  for (const std::string tied : {"false", "true"}) {
+    std::vector<std::string> fused = swiglu;
+    for (const std::string kv : {std::string("lora.rank=16"), std::string("model.use_bias=false"),
+                                 std::string("model.head_chunk=300"), "model.tie_embeddings=" + tied})
+      fused.push_back(kv);
+    expect_holds_the_plan(default_config(fused), "lora, fused head, tied " + tied);
+  }
   // A LoRA base in int8 and NF4 (lora.base_dtype): the quantized kernels' bytes and the dense
   // kernels' tile workspace (backend/cpu/dense_quant.cpp).
   for (const std::string base : {"int8", "nf4"}) {

@@ -139,8 +139,12 @@ struct HeadSpans {
   Workspace gemm{};
   int team = 1;
 };
+// Where x is among the node's inputs: after the kernel's gradient in linear_cross_entropy_grad.
+int x_input(const KernelArgs& a) { return a.node.op == OpKind::linear_cross_entropy_grad ? 1 : 0; }
+
 HeadSpans head_spans(Bump& ws, const KernelArgs& a, bool backward) {
-  const int x_at = backward ? 1 : 0;
+  const int x_at = x_input(a);
+  const bool trains_w = a.node.op == OpKind::linear_cross_entropy_grad;
   const Head h(a, x_at);
   const TensorArg& x = a.in[x_at];
   const TensorArg& w = a.in[x_at + 1];
@@ -167,10 +171,8 @@ HeadSpans head_spans(Bump& ws, const KernelArgs& a, bool backward) {
       gemm_bytes = std::max(gemm_bytes, b.used());
     };
     need(logits_gemm(h, x, wc, z), false);
-    if (backward) {
-      need(dw_gemm(h, x, z, out), false);
-      need(dx_gemm(h, z, wc, out, false), true);
-    }
+    if (trains_w) need(dw_gemm(h, x, z, out), false);
+    if (backward) need(dx_gemm(h, z, wc, out, false), true);
   }
   s.gemm = Workspace{ws.take<std::byte>(gemm_bytes), gemm_bytes, a.workspace.threads};
   return s;
@@ -254,25 +256,28 @@ void cpu_linear_cross_entropy(const KernelArgs& a) {
 }
 int64_t cpu_workspace_linear_cross_entropy(const KernelArgs& a) { return workspace_of<forward_spans>(a); }
 
+namespace {
+
 // Per chunk: the logits again, dlogits = round_c(dloss·(exp(z − lse) − onehot)) in place (zero rows
-// for ignored labels), the kernel's gradient for the chunk's columns (assigned in the first
-// minibatch when the attrs say so), and dx's accumulator; dx = round_c(accumulator) at the end.
-void cpu_linear_cross_entropy_grad(const KernelArgs& a) {
+// for ignored labels), the kernel's gradient for the chunk's columns into *grad unless it is null (a
+// frozen kernel; assigned in the first minibatch when the attrs say so), and dx's accumulator; dx =
+// round_c(accumulator) at the end.
+void head_grad(const KernelArgs& a, const TensorArg* grad) {
   const auto& at = std::get<LinearCrossEntropyAttrs>(a.node.attrs);
   const bool assign = at.assign_in_first_minibatch && a.run.minibatch == a.run.first_minibatch;
-  const Head h(a, 1);
-  const TensorArg& grad = a.in[0];
-  const TensorArg& x = a.in[1];
-  const TensorArg& labels = a.in[3];
-  const float* lse = a.in[4].as<const float>();
-  const float dloss = load_as_f32(a.in[5].data, a.in[5].dtype, 0);
+  const int x_at = x_input(a);
+  const Head h(a, x_at);
+  const TensorArg& x = a.in[x_at];
+  const TensorArg& labels = a.in[x_at + 2];
+  const float* lse = a.in[x_at + 3].as<const float>();
+  const float dloss = load_as_f32(a.in[x_at + 4].data, a.in[x_at + 4].dtype, 0);
   const TensorArg& dx = a.out[0];
   Bump ws(a.workspace);
   const HeadSpans s = backward_spans(ws, a);
   const TensorArg acc{s.acc ? s.acc : dx.data, Shape{h.R, h.C}, DType::f32};
   TensorArg wc;
   for (int64_t j = 0; j < h.chunks(); ++j) {
-    const TensorArg z = chunk_logits(h, s, x, a.in[2], j, wc);
+    const TensorArg z = chunk_logits(h, s, x, a.in[x_at + 1], j, wc);
     const int64_t n = h.width(j), v0 = h.v0(j);
 #pragma omp parallel for schedule(static) num_threads(s.team)
     for (int64_t r = 0; r < h.R; ++r) {
@@ -287,11 +292,16 @@ void cpu_linear_cross_entropy_grad(const KernelArgs& a) {
       for (int64_t c = 0; c < n; ++c) zr[c] = dloss * zr[c];
       round_inplace(zr, n, h.c);
     }
-    const TensorArg gw{grad.as<float>() + (h.tied ? v0 * h.C : v0), h.tied ? Shape{n, h.C} : Shape{h.C, n}, DType::f32};
-    run_in(
-        s, dw_gemm(h, x, z, gw),
-        Epilogue{
-            .c = h.c, .round_first = h.c != DType::f32, .out = &gw, .accumulate = !assign, .out_ld = h.tied ? 0 : h.V});
+    if (grad) {
+      const TensorArg gw{grad->as<float>() + (h.tied ? v0 * h.C : v0), h.tied ? Shape{n, h.C} : Shape{h.C, n},
+                         DType::f32};
+      run_in(s, dw_gemm(h, x, z, gw),
+             Epilogue{.c = h.c,
+                      .round_first = h.c != DType::f32,
+                      .out = &gw,
+                      .accumulate = !assign,
+                      .out_ld = h.tied ? 0 : h.V});
+    }
     run_in(s, dx_gemm(h, z, wc, acc, j == 0), Epilogue{.c = h.c, .out = &acc, .accumulate = j > 0},
            /*either=*/true);
   }
@@ -304,6 +314,14 @@ void cpu_linear_cross_entropy_grad(const KernelArgs& a) {
     round_inplace(dx.as<float>(), h.R * h.C, h.c);
   }
 }
+
+}  // namespace
+
+void cpu_linear_cross_entropy_grad(const KernelArgs& a) { head_grad(a, &a.in[0]); }
 int64_t cpu_workspace_linear_cross_entropy_grad(const KernelArgs& a) { return workspace_of<backward_spans>(a); }
+
+// The same dx, the kernel frozen (a LoRA run's head): no gradient product.
+void cpu_linear_cross_entropy_grad_input(const KernelArgs& a) { head_grad(a, nullptr); }
+int64_t cpu_workspace_linear_cross_entropy_grad_input(const KernelArgs& a) { return workspace_of<backward_spans>(a); }
 
 }  // namespace loom

@@ -89,21 +89,22 @@ void ref_linear_cross_entropy(const KernelArgs& a) {
   refk::st_i32(a.out[1], 0, correct);
 }
 
-// (grad, x, w, labels, lse, dloss) -> dx; grad += dW. The oracle takes each row's lse in double
-// from its logits, not the saved float32 one, as cross_entropy_grad's reference does. dlogits =
-// round_c(dloss·(exp(logit − lse) − onehot)) (zero rows for ignored labels), dW[k, v] = round_c(Σ_r round_c(x[r,
-// k])·dlogits[r, v])
-// (= instead of += in minibatch 0 when the attrs say so), dx[r, k] = round_c(Σ_v dlogits[r, v]·
-// round_c(w[k, v])) stored in x's dtype.
-void ref_linear_cross_entropy_grad(const KernelArgs& a) {
+namespace {
+
+// (x, w, labels, lse, dloss from input x_at on) -> dx; *grad += dW unless grad is null (a frozen
+// kernel). The oracle takes each row's lse in double from its logits, not the saved float32 one, as
+// cross_entropy_grad's reference does. dlogits = round_c(dloss·(exp(logit − lse) − onehot)) (zero
+// rows for ignored labels), dW[k, v] = round_c(Σ_r round_c(x[r, k])·dlogits[r, v]) (= instead of +=
+// in minibatch 0 when the attrs say so), dx[r, k] = round_c(Σ_v dlogits[r, v]·round_c(w[k, v]))
+// stored in x's dtype.
+void head_grad(const KernelArgs& a, int x_at, const TensorArg* grad) {
   const auto& at = std::get<LinearCrossEntropyAttrs>(a.node.attrs);
   const bool assign = at.assign_in_first_minibatch && a.run.minibatch == a.run.first_minibatch;
-  const TensorArg& grad = a.in[0];
-  const TensorArg& x = a.in[1];
-  const TensorArg& w = a.in[2];
-  const TensorArg& labels = a.in[3];
+  const TensorArg& x = a.in[x_at];
+  const TensorArg& w = a.in[x_at + 1];
+  const TensorArg& labels = a.in[x_at + 2];
   const Head h(a, x, w);
-  const double dloss = ld(a.in[5], 0);
+  const double dloss = ld(a.in[x_at + 4], 0);
   std::vector<double> dl(static_cast<size_t>(h.R * h.V), 0.0), z;  // dlogits [R, V]
   for (int64_t r = 0; r < h.R; ++r) {
     const int32_t l = label_at(labels, r, h.V);
@@ -115,14 +116,15 @@ void ref_linear_cross_entropy_grad(const KernelArgs& a) {
       dl[static_cast<size_t>(r * h.V + v)] = rnd(h.c, dloss * (p - (v == l ? 1.0 : 0.0)));
     }
   }
-  for (int64_t k = 0; k < h.C; ++k)
-    for (int64_t v = 0; v < h.V; ++v) {
-      double acc = 0;
-      for (int64_t r = 0; r < h.R; ++r) acc += rnd(h.c, ld(x, r * h.C + k)) * dl[static_cast<size_t>(r * h.V + v)];
-      const int64_t i = h.wt ? v * h.C + k : k * h.V + v;
-      const double dw = rnd(h.c, acc);
-      st(grad, i, assign ? dw : ld(grad, i) + dw);
-    }
+  if (grad)
+    for (int64_t k = 0; k < h.C; ++k)
+      for (int64_t v = 0; v < h.V; ++v) {
+        double acc = 0;
+        for (int64_t r = 0; r < h.R; ++r) acc += rnd(h.c, ld(x, r * h.C + k)) * dl[static_cast<size_t>(r * h.V + v)];
+        const int64_t i = h.wt ? v * h.C + k : k * h.V + v;
+        const double dw = rnd(h.c, acc);
+        st(*grad, i, assign ? dw : ld(*grad, i) + dw);
+      }
   for (int64_t r = 0; r < h.R; ++r)
     for (int64_t k = 0; k < h.C; ++k) {
       double acc = 0;
@@ -130,5 +132,13 @@ void ref_linear_cross_entropy_grad(const KernelArgs& a) {
       st(a.out[0], r * h.C + k, rnd(h.c, acc));
     }
 }
+
+}  // namespace
+
+// (grad, x, w, labels, lse, dloss) -> dx; grad += dW.
+void ref_linear_cross_entropy_grad(const KernelArgs& a) { head_grad(a, 1, &a.in[0]); }
+
+// (x, w, labels, lse, dloss) -> dx, the kernel frozen.
+void ref_linear_cross_entropy_grad_input(const KernelArgs& a) { head_grad(a, 0, nullptr); }
 
 }  // namespace loom

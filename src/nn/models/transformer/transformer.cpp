@@ -452,8 +452,6 @@ void validate_transformer(const ModelConfig& c) {
   need(c.head_chunk <= 0 || c.tie_embeddings || !c.use_bias, "model.head_chunk",
        "the fused head has no bias, and this untied head has one (model.use_bias = true)",
        "set model.head_chunk = 0, or model.use_bias = false");
-  need(c.head_chunk <= 0 || !c.lora.enabled(), "model.head_chunk",
-       "the fused head trains its kernel, which a LoRA run freezes", "set model.head_chunk = 0 for a LoRA run");
   need(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
        "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
 }
