@@ -162,6 +162,8 @@ class Trainer {
   int64_t comm_buffer_bytes() const { return reducer_->buffer_bytes(); }
   // Bytes of the gradient shard (state+grads on more than one rank; else 0).
   int64_t grad_shard_bytes() const { return reducer_->shard_elems() * static_cast<int64_t>(sizeof(float)); }
+  // Bytes of the parameter shard (params on more than one rank; else 0): laid out as the gradient shard.
+  int64_t param_shard_bytes() const { return param_shard_ ? grad_shard_bytes() : 0; }
 
  private:
   Config cfg_;
