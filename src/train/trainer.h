@@ -26,8 +26,12 @@
 // every minibatch's gradients are reduce-scattered during its backward and this rank's chunks
 // added into a persistent gradient shard (1/N of the gradients), which the optimizer reads. The
 // sum over ranks then comes before the sum over minibatches: equal to `none` to float32 rounding,
-// not bit for bit. Metrics are gathered per minibatch and summed in global minibatch order, as one
-// process would; their counts are target tokens.
+// not bit for bit. optimizer.shard = params (ZeRO-3) also shards the parameters: every parameter
+// is a bucket of its own, this rank keeps its chunk of each (the optimizer updates it there), and
+// the plan holds each whole parameter in the arena over its forward uses and again over its
+// backward and recompute uses (rank_plan_options), all-gathered right before the first use of
+// each; it trains as state+grads does. Metrics are gathered per minibatch and summed in global
+// minibatch order, as one process would; their counts are target tokens.
 #pragma once
 #include <memory>
 #include <string>
