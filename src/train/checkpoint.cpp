@@ -639,19 +639,26 @@ void load_checkpoint_params(Executor& ex, const Checkpoint& c) {
 
 void restore_params(Trainer& t, const Checkpoint& c) {
   if (!t.params_sharded()) return load_checkpoint_params(t.executor(), c);
-  // This rank's chunk of each parameter, cut out of the tensors the checkpoint holds (LoRA and
-  // stacked layers are refused with sharded parameters: config.cpp).
+  // This rank's chunk of each parameter, cut out of the tensors the checkpoint holds, which are
+  // named by path: LoRA and stacked layers are refused with sharded parameters (config.cpp), and a
+  // checkpoint of stacked layers is the only one whose names are not the parameters' paths.
   const std::string file = (fs::path(c.path) / kModelFile).string();
   const Config stored = config_from_toml_text(c.state.config_toml, (fs::path(c.path) / kStateFile).string());
+  if (stored.model.scan_layers)
+    throw UserError(c.path, "holds stacked layers (model.scan_layers), which optimizer.shard = params cannot resume yet",
+                    "resume with optimizer.shard = state+grads, then save without model.scan_layers");
   std::map<std::string, const StTensor*> by_name;
   for (const StTensor& s : c.tensors) by_name[s.name] = &s;
   const Graph& g = t.model().graph;
-  const std::vector<StTensor> values = params_by_path(g, by_name, stored.model.scan_layers, file);
-  for (const StTensor& v : values) {
-    size_t i = 0;
-    while (g.value(g.params()[i].value).name != v.name) ++i;
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    const Value& v = g.value(g.params()[i].value);
+    const auto it = by_name.find(v.name);
+    if (it == by_name.end() || it->second->shape != v.shape || it->second->dtype != DType::f32)
+      throw UserError(file, "parameter '" + v.name + "' is missing, not float32 or has the wrong shape",
+                      "the checkpoint was written for another model");
     const dist::Range own = t.moment_range(i);
-    t.write_param_shard(i, own.begin, own.size(), reinterpret_cast<const float*>(v.bytes.data()) + own.begin);
+    t.write_param_shard(i, own.begin, own.size(),
+                        reinterpret_cast<const float*>(it->second->bytes.data()) + own.begin);
   }
 }
 

@@ -881,7 +881,8 @@ TEST(Dist, ShardedCheckpointsStreamWithinThePlanAndResumeAtAnyRankCount) {
   std::printf("%s", r.out.c_str());
   EXPECT_EQ(count(r.out, "checkpoint streamed within the plan"), 2u) << r.out;
   expect_same_files(one, two);
-  for (const auto& [np, shard] : {std::pair{0, "none"}, std::pair{2, "state"}, std::pair{3, "state+grads"}}) {
+  for (const auto& [np, shard] :
+       {std::pair{0, "none"}, std::pair{2, "state"}, std::pair{3, "state+grads"}, std::pair{2, "params"}}) {
     const fs::path again = scratch(fmt::format("stream_again_{}", np)) / "ckpt";
     r = worker(np, fmt::format("resave {} {} {}", shard, two.string(), again.string()));
     ASSERT_EQ(r.status, 0) << np << " ranks:\n" << r.out;
