@@ -29,7 +29,9 @@
   X(none, "none", "every rank keeps the whole optimizer state (DDP)")                                        \
   X(state, "state", "ZeRO-1: each rank keeps and updates its slice of the moments, parameters all-gathered") \
   X(state_grads, "state+grads",                                                                              \
-    "ZeRO-2: as state, and each rank keeps only its slice of the fp32 gradients (reduce-scattered per minibatch)")
+    "ZeRO-2: as state, and each rank keeps only its slice of the fp32 gradients (reduce-scattered per minibatch)") \
+  X(params, "params",                                                                                        \
+    "ZeRO-3: as state+grads, and each rank keeps only its slice of the parameters, all-gathered before each use")
 
 namespace loom {
 

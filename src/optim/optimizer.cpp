@@ -48,7 +48,7 @@ Optimizer::Optimizer(const OptimizerConfig& c, DType compute_dtype, Backend& be,
     const Value& v = g.value(p.value);
     LOOM_ASSERT(s.begin >= 0 && s.n > 0 && s.begin + s.n <= v.shape.numel(), "a slice outside its parameter");
     OptimTensor t;
-    t.param = static_cast<float*>(ex.ptr(p.value)) + s.begin;
+    t.param = s.values ? s.values : static_cast<float*>(ex.ptr(p.value)) + s.begin;
     t.grad = s.grad ? s.grad : static_cast<float*>(ex.ptr(p.grad)) + s.begin;
     t.n = s.n;
     t.weight_decay = c.name == OptimizerName::adamw && weight_decay_applies(c.weight_decay_mask, p.init.role, v.shape)

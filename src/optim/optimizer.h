@@ -48,11 +48,14 @@ struct LossScaler {
 // the model whose optimizer state this process holds and updates. One whole slice per parameter
 // in a single process; under sharded optimizer state (train/trainer.h) each rank's own parts.
 // Its gradient is elements [begin, begin + n) of the parameter's gradient buffer, or with `grad`
-// set n elements there (a rank's gradient shard under optimizer.shard = state+grads).
+// set n elements there (a rank's gradient shard under optimizer.shard = state+grads); likewise its
+// values are in the parameter's buffer, or with `values` set n elements there (a rank's parameter
+// shard under optimizer.shard = params).
 struct OptimSlice {
   size_t param = 0;
   int64_t begin = 0, n = 0;
   float* grad = nullptr;
+  float* values = nullptr;
 };
 
 struct OptimizerReport {

@@ -24,18 +24,19 @@ MemoryPlan plan_training(const Config& c, const TrainProgram& prog, PlanOptions 
 MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ranks) {
   MemoryReport r;
   r.ranks = ranks;
-  r.grad_shard = c.optimizer.shard == OptimizerShard::state_grads;
+  r.grad_shard = c.optimizer.shard == OptimizerShard::state_grads || c.optimizer.shard == OptimizerShard::params;
+  r.param_shard = c.optimizer.shard == OptimizerShard::params;
   const auto t0 = std::chrono::steady_clock::now();
   TrainProgram prog = build_train_program(c, ranks);
   const Graph& g = prog.model.graph;
   const MemoryPlan p = plan_training(c, prog, rank_plan_options(c, prog, ranks, opts));
   r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
-  r.params_bytes = p.param_bytes;
+  const RankMemory rank = rank_memory(c, prog, ranks);
+  r.params_bytes = p.param_bytes + rank.param_shard_elems * static_cast<int64_t>(sizeof(float));
   r.base_storage = choice_name(c.model.lora.base_dtype);
   for (const Param& q : g.params())
     if (!q.trainable()) r.frozen_params_bytes += g.value(q.value).bytes();
-  const RankMemory rank = rank_memory(c, prog, ranks);
   r.grads_bytes = p.grad_bytes + rank.grad_shard_elems * static_cast<int64_t>(sizeof(float));
   r.num_params = 0;  // elements: a LoRA base may be stored in fewer bytes than float32 (lora.base_dtype)
   for (const Param& q : g.params()) r.num_params += g.value(q.value).shape.numel();
@@ -82,10 +83,11 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
       continue;
     }
     const Value& v = g.value(b.value);
-    const Node* prod = v.producer >= 0 ? &g.node(v.producer) : nullptr;  // none: a gradient planned in the arena
+    // None: a gradient or a gathered parameter planned in the arena.
+    const Node* prod = v.producer >= 0 ? &g.node(v.producer) : nullptr;
     r.largest_at_peak.push_back(BufferRow{.workspace = false,
                                           .scope = prod ? prod->scope : v.name,
-                                          .op = prod ? op_name(prod->op) : "gradient",
+                                          .op = prod ? op_name(prod->op) : b.gathered ? "gathered parameter" : "gradient",
                                           .shape = v.shape,
                                           .dtype = v.dtype,
                                           .bytes = b.bytes,
@@ -122,6 +124,15 @@ std::string format_shard_modes(const Config& c, int ranks, PlanOptions opts) {
   for (size_t i = 0; i < choices_of(OptimizerShard{}).size(); ++i) {
     Config m = c;
     m.optimizer.shard = static_cast<OptimizerShard>(i);
+    if (m.optimizer.shard == OptimizerShard::params) {  // a run that shards parameters does not evaluate (yet)
+      m.train.eval_interval = 0;
+      try {
+        validate_config(m);
+      } catch (const UserError& e) {
+        o += fmt::format("  {:<12} not with this configuration: {}\n", choice_name(m.optimizer.shard), e.what());
+        continue;
+      }
+    }
     const MemoryReport r = memory_report(m, 0, opts, ranks);
     o += fmt::format("  {:<12} {:>11} {:>13} {:>11} {:>11} {:>11} {:>11} {:>11}\n", choice_name(m.optimizer.shard),
                      format_bytes(r.total_bytes), format_bytes(r.total_bytes * ranks), format_bytes(r.params_bytes),
@@ -147,7 +158,10 @@ std::string format_memory_report(const MemoryReport& r) {
           : fmt::format("{} frozen base (LoRA; blocks' dense kernels {}), {} trainable adapters (float32 masters)",
                         format_bytes(r.frozen_params_bytes), r.base_storage,
                         format_bytes(r.params_bytes - r.frozen_params_bytes));
-  line("params", r.params_bytes, frozen.c_str());
+  line("params", r.params_bytes,
+       r.ranks > 1 && r.param_shard
+           ? "float32, this rank's shard (each parameter is gathered into the arena for its uses)"
+           : frozen.c_str());
   line("grads", r.grads_bytes,
        r.ranks > 1 && r.grad_shard ? "float32, this rank's shard (the whole gradients are working memory, in the arena)"
                                    : "float32, accumulated in place over minibatches");

@@ -10,7 +10,9 @@
 // examples, the gradient buckets' communication buffers, and with optimizer.shard = state the moments
 // of the largest share (train/trainer.h, rank_memory); with state+grads also the gradients: the
 // largest share's shard as `grads`, the whole gradients planned in the arena with their buckets'
-// lifetimes (rank_plan_options).
+// lifetimes (rank_plan_options); with params also the parameters: the largest share's shard as
+// `params`, each parameter gathered into the arena for its forward uses and again for its
+// backward and recompute uses (counted in `activations`).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -44,7 +46,8 @@ struct MemoryReport {
           workspace_bytes = 0, communication_bytes = 0, evaluation_bytes = 0, checkpoint_bytes = 0, total_bytes = 0,
           lower_bound_bytes = 0;
   int ranks = 1;
-  bool grad_shard = false;  // optimizer.shard = state+grads: `grads` is one rank's shard
+  bool grad_shard = false;   // optimizer.shard = state+grads or params: `grads` is one rank's shard
+  bool param_shard = false;  // optimizer.shard = params: `params` is one rank's shard
   int32_t peak_step = 0, num_steps = 0;
   std::string peak_op, peak_scope, peak_phase;
   // The largest workspace of any node (not necessarily live at the peak), and the thread count the

@@ -154,7 +154,8 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
   info.pid = comm.rank() + 1;
   info.origin_us = origin_us;
   info.title = title;
-  info.persistent_bytes = plan.param_bytes + plan.grad_bytes + t.grad_shard_bytes() + plan.input_bytes + opt_bytes;
+  info.persistent_bytes =
+      plan.param_bytes + t.param_shard_bytes() + plan.grad_bytes + t.grad_shard_bytes() + plan.input_bytes + opt_bytes;
   const std::string trace = chrome_trace(g, plan, rec, info);
   write_file(out.trace_path, trace);
   if (comm.size() > 1) {
@@ -184,7 +185,7 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
       {"from_loadavg", load.from_loadavg}};
   j["memory"] = {{"arena_bytes", plan.arena_bytes},
                  {"live_bytes_peak", plan.lower_bound_bytes},
-                 {"param_bytes", plan.param_bytes},
+                 {"param_bytes", plan.param_bytes + t.param_shard_bytes()},
                  {"grad_bytes", plan.grad_bytes + t.grad_shard_bytes()},
                  {"optimizer_bytes", opt_bytes},
                  {"input_bytes", plan.input_bytes},

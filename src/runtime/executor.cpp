@@ -75,7 +75,7 @@ Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::uniqu
   // have a larger id than its alias: remat clones are created after the backward that reads them).
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v) {
     const Value& val = g.value(v);
-    if (p.value_root[v] != v) continue;
+    if (p.value_root[v] != v || p.gathered[static_cast<size_t>(v)]) continue;
     if (val.kind == ValueKind::activation || p.value_offset[v] >= 0) {  // in the arena (planned gradients too)
       if (p.value_offset[v] >= 0) e->ptrs_[v] = static_cast<char*>(e->arena_) + p.value_offset[v];
       continue;
@@ -95,11 +95,22 @@ Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::uniqu
   }
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
     if (p.value_root[v] != v) e->ptrs_[v] = e->ptrs_[p.value_root[v]];
+  // A gathered parameter's storage at step s: its buffer whose live range holds s.
+  std::vector<std::vector<const BufferInfo*>> gathered(nv);
+  for (const BufferInfo& b : p.buffers)
+    if (b.gathered) gathered[static_cast<size_t>(b.value)].push_back(&b);
+  auto arg_at = [&](ValueId v, size_t s) {
+    TensorArg a = e->arg(v);
+    for (const BufferInfo* b : gathered[static_cast<size_t>(p.value_root[v])])
+      if (b->first <= static_cast<int32_t>(s) && static_cast<int32_t>(s) <= b->last) a.data = e->buffer_ptr(*b);
+    LOOM_ASSERT(a.data || !p.gathered[static_cast<size_t>(v)], "a gathered parameter used outside its buffers");
+    return a;
+  };
   for (size_t s = 0; s < p.schedule.size(); ++s) {
     const Node& n = g.node(p.schedule[s]);
     std::vector<TensorArg> in, o;
-    for (ValueId v : n.in) in.push_back(e->arg(v));
-    for (ValueId v : n.out) o.push_back(e->arg(v));
+    for (ValueId v : n.in) in.push_back(arg_at(v, s));
+    for (ValueId v : n.out) o.push_back(arg_at(v, s));
     e->ins_.push_back(std::move(in));
     e->outs_.push_back(std::move(o));
     const int64_t off = s < p.workspace_offset.size() ? p.workspace_offset[s] : -1;

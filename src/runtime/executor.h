@@ -50,8 +50,11 @@ class Executor {
   void set_recorder(OpRecorder* r) { recorder_ = r; }
   OpRecorder* recorder() const { return recorder_; }
 
-  // Device pointer of any value (arena or persistent).
+  // Device pointer of any value (arena or persistent); nullptr for a gathered parameter
+  // (PlanOptions::gather_params), which has storage only in its buffers' live ranges.
   void* ptr(ValueId v) const { return ptrs_[v]; }
+  // Where buffer b of the plan lies in the arena (a gathered parameter's, which the caller fills).
+  void* buffer_ptr(const BufferInfo& b) const { return static_cast<char*>(arena_) + b.offset; }
   TensorArg arg(ValueId v) const;
 
   // Host <-> device helpers for persistent values and outputs.

@@ -124,7 +124,9 @@ void check_finite(std::vector<StSource>& sources, dist::Comm& comm) {
 constexpr const char* kMomentPrefix[2] = {"opt/mu/", "opt/nu/"};
 
 // What rank 0 asks the others for while it writes sharded moments: elements [begin, begin + n)
-// of moment `which` of parameter `param`; which = -1: the save is over.
+// of moment `which` of parameter `param` (kParamValues: of its values, when the parameters are
+// sharded too); which = -1: the save is over.
+constexpr int kParamValues = 2;
 struct Piece {
   int64_t which = -1, param = 0, begin = 0, n = 0;
 };
@@ -184,10 +186,12 @@ class MomentStream {
     LOOM_ASSERT(covered == p.n * static_cast<int64_t>(sizeof(float)), "the ranks' moment slices do not tile a piece");
     const auto me = static_cast<size_t>(comm_.rank());
     float* part = me == 0 ? dst + displs[0] / static_cast<int64_t>(sizeof(float)) : staging_.data();
-    if (counts[me] > 0)
-      t_.read_moment(static_cast<int>(p.which), static_cast<size_t>(p.param),
-                     p.begin + displs[me] / static_cast<int64_t>(sizeof(float)),
-                     counts[me] / static_cast<int64_t>(sizeof(float)), part);
+    const int64_t begin = p.begin + displs[me] / static_cast<int64_t>(sizeof(float));
+    const int64_t n = counts[me] / static_cast<int64_t>(sizeof(float));
+    if (n > 0 && p.which == kParamValues)
+      t_.read_param_shard(static_cast<size_t>(p.param), begin, n, part);
+    else if (n > 0)
+      t_.read_moment(static_cast<int>(p.which), static_cast<size_t>(p.param), begin, n, part);
     comm_.gather_bytes(part, dst, counts, displs, 0);
   }
   const Trainer& t_;
@@ -218,6 +222,23 @@ std::vector<StSource> moment_sources(const Trainer& t, MomentStream* stream) {
       };
       out.push_back(std::move(s));
     }
+  }
+  return out;
+}
+
+// The parameters as param_sources names them; sharded (optimizer.shard = params, never stacked:
+// config.cpp refuses model.scan_layers), read piece by piece from every rank through `stream`.
+std::vector<StSource> saved_param_sources(const Trainer& t, MomentStream* stream, nn::ParamSubset subset) {
+  std::vector<StSource> out = param_sources(t.executor(), t.config().model.scan_layers, {}, subset);
+  if (!t.params_sharded()) return out;
+  const Graph& g = t.model().graph;
+  for (StSource& s : out) {
+    size_t i = 0;
+    while (g.value(g.params()[i].value).name != s.name) ++i;  // a parameter: param_sources names them
+    s.read = [stream, i](void* dst, size_t off, size_t n) {
+      stream->fetch(kParamValues, i, static_cast<int64_t>(off / sizeof(float)), static_cast<int64_t>(n / sizeof(float)),
+                    static_cast<float*>(dst));
+    };
   }
   return out;
 }
@@ -382,8 +403,8 @@ SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const st
   try {
     // A LoRA run saves its adapters; the base is model.init_from's, named and hashed in state.json.
     const std::string base = base_hash(t.executor());
-    std::vector<StSource> params = param_sources(t.executor(), t.config().model.scan_layers, {},
-                                                 base.empty() ? nn::ParamSubset::all : nn::ParamSubset::trainable);
+    std::vector<StSource> params =
+        saved_param_sources(t, stream, base.empty() ? nn::ParamSubset::all : nn::ParamSubset::trainable);
     std::vector<StSource> moments = moment_sources(t, stream);
     check_finite(params, t.comm());
     check_finite(moments, t.comm());
@@ -616,7 +637,30 @@ void load_checkpoint_params(Executor& ex, const Checkpoint& c) {
   import_params(ex, by_name, stored.model.scan_layers, file, {}, nn::ParamSubset::trainable);
 }
 
-void restore_params(Trainer& t, const Checkpoint& c) { load_checkpoint_params(t.executor(), c); }
+void restore_params(Trainer& t, const Checkpoint& c) {
+  if (!t.params_sharded()) return load_checkpoint_params(t.executor(), c);
+  // This rank's chunk of each parameter, cut out of the tensors the checkpoint holds, which are
+  // named by path: LoRA and stacked layers are refused with sharded parameters (config.cpp), and a
+  // checkpoint of stacked layers is the only one whose names are not the parameters' paths.
+  const std::string file = (fs::path(c.path) / kModelFile).string();
+  const Config stored = config_from_toml_text(c.state.config_toml, (fs::path(c.path) / kStateFile).string());
+  if (stored.model.scan_layers)
+    throw UserError(c.path, "holds stacked layers (model.scan_layers), which optimizer.shard = params cannot resume yet",
+                    "resume with optimizer.shard = state+grads, then save without model.scan_layers");
+  std::map<std::string, const StTensor*> by_name;
+  for (const StTensor& s : c.tensors) by_name[s.name] = &s;
+  const Graph& g = t.model().graph;
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    const Value& v = g.value(g.params()[i].value);
+    const auto it = by_name.find(v.name);
+    if (it == by_name.end() || it->second->shape != v.shape || it->second->dtype != DType::f32)
+      throw UserError(file, "parameter '" + v.name + "' is missing, not float32 or has the wrong shape",
+                      "the checkpoint was written for another model");
+    const dist::Range own = t.moment_range(i);
+    t.write_param_shard(i, own.begin, own.size(),
+                        reinterpret_cast<const float*>(it->second->bytes.data()) + own.begin);
+  }
+}
 
 void restore_checkpoint(Trainer& t, const Checkpoint& c) {
   // The stored text is read and printed again, so that spellings meaning the same value compare

@@ -322,6 +322,17 @@ void validate_config(const Config& c) {
     s.value = c.optimizer.learning_rate;
     validate_schedule(s, "optimizer.");
   });
+  // What ZeRO-3 does not shard yet (train/trainer.h): a frozen base and stacked layers keep whole parameters.
+  need(c.optimizer.shard != OptimizerShard::params || !c.model.lora.enabled(), "optimizer.shard",
+       "params (ZeRO-3) does not support LoRA yet", "use optimizer.shard = state+grads with lora.rank > 0");
+  need(c.optimizer.shard != OptimizerShard::params || c.model.init_from.empty(), "optimizer.shard",
+       "params (ZeRO-3) does not load model.init_from yet",
+       "fine-tune with optimizer.shard = state+grads, or start from the seed");
+  need(c.optimizer.shard != OptimizerShard::params || !c.model.scan_layers, "optimizer.shard",
+       "params (ZeRO-3) does not support model.scan_layers yet", "set model.scan_layers = false");
+  need(c.optimizer.shard != OptimizerShard::params || c.train.eval_interval == 0 || c.data.kind != DataKind::tokens,
+       "optimizer.shard", "params (ZeRO-3) does not evaluate during training yet",
+       "set train.eval_interval = 0 (evaluate the checkpoint with `loom eval`), or optimizer.shard = state+grads");
   need(c.optimizer.learning_rate >= 0, "optimizer.learning_rate", "must be >= 0", "e.g. 1e-3");
   need(c.optimizer.b1 >= 0 && c.optimizer.b1 < 1, "optimizer.b1", "must be in [0, 1)", "Adam's default is 0.9");
   need(c.optimizer.b2 >= 0 && c.optimizer.b2 < 1, "optimizer.b2", "must be in [0, 1)", "Adam's default is 0.999");

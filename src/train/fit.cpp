@@ -143,8 +143,7 @@ FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_miniba
   const RankMemory rank = rank_memory(c, p, ranks_);
   f.arena_bytes = mp.arena_bytes;
   f.fixed_bytes = mp.param_bytes + mp.grad_bytes + mp.input_bytes +
-                  (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *
-                      static_cast<int64_t>(sizeof(float)) +
+                  rank.shard_bytes(optimizer_moments(c.optimizer)) +
                   rank.comm_buffer_bytes + rank.checkpoint_stream_bytes +
                   (Evaluator::during_training(c) ? Evaluator::planned_bytes(c, ranks_, mp.arena_bytes) : 0);
   f.total_bytes = f.fixed_bytes + f.arena_bytes;

@@ -12,6 +12,7 @@
 #include "graph/passes/autodiff.h"
 #include "graph/passes/remat.h"
 #include "io/param_io.h"
+#include "nn/init.h"
 #include "nn/models.h"
 #include "train/checkpoint.h"
 #include "train/evaluator.h"
@@ -20,8 +21,17 @@
 namespace loom {
 
 namespace {
-// Elements of a gradient bucket (train.bucket_kib).
-int64_t bucket_elems(const Config& c) { return c.train.bucket_kib * 1024 / static_cast<int64_t>(sizeof(float)); }
+// Elements of a gradient bucket (train.bucket_kib). Under optimizer.shard = params every parameter
+// is a bucket of its own, so that a rank's chunk of a bucket is its chunk of one parameter: the
+// shard a use's all-gather reads.
+int64_t bucket_elems(const Config& c) {
+  if (c.optimizer.shard == OptimizerShard::params) return 1;
+  return c.train.bucket_kib * 1024 / static_cast<int64_t>(sizeof(float));
+}
+// Whether the gradients are sharded (state+grads, and params, which shards them as it does).
+bool shards_grads(const Config& c) {
+  return c.optimizer.shard == OptimizerShard::state_grads || c.optimizer.shard == OptimizerShard::params;
+}
 
 // The gradients in the order of their last write (gradient_order) and the buckets every rank
 // cuts them into (what the Trainer's dist::BucketReducer plans from the same sizes).
@@ -96,12 +106,14 @@ RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks) {
   m.comm_buffer_bytes = dist::BucketReducer::buffer_bytes(gb.buckets, ranks);
   if (c.optimizer.shard != OptimizerShard::none)
     m.optimizer_elems = dist::BucketReducer::shard_elems(gb.buckets, ranks);  // the largest share
-  if (c.optimizer.shard == OptimizerShard::state_grads) m.grad_shard_elems = m.optimizer_elems;
+  if (shards_grads(c)) m.grad_shard_elems = m.optimizer_elems;
+  if (c.optimizer.shard == OptimizerShard::params) m.param_shard_elems = m.optimizer_elems;
   return m;
 }
 
 PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks, PlanOptions base) {
-  if (ranks == 1 || c.optimizer.shard != OptimizerShard::state_grads) return base;
+  if (ranks == 1 || !shards_grads(c)) return base;
+  base.gather_params = c.optimizer.shard == OptimizerShard::params;
   const Graph& g = p.model.graph;
   const GradientBuckets gb = gradient_buckets(c, p);
   const auto last_step = static_cast<int32_t>(p.schedule.size()) - 1;
@@ -133,8 +145,7 @@ void refuse_unless_it_fits(const Config& c, Backend& be, const TrainProgram& pro
     const RankMemory rank = rank_memory(c, prog, comm.size());
     const int64_t evaluation = evaluates ? Evaluator::planned_bytes(c, comm.size(), plan.arena_bytes) : 0;
     const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
-                           (optimizer_moments(c.optimizer) * rank.optimizer_elems + rank.grad_shard_elems) *
-                               static_cast<int64_t>(sizeof(float)) +
+                           rank.shard_bytes(optimizer_moments(c.optimizer)) +
                            rank.comm_buffer_bytes + rank.checkpoint_stream_bytes + evaluation;
     const int on_host = comm.ranks_on_this_host();
     if (needed * on_host > available) {
@@ -214,8 +225,12 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
   refuse_unless_it_fits(c, be, prog_, plan, comm_, evaluates);
   if (Status s = Executor::create(be, g, std::move(plan), &exec_); !s) throw std::runtime_error(s.message());
   for (const auto& [v, bytes] : prog_.model.constants) exec_->upload(v, bytes.data());
+  sharded_ = c.optimizer.shard != OptimizerShard::none && comm_.size() > 1;
+  const bool shard_params = sharded_ && c.optimizer.shard == OptimizerShard::params;
   // In bounded slices, a LoRA base stored as lora.base_dtype says: no host copy of a whole tensor.
-  for (const Param& p : g.params()) init_param_in(*exec_, p, c.seed);
+  // Sharded parameters are drawn below, into the shard.
+  if (!shard_params)
+    for (const Param& p : g.params()) init_param_in(*exec_, p, c.seed);
   const std::vector<std::pair<size_t, size_t>> written = gradient_order(prog_);
   for (const auto& [param, at] : written) order_.push_back(param);
   std::vector<dist::FloatSpan> grads;
@@ -225,14 +240,17 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
     grads.push_back({static_cast<float*>(exec_->ptr(p.grad)), n});
     params_.push_back({static_cast<float*>(exec_->ptr(p.value)), n});
   }
-  sharded_ = c.optimizer.shard != OptimizerShard::none && comm_.size() > 1;
-  if (sharded_ && c.optimizer.shard == OptimizerShard::state_grads) {
+  if (sharded_ && shards_grads(c)) {
     // This rank's chunk of every bucket, end to end (BucketReducer's shard).
     const GradientBuckets gb = gradient_buckets(c, prog_);
     int64_t elems = 0;
     for (const dist::Bucket& b : gb.buckets) elems += dist::chunk(b.elems, comm_.size(), comm_.rank()).size();
     grad_shard_ = static_cast<float*>(be.allocate(static_cast<size_t>(elems) * sizeof(float)));
     if (!grad_shard_) throw std::runtime_error("could not allocate the gradient shard");
+    if (shard_params) {  // the parameters' chunks, laid out as the gradients'
+      param_shard_ = static_cast<float*>(be.allocate(static_cast<size_t>(elems) * sizeof(float)));
+      if (!param_shard_) throw std::runtime_error("could not allocate the parameter shard");
+    }
     // A gradient the first writer does not assign is zeroed right before its buffer's first step.
     zero_at_.resize(prog_.schedule.size());
     for (ValueId v : prog_.zero_grads)
@@ -245,6 +263,33 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
   reducer_->set_on_complete([this](size_t b) {
     if (recorder_) recorder_->end_span(bucket_span_[b]);
   });
+  if (shard_params) {
+    // Parameter i is bucket shard_bucket_[i]; this rank draws its chunk alone (nn/init.h).
+    shard_bucket_.assign(g.params().size(), 0);
+    for (size_t b = 0; b < reducer_->num_buckets(); ++b) {
+      LOOM_ASSERT(reducer_->last(b) - reducer_->first(b) == 1, "one parameter per bucket under optimizer.shard = params");
+      shard_bucket_[order_[reducer_->first(b)]] = b;
+    }
+    std::vector<float> values;
+    for (size_t i = 0; i < g.params().size(); ++i) {
+      const dist::Range own = shard_range(i);
+      values.resize(static_cast<size_t>(own.size()));
+      ParamDraw(g, g.params()[i], c.seed).fill(own.begin, own.size(), values.data());
+      write_param_shard(i, own.begin, own.size(), values.data());
+    }
+    // Before each step that begins one of a parameter's live ranges in the plan, its chunks from every rank.
+    gather_at_.resize(prog_.schedule.size());
+    std::vector<size_t> param_of(g.values().size());
+    for (size_t i = 0; i < g.params().size(); ++i) param_of[static_cast<size_t>(g.params()[i].value)] = i;
+    for (const BufferInfo& b : exec_->plan().buffers)
+      if (b.gathered) {
+        const size_t i = param_of[static_cast<size_t>(b.value)];
+        gather_at_[static_cast<size_t>(b.first)].push_back(
+            Gather{.mine = param_shard_ + reducer_->shard_offset(shard_bucket_[i]),
+                   .n = g.value(b.value).shape.numel(),
+                   .out = static_cast<float*>(exec_->buffer_ptr(b))});
+      }
+  }
   if (!sharded_) {
     opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_);
     return;
@@ -260,7 +305,8 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
         slices.push_back({.param = order_[k],
                           .begin = lo - at,
                           .n = hi - lo,
-                          .grad = grad_shard_ ? grad_shard_ + reducer_->shard_offset(b) + (lo - own.begin) : nullptr});
+                          .grad = grad_shard_ ? grad_shard_ + reducer_->shard_offset(b) + (lo - own.begin) : nullptr,
+                          .values = param_shard_ ? param_shard_ + reducer_->shard_offset(b) + (lo - own.begin) : nullptr});
     }
   }
   // Σ over ranks of their parts of the squared norm, in rank order (the same on every rank).
@@ -276,6 +322,7 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
 
 Trainer::~Trainer() {
   if (grad_shard_) be_.deallocate(grad_shard_);
+  if (param_shard_) be_.deallocate(param_shard_);
 }
 
 StepReport Trainer::step(const Batch& batch) {
@@ -346,7 +393,8 @@ StepReport Trainer::step(const Batch& batch) {
     // whether to stop (train.on_nonfinite) with the last good state intact. Every rank sees the
     // same summed loss, so all of them skip or none.
     r.opt = opt_->step(std::isfinite(r.metrics.loss.sum));
-    if (sharded_ && !r.opt.skipped) reducer_->all_gather(params_);  // every rank's updated chunks to every rank
+    // Every rank's updated chunks to every rank (sharded parameters are gathered when used).
+    if (sharded_ && !param_shard_ && !r.opt.skipped) reducer_->all_gather(params_);
   }
   ++step_;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -368,6 +416,8 @@ void Trainer::run_with_buckets(const RunCtx& rc) {
       reducer_->start(b);
     }
     if (s == nodes) break;
+    if (s < gather_at_.size())
+      for (const Gather& x : gather_at_[s]) comm_.all_gather(x.mine, x.n, x.out);
     exec_->run_steps(rc, s, s + 1);
     reducer_->progress();
   }
@@ -423,10 +473,43 @@ void Trainer::set_recorder(OpRecorder* r) {
   exec_->set_recorder(r);
 }
 
+dist::Range Trainer::shard_range(size_t param) const {
+  const size_t b = shard_bucket_[param];
+  return reducer_->own(b);  // a bucket is one parameter: its chunk is the parameter's
+}
+
+size_t Trainer::param_index(const std::string& path) const {
+  const Graph& g = prog_.model.graph;
+  const ValueId v = g.input_by_name(path);
+  if (v == kNoValue || !g.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
+  for (size_t i = 0; i < g.params().size(); ++i)
+    if (g.params()[i].value == v) return i;
+  throw std::logic_error("a parameter value outside Graph::params()");
+}
+
+void Trainer::read_param_shard(size_t param, int64_t begin, int64_t n, float* out) const {
+  const dist::Range own = shard_range(param);
+  LOOM_ASSERT(begin >= own.begin && begin + n <= own.end, "a parameter range this rank does not hold");
+  be_.copy_to_host(out, param_shard_ + reducer_->shard_offset(shard_bucket_[param]) + (begin - own.begin),
+                   static_cast<size_t>(n) * sizeof(float));
+}
+
+void Trainer::write_param_shard(size_t param, int64_t begin, int64_t n, const float* values) {
+  const dist::Range own = shard_range(param);
+  LOOM_ASSERT(begin >= own.begin && begin + n <= own.end, "a parameter range this rank does not hold");
+  be_.copy_to_device(param_shard_ + reducer_->shard_offset(shard_bucket_[param]) + (begin - own.begin), values,
+                     static_cast<size_t>(n) * sizeof(float));
+}
+
 std::vector<float> Trainer::param(const std::string& path) const {
-  const ValueId v = prog_.model.graph.input_by_name(path);
-  if (v == kNoValue || !prog_.model.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
-  return download_param(*exec_, v);
+  const size_t i = param_index(path);
+  const ValueId v = prog_.model.graph.params()[i].value;
+  if (!param_shard_) return download_param(*exec_, v);
+  std::vector<float> out(static_cast<size_t>(prog_.model.graph.value(v).shape.numel()));
+  const dist::Range own = shard_range(i);
+  read_param_shard(i, own.begin, own.size(), out.data() + own.begin);
+  comm_.all_gather(out.data() + own.begin, static_cast<int64_t>(out.size()), out.data());
+  return out;
 }
 
 std::vector<float> Trainer::grad(const std::string& path) const {
@@ -453,7 +536,10 @@ void Trainer::set_param(const std::string& path, const std::vector<float>& value
   if (v == kNoValue || !prog_.model.graph.param_of(v)) throw std::invalid_argument("no parameter '" + path + "'");
   if (static_cast<int64_t>(values.size()) != prog_.model.graph.value(v).shape.numel())
     throw std::invalid_argument("wrong element count for parameter '" + path + "'");
-  upload_param(*exec_, v, values.data());
+  if (!param_shard_) return upload_param(*exec_, v, values.data());
+  const size_t i = param_index(path);
+  const dist::Range own = shard_range(i);
+  write_param_shard(i, own.begin, own.size(), values.data() + own.begin);
 }
 
 }  // namespace loom

@@ -26,8 +26,12 @@
 // every minibatch's gradients are reduce-scattered during its backward and this rank's chunks
 // added into a persistent gradient shard (1/N of the gradients), which the optimizer reads. The
 // sum over ranks then comes before the sum over minibatches: equal to `none` to float32 rounding,
-// not bit for bit. Metrics are gathered per minibatch and summed in global minibatch order, as one
-// process would; their counts are target tokens.
+// not bit for bit. optimizer.shard = params (ZeRO-3) also shards the parameters: every parameter
+// is a bucket of its own, this rank keeps its chunk of each (the optimizer updates it there), and
+// the plan holds each whole parameter in the arena over its forward uses and again over its
+// backward and recompute uses (rank_plan_options), all-gathered right before the first use of
+// each; it trains as state+grads does. Metrics are gathered per minibatch and summed in global
+// minibatch order, as one process would; their counts are target tokens.
 #pragma once
 #include <memory>
 #include <string>
@@ -70,11 +74,17 @@ std::vector<std::pair<size_t, size_t>> gradient_order(const TrainProgram& p);
 // program alone (`loom memory --ranks`); a Trainer allocates exactly this.
 struct RankMemory {
   int64_t optimizer_elems = 0;    // parameter elements whose moments the largest share holds
-  int64_t grad_shard_elems = 0;   // state+grads: gradient elements the largest share keeps
+  int64_t grad_shard_elems = 0;   // state+grads and params: gradient elements the largest share keeps
+  int64_t param_shard_elems = 0;  // params: parameter elements the largest share keeps
   int64_t comm_buffer_bytes = 0;  // the gradient buckets' staging and receive buffers
   // The buffer a checkpoint's save or resume streams through (train/checkpoint.h), held between
   // steps beside everything else: every rank's, whatever the rank count.
   int64_t checkpoint_stream_bytes = 0;
+  // The shards' bytes beside the plan's persistent buffers: moments (`moments` per element), and
+  // the gradient and parameter shards.
+  int64_t shard_bytes(int64_t moments) const {
+    return (moments * optimizer_elems + grad_shard_elems + param_shard_elems) * static_cast<int64_t>(sizeof(float));
+  }
 };
 RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks);
 
@@ -82,6 +92,9 @@ RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks);
 // in the arena (PlanOptions::grad_release) until its bucket's sum over ranks has completed: a
 // bucket started after schedule step s - 1 completes at the latest when the bucket
 // Comm::kMaxPending later starts (the trainer waits for it there) or at the end of the schedule.
+// Under optimizer.shard = params also every parameter (PlanOptions::gather_params): one buffer for
+// its forward uses and one for its backward and recompute uses, which the trainer all-gathers from
+// the ranks' shards right before the first use of each.
 PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks, PlanOptions base = {});
 
 struct StepReport {
@@ -120,7 +133,8 @@ class Trainer {
                         int64_t scaler_skipped, int64_t scaler_consecutive = 0);
   // Host copies of a parameter (by path) and of its gradient from the last step (with sharded
   // optimizer state only this rank's chunks of the gradient hold the sum over ranks; with
-  // state+grads the rest is zero: only the shard is kept).
+  // state+grads the rest is zero: only the shard is kept). With sharded parameters param() is
+  // collective (every rank calls it: an all-gather) and set_param() keeps this rank's chunk.
   std::vector<float> param(const std::string& path) const;
   std::vector<float> grad(const std::string& path) const;
   void set_param(const std::string& path, const std::vector<float>& values);
@@ -144,9 +158,16 @@ class Trainer {
   void read_moment(int which, size_t param, int64_t begin, int64_t n, float* out) const;
   void write_moment(int which, size_t param, int64_t begin, int64_t n, const float* values);
   bool sharded() const { return sharded_; }
+  // optimizer.shard = params on more than one rank: this rank holds only moment_range(param) of
+  // each parameter's values, read and written here (elements [begin, begin + n) within it).
+  bool params_sharded() const { return param_shard_ != nullptr; }
+  void read_param_shard(size_t param, int64_t begin, int64_t n, float* out) const;
+  void write_param_shard(size_t param, int64_t begin, int64_t n, const float* values);
   int64_t comm_buffer_bytes() const { return reducer_->buffer_bytes(); }
   // Bytes of the gradient shard (state+grads on more than one rank; else 0).
   int64_t grad_shard_bytes() const { return reducer_->shard_elems() * static_cast<int64_t>(sizeof(float)); }
+  // Bytes of the parameter shard (params on more than one rank; else 0): laid out as the gradient shard.
+  int64_t param_shard_bytes() const { return param_shard_ ? grad_shard_bytes() : 0; }
 
  private:
   Config cfg_;
@@ -164,6 +185,18 @@ class Trainer {
   bool sharded_ = false;                       // optimizer.shard = state or state+grads on more than one rank
   float* grad_shard_ = nullptr;                // state+grads: this rank's chunks of the summed gradients
   std::vector<std::vector<ValueId>> zero_at_;  // state+grads: gradients zeroed before each schedule step
+  // params: this rank's chunk of every parameter (laid out as grad_shard_), the bucket of each
+  // parameter (one each), and the all-gathers before each schedule step into the plan's buffers.
+  float* param_shard_ = nullptr;
+  std::vector<size_t> shard_bucket_;
+  struct Gather {
+    const float* mine;
+    int64_t n;
+    float* out;
+  };
+  std::vector<std::vector<Gather>> gather_at_;
+  dist::Range shard_range(size_t param) const;
+  size_t param_index(const std::string& path) const;
   std::vector<size_t> order_;                  // the parameter behind each of the reducer's buffers
   std::vector<dist::FloatSpan> params_;        // the parameters in that order (gathered after a sharded update)
   std::vector<size_t> bucket_ready_;

@@ -208,5 +208,54 @@ TEST(MemoryPlan, GradientsWithAReleaseStepLiveInTheArenaUntilThen) {
   }
 }
 
+TEST(MemoryPlan, GatheredParametersLiveInTheArenaOverEachIntervalOfTheirUses) {
+  // Sharded parameters (optimizer.shard = params): a parameter is working memory, one buffer over
+  // its forward uses and one over its backward uses, never persistent.
+  Graph g;
+  const ValueId x = g.add_input("x", Shape{2, 3}, DType::f32);
+  const ValueId w1 = g.add_param("w1", Shape{3, 5}, {});
+  const ValueId w2 = g.add_param("w2", Shape{5, 4}, {});
+  const ValueId unused = g.add_param("unused", Shape{7}, {});
+  ValueId y = g.node(g.add_node(OpKind::dense, {x, w1}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
+  y = g.node(g.add_node(OpKind::dense, {y, w2}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
+  const ValueId lab = g.add_input("labels", Shape{2}, DType::i32);
+  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
+  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  const std::vector<NodeId> schedule = default_schedule(g);
+  PlanOptions opts;
+  opts.gather_params = true;
+  const MemoryPlan p = plan_memory(g, schedule, opts);
+  EXPECT_EQ(verify_plan(g, p), "");
+  EXPECT_EQ(p.param_bytes, 0);
+  for (const ValueId w : {w1, w2, unused}) {
+    EXPECT_TRUE(p.gathered[w]);
+    EXPECT_EQ(p.value_offset[w], -1);
+    // The steps that read w, forward and not; each set is one buffer's live range exactly.
+    std::vector<int32_t> reads[2];
+    for (size_t s = 0; s < schedule.size(); ++s)
+      for (ValueId v : g.node(schedule[s]).in)
+        if (v == w) reads[g.node(schedule[s]).phase == Phase::forward].push_back(static_cast<int32_t>(s));
+    std::vector<BufferInfo> mine;
+    for (const BufferInfo& b : p.buffers)
+      if (b.value == w) mine.push_back(b);
+    size_t k = 0;
+    for (const bool forward : {true, false}) {
+      const std::vector<int32_t>& r = reads[forward];
+      if (r.empty()) continue;
+      ASSERT_LT(k, mine.size());
+      EXPECT_TRUE(mine[k].gathered);
+      EXPECT_EQ(mine[k].first, r.front());
+      EXPECT_EQ(mine[k].last, r.back());
+      ++k;
+    }
+    EXPECT_EQ(k, mine.size()) << "one buffer per interval of uses";
+  }
+  const auto buffers_of = [&](ValueId w) {
+    return std::count_if(p.buffers.begin(), p.buffers.end(), [&](const BufferInfo& b) { return b.value == w; });
+  };
+  EXPECT_EQ(buffers_of(w2), 2) << "read by the forward and by the input gradient's product";
+  EXPECT_EQ(buffers_of(unused), 0);
+}
+
 }  // namespace
 }  // namespace loom

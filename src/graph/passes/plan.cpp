@@ -36,9 +36,11 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
     return k == ValueKind::activation ||
            (k == ValueKind::grad && !opts.grad_release.empty() && opts.grad_release[static_cast<size_t>(v)] >= 0);
   };
+  p.gathered.assign(nv, 0);
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v) {
     const Value& val = g.value(v);
-    if (val.kind == ValueKind::param) p.param_bytes += val.bytes();
+    if (val.kind == ValueKind::param && opts.gather_params) p.gathered[static_cast<size_t>(v)] = 1;
+    if (val.kind == ValueKind::param && !opts.gather_params) p.param_bytes += val.bytes();
     if (val.kind == ValueKind::grad && !planned(v)) p.grad_bytes += val.bytes();
     if (val.kind == ValueKind::input) p.input_bytes += val.bytes();
   }
@@ -103,6 +105,28 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
     if (planned(v) && p.value_root[v] == v && first[v] >= 0)
       p.buffers.push_back(BufferInfo{v, -1, align_up(g.value(v).bytes()), first[v], last[v]});
+  if (opts.gather_params) {
+    // Intervals of each parameter's uses (through views too): forward, then backward with recompute.
+    std::vector<int32_t> open(nv, -1);  // per parameter: its current interval's buffer
+    for (int32_t s = 0; s < nsteps; ++s) {
+      const Node& n = g.node(p.schedule[s]);
+      const bool forward = n.phase == Phase::forward;
+      for (ValueId i : n.in) {
+        const ValueId r = p.value_root[i];
+        if (!p.gathered[static_cast<size_t>(r)]) continue;
+        int32_t& b = open[static_cast<size_t>(r)];
+        const bool same = b >= 0 && (g.node(p.schedule[p.buffers[static_cast<size_t>(b)].first]).phase ==
+                                     Phase::forward) == forward;
+        if (same) {
+          p.buffers[static_cast<size_t>(b)].last = s;
+          continue;
+        }
+        b = static_cast<int32_t>(p.buffers.size());
+        p.buffers.push_back(
+            BufferInfo{.value = r, .offset = -1, .bytes = align_up(g.value(r).bytes()), .first = s, .last = s, .gathered = true});
+      }
+    }
+  }
   LOOM_ASSERT(workspace.bytes.empty() || workspace.bytes.size() == g.nodes().size(), "one workspace size per node");
   p.workspace_threads = workspace.threads;
   p.workspace_offset.assign(nsteps, -1);
@@ -156,11 +180,14 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
   for (const BufferInfo& b : p.buffers) {
     if (b.value == kNoValue)
       p.workspace_offset[b.first] = b.offset;
-    else
+    else if (!b.gathered)
       p.value_offset[b.value] = b.offset;
   }
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
-    if (p.value_root[v] != v) p.value_offset[v] = p.value_offset[p.value_root[v]];
+    if (p.value_root[v] != v) {
+      p.value_offset[v] = p.value_offset[p.value_root[v]];
+      p.gathered[static_cast<size_t>(v)] = p.gathered[static_cast<size_t>(p.value_root[v])];
+    }
 
   // Live bytes per step (difference array over live ranges).
   std::vector<int64_t> delta(nsteps + 1, 0);

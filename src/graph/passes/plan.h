@@ -9,7 +9,8 @@
 // Rules (after ggml-alloc and tinygrad's memory planner):
 //   - only ValueKind::activation values are placed; params, grads, inputs are persistent,
 //     except the gradients given a release step (PlanOptions::grad_release: sharded gradients,
-//     which live only until their sum over ranks is taken, train/trainer.h);
+//     which live only until their sum over ranks is taken, train/trainer.h) and, with
+//     PlanOptions::gather_params, the parameters (sharded parameters, gathered before each use);
 //   - a value is live from the step that produces it to the last step that reads it (outputs
 //     marked with Graph::mark_output stay live to the end);
 //   - a view (kOpView) gets no storage: it aliases its root and extends the root's live range;
@@ -36,6 +37,9 @@ struct BufferInfo {
   int64_t offset = -1;          // in the arena
   int64_t bytes = 0;            // aligned size
   int32_t first = 0, last = 0;  // live range in schedule steps, inclusive
+  // A gathered parameter's storage for one interval of its uses (PlanOptions::gather_params): the
+  // caller fills it before step `first` runs; value is the parameter.
+  bool gathered = false;
 };
 
 struct MemoryPlan {
@@ -44,6 +48,8 @@ struct MemoryPlan {
   std::vector<ValueId> value_root;    // per value: the value whose storage it uses (itself unless a
                                       // view or an in-place output)
   std::vector<BufferInfo> buffers;    // one per storage-owning activation, in allocation order
+  std::vector<char> gathered;         // per value: a parameter held in the arena (gather_params); its
+                                      // buffers are the `gathered` ones, value_offset is -1
   std::vector<int64_t> live_bytes;    // per step: Σ bytes of buffers live at that step
   // Per step: the node's kernel workspace, its arena offset (-1 when it needs none) and bytes.
   std::vector<int64_t> workspace_offset, workspace_bytes;
@@ -51,7 +57,8 @@ struct MemoryPlan {
   int64_t arena_bytes = 0;        // the arena's size: activations and kernel workspace
   int64_t lower_bound_bytes = 0;  // max over steps of live bytes (no allocator can do better)
   int32_t peak_step = 0;          // a step where live bytes reach the lower bound
-  // Persistent memory by kind (not in the arena; gradients planned in the arena are not counted).
+  // Persistent memory by kind (not in the arena; gradients and parameters planned in the arena are
+  // not counted).
   int64_t param_bytes = 0, grad_bytes = 0, input_bytes = 0;
 };
 
@@ -66,6 +73,11 @@ struct PlanOptions {
   // live from the first step that writes it (step 0 when none does) to the later of its last use
   // and this step; -1 leaves it persistent. Such a gradient holds nothing from one run to the next.
   std::vector<int32_t> grad_release;
+  // Parameters in the arena (sharded parameters, ZeRO-3: the caller keeps only a shard and
+  // gathers the whole parameter into its buffer before its first use in each interval): one buffer
+  // per parameter for its forward uses and one for its backward and recompute uses, each live from
+  // the first use of its interval to the last. A view of a parameter reads its interval's buffer.
+  bool gather_params = false;
 };
 
 // The kernel workspace of a program on the backend that will run it (Backend::workspace_bytes;
