@@ -51,6 +51,10 @@ struct DenseGradWeightAttrs {
   DType compute = DType::f32;
   bool transpose_w = false;                // as DenseAttrs::transpose_w: the gradient is [N, K]
   bool assign_in_first_minibatch = false;  // set by mark_first_grad_writes
+  // Set by mark_first_grad_writes with assign_in_first_minibatch when a step runs one minibatch per
+  // process: the kernel assigns on every run, so its workspace need not serve accumulation too (the
+  // CPU kernel's tile buffers: a quarter of a tied head's gradient per thread).
+  bool assigns_always = false;
   bool operator==(const DenseGradWeightAttrs&) const = default;
 };
 struct DTypeAttrs {

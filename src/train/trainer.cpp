@@ -79,7 +79,7 @@ TrainProgram build_train_program(const Config& c, int ranks) {
   for (const LayerRemat& l : c.model.remat_layers)
     layer_policies.push_back(RematPolicy{.kind = l.policy, .save_names = policy.save_names});
   p.schedule = apply_remat(g, p.num_forward, policy, layer_policies);
-  p.zero_grads = mark_first_grad_writes(g, p.schedule);
+  p.zero_grads = mark_first_grad_writes(g, p.schedule, c.optimizer.num_minibatches == 1);
   return p;
 }
 

@@ -376,7 +376,8 @@ int64_t cpu_workspace_dense_grad_input(const KernelArgs& a) {
 // tile is formed in a tile buffer and added to the gradient by the epilogue while it is in cache.
 // Either way the values are those of the unfused dW followed by grad_accumulate, bit for bit.
 // grad is [K, N] ([N, K] with transpose_w) in row-major order, whatever its shape. The workspace
-// serves both ways (the plan is the same every minibatch).
+// serves both ways (the plan is the same every minibatch), unless the node assigns on every run
+// (assigns_always: one minibatch per step), which needs no tile buffers.
 namespace {
 Gemm dense_grad_weight_gemm(const KernelArgs& a, bool assign) {
   const auto& at = std::get<DenseGradWeightAttrs>(a.node.attrs);
@@ -401,13 +402,15 @@ Gemm dense_grad_weight_gemm(const KernelArgs& a, bool assign) {
               .in_place = assign};
 }
 GemmSpans dense_grad_weight_spans(Bump& ws, const KernelArgs& a) {
-  return gemm_spans(ws, dense_grad_weight_gemm(a, /*assign=*/false), /*either=*/true);
+  const bool always = std::get<DenseGradWeightAttrs>(a.node.attrs).assigns_always;
+  return gemm_spans(ws, dense_grad_weight_gemm(a, /*assign=*/always), /*either=*/!always);
 }
 }  // namespace
 
 void cpu_dense_grad_weight(const KernelArgs& a) {
   const auto& at = std::get<DenseGradWeightAttrs>(a.node.attrs);
   const bool assign = at.assign_in_first_minibatch && a.run.minibatch == a.run.first_minibatch;
+  LOOM_ASSERT(assign || !at.assigns_always, "dense_grad_weight planned for one minibatch per step ran a later one");
   Bump ws(a.workspace);
   const GemmSpans s = dense_grad_weight_spans(ws, a);
   const Gemm g = dense_grad_weight_gemm(a, assign);

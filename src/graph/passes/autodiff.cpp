@@ -110,7 +110,7 @@ NodeId build_backward(Graph& g, ValueId loss, ValueId seed) {
   return num_fwd;
 }
 
-std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>& schedule) {
+std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>& schedule, bool one_minibatch) {
   // Per gradient buffer: whether its first writer in the schedule assigns or scatter-adds.
   enum class First : uint8_t { none, assigns, scatters };
   std::vector<First> first(g.values().size(), First::none);
@@ -119,9 +119,10 @@ std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>&
     if (!(op_info(n.op).flags & kOpWritesGrad) || first[n.in[0]] != First::none) continue;
     // A writer that covers every element has assign_in_first_minibatch (ops.def, kOpWritesGrad).
     first[n.in[0]] = std::visit(
-        [](auto& a) {
+        [one_minibatch](auto& a) {
           if constexpr (requires { a.assign_in_first_minibatch; }) {
             a.assign_in_first_minibatch = true;
+            if constexpr (requires { a.assigns_always; }) a.assigns_always = one_minibatch;
             return First::assigns;
           } else {
             return First::scatters;

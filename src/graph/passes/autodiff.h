@@ -58,6 +58,8 @@ NodeId build_backward(Graph& g, ValueId loss, ValueId seed);
 // attributes have assign_in_first_minibatch: grad_accumulate, dense_grad_weight), and returns the
 // gradient buffers a step must still zero before its first minibatch: those whose first writer
 // scatter-adds (embedding_grad), or that nothing writes.
-std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>& schedule);
+// `one_minibatch`: a step runs one minibatch per process, so such a writer assigns on every run
+// (DenseGradWeightAttrs::assigns_always).
+std::vector<ValueId> mark_first_grad_writes(Graph& g, const std::vector<NodeId>& schedule, bool one_minibatch);
 
 }  // namespace loom
