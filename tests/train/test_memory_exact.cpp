@@ -226,7 +226,8 @@ TEST(MemoryExact, Gpt2ShapeHoldsExactlyItsPlan) {
 TEST(MemoryExact, OneMinibatchPlansNoAccumulationBuffersForWeightGradients) {
   for (const std::string minibatches : {"1", "2"}) {
     std::vector<std::string> o = small_transformer("float32", "none");
-    for (const std::string kv : {"model.dropout_rate=0", "optimizer.num_minibatches=" + minibatches}) o.push_back(kv);
+    o.push_back("model.dropout_rate=0");
+    o.push_back("optimizer.num_minibatches=" + minibatches);
     const Config c = default_config(o);
     const TrainProgram p = build_train_program(c);
     auto cpu = make_backend("cpu");
