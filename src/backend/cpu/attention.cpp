@@ -72,8 +72,8 @@ using namespace cpuk;
 namespace {
 
 // Query rows per causal block. Smaller blocks skip more of the masked triangle (the diagonal
-// blocks are computed whole) but make smaller sgemm calls; 64 was the fastest of 32, 48, 64 and
-// 128 at T = 256, D = 64 (one thread, forward plus backward).
+// blocks are computed whole) but make smaller sgemm calls; 64 balances the two (of 32, 48, 64 and
+// 128 it is the fastest at T = 256, D = 64, one thread, forward plus backward).
 constexpr int64_t kBq = 64;
 
 // The row loops' widths are multiples of simd::kLanes (see row_width).
@@ -551,8 +551,8 @@ void cpu_attention_decode(const KernelArgs& a) {
     if (round_q_d) round_inplace(q, D, g.d);
     if (round_s) round_inplace(q, D, g.s);
     for (int64_t j = 0; j < n; ++j) {
-      // A head's rows lie KV·D apart: prefetched 8 ahead, as the hardware does not (bf16 GPT-2
-      // decode 53 → 68 tok/s; the loads of these rows had most of the op's time).
+      // A head's rows lie KV·D apart: prefetched 8 ahead, as the hardware does not, since loading
+      // these rows is most of the op's time when decoding.
       if (j + 8 < n) prefetch_row(kc, cache_at(b, lo + j + 8, h), D);
       if (bf16_rows) {  // the row read as bf16, widened inside the dot product
         w[j] = dot_f32(q, kc.as<uint16_t>() + cache_at(b, lo + j, h), D);

@@ -197,8 +197,8 @@ inline bool rounding_changes(DType from, DType c) { return c != DType::f32 && c 
 
 // Σ p[k] in f32 with kSumLanes interleaved partial sums (lane = k mod kSumLanes) folded pairwise in
 // a fixed order: vectorisable, and the result depends only on n and the values. 16 lanes are two
-// independent add chains per AVX2/AVX-512 register width; with 8 (one chain) a layer norm row was
-// bound by the add latency (docs/performance.md, lever 16).
+// independent add chains per AVX2/AVX-512 register width, so that a row's sum (a layer norm's) is
+// not bound by the add latency, as one chain would be.
 inline constexpr int kSumLanes = 16;
 
 // acc[0] + … + acc[N − 1], folded pairwise (halves added lane by lane): the fixed combination order

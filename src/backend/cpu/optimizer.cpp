@@ -38,8 +38,8 @@ int64_t total_elems(std::span<const OptimTensor> ts) {
 
 // Σ grad² in double: each chunk sums with kLanes interleaved partial sums, folded pairwise, and
 // the chunk sums are added in order, so the result depends only on the tensors, not on the thread
-// count. 32 lanes are 4 independent AVX-512 (8 AVX2) accumulator chains: with 4 the pass was bound
-// by the add latency (one element per cycle), not by memory.
+// count. 32 lanes are 4 independent AVX-512 (8 AVX2) accumulator chains, so that the pass is bound
+// by memory, not by the add latency.
 double CpuBackend::grad_sq_norm(std::span<const OptimTensor> ts) {
   constexpr int kLanes = 32;
   const std::vector<Chunk> cs = chunks_of(ts);

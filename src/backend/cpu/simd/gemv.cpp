@@ -28,7 +28,7 @@ inline Vec load(const uint16_t* p) {
 // rows per pass over c, each element's chain still k = 0, 1, 2, … in order.
 template <class T>
 void gemv_n(int64_t N, int64_t K, const T* a, const T* B, int64_t ldb, float* c) {
-  constexpr int kRows = 8;  // 4 read and wrote c twice as often: 4 % slower on GPT-2's bf16 layers
+  constexpr int kRows = 8;  // rows per pass over c: fewer would read and write c more often
   std::memset(c, 0, static_cast<size_t>(N) * sizeof(float));
   const int64_t nv = N / kW * kW;
   int64_t k = 0;
@@ -42,9 +42,8 @@ void gemv_n(int64_t N, int64_t K, const T* a, const T* B, int64_t ldb, float* c)
     const bool ahead = k + 3 * kRows <= K;
     for (int64_t n = 0; n < nv; n += kW) {
       // The same columns of the rows two passes ahead: the hardware prefetchers lose track of a
-      // column tile's short, strided row segments (bf16 GPT-2 decode 43 → 55 tok/s when dense.cpp
-      // split rows into column tiles; on its K chunks of whole rows, removing it made no difference
-      // beyond the noise).
+      // column tile's short, strided row segments (dense.cpp's column tiles); on K chunks of whole
+      // rows it is harmless.
       if (ahead)
         for (int r = 0; r < kRows; ++r) __builtin_prefetch(bk[r] + 2 * kRows * ldb + n);
       Vec v = load_vec(c + n);

@@ -8,7 +8,7 @@ namespace {
 
 // v, held in a register. Without it GCC folds the loads of B's vectors into every FMA that uses
 // them, reloading each once per row of the tile: 20 loads per 16 FMAs in a 4×4 tile instead of 8,
-// which made product() load-bound (30–40% slower at T = 128, D = 64, and slower than sgemm there).
+// which would make product() load-bound (and slower than sgemm at attention's shapes).
 // The empty asm changes no value.
 Vec in_register(Vec v) {
 #if defined(__x86_64__)

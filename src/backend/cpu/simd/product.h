@@ -14,7 +14,7 @@
 namespace loom::simd {
 
 // Floats per vector, and the most accumulator vectors a tile keeps (out of AVX-512's 32 registers,
-// AVX's 16: a tile also holds NV vectors of B and a broadcast; 12 on AVX2 spilled and was slower).
+// AVX's 16: a tile also holds NV vectors of B and a broadcast, and 12 on AVX2 would spill).
 // A build without AVX (LOOM_NATIVE=OFF on plain x86-64) gets 4-float vectors, so that a Vec still
 // fits one register (in_register() needs that).
 #if defined(__AVX512F__)
