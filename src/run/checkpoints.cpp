@@ -10,6 +10,10 @@
 
 namespace loom {
 
+Cadence checkpoint_cadence(const TrainConfig& train, bool evaluates) {
+  return {train.checkpoint_interval > 0 ? train.checkpoint_interval : evaluates ? train.eval_interval : 0, train.steps};
+}
+
 CheckpointHook::CheckpointHook(Trainer& t, const DataSource& data, std::string run_dir, std::string config_toml,
                                Cadence cadence, int64_t saved_step, double best_val)
     : t_(t),

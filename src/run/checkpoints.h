@@ -9,10 +9,15 @@
 
 #include "data/data.h"
 #include "run/cadence.h"
+#include "train/config.h"
 #include "train/loop.h"
 #include "train/trainer.h"
 
 namespace loom {
+
+// When ckpt_<step>/ is due: every train.checkpoint_interval steps, or at every evaluation when it
+// is 0 (`evaluates`: the run evaluates during training), and at the last step.
+Cadence checkpoint_cadence(const TrainConfig& train, bool evaluates);
 
 class CheckpointHook : public StepHook {
  public:

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "train/console.h"
@@ -13,6 +14,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 }  // namespace
+
+ValidationRecord validation_so_far(const Checkpoint& resumed, const std::filesystem::path& run_dir) {
+  if (resumed.path.empty()) return {};
+  return {.best = resumed.state.best_val_loss,
+          .best_step = std::max<int64_t>(0, checkpoint_step((run_dir / "best").string()))};
+}
 
 EvaluationHook::EvaluationHook(const Trainer& t, Backend& be, DataSource& data, CheckpointHook& checkpoints,
                                MetricsLog& metrics, ValidationRecord record,

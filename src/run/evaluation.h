@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "backend/backend.h"
 #include "data/data.h"
 #include "run/cadence.h"
 #include "run/checkpoints.h"
+#include "train/checkpoint.h"
 #include "train/evaluator.h"
 #include "train/loop.h"
 #include "train/metrics_log.h"
@@ -23,6 +25,10 @@ struct ValidationRecord {
   double last = -1, best = -1;
   int64_t last_step = 0, best_step = 0;
 };
+
+// What a session starts from: the resumed checkpoint's best validation loss and the step of the
+// run directory's best/ (0 when it records none); nothing for a new run (`resumed.path` "").
+ValidationRecord validation_so_far(const Checkpoint& resumed, const std::filesystem::path& run_dir);
 
 class EvaluationHook : public StepHook {
  public:

@@ -128,6 +128,9 @@ OpenedRun open_run(const RunOptions& o, dist::Comm& comm, FILE* out) {
   return r;
 }
 
+namespace {
+
+// The state the run starts from (start_run).
 void load_start(const OpenedRun& r, Trainer& t, DataSource& data, FILE* out) {
   const Config& c = r.config;
   if (r.resumed()) {
@@ -154,6 +157,7 @@ void load_start(const OpenedRun& r, Trainer& t, DataSource& data, FILE* out) {
   }
 }
 
+// The run directory's changes (start_run), once everything is valid.
 void prepare_run_dir(OpenedRun& r, bool overwrite, int64_t step, const std::string& config_toml, FILE* out) {
   if (!r.rd) return;
   r.rd->lock();
@@ -179,6 +183,17 @@ void prepare_run_dir(OpenedRun& r, bool overwrite, int64_t step, const std::stri
     }
   }
   write_config(r.dir / "config.toml", config_toml);
+}
+
+}  // namespace
+
+void start_run(OpenedRun& r, Trainer& t, DataSource& data, bool overwrite, const std::string& config_toml, FILE* out) {
+  load_start(r, t, data, out);
+  prepare_run_dir(r, overwrite, t.steps_done(), config_toml, out);
+  if (!r.resumed()) return;
+  fmt::print(out, "resumed from {} at step {}\n", r.ckpt.path, t.steps_done());
+  if (t.steps_done() >= r.config.train.steps)
+    fmt::print(out, "{}\n", nothing_to_train(t.steps_done(), r.config.train.steps));
 }
 
 }  // namespace loom

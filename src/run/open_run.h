@@ -1,7 +1,7 @@
 // The start of `loom train`: the configuration, the checkpoint a resume continues, and the run
 // directory with its lock. Everything that can be refused without building anything is refused
 // here (a second process on the directory, with its pid; a directory holding another run), and
-// nothing on disk changes until prepare_run_dir, after the whole run was built and validated.
+// nothing on disk changes until start_run, after the whole run was built and validated.
 //
 // Resuming in place (--resume R without another --out) continues the run in R's directory: its
 // lock is taken before its files are read, so a run still going is reported as such.
@@ -38,15 +38,13 @@ struct OpenedRun {
 // share) naming what to change.
 OpenedRun open_run(const RunOptions& o, dist::Comm& comm, FILE* out);
 
-// Puts the state the run starts from into `t`: the resumed checkpoint (and the validation
-// position), or model.init_from's parameters for fine-tuning (refused when the data's tokenizer
-// is not the model's). Nothing for a new run.
-void load_start(const OpenedRun& r, Trainer& t, DataSource& data, FILE* out);
-
-// Everything is valid: the run directory changes, under its lock. Resuming in place forks off
-// what came after the checkpoint (or deletes it with --overwrite); a new run clears what loom
-// owns there (--overwrite), writes its marker and, seeded from another run, that run's metrics
-// up to the checkpoint. Then config.toml. Nothing on ranks other than 0.
-void prepare_run_dir(OpenedRun& r, bool overwrite, int64_t step, const std::string& config_toml, FILE* out);
+// Everything is built and valid: puts the state the run starts from into `t` and changes the run
+// directory, under its lock. The state: the resumed checkpoint (and the validation position), or
+// model.init_from's parameters for fine-tuning (refused when the data's tokenizer is not the
+// model's), and lora.init_from's adapters; nothing else for a new run. The directory: resuming in
+// place forks off what came after the checkpoint (or deletes it with `overwrite`); a new run
+// clears what loom owns there (`overwrite`), writes its marker and, seeded from another run, that
+// run's metrics up to the checkpoint. Then config.toml. Nothing on disk on ranks other than 0.
+void start_run(OpenedRun& r, Trainer& t, DataSource& data, bool overwrite, const std::string& config_toml, FILE* out);
 
 }  // namespace loom

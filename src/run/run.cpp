@@ -1,11 +1,12 @@
 #include "run/run.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include "backend/registry.h"
 #include "nn/models.h"
@@ -59,6 +60,30 @@ struct Output {
   Output& operator=(const Output&) = delete;
 };
 
+// The opening lines: what runs where, and the launcher's warning (run/stop.h).
+void print_start(const OpenedRun& run, const Backend& be, int ranks, FILE* out) {
+  const Config& c = run.config;
+  fmt::print(out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {}{} minibatch{}{}\n", c.source,
+             choice_name(c.model.kind), be.name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
+             ranks == 1 ? "" : fmt::format("{} ranks × ", ranks), c.optimizer.num_minibatches,
+             c.optimizer.num_minibatches == 1 ? "" : "es",
+             run.dir.empty() ? "" : ", run directory " + run.dir.string());
+  if (!run.dir.empty()) fmt::print(out, "{}", launcher_warning(env));
+}
+
+void print_program(const MemoryPlan& p, FILE* out) {
+  fmt::print(out, "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
+             p.schedule.size(), p.param_bytes / 4, p.arena_bytes / 1048576.0, p.lower_bound_bytes / 1048576.0);
+}
+
+// The loop's hooks in the order given, leaving out those the run does not have (nullptr).
+std::vector<StepHook*> present(std::initializer_list<StepHook*> hooks) {
+  std::vector<StepHook*> v;
+  for (StepHook* h : hooks)
+    if (h) v.push_back(h);
+  return v;
+}
+
 // What the run reached and what it cost (run/summary.h). Part 1.1's accumulation experiment
 // first prints the tutorial's print_metrics block, named by its minibatch count (the run's
 // average, as the tutorial prints it).
@@ -109,12 +134,7 @@ int run_train(const RunOptions& o) {
   const Config& c = run.config;
   set_num_threads(static_cast<int>(c.threads));
   auto be = make_backend(c.device);
-  fmt::print(out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {}{} minibatch{}{}\n", c.source,
-             choice_name(c.model.kind), be->name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
-             comm.size() == 1 ? "" : fmt::format("{} ranks × ", comm.size()), c.optimizer.num_minibatches,
-             c.optimizer.num_minibatches == 1 ? "" : "es",
-             run.dir.empty() ? "" : ", run directory " + run.dir.string());
-  if (!run.dir.empty()) fmt::print(out, "{}", launcher_warning(env));
+  print_start(run, *be, comm.size(), out);
 
   // 2. The trainer, on the heap so that it can go before the closing sample, which loads the
   // checkpoint into programs of its own: the run's peak stays the training's (`loom memory`).
@@ -122,44 +142,28 @@ int run_train(const RunOptions& o) {
   const bool evaluates = Evaluator::during_training(c) && data.has_val();
   auto trainer = std::make_unique<Trainer>(c, *be, PlanOptions{}, &comm, evaluates);
   Trainer& t = *trainer;
-  const MemoryPlan& p = t.plan();
-  fmt::print(out, "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
-             p.schedule.size(), p.param_bytes / 4, p.arena_bytes / 1048576.0, p.lower_bound_bytes / 1048576.0);
+  print_program(t.plan(), out);
   const std::string config_text = config_to_toml(c);
-  load_start(run, t, data, out);
-  prepare_run_dir(run, o.overwrite, t.steps_done(), config_text, out);
-  if (run.resumed()) fmt::print(out, "resumed from {} at step {}\n", run.ckpt.path, t.steps_done());
-  if (run.resumed() && t.steps_done() >= c.train.steps)
-    fmt::print(out, "{}\n", nothing_to_train(t.steps_done(), c.train.steps));
+  start_run(run, t, data, o.overwrite, config_text, out);
   MetricsLog metrics(run.metrics_file, c.train.tensorboard && writer ? run.dir.string() : "");
   if (metrics.tensorboard()) fmt::print(out, "TensorBoard events: {}\n", metrics.tensorboard()->path());
 
   // 3. The loop and its hooks, in the order they run at each step.
-  const double best_val = run.resumed() ? run.ckpt.state.best_val_loss : -1;
-  const int64_t best_step = run.resumed() ? std::max<int64_t>(0, checkpoint_step((run.dir / "best").string())) : 0;
-  const Cadence save_cadence{c.train.checkpoint_interval > 0 ? c.train.checkpoint_interval
-                             : evaluates                     ? c.train.eval_interval
-                                                             : 0,
-                             c.train.steps};
-  CheckpointHook checkpoints(t, data, run.dir.string(), config_text, save_cadence, run.resumed() ? t.steps_done() : -1,
-                             best_val);
+  const ValidationRecord so_far = validation_so_far(run.ckpt, run.dir);
+  CheckpointHook checkpoints(t, data, run.dir.string(), config_text, checkpoint_cadence(c.train, evaluates),
+                             run.resumed() ? t.steps_done() : -1, so_far.best);
   auto profiler = make_train_profiler(t, o.profile_dir, o.profile_steps, out);
-  auto eval = evaluates ? std::make_unique<EvaluationHook>(t, *be, data, checkpoints, metrics,
-                                                           ValidationRecord{.best = best_val, .best_step = best_step},
-                                                           started, out)
-                        : nullptr;
-  LoopOptions lo{.steps = c.train.steps,
-                 .log_every = c.train.log_every,
-                 .metrics = &metrics,
-                 .progress_bar = o.progress_bar && writer,
-                 .out = out,
-                 .hooks = {},
-                 // MFU on the log lines: model FLOPs against the cached matmul ceiling (report/ceiling.h).
-                 .model_flops_per_step = step_flops(t).model,
-                 .ceiling_flops_per_s = writer ? matmul_ceiling_flops(*be, c.model.dtype, out) : 0};
-  for (StepHook* h : {static_cast<StepHook*>(profiler.get()), static_cast<StepHook*>(eval.get()),
-                      static_cast<StepHook*>(&checkpoints), static_cast<StepHook*>(&stop)})
-    if (h) lo.hooks.push_back(h);
+  auto eval =
+      evaluates ? std::make_unique<EvaluationHook>(t, *be, data, checkpoints, metrics, so_far, started, out) : nullptr;
+  const LoopOptions lo{.steps = c.train.steps,
+                       .log_every = c.train.log_every,
+                       .metrics = &metrics,
+                       .progress_bar = o.progress_bar && writer,
+                       .out = out,
+                       .hooks = present({profiler.get(), eval.get(), &checkpoints, &stop}),
+                       // MFU on the log lines: model FLOPs against the cached matmul ceiling (report/ceiling.h).
+                       .model_flops_per_step = step_flops(t).model,
+                       .ceiling_flops_per_s = writer ? matmul_ceiling_flops(*be, c.model.dtype, out) : 0};
   stop.arm();
   const LoopResult res = run_training(t, data, lo);
   // A signal after the last step's agreement (whose checkpoint, due at the last step, is saved)
@@ -177,13 +181,11 @@ int run_train(const RunOptions& o) {
     // The closing line where no reader can lose it (run/stop.h).
     const std::string line = stop_message(sig, t.steps_done(), c.train.steps, run.dir.string(), launcher);
     if (run.rd) run.rd->write_stop_note(line);
-    if (closing_line_on_out(o.out, !launcher.empty())) fmt::print(out, "{}", line);
-    std::fflush(out);
-    write_without_waiting(STDERR_FILENO, line);
+    print_closing_line(line, o.out, out, !launcher.empty());
     return 128 + sig;
   }
-  print_summary(res, t, eval ? eval->record() : ValidationRecord{.best = best_val, .best_step = best_step},
-                seconds_since(started), eval ? eval->seconds() : 0, checkpoints.seconds(), out);
+  print_summary(res, t, eval ? eval->record() : so_far, seconds_since(started), eval ? eval->seconds() : 0,
+                checkpoints.seconds(), out);
   if (c.train.sample_tokens > 0 && !run.dir.empty() && data.tokenizer_json() && writer) {
     profiler.reset();  // each holds the trainer
     eval.reset();

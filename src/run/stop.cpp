@@ -64,6 +64,12 @@ bool closing_line_on_out(FILE* out, bool under_launcher) {
   return a.st_dev != b.st_dev || a.st_ino != b.st_ino;
 }
 
+void print_closing_line(const std::string& line, FILE* requested_out, FILE* out, bool under_launcher) {
+  if (closing_line_on_out(requested_out, under_launcher)) fmt::print(out, "{}", line);
+  std::fflush(out);
+  write_without_waiting(STDERR_FILENO, line);
+}
+
 StopSignals::StopSignals(dist::Comm& comm, bool under_launcher) : comm_(comm), under_launcher_(under_launcher) {
   sigemptyset(&set_);
   for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set_, sig);

@@ -58,6 +58,11 @@ void write_without_waiting(int fd, std::string_view text);
 // is another file and no launcher forwards both to one terminal (one line, not two).
 bool closing_line_on_out(FILE* out, bool under_launcher);
 
+// Prints a stopped run's closing line on stderr without waiting and on `out` (the stream given
+// as `requested_out`, guarded) when closing_line_on_out says so; the run directory's note is the
+// caller's.
+void print_closing_line(const std::string& line, FILE* requested_out, FILE* out, bool under_launcher);
+
 class StopSignals : public StepHook {
  public:
   StopSignals(dist::Comm& comm, bool under_launcher);
