@@ -431,20 +431,20 @@ void Trainer::run_with_buckets(const RunCtx& rc) {
     for (size_t k : in_flight_) gathers_[k].overlapped = true;
     exec_->run_steps(rc, s, s + 1);
     reducer_->progress();
-    advance_gathers(nodes);  // polls: no gather is first used past the last step
+    advance_gathers(std::nullopt);
   }
   LOOM_ASSERT(in_flight_.empty(), "a gathered buffer that no step reads");
   reducer_->finish();
 }
 
-void Trainer::advance_gathers(size_t step) {
+void Trainer::advance_gathers(std::optional<size_t> use) {
   size_t kept = 0;
   for (size_t k : in_flight_) {
     Gather& x = gathers_[k];
-    if (x.use == step)
+    if (use && x.use == *use)
       while (!x.pending->test()) {
       }
-    else if (!x.pending->test()) {
+    else if (use || !x.pending->test()) {
       in_flight_[kept++] = k;
       continue;
     }

@@ -36,6 +36,7 @@
 // minibatch order, as one process would; their counts are target tokens.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -208,8 +209,9 @@ class Trainer {
   std::vector<std::vector<size_t>> gather_at_;  // per schedule step: the gathers started before it
   std::vector<size_t> in_flight_;               // gathers_ in flight, in the order they started
   int64_t gathers_started_ = 0, gathers_overlapped_ = 0;
-  // Completes the gathers in flight that have finished, and waits for those first used at `step`.
-  void advance_gathers(size_t step);
+  // Waits for the gathers in flight first used at step `use` (the others are left alone: a kernel
+  // runs before they are tested); without a step, completes those that have finished (a poll).
+  void advance_gathers(std::optional<size_t> use);
   dist::Range shard_range(size_t param) const;
   size_t param_index(const std::string& path) const;
   std::vector<size_t> order_;                  // the parameter behind each of the reducer's buffers
