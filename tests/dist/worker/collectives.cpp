@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "dist/comm.h"
 #include "train/console.h"
 
@@ -21,13 +22,8 @@ namespace {
 
 using loom::dist::Comm;
 
-int failures = 0;
-
-void check(bool ok, const std::string& what, int rank) {
-  if (ok) return;
-  std::printf("rank %d: FAILED %s\n", rank, what.c_str());
-  ++failures;
-}
+using loom::testing::check;
+using loom::testing::failures;
 
 // Rank r's buffer number `id` of n elements: signs and magnitudes spread over 2^-20 .. 2^20 so
 // that a sum's value depends on the order of its additions.

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "backend/registry.h"
 #include "data/data.h"
 #include "dist/comm.h"
@@ -31,13 +32,8 @@ namespace {
 
 using namespace loom;
 
-int failures = 0;
-
-void check(bool ok, const std::string& what, int rank) {
-  if (ok) return;
-  std::printf("rank %d: FAILED %s\n", rank, what.c_str());
-  ++failures;
-}
+using loom::testing::check;
+using loom::testing::failures;
 
 struct Trained {
   std::vector<double> losses;              // per step
