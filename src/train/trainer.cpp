@@ -406,7 +406,8 @@ StepReport Trainer::step(const Batch& batch) {
 
 // A minibatch (the last one, or each with sharded gradients) with the gradient buckets started as
 // they become final and advanced between kernels while the rest of the backward runs; every sum
-// has completed on return.
+// has completed on return. Sharded parameters: each gather starts before its buffer's first step,
+// is polled between kernels and waited for right before its first use.
 void Trainer::run_with_buckets(const RunCtx& rc) {
   const size_t nodes = prog_.schedule.size(), buckets = reducer_->num_buckets();
   if (buckets == 0) return exec_->run(rc);
@@ -428,7 +429,7 @@ void Trainer::run_with_buckets(const RunCtx& rc) {
         ++gathers_started_;
       }
     advance_gathers(s);
-    for (size_t k : in_flight_) gathers_[k].overlapped = true;
+    for (size_t k : in_flight_) gathers_[k].overlapped = true;  // in flight while this kernel runs
     exec_->run_steps(rc, s, s + 1);
     reducer_->progress();
     advance_gathers(std::nullopt);
