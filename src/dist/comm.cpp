@@ -205,6 +205,10 @@ class SingleProcess final : public Comm {
   }
   void reduce_scatter_sum(const float* x, int64_t n, float* out) override { copy(x, n, out); }
   void all_gather(const float* mine, int64_t n, float* out) override { copy(mine, n, out); }
+  std::unique_ptr<Pending> start_all_gather(const float* mine, int64_t n, float* out) override {
+    copy(mine, n, out);
+    return std::make_unique<Done>();
+  }
   void all_gather_bytes(const void* mine, size_t bytes, void* out) override {
     if (bytes) std::memmove(out, mine, bytes);
   }

@@ -77,6 +77,12 @@ class Comm {
   virtual void reduce_scatter_sum(const float* x, int64_t n, float* out) = 0;
   // mine [chunk(n, size(), rank()).size()] from every rank; out [n] = the chunks in rank order.
   virtual void all_gather(const float* mine, int64_t n, float* out) = 0;
+  // Starts all_gather(mine, n, out) — the same bits — and returns without waiting (a Pending, as
+  // a sum in flight; until it completes, mine and out belong to it). Every rank starts the same
+  // gathers in the same order; any number may be in flight, beside sums and blocking collectives,
+  // which they never meet: the gathers in flight share a communicator of their own, where each is
+  // one MPI step, matched in the order the ranks started them.
+  virtual std::unique_ptr<Pending> start_all_gather(const float* mine, int64_t n, float* out) = 0;
   // mine [bytes] from every rank; out [size() × bytes] = them in rank order.
   virtual void all_gather_bytes(const void* mine, size_t bytes, void* out) = 0;
   // Rank r's counts[r] bytes at `mine` land at out + displs[r] on rank `root` (out is not used on

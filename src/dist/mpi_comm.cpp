@@ -302,6 +302,31 @@ struct Chunks {
   }
 };
 
+// An all-gather of every rank's chunk of n elements into out [n]: one MPI_Iallgatherv on `comm`,
+// polled under the deadline as a sum in flight is.
+class PendingGather final : public Comm::Pending {
+ public:
+  PendingGather(Watchdog& watch, Op op, int size, int rank, MPI_Comm comm, const float* mine, int64_t n, float* out)
+      : watch_(watch), op_(op), chunks_(n, size) {
+    const bool in_place = mine == out + chunk(n, size, rank).begin;
+    MPI_Iallgatherv(in_place ? MPI_IN_PLACE : mine, chunks_.count[static_cast<size_t>(rank)], MPI_FLOAT, out,
+                    chunks_.count.data(), chunks_.displ.data(), MPI_FLOAT, comm, &req_);
+  }
+  bool test() override {
+    int flag = 0;
+    MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);  // done at once for MPI_REQUEST_NULL (completed before)
+    if (!flag) watch_.check(since_, op_, req_);
+    return flag != 0;
+  }
+
+ private:
+  Watchdog& watch_;
+  Op op_;
+  Clock::time_point since_ = Clock::now();
+  Chunks chunks_;  // MPI reads the counts until the request completes
+  MPI_Request req_ = MPI_REQUEST_NULL;
+};
+
 // A sum over ranks of x [n] as a state machine on communicator `lane`: the rounds of a
 // reduce-scatter in place (MPI_Ialltoallv; then the rank-order sum of the round into this rank's
 // chunk of x: those elements were sent already), then, for an all-reduce, one in-place
@@ -384,6 +409,7 @@ class MpiComm final : public Comm {
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     watch_ = std::make_unique<Watchdog>(rank_, size_);
     for (MPI_Comm& lane : lanes_) MPI_Comm_dup(MPI_COMM_WORLD, &lane);
+    MPI_Comm_dup(MPI_COMM_WORLD, &gathers_);
     MPI_Comm host = MPI_COMM_NULL;  // the ranks that can share memory with this one
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &host);
     MPI_Comm_size(host, &on_host_);
@@ -391,6 +417,7 @@ class MpiComm final : public Comm {
   }
   ~MpiComm() override {
     for (MPI_Comm& lane : lanes_) MPI_Comm_free(&lane);
+    MPI_Comm_free(&gathers_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -426,12 +453,12 @@ class MpiComm final : public Comm {
   }
 
   void all_gather(const float* mine, int64_t n, float* out) override {
-    const Chunks c(n, size_);
-    const bool in_place = mine == out + chunk(n, size_, rank_).begin;
-    MPI_Request req = MPI_REQUEST_NULL;
-    MPI_Iallgatherv(in_place ? MPI_IN_PLACE : mine, c.count[static_cast<size_t>(rank_)], MPI_FLOAT, out, c.count.data(),
-                    c.displ.data(), MPI_FLOAT, MPI_COMM_WORLD, &req);
-    wait(*watch_, req, next(kGather));
+    PendingGather p(*watch_, next(kGather), size_, rank_, MPI_COMM_WORLD, mine, n, out);
+    while (!p.test()) {
+    }
+  }
+  std::unique_ptr<Pending> start_all_gather(const float* mine, int64_t n, float* out) override {
+    return std::make_unique<PendingGather>(*watch_, next(kGather), size_, rank_, gathers_, mine, n, out);
   }
 
   void all_gather_bytes(const void* mine, size_t bytes, void* out) override {
@@ -491,6 +518,7 @@ class MpiComm final : public Comm {
   std::unique_ptr<Watchdog> watch_;
   std::vector<float> scratch_;
   std::array<MPI_Comm, kMaxPending> lanes_;
+  MPI_Comm gathers_ = MPI_COMM_NULL;  // the gathers in flight (start_all_gather)
   int64_t started_ = 0;
   int in_flight_ = 0;
 };

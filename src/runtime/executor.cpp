@@ -95,14 +95,15 @@ Status Executor::create(Backend& be, const Graph& g, MemoryPlan plan, std::uniqu
   }
   for (ValueId v = 0; v < static_cast<ValueId>(nv); ++v)
     if (p.value_root[v] != v) e->ptrs_[v] = e->ptrs_[p.value_root[v]];
-  // A gathered parameter's storage at step s: its buffer whose live range holds s.
+  // A gathered parameter's storage at step s: its buffer in use there (a prefetched buffer is live
+  // before its first use, possibly beside the previous interval's buffer).
   std::vector<std::vector<const BufferInfo*>> gathered(nv);
   for (const BufferInfo& b : p.buffers)
     if (b.gathered) gathered[static_cast<size_t>(b.value)].push_back(&b);
   auto arg_at = [&](ValueId v, size_t s) {
     TensorArg a = e->arg(v);
     for (const BufferInfo* b : gathered[static_cast<size_t>(p.value_root[v])])
-      if (b->first <= static_cast<int32_t>(s) && static_cast<int32_t>(s) <= b->last) a.data = e->buffer_ptr(*b);
+      if (b->first_use <= static_cast<int32_t>(s) && static_cast<int32_t>(s) <= b->last) a.data = e->buffer_ptr(*b);
     LOOM_ASSERT(a.data || !p.gathered[static_cast<size_t>(v)], "a gathered parameter used outside its buffers");
     return a;
   };

@@ -277,17 +277,20 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
       ParamDraw(g, g.params()[i], c.seed).fill(own.begin, own.size(), values.data());
       write_param_shard(i, own.begin, own.size(), values.data());
     }
-    // Before each step that begins one of a parameter's live ranges in the plan, its chunks from every rank.
+    // Each gathered buffer of the plan receives its parameter's chunks from every rank: the gather
+    // starts before the buffer's first step and must be done before its first use.
     gather_at_.resize(prog_.schedule.size());
     std::vector<size_t> param_of(g.values().size());
     for (size_t i = 0; i < g.params().size(); ++i) param_of[static_cast<size_t>(g.params()[i].value)] = i;
     for (const BufferInfo& b : exec_->plan().buffers)
       if (b.gathered) {
         const size_t i = param_of[static_cast<size_t>(b.value)];
-        gather_at_[static_cast<size_t>(b.first)].push_back(
-            Gather{.mine = param_shard_ + reducer_->shard_offset(shard_bucket_[i]),
-                   .n = g.value(b.value).shape.numel(),
-                   .out = static_cast<float*>(exec_->buffer_ptr(b))});
+        gather_at_[static_cast<size_t>(b.first)].push_back(gathers_.size());
+        gathers_.push_back(Gather{.mine = param_shard_ + reducer_->shard_offset(shard_bucket_[i]),
+                                  .n = g.value(b.value).shape.numel(),
+                                  .out = static_cast<float*>(exec_->buffer_ptr(b)),
+                                  .use = static_cast<size_t>(b.first_use),
+                                  .pending = nullptr});
       }
   }
   if (!sharded_) {
@@ -403,7 +406,8 @@ StepReport Trainer::step(const Batch& batch) {
 
 // A minibatch (the last one, or each with sharded gradients) with the gradient buckets started as
 // they become final and advanced between kernels while the rest of the backward runs; every sum
-// has completed on return.
+// has completed on return. Sharded parameters: each gather starts before its buffer's first step,
+// is polled between kernels and waited for right before its first use.
 void Trainer::run_with_buckets(const RunCtx& rc) {
   const size_t nodes = prog_.schedule.size(), buckets = reducer_->num_buckets();
   if (buckets == 0) return exec_->run(rc);
@@ -417,11 +421,38 @@ void Trainer::run_with_buckets(const RunCtx& rc) {
     }
     if (s == nodes) break;
     if (s < gather_at_.size())
-      for (const Gather& x : gather_at_[s]) comm_.all_gather(x.mine, x.n, x.out);
+      for (size_t k : gather_at_[s]) {
+        Gather& x = gathers_[k];
+        x.pending = comm_.start_all_gather(x.mine, x.n, x.out);
+        x.overlapped = false;
+        in_flight_.push_back(k);
+        ++gathers_started_;
+      }
+    advance_gathers(s);
+    for (size_t k : in_flight_) gathers_[k].overlapped = true;  // in flight while this kernel runs
     exec_->run_steps(rc, s, s + 1);
     reducer_->progress();
+    advance_gathers(std::nullopt);
   }
+  LOOM_ASSERT(in_flight_.empty(), "a gathered buffer that no step reads");
   reducer_->finish();
+}
+
+void Trainer::advance_gathers(std::optional<size_t> use) {
+  size_t kept = 0;
+  for (size_t k : in_flight_) {
+    Gather& x = gathers_[k];
+    if (use && x.use == *use)
+      while (!x.pending->test()) {
+      }
+    else if (use || !x.pending->test()) {
+      in_flight_[kept++] = k;
+      continue;
+    }
+    x.pending.reset();
+    gathers_overlapped_ += x.overlapped;
+  }
+  in_flight_.resize(kept);
 }
 
 namespace {

@@ -29,11 +29,14 @@
 // not bit for bit. optimizer.shard = params (ZeRO-3) also shards the parameters: every parameter
 // is a bucket of its own, this rank keeps its chunk of each (the optimizer updates it there), and
 // the plan holds each whole parameter in the arena over its forward uses and again over its
-// backward and recompute uses (rank_plan_options), all-gathered right before the first use of
-// each; it trains as state+grads does. Metrics are gathered per minibatch and summed in global
+// backward and recompute uses (rank_plan_options), all-gathered into each such buffer while the
+// kernels before its first use run (prefetch, PlanOptions::gather_ahead: started at the first use
+// of the gathered buffer before it, waited for right before its own); it trains as state+grads
+// does, bit for bit whatever the prefetch. Metrics are gathered per minibatch and summed in global
 // minibatch order, as one process would; their counts are target tokens.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,7 +97,7 @@ RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks);
 // Comm::kMaxPending later starts (the trainer waits for it there) or at the end of the schedule.
 // Under optimizer.shard = params also every parameter (PlanOptions::gather_params): one buffer for
 // its forward uses and one for its backward and recompute uses, which the trainer all-gathers from
-// the ranks' shards right before the first use of each.
+// the ranks' shards, the gather in flight from the buffer's first step to its first use.
 PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks, PlanOptions base = {});
 
 struct StepReport {
@@ -168,6 +171,10 @@ class Trainer {
   int64_t grad_shard_bytes() const { return reducer_->shard_elems() * static_cast<int64_t>(sizeof(float)); }
   // Bytes of the parameter shard (params on more than one rank; else 0): laid out as the gradient shard.
   int64_t param_shard_bytes() const { return param_shard_ ? grad_shard_bytes() : 0; }
+  // Sharded parameters: the all-gathers started so far, and how many of them were still in flight
+  // while a kernel ran (prefetched; none with PlanOptions::gather_ahead = 0).
+  int64_t gathers_started() const { return gathers_started_; }
+  int64_t gathers_overlapped() const { return gathers_overlapped_; }
 
  private:
   Config cfg_;
@@ -186,15 +193,25 @@ class Trainer {
   float* grad_shard_ = nullptr;                // state+grads: this rank's chunks of the summed gradients
   std::vector<std::vector<ValueId>> zero_at_;  // state+grads: gradients zeroed before each schedule step
   // params: this rank's chunk of every parameter (laid out as grad_shard_), the bucket of each
-  // parameter (one each), and the all-gathers before each schedule step into the plan's buffers.
+  // parameter (one each), and the all-gathers into the plan's gathered buffers: each started
+  // before its buffer's first step, polled between kernels and waited for before step `use`.
   float* param_shard_ = nullptr;
   std::vector<size_t> shard_bucket_;
   struct Gather {
     const float* mine;
     int64_t n;
     float* out;
+    size_t use;
+    std::unique_ptr<dist::Comm::Pending> pending;  // while in flight
+    bool overlapped = false;                       // a kernel ran while it was in flight
   };
-  std::vector<std::vector<Gather>> gather_at_;
+  std::vector<Gather> gathers_;
+  std::vector<std::vector<size_t>> gather_at_;  // per schedule step: the gathers started before it
+  std::vector<size_t> in_flight_;               // gathers_ in flight, in the order they started
+  int64_t gathers_started_ = 0, gathers_overlapped_ = 0;
+  // Waits for the gathers in flight first used at step `use` (the others are left alone: a kernel
+  // runs before they are tested); without a step, completes those that have finished (a poll).
+  void advance_gathers(std::optional<size_t> use);
   dist::Range shard_range(size_t param) const;
   size_t param_index(const std::string& path) const;
   std::vector<size_t> order_;                  // the parameter behind each of the reducer's buffers

@@ -370,6 +370,22 @@ TEST(Dist, ShardedParametersTrainLikeUnshardedAndRepeatBitForBit) {
       << r.out;
 }
 
+// ZeRO-3's gathers in flight while the kernels before their first use run (PlanOptions::
+// gather_ahead, which no key chooses: the worker, tests/dist/worker/prefetch.cpp, builds the
+// trainers) train bit for bit as gathers that block, at 2 and 3 ranks, and are in flight while
+// kernels run: the trainer counts, for each gather, whether a kernel ran before it completed, and
+// the worker fails unless that is none without prefetch and, with it, every gather the plan starts
+// early (a trainer that waited for a gather where it starts it would count none).
+TEST(Dist, PrefetchedParameterGathersOverlapKernelsAndTrainBitForBitAsBlockingOnes) {
+  REQUIRE_MPIRUN();
+  for (const int np : {2, 3}) {
+    const RunResult r = shell(mpirun(np) + LOOM_PREFETCH_WORKER + " 3");
+    EXPECT_EQ(r.status, 0) << np << " ranks:\n" << r.out;
+    EXPECT_EQ(count(r.out, "prefetched gathers train bit for bit as blocking ones"), static_cast<size_t>(np)) << r.out;
+    std::printf("%d ranks:\n%s", np, r.out.c_str());
+  }
+}
+
 TEST(Dist, ShardedParametersResumeFromAndToAnyShardModeAndRankCount) {
   REQUIRE_MPIRUN();
   // A global batch of 12 as one process with 6 minibatches, 2 ranks with 3 or 3 ranks with 2:

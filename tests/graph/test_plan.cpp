@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
 #include <tuple>
 
@@ -244,7 +245,8 @@ TEST(MemoryPlan, GatheredParametersLiveInTheArenaOverEachIntervalOfTheirUses) {
       if (r.empty()) continue;
       ASSERT_LT(k, mine.size());
       EXPECT_TRUE(mine[k].gathered);
-      EXPECT_EQ(mine[k].first, r.front());
+      EXPECT_EQ(mine[k].first_use, r.front());
+      EXPECT_LE(mine[k].first, mine[k].first_use) << "live from its first use or before (prefetch)";
       EXPECT_EQ(mine[k].last, r.back());
       ++k;
     }
@@ -255,6 +257,68 @@ TEST(MemoryPlan, GatheredParametersLiveInTheArenaOverEachIntervalOfTheirUses) {
   };
   EXPECT_EQ(buffers_of(w2), 2) << "read by the forward and by the input gradient's product";
   EXPECT_EQ(buffers_of(unused), 0);
+}
+
+TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
+  // Four dense layers of different widths and their backward: every parameter's forward and
+  // backward buffers, in order of first use. With PlanOptions::gather_ahead = 1 each (but the
+  // first) is live from the first use of the one before it, so that its gather overlaps the
+  // kernels in between; its uses and its end do not move, and the plan counts the early bytes.
+  Graph g;
+  ValueId y = g.add_input("x", Shape{8, 16}, DType::f32);
+  int64_t largest = 0;
+  for (const auto& [name, rows, cols] : {std::tuple{"w1", 16, 64}, std::tuple{"w2", 64, 32}, std::tuple{"w3", 32, 128},
+                                         std::tuple{"w4", 128, 8}}) {
+    const ValueId w = g.add_param(name, Shape{rows, cols}, {});
+    largest = std::max(largest, g.value(w).bytes());
+    y = g.node(g.add_node(OpKind::dense, {y, w}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
+    y = g.node(g.add_node(OpKind::silu, {y}, NoAttrs{}, "", Phase::forward)).out[0];
+  }
+  const ValueId lab = g.add_input("labels", Shape{8}, DType::i32);
+  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
+  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  const auto plan = [&](int32_t ahead) {
+    PlanOptions opts;
+    opts.gather_params = true;
+    opts.gather_ahead = ahead;
+    MemoryPlan p = plan_memory(g, default_schedule(g), opts);
+    EXPECT_EQ(verify_plan(g, p), "") << "gather_ahead " << ahead;
+    return p;
+  };
+  const auto gathered = [](const MemoryPlan& p) {
+    std::vector<BufferInfo> out;
+    for (const BufferInfo& b : p.buffers)
+      if (b.gathered) out.push_back(b);
+    std::stable_sort(out.begin(), out.end(), [](const BufferInfo& a, const BufferInfo& b) { return a.first_use < b.first_use; });
+    return out;
+  };
+  const MemoryPlan at_use = plan(0), ahead = plan(1);
+  const std::vector<BufferInfo> before = gathered(at_use), after = gathered(ahead);
+  ASSERT_EQ(before.size(), 7u) << "4 parameters gathered for the forward, 3 for the backward (x has no gradient)";
+  ASSERT_EQ(after.size(), before.size());
+  int early = 0;
+  for (size_t k = 0; k < after.size(); ++k) {
+    EXPECT_EQ(before[k].first, before[k].first_use) << "gather_ahead = 0: live from its first use";
+    EXPECT_EQ(after[k].value, before[k].value);
+    EXPECT_EQ(after[k].first_use, before[k].first_use);
+    EXPECT_EQ(after[k].last, before[k].last);
+    EXPECT_EQ(after[k].first, k == 0 ? after[k].first_use : after[k - 1].first_use) << "gathered buffer " << k;
+    early += after[k].first < after[k].first_use;
+  }
+  EXPECT_EQ(early, 6) << "every gather but the first is in flight while kernels run";
+  // Their prefetch windows never overlap: at most one parameter's bytes more at any step.
+  const int64_t grown = ahead.lower_bound_bytes - at_use.lower_bound_bytes;
+  std::printf("gather_ahead 1: live-bytes peak +%lld, arena %lld -> %lld bytes; largest parameter %lld\n",
+              static_cast<long long>(grown), static_cast<long long>(at_use.arena_bytes),
+              static_cast<long long>(ahead.arena_bytes), static_cast<long long>(largest));
+  EXPECT_GT(grown, 0) << "the early bytes are counted";
+  EXPECT_LE(grown, largest);
+  for (size_t s = 0; s < ahead.live_bytes.size(); ++s)
+    EXPECT_LE(ahead.live_bytes[s] - at_use.live_bytes[s], largest) << "step " << s;
+  EXPECT_LE(ahead.arena_bytes - at_use.arena_bytes, largest);
+  // Further ahead: more in flight at once, the same uses.
+  const std::vector<BufferInfo> two = gathered(plan(2));
+  for (size_t k = 2; k < two.size(); ++k) EXPECT_EQ(two[k].first, two[k - 2].first_use) << "gathered buffer " << k;
 }
 
 }  // namespace

@@ -331,6 +331,9 @@ class OneOfTwoOnThisHost final : public dist::Comm {
   }
   void reduce_scatter_sum(const float* x, int64_t n, float* out) override { one_.reduce_scatter_sum(x, n, out); }
   void all_gather(const float* mine, int64_t n, float* out) override { one_.all_gather(mine, n, out); }
+  std::unique_ptr<Pending> start_all_gather(const float* mine, int64_t n, float* out) override {
+    return one_.start_all_gather(mine, n, out);
+  }
   void all_gather_bytes(const void* mine, size_t bytes, void* out) override { one_.all_gather_bytes(mine, bytes, out); }
   void gather_bytes(const void* mine, void* out, std::span<const int64_t> counts, std::span<const int64_t> displs,
                     int root) override {

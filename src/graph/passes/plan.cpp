@@ -122,10 +122,22 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
           continue;
         }
         b = static_cast<int32_t>(p.buffers.size());
-        p.buffers.push_back(
-            BufferInfo{.value = r, .offset = -1, .bytes = align_up(g.value(r).bytes()), .first = s, .last = s, .gathered = true});
+        p.buffers.push_back(BufferInfo{.value = r,
+                                       .offset = -1,
+                                       .bytes = align_up(g.value(r).bytes()),
+                                       .first = s,
+                                       .last = s,
+                                       .gathered = true,
+                                       .first_use = s});
       }
     }
+    // Made in order of first use: each starts where the one gather_ahead before it is first used.
+    LOOM_ASSERT(opts.gather_ahead >= 0, "gather_ahead counts gathers");
+    std::vector<size_t> in_order;
+    for (size_t b = 0; b < p.buffers.size(); ++b)
+      if (p.buffers[b].gathered) in_order.push_back(b);
+    for (size_t k = static_cast<size_t>(opts.gather_ahead); k < in_order.size(); ++k)
+      p.buffers[in_order[k]].first = p.buffers[in_order[k - static_cast<size_t>(opts.gather_ahead)]].first_use;
   }
   LOOM_ASSERT(workspace.bytes.empty() || workspace.bytes.size() == g.nodes().size(), "one workspace size per node");
   p.workspace_threads = workspace.threads;
@@ -229,6 +241,18 @@ std::string verify_plan(const Graph& g, const MemoryPlan& p) {
     for (ValueId v : g.node(n).in)
       if (g.value(p.value_root[v]).kind == ValueKind::activation && p.value_offset[v] < 0)
         return "an activation read has no storage";
+  for (const BufferInfo& b : p.buffers)
+    if (b.gathered && !(b.first <= b.first_use && b.first_use <= b.last))
+      return "a gathered buffer of " + describe(b) + " is first used outside its live range";
+  for (int32_t s = 0; s < static_cast<int32_t>(p.schedule.size()); ++s)
+    for (ValueId v : g.node(p.schedule[static_cast<size_t>(s)]).in) {
+      if (!p.gathered[static_cast<size_t>(v)]) continue;
+      const ValueId r = p.value_root[v];
+      if (std::none_of(p.buffers.begin(), p.buffers.end(), [&](const BufferInfo& b) {
+            return b.gathered && b.value == r && b.first_use <= s && s <= b.last;
+          }))
+        return "a gathered parameter read at step " + std::to_string(s) + " has no buffer in use there";
+    }
   if (p.arena_bytes < p.lower_bound_bytes) return "arena smaller than the live-bytes lower bound";
   return {};
 }

@@ -38,8 +38,11 @@ struct BufferInfo {
   int64_t bytes = 0;            // aligned size
   int32_t first = 0, last = 0;  // live range in schedule steps, inclusive
   // A gathered parameter's storage for one interval of its uses (PlanOptions::gather_params): the
-  // caller fills it before step `first` runs; value is the parameter.
+  // caller starts filling it before step `first` runs and has filled it before step `first_use`,
+  // the interval's first use (`first` is earlier when its gather is prefetched,
+  // PlanOptions::gather_ahead); value is the parameter.
   bool gathered = false;
+  int32_t first_use = -1;  // gathered buffers only
 };
 
 struct MemoryPlan {
@@ -78,6 +81,12 @@ struct PlanOptions {
   // per parameter for its forward uses and one for its backward and recompute uses, each live from
   // the first use of its interval to the last. A view of a parameter reads its interval's buffer.
   bool gather_params = false;
+  // Prefetch: with the gathered buffers in order of first use, each is live (and its gather in
+  // flight) from the first use of the one gather_ahead places before it, so that its gather
+  // overlaps the kernels in between; 0: from its own first use. With 1 the prefetch windows never
+  // overlap, so at most one buffer at a time is live early: the live bytes grow by at most the
+  // largest parameter.
+  int32_t gather_ahead = 1;
 };
 
 // The kernel workspace of a program on the backend that will run it (Backend::workspace_bytes;

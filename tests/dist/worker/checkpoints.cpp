@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "backend/registry.h"
 #include "dist/comm.h"
 #include "report/memory_report.h"
@@ -80,13 +81,8 @@ namespace {
 
 using namespace loom;
 
-int failures = 0;
-
-void check(bool ok, const std::string& what, int rank) {
-  if (ok) return;
-  std::printf("rank %d: FAILED %s\n", rank, what.c_str());
-  ++failures;
-}
+using loom::testing::check;
+using loom::testing::failures;
 
 // Element e of moment `which` of parameter `param`: a pure function of the three (splitmix64),
 // positive and finite, different almost everywhere, whatever rank holds it.

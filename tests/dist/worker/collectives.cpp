@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "dist/comm.h"
 #include "train/console.h"
 
@@ -20,13 +22,8 @@ namespace {
 
 using loom::dist::Comm;
 
-int failures = 0;
-
-void check(bool ok, const std::string& what, int rank) {
-  if (ok) return;
-  std::printf("rank %d: FAILED %s\n", rank, what.c_str());
-  ++failures;
-}
+using loom::testing::check;
+using loom::testing::failures;
 
 // Rank r's buffer number `id` of n elements: signs and magnitudes spread over 2^-20 .. 2^20 so
 // that a sum's value depends on the order of its additions.
@@ -260,6 +257,42 @@ int main(int argc, char** argv) {
     }
     check(same_bits(x.data(), serial_sum(xs).data(), n) && same_bits(y.data(), serial_sum(ys).data(), n),
           "two start_all_reduce_sum in flight", rank);
+  }
+
+  // Gathers in flight (start_all_gather): one of every length, all started before any is tested,
+  // one of them in place, with a sum in flight beside them and a blocking collective in between.
+  {
+    const int64_t n = (int64_t{1} << 20) * size + 3;
+    const auto sums = all_data(size, 400, n);
+    std::vector<float> x = sums[static_cast<size_t>(rank)];
+    std::vector<float> scratch(static_cast<size_t>(loom::dist::reduce_scratch_elems(n, size)));
+    auto sum = comm.start_all_reduce_sum(x.data(), n, scratch.data());
+    std::vector<std::vector<std::vector<float>>> xs;
+    std::vector<std::vector<float>> outs;
+    std::vector<std::unique_ptr<Comm::Pending>> gathers;
+    for (size_t k = 0; k < lengths.size(); ++k) {
+      const int64_t m = lengths[k];
+      const loom::dist::Range mine = loom::dist::chunk(m, size, rank);
+      xs.push_back(all_data(size, 500 + static_cast<int>(k), m));
+      const bool in_place = k == 2;
+      outs.push_back(in_place ? xs.back()[static_cast<size_t>(rank)] : std::vector<float>(static_cast<size_t>(m)));
+      const float* from = (in_place ? outs.back().data() : xs.back()[static_cast<size_t>(rank)].data()) + mine.begin;
+      gathers.push_back(comm.start_all_gather(from, m, outs.back().data()));
+      if (k == 1) comm.barrier();
+    }
+    for (bool all_done = false; !all_done;) {
+      all_done = sum->test();
+      for (auto& g : gathers) all_done = g->test() && all_done;
+    }
+    check(same_bits(x.data(), serial_sum(sums).data(), n), "a sum beside gathers in flight", rank);
+    for (size_t k = 0; k < lengths.size(); ++k) {
+      bool ok = true;
+      for (int r = 0; r < size; ++r) {
+        const loom::dist::Range c = loom::dist::chunk(lengths[k], size, r);
+        ok = ok && same_bits(outs[k].data() + c.begin, xs[k][static_cast<size_t>(r)].data() + c.begin, c.size());
+      }
+      check(ok, "start_all_gather in flight n=" + std::to_string(lengths[k]), rank);
+    }
   }
 
   // Bytes: gather every rank's number, broadcast the last rank's text.
