@@ -59,7 +59,7 @@ def run_measured(cmd, env):
     return o, ru.ru_maxrss * 1024
 
 
-def loom_cmd(loom, shape, impl, steps, rank, threads, out):
+def loom_cmd(loom, shape, impl, steps, rank, threads, out, lora_overrides=()):
     s = SHAPES[shape]
     o = ["data.kind=random_tokens", f"data.vocab_size={s['vocab']}", f"data.batch_size={s['batch']}",
          f"data.seq_len={s['seq']}", f"model.hidden_size={s['hidden']}", f"model.num_layers={s['layers']}",
@@ -69,13 +69,13 @@ def loom_cmd(loom, shape, impl, steps, rank, threads, out):
          f"model.tie_embeddings={'true' if s['tie'] else 'false'}", f"train.steps={steps}", "train.log_every=1",
          "train.eval_interval=0", "train.sample_tokens=0", f"threads={threads}"]
     if impl == "lora":
-        o += [f"lora.rank={rank}", f"lora.alpha={2 * rank}", "lora.targets=all-linear"]
+        o += [f"lora.rank={rank}", f"lora.alpha={2 * rank}", "lora.targets=all-linear", *lora_overrides]
     return [loom, "train", str(ROOT / "bench/lora_small_llama.toml"), *o, "--out", out]
 
 
-def run_loom(loom, shape, impl, steps, warmup, rank, threads, env):
+def run_loom(loom, shape, impl, steps, warmup, rank, threads, env, lora_overrides=()):
     with tempfile.TemporaryDirectory(prefix="loom-lora-") as td:
-        cmd = loom_cmd(loom, shape, impl, steps + warmup, rank, threads, os.path.join(td, "run"))
+        cmd = loom_cmd(loom, shape, impl, steps + warmup, rank, threads, os.path.join(td, "run"), lora_overrides)
         _, rss = run_measured(cmd, env)
         rows = [json.loads(line) for line in open(os.path.join(td, "run", "metrics.jsonl"))]
     times = [r["step_time_s"] for r in rows if "step_time_s" in r][warmup:]
@@ -85,7 +85,7 @@ def run_loom(loom, shape, impl, steps, warmup, rank, threads, env):
                 cmd=" ".join(cmd))
 
 
-def run_torch(py, shape, impl, steps, warmup, rank, threads, env):
+def run_torch(py, shape, impl, steps, warmup, rank, threads, env, lora_overrides=()):
     s = SHAPES[shape]
     cmd = [py, str(ROOT / "bench/peers/torch_lora.py"), "--hidden", str(s["hidden"]), "--layers", str(s["layers"]),
            "--heads", str(s["heads"]), "--kv-heads", str(s["kv_heads"]), "--intermediate", str(s["intermediate"]),
@@ -112,6 +112,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="steps run first and not timed")
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lora-overrides", default="",
+                    help="space-separated loom overrides for the LoRA run, e.g. "
+                         "'lora.base_dtype=bfloat16 model.head_chunk=8192'")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lora_vs_peft.json"))
     ap.add_argument("--skip", default="", help="comma-separated implementations to leave out: " + ",".join(IMPLS))
     a = ap.parse_args()
     skip = {x for x in a.skip.split(",") if x}
@@ -124,7 +128,8 @@ def main():
             load = open("/proc/loadavg").read().split()[:3]
             print(f"repeat {rep + 1}/{a.repeats}: {impl} (load {' '.join(load)})", file=sys.stderr, flush=True)
             f = run_loom if impl in ("full", "lora") else run_torch
-            r = f(a.loom if f is run_loom else a.torch_python, a.shape, impl, a.steps, a.warmup, a.rank, a.threads, env)
+            r = f(a.loom if f is run_loom else a.torch_python, a.shape, impl, a.steps, a.warmup, a.rank, a.threads, env,
+                  a.lora_overrides.split())
             r["load_before"] = load
             runs[impl].append(r)
             print(f"  {r['tokens_per_s']:.1f} tokens/s, peak RSS {r['peak_rss_bytes'] / 2**30:.2f} GiB", file=sys.stderr,
@@ -154,10 +159,13 @@ def main():
                     ("lora_over_peer_memory", "<= 0.7")):
         if k in targets:
             print(f"{k}: {targets[k]:.2f} (target {want})")
-    out = ROOT / "bench" / "results" / "lora_vs_peft.json"
+    out = pathlib.Path(a.out)
     out.parent.mkdir(exist_ok=True)
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    isa = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in open("/proc/cpuinfo").read()]
     result = dict(shape=a.shape, dims=s, threads=a.threads, repeats=a.repeats, steps=a.steps, warmup=a.warmup,
-                  rank=a.rank, medians=med, targets=targets, runs=runs)
+                  rank=a.rank, lora_overrides=a.lora_overrides.split(), host=dict(cpu=cpu, isa=isa),
+                  medians=med, targets=targets, runs=runs)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(dict(medians=med, targets=targets)))
     print(f"wrote {out}", file=sys.stderr)
