@@ -147,7 +147,7 @@ class Bench:
                 r = json.loads(pathlib.Path(out).read_text())
                 base = self.torch_base if kind == "torch" else self.jax_base
                 self.cache[key] = {"net_bytes": rss - base, "step_s": statistics.median(r["step_time_s"][r["warmup"]:])}
-            print(f"    {kind} {knob or ''} {' '.join(args[-2:])}: {self.cache[key]}", file=sys.stderr, flush=True)
+            print(f"    {kind} {knob} {' '.join(args[-2:])}: {self.cache[key]}", file=sys.stderr, flush=True)
         return self.cache[key]
 
     def torch(self, budget):
@@ -264,11 +264,11 @@ def table(results):
             ratio = f"{r['auto_over_hand']:.3f}" if "auto_over_hand" in r else "-"
             t = r.get("torch")
             tc = ([f"{t['knob']}", cell_mb(t), cell_ms(t)] if t and t["knob"] is not None else
-                  ["none fits (tried " + ", ".join(f"{x['knob']}: {cell_mb(x)} MB" for x in t["tried"]) + ")", "-", "-"]
+                  ["none fits (" + ", ".join(f"{x['knob']}: {cell_mb(x)} MB, {cell_ms(x)}" for x in t["tried"]) + ")", "-", "-"]
                   if t else ["not run", "-", "-"])
             j = r.get("jax")
             jc = ([j["best"]["remat"], cell_mb(j["best"]), cell_ms(j["best"])] if j and j["best"] else
-                  ["none fits (" + ", ".join(f"{x['remat']}: {cell_mb(x)} MB" for x in j["all"]) + ")", "-", "-"]
+                  ["none fits (" + ", ".join(f"{x['remat']}: {cell_mb(x)} MB, {cell_ms(x)}" for x in j["all"]) + ")", "-", "-"]
                   if j else ["not run", "-", "-"])
             lines.append(f"| {res['shape']} | {r['fraction']:.2f}; {r['fraction_of_total']:.2f} "
                          f"({r['budget_bytes'] / MB:.0f} MB) | " + " | ".join(auto + hand + [ratio] + tc + jc) + " |")
