@@ -35,6 +35,7 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -129,9 +130,11 @@ class Bench:
         rss, err = measure([self.a.loom, "train", self.config, *self.common, *ov, f"train.steps={steps}",
                             "train.eval_interval=0", "train.sample_tokens=0", "train.log_every=1",
                             "--out", str(d / "run")])
+        metrics = (d / "run" / "metrics.jsonl").read_text() if not err else ""
+        shutil.rmtree(d)  # the run's checkpoint is the size of the state
         if err:
             return {"error": err}
-        times = [json.loads(l)["step_time_s"] for l in (d / "run" / "metrics.jsonl").read_text().splitlines()]
+        times = [json.loads(l)["step_time_s"] for l in metrics.splitlines()]
         return {"net_bytes": rss - self.loom_base, "step_s": statistics.median(times[self.a.warmup:])}
 
     def peer(self, kind, args, knob=""):
@@ -231,6 +234,7 @@ class Bench:
                     r["rss_within_tolerance"] = abs(r["net_bytes"] - r["plan_bytes"]) <= (
                         TARGET_RATIO * r["plan_bytes"] + TARGET_SLACK)
             rows.append(row)
+        shutil.rmtree(self.tmp)
         return {"shape": self.name, "config": self.config, "overrides": self.common, "noremat_plan_bytes":
                 none["total_bytes"], "state_bytes": state, "baselines": {"loom": self.loom_base, "torch":
                 self.torch_base, "jax": self.jax_base}, "hand_plans": list(hand.values()), "rows": rows}
