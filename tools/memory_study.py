@@ -90,8 +90,15 @@ def main():
           f"{gib(f['total_bytes'])} GiB ({f['total_bytes'] / 1e9:.2f} GB) | "
           f"+{100 * f['recompute_flops'] / f['step_flops']:.1f}% FLOPs |")
     w("")
-    w(f"Worst ratio: **{worst:.2f}** (target: at most 0.80 on every row). Ratios divide loom's bytes by the "
-      "tutorial's figure read as 10^9 bytes per GB; read as GiB, every ratio is 7% lower.")
+    info = open("/proc/cpuinfo").read()
+    cpu = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "?")
+    isa = [f for f in ("avx512_bf16", "amx_bf16") if f in info]
+    host = (f"Planned on {cpu} with {', '.join(isa)}." if isa else
+            f"Planned on {cpu} without AVX512-BF16 or AMX: there the bfloat16 products widen their operands into "
+            "float32 kernel workspace, which the plan counts, so the bfloat16 rows' totals are larger than on "
+            "AVX512-BF16 or AMX hosts.")
+    w(f"Worst ratio: **{worst:.2f}** (target: at most 0.80 on every row). {host} Ratios divide loom's bytes by "
+      "the tutorial's figure read as 10^9 bytes per GB; read as GiB, every ratio is 7% lower.")
     w("")
     w("The last three columns: `loom memory CONFIG OVERRIDES model.remat=auto model.head_chunk=auto "
       "--budget B --json` with B = 0.7 × the tutorial's figure (as 10^9 bytes): the least-recompute choice "
