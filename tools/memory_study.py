@@ -90,8 +90,12 @@ def host():
     return f"{model}, {len(os.sched_getaffinity(0))} cores, {' '.join(have)}"
 
 
+def meminfo_bytes(key):
+    return int(re.search(key + r":\s*(\d+) kB", pathlib.Path("/proc/meminfo").read_text()).group(1)) * 1024
+
+
 def available_bytes():
-    return int(re.search(r"MemAvailable:\s*(\d+) kB", pathlib.Path("/proc/meminfo").read_text()).group(1)) * 1024
+    return meminfo_bytes("MemAvailable")
 
 
 def train_measured(config, overrides):
@@ -210,10 +214,12 @@ def llama_table(w):
     w("")
     w("| shape | mode | parameters | `--fit` choice | planned | measured peak | step time | load (1, 5, 15 min) |")
     w("|---|---|---|---|---|---|---|---|")
-    stored = stored_measurements()
+    largest = {}
     for name, ov in LLAMA_ROWS:
         shape, mode = name.split(", ", 1)
         r, why = llama_plan(ov)
+        if r is not None:
+            largest[mode] = shape  # LLAMA_SHAPES grow
         if r is None:
             w(f"| {shape} | {mode} | | does not fit: {why.replace('|', '/')} | | | | |")
             continue
@@ -232,6 +238,11 @@ def llama_table(w):
         w(f"| {shape} | {mode} | {r['num_params'] / 1e9:.2f}B | {f['layers']} in {f['num_minibatches']}, "
           f"head {head(f['head_chunk'])}, +{100 * f['recompute_flops'] / f['step_flops']:.1f}% FLOPs | "
           f"{gib(r['total_bytes'])} GiB | {got} | {step} | {where} |")
+    w("")
+    w(f"Largest shape whose plan fits {LLAMA_BUDGET}: " +
+      "; ".join(f"{mode}: {largest.get(mode, 'none')}" for mode, _ in LLAMA_MODES) + f". {LLAMA_BUDGET} is "
+      f"the machine's nominal memory; its kernel reports {gib(meminfo_bytes('MemTotal'))} GiB in all, so a "
+      "plan within a GiB of the budget fits on paper only, and a run needs the memory other processes leave.")
     w("")
 
 
