@@ -86,8 +86,10 @@ def host():
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = re.search(r"Model name:\s*(.*)", lscpu).group(1).strip()
     flags = re.search(r"Flags:\s*(.*)", lscpu).group(1).split()
-    have = [f for f in ("avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{model}, {len(os.sched_getaffinity(0))} cores, {' '.join(have)}"
+    wanted = ("avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
+    have = " ".join(f for f in wanted if f in flags)
+    lacks = " ".join(f for f in wanted if f not in flags)
+    return f"{model}, {len(os.sched_getaffinity(0))} cores, {have or 'no AVX-512'}{f', no {lacks}' if lacks else ''}"
 
 
 def meminfo_bytes(key):
@@ -173,6 +175,12 @@ def measured_hosts(names):
         return "nothing yet"
     loads = sorted(float(m["load"][0]) for m in ms)
     return f"{'; '.join(sorted({m['host'] for m in ms}))} (1-minute load {loads[0]:.1f}–{loads[-1]:.1f})"
+
+
+def max_plan_gap(names):
+    """The largest difference between a row's plan and the plan of what --measure ran for it."""
+    ms = [m for name, m in stored_measurements().items() if name in names and "skipped" not in m]
+    return max((abs(m["row_plan_total_bytes"] - m["plan_total_bytes"]) for m in ms), default=0)
 
 
 def measured_peak(name, f):
@@ -319,8 +327,9 @@ def main():
     w("The last column (`--measure`): peak RSS of one training step of the chosen setting, net of `loom params` "
       "(bench/memory_rss.py), run on one minibatch of the chosen size (`data.batch_size` = the row's global "
       "batch / the chosen minibatch count, `optimizer.num_minibatches=1`, the same remat = auto and budget, "
-      "which choose the same layers and head): the same arena and float32 state, so the plan differs from "
-      "the row's only by the host batch (shown in parentheses), and a step takes 1/minibatches of the row's. "
+      "which choose the same layers and head): the same float32 state and minibatch, so its plan (in "
+      f"parentheses; without accumulation over minibatches) differs from the row's by at most "
+      f"{max_plan_gap([r[0] for r in ROWS]) / 2**20:.0f} MiB, and a step takes 1/minibatches of the row's. "
       f"Measured on {measured_hosts([r[0] for r in ROWS])}.")
     w("")
     w("Fixed part of every row: params 0.58 GiB + grads 0.58 GiB + Adam moments 1.16 GiB = 2.32 GiB "
