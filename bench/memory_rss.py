@@ -48,13 +48,18 @@ RUNS = [
 TRAIN = ["train.steps=2", "train.eval_interval=0", "train.sample_tokens=0", "train.log_every=1"]
 
 
-def max_rss_bytes(cmd):
-    """Runs cmd under /usr/bin/time -v; returns its maximum resident set size in bytes."""
+def measured_run(cmd):
+    """Runs cmd under /usr/bin/time -v; returns its maximum resident set size in bytes and its stdout."""
     p = subprocess.run(["/usr/bin/time", "-v", *cmd], cwd=ROOT, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
-    return int(m.group(1)) * 1024
+    return int(m.group(1)) * 1024, p.stdout
+
+
+def max_rss_bytes(cmd):
+    """Runs cmd under /usr/bin/time -v; returns its maximum resident set size in bytes."""
+    return measured_run(cmd)[0]
 
 
 def main():
