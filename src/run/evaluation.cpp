@@ -9,12 +9,6 @@
 
 namespace loom {
 
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
-
 ValidationRecord validation_so_far(const Checkpoint& resumed, const std::filesystem::path& run_dir) {
   if (resumed.path.empty()) return {};
   return {.best = resumed.state.best_val_loss,

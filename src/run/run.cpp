@@ -26,10 +26,6 @@ namespace loom {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 const char* env(const char* name) { return std::getenv(name); }
 
 // Where ranks other than 0 print: nowhere (rank 0 prints the log for the job).
