@@ -1,6 +1,7 @@
 // The model.* keys (core/config_key.h rows over ModelConfig). Each family lists its keys
 // (ModelKindInfo::keys, in its folder nn/models/<family>/), sharing the rows below; model_keys()
-// is model.kind and model.dtype, the families' lists merged, then model.init_from.
+// is model.kind and model.dtype, the families' lists merged, then model.init_from. The checks of
+// the model slice live here too (validate_model), each family's own in its folder.
 #pragma once
 #include <vector>
 
