@@ -11,6 +11,7 @@ bool sgd(const OptimizerConfig& c) { return c.name == OptimizerName::sgd; }
 bool adamw(const OptimizerConfig& c) { return c.name == OptimizerName::adamw; }
 bool warmup_schedule(const OptimizerConfig& c) { return c.schedule.kind != ScheduleKind::constant; }
 bool cosine_schedule(const OptimizerConfig& c) { return c.schedule.kind == ScheduleKind::warmup_cosine_decay; }
+bool params_shard(const OptimizerConfig& c) { return c.shard == OptimizerShard::params; }
 bool exponential_schedule(const OptimizerConfig& c) {
   return c.schedule.kind == ScheduleKind::warmup_exponential_decay;
 }
@@ -43,6 +44,11 @@ const std::vector<KeySpec<OptimizerConfig>>& optimizer_keys() {
       choice<OptimizerConfig>("optimizer.shard",
                               "more than one rank (mpirun): how the optimizer state is split over the ranks",
                               REF(shard)),
+      only_if(integer<OptimizerConfig>("optimizer.gather_ahead",
+                                       "shard = params: parameter uses whose all-gathers run ahead of the kernels (0 = "
+                                       "each gather blocks; each more holds one more use's parameters)",
+                                       REF(gather_ahead)),
+              params_shard),
       choice<OptimizerConfig>("optimizer.schedule", "learning-rate schedule", REF(schedule.kind)),
       only_if(number<OptimizerConfig>("optimizer.init_value", "schedule: value at step 0 (warmup start)",
                                       REF(schedule.init_value)),

@@ -333,6 +333,8 @@ void validate_config(const Config& c) {
   need(c.optimizer.shard != OptimizerShard::params || c.train.eval_interval == 0 || c.data.kind != DataKind::tokens,
        "optimizer.shard", "params (ZeRO-3) does not evaluate during training yet",
        "set train.eval_interval = 0 (evaluate the checkpoint with `loom eval`), or optimizer.shard = state+grads");
+  need(c.optimizer.gather_ahead >= 0, "optimizer.gather_ahead", "must be >= 0",
+       "1 (the default) gathers each use's parameters during the use before it; 0 waits for each gather");
   need(c.optimizer.learning_rate >= 0, "optimizer.learning_rate", "must be >= 0", "e.g. 1e-3");
   need(c.optimizer.b1 >= 0 && c.optimizer.b1 < 1, "optimizer.b1", "must be in [0, 1)", "Adam's default is 0.9");
   need(c.optimizer.b2 >= 0 && c.optimizer.b2 < 1, "optimizer.b2", "must be in [0, 1)", "Adam's default is 0.999");

@@ -1,12 +1,11 @@
 // Run under mpirun by tests/dist/test_dist.cpp: ZeRO-3's parameter gathers overlapped with
-// compute (PlanOptions::gather_ahead, which no configuration key chooses) train the same bits as
-// gathers that block.
+// compute (optimizer.gather_ahead) train the same bits as gathers that block.
 //
 //   dist_prefetch_worker STEPS
 //
 // trains a small Transformer with optimizer.shard = params (2 minibatches per rank, clipped,
 // dropout, remat = Block so that the backward's recompute reads the parameters too) for STEPS
-// steps once with each gather_ahead of 0, 1 and 2, and checks that every step's loss and every
+// steps once with each optimizer.gather_ahead of 0, 1 and 2, and checks that every step's loss and every
 // parameter after the last step equal gather_ahead = 0's bit for bit, and that the gathers were in
 // flight while kernels ran exactly as the plan says: none with 0; with more, those of every
 // gathered buffer that is live before its first use, in every minibatch. Prints a line per rank
@@ -40,11 +39,10 @@ struct Trained {
   std::vector<std::vector<float>> params;  // after the last step, whole (gathered)
 };
 
-Trained train(const Config& c, dist::Comm& comm, int steps, int32_t ahead) {
+Trained train(Config c, dist::Comm& comm, int steps, int32_t ahead) {
   const std::unique_ptr<Backend> be = make_backend("cpu");
-  PlanOptions options;
-  options.gather_ahead = ahead;
-  Trainer t(c, *be, options, &comm);
+  apply_override(c, fmt::format("optimizer.gather_ahead={}", ahead));
+  Trainer t(c, *be, {}, &comm);
   const Batch batch = make_batch(c.data, data_context(c));
   Trained out;
   for (int s = 0; s < steps; ++s) out.losses.push_back(t.step(batch).metrics.loss.sum);
