@@ -11,7 +11,7 @@ reduced batch. Per budget, interleaved:
   * loom auto: `loom memory ... model.remat=auto model.head_chunk=auto --budget B --json` (its
     choice, planned total, recompute share), then `loom train` with train.memory_budget=B;
   * loom's hand sweep: every model.remat region x model.remat_policy whose plan fits B, each timed
-    once (the best of them is timed again beside auto, for the ratio);
+    once (the best of them is timed again beside auto, alternating, --pairs times; the ratio is the median pair's);
   * PyTorch 2.x torch.compile (nanoGPT's model, bench/peers/torch_gpt.py) with
     torch._functorch.config.activation_memory_budget lowered along a ladder until its measured
     net peak RSS fits B (each knob measured once);
@@ -217,14 +217,22 @@ class Bench:
             best = min(fit, key=lambda h: h["step_s"]) if fit else None
             row["hand_fitting"] = [{k: h[k] for k in ("region", "policy", "plan_bytes", "step_s", "net_bytes")}
                                    for h in fit]
-            # Auto and the best hand choice back to back, so their ratio sees the same load.
-            if "choice" in row["auto"]:
-                row["auto"].update(self.loom([*auto_ov, f"train.memory_budget={budget}"]))
+            # Auto and the best hand choice back to back, a.pairs times, so each ratio sees the same load;
+            # the row keeps the median ratio and each side's median step.
+            auto_runs, hand_runs = [], []
+            for _ in range(a.pairs):
+                if "choice" in row["auto"]:
+                    auto_runs.append(self.loom([*auto_ov, f"train.memory_budget={budget}"]))
+                if best:
+                    hand_runs.append(self.loom(best["overrides"]))
+            if auto_runs:
+                row["auto"].update(median_run(auto_runs))
             if best:
-                again = self.loom(best["overrides"])
-                row["hand_best"] = {k: best[k] for k in ("region", "policy", "plan_bytes")} | again
-            if "step_s" in row["auto"] and "step_s" in row.get("hand_best", {}):
-                row["auto_over_hand"] = row["auto"]["step_s"] / row["hand_best"]["step_s"]
+                row["hand_best"] = {k: best[k] for k in ("region", "policy", "plan_bytes")} | median_run(hand_runs)
+            ratios = [x["step_s"] / y["step_s"] for x, y in zip(auto_runs, hand_runs) if "step_s" in x and "step_s" in y]
+            if ratios:
+                row["auto_over_hand"] = statistics.median(ratios)
+                row["auto_over_hand_pairs"] = ratios
             if not a.no_torch:
                 row["torch"] = self.torch(budget)
             if not a.no_jax:
@@ -238,6 +246,15 @@ class Bench:
         return {"shape": self.name, "config": self.config, "overrides": self.common, "noremat_plan_bytes":
                 none["total_bytes"], "state_bytes": state, "baselines": {"loom": self.loom_base, "torch":
                 self.torch_base, "jax": self.jax_base}, "hand_plans": list(hand.values()), "rows": rows}
+
+
+def median_run(runs):
+    """One run's record from repeats: the median step, the largest net peak, or the first error."""
+    ok = [r for r in runs if "step_s" in r]
+    if not ok:
+        return runs[0]
+    return {"net_bytes": max(r["net_bytes"] for r in ok), "step_s": statistics.median(r["step_s"] for r in ok),
+            "steps_s": [r["step_s"] for r in ok]}
 
 
 def cell_ms(r):
@@ -294,6 +311,7 @@ def main():
     ap.add_argument("--fractions", default="1.0,0.7,0.5,0.35")
     ap.add_argument("--steps", type=int, default=2, help="timed steps per run")
     ap.add_argument("--warmup", type=int, default=1, help="loom's untimed steps")
+    ap.add_argument("--pairs", type=int, default=3, help="auto and best-hand runs, alternated, per budget")
     ap.add_argument("--torch-warmup", type=int, default=2, help="torch.compile's untimed steps (compilation)")
     ap.add_argument("--jax-warmup", type=int, default=2, help="JAX's untimed steps (two compilations)")
     ap.add_argument("--no-torch", action="store_true")
@@ -306,7 +324,7 @@ def main():
     a.fractions = [float(x) for x in a.fractions.split(",")]
     a.torch_knobs, a.jax_remats, a.hand_limit = TORCH_KNOBS, JAX_REMATS, 0
     if a.quick:
-        a.layers, a.batch, a.seq, a.steps, a.fractions = 1, 1, 64, 1, [1.0, 0.35]
+        a.layers, a.batch, a.seq, a.steps, a.fractions, a.pairs = 1, 1, 64, 1, [1.0, 0.35], 1
         a.torch_knobs, a.jax_remats, a.hand_limit = [1.0, 0.0], ["none", "Block"], 4
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     host = {"cpu": cpu, "node": platform.node(), "cores": os.cpu_count(), "load_start": os.getloadavg()}

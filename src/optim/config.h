@@ -68,5 +68,7 @@ struct OptimizerConfig {
 
 // The optimizer.* keys (core/config_key.h rows), in `loom help config` order.
 const std::vector<KeySpec<OptimizerConfig>>& optimizer_keys();
+// The checks of optimizer.* alone, the schedule's included: a UserError naming the key.
+void validate_optimizer(const OptimizerConfig& c);
 
 }  // namespace loom

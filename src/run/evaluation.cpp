@@ -5,15 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/clock.h"
 #include "train/console.h"
 
 namespace loom {
-
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 ValidationRecord validation_so_far(const Checkpoint& resumed, const std::filesystem::path& run_dir) {
   if (resumed.path.empty()) return {};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/registry.h"
+#include "core/clock.h"
 #include "nn/models.h"
 #include "report/ceiling.h"
 #include "report/profile.h"
@@ -25,10 +26,6 @@
 namespace loom {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 const char* env(const char* name) { return std::getenv(name); }
 
