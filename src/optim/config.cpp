@@ -11,6 +11,7 @@ bool sgd(const OptimizerConfig& c) { return c.name == OptimizerName::sgd; }
 bool adamw(const OptimizerConfig& c) { return c.name == OptimizerName::adamw; }
 bool warmup_schedule(const OptimizerConfig& c) { return c.schedule.kind != ScheduleKind::constant; }
 bool cosine_schedule(const OptimizerConfig& c) { return c.schedule.kind == ScheduleKind::warmup_cosine_decay; }
+bool params_shard(const OptimizerConfig& c) { return c.shard == OptimizerShard::params; }
 bool exponential_schedule(const OptimizerConfig& c) {
   return c.schedule.kind == ScheduleKind::warmup_exponential_decay;
 }
@@ -43,6 +44,11 @@ const std::vector<KeySpec<OptimizerConfig>>& optimizer_keys() {
       choice<OptimizerConfig>("optimizer.shard",
                               "more than one rank (mpirun): how the optimizer state is split over the ranks",
                               REF(shard)),
+      only_if(integer<OptimizerConfig>("optimizer.gather_ahead",
+                                       "shard = params: parameter uses whose all-gathers run ahead of the kernels (0 = "
+                                       "each gather blocks; each more holds one more use's parameters)",
+                                       REF(gather_ahead)),
+              params_shard),
       choice<OptimizerConfig>("optimizer.schedule", "learning-rate schedule", REF(schedule.kind)),
       only_if(number<OptimizerConfig>("optimizer.init_value", "schedule: value at step 0 (warmup start)",
                                       REF(schedule.init_value)),
@@ -117,6 +123,8 @@ void validate_optimizer(const OptimizerConfig& c) {
   check_key(c.b2 >= 0 && c.b2 < 1, "optimizer.b2", "must be in [0, 1)", "Adam's default is 0.999");
   check_key(c.eps >= 0, "optimizer.eps", "must be >= 0", "Adam's default is 1e-8");
   check_key(c.num_minibatches >= 1, "optimizer.num_minibatches", "must be >= 1", "1 means no accumulation");
+  check_key(c.gather_ahead >= 0, "optimizer.gather_ahead", "must be >= 0",
+            "1 (the default) gathers each use's parameters during the use before it; 0 waits for each gather");
 }
 
 }  // namespace loom

@@ -156,6 +156,23 @@ TEST(Config, MessagesSuggestAndDoNotRepeat) {
   EXPECT_NE(error("model.dtype=int32").find("model.dtype=float32"), std::string::npos) << "an unquoted example";
 }
 
+// optimizer.gather_ahead counts uses: a negative count is refused naming the key and what to set.
+TEST(Config, ANegativeGatherDepthIsRefusedNamingTheKey) {
+  Config c = default_config({"optimizer.shard=params"});
+  apply_override(c, "optimizer.gather_ahead=-1");
+  try {
+    validate_config(c);
+    ADD_FAILURE() << "optimizer.gather_ahead = -1 was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(e.subject().find("optimizer.gather_ahead"), std::string::npos) << e.subject();
+    EXPECT_NE(std::string(e.what()).find("must be >= 0"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("0 waits for each gather"), std::string::npos) << e.hint();
+  }
+  c.optimizer.gather_ahead = 0;
+  EXPECT_NO_THROW(validate_config(c));
+  EXPECT_NE(config_to_toml(c).find("gather_ahead = 0"), std::string::npos) << "saved with shard = params";
+}
+
 TEST(ModelKinds, EveryRowMatchesItsNameAndDefaults) {
   for (const ChoiceInfo& n : choices_of(ModelKind{})) {
     const ModelKind k = *parse_choice<ModelKind>(n.name);
