@@ -89,6 +89,7 @@ def window_pairs(T, W, block=64):
 
 
 IR_ENV = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2")
+KERNELS = ("cpu_attention", "cpu_attention_grad")
 
 
 def attention_instructions(loom, ov):
@@ -97,7 +98,9 @@ def attention_instructions(loom, ov):
     with tempfile.TemporaryDirectory() as d:
         out = pathlib.Path(d) / "callgrind.out"
         p = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no",
-                            "--toggle-collect=loom::cpu_attention(*", "--toggle-collect=loom::cpu_attention_grad(*",
+                            # Exact names: a pattern ending in * also matches the OpenMP-outlined bodies
+                            # ("... [clone ._omp_fn.0]"), whose entry would toggle collection off again.
+                            *(f"--toggle-collect=loom::{k}(loom::KernelArgs const&)" for k in KERNELS),
                             loom, "train", "configs/shakespeare_char.toml", *ov, "threads=1", "train.steps=1",
                             "train.log_every=1", "--out", str(pathlib.Path(d) / "run")],
                            cwd=ROOT, capture_output=True, text=True, env=IR_ENV)

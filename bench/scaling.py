@@ -26,6 +26,17 @@ OMP_WAIT_POLICY=PASSIVE as in bench.py.
   bash bench/scaling.sh [the same flags]      (finds or makes the PyTorch venv, then runs this)
 
 Writes bench/results/scaling.json and prints a markdown table.
+
+--suite zero3 (issue 29 point 7) runs, at 2 ranks only, for shapes (b), (c) and (g) (GPT-2 124M's
+width and vocabulary at batch 4 x 64, as bench.py's shape a, with 6 of its 12 layers), interleaved
+per round:
+  loom params:       mpirun -np 2 loom train ... optimizer.shard=params   (ZeRO-3)
+  loom state+grads:  the same with optimizer.shard=state+grads             (ZeRO-2)
+  FSDP2:             TORCH_PYTHON bench/peers/torch_fsdp2.py --ranks 2 <the shape>
+(torch_fsdp2.py: the DDP peer's model, batch split and timing, sharded with fully_shard per block
+and at the root, gloo). The verdicts: loom params' tok/s >= 1.3x FSDP2's and >= 90 % of loom
+state+grads'. Writes bench/results/scaling_zero3.json. --quick (either suite): one round of 2 timed
+steps per run, written beside the full results as *_quick.json: a check that everything runs.
 """
 import argparse
 import json
@@ -44,13 +55,19 @@ DDP_TARGETS = {"b": 1.5, "c": 1.25}
 EFFICIENCY_TARGET = 0.9
 IMPLS = ("loom", "ddp")
 RANKS = (1, 2)
+# Issue 29 point 7: at 2 ranks, loom's optimizer.shard = params over FSDP2 and over loom's own state+grads.
+ZERO3_SHAPES = ("b", "c", "g")
+ZERO3_IMPLS = ("loom-params", "loom-state+grads", "fsdp2")
+FSDP2_TARGET = 1.3
+OWN_TARGET = 0.9
 
 
-def loom_run(args, shape, ranks, td):
-    """The loom command of one run and how to read its step times (from its metrics file)."""
+def loom_run(args, shape, ranks, td, extra=()):
+    """The loom command of one run (with the overrides `extra`) and how to read its step times (from
+    its metrics file)."""
     mfile = os.path.join(td, "metrics.jsonl")
     # A run directory of its own: a second run into the config's default one would be refused.
-    cmd = [args.loom, "train", shape["config"], *shape["overrides"], "threads=1",
+    cmd = [args.loom, "train", shape["config"], *shape["overrides"], *extra, "threads=1",
            "--steps", str(shape["warmup"] + shape["steps"]), "--log-every", "1", f"train.metrics_file={mfile}",
            "--out", os.path.join(td, "run")]
     if ranks > 1:
@@ -63,13 +80,13 @@ def loom_run(args, shape, ranks, td):
     return cmd, mode_env(args.isa), parse
 
 
-def ddp_run(args, shape, ranks, td):
-    """The torch_ddp.py command of one run (bench.py's PyTorch flags for the shape) and its parser."""
+def peer_run(args, shape, ranks, td, script="torch_ddp.py"):
+    """The command of one run of a PyTorch peer (bench.py's PyTorch flags for the shape) and its parser."""
     flags = {"--n-layer": shape["L"], "--n-head": shape["H"], "--n-embd": shape["C"], "--vocab": shape["V"],
              "--block": shape["max_seq"], "--batch": shape["B"], "--seq": shape["T"], "--steps": shape["steps"],
              "--warmup": shape["warmup"], "--beta1": shape["betas"][0], "--beta2": shape["betas"][1],
              "--weight-decay": 0.1, "--grad-clip": 1.0, "--threads": 1, "--ranks": ranks}
-    cmd = [args.torch_python, os.path.join(HERE, "peers", "torch_ddp.py"),
+    cmd = [args.torch_python, os.path.join(HERE, "peers", script),
            *(s for k, v in flags.items() for s in (k, str(v)))] + (["--bias"] if shape["bias"] else [])
 
     def parse(stdout):
@@ -79,9 +96,19 @@ def ddp_run(args, shape, ranks, td):
     return cmd, peer_env("pytorch", args.isa), parse
 
 
+# How each implementation's run is made: (args, shape, ranks, temporary directory) -> (cmd, env, parse).
+RUNS = {
+    "loom": loom_run,
+    "ddp": peer_run,
+    "loom-params": lambda *a: loom_run(*a, extra=("optimizer.shard=params",)),
+    "loom-state+grads": lambda *a: loom_run(*a, extra=("optimizer.shard=state+grads",)),
+    "fsdp2": lambda *a: peer_run(*a, script="torch_fsdp2.py"),
+}
+
+
 def run(args, impl, shape, ranks):
     with tempfile.TemporaryDirectory(prefix="loom-scaling-") as td:
-        cmd, env, parse = (loom_run if impl == "loom" else ddp_run)(args, shape, ranks, td)
+        cmd, env, parse = RUNS[impl](args, shape, ranks, td)
         load_before = os.getloadavg()[0]
         p, other, own, wall = timed_run(cmd, env, timeout=1800)
         if p.returncode != 0:
@@ -140,6 +167,60 @@ def table(rows):
     return "\n".join(out)
 
 
+def measure_zero3(args, shape):
+    """A shape's 2-rank runs, interleaved (loom params, loom state+grads, FSDP2 per round), and its row."""
+    timings = {impl: [] for impl in ZERO3_IMPLS}
+    for rnd in range(args.repeats):
+        for impl in ZERO3_IMPLS:
+            t = run(args, impl, shape, 2)
+            timings[impl].append(t)
+            print(f"   ({shape['id']}) round {rnd} {impl:16s}: {t['median_s'] * 1e3:8.1f} ms/step median of "
+                  f"{len(t['step_time_s'])}; load {t['load_before']:.1f}-{t['load_after']:.1f}, others "
+                  f"{t['other_cores_during']:.2f} cores", flush=True)
+    tokens = shape["B"] * shape["T"]
+    tok = {impl: tokens / min(t["median_s"] for t in timings[impl]) for impl in ZERO3_IMPLS}
+    vs_fsdp2, vs_own = tok["loom-params"] / tok["fsdp2"], tok["loom-params"] / tok["loom-state+grads"]
+    # Per round too: how often each verdict holds when the runs are next to each other in time.
+    rounds = [dict(vs_fsdp2=timings["fsdp2"][r]["median_s"] / timings["loom-params"][r]["median_s"],
+                   vs_own=timings["loom-state+grads"][r]["median_s"] / timings["loom-params"][r]["median_s"])
+              for r in range(args.repeats)]
+    runs = [t for impl in ZERO3_IMPLS for t in timings[impl]]
+    return dict(shape=shape["id"], title=shape["title"], isa=args.isa, ranks=2, tokens_per_step=tokens,
+                tok_per_s={impl: round(tok[impl]) for impl in ZERO3_IMPLS}, timings=timings,
+                params={impl: timings[impl][0]["params"] for impl in ZERO3_IMPLS},
+                params_vs_fsdp2=vs_fsdp2, params_vs_state_grads=vs_own, rounds=rounds,
+                target_vs_fsdp2=FSDP2_TARGET, target_vs_state_grads=OWN_TARGET,
+                meets_vs_fsdp2=vs_fsdp2 >= FSDP2_TARGET, meets_vs_state_grads=vs_own >= OWN_TARGET,
+                load_min=min(t["load_before"] for t in runs), load_max=max(t["load_after"] for t in runs),
+                other_cores_max=max(t["other_cores_during"] for t in runs))
+
+
+def table_zero3(rows):
+    yes = {True: "yes", False: "**no**"}
+    out = ["| shape | loom params | loom state+grads | FSDP2 | params/FSDP2 (>= 1.3x) | params/state+grads "
+           "(>= 90 %) | per round | load | others (cores) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        t = r["tok_per_s"]
+        per_round = "; ".join(f"{x['vs_fsdp2']:.2f}x, {100 * x['vs_own']:.0f} %" for x in r["rounds"])
+        out.append(f"| ({r['shape']}) {r['title']} | {t['loom-params']:,} | {t['loom-state+grads']:,} | "
+                   f"{t['fsdp2']:,} | {r['params_vs_fsdp2']:.2f}x: {yes[r['meets_vs_fsdp2']]} | "
+                   f"{100 * r['params_vs_state_grads']:.0f} %: {yes[r['meets_vs_state_grads']]} | {per_round} | "
+                   f"{r['load_min']:.1f}-{r['load_max']:.1f} | <= {r['other_cores_max']:.2f} |")
+    return "\n".join(out)
+
+
+def shapes_of(ids):
+    """bench.py's float32 shapes with these ids (the PyTorch peers run float32), plus (g) for the ZeRO-3
+    suite: shape a's GPT-2 124M (width 768, vocabulary 50257, batch 4 x 64) with 6 of its 12 layers, so
+    that FSDP2's run of 12 steps takes under a minute here, without evaluation or samples."""
+    by_id = {s["id"]: s for s in SHAPES if s.get("dtype") == "float32"}
+    a = by_id["a"]
+    by_id["g"] = dict(a, id="g", L=6, title="GPT-2 124M's width and vocabulary, 6 layers, batch 4 x 64",
+                      overrides=a["overrides"] + ["model.num_layers=6", "train.eval_interval=0",
+                                                  "train.sample_tokens=0"])
+    return [by_id[i] for i in ids]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--loom", help="loom binary (default: build/loom, bench/build/loom-avx2/loom with --isa avx2)")
@@ -148,24 +229,33 @@ def main():
                     help="python with torch (gloo) and numpy (default: $TORCH_PYTHON, else .venv-bench/bin/python)")
     ap.add_argument("--isa", default="native", choices=MODES, help="bench.py's ISA mode of every process")
     ap.add_argument("--repeats", type=int, default=2, help="rounds of the four runs per shape")
-    ap.add_argument("--only", default=",".join(DDP_TARGETS), help="comma-separated shape ids among b,c")
+    ap.add_argument("--only", default="", help="comma-separated shape ids: among b,c (ddp) or b,c,g (zero3); "
+                    "default all")
     ap.add_argument("--steps", type=int, help="timed steps per run (default: the shape's; fewer to check the bench)")
+    ap.add_argument("--suite", default="ddp", choices=("ddp", "zero3"),
+                    help="ddp: loom and DDP at 1 and 2 ranks; zero3: loom params, state+grads and FSDP2 at 2")
+    ap.add_argument("--quick", action="store_true", help="one round of 2 timed steps per run (a smoke run)")
     args = ap.parse_args()
+    if args.quick:
+        args.repeats, args.steps = 1, 2
     args.loom = args.loom or (os.path.join(ROOT, "build", "loom") if args.isa == "native"
                               else os.path.join(HERE, "build", "loom-avx2", "loom"))
-    only = args.only.split(",")
-    if not set(only) <= set(DDP_TARGETS):
-        sys.exit(f"scaling.py: --only {args.only}: the shapes with DDP targets are {','.join(DDP_TARGETS)}")
+    known = ZERO3_SHAPES if args.suite == "zero3" else tuple(DDP_TARGETS)
+    only = args.only.split(",") if args.only else list(known)
+    if not set(only) <= set(known):
+        sys.exit(f"scaling.py: --only {args.only}: the shapes of --suite {args.suite} are {','.join(known)}")
     if not os.access(args.loom, os.X_OK):
         sys.exit(f"scaling.py: {args.loom} missing: build it (scripts/build.sh, or bench/build_loom_avx2.sh for "
                  f"--isa avx2) or give --loom")
     if not os.access(args.torch_python, os.X_OK):
         sys.exit(f"scaling.py: --torch-python {args.torch_python} missing: give a python with torch and numpy "
                  f"(or $TORCH_PYTHON), or run bench/scaling.sh, which makes .venv-bench")
-    rows = [measure(args, dict(shape, steps=args.steps or shape["steps"])) for shape in SHAPES if shape["id"] in only]
-    print(table(rows), flush=True)
+    measure_one, format_rows = (measure_zero3, table_zero3) if args.suite == "zero3" else (measure, table)
+    rows = [measure_one(args, dict(shape, steps=args.steps or shape["steps"])) for shape in shapes_of(only)]
+    print(format_rows(rows), flush=True)
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "scaling.json"), "w") as f:
+    name = ("scaling_zero3" if args.suite == "zero3" else "scaling") + ("_quick" if args.quick else "")
+    with open(os.path.join(HERE, "results", name + ".json"), "w") as f:
         json.dump(rows, f, indent=1)
 
 

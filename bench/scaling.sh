@@ -3,6 +3,8 @@
 #
 #   bash bench/scaling.sh                          # shapes b and c, 2 rounds
 #   bash bench/scaling.sh --repeats 1 --only b --steps 5   # a quick check that everything runs
+#   bash bench/scaling.sh --suite zero3            # optimizer.shard=params against FSDP2 at 2 ranks
+#   bash bench/scaling.sh --suite zero3 --quick    # one round of 2 steps: a smoke run
 #   TORCH_PYTHON=path/to/python bash bench/scaling.sh      # a python that has torch (gloo) and numpy
 #
 # Needs build/loom (built by scripts/build.sh when missing), mpirun (Open MPI) and PyTorch: the

@@ -39,15 +39,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_gpt import add_model_args, build_model, env_info, random_batch, train_step  # noqa: E402
 
 
-def rank_main(args, rank, world):
-    """One rank: its shard of the batch, the DDP-wrapped model, the timed steps."""
+def rank_main(args, rank, world, wrap, framework):
+    """One rank: its shard of the batch, the model as wrap(model) makes it, the timed steps."""
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     model = build_model(args)  # the same weights on every rank; DDP also broadcasts rank 0's
+    params, params_no_pos = sum(p.numel() for p in model.parameters()), model.get_num_params(non_embedding=True)
     x, y = random_batch(args)
     per = args.batch // world
     x, y = x[rank * per:(rank + 1) * per].contiguous(), y[rank * per:(rank + 1) * per].contiguous()
-    ddp = DistributedDataParallel(model)
+    ddp = wrap(model)
+    # After wrapping: a wrapper that shards (FSDP2) replaces the parameters with its own.
     opt = model.configure_optimizers(args.weight_decay, args.lr, (args.beta1, args.beta2), "cpu")
 
     times, losses = [], []
@@ -65,13 +67,13 @@ def rank_main(args, rank, world):
     dist.all_reduce(mean_loss)
     if rank == 0:
         print(json.dumps(dict(
-            framework="pytorch-ddp",
+            framework=framework,
             mode="bench",
             ranks=world,
             backend=dist.get_backend(),
             batch_per_rank=per,
-            params=sum(p.numel() for p in model.parameters()),
-            params_no_pos=model.get_num_params(non_embedding=True),
+            params=params,
+            params_no_pos=params_no_pos,
             step_time_s=times,
             step_time_s_per_rank=[t.tolist() for t in all_times],
             warmup=args.warmup,
@@ -98,7 +100,7 @@ def spawn(args):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(args.ranks),
                OMP_NUM_THREADS=str(args.threads))
     out = tempfile.TemporaryFile(mode="w+")  # not a pipe: nobody reads it while the ranks run
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), *sys.argv[1:]],
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:]],
                               env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=out if r == 0 else subprocess.DEVNULL)
              for r in range(args.ranks)]
@@ -110,21 +112,22 @@ def spawn(args):
             p.kill()
         p.wait()
     if failed:
-        sys.exit(f"torch_ddp.py: rank {failed[0]} failed (exit {procs[failed[0]].returncode}); its stderr is above")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: rank {failed[0]} failed (exit {procs[failed[0]].returncode}); its stderr is above")
     out.seek(0)
     sys.stdout.write(out.read())
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(wrap=DistributedDataParallel, framework="pytorch-ddp", doc=__doc__):
+    """The peer's command line: spawns the ranks, or is one (under spawn or torchrun)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_args(ap, threads=1)
     ap.add_argument("--ranks", type=int, default=2, help="processes to spawn (ignored under torchrun)")
     args = ap.parse_args()
     world = int(os.environ.get("WORLD_SIZE", args.ranks))
     if args.batch % world:
-        sys.exit(f"torch_ddp.py: --batch {args.batch} does not split over {world} ranks; give a multiple of {world}")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: --batch {args.batch} does not split over {world} ranks; give a multiple of {world}")
     if "RANK" in os.environ:
-        rank_main(args, int(os.environ["RANK"]), world)
+        rank_main(args, int(os.environ["RANK"]), world, wrap, framework)
     else:
         spawn(args)
 

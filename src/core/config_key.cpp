@@ -4,7 +4,13 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/error.h"
+
 namespace loom {
+
+void check_key(bool ok, const std::string& key, const std::string& problem, const std::string& hint) {
+  if (!ok) throw UserError(key, problem, hint);
+}
 
 std::string toml_quote(std::string_view s) {
   std::string out = "\"";

@@ -5,7 +5,8 @@
 //
 // A row says where its value lives in the slice (a member reference), how it reads from TOML and
 // from text, how it prints (as TOML), its help and, when it means something only for some
-// configurations, when it applies.
+// configurations, when it applies. A room checks its own keys beside its table (check_key); the
+// checks that read more than one room's slice stay in train/config.cpp.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -51,7 +52,15 @@ struct KeySpec {
   // that sets it or, on the command line, to the current directory.
   std::function<std::string&(Slice&)> path = nullptr;
   std::function<void(Slice& dst, const Slice& src)> copy;  // dst's value = src's
+  // Shapes the model's parameters or changes what they compute (a model.* row): a loom checkpoint
+  // given as model.init_from decides it, and a configuration may not contradict it
+  // (train/model_source.h).
+  bool architecture = false;
 };
+
+// A room's check of its own keys: a UserError naming `key` unless `ok` (validate_config adds the
+// file name).
+void check_key(bool ok, const std::string& key, const std::string& problem, const std::string& hint);
 
 // Text helpers of the rows (core/config_key.cpp).
 // Shortest text that reads back as the same double (std::to_chars), so "0.9" stays "0.9".
@@ -199,6 +208,13 @@ KeySpec<Slice> choice_set(const char* key, const char* help, Get ref) {
 template <class Slice>
 KeySpec<Slice> only_if(KeySpec<Slice> k, bool (*applies)(const Slice&)) {
   k.applies = applies;
+  return k;
+}
+
+// `k`, marked as an architecture key.
+template <class Slice>
+KeySpec<Slice> architecture(KeySpec<Slice> k) {
+  k.architecture = true;
   return k;
 }
 

@@ -45,4 +45,11 @@ const std::vector<KeySpec<DataConfig>>& data_keys() {
 
 #undef REF
 
+void validate_data(const DataConfig& c) {
+  check_key(c.kind != DataKind::tokens || !c.dir.empty(), "data.dir", "data.kind = tokens needs a data directory",
+            "prepare one with `loom prepare char data/tinyshakespeare.txt data/shakespeare_char` and set data.dir");
+  check_key(c.batch_size >= 1, "data.batch_size", "must be >= 1", "e.g. 512");
+  check_key(c.num_inputs >= 1, "data.num_inputs", "must be >= 1", "e.g. 128");
+}
+
 }  // namespace loom

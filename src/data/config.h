@@ -52,5 +52,7 @@ struct DataContext {
 
 // The data.* keys (core/config_key.h rows), in `loom help config` order.
 const std::vector<KeySpec<DataConfig>>& data_keys();
+// The checks of data.* alone: a UserError naming the key.
+void validate_data(const DataConfig& c);
 
 }  // namespace loom

@@ -11,13 +11,14 @@ using namespace keys;
 #define REF(member) LOOM_KEY_REF(ModelConfig, member)
 
 KeySpec<ModelConfig> hidden_size_key() {
-  return integer<ModelConfig>("model.hidden_size", "hidden width", REF(hidden_size));
+  return architecture(integer<ModelConfig>("model.hidden_size", "hidden width", REF(hidden_size)));
 }
 KeySpec<ModelConfig> dropout_rate_key() {
   return number<ModelConfig>("model.dropout_rate", "dropout rate in [0, 1)", REF(dropout_rate));
 }
 KeySpec<ModelConfig> layer_norm_eps_key() {
-  return number<ModelConfig>("model.layer_norm_eps", "LayerNorm epsilon (Flax default 1e-6)", REF(layer_norm_eps));
+  return architecture(
+      number<ModelConfig>("model.layer_norm_eps", "LayerNorm epsilon (Flax default 1e-6)", REF(layer_norm_eps)));
 }
 std::vector<KeySpec<ModelConfig>> remat_keys() {
   return {
@@ -64,7 +65,7 @@ std::vector<KeySpec<ModelConfig>> merged_family_keys() {
 const std::vector<KeySpec<ModelConfig>>& model_keys() {
   static const std::vector<KeySpec<ModelConfig>> rows = [] {
     std::vector<KeySpec<ModelConfig>> all = {
-        choice<ModelConfig>("model.kind", "model family", REF(kind)),
+        architecture(choice<ModelConfig>("model.kind", "model family", REF(kind))),
         dtype<ModelConfig>("model.dtype", "compute dtype of activations; params and optimizer state stay float32",
                            REF(dtype)),
     };
@@ -80,5 +81,18 @@ const std::vector<KeySpec<ModelConfig>>& model_keys() {
 }
 
 #undef REF
+
+void validate_model(const ModelConfig& c) {
+  validate_lora(c);
+  check_key(c.hidden_size >= 1, "model.hidden_size", "must be >= 1", "e.g. 256");
+  check_key(c.dropout_rate >= 0 && c.dropout_rate < 1, "model.dropout_rate", "must be in [0, 1)", "e.g. 0.1");
+  check_key(c.layer_norm_eps > 0, "model.layer_norm_eps", "must be positive", "Flax uses 1e-6");
+  nn::model_kind(c.kind).validate(c);
+  check_key(!c.remat.has(RematRegion::auto_) || c.remat == ChoiceSet<RematRegion>{RematRegion::auto_}, "model.remat",
+            "auto chooses the regions itself", "write model.remat=auto alone");
+  check_key(c.remat_policy != RematPolicyKind::save_only_these_names || !c.remat_save_names.empty(),
+            "model.remat_save_names", "save_only_these_names needs at least one pattern",
+            "e.g. model.remat_save_names=*/attn/qkv");
+}
 
 }  // namespace loom

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "nn/config_keys.h"
 #include "nn/layers.h"
+#include "nn/models.h"
 
 namespace loom {
 
@@ -62,6 +63,12 @@ std::vector<KeySpec<ModelConfig>> lora_keys() {
 }
 
 #undef REF
+
+void validate_lora(const ModelConfig& c) {
+  check_key(c.lora.rank >= 0, "lora.rank", "must be >= 0", "e.g. 16, or 0 to train every parameter");
+  check_key(!c.lora.enabled() || nn::model_kind(c.kind).language_model, "lora.rank",
+            "LoRA adapts a transformer's dense layers; this model.kind has none", "set lora.rank = 0");
+}
 
 namespace nn {
 

@@ -11,6 +11,7 @@ bool sgd(const OptimizerConfig& c) { return c.name == OptimizerName::sgd; }
 bool adamw(const OptimizerConfig& c) { return c.name == OptimizerName::adamw; }
 bool warmup_schedule(const OptimizerConfig& c) { return c.schedule.kind != ScheduleKind::constant; }
 bool cosine_schedule(const OptimizerConfig& c) { return c.schedule.kind == ScheduleKind::warmup_cosine_decay; }
+bool params_shard(const OptimizerConfig& c) { return c.shard == OptimizerShard::params; }
 bool exponential_schedule(const OptimizerConfig& c) {
   return c.schedule.kind == ScheduleKind::warmup_exponential_decay;
 }
@@ -43,6 +44,11 @@ const std::vector<KeySpec<OptimizerConfig>>& optimizer_keys() {
       choice<OptimizerConfig>("optimizer.shard",
                               "more than one rank (mpirun): how the optimizer state is split over the ranks",
                               REF(shard)),
+      only_if(integer<OptimizerConfig>("optimizer.gather_ahead",
+                                       "shard = params: parameter uses whose all-gathers run ahead of the kernels (0 = "
+                                       "each gather blocks; each more holds one more use's parameters)",
+                                       REF(gather_ahead)),
+              params_shard),
       choice<OptimizerConfig>("optimizer.schedule", "learning-rate schedule", REF(schedule.kind)),
       only_if(number<OptimizerConfig>("optimizer.init_value", "schedule: value at step 0 (warmup start)",
                                       REF(schedule.init_value)),
@@ -96,5 +102,29 @@ const std::vector<KeySpec<OptimizerConfig>>& optimizer_keys() {
 }
 
 #undef REF
+
+void validate_optimizer(const OptimizerConfig& c) {
+  check_key(c.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", "e.g. 0.1");
+  check_key(c.momentum >= 0 && c.momentum < 1, "optimizer.momentum", "must be in [0, 1)", "e.g. 0.9");
+  check_key(c.clip_norm >= 0, "optimizer.clip_norm", "must be >= 0", "0 disables clipping; GPT-2 uses 1.0");
+  check_key(c.loss_scale_init > 0, "optimizer.loss_scale_init", "must be positive", "GradScaler's default is 65536");
+  check_key(c.loss_scale_growth >= 1, "optimizer.loss_scale_growth", "must be >= 1", "GradScaler's default is 2");
+  check_key(c.loss_scale_backoff > 0 && c.loss_scale_backoff < 1, "optimizer.loss_scale_backoff", "must be in (0, 1)",
+            "GradScaler's default is 0.5");
+  check_key(c.loss_scale_interval >= 1, "optimizer.loss_scale_interval", "must be >= 1",
+            "GradScaler's default is 2000");
+  check_key(c.loss_scale_min > 0 && c.loss_scale_min <= c.loss_scale_init, "optimizer.loss_scale_min",
+            "must be positive and at most optimizer.loss_scale_init", "e.g. 1.0 (the default)");
+  ScheduleSpec s = c.schedule;
+  s.value = c.learning_rate;
+  validate_schedule(s, "optimizer.");
+  check_key(c.learning_rate >= 0, "optimizer.learning_rate", "must be >= 0", "e.g. 1e-3");
+  check_key(c.b1 >= 0 && c.b1 < 1, "optimizer.b1", "must be in [0, 1)", "Adam's default is 0.9");
+  check_key(c.b2 >= 0 && c.b2 < 1, "optimizer.b2", "must be in [0, 1)", "Adam's default is 0.999");
+  check_key(c.eps >= 0, "optimizer.eps", "must be >= 0", "Adam's default is 1e-8");
+  check_key(c.num_minibatches >= 1, "optimizer.num_minibatches", "must be >= 1", "1 means no accumulation");
+  check_key(c.gather_ahead >= 0, "optimizer.gather_ahead", "must be >= 0",
+            "1 (the default) gathers each use's parameters during the use before it; 0 waits for each gather");
+}
 
 }  // namespace loom

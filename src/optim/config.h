@@ -52,6 +52,9 @@ struct OptimizerConfig {
   WeightDecayMask weight_decay_mask = WeightDecayMask::all;
   double clip_norm = 0.0;                       // clip_by_global_norm before the optimizer; 0 = off
   OptimizerShard shard = OptimizerShard::none;  // with more than one rank (train/trainer.h)
+  // shard = params: how many parameter uses ahead each use's all-gathers start (PlanOptions::
+  // gather_ahead); 0: each gather blocks at its use. Changes memory and overlap, never the bits.
+  int64_t gather_ahead = 1;
   int64_t num_minibatches = 1;
   ScheduleSpec schedule;  // kind constant uses learning_rate
   // float16 loss scaling (PyTorch GradScaler semantics); ignored for float32 / bfloat16.
@@ -65,5 +68,7 @@ struct OptimizerConfig {
 
 // The optimizer.* keys (core/config_key.h rows), in `loom help config` order.
 const std::vector<KeySpec<OptimizerConfig>>& optimizer_keys();
+// The checks of optimizer.* alone, the schedule's included: a UserError naming the key.
+void validate_optimizer(const OptimizerConfig& c);
 
 }  // namespace loom

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "core/clock.h"
 #include "run/divergence.h"
 #include "train/checkpoint.h"
 
@@ -59,7 +60,7 @@ void CheckpointHook::save(const std::string& name) {
                               .base_hash = {}};  // save_checkpoint hashes a LoRA run's base
   const SaveResult sr =
       save_checkpoint(t_, state, (std::filesystem::path(run_dir_) / name).string(), data_.tokenizer_json());
-  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  seconds_ += seconds_since(t0);
   ++count_;
   if (!sr.saved)
     throw diverged_error(

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/clock.h"
 #include "train/console.h"
 
 namespace loom {

@@ -19,11 +19,6 @@
 
 namespace loom {
 
-// Seconds from t0 to now.
-inline double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // The validation losses a session saw, for the summary. -1: none; best_step 0: unknown (a
 // checkpoint that does not record it).
 struct ValidationRecord {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/registry.h"
+#include "core/clock.h"
 #include "nn/models.h"
 #include "report/ceiling.h"
 #include "report/profile.h"

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "backend/registry.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/tokenizer.h"
@@ -29,10 +30,6 @@ namespace {
 
 // Why two: a sample's prefills have the prompt's length and the window refill's (the header).
 constexpr size_t kPrefillPrograms = 2;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 

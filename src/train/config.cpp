@@ -17,7 +17,6 @@
 #include "data/data.h"
 #include "nn/config_keys.h"
 #include "nn/models.h"
-#include "train/fit.h"
 #include "train/model_source.h"
 
 namespace loom {
@@ -40,7 +39,8 @@ KeySpecC lift(const KeySpec<Slice>& k, Slice Config::*slice) {
                .applies = nullptr,
                .needs = k.needs,
                .path = nullptr,
-               .copy = [f = k.copy, slice](Config& dst, const Config& src) { f(dst.*slice, src.*slice); }};
+               .copy = [f = k.copy, slice](Config& dst, const Config& src) { f(dst.*slice, src.*slice); },
+               .architecture = k.architecture};
   if (k.applies) out.applies = [f = k.applies, slice](const Config& c) { return f(c.*slice); };
   if (k.path) out.path = [f = k.path, slice](Config& c) -> std::string& { return f(c.*slice); };
   return out;
@@ -68,60 +68,15 @@ const std::vector<KeySpecC>& schema() {
   static const std::vector<KeySpecC> rows = [] {
     using namespace keys;
     std::vector<KeySpecC> all = {
-      integer<Config>("seed", "seed of every random stream (init, data, dropout)", LOOM_REF(seed)),
-      choice<Config>("device", "where to run", LOOM_REF(device)),
-      integer<Config>("threads", "CPU threads (0 = all cores)", LOOM_REF(threads)),
+        integer<Config>("seed", "seed of every random stream (init, data, dropout)", LOOM_REF(seed)),
+        choice<Config>("device", "where to run", LOOM_REF(device)),
+        integer<Config>("threads", "CPU threads (0 = all cores)", LOOM_REF(threads)),
     };
     for (const auto& k : model_keys()) all.push_back(lift(k, &Config::model));
     for (const auto& k : lora_keys()) all.push_back(lift(k, &Config::model));
     for (const auto& k : optimizer_keys()) all.push_back(lift(k, &Config::optimizer));
     for (const auto& k : data_keys()) all.push_back(lift(k, &Config::data));
-    const std::vector<KeySpecC> train = {
-        integer<Config>("train.steps", "optimizer steps to run", LOOM_REF(train.steps)),
-        integer<Config>("train.log_every", "log every N steps", LOOM_REF(train.log_every)),
-        path<Config>("train.metrics_file",
-                     "JSONL file with one object per logged step (empty: RUN/metrics.jsonl for runs with --out)",
-                     LOOM_REF(train.metrics_file)),
-        boolean<Config>("train.tensorboard",
-                        "also write the logged numbers as a TensorBoard event file in the run directory "
-                        "(tensorboard --logdir runs/)",
-                        LOOM_REF(train.tensorboard)),
-        integer<Config>("train.eval_interval", "evaluate the validation loss every N steps (0 = never)",
-                        LOOM_REF(train.eval_interval)),
-        integer<Config>("train.eval_iters",
-                        "validation batches (of one minibatch) per evaluation of plain token data; chat data is "
-                        "evaluated in one pass over its val split",
-                        LOOM_REF(train.eval_iters)),
-        integer<Config>("train.checkpoint_interval",
-                        "save a checkpoint every N steps (0 = at evaluations and at the end)",
-                        LOOM_REF(train.checkpoint_interval)),
-        integer<Config>("train.keep_last", "checkpoints to keep (the best one is kept apart)",
-                        LOOM_REF(train.keep_last)),
-        integer<Config>("train.sample_tokens", "after training, print a sample of this many tokens (0 = none)",
-                        LOOM_REF(train.sample_tokens)),
-        choice<Config>("train.on_nonfinite", "what a NaN or infinite loss or gradient norm does (float32/bfloat16)",
-                       LOOM_REF(train.on_nonfinite)),
-        integer<Config>(
-            "train.max_skipped_steps",
-            "stop after this many skipped steps in a row, in any dtype (float16 overflow included; 0 = never)",
-            LOOM_REF(train.max_skipped_steps)),
-        integer<Config>(
-            "train.bucket_kib",
-            "more than one rank (mpirun): gradients are summed over ranks in buckets of this many KiB, each as "
-            "soon as the backward has written it (no effect on the result)",
-            LOOM_REF(train.bucket_kib)),
-        string<Config>("train.memory_budget",
-                       "model.remat = auto: bytes the run may plan, e.g. 20GiB (empty: the memory available to each "
-                       "rank on this machine)",
-                       LOOM_REF(train.memory_budget)),
-        number<Config>(
-            "train.collective_timeout",
-            "more than one rank: seconds a rank waits for the others in a collective before it asks which are "
-            "alive, names those that are not (stopped, dead, unreachable) and ends the job; a rank saving a "
-            "checkpoint answers that it is busy, so a long save never trips it",
-            LOOM_REF(train.collective_timeout)),
-    };
-    all.insert(all.end(), train.begin(), train.end());
+    for (const auto& k : train_keys()) all.push_back(lift(k, &Config::train));
     return all;
   }();
   return rows;
@@ -282,99 +237,61 @@ void apply_override(Config& c, const std::string& assignment) {
   }
 }
 
-void validate_config(const Config& c) {
-  const std::string& f = c.source.empty() ? std::string("config") : c.source;
-  auto need = [&](bool ok, const std::string& key, const std::string& problem, const std::string& hint) {
-    if (!ok) throw UserError(f + ": " + key, problem, hint);
-  };
-  need(c.seed <= static_cast<uint64_t>(INT64_MAX), "seed", "must be in [0, 2^63 - 1]",
-       "a non-negative integer, e.g. 1337");
-  // A slice's own checks throw UserError naming the key; the file is added here.
-  auto in_file = [&](auto&& check) {
-    try {
-      check();
-    } catch (const UserError& e) {
-      throw UserError(f + ": " + e.subject(), std::string(e.what()).substr(e.subject().size() + 2), e.hint());
-    }
-  };
+namespace {
+
+// The checks that read more than one room's slice, which no room can make alone.
+void check_across_rooms(const Config& c) {
+  // What ZeRO-3 (optimizer.shard = params) does not shard yet (train/trainer.h): a frozen base
+  // (lora.*), a loaded model (model.init_from), stacked layers and evaluation keep whole parameters.
+  const bool zero3 = c.optimizer.shard == OptimizerShard::params;
+  check_key(!zero3 || !c.model.lora.enabled(), "optimizer.shard", "params (ZeRO-3) does not support LoRA yet",
+            "use optimizer.shard = state+grads with lora.rank > 0");
+  check_key(!zero3 || c.model.init_from.empty(), "optimizer.shard", "params (ZeRO-3) does not load model.init_from yet",
+            "fine-tune with optimizer.shard = state+grads, or start from the seed");
+  check_key(!zero3 || !c.model.scan_layers, "optimizer.shard", "params (ZeRO-3) does not support model.scan_layers yet",
+            "set model.scan_layers = false");
+  check_key(!zero3 || c.train.eval_interval == 0 || c.data.kind != DataKind::tokens, "optimizer.shard",
+            "params (ZeRO-3) does not evaluate during training yet",
+            "set train.eval_interval = 0 (evaluate the checkpoint with `loom eval`), or optimizer.shard = state+grads");
+  // The data must be what the model family reads (model.kind against data.*).
   const nn::ModelKindInfo& kind = nn::model_kind(c.model.kind);
-  need(c.threads >= 0, "threads", "must be >= 0", "0 uses all cores");
-  need(c.model.lora.rank >= 0, "lora.rank", "must be >= 0", "e.g. 16, or 0 to train every parameter");
-  need(!c.model.lora.enabled() || kind.language_model, "lora.rank",
-       "LoRA adapts a transformer's dense layers; this model.kind has none", "set lora.rank = 0");
-  need(c.model.hidden_size >= 1, "model.hidden_size", "must be >= 1", "e.g. 256");
-  need(c.model.dropout_rate >= 0 && c.model.dropout_rate < 1, "model.dropout_rate", "must be in [0, 1)", "e.g. 0.1");
-  need(c.model.layer_norm_eps > 0, "model.layer_norm_eps", "must be positive", "Flax uses 1e-6");
-  need(c.optimizer.weight_decay >= 0, "optimizer.weight_decay", "must be >= 0", "e.g. 0.1");
-  need(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1, "optimizer.momentum", "must be in [0, 1)", "e.g. 0.9");
-  need(c.optimizer.clip_norm >= 0, "optimizer.clip_norm", "must be >= 0", "0 disables clipping; GPT-2 uses 1.0");
-  need(c.optimizer.loss_scale_init > 0, "optimizer.loss_scale_init", "must be positive",
-       "GradScaler's default is 65536");
-  need(c.optimizer.loss_scale_growth >= 1, "optimizer.loss_scale_growth", "must be >= 1", "GradScaler's default is 2");
-  need(c.optimizer.loss_scale_backoff > 0 && c.optimizer.loss_scale_backoff < 1, "optimizer.loss_scale_backoff",
-       "must be in (0, 1)", "GradScaler's default is 0.5");
-  need(c.optimizer.loss_scale_interval >= 1, "optimizer.loss_scale_interval", "must be >= 1",
-       "GradScaler's default is 2000");
-  need(c.optimizer.loss_scale_min > 0 && c.optimizer.loss_scale_min <= c.optimizer.loss_scale_init,
-       "optimizer.loss_scale_min", "must be positive and at most optimizer.loss_scale_init", "e.g. 1.0 (the default)");
-  in_file([&] {
-    ScheduleSpec s = c.optimizer.schedule;
-    s.value = c.optimizer.learning_rate;
-    validate_schedule(s, "optimizer.");
-  });
-  // What ZeRO-3 does not shard yet (train/trainer.h): a frozen base and stacked layers keep whole parameters.
-  need(c.optimizer.shard != OptimizerShard::params || !c.model.lora.enabled(), "optimizer.shard",
-       "params (ZeRO-3) does not support LoRA yet", "use optimizer.shard = state+grads with lora.rank > 0");
-  need(c.optimizer.shard != OptimizerShard::params || c.model.init_from.empty(), "optimizer.shard",
-       "params (ZeRO-3) does not load model.init_from yet",
-       "fine-tune with optimizer.shard = state+grads, or start from the seed");
-  need(c.optimizer.shard != OptimizerShard::params || !c.model.scan_layers, "optimizer.shard",
-       "params (ZeRO-3) does not support model.scan_layers yet", "set model.scan_layers = false");
-  need(c.optimizer.shard != OptimizerShard::params || c.train.eval_interval == 0 || c.data.kind != DataKind::tokens,
-       "optimizer.shard", "params (ZeRO-3) does not evaluate during training yet",
-       "set train.eval_interval = 0 (evaluate the checkpoint with `loom eval`), or optimizer.shard = state+grads");
-  need(c.optimizer.learning_rate >= 0, "optimizer.learning_rate", "must be >= 0", "e.g. 1e-3");
-  need(c.optimizer.b1 >= 0 && c.optimizer.b1 < 1, "optimizer.b1", "must be in [0, 1)", "Adam's default is 0.9");
-  need(c.optimizer.b2 >= 0 && c.optimizer.b2 < 1, "optimizer.b2", "must be in [0, 1)", "Adam's default is 0.999");
-  need(c.optimizer.eps >= 0, "optimizer.eps", "must be >= 0", "Adam's default is 1e-8");
-  need(c.optimizer.num_minibatches >= 1, "optimizer.num_minibatches", "must be >= 1", "1 means no accumulation");
-  need(c.data.kind != DataKind::tokens || !c.data.dir.empty(), "data.dir", "data.kind = tokens needs a data directory",
-       "prepare one with `loom prepare char data/tinyshakespeare.txt data/shakespeare_char` and set data.dir");
-  need(c.train.eval_interval >= 0, "train.eval_interval", "must be >= 0", "0 disables evaluation");
-  need(c.train.eval_iters >= 1, "train.eval_iters", "must be >= 1", "e.g. 20");
-  need(c.train.checkpoint_interval >= 0, "train.checkpoint_interval", "must be >= 0", "0 saves at evaluations");
-  need(c.train.keep_last >= 1, "train.keep_last", "must be >= 1", "e.g. 3");
-  need(c.train.sample_tokens >= 0, "train.sample_tokens", "must be >= 0", "e.g. 200");
-  need(c.train.bucket_kib >= 1, "train.bucket_kib", "must be >= 1", "e.g. 4096 (4 MiB)");
-  need(c.train.max_skipped_steps >= 0, "train.max_skipped_steps", "must be >= 0", "e.g. 25 (0 = never stop)");
-  in_file([&] { kind.validate(c.model); });
-  need(!c.model.remat.has(RematRegion::auto_) || c.model.remat == ChoiceSet<RematRegion>{RematRegion::auto_},
-       "model.remat", "auto chooses the regions itself", "write model.remat=auto alone");
-  if (!c.train.memory_budget.empty()) in_file([&] { parse_bytes(c.train.memory_budget, "train.memory_budget"); });
-  need(c.model.remat_policy != RematPolicyKind::save_only_these_names || !c.model.remat_save_names.empty(),
-       "model.remat_save_names", "save_only_these_names needs at least one pattern",
-       "e.g. model.remat_save_names=*/attn/qkv");
   const std::string a_kind = "the " + std::string(kind.name);
   if (kind.language_model) {
-    need(c.data.seq_len >= 1 && c.data.seq_len <= c.model.max_seq_len, "data.seq_len",
-         "seq_len " + std::to_string(c.data.seq_len) +
-             " is outside [1, model.max_seq_len = " + std::to_string(c.model.max_seq_len) + "]",
-         "raise model.max_seq_len or shorten data.seq_len");
-    need(is_token_data(c.data.kind), "data.kind", a_kind + " needs token data", "use random_tokens or tokens");
-    need(c.data.kind != DataKind::random_tokens || (c.data.vocab_size >= 2 && c.data.vocab_size <= c.model.vocab_size),
-         "data.vocab_size", "must be in [2, model.vocab_size]", "tokens must be valid embedding rows");
+    check_key(c.data.seq_len >= 1 && c.data.seq_len <= c.model.max_seq_len, "data.seq_len",
+              "seq_len " + std::to_string(c.data.seq_len) +
+                  " is outside [1, model.max_seq_len = " + std::to_string(c.model.max_seq_len) + "]",
+              "raise model.max_seq_len or shorten data.seq_len");
+    check_key(is_token_data(c.data.kind), "data.kind", a_kind + " needs token data", "use random_tokens or tokens");
+    check_key(
+        c.data.kind != DataKind::random_tokens || (c.data.vocab_size >= 2 && c.data.vocab_size <= c.model.vocab_size),
+        "data.vocab_size", "must be in [2, model.vocab_size]", "tokens must be valid embedding rows");
   } else {
-    need(c.data.kind == DataKind::random_classification, "data.kind", a_kind + " needs random_classification data",
-         "use random_classification");
+    check_key(c.data.kind == DataKind::random_classification, "data.kind", a_kind + " needs random_classification data",
+              "use random_classification");
   }
-  need(c.data.batch_size >= 1, "data.batch_size", "must be >= 1", "e.g. 512");
-  need(c.data.batch_size % c.optimizer.num_minibatches == 0, "data.batch_size",
-       "batch size " + std::to_string(c.data.batch_size) +
-           " is not divisible by optimizer.num_minibatches = " + std::to_string(c.optimizer.num_minibatches),
-       "choose num_minibatches among the divisors of the batch size");
-  need(c.data.num_inputs >= 1, "data.num_inputs", "must be >= 1", "e.g. 128");
-  need(c.train.steps >= 0, "train.steps", "must be >= 0", "e.g. 5");
-  need(c.train.log_every >= 1, "train.log_every", "must be >= 1", "e.g. 1");
+  // Gradient accumulation splits the batch (optimizer.num_minibatches against data.batch_size).
+  check_key(c.data.batch_size % c.optimizer.num_minibatches == 0, "data.batch_size",
+            "batch size " + std::to_string(c.data.batch_size) +
+                " is not divisible by optimizer.num_minibatches = " + std::to_string(c.optimizer.num_minibatches),
+            "choose num_minibatches among the divisors of the batch size");
+}
+
+}  // namespace
+
+void validate_config(const Config& c) {
+  try {
+    check_key(c.seed <= static_cast<uint64_t>(INT64_MAX), "seed", "must be in [0, 2^63 - 1]",
+              "a non-negative integer, e.g. 1337");
+    check_key(c.threads >= 0, "threads", "must be >= 0", "0 uses all cores");
+    validate_model(c.model);
+    validate_optimizer(c.optimizer);
+    validate_data(c.data);
+    validate_train(c.train);
+    check_across_rooms(c);        // after the rooms' own: it divides by num_minibatches, reads max_seq_len
+  } catch (const UserError& e) {  // the checks name the key; the file is added here
+    const std::string& f = c.source.empty() ? std::string("config") : c.source;
+    throw UserError(f + ": " + e.subject(), std::string(e.what()).substr(e.subject().size() + 2), e.hint());
+  }
 }
 
 Config default_config(const std::vector<std::string>& overrides) {

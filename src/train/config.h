@@ -1,8 +1,10 @@
 // Run configuration: TOML files with the tutorials' key names, overridable on the command line
 // as `section.key=value`. Every key is declared once, in the table of the room that owns it
 // (core/config_key.h rows: model.* in nn/config_keys.h, optimizer.* in optim/config.h, data.* in
-// data/config.h, the rest in config.cpp) with its type, default and help text; unknown keys, wrong types and inconsistent values are UserErrors that
-// name the key (and the file) and say how to fix it.
+// data/config.h, train.* in train/train_keys.cpp, seed, device and threads in config.cpp) with its
+// type, default and help text, and the room checks its own keys beside its table; unknown keys,
+// wrong types and inconsistent values are UserErrors that name the key (and the file) and say how
+// to fix it.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -41,6 +43,11 @@ struct TrainConfig {
   double collective_timeout = 300;
 };
 
+// The train.* keys (core/config_key.h rows; train/train_keys.cpp), in `loom help config` order.
+const std::vector<KeySpec<TrainConfig>>& train_keys();
+// The checks of train.* alone: a UserError naming the key.
+void validate_train(const TrainConfig& c);
+
 struct Config {
   uint64_t seed = 0;
   Device device = Device::auto_;
@@ -73,7 +80,9 @@ Config config_from_toml_text(const std::string& text, const std::string& source,
 Config default_config(const std::vector<std::string>& overrides = {});
 // Applies one override to `c` (exposed for tests).
 void apply_override(Config& c, const std::string& assignment);
-// Cross-key checks (batch divisible by minibatches, positive sizes, ...). Throws UserError.
+// Every room's checks of its own keys (model, optimizer, data, train: positive sizes, ...), then
+// the checks across rooms (batch divisible by minibatches, ...). Throws UserError naming the file
+// and the key.
 void validate_config(const Config& c);
 // Every key with its current value, as TOML text (for logs and checkpoint sidecars).
 std::string config_to_toml(const Config& c);

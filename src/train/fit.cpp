@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backend/registry.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "graph/ops/linear_cross_entropy.h"
 #include "nn/models.h"
@@ -339,7 +340,7 @@ std::vector<Fitter::FitPoint> Fitter::frontier(int steps) {
     FitPoint p{.budget = hi - (hi - lo) * s / steps, .choice = {}, .seconds = 0, .plans = plans_};
     const auto t0 = std::chrono::steady_clock::now();
     p.choice = fit(p.budget);
-    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    p.seconds = seconds_since(t0);
     p.plans = plans_ - p.plans;
     out.push_back(std::move(p));
   }

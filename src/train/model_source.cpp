@@ -9,37 +9,12 @@
 #include "data/hf_tokenizer.h"
 #include "io/hf.h"
 #include "io/param_io.h"
+#include "nn/config_keys.h"
 #include "train/checkpoint.h"
 
 namespace loom {
 
-namespace {
-
 namespace fs = std::filesystem;
-
-// The model.* keys of a loom checkpoint that shape its parameters or change what they compute.
-constexpr const char* kLoomArchKeys[] = {
-    "model.kind",          "model.hidden_size",       "model.num_classes", "model.num_layers",  "model.head_dim",
-    "model.mlp_expansion", "model.vocab_size",        "model.num_outputs", "model.max_seq_len", "model.layer_norm_eps",
-    "model.causal_mask",   "model.block_order",       "model.norm",        "model.use_bias",    "model.tie_embeddings",
-    "model.mlp",           "model.intermediate_size", "model.position",    "model.rope_theta",  "model.num_kv_heads",
-    "model.num_heads",     "model.qk_norm",           "model.post_norms",
-};
-// And those of the Llama-style families' options: rotary scaling, Qwen2's q/k/v biases, Mistral's window,
-// Gemma 3's local/global layers, attention scale and embedding scale.
-constexpr const char* kLoomVariantKeys[] = {"model.rope_scaling",
-                                            "model.rope_factor",
-                                            "model.rope_low_freq_factor",
-                                            "model.rope_high_freq_factor",
-                                            "model.rope_original_max_position",
-                                            "model.qkv_bias",
-                                            "model.sliding_window",
-                                            "model.sliding_window_pattern",
-                                            "model.rope_local_theta",
-                                            "model.query_pre_attn_scalar",
-                                            "model.scale_embeddings"};
-
-}  // namespace
 
 ModelSource::ModelSource(const std::string& path) : path_(path), dir_(path) {
   std::error_code ec;
@@ -65,8 +40,8 @@ ModelSource::ModelSource(const std::string& path) : path_(path), dir_(path) {
                     "or one of its ckpt_<step> directories");
   const std::string state = (fs::path(dir_) / "state.json").string();
   config_ = config_from_toml_text(read_checkpoint_state(dir_).config_toml, state);
-  for (const char* k : kLoomArchKeys) keys_.push_back({.key = k, .origin = state, .fixed = true});
-  for (const char* k : kLoomVariantKeys) keys_.push_back({.key = k, .origin = state, .fixed = true});
+  for (const KeySpec<ModelConfig>& k : model_keys())
+    if (k.architecture) keys_.push_back({.key = k.key, .origin = state, .fixed = true});
   description_ = "the loom checkpoint " + dir_;
 }
 

@@ -26,7 +26,8 @@ class ModelSource {
   // The configuration it was made with: a loom checkpoint's own; for a Hugging Face directory
   // loom's defaults with the architecture set.
   const Config& config() const { return config_; }
-  // The model.* keys it decides, each with where its value comes from.
+  // The model.* keys it decides, each with where its value comes from: a loom checkpoint's are the
+  // rows marked `architecture` (nn/config_keys.h), a Hugging Face model's those its config.json gives.
   const std::vector<ArchKey>& keys() const { return keys_; }
   // "the Hugging Face GPT2LMHeadModel in DIR", "the loom checkpoint DIR".
   const std::string& description() const { return description_; }

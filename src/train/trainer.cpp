@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 
@@ -114,6 +115,7 @@ RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks) {
 PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks, PlanOptions base) {
   if (ranks == 1 || !shards_grads(c)) return base;
   base.gather_params = c.optimizer.shard == OptimizerShard::params;
+  base.gather_ahead = static_cast<int32_t>(std::min<int64_t>(c.optimizer.gather_ahead, INT32_MAX));
   const Graph& g = p.model.graph;
   const GradientBuckets gb = gradient_buckets(c, p);
   const auto last_step = static_cast<int32_t>(p.schedule.size()) - 1;

@@ -30,9 +30,9 @@
 // is a bucket of its own, this rank keeps its chunk of each (the optimizer updates it there), and
 // the plan holds each whole parameter in the arena over its forward uses and again over its
 // backward and recompute uses (rank_plan_options), all-gathered into each such buffer while the
-// kernels before its first use run (prefetch, PlanOptions::gather_ahead: started at the first use
-// of the gathered buffer before it, waited for right before its own); it trains as state+grads
-// does, bit for bit whatever the prefetch. Metrics are gathered per minibatch and summed in global
+// kernels before its first use run (prefetch, optimizer.gather_ahead: started at the use
+// optimizer.gather_ahead uses before its own, waited for right before its own); it trains as
+// state+grads does, bit for bit whatever the prefetch. Metrics are gathered per minibatch and summed in global
 // minibatch order, as one process would; their counts are target tokens.
 #pragma once
 #include <memory>
@@ -97,7 +97,8 @@ RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks);
 // Comm::kMaxPending later starts (the trainer waits for it there) or at the end of the schedule.
 // Under optimizer.shard = params also every parameter (PlanOptions::gather_params): one buffer for
 // its forward uses and one for its backward and recompute uses, which the trainer all-gathers from
-// the ranks' shards, the gather in flight from the buffer's first step to its first use.
+// the ranks' shards, the gather in flight from the buffer's first step to its first use
+// (PlanOptions::gather_ahead = optimizer.gather_ahead; base's is not used).
 PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks, PlanOptions base = {});
 
 struct StepReport {
@@ -172,7 +173,7 @@ class Trainer {
   // Bytes of the parameter shard (params on more than one rank; else 0): laid out as the gradient shard.
   int64_t param_shard_bytes() const { return param_shard_ ? grad_shard_bytes() : 0; }
   // Sharded parameters: the all-gathers started so far, and how many of them were still in flight
-  // while a kernel ran (prefetched; none with PlanOptions::gather_ahead = 0).
+  // while a kernel ran (prefetched; none with optimizer.gather_ahead = 0).
   int64_t gathers_started() const { return gathers_started_; }
   int64_t gathers_overlapped() const { return gathers_overlapped_; }
 

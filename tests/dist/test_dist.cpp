@@ -370,9 +370,9 @@ TEST(Dist, ShardedParametersTrainLikeUnshardedAndRepeatBitForBit) {
       << r.out;
 }
 
-// ZeRO-3's gathers in flight while the kernels before their first use run (PlanOptions::
-// gather_ahead, which no key chooses: the worker, tests/dist/worker/prefetch.cpp, builds the
-// trainers) train bit for bit as gathers that block, at 2 and 3 ranks, and are in flight while
+// ZeRO-3's gathers in flight while the kernels before their first use run (optimizer.gather_ahead
+// 1 and 2: the worker, tests/dist/worker/prefetch.cpp, builds the trainers) train bit for bit as
+// gathers that block (0), at 2 and 3 ranks, and are in flight while
 // kernels run: the trainer counts, for each gather, whether a kernel ran before it completed, and
 // the worker fails unless that is none without prefetch and, with it, every gather the plan starts
 // early (a trainer that waited for a gather where it starts it would count none).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "graph/graph.h"
@@ -319,6 +320,47 @@ TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
   // Further ahead: more in flight at once, the same uses.
   const std::vector<BufferInfo> two = gathered(plan(2));
   for (size_t k = 2; k < two.size(); ++k) EXPECT_EQ(two[k].first, two[k - 2].first_use) << "gathered buffer " << k;
+}
+
+TEST(MemoryPlan, EveryParameterANodeReadsIsPrefetchedTogether) {
+  // Three dense layers with a kernel and a bias each: the node reads two gathered parameters,
+  // first used at the same step. With gather_ahead = 1 both start at the previous use's first
+  // step (not only the first of them: a bias gathered at its use would block the node); with 2,
+  // at the one two uses before, and the first two uses at the first.
+  Graph g;
+  ValueId y = g.add_input("x", Shape{8, 16}, DType::f32);
+  for (const auto& [name, rows, cols] : {std::tuple{"l1", 16, 64}, std::tuple{"l2", 64, 32}, std::tuple{"l3", 32, 8}}) {
+    const ValueId w = g.add_param(std::string(name) + ".kernel", Shape{rows, cols}, {});
+    const ValueId b = g.add_param(std::string(name) + ".bias", Shape{cols}, {});
+    y = g.node(g.add_node(OpKind::dense, {y, w, b}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
+    y = g.node(g.add_node(OpKind::silu, {y}, NoAttrs{}, "", Phase::forward)).out[0];
+  }
+  const ValueId lab = g.add_input("labels", Shape{8}, DType::i32);
+  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
+  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  for (const int32_t ahead : {1, 2}) {
+    PlanOptions opts;
+    opts.gather_params = true;
+    opts.gather_ahead = ahead;
+    const MemoryPlan p = plan_memory(g, default_schedule(g), opts);
+    EXPECT_EQ(verify_plan(g, p), "") << "gather_ahead " << ahead;
+    std::vector<int32_t> uses;  // the first uses of the gathered buffers, ascending, once each
+    for (const BufferInfo& b : p.buffers)
+      if (b.gathered) uses.push_back(b.first_use);
+    std::sort(uses.begin(), uses.end());
+    uses.erase(std::unique(uses.begin(), uses.end()), uses.end());
+    int shared = 0;  // buffers whose first use another buffer shares
+    for (const BufferInfo& b : p.buffers) {
+      if (!b.gathered) continue;
+      const auto u = static_cast<size_t>(std::lower_bound(uses.begin(), uses.end(), b.first_use) - uses.begin());
+      EXPECT_EQ(b.first, uses[u - std::min<size_t>(u, static_cast<size_t>(ahead))])
+          << "gather_ahead " << ahead << ": " << g.value(b.value).name << " first used at step " << b.first_use;
+      shared += std::count_if(p.buffers.begin(), p.buffers.end(), [&](const BufferInfo& o) {
+                  return o.gathered && &o != &b && o.first_use == b.first_use;
+                }) > 0;
+    }
+    EXPECT_EQ(shared, 6) << "each forward dense reads its kernel and its bias";
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "io/hf.h"
+#include "nn/config_keys.h"
 #include "nn/models.h"
 #include "nn/models/hf_arch.h"
 #include "support/files.h"
@@ -88,6 +89,22 @@ TEST(HfArchitectures, TheRefusalListsEveryRow) {
     for (const nn::HfArchitecture* a : nn::hf_architectures())
       EXPECT_NE(e.hint().find(std::string(a->listed_as)), std::string::npos) << e.hint();
   }
+}
+
+// A key a Hugging Face config.json fixes is a row marked `architecture` (nn/config_keys.h), so a
+// loom run started from that model hands the same keys on to a run started from its checkpoints.
+TEST(HfArchitectures, EveryKeyAConfigFixesIsAnArchitectureRow) {
+  std::set<std::string> architecture;
+  for (const KeySpec<ModelConfig>& k : model_keys())
+    if (k.architecture) architecture.insert(k.key);
+  int fixtures = 0;
+  for (const auto& e : std::filesystem::directory_iterator(testing::hf_golden(""))) {
+    if (!is_hf_model_dir(e.path().string())) continue;
+    ++fixtures;
+    for (const ArchKey& k : read_hf_config(e.path().string()).keys)
+      EXPECT_TRUE(!k.fixed || architecture.count(k.key)) << e.path().filename() << ": " << k.key;
+  }
+  EXPECT_GE(fixtures, 8);
 }
 
 }  // namespace

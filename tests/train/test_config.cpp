@@ -10,9 +10,14 @@
 #include <utility>
 #include <vector>
 
+#include "backend/registry.h"
+#include "data/data.h"
 #include "nn/models.h"
 #include "optim/optimizer.h"
+#include "support/files.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/trainer.h"
 
 namespace loom {
 namespace {
@@ -151,6 +156,23 @@ TEST(Config, MessagesSuggestAndDoNotRepeat) {
   EXPECT_NE(error("model.dtype=int32").find("model.dtype=float32"), std::string::npos) << "an unquoted example";
 }
 
+// optimizer.gather_ahead counts uses: a negative count is refused naming the key and what to set.
+TEST(Config, ANegativeGatherDepthIsRefusedNamingTheKey) {
+  Config c = default_config({"optimizer.shard=params"});
+  apply_override(c, "optimizer.gather_ahead=-1");
+  try {
+    validate_config(c);
+    ADD_FAILURE() << "optimizer.gather_ahead = -1 was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(e.subject().find("optimizer.gather_ahead"), std::string::npos) << e.subject();
+    EXPECT_NE(std::string(e.what()).find("must be >= 0"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("0 waits for each gather"), std::string::npos) << e.hint();
+  }
+  c.optimizer.gather_ahead = 0;
+  EXPECT_NO_THROW(validate_config(c));
+  EXPECT_NE(config_to_toml(c).find("gather_ahead = 0"), std::string::npos) << "saved with shard = params";
+}
+
 TEST(ModelKinds, EveryRowMatchesItsNameAndDefaults) {
   for (const ChoiceInfo& n : choices_of(ModelKind{})) {
     const ModelKind k = *parse_choice<ModelKind>(n.name);
@@ -229,6 +251,29 @@ TEST(ModelKinds, DenseKernelsAreMarkedForWeightDecay) {
     }
     EXPECT_GT(kernels, 0) << n.name;
   }
+}
+
+// A loom checkpoint given as model.init_from decides every model.* row marked `architecture`, a
+// variant's option as much as the block's shape: its sliding window is taken when the new
+// configuration leaves it out, and a different one is refused with both values.
+TEST(InitFrom, ALoomCheckpointDecidesItsSlidingWindow) {
+  testing::TempDir d;
+  const Config a = default_config({"model.kind=transformer", "model.hidden_size=16", "model.head_dim=8",
+                                   "model.num_layers=1", "model.vocab_size=12", "model.num_outputs=12",
+                                   "model.max_seq_len=8", "model.sliding_window=4", "data.kind=random_tokens",
+                                   "data.vocab_size=12", "data.seq_len=8", "data.batch_size=2"});
+  auto be = make_backend(Device::cpu);
+  Trainer t(a, *be);
+  t.step(make_batch(a.data, data_context(a)));
+  ASSERT_TRUE(save_checkpoint(t, {.config_toml = config_to_toml(a), .step = 1}, d.path("ckpt_000001")).saved);
+
+  std::vector<std::string> from = {"model.init_from=" + d.path(), "data.kind=random_tokens", "data.vocab_size=12",
+                                   "data.seq_len=8"};
+  EXPECT_EQ(default_config(from).model.sliding_window, 4);
+  from.push_back("model.sliding_window=8");
+  const std::string m = testing::user_error([&] { default_config(from); });
+  EXPECT_NE(m.find("model.sliding_window: is 8, but the model of model.init_from has "), std::string::npos) << m;
+  EXPECT_NE(m.find("i.e. model.sliding_window = 4"), std::string::npos) << m;
 }
 
 }  // namespace

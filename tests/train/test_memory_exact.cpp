@@ -371,6 +371,30 @@ TEST(MemoryExact, TheRanksOfAMachineAreCheckedTogether) {
   EXPECT_NO_THROW(Trainer(c, be, {}, &comm)) << "exactly twice the plan's bytes";
 }
 
+// optimizer.gather_ahead is planned: `loom memory --ranks 2` with optimizer.shard = params holds
+// more parameters gathered at once the further ahead their gathers start (each step's live bytes
+// never fall), and the parameter shards, gradients and optimizer state do not change.
+TEST(MemoryExact, GatheringFurtherAheadPlansMoreActivationBytes) {
+  std::vector<MemoryReport> r;
+  for (const int ahead : {0, 1, 2}) {
+    std::vector<std::string> o = small_transformer("float32", "Block");
+    o.push_back("optimizer.shard=params");
+    o.push_back("optimizer.gather_ahead=" + std::to_string(ahead));
+    r.push_back(memory_report(default_config(o), 0, {}, 2));
+    std::printf("gather_ahead %d: live-bytes peak %lld, activations %lld, total %lld\n", ahead,
+                static_cast<long long>(r.back().lower_bound_bytes), static_cast<long long>(r.back().activations_bytes),
+                static_cast<long long>(r.back().total_bytes));
+  }
+  for (size_t k = 1; k < r.size(); ++k) {
+    EXPECT_GT(r[k].lower_bound_bytes, r[k - 1].lower_bound_bytes) << "gather_ahead " << k;
+    EXPECT_GE(r[k].total_bytes, r[k - 1].total_bytes) << "gather_ahead " << k;
+    EXPECT_EQ(r[k].params_bytes, r[0].params_bytes);
+    EXPECT_EQ(r[k].grads_bytes, r[0].grads_bytes);
+    EXPECT_EQ(r[k].optimizer_bytes, r[0].optimizer_bytes);
+  }
+  EXPECT_GT(r[1].total_bytes, r[0].total_bytes) << "the prefetched parameter is counted";
+}
+
 // Evaluating between steps in the trainer's arena overwrites activations the trainer no longer
 // needs: a run that evaluates after every step trains to the same bits as one that does not.
 TEST(MemoryExact, EvaluatingInTheTrainersArenaChangesNoTrainingBit) {

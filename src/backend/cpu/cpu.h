@@ -21,7 +21,8 @@ extern const WorkspaceFn kCpuWorkspace[];
 
 class CpuBackend final : public HostBackend {
  public:
-  CpuBackend() : HostBackend(kCpuKernels, kCpuWorkspace) {}
+  // Fixes glibc's mmap threshold for the process (once; dense.cpp says why).
+  CpuBackend();
   const char* name() const override { return "cpu"; }
   // Every node the shape rules accept: each kernel handles every dtype combination its rule
   // lets through (16-bit floats via block conversion, int32 through core/dtype.h's convert).

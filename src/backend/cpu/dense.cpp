@@ -15,8 +15,11 @@
 // Workspace (workspace.h): the converted operands, per thread one tile of C when C is not the
 // output itself, oneDNN's bf16 scratchpad, and a split row vector's partial rows; each kernel's
 // layout function sizes it for the plan.
+#include <malloc.h>
+
 #include <algorithm>
 
+#include "backend/cpu/cpu.h"
 #include "backend/cpu/cpu_util.h"
 #include "backend/cpu/dense_quant.h"
 #include "backend/cpu/gemm.h"
@@ -47,6 +50,18 @@ int64_t& processors() {
 }
 
 }  // namespace
+
+// oneDNN's sgemm mallocs a packing buffer in every call and frees it before returning (cpu_util.h
+// gemm_rm; up to 16 MB per thread at a GPT-2 head tile). glibc's default mmap threshold rises to
+// the size of each mmapped chunk freed (up to 32 MiB), so after the first large call these
+// buffers, and every host block below that size, come from the malloc heaps, which keep freed
+// chunks resident and fragment: a run's RSS then grows tens of MB past its plan over the steps
+// (docs/memory-study-notes.md). Setting the threshold turns that rise off; at glibc's default of
+// 128 KiB every large block is mapped on malloc and unmapped on free.
+CpuBackend::CpuBackend() : HostBackend(kCpuKernels, kCpuWorkspace) {
+  static const int pinned = mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+  (void)pinned;
+}
 
 int64_t cpuk::row_vector_processors() { return processors(); }
 void cpuk::set_row_vector_processors(int64_t n) { processors() = n; }

@@ -131,13 +131,18 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
                                        .first_use = s});
       }
     }
-    // Made in order of first use: each starts where the one gather_ahead before it is first used.
-    LOOM_ASSERT(opts.gather_ahead >= 0, "gather_ahead counts gathers");
-    std::vector<size_t> in_order;
-    for (size_t b = 0; b < p.buffers.size(); ++b)
-      if (p.buffers[b].gathered) in_order.push_back(b);
-    for (size_t k = static_cast<size_t>(opts.gather_ahead); k < in_order.size(); ++k)
-      p.buffers[in_order[k]].first = p.buffers[in_order[k - static_cast<size_t>(opts.gather_ahead)]].first_use;
+    // Made in order of first use (the loop above): the buffers a step first reads (a kernel and
+    // its bias) start together, where the use gather_ahead uses earlier is first read.
+    LOOM_ASSERT(opts.gather_ahead >= 0, "gather_ahead counts uses");
+    std::vector<int32_t> uses;  // the distinct first uses, ascending
+    for (const BufferInfo& b : p.buffers)
+      if (b.gathered && (uses.empty() || uses.back() != b.first_use)) uses.push_back(b.first_use);
+    const auto ahead = static_cast<size_t>(opts.gather_ahead);
+    for (size_t u = 0, b = 0; b < p.buffers.size(); ++b)
+      if (p.buffers[b].gathered) {
+        while (uses[u] != p.buffers[b].first_use) ++u;
+        p.buffers[b].first = uses[u - std::min(u, ahead)];
+      }
   }
   LOOM_ASSERT(workspace.bytes.empty() || workspace.bytes.size() == g.nodes().size(), "one workspace size per node");
   p.workspace_threads = workspace.threads;

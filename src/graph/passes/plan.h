@@ -81,11 +81,11 @@ struct PlanOptions {
   // per parameter for its forward uses and one for its backward and recompute uses, each live from
   // the first use of its interval to the last. A view of a parameter reads its interval's buffer.
   bool gather_params = false;
-  // Prefetch: with the gathered buffers in order of first use, each is live (and its gather in
-  // flight) from the first use of the one gather_ahead places before it, so that its gather
-  // overlaps the kernels in between; 0: from its own first use. With 1 the prefetch windows never
-  // overlap, so at most one buffer at a time is live early: the live bytes grow by at most the
-  // largest parameter.
+  // Prefetch: the gathered buffers a step first reads (a use: a kernel and its bias) are live (and
+  // their gathers in flight) from the use gather_ahead uses before it, in order of first use (the
+  // first uses: from the first), so that their gathers overlap the kernels in between; 0: from
+  // their own use. With 1 the prefetch windows never overlap, so at most one use's buffers at a
+  // time are live early: the live bytes grow by at most the largest use's parameters.
   int32_t gather_ahead = 1;
 };
 

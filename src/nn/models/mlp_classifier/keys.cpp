@@ -11,7 +11,7 @@ using namespace keys;
 std::vector<KeySpec<ModelConfig>> mlp_classifier_keys() {
   std::vector<KeySpec<ModelConfig>> k = {
       hidden_size_key(),
-      integer<ModelConfig>("model.num_classes", "output classes of the classifier", REF(num_classes)),
+      architecture(integer<ModelConfig>("model.num_classes", "output classes of the classifier", REF(num_classes))),
       dropout_rate_key(),
       layer_norm_eps_key(),
   };

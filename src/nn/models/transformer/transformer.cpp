@@ -397,63 +397,62 @@ int64_t mlp_width(const ModelConfig& c) {
 }
 
 void validate_transformer(const ModelConfig& c) {
-  auto need = [](bool ok, const char* key, const std::string& problem, const char* hint) {
-    if (!ok) throw UserError(key, problem, hint);
-  };
-  need(c.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
-  need(c.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");
-  need(c.num_heads >= 0, "model.num_heads", "must be >= 0", "0 takes hidden_size / head_dim");
-  need(c.num_heads > 0 || c.hidden_size % c.head_dim == 0, "model.hidden_size",
-       "hidden_size " + std::to_string(c.hidden_size) + " is not a multiple of model.head_dim " +
-           std::to_string(c.head_dim),
-       "num_heads = hidden_size / head_dim must be whole: change either, or set model.num_heads");
+  check_key(c.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
+  check_key(c.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");
+  check_key(c.num_heads >= 0, "model.num_heads", "must be >= 0", "0 takes hidden_size / head_dim");
+  check_key(c.num_heads > 0 || c.hidden_size % c.head_dim == 0, "model.hidden_size",
+            "hidden_size " + std::to_string(c.hidden_size) + " is not a multiple of model.head_dim " +
+                std::to_string(c.head_dim),
+            "num_heads = hidden_size / head_dim must be whole: change either, or set model.num_heads");
   const int64_t H = num_heads(c);
-  need(c.num_kv_heads >= 0 && (c.num_kv_heads == 0 || H % c.num_kv_heads == 0), "model.num_kv_heads",
-       std::to_string(c.num_kv_heads) + " does not divide num_heads " + std::to_string(H) +
-           (c.num_heads > 0 ? " (model.num_heads)" : " (model.hidden_size / model.head_dim)"),
-       "use a divisor of num_heads, or 0 for one key/value head per query head");
-  need(c.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
-  need(c.intermediate_size >= 0, "model.intermediate_size", "must be >= 0",
-       "0 takes the default width (nn::mlp_width), e.g. 4 × hidden_size");
-  need(c.vocab_size >= 2, "model.vocab_size", "must be >= 2", "e.g. 2048");
-  need(c.num_outputs >= 1, "model.num_outputs", "must be >= 1", "usually the vocabulary size");
-  need(c.max_seq_len >= 1, "model.max_seq_len", "must be >= 1", "e.g. 512");
-  need(c.position != PositionKind::rope || c.head_dim % 2 == 0, "model.head_dim",
-       "is odd: rotary embeddings (model.position = rope) turn pairs of a head's dims", "use an even head_dim");
-  need(c.rope_theta > 0, "model.rope_theta", "must be > 0", "Llama uses 10000 (Llama 3: 500000)");
-  need(c.sliding_window >= 0 && c.sliding_window <= INT32_MAX, "model.sliding_window", "must be in [0, 2^31)",
-       "0 for no window; Mistral 7B v0.1 uses 4096");
-  need(c.sliding_window_pattern >= 0, "model.sliding_window_pattern", "must be >= 0",
-       "0: every layer local; Gemma 3 uses 6 (every 6th layer global)");
-  need(c.rope_local_theta >= 0, "model.rope_local_theta", "must be >= 0", "0 takes rope_theta; Gemma 3 uses 10000");
-  need(c.query_pre_attn_scalar >= 0, "model.query_pre_attn_scalar", "must be >= 0",
-       "0 scales the attention logits by head_dim^-0.5; Gemma 3 270M and 1B use 256");
-  need(c.sliding_window == 0 || c.causal_mask, "model.sliding_window",
-       "needs model.causal_mask = true (a query sees the window of keys before it)", "set causal_mask = true");
-  need(c.rope_scaling == RopeScaling::none || c.position == PositionKind::rope, "model.rope_scaling",
-       "scales rotary embeddings, but model.position is not rope", "set model.position = rope, or rope_scaling = none");
+  check_key(c.num_kv_heads >= 0 && (c.num_kv_heads == 0 || H % c.num_kv_heads == 0), "model.num_kv_heads",
+            std::to_string(c.num_kv_heads) + " does not divide num_heads " + std::to_string(H) +
+                (c.num_heads > 0 ? " (model.num_heads)" : " (model.hidden_size / model.head_dim)"),
+            "use a divisor of num_heads, or 0 for one key/value head per query head");
+  check_key(c.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
+  check_key(c.intermediate_size >= 0, "model.intermediate_size", "must be >= 0",
+            "0 takes the default width (nn::mlp_width), e.g. 4 × hidden_size");
+  check_key(c.vocab_size >= 2, "model.vocab_size", "must be >= 2", "e.g. 2048");
+  check_key(c.num_outputs >= 1, "model.num_outputs", "must be >= 1", "usually the vocabulary size");
+  check_key(c.max_seq_len >= 1, "model.max_seq_len", "must be >= 1", "e.g. 512");
+  check_key(c.position != PositionKind::rope || c.head_dim % 2 == 0, "model.head_dim",
+            "is odd: rotary embeddings (model.position = rope) turn pairs of a head's dims", "use an even head_dim");
+  check_key(c.rope_theta > 0, "model.rope_theta", "must be > 0", "Llama uses 10000 (Llama 3: 500000)");
+  check_key(c.sliding_window >= 0 && c.sliding_window <= INT32_MAX, "model.sliding_window", "must be in [0, 2^31)",
+            "0 for no window; Mistral 7B v0.1 uses 4096");
+  check_key(c.sliding_window_pattern >= 0, "model.sliding_window_pattern", "must be >= 0",
+            "0: every layer local; Gemma 3 uses 6 (every 6th layer global)");
+  check_key(c.rope_local_theta >= 0, "model.rope_local_theta", "must be >= 0",
+            "0 takes rope_theta; Gemma 3 uses 10000");
+  check_key(c.query_pre_attn_scalar >= 0, "model.query_pre_attn_scalar", "must be >= 0",
+            "0 scales the attention logits by head_dim^-0.5; Gemma 3 270M and 1B use 256");
+  check_key(c.sliding_window == 0 || c.causal_mask, "model.sliding_window",
+            "needs model.causal_mask = true (a query sees the window of keys before it)", "set causal_mask = true");
+  check_key(c.rope_scaling == RopeScaling::none || c.position == PositionKind::rope, "model.rope_scaling",
+            "scales rotary embeddings, but model.position is not rope",
+            "set model.position = rope, or rope_scaling = none");
   if (c.rope_scaling == RopeScaling::llama3) {
-    need(c.rope_factor > 0, "model.rope_factor", "must be > 0", "Llama 3.1 uses 8, Llama 3.2 32");
-    need(c.rope_low_freq_factor > 0 && c.rope_high_freq_factor > c.rope_low_freq_factor, "model.rope_high_freq_factor",
-         "must be > model.rope_low_freq_factor > 0", "Llama 3.1 uses 4 and 1");
-    need(c.rope_original_max_position >= 1 && c.rope_original_max_position <= INT32_MAX,
-         "model.rope_original_max_position", "must be in [1, 2^31)", "Llama 3.1 uses 8192");
+    check_key(c.rope_factor > 0, "model.rope_factor", "must be > 0", "Llama 3.1 uses 8, Llama 3.2 32");
+    check_key(c.rope_low_freq_factor > 0 && c.rope_high_freq_factor > c.rope_low_freq_factor,
+              "model.rope_high_freq_factor", "must be > model.rope_low_freq_factor > 0", "Llama 3.1 uses 4 and 1");
+    check_key(c.rope_original_max_position >= 1 && c.rope_original_max_position <= INT32_MAX,
+              "model.rope_original_max_position", "must be in [1, 2^31)", "Llama 3.1 uses 8192");
   }
   if (c.lora.enabled()) {
-    need(c.lora.alpha > 0, "lora.alpha", "must be > 0", "PEFT's default is 8; often 2 × lora.rank");
-    need(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora.dropout", "must be in [0, 1)", "e.g. 0.05");
+    check_key(c.lora.alpha > 0, "lora.alpha", "must be > 0", "PEFT's default is 8; often 2 × lora.rank");
+    check_key(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora.dropout", "must be in [0, 1)", "e.g. 0.05");
     lora_modules(c.lora, gated_mlp(c));  // names the family lacks
   }
-  need(c.head_chunk >= 0 || c.head_chunk == kHeadChunkAuto, "model.head_chunk", "must be >= 0 or auto",
-       "0 for the plain head, e.g. 8192 columns per chunk");
-  need(c.head_chunk != kHeadChunkAuto || c.remat.has(RematRegion::auto_), "model.head_chunk",
-       "auto is chosen by model.remat = auto, which this run does not use",
-       "set model.remat = auto (with train.memory_budget), or a number of columns");
-  need(c.head_chunk <= 0 || c.tie_embeddings || !c.use_bias, "model.head_chunk",
-       "the fused head has no bias, and this untied head has one (model.use_bias = true)",
-       "set model.head_chunk = 0, or model.use_bias = false");
-  need(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
-       "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
+  check_key(c.head_chunk >= 0 || c.head_chunk == kHeadChunkAuto, "model.head_chunk", "must be >= 0 or auto",
+            "0 for the plain head, e.g. 8192 columns per chunk");
+  check_key(c.head_chunk != kHeadChunkAuto || c.remat.has(RematRegion::auto_), "model.head_chunk",
+            "auto is chosen by model.remat = auto, which this run does not use",
+            "set model.remat = auto (with train.memory_budget), or a number of columns");
+  check_key(c.head_chunk <= 0 || c.tie_embeddings || !c.use_bias, "model.head_chunk",
+            "the fused head has no bias, and this untied head has one (model.use_bias = true)",
+            "set model.head_chunk = 0, or model.use_bias = false");
+  check_key(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
+            "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
 }
 
 const ModelKindInfo& transformer_family() {
