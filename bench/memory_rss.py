@@ -24,6 +24,8 @@ import re
 import subprocess
 import sys
 
+from host import describe
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MB = 1e6
 TARGET_RATIO, TARGET_SLACK = 0.03, 24 * MB
@@ -94,7 +96,7 @@ def main():
               f"{'yes' if ok else 'NO'} |", flush=True)
     out = pathlib.Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"date": datetime.datetime.now().isoformat(timespec="seconds"), "loom": a.loom,
+    out.write_text(json.dumps({"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": describe(), "loom": a.loom,
                                "target": "net peak within 3 % + 24 MB of the plan total", "rows": rows},
                               indent=1) + "\n")
     print(f"\nwrote {out}")
