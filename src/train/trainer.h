@@ -29,7 +29,8 @@
 // not bit for bit. optimizer.shard = params (ZeRO-3) also shards the parameters: every parameter
 // is a bucket of its own, this rank keeps its chunk of each (the optimizer updates it there), and
 // the plan holds each whole parameter in the arena over its forward uses and again over its
-// backward and recompute uses (rank_plan_options), all-gathered into each such buffer while the
+// backward and recompute uses (once over both where no other parameter is read between, as for the
+// head's kernel: rank_plan_options), all-gathered into each such buffer while the
 // kernels before its first use run (prefetch, optimizer.gather_ahead: started at the use
 // optimizer.gather_ahead uses before its own, waited for right before its own); it trains as
 // state+grads does, bit for bit whatever the prefetch. Metrics are gathered per minibatch and summed in global
@@ -96,8 +97,8 @@ RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks);
 // bucket started after schedule step s - 1 completes at the latest when the bucket
 // Comm::kMaxPending later starts (the trainer waits for it there) or at the end of the schedule.
 // Under optimizer.shard = params also every parameter (PlanOptions::gather_params): one buffer for
-// its forward uses and one for its backward and recompute uses, which the trainer all-gathers from
-// the ranks' shards, the gather in flight from the buffer's first step to its first use
+// its forward uses and one for its backward and recompute uses (or one for both), which the trainer
+// all-gathers from the ranks' shards, the gather in flight from the buffer's first step to its first use
 // (PlanOptions::gather_ahead = optimizer.gather_ahead; base's is not used).
 PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks, PlanOptions base = {});
 

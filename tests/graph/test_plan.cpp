@@ -212,7 +212,8 @@ TEST(MemoryPlan, GradientsWithAReleaseStepLiveInTheArenaUntilThen) {
 
 TEST(MemoryPlan, GatheredParametersLiveInTheArenaOverEachIntervalOfTheirUses) {
   // Sharded parameters (optimizer.shard = params): a parameter is working memory, one buffer over
-  // its forward uses and one over its backward uses, never persistent.
+  // its forward uses and one over its backward uses, never persistent. (w2, the last layer, keeps
+  // one buffer over both: MemoryPlan.TheHeadsKernelIsGatheredOnceWhereForwardMeetsBackward.)
   Graph g;
   const ValueId x = g.add_input("x", Shape{2, 3}, DType::f32);
   const ValueId w1 = g.add_param("w1", Shape{3, 5}, {});
@@ -229,7 +230,7 @@ TEST(MemoryPlan, GatheredParametersLiveInTheArenaOverEachIntervalOfTheirUses) {
   const MemoryPlan p = plan_memory(g, schedule, opts);
   EXPECT_EQ(verify_plan(g, p), "");
   EXPECT_EQ(p.param_bytes, 0);
-  for (const ValueId w : {w1, w2, unused}) {
+  for (const ValueId w : {w1, unused}) {
     EXPECT_TRUE(p.gathered[w]);
     EXPECT_EQ(p.value_offset[w], -1);
     // The steps that read w, forward and not; each set is one buffer's live range exactly.
@@ -256,8 +257,61 @@ TEST(MemoryPlan, GatheredParametersLiveInTheArenaOverEachIntervalOfTheirUses) {
   const auto buffers_of = [&](ValueId w) {
     return std::count_if(p.buffers.begin(), p.buffers.end(), [&](const BufferInfo& b) { return b.value == w; });
   };
-  EXPECT_EQ(buffers_of(w2), 2) << "read by the forward and by the input gradient's product";
+  EXPECT_TRUE(p.gathered[w2]);
+  EXPECT_EQ(buffers_of(w2), 1) << "read by the forward and by the input gradient's product, nothing between";
   EXPECT_EQ(buffers_of(unused), 0);
+}
+
+TEST(MemoryPlan, TheHeadsKernelIsGatheredOnceWhereForwardMeetsBackward) {
+  // The last layer's kernel (a head, tied or not) is the forward's last gathered read and the
+  // backward's first: no other parameter is read in between, so one buffer spans both and one
+  // gather fills it. A middle layer's kernel is read by both phases with other layers' kernels in
+  // between: two buffers. The head's bytes are live once at the boundary, not twice (the backward
+  // copy prefetched while the forward copy is still live).
+  Graph g;
+  ValueId y = g.add_input("x", Shape{8, 16}, DType::f32);
+  std::vector<ValueId> ws;
+  for (const auto& [name, rows, cols] : {std::tuple{"w1", 16, 32}, std::tuple{"w2", 32, 32}, std::tuple{"head", 32, 256}}) {
+    ws.push_back(g.add_param(name, Shape{rows, cols}, {}));
+    y = g.node(g.add_node(OpKind::dense, {y, ws.back()}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
+    if (ws.size() < 3) y = g.node(g.add_node(OpKind::silu, {y}, NoAttrs{}, "", Phase::forward)).out[0];
+  }
+  const ValueId lab = g.add_input("labels", Shape{8}, DType::i32);
+  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
+  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  const std::vector<NodeId> schedule = default_schedule(g);
+  PlanOptions opts;
+  opts.gather_params = true;
+  opts.gather_ahead = 1;
+  const MemoryPlan p = plan_memory(g, schedule, opts);
+  ASSERT_EQ(verify_plan(g, p), "");
+  const ValueId head = ws[2], w2 = ws[1];
+  int32_t head_fwd = -1, head_bwd = -1;  // the head's first forward read and last backward read
+  for (int32_t s = 0; s < static_cast<int32_t>(schedule.size()); ++s)
+    for (ValueId v : g.node(schedule[static_cast<size_t>(s)]).in)
+      if (v == head) {
+        if (g.node(schedule[static_cast<size_t>(s)]).phase == Phase::forward && head_fwd < 0) head_fwd = s;
+        if (g.node(schedule[static_cast<size_t>(s)]).phase != Phase::forward) head_bwd = s;
+      }
+  ASSERT_GE(head_fwd, 0);
+  ASSERT_GT(head_bwd, head_fwd) << "the head is read by the backward (the input gradient's product)";
+  std::vector<BufferInfo> mine;
+  for (const BufferInfo& b : p.buffers)
+    if (b.value == head) mine.push_back(b);
+  ASSERT_EQ(mine.size(), 1u) << "one gathered buffer (one gather) for the head's forward and backward reads";
+  EXPECT_EQ(mine[0].first_use, head_fwd);
+  EXPECT_EQ(mine[0].last, head_bwd);
+  EXPECT_EQ(std::count_if(p.buffers.begin(), p.buffers.end(), [&](const BufferInfo& b) { return b.value == w2; }), 2)
+      << "w2's backward read comes after the head's: two intervals";
+  // Gathered bytes live at any step: never the head twice.
+  const int64_t head_bytes = g.value(head).bytes(), others = g.value(ws[0]).bytes() + g.value(w2).bytes() * 2;
+  for (size_t s = 0; s < schedule.size(); ++s) {
+    int64_t live = 0;
+    for (const BufferInfo& b : p.buffers)
+      if (b.gathered && b.first <= static_cast<int32_t>(s) && static_cast<int32_t>(s) <= b.last) live += b.bytes;
+    EXPECT_LT(live, 2 * head_bytes) << "step " << s;
+    EXPECT_LE(live, head_bytes + others) << "step " << s;
+  }
 }
 
 TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
@@ -295,7 +349,8 @@ TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
   };
   const MemoryPlan at_use = plan(0), ahead = plan(1);
   const std::vector<BufferInfo> before = gathered(at_use), after = gathered(ahead);
-  ASSERT_EQ(before.size(), 7u) << "4 parameters gathered for the forward, 3 for the backward (x has no gradient)";
+  ASSERT_EQ(before.size(), 6u) << "4 parameters gathered for the forward, w2 and w3 again for the backward (x has "
+                                  "no gradient; w4's forward buffer spans its backward read)";
   ASSERT_EQ(after.size(), before.size());
   int early = 0;
   for (size_t k = 0; k < after.size(); ++k) {
@@ -306,7 +361,7 @@ TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
     EXPECT_EQ(after[k].first, k == 0 ? after[k].first_use : after[k - 1].first_use) << "gathered buffer " << k;
     early += after[k].first < after[k].first_use;
   }
-  EXPECT_EQ(early, 6) << "every gather but the first is in flight while kernels run";
+  EXPECT_EQ(early, 5) << "every gather but the first is in flight while kernels run";
   // Their prefetch windows never overlap: at most one parameter's bytes more at any step.
   const int64_t grown = ahead.lower_bound_bytes - at_use.lower_bound_bytes;
   std::printf("gather_ahead 1: live-bytes peak +%lld, arena %lld -> %lld bytes; largest parameter %lld\n",
