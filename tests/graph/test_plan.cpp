@@ -377,6 +377,36 @@ TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
   for (size_t k = 2; k < two.size(); ++k) EXPECT_EQ(two[k].first, two[k - 2].first_use) << "gathered buffer " << k;
 }
 
+TEST(MemoryPlan, WithAPrefetchTheFirstUsesGatherIsLiveFromStepZero) {
+  // The first gathered use has no earlier use to prefetch from: with any prefetch its buffers live
+  // from step 0, where the trainer may have started their gathers before the run (during the
+  // previous step's update), even though step 0 reads no parameter; without prefetch, from their use.
+  Graph g;
+  ValueId y = g.add_input("x", Shape{8, 16}, DType::f32);
+  y = g.node(g.add_node(OpKind::silu, {y}, NoAttrs{}, "", Phase::forward)).out[0];
+  const ValueId w = g.add_param("w", Shape{16, 64}, {});
+  const ValueId b = g.add_param("b", Shape{64}, {});
+  y = g.node(g.add_node(OpKind::dense, {y, w, b}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
+  const ValueId lab = g.add_input("labels", Shape{8}, DType::i32);
+  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
+  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  for (const int32_t ahead : {0, 1, 2}) {
+    PlanOptions opts;
+    opts.gather_params = true;
+    opts.gather_ahead = ahead;
+    const MemoryPlan p = plan_memory(g, default_schedule(g), opts);
+    EXPECT_EQ(verify_plan(g, p), "") << "gather_ahead " << ahead;
+    int first_uses = 0;
+    for (const BufferInfo& bi : p.buffers)
+      if (bi.gathered && bi.first_use == 1) {
+        ++first_uses;
+        EXPECT_EQ(bi.first, ahead == 0 ? 1 : 0) << "gather_ahead " << ahead << ": " << g.value(bi.value).name;
+      }
+    EXPECT_EQ(first_uses, 2) << "the dense at step 1 reads w and b";
+    if (ahead > 0) EXPECT_GE(p.live_bytes[0], g.value(w).bytes() + g.value(b).bytes()) << "counted at step 0";
+  }
+}
+
 TEST(MemoryPlan, EveryParameterANodeReadsIsPrefetchedTogether) {
   // Three dense layers with a kernel and a bias each: the node reads two gathered parameters,
   // first used at the same step. With gather_ahead = 1 both start at the previous use's first

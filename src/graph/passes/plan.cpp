@@ -143,7 +143,8 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
       }
     }
     // Made in order of first use (the loop above): the buffers a step first reads (a kernel and
-    // its bias) start together, where the use gather_ahead uses earlier is first read.
+    // its bias) start together, where the use gather_ahead uses earlier is first read; with a
+    // prefetch, the first use's at step 0 (their gathers start before the run).
     LOOM_ASSERT(opts.gather_ahead >= 0, "gather_ahead counts uses");
     std::vector<int32_t> uses;  // the distinct first uses, ascending
     for (const BufferInfo& b : p.buffers)
@@ -152,7 +153,7 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
     for (size_t u = 0, b = 0; b < p.buffers.size(); ++b)
       if (p.buffers[b].gathered) {
         while (uses[u] != p.buffers[b].first_use) ++u;
-        p.buffers[b].first = uses[u - std::min(u, ahead)];
+        p.buffers[b].first = u == 0 && ahead > 0 ? 0 : uses[u - std::min(u, ahead)];
       }
   }
   LOOM_ASSERT(workspace.bytes.empty() || workspace.bytes.size() == g.nodes().size(), "one workspace size per node");

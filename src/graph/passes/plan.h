@@ -87,7 +87,9 @@ struct PlanOptions {
   // their gathers in flight) from the use gather_ahead uses before it, in order of first use (the
   // first uses: from the first), so that their gathers overlap the kernels in between; 0: from
   // their own use. With 1 the prefetch windows never overlap, so at most one use's buffers at a
-  // time are live early: the live bytes grow by at most the largest use's parameters.
+  // time are live early: the live bytes grow by at most the largest use's parameters. With any
+  // prefetch the first use's buffers are live from step 0: the caller may start their gathers
+  // before the run, between runs, when nothing else in the arena is live.
   int32_t gather_ahead = 1;
 };
 
