@@ -16,6 +16,13 @@
 namespace loom {
 namespace {
 
+// A cross-entropy loss over y [rows, classes] against integer labels, and its backward (autodiff).
+void add_loss_and_backward(Graph& g, ValueId y, int64_t rows) {
+  const ValueId lab = g.add_input("labels", Shape{rows}, DType::i32);
+  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
+  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+}
+
 // A random DAG of elementwise ops, reshapes (views) and casts over a pool of live values, with
 // random widths so sizes differ.
 Graph random_graph(uint32_t seed, int nodes) {
@@ -177,9 +184,7 @@ TEST(MemoryPlan, GradientsWithAReleaseStepLiveInTheArenaUntilThen) {
   const ValueId unused = g.add_param("unused", Shape{7}, {});
   ValueId y = g.node(g.add_node(OpKind::dense, {x, w}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
   y = g.node(g.add_node(OpKind::add, {y, b}, NoAttrs{}, "", Phase::forward)).out[0];
-  const ValueId lab = g.add_input("labels", Shape{2}, DType::i32);
-  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
-  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  add_loss_and_backward(g, y, 2);
   const std::vector<NodeId> schedule = default_schedule(g);
   const auto first_write = [&](ValueId grad) {
     for (size_t s = 0; s < schedule.size(); ++s)
@@ -221,9 +226,7 @@ TEST(MemoryPlan, GatheredParametersLiveInTheArenaOverEachIntervalOfTheirUses) {
   const ValueId unused = g.add_param("unused", Shape{7}, {});
   ValueId y = g.node(g.add_node(OpKind::dense, {x, w1}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
   y = g.node(g.add_node(OpKind::dense, {y, w2}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
-  const ValueId lab = g.add_input("labels", Shape{2}, DType::i32);
-  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
-  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  add_loss_and_backward(g, y, 2);
   const std::vector<NodeId> schedule = default_schedule(g);
   PlanOptions opts;
   opts.gather_params = true;
@@ -276,9 +279,7 @@ TEST(MemoryPlan, TheHeadsKernelIsGatheredOnceWhereForwardMeetsBackward) {
     y = g.node(g.add_node(OpKind::dense, {y, ws.back()}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
     if (ws.size() < 3) y = g.node(g.add_node(OpKind::silu, {y}, NoAttrs{}, "", Phase::forward)).out[0];
   }
-  const ValueId lab = g.add_input("labels", Shape{8}, DType::i32);
-  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
-  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  add_loss_and_backward(g, y, 8);
   const std::vector<NodeId> schedule = default_schedule(g);
   PlanOptions opts;
   opts.gather_params = true;
@@ -329,9 +330,7 @@ TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
     y = g.node(g.add_node(OpKind::dense, {y, w}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
     y = g.node(g.add_node(OpKind::silu, {y}, NoAttrs{}, "", Phase::forward)).out[0];
   }
-  const ValueId lab = g.add_input("labels", Shape{8}, DType::i32);
-  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
-  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  add_loss_and_backward(g, y, 8);
   const auto plan = [&](int32_t ahead) {
     PlanOptions opts;
     opts.gather_params = true;
@@ -387,9 +386,7 @@ TEST(MemoryPlan, WithAPrefetchTheFirstUsesGatherIsLiveFromStepZero) {
   const ValueId w = g.add_param("w", Shape{16, 64}, {});
   const ValueId b = g.add_param("b", Shape{64}, {});
   y = g.node(g.add_node(OpKind::dense, {y, w, b}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
-  const ValueId lab = g.add_input("labels", Shape{8}, DType::i32);
-  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
-  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  add_loss_and_backward(g, y, 8);
   for (const int32_t ahead : {0, 1, 2}) {
     PlanOptions opts;
     opts.gather_params = true;
@@ -420,9 +417,7 @@ TEST(MemoryPlan, EveryParameterANodeReadsIsPrefetchedTogether) {
     y = g.node(g.add_node(OpKind::dense, {y, w, b}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
     y = g.node(g.add_node(OpKind::silu, {y}, NoAttrs{}, "", Phase::forward)).out[0];
   }
-  const ValueId lab = g.add_input("labels", Shape{8}, DType::i32);
-  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
-  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  add_loss_and_backward(g, y, 8);
   for (const int32_t ahead : {1, 2}) {
     PlanOptions opts;
     opts.gather_params = true;
