@@ -79,13 +79,17 @@ struct PlanOptions {
   // Parameters in the arena (sharded parameters, ZeRO-3: the caller keeps only a shard and
   // gathers the whole parameter into its buffer before its first use in each interval): one buffer
   // per parameter for its forward uses and one for its backward and recompute uses, each live from
-  // the first use of its interval to the last. A view of a parameter reads its interval's buffer.
+  // the first use of its interval to the last; one buffer for both when no other gathered
+  // parameter is read between its last forward use and its first backward use (a head's kernel,
+  // tied or not). A view of a parameter reads its interval's buffer.
   bool gather_params = false;
   // Prefetch: the gathered buffers a step first reads (a use: a kernel and its bias) are live (and
   // their gathers in flight) from the use gather_ahead uses before it, in order of first use (the
   // first uses: from the first), so that their gathers overlap the kernels in between; 0: from
   // their own use. With 1 the prefetch windows never overlap, so at most one use's buffers at a
-  // time are live early: the live bytes grow by at most the largest use's parameters.
+  // time are live early: the live bytes grow by at most the largest use's parameters. With any
+  // prefetch the first use's buffers are live from step 0: the caller may start their gathers
+  // before the run, between runs, when nothing else in the arena is live.
   int32_t gather_ahead = 1;
 };
 
