@@ -128,8 +128,8 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
     for (const auto& [tied, bias] :
          {std::pair{"false", "false"}, std::pair{"true", "false"}, std::pair{"false", "true"}}) {
       std::vector<std::string> fused = small_transformer(dtype, "none");
-      for (const std::string kv : {std::string("model.use_bias=") + bias, std::string("model.head_chunk=300"),
-                                   std::string("model.tie_embeddings=") + tied})
+      for (const std::string& kv : {std::string("model.use_bias=") + bias, std::string("model.head_chunk=300"),
+                                    std::string("model.tie_embeddings=") + tied})
         fused.push_back(kv);
       expect_holds_the_plan(default_config(fused),
                             std::string("fused head, ") + dtype + ", tied " + tied + ", bias " + bias);
@@ -154,8 +154,8 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
   for (const auto& [tied, bias] :
        {std::pair{"false", "false"}, std::pair{"true", "false"}, std::pair{"false", "true"}}) {
     std::vector<std::string> fused = swiglu;
-    for (const std::string kv : {std::string("lora.rank=16"), std::string("model.use_bias=") + bias,
-                                 std::string("model.head_chunk=300"), std::string("model.tie_embeddings=") + tied})
+    for (const std::string& kv : {std::string("lora.rank=16"), std::string("model.use_bias=") + bias,
+                                  std::string("model.head_chunk=300"), std::string("model.tie_embeddings=") + tied})
       fused.push_back(kv);
     expect_holds_the_plan(default_config(fused), std::string("lora, fused head, tied ") + tied + ", bias " + bias);
   }
