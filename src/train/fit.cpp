@@ -99,13 +99,11 @@ Fitter::Fitter(const Config& c, int ranks) : c_(c), ranks_(ranks), be_(make_back
     for (RematPolicyKind p : policies) options_.push_back(LayerRemat{.regions = r, .policy = p});
   c_.model.remat = {RematRegion::auto_};
   head_chunks_ = {c.model.head_chunk};
-  // The fused head refuses a biased untied head (nn/models/transformer): the plain head alone then.
-  const bool fused = lm && (c.model.tie_embeddings || !c.model.use_bias);
   if (c.model.head_chunk == nn::kHeadChunkAuto) {
     head_chunks_ = {0};
     // A quarter of the vocabulary holds a quarter of the logits; a sixteenth, a sixteenth: below
     // that the head's few MiB rarely decide a fit, and ever narrower products run slower.
-    const int64_t wide = lm && fused ? std::bit_floor(static_cast<uint64_t>(c.model.num_outputs / 4)) : 0;
+    const int64_t wide = lm ? std::bit_floor(static_cast<uint64_t>(c.model.num_outputs / 4)) : 0;
     for (int64_t chunk = wide; chunk >= 1 && head_chunks_.size() < 3; chunk /= 4) head_chunks_.push_back(chunk);
   }
 }

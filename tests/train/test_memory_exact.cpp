@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/registry.h"
@@ -120,15 +121,18 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
   for (const std::string dtype : {"float32", "bfloat16"})
     for (const std::string remat : {"none", "MLP,Attn"})
       expect_holds_the_plan(default_config(small_transformer(dtype, remat)), dtype + " remat " + remat);
-  // The head and the loss fused (model.head_chunk, a head without a bias): chunks of 300 of the
-  // 2048 columns (the last one 248), tied and untied.
+  // The head and the loss fused (model.head_chunk): chunks of 300 of the 2048 columns (the last
+  // one 248), tied and untied without biases, and untied with one (the bias's chunk in the
+  // workspace, its [V] cotangent an activation).
   for (const std::string dtype : {"float32", "bfloat16"})
-    for (const std::string tied : {"false", "true"}) {
+    for (const auto& [tied, bias] :
+         {std::pair{"false", "false"}, std::pair{"true", "false"}, std::pair{"false", "true"}}) {
       std::vector<std::string> fused = small_transformer(dtype, "none");
-      for (const std::string kv :
-           {std::string("model.use_bias=false"), std::string("model.head_chunk=300"), "model.tie_embeddings=" + tied})
+      for (const std::string& kv : {std::string("model.use_bias=") + bias, std::string("model.head_chunk=300"),
+                                    std::string("model.tie_embeddings=") + tied})
         fused.push_back(kv);
-      expect_holds_the_plan(default_config(fused), "fused head, " + dtype + ", tied " + tied);
+      expect_holds_the_plan(default_config(fused),
+                            std::string("fused head, ") + dtype + ", tied " + tied + ", bias " + bias);
     }
   // SwiGLU: two [B, T, F] projections into silu_mul, and its backward's two outputs.
   std::vector<std::string> swiglu = small_transformer("bfloat16", "MLP");
@@ -145,13 +149,15 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
     EXPECT_EQ(r.optimizer_bytes, optimizer_moments(c.optimizer) * r.grads_bytes);
     expect_holds_the_plan(c, "lora " + lora[1]);
   }
-  // LoRA with the head and the loss fused: the frozen kernel's backward (dx alone) and its workspace.
-  for (const std::string tied : {"false", "true"}) {
+  // LoRA with the head and the loss fused: the frozen kernel's backward (dx alone) and its workspace,
+  // with and without the frozen head's bias.
+  for (const auto& [tied, bias] :
+       {std::pair{"false", "false"}, std::pair{"true", "false"}, std::pair{"false", "true"}}) {
     std::vector<std::string> fused = swiglu;
-    for (const std::string kv : {std::string("lora.rank=16"), std::string("model.use_bias=false"),
-                                 std::string("model.head_chunk=300"), "model.tie_embeddings=" + tied})
+    for (const std::string& kv : {std::string("lora.rank=16"), std::string("model.use_bias=") + bias,
+                                  std::string("model.head_chunk=300"), std::string("model.tie_embeddings=") + tied})
       fused.push_back(kv);
-    expect_holds_the_plan(default_config(fused), "lora, fused head, tied " + tied);
+    expect_holds_the_plan(default_config(fused), std::string("lora, fused head, tied ") + tied + ", bias " + bias);
   }
   // A LoRA base in int8 and NF4 (lora.base_dtype): the quantized kernels' bytes and the dense
   // kernels' tile workspace (backend/cpu/dense_quant.cpp).
