@@ -169,6 +169,7 @@ HeadSpans head_spans(Bump& ws, const KernelArgs& a, bool backward) {
       Bump b = Bump::counter(a.workspace.threads);
       gemm_spans(b, g, either);
       gemm_bytes = std::max(gemm_bytes, b.used());
+      ws.library(b.library_used(), 1);  // the product's sgemm buffers, for all its threads
     };
     need(logits_gemm(h, x, wc, z), false);
     if (trains_w) need(dw_gemm(h, x, z, out), false);
@@ -254,7 +255,7 @@ void cpu_linear_cross_entropy(const KernelArgs& a) {
   const auto c32 = static_cast<int32_t>(correct);
   std::memcpy(a.out[1].data, &c32, 4);
 }
-int64_t cpu_workspace_linear_cross_entropy(const KernelArgs& a) { return workspace_of<forward_spans>(a); }
+KernelScratch cpu_workspace_linear_cross_entropy(const KernelArgs& a) { return workspace_of<forward_spans>(a); }
 
 namespace {
 
@@ -318,10 +319,12 @@ void head_grad(const KernelArgs& a, const TensorArg* grad) {
 }  // namespace
 
 void cpu_linear_cross_entropy_grad(const KernelArgs& a) { head_grad(a, &a.in[0]); }
-int64_t cpu_workspace_linear_cross_entropy_grad(const KernelArgs& a) { return workspace_of<backward_spans>(a); }
+KernelScratch cpu_workspace_linear_cross_entropy_grad(const KernelArgs& a) { return workspace_of<backward_spans>(a); }
 
 // The same dx, the kernel frozen (a LoRA run's head): no gradient product.
 void cpu_linear_cross_entropy_grad_input(const KernelArgs& a) { head_grad(a, nullptr); }
-int64_t cpu_workspace_linear_cross_entropy_grad_input(const KernelArgs& a) { return workspace_of<backward_spans>(a); }
+KernelScratch cpu_workspace_linear_cross_entropy_grad_input(const KernelArgs& a) {
+  return workspace_of<backward_spans>(a);
+}
 
 }  // namespace loom
