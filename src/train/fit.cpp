@@ -141,9 +141,9 @@ FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_miniba
   // The sum `loom memory` prints (report/memory_report.h) and the trainer's fit check allows.
   const RankMemory rank = rank_memory(c, p, ranks_);
   f.arena_bytes = mp.arena_bytes;
-  f.fixed_bytes = mp.param_bytes + mp.grad_bytes + mp.input_bytes +
-                  rank.shard_bytes(optimizer_moments(c.optimizer)) +
-                  rank.comm_buffer_bytes + rank.checkpoint_stream_bytes +
+  f.fixed_bytes = mp.param_bytes + mp.grad_bytes + mp.input_bytes + mp.library_bytes +
+                  rank.shard_bytes(optimizer_moments(c.optimizer)) + rank.comm_buffer_bytes +
+                  rank.checkpoint_stream_bytes +
                   (Evaluator::during_training(c) ? Evaluator::planned_bytes(c, ranks_, mp.arena_bytes) : 0);
   f.total_bytes = f.fixed_bytes + f.arena_bytes;
   for (NodeId id : p.schedule) {

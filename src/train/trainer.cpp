@@ -147,14 +147,14 @@ void refuse_unless_it_fits(const Config& c, Backend& be, const TrainProgram& pro
     const RankMemory rank = rank_memory(c, prog, comm.size());
     const int64_t evaluation = evaluates ? Evaluator::planned_bytes(c, comm.size(), plan.arena_bytes) : 0;
     const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
-                           rank.shard_bytes(optimizer_moments(c.optimizer)) +
+                           plan.library_bytes + rank.shard_bytes(optimizer_moments(c.optimizer)) +
                            rank.comm_buffer_bytes + rank.checkpoint_stream_bytes + evaluation;
     const int on_host = comm.ranks_on_this_host();
     if (needed * on_host > available) {
       constexpr double kGiB = 1073741824.0;
       const std::string parts = fmt::format(
-          "activations {:.2f}, parameters, gradients, optimizer state, inputs, communication and checkpoint "
-          "buffers {:.2f}{}",
+          "activations {:.2f}, parameters, gradients, optimizer state, inputs, library, communication and "
+          "checkpoint buffers {:.2f}{}",
           plan.arena_bytes / kGiB, (needed - plan.arena_bytes - evaluation) / kGiB,
           evaluation > 0 ? fmt::format(", evaluation {:.2f}", evaluation / kGiB) : "");
       const std::string what = on_host > 1

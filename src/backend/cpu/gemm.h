@@ -82,6 +82,9 @@ struct Gemm {
   DType c;
   const TensorArg& out;
   bool in_place;
+  // Whether the epilogue adds a bias (Epilogue::bias): a float32 product in place then runs in row
+  // blocks, and its sgemm calls are smaller (sizes the plan from the layout, gemm_spans).
+  bool bias = false;
 
   bool native() const {
     const auto bf16_valued = [](const TensorArg& t, DType r) {
@@ -97,7 +100,8 @@ struct Gemm {
 // The workspace of a Gemm (workspace.h): each operand's converted copy when it needs one (bf16 bits
 // when native, rounded f32 otherwise), and per thread of the tile loop a tile buffer of one row
 // block (unless in_place) and, when native, oneDNN's scratchpad for the largest of its calls; for a
-// row vector split along K, its partial rows instead of tile buffers. `either`:
+// row vector split along K, its partial rows instead of tile buffers. Through sgemm, the largest of
+// its calls' own buffers per thread goes to ws.library (sgemm_call_bytes). `either`:
 // the product runs in place on some runs and not on others (dense_grad_weight assigns in minibatch
 // 0 and accumulates after), so the workspace serves both.
 struct GemmSpans {

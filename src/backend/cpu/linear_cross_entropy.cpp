@@ -99,7 +99,8 @@ Gemm logits_gemm(const Head& h, const TensorArg& x, const TensorArg& wc, const T
               .rb = h.c,
               .c = h.c,
               .out = z,
-              .in_place = true};
+              .in_place = true,
+              .bias = h.b != nullptr};
 }
 // The kernel's gradient for the chunk's columns, round_c(round_c(x)ᵀ · dlogits): [n, C] rows of a
 // tied kernel's [V, C] gradient, or [C, n] columns of an untied one's [C, V] (row stride V).
@@ -181,6 +182,7 @@ HeadSpans head_spans(Bump& ws, const KernelArgs& a, bool backward) {
       Bump b = Bump::counter(a.workspace.threads);
       gemm_spans(b, g, either);
       gemm_bytes = std::max(gemm_bytes, b.used());
+      ws.library(b.library_used(), 1);  // the product's sgemm buffers, for all its threads
     };
     need(logits_gemm(h, x, wc, z), false);
     if (trains_w) need(dw_gemm(h, x, z, out), false);
@@ -289,7 +291,7 @@ void cpu_linear_cross_entropy(const KernelArgs& a) {
   const auto c32 = static_cast<int32_t>(correct);
   std::memcpy(a.out[1].data, &c32, 4);
 }
-int64_t cpu_workspace_linear_cross_entropy(const KernelArgs& a) { return workspace_of<forward_spans>(a); }
+KernelScratch cpu_workspace_linear_cross_entropy(const KernelArgs& a) { return workspace_of<forward_spans>(a); }
 
 namespace {
 
@@ -354,16 +356,18 @@ void head_grad(const KernelArgs& a, const TensorArg* grad, const TensorArg* db) 
 }  // namespace
 
 void cpu_linear_cross_entropy_grad(const KernelArgs& a) { head_grad(a, &a.in[0], nullptr); }
-int64_t cpu_workspace_linear_cross_entropy_grad(const KernelArgs& a) { return workspace_of<backward_spans>(a); }
+KernelScratch cpu_workspace_linear_cross_entropy_grad(const KernelArgs& a) { return workspace_of<backward_spans>(a); }
 
 // The same with a bias, and its cotangent.
 void cpu_linear_cross_entropy_grad_with_bias(const KernelArgs& a) { head_grad(a, &a.in[0], &a.out[1]); }
-int64_t cpu_workspace_linear_cross_entropy_grad_with_bias(const KernelArgs& a) {
+KernelScratch cpu_workspace_linear_cross_entropy_grad_with_bias(const KernelArgs& a) {
   return workspace_of<backward_spans>(a);
 }
 
 // The same dx, the kernel frozen (a LoRA run's head): no gradient product.
 void cpu_linear_cross_entropy_grad_input(const KernelArgs& a) { head_grad(a, nullptr, nullptr); }
-int64_t cpu_workspace_linear_cross_entropy_grad_input(const KernelArgs& a) { return workspace_of<backward_spans>(a); }
+KernelScratch cpu_workspace_linear_cross_entropy_grad_input(const KernelArgs& a) {
+  return workspace_of<backward_spans>(a);
+}
 
 }  // namespace loom

@@ -166,6 +166,9 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
         p.workspace_bytes[s] = w;
         p.buffers.push_back(BufferInfo{.value = kNoValue, .offset = -1, .bytes = align_up(w), .first = s, .last = s});
       }
+  LOOM_ASSERT(workspace.library.empty() || workspace.library.size() == g.nodes().size(), "one library size per node");
+  if (!workspace.library.empty())
+    for (const NodeId n : p.schedule) p.library_bytes = std::max(p.library_bytes, workspace.library[n]);
 
   // Greedy by size: large buffers first, each into the smallest gap that fits among the
   // already-placed buffers whose live ranges overlap it.
