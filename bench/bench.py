@@ -38,7 +38,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -48,6 +47,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from host import describe, summary  # noqa: E402
 ROOT = os.path.dirname(HERE)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -401,20 +402,15 @@ def main():
     def log(s):
         print(s, flush=True)
 
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = re.search(r"Model name:\s*(.*)", lscpu)
-    flags = open("/proc/cpuinfo").read().split("\nflags")[1].split("\n")[0].split()
     machine = dict(
-        model=model.group(1).strip() if model else "?", nproc=os.cpu_count(),
-        has_avx2="avx2" in flags, has_fma="fma" in flags, has_avx512f="avx512f" in flags,
-        kernel=platform.release(),
+        **describe(),
         caller_env={k: os.environ[k] for k in SCRUB if k in os.environ},
         loom_git=subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
                                 text=True).stdout.strip(),
         loom_native=binary_info(args.loom),
         loom_avx2=binary_info(args.loom_avx2),
     )
-    log(f"== machine: {machine['model']}, {machine['nproc']} CPUs, avx512f={machine['has_avx512f']}; "
+    log(f"== machine: {summary(machine)}; "
         f"loom {machine['loom_git']}: native {args.loom} (built {machine['loom_native'].get('mtime')}), "
         f"avx2 {args.loom_avx2} (built {machine['loom_avx2'].get('mtime')})")
 

@@ -32,7 +32,6 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import re
 import statistics
 import subprocess
@@ -41,6 +40,7 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
+from host import describe, summary  # noqa: E402
 from memory_rss import MB, TARGET_RATIO, TARGET_SLACK, max_rss_bytes  # noqa: E402
 
 LLAMA_STYLE = ["model.kind=transformer", "model.block_order=attn_first", "model.norm=rmsnorm", "model.mlp=swiglu",
@@ -169,10 +169,8 @@ def main():
                                         "optimizer.num_minibatches=1"]
     fams = [f for f in FAMILIES if a.only in f[0]]
     parts = a.parts.split(",")
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    flags = open("/proc/cpuinfo").read()
-    isa = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
-    print(f"host: {cpu} ({', '.join(isa) or 'no bf16 ISA'}), {platform.node()}; loom {a.loom}\n")
+    host = describe()
+    print(f"host: {summary(host)}; loom {a.loom}\n")
 
     speed = []
     if "speed" in parts:
@@ -262,8 +260,8 @@ def main():
 
     out = pathlib.Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": cpu,
-                               "isa": isa, "loom": a.loom, "args": vars(a), "speed": speed, "memory": memory,
+    out.write_text(json.dumps({"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": host,
+                               "loom": a.loom, "args": vars(a), "speed": speed, "memory": memory,
                                "window": window, "window_ir": window_ir}, indent=1) + "\n")
     print(f"\nwrote {out}")
     return 0 if all(r["within_target"] for r in speed + memory) else 1

@@ -22,6 +22,8 @@ import re
 import subprocess
 import tempfile
 
+from host import describe
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # name, loom config and overrides, the PyTorch shape, prompt characters of tiny Shakespeare, new tokens
@@ -102,7 +104,7 @@ def main():
                         prefill_ratio=lp / tp))
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", "generate.json"), "w") as f:
-        json.dump(out, f, indent=1)
+        json.dump(dict(host=describe(), rows=out), f, indent=1)
 
 
 if __name__ == "__main__":

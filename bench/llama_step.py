@@ -16,6 +16,8 @@ import statistics
 import subprocess
 import tempfile
 
+from host import describe
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -84,7 +86,7 @@ def main():
                   f"| {dtype} | {g:.1f} | {l:.1f} | {l / g:.2f} | {'met' if ok else 'NOT met'} |")
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", "llama_step.json"), "w") as f:
-        json.dump(dict(rows=rows, repeats=a.repeats, steps=a.steps), f, indent=1)
+        json.dump(dict(host=describe(), rows=rows, repeats=a.repeats, steps=a.steps), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,9 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from host import describe  # noqa: E402
+
 # Llama-3.2-1B's dimensions (tied embeddings), the same with 4 of its 16 layers (its full fine-tuning
 # fits a machine that 1B's 20 GB of masters and moments does not), and bench/lora_small_llama.toml's.
 SHAPES = {
@@ -170,11 +173,9 @@ def main():
                 print(f"{lo}_{k}: {targets[f'{lo}_{k}']:.2f} (target {want})")
     out = pathlib.Path(a.out)
     out.parent.mkdir(exist_ok=True)
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    isa = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in open("/proc/cpuinfo").read()]
     result = dict(shape=a.shape, dims=s, threads=a.threads, repeats=a.repeats, steps=a.steps, warmup=a.warmup,
                   rank=a.rank, lora_overrides=a.lora_overrides.split(), lean_overrides=a.lean_overrides.split(),
-                  host=dict(cpu=cpu, isa=isa),
+                  host=describe(),
                   medians=med, targets=targets, runs=runs)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(dict(medians=med, targets=targets)))

@@ -24,6 +24,8 @@ import re
 import subprocess
 import sys
 
+from host import describe
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MB = 1e6
 TARGET_RATIO, TARGET_SLACK = 0.03, 24 * MB
@@ -32,6 +34,9 @@ TARGET_RATIO, TARGET_SLACK = 0.03, 24 * MB
 SHAKESPEARE = ["data.kind=random_tokens", "data.vocab_size=65"]
 TUTORIAL = ["model.num_layers=4", "data.batch_size=4", "optimizer.num_minibatches=2"]
 GPT2_SMALL = ["model.num_layers=1", "data.batch_size=2", "optimizer.num_minibatches=2"]
+# GPT-2's shape reduced to a 2-core host (docs/memory-study-notes.md, "What remains outside the plan").
+GPT2_2L = ["model.num_layers=2", "data.batch_size=4", "data.seq_len=128", "optimizer.num_minibatches=1",
+           "model.dtype=float32", "model.dropout_rate=0", "threads=2"]
 # (name, config, overrides)
 RUNS = [
     ("shakespeare_char f32", "configs/shakespeare_char.toml", SHAKESPEARE + ["model.dtype=float32"]),
@@ -44,6 +49,12 @@ RUNS = [
      TUTORIAL + ["model.dtype=bfloat16", "model.remat=MLP,Attn"]),
     ("gpt2_124m 1 layer, batch 2 in 2, f32", "configs/gpt2_124m.toml", GPT2_SMALL + ["model.dtype=float32"]),
     ("gpt2_124m 1 layer, batch 2 in 2, bf16", "configs/gpt2_124m.toml", GPT2_SMALL + ["model.dtype=bfloat16"]),
+    ("gpt2_124m 2 layers, batch 4 x 128, f32, threads 2, remat none", "configs/gpt2_124m.toml",
+     GPT2_2L + ["model.remat=none"]),
+    ("gpt2_124m 2 layers, batch 4 x 128, f32, threads 2, remat MLP / dots_saveable", "configs/gpt2_124m.toml",
+     GPT2_2L + ["model.remat=MLP", "model.remat_policy=dots_saveable"]),
+    ("gpt2_124m 2 layers, batch 4 x 128, f32, threads 2, remat Block / nothing_saveable", "configs/gpt2_124m.toml",
+     GPT2_2L + ["model.remat=Block", "model.remat_policy=nothing_saveable"]),
 ]
 TRAIN = ["train.steps=2", "train.eval_interval=0", "train.sample_tokens=0", "train.log_every=1"]
 
@@ -69,8 +80,9 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "memory_rss.json"))
     a = ap.parse_args()
     rows = []
-    print("| run | command | plan total | workspace (largest) | measured net peak | net / plan | target |")
-    print("|---|---|---|---|---|---|---|")
+    print("| run | command | plan total | workspace (largest) | library | measured net peak | net − plan | net / plan "
+          "| target |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, config, ov in RUNS:
         if a.only not in name:
             continue
@@ -86,15 +98,18 @@ def main():
                # absent from the plans of binaries older than the planned workspace (--loom to compare)
                "plan_max_workspace_bytes": plan.get("max_workspace_bytes", 0),
                "workspace_threads": plan.get("workspace_threads", 0),
+               # sgemm's packing buffers; absent from the plans of binaries older than the library row
+               "plan_library_bytes": plan.get("library_bytes", 0),
                "baseline_rss_bytes": base, "train_rss_bytes": run, "net_peak_bytes": net,
                "net_over_plan": net / total, "within_target": ok}
         rows.append(row)
         print(f"| {name} | `loom train {config} {' '.join(ov)}` | {total / MB:.1f} MB | "
-              f"{row['plan_max_workspace_bytes'] / MB:.1f} MB | {net / MB:.1f} MB | {net / total:.3f} | "
+              f"{row['plan_max_workspace_bytes'] / MB:.1f} MB | {row['plan_library_bytes'] / MB:.1f} MB | "
+              f"{net / MB:.1f} MB | {(net - total) / MB:+.1f} MB | {net / total:.3f} | "
               f"{'yes' if ok else 'NO'} |", flush=True)
     out = pathlib.Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"date": datetime.datetime.now().isoformat(timespec="seconds"), "loom": a.loom,
+    out.write_text(json.dumps({"date": datetime.datetime.now().isoformat(timespec="seconds"), "host": describe(), "loom": a.loom,
                                "target": "net peak within 3 % + 24 MB of the plan total", "rows": rows},
                               indent=1) + "\n")
     print(f"\nwrote {out}")

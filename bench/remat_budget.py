@@ -34,7 +34,6 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import shutil
 import statistics
 import subprocess
@@ -44,6 +43,7 @@ import tempfile
 SELF = str(pathlib.Path(__file__).resolve())
 ROOT = pathlib.Path(SELF).parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
+from host import describe, summary  # noqa: E402
 from memory_rss import TARGET_RATIO, TARGET_SLACK, max_rss_bytes  # noqa: E402
 
 MB = 1e6
@@ -218,13 +218,17 @@ class Bench:
             row["hand_fitting"] = [{k: h[k] for k in ("region", "policy", "plan_bytes", "step_s", "net_bytes")}
                                    for h in fit]
             # Auto and the best hand choice back to back, a.pairs times, so each ratio sees the same load;
-            # the row keeps the median ratio and each side's median step.
+            # the order alternates (ABBA) so neither side always runs first, on a cache or a load swing
+            # the other missed. The row keeps the median ratio and each side's median step.
             auto_runs, hand_runs = [], []
-            for _ in range(a.pairs):
+            for i in range(a.pairs):
+                runs = []
                 if "choice" in row["auto"]:
-                    auto_runs.append(self.loom([*auto_ov, f"train.memory_budget={budget}"]))
+                    runs.append((auto_runs, [*auto_ov, f"train.memory_budget={budget}"]))
                 if best:
-                    hand_runs.append(self.loom(best["overrides"]))
+                    runs.append((hand_runs, best["overrides"]))
+                for into, overrides in (runs if i % 2 == 0 else runs[::-1]):
+                    into.append(self.loom(overrides))
             if auto_runs:
                 row["auto"].update(median_run(auto_runs))
             if best:
@@ -326,9 +330,8 @@ def main():
     if a.quick:
         a.layers, a.batch, a.seq, a.steps, a.fractions, a.pairs = 1, 1, 64, 1, [1.0, 0.35], 1
         a.torch_knobs, a.jax_remats, a.hand_limit = [1.0, 0.0], ["none", "Block"], 4
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-    host = {"cpu": cpu, "node": platform.node(), "cores": os.cpu_count(), "load_start": os.getloadavg()}
-    print(f"host: {cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; loom {a.loom}; reduced shape: "
+    host = describe()
+    print(f"host: {summary(host)}; loom {a.loom}; reduced shape: "
           f"{a.layers} layers, batch {a.batch} x {a.seq}, {a.dtype}, {a.steps} timed steps", flush=True)
     results = [Bench(a, s).run() for s in SHAPES if a.only in s[0]]
     host["load_end"] = os.getloadavg()

@@ -48,6 +48,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from host import describe  # noqa: E402
 from bench import MODES, SHAPES, env_note, mode_env, peer_env, timed_run  # noqa: E402
 
 # Issue 14 point 8: loom's 2-rank tokens/s over PyTorch DDP's, per shape, and loom's 2-rank efficiency.
@@ -256,7 +257,7 @@ def main():
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     name = ("scaling_zero3" if args.suite == "zero3" else "scaling") + ("_quick" if args.quick else "")
     with open(os.path.join(HERE, "results", name + ".json"), "w") as f:
-        json.dump(rows, f, indent=1)
+        json.dump(dict(host=describe(), rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@
 // Kernel workspace: scratch memory a kernel uses while it runs (converted operands, per-thread row
 // buffers, GEMM tiles, oneDNN scratchpads). The backend says per node how many bytes
 // (workspace_bytes); the memory plan places them in the arena, live at that node's step only, and
-// the executor hands each kernel its span. A kernel allocates nothing else.
+// the executor hands each kernel its span. A kernel allocates nothing else; what a library it
+// calls allocates for itself the backend counts too (library_bytes), and the plan holds it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -116,6 +117,12 @@ class Backend {
   // exact, from the node's shapes, dtypes and attributes (and this device: its ISA, its libraries'
   // scratchpad sizes). A function of those alone, so a plan made now holds for every run.
   virtual int64_t workspace_bytes(const Graph& g, const Node& n, int threads) const = 0;
+  // Bytes the libraries run() calls for node `n` allocate for themselves while it runs, with
+  // `threads` threads: the most they hold at once, as requested, from the same inputs as
+  // workspace_bytes. For libraries that take no user memory (oneDNN's sgemm mallocs its packing
+  // buffers in every call and frees them before returning). They live only inside run(), so the
+  // plan holds the largest over its schedule as one host row (MemoryPlan::library_bytes).
+  virtual int64_t library_bytes(const Graph& /*g*/, const Node& /*n*/, int /*threads*/) const { return 0; }
   // Executes one node. Inputs and outputs are device pointers with their shapes and dtypes.
   virtual void run(const KernelArgs& a) = 0;
   // Waits for queued work (a no-op on synchronous host backends).

@@ -53,8 +53,8 @@ int64_t HostBackend::memory_available() const {
   return -1;
 }
 
-int64_t HostBackend::workspace_bytes(const Graph& g, const Node& n, int threads) const {
-  if (!workspace_ || !supports_op(n.op)) return 0;
+KernelScratch HostBackend::scratch(const Graph& g, const Node& n, int threads) const {
+  if (!workspace_ || !supports_op(n.op)) return {};
   std::vector<TensorArg> in, out;
   for (ValueId v : n.in) in.push_back(TensorArg{nullptr, g.value(v).shape, g.value(v).dtype});
   for (ValueId v : n.out) out.push_back(TensorArg{nullptr, g.value(v).shape, g.value(v).dtype});

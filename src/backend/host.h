@@ -9,9 +9,15 @@
 
 namespace loom {
 
-// Bytes of workspace a kernel needs for the node, shapes and dtypes in `a` (whose tensors and
-// workspace have no memory behind them: a.workspace.threads is the thread count to size for).
-using WorkspaceFn = int64_t (*)(const KernelArgs& a);
+// What a kernel needs besides its inputs and outputs: bytes of workspace (Backend::workspace_bytes)
+// and bytes the libraries it calls allocate for themselves while it runs (Backend::library_bytes).
+struct KernelScratch {
+  int64_t workspace = 0;
+  int64_t library = 0;
+};
+// A kernel's KernelScratch for the node, shapes and dtypes in `a` (whose tensors and workspace
+// have no memory behind them: a.workspace.threads is the thread count to size for).
+using WorkspaceFn = KernelScratch (*)(const KernelArgs& a);
 
 class HostBackend : public Backend {
  public:
@@ -26,8 +32,13 @@ class HostBackend : public Backend {
   int64_t peak_allocated_bytes() const override;
   bool supports_op(OpKind op) const override { return kernels_[static_cast<size_t>(op)] != nullptr; }
   void run(const KernelArgs& a) override { kernels_[static_cast<size_t>(a.node.op)](a); }
-  // workspace_[op] on the node's value descriptions; 0 without a workspace table.
-  int64_t workspace_bytes(const Graph& g, const Node& n, int threads) const override;
+  // Both from workspace_[op] on the node's value descriptions; 0 without a workspace table.
+  int64_t workspace_bytes(const Graph& g, const Node& n, int threads) const override {
+    return scratch(g, n, threads).workspace;
+  }
+  int64_t library_bytes(const Graph& g, const Node& n, int threads) const override {
+    return scratch(g, n, threads).library;
+  }
 
  protected:
   // Both tables are indexed by OpKind; `workspace` may be nullptr (kernels that use none), and so
@@ -37,6 +48,7 @@ class HostBackend : public Backend {
  private:
   const KernelFn* kernels_;
   const WorkspaceFn* workspace_;
+  KernelScratch scratch(const Graph& g, const Node& n, int threads) const;
   mutable std::mutex alloc_mutex_;               // allocations are rare (set-up), and may come from any thread
   std::unordered_map<void*, size_t> allocated_;  // live allocations and their requested sizes
   int64_t live_bytes_ = 0, peak_bytes_ = 0;

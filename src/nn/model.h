@@ -31,9 +31,10 @@ struct ModelGraph {
 // marks both as program outputs, and fills the loss fields of `m`.
 void add_classification_loss(ModelGraph& m, const Scope& s, ValueId logits);
 // The same loss and accuracy with the output layer fused in (linear_cross_entropy): logits =
-// x · kernel (kernelᵀ with attrs.transpose_w) formed attrs.chunk vocabulary columns at a time, never
-// whole. `output` is then x, the hidden states before the output layer.
-void add_fused_classification_loss(ModelGraph& m, const Scope& s, ValueId x, ValueId kernel,
+// x · kernel (kernelᵀ with attrs.transpose_w) + bias (unless it is kNoValue) formed attrs.chunk
+// vocabulary columns at a time, never whole. `output` is then x, the hidden states before the
+// output layer.
+void add_fused_classification_loss(ModelGraph& m, const Scope& s, ValueId x, ValueId kernel, ValueId bias,
                                    const LinearCrossEntropyAttrs& attrs);
 
 }  // namespace loom::nn

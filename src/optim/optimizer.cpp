@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -84,7 +85,7 @@ Optimizer::~Optimizer() {
   for (void* b : bufs_) be_.deallocate(b);
 }
 
-OptimizerReport Optimizer::step(bool loss_finite) {
+OptimizerReport Optimizer::step(bool loss_finite, const UpdateOrder& order) {
   OptimizerReport r;
   r.loss_scale = loss_scale();
   if (!loss_finite) {
@@ -125,7 +126,23 @@ OptimizerReport Optimizer::step(bool loss_finite) {
   h.nesterov = cfg_.nesterov;
   h.count = count_ + 1;
   h.grad_scale = grad_scale;
-  be_.optimizer_update(ts_, h);
+  if (order.first.empty() && !order.poll) {
+    be_.optimizer_update(ts_, h);
+  } else {
+    std::vector<OptimTensor> first;
+    std::vector<char> is_first(ts_.size(), 0);
+    for (size_t k : order.first) {
+      first.push_back(ts_[k]);
+      is_first[k] = 1;
+    }
+    be_.optimizer_update(first, h);
+    if (order.after_first) order.after_first();
+    for (size_t k = 0; k < ts_.size(); ++k) {
+      if (is_first[k]) continue;
+      be_.optimizer_update(std::span(&ts_[k], 1), h);
+      if (order.poll) order.poll();
+    }
+  }
   ++count_;
   scaler_.update(false);
   return r;

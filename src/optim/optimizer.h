@@ -1,4 +1,5 @@
-// The optimizer as Optax composes it, run as one fused backend pass per step:
+// The optimizer as Optax composes it, run as one fused backend pass per step (or slice by slice in
+// an order the caller gives, Optimizer::UpdateOrder):
 //   optax.chain(clip_by_global_norm(clip_norm), sgd | adam | adamw(schedule, mask))
 // plus float16 loss scaling with PyTorch GradScaler's rule (docs/reference.md, "Loss scaling"): the loss is
 // multiplied by the scale (through the loss seed), gradients are unscaled before clipping, a
@@ -79,10 +80,18 @@ class Optimizer {
 
   // The loss seed multiplier for this step (the loss scale; 1 without scaling).
   double loss_scale() const { return scaler_.enabled ? scaler_.scale : 1.0; }
+  // The order of one step's update: the slices `first` (indices into slices()) are updated before
+  // the others, `after_first` runs once they are (not when the step is skipped), and `poll` after
+  // each later slice (communication started by after_first advances only when polled). The
+  // elements and their bits are those of one pass (the update is elementwise). Default: one pass.
+  struct UpdateOrder {
+    std::vector<size_t> first;
+    std::function<void()> after_first, poll;
+  };
   // Clips, checks, and updates params and moments in place from the accumulated gradients. With
   // `loss_finite` false (the step's loss is a NaN or an infinity) nothing is updated: the step is
   // skipped and counted, and a dynamic loss scale backs off.
-  OptimizerReport step(bool loss_finite = true);
+  OptimizerReport step(bool loss_finite = true, const UpdateOrder& order = {});
 
   int64_t count() const { return count_; }  // applied updates (Optax's count)
   const LossScaler& scaler() const { return scaler_; }

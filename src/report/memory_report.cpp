@@ -45,6 +45,7 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
   r.checkpoint_bytes = rank.checkpoint_stream_bytes;
   r.activations_bytes = p.arena_bytes;
   r.inputs_bytes = p.input_bytes;
+  r.library_bytes = p.library_bytes;
   r.workspace_threads = p.workspace_threads;
   r.lower_bound_bytes = p.lower_bound_bytes;
   r.peak_step = p.peak_step;
@@ -100,7 +101,7 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
   r.activations_bytes = p.arena_bytes - r.workspace_bytes;
   if (Evaluator::during_training(c)) r.evaluation_bytes = Evaluator::planned_bytes(c, ranks, p.arena_bytes);
   r.total_bytes = r.params_bytes + r.grads_bytes + r.optimizer_bytes + r.activations_bytes + r.inputs_bytes +
-                  r.workspace_bytes + r.communication_bytes + r.checkpoint_bytes + r.evaluation_bytes;
+                  r.workspace_bytes + r.library_bytes + r.communication_bytes + r.checkpoint_bytes + r.evaluation_bytes;
   std::stable_sort(r.largest_at_peak.begin(), r.largest_at_peak.end(),
                    [](const BufferRow& a, const BufferRow& b) { return a.bytes > b.bytes; });
   if (r.largest_at_peak.size() > top) r.largest_at_peak.resize(top);
@@ -169,6 +170,9 @@ std::string format_memory_report(const MemoryReport& r) {
   line("activations", r.activations_bytes, "arena less the workspace at the peak (one minibatch's forward + backward)");
   line("inputs", r.inputs_bytes, "one minibatch of token ids / features and the loss seed");
   line("workspace", r.workspace_bytes, "kernel scratch of the node at the peak, in the arena");
+  line("library", r.library_bytes,
+       "what the libraries of the running kernel allocate for themselves (oneDNN sgemm's packing buffers, one "
+       "per thread), the most of any node: host memory beside the arena");
   if (r.ranks > 1) line("communication", r.communication_bytes, "gradient buckets' staging and receive buffers");
   line("checkpoint", r.checkpoint_bytes,
        "a save's or a resume's stream buffer (host memory; never a copy of the state)");
@@ -264,6 +268,7 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
           {"activations_bytes", r.activations_bytes},
           {"inputs_bytes", r.inputs_bytes},
           {"workspace_bytes", r.workspace_bytes},
+          {"library_bytes", r.library_bytes},
           {"max_workspace_bytes", r.max_workspace_bytes},
           {"workspace_threads", r.workspace_threads},
           {"communication_bytes", r.communication_bytes},

@@ -1,6 +1,8 @@
 // `loom memory`: the device memory a training run will need, from the plan alone (nothing runs).
-// total = params + grads + optimizer state + arena + inputs + the checkpoint stream buffer (host
-// memory a save or a resume streams through, train/checkpoint.h) (+ the evaluation program's inputs when
+// total = params + grads + optimizer state + arena + inputs + library buffers (host memory the
+// running kernel's libraries allocate for themselves, MemoryPlan::library_bytes) + the checkpoint
+// stream buffer (host memory a save or a resume streams through, train/checkpoint.h) (+ the
+// evaluation program's inputs when
 // train.eval_interval > 0, and its arena if it does not fit in the trainer's, which it borrows
 // between steps), where the arena holds the activations
 // and the kernels' workspace (each node's, live at its step): at the live-bytes peak, `workspace` is
@@ -43,8 +45,8 @@ struct MemoryReport {
   int64_t frozen_params_bytes = 0;  // of params_bytes: a LoRA run's frozen base (no grads, no optimizer state)
   std::string base_storage;         // lora.base_dtype's name: how the base's dense kernels are stored
   int64_t params_bytes = 0, grads_bytes = 0, optimizer_bytes = 0, activations_bytes = 0, inputs_bytes = 0,
-          workspace_bytes = 0, communication_bytes = 0, evaluation_bytes = 0, checkpoint_bytes = 0, total_bytes = 0,
-          lower_bound_bytes = 0;
+          workspace_bytes = 0, library_bytes = 0, communication_bytes = 0, evaluation_bytes = 0, checkpoint_bytes = 0,
+          total_bytes = 0, lower_bound_bytes = 0;
   int ranks = 1;
   bool grad_shard = false;   // optimizer.shard = state+grads or params: `grads` is one rank's shard
   bool param_shard = false;  // optimizer.shard = params: `params` is one rank's shard

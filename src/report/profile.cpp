@@ -189,6 +189,7 @@ ProfileOutput write_profile(const Trainer& t, const OpRecorder& rec, const std::
                  {"grad_bytes", plan.grad_bytes + t.grad_shard_bytes()},
                  {"optimizer_bytes", opt_bytes},
                  {"input_bytes", plan.input_bytes},
+                 {"library_bytes", plan.library_bytes},
                  {"communication_bytes", t.comm_buffer_bytes()},
                  {"peak_allocated_bytes", be.peak_allocated_bytes()}};
   write_file(out.summary_path, j.dump(2) + "\n");

@@ -26,11 +26,15 @@ std::vector<int64_t> kernel_workspace(const Backend& be, const Graph& g, int thr
 
 MemoryPlan plan_program(const Backend& be, const Graph& g, std::vector<NodeId> schedule, PlanOptions opts,
                         int threads) {
-  return plan_memory(g, std::move(schedule), opts, WorkspaceNeeds{kernel_workspace(be, g, threads), threads});
+  std::vector<int64_t> library(g.nodes().size());
+  for (size_t i = 0; i < library.size(); ++i) library[i] = be.library_bytes(g, g.node(static_cast<NodeId>(i)), threads);
+  return plan_memory(g, std::move(schedule), opts,
+                     WorkspaceNeeds{kernel_workspace(be, g, threads), threads, std::move(library)});
 }
 
 namespace {
-// Whether the plan reserves every scheduled kernel's workspace on `be`.
+// Whether the plan reserves every scheduled kernel's workspace on `be` and counts what its libraries
+// allocate.
 Status check_workspace(const Backend& be, const Graph& g, const MemoryPlan& p) {
   for (size_t s = 0; s < p.schedule.size(); ++s) {
     const Node& n = g.node(p.schedule[s]);
@@ -40,6 +44,10 @@ Status check_workspace(const Backend& be, const Graph& g, const MemoryPlan& p) {
       return Status::error(std::string(op_name(n.op)) + " at '" + n.scope + "' needs " + std::to_string(need) +
                            " bytes of workspace on " + be.name() + " and the plan reserves " + std::to_string(have) +
                            ": plan with plan_program(backend, ...)");
+    if (const int64_t lib = be.library_bytes(g, n, p.workspace_threads); lib > p.library_bytes)
+      return Status::error(std::string(op_name(n.op)) + " at '" + n.scope + "' has its libraries allocate " +
+                           std::to_string(lib) + " bytes on " + be.name() + " and the plan counts " +
+                           std::to_string(p.library_bytes) + ": plan with plan_program(backend, ...)");
   }
   return Status::ok();
 }

@@ -99,13 +99,11 @@ Fitter::Fitter(const Config& c, int ranks) : c_(c), ranks_(ranks), be_(make_back
     for (RematPolicyKind p : policies) options_.push_back(LayerRemat{.regions = r, .policy = p});
   c_.model.remat = {RematRegion::auto_};
   head_chunks_ = {c.model.head_chunk};
-  // The fused head refuses a biased untied head (nn/models/transformer): the plain head alone then.
-  const bool fused = lm && (c.model.tie_embeddings || !c.model.use_bias);
   if (c.model.head_chunk == nn::kHeadChunkAuto) {
     head_chunks_ = {0};
     // A quarter of the vocabulary holds a quarter of the logits; a sixteenth, a sixteenth: below
     // that the head's few MiB rarely decide a fit, and ever narrower products run slower.
-    const int64_t wide = lm && fused ? std::bit_floor(static_cast<uint64_t>(c.model.num_outputs / 4)) : 0;
+    const int64_t wide = lm ? std::bit_floor(static_cast<uint64_t>(c.model.num_outputs / 4)) : 0;
     for (int64_t chunk = wide; chunk >= 1 && head_chunks_.size() < 3; chunk /= 4) head_chunks_.push_back(chunk);
   }
 }
@@ -143,9 +141,9 @@ FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_miniba
   // The sum `loom memory` prints (report/memory_report.h) and the trainer's fit check allows.
   const RankMemory rank = rank_memory(c, p, ranks_);
   f.arena_bytes = mp.arena_bytes;
-  f.fixed_bytes = mp.param_bytes + mp.grad_bytes + mp.input_bytes +
-                  rank.shard_bytes(optimizer_moments(c.optimizer)) +
-                  rank.comm_buffer_bytes + rank.checkpoint_stream_bytes +
+  f.fixed_bytes = mp.param_bytes + mp.grad_bytes + mp.input_bytes + mp.library_bytes +
+                  rank.shard_bytes(optimizer_moments(c.optimizer)) + rank.comm_buffer_bytes +
+                  rank.checkpoint_stream_bytes +
                   (Evaluator::during_training(c) ? Evaluator::planned_bytes(c, ranks_, mp.arena_bytes) : 0);
   f.total_bytes = f.fixed_bytes + f.arena_bytes;
   for (NodeId id : p.schedule) {

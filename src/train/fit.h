@@ -50,7 +50,7 @@ struct FitChoice {
   int64_t num_minibatches = 1;
   int64_t head_chunk = 0;      // model.head_chunk: 0 the plain head
   int64_t total_bytes = 0;     // the plan's total, as `loom memory` prints it
-  int64_t fixed_bytes = 0;     // parameters, gradients, optimizer state, inputs, buffers, evaluation
+  int64_t fixed_bytes = 0;     // parameters, gradients, optimizer state, inputs, library and other buffers, evaluation
   int64_t arena_bytes = 0;     // activations and the kernel workspace
   double recompute_flops = 0;  // per step, all minibatches
   double step_flops = 0;       // forward and backward per step without recompute

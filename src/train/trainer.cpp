@@ -147,14 +147,14 @@ void refuse_unless_it_fits(const Config& c, Backend& be, const TrainProgram& pro
     const RankMemory rank = rank_memory(c, prog, comm.size());
     const int64_t evaluation = evaluates ? Evaluator::planned_bytes(c, comm.size(), plan.arena_bytes) : 0;
     const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
-                           rank.shard_bytes(optimizer_moments(c.optimizer)) +
+                           plan.library_bytes + rank.shard_bytes(optimizer_moments(c.optimizer)) +
                            rank.comm_buffer_bytes + rank.checkpoint_stream_bytes + evaluation;
     const int on_host = comm.ranks_on_this_host();
     if (needed * on_host > available) {
       constexpr double kGiB = 1073741824.0;
       const std::string parts = fmt::format(
-          "activations {:.2f}, parameters, gradients, optimizer state, inputs, communication and checkpoint "
-          "buffers {:.2f}{}",
+          "activations {:.2f}, parameters, gradients, optimizer state, inputs, library, communication and "
+          "checkpoint buffers {:.2f}{}",
           plan.arena_bytes / kGiB, (needed - plan.arena_bytes - evaluation) / kGiB,
           evaluation > 0 ? fmt::format(", evaluation {:.2f}", evaluation / kGiB) : "");
       const std::string what = on_host > 1
@@ -265,6 +265,7 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
   reducer_->set_on_complete([this](size_t b) {
     if (recorder_) recorder_->end_span(bucket_span_[b]);
   });
+  std::vector<size_t> early_params;  // the parameters of early_gathers_
   if (shard_params) {
     // Parameter i is bucket shard_bucket_[i]; this rank draws its chunk alone (nn/init.h).
     shard_bucket_.assign(g.params().size(), 0);
@@ -284,14 +285,24 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
     gather_at_.resize(prog_.schedule.size());
     std::vector<size_t> param_of(g.values().size());
     for (size_t i = 0; i < g.params().size(); ++i) param_of[static_cast<size_t>(g.params()[i].value)] = i;
+    int32_t first_use = INT32_MAX;
+    for (const BufferInfo& b : exec_->plan().buffers)
+      if (b.gathered) first_use = std::min(first_use, b.first_use);
     for (const BufferInfo& b : exec_->plan().buffers)
       if (b.gathered) {
         const size_t i = param_of[static_cast<size_t>(b.value)];
+        const bool early = c.optimizer.gather_ahead > 0 && b.first_use == first_use;
+        if (early) {
+          LOOM_ASSERT(b.first == 0, "with a prefetch the plan holds the first use's buffers from step 0");
+          early_gathers_.push_back(gathers_.size());
+          early_params.push_back(i);
+        }
         gather_at_[static_cast<size_t>(b.first)].push_back(gathers_.size());
         gathers_.push_back(Gather{.mine = param_shard_ + reducer_->shard_offset(shard_bucket_[i]),
                                   .n = g.value(b.value).shape.numel(),
                                   .out = static_cast<float*>(exec_->buffer_ptr(b)),
                                   .use = static_cast<size_t>(b.first_use),
+                                  .early = early,
                                   .pending = nullptr});
       }
   }
@@ -322,10 +333,17 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
     for (double p : parts) s += p;
     return s;
   };
+  for (size_t k = 0; k < slices.size(); ++k)
+    if (std::find(early_params.begin(), early_params.end(), slices[k].param) != early_params.end())
+      early_slices_.push_back(k);
   opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_, std::move(slices), sum_over_ranks);
 }
 
 Trainer::~Trainer() {
+  try {
+    finish_gathers();  // every rank started them (after its last update): they complete
+  } catch (...) {      // NOLINT(bugprone-empty-catch): a failed rank ends the job anyway
+  }
   if (grad_shard_) be_.deallocate(grad_shard_);
   if (param_shard_) be_.deallocate(param_shard_);
 }
@@ -397,7 +415,19 @@ StepReport Trainer::step(const Batch& batch) {
     // A non-finite loss (the forward diverged or overflowed) applies no update: the run decides
     // whether to stop (train.on_nonfinite) with the last good state intact. Every rank sees the
     // same summed loss, so all of them skip or none.
-    r.opt = opt_->step(std::isfinite(r.metrics.loss.sum));
+    // With a prefetch, the next step's first gathers start once their chunks are updated and
+    // advance while the rest of the update runs (or, skipped, start from the chunks as they are).
+    Optimizer::UpdateOrder order;
+    if (!early_gathers_.empty())
+      order = {.first = early_slices_,
+               .after_first = [this] { start_early_gathers(); },
+               .poll =
+                   [this] {
+                     for (size_t k : in_flight_) gathers_[k].overlapped = true;  // in flight during an update
+                     advance_gathers(std::nullopt);
+                   }};
+    r.opt = opt_->step(std::isfinite(r.metrics.loss.sum), order);
+    if (!early_started_) start_early_gathers();
     // Every rank's updated chunks to every rank (sharded parameters are gathered when used).
     if (sharded_ && !param_shard_ && !r.opt.skipped) reducer_->all_gather(params_);
   }
@@ -423,13 +453,9 @@ void Trainer::run_with_buckets(const RunCtx& rc) {
     }
     if (s == nodes) break;
     if (s < gather_at_.size())
-      for (size_t k : gather_at_[s]) {
-        Gather& x = gathers_[k];
-        x.pending = comm_.start_all_gather(x.mine, x.n, x.out);
-        x.overlapped = false;
-        in_flight_.push_back(k);
-        ++gathers_started_;
-      }
+      for (size_t k : gather_at_[s])
+        if (!(early_started_ && gathers_[k].early)) start_gather(k);
+    if (s == 0) early_started_ = false;  // the early gathers' buffers (live from step 0) are this run's
     advance_gathers(s);
     for (size_t k : in_flight_) gathers_[k].overlapped = true;  // in flight while this kernel runs
     exec_->run_steps(rc, s, s + 1);
@@ -438,6 +464,26 @@ void Trainer::run_with_buckets(const RunCtx& rc) {
   }
   LOOM_ASSERT(in_flight_.empty(), "a gathered buffer that no step reads");
   reducer_->finish();
+}
+
+void Trainer::start_early_gathers() {
+  for (size_t k : early_gathers_) start_gather(k);
+  early_started_ = !early_gathers_.empty();
+}
+
+void Trainer::start_gather(size_t k) {
+  Gather& x = gathers_[k];
+  x.pending = comm_.start_all_gather(x.mine, x.n, x.out);
+  x.overlapped = false;
+  in_flight_.push_back(k);
+  ++gathers_started_;
+}
+
+void Trainer::finish_gathers() {
+  for (size_t k : in_flight_)
+    while (!gathers_[k].pending->test()) {
+    }
+  advance_gathers(std::nullopt);
 }
 
 void Trainer::advance_gathers(std::optional<size_t> use) {
@@ -528,6 +574,8 @@ void Trainer::read_param_shard(size_t param, int64_t begin, int64_t n, float* ou
 }
 
 void Trainer::write_param_shard(size_t param, int64_t begin, int64_t n, const float* values) {
+  finish_gathers();  // a next step's gathers started from the old values: that step starts them again
+  early_started_ = false;
   const dist::Range own = shard_range(param);
   LOOM_ASSERT(begin >= own.begin && begin + n <= own.end, "a parameter range this rank does not hold");
   be_.copy_to_device(param_shard_ + reducer_->shard_offset(shard_bucket_[param]) + (begin - own.begin), values,

@@ -29,9 +29,11 @@
 // not bit for bit. optimizer.shard = params (ZeRO-3) also shards the parameters: every parameter
 // is a bucket of its own, this rank keeps its chunk of each (the optimizer updates it there), and
 // the plan holds each whole parameter in the arena over its forward uses and again over its
-// backward and recompute uses (rank_plan_options), all-gathered into each such buffer while the
+// backward and recompute uses (once over both where no other parameter is read between, as for the
+// head's kernel: rank_plan_options), all-gathered into each such buffer while the
 // kernels before its first use run (prefetch, optimizer.gather_ahead: started at the use
-// optimizer.gather_ahead uses before its own, waited for right before its own); it trains as
+// optimizer.gather_ahead uses before its own, waited for right before its own; the first use's
+// during the previous step's update, once their chunks are updated); it trains as
 // state+grads does, bit for bit whatever the prefetch. Metrics are gathered per minibatch and summed in global
 // minibatch order, as one process would; their counts are target tokens.
 #pragma once
@@ -96,8 +98,8 @@ RankMemory rank_memory(const Config& c, const TrainProgram& p, int ranks);
 // bucket started after schedule step s - 1 completes at the latest when the bucket
 // Comm::kMaxPending later starts (the trainer waits for it there) or at the end of the schedule.
 // Under optimizer.shard = params also every parameter (PlanOptions::gather_params): one buffer for
-// its forward uses and one for its backward and recompute uses, which the trainer all-gathers from
-// the ranks' shards, the gather in flight from the buffer's first step to its first use
+// its forward uses and one for its backward and recompute uses (or one for both), which the trainer
+// all-gathers from the ranks' shards, the gather in flight from the buffer's first step to its first use
 // (PlanOptions::gather_ahead = optimizer.gather_ahead; base's is not used).
 PlanOptions rank_plan_options(const Config& c, const TrainProgram& p, int ranks, PlanOptions base = {});
 
@@ -172,8 +174,10 @@ class Trainer {
   int64_t grad_shard_bytes() const { return reducer_->shard_elems() * static_cast<int64_t>(sizeof(float)); }
   // Bytes of the parameter shard (params on more than one rank; else 0): laid out as the gradient shard.
   int64_t param_shard_bytes() const { return param_shard_ ? grad_shard_bytes() : 0; }
-  // Sharded parameters: the all-gathers started so far, and how many of them were still in flight
-  // while a kernel ran (prefetched; none with optimizer.gather_ahead = 0).
+  // Sharded parameters: the all-gathers started so far (with a prefetch, also the next step's
+  // first, started during this step's update), and how many of those completed were still in
+  // flight while a kernel or a later part of the update ran (prefetched; none with
+  // optimizer.gather_ahead = 0).
   int64_t gathers_started() const { return gathers_started_; }
   int64_t gathers_overlapped() const { return gathers_overlapped_; }
 
@@ -203,16 +207,28 @@ class Trainer {
     int64_t n;
     float* out;
     size_t use;
+    bool early;                                    // one of early_gathers_
     std::unique_ptr<dist::Comm::Pending> pending;  // while in flight
-    bool overlapped = false;                       // a kernel ran while it was in flight
+    bool overlapped = false;                       // a kernel or a part of the update ran while it was in flight
   };
   std::vector<Gather> gathers_;
   std::vector<std::vector<size_t>> gather_at_;  // per schedule step: the gathers started before it
   std::vector<size_t> in_flight_;               // gathers_ in flight, in the order they started
   int64_t gathers_started_ = 0, gathers_overlapped_ = 0;
+  // With a prefetch (optimizer.gather_ahead > 0), the gathers of the first use's buffers (live from
+  // step 0 in the plan): started as soon as the optimizer has updated their parameters' chunks
+  // (early_slices_, updated first), so that they overlap the rest of the update and all that comes
+  // before the next step; early_started_ says they were (for the next run). A run starts them at
+  // step 0 otherwise: the first step, the later minibatches, after write_param_shard.
+  std::vector<size_t> early_gathers_;
+  std::vector<size_t> early_slices_;  // indices into the optimizer's slices
+  bool early_started_ = false;
+  void start_early_gathers();
+  void start_gather(size_t k);
   // Waits for the gathers in flight first used at step `use` (the others are left alone: a kernel
   // runs before they are tested); without a step, completes those that have finished (a poll).
   void advance_gathers(std::optional<size_t> use);
+  void finish_gathers();  // waits for every gather in flight
   dist::Range shard_range(size_t param) const;
   size_t param_index(const std::string& path) const;
   std::vector<size_t> order_;                  // the parameter behind each of the reducer's buffers

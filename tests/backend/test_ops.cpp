@@ -30,6 +30,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -1379,19 +1380,28 @@ struct HeadShape {
 };
 constexpr HeadShape kHeadShapes[] = {{37, 24, 100, 32}, {5, 16, 70, 128}, {9, 8, 13, 1}, {64, 96, 1000, 384}};
 
+// A head's bias: none, float32 (a trained parameter) or in the compute dtype (a narrowed one).
+enum class HeadBias { none, f32, compute };
+std::optional<DType> bias_dtype(HeadBias b, DType c) {
+  if (b == HeadBias::none) return std::nullopt;
+  return b == HeadBias::f32 ? DType::f32 : c;
+}
+
 Shape head_kernel(const HeadShape& h, bool tied) { return tied ? Shape{h.V, h.C} : Shape{h.C, h.V}; }
-std::string head_what(const char* op, const HeadShape& h, DType c, bool tied) {
-  return std::string(op) + " c=" + dn(c) + (tied ? " tied" : " untied") + " R=" + std::to_string(h.R) +
+std::string head_what(const char* op, const HeadShape& h, DType c, bool tied, HeadBias b) {
+  const char* bias = b == HeadBias::none ? "" : b == HeadBias::f32 ? " bias f32" : " bias in c";
+  return std::string(op) + " c=" + dn(c) + (tied ? " tied" : " untied") + bias + " R=" + std::to_string(h.R) +
          " C=" + std::to_string(h.C) + " V=" + std::to_string(h.V) + " chunk=" + std::to_string(h.chunk);
 }
 // Every third row's label ignored (kIgnoreLabel, -1).
 void ignore_every_third(HostTensor& labels) {
   for (int64_t r = 1; r < labels.numel(); r += 3) labels.set_i32(r, -1);
 }
-// The forward case of h (x in c), random, with every third label ignored.
-OpCase head_forward(const HeadShape& h, DType c, bool tied) {
-  OpCase oc(OpKind::linear_cross_entropy,
-            {{Shape{h.R, h.C}, c}, {head_kernel(h, tied), DType::f32}, {Shape{h.R}, DType::i32}},
+// The forward case of h (x in c, the bias b), random, with every third label ignored.
+OpCase head_forward(const HeadShape& h, DType c, bool tied, HeadBias b) {
+  std::vector<ValueDesc> in = {{Shape{h.R, h.C}, c}, {head_kernel(h, tied), DType::f32}, {Shape{h.R}, DType::i32}};
+  if (const auto bd = bias_dtype(b, c)) in.push_back({Shape{h.V}, *bd});
+  OpCase oc(OpKind::linear_cross_entropy, in,
             LinearCrossEntropyAttrs{.compute = c, .transpose_w = tied, .chunk = h.chunk});
   oc.fill_random(next_seed(), static_cast<int32_t>(h.V));
   ignore_every_third(oc.input(2));
@@ -1401,26 +1411,30 @@ OpCase head_forward(const HeadShape& h, DType c, bool tied) {
 // Loss, correct and lse against the reference's whole rows in double. The logits are rounded to
 // the compute dtype as dense rounds them, so with bfloat16 a logit may round to the neighbouring
 // value (an f32 product summed in another order) and a near tie for the maximum change the count.
+// With a bias (float32, or narrowed to the compute dtype), dense's: round_c(round_c(x·w) + round_c(b)).
 TEST_P(BackendOps, LinearCrossEntropy) {
   LOOM_REQUIRE_OPS(OpKind::linear_cross_entropy);
   for (DType c : {DType::f32, DType::bf16})
     for (bool tied : {false, true})
-      for (const HeadShape& h : kHeadShapes) {
-        const std::string what = head_what("linear_cross_entropy", h, c, tied);
-        OpCase oc = head_forward(h, c, tied);
-        const Outputs o = run_both(oc);
-        const double tol = c == DType::f32 ? 1e-12 : 1e-8;
-        expect_nmse(o.got[0], o.ref[0], tol, what + " loss");
-        expect_nmse(o.got[2], o.ref[2], tol, what + " lse");
-        EXPECT_NEAR(o.got[1].get_i32(0), o.ref[1].get_i32(0), c == DType::f32 ? 0 : 1) << what << " correct";
-        EXPECT_GT(o.ref[0].get(0), 0.0) << what;
-      }
+      for (HeadBias b : {HeadBias::none, HeadBias::f32, HeadBias::compute})
+        for (const HeadShape& h : kHeadShapes) {
+          const std::string what = head_what("linear_cross_entropy", h, c, tied, b);
+          OpCase oc = head_forward(h, c, tied, b);
+          const Outputs o = run_both(oc);
+          const double tol = c == DType::f32 ? 1e-12 : 1e-8;
+          expect_nmse(o.got[0], o.ref[0], tol, what + " loss");
+          expect_nmse(o.got[2], o.ref[2], tol, what + " lse");
+          EXPECT_NEAR(o.got[1].get_i32(0), o.ref[1].get_i32(0), c == DType::f32 ? 0 : 1) << what << " correct";
+          EXPECT_GT(o.ref[0].get(0), 0.0) << what;
+        }
 }
 
-// The backward case of forward case `fwd`: linear_cross_entropy_grad (the kernel's gradient, its
-// previous contents random, first) or, with `frozen`, linear_cross_entropy_grad_input, from the lse
-// the reference's forward gives and a loss cotangent of 0.37.
-OpCase head_backward(OpCase& fwd, const HeadShape& h, DType c, bool tied, bool assign, bool frozen) {
+// The backward case of forward case `fwd` (with a float32 bias when `biased`):
+// linear_cross_entropy_grad (the kernel's gradient, its previous contents random, first; with a bias
+// linear_cross_entropy_grad_with_bias, the bias's cotangent its second output) or, with `frozen`,
+// linear_cross_entropy_grad_input, from the lse the reference's forward gives and a loss cotangent
+// of 0.37.
+OpCase head_backward(OpCase& fwd, const HeadShape& h, DType c, bool tied, bool biased, bool assign, bool frozen) {
   ReferenceBackend ref;
   const HostTensor lse = fwd.run(ref).at(2);
   std::vector<ValueDesc> in = {{Shape{h.R, h.C}, c},
@@ -1428,8 +1442,12 @@ OpCase head_backward(OpCase& fwd, const HeadShape& h, DType c, bool tied, bool a
                                {Shape{h.R}, DType::i32},
                                {Shape{h.R}, DType::f32},
                                {Shape{}, DType::f32}};
+  if (biased) in.push_back({Shape{h.V}, DType::f32});
   if (!frozen) in.insert(in.begin(), ValueDesc{head_kernel(h, tied), DType::f32});
-  OpCase oc(frozen ? OpKind::linear_cross_entropy_grad_input : OpKind::linear_cross_entropy_grad, in,
+  const OpKind op = frozen   ? OpKind::linear_cross_entropy_grad_input
+                    : biased ? OpKind::linear_cross_entropy_grad_with_bias
+                             : OpKind::linear_cross_entropy_grad;
+  OpCase oc(op, in,
             LinearCrossEntropyAttrs{
                 .compute = c, .transpose_w = tied, .chunk = h.chunk, .assign_in_first_minibatch = assign});
   oc.fill_random(next_seed());
@@ -1437,50 +1455,60 @@ OpCase head_backward(OpCase& fwd, const HeadShape& h, DType c, bool tied, bool a
   for (size_t k = 0; k < 3; ++k) oc.input(x_at + k).bytes = fwd.input(k).bytes;
   oc.input(x_at + 3).bytes = lse.bytes;
   oc.input(x_at + 4).set(0, 0.37f);
+  if (biased) oc.input(x_at + 5).bytes = fwd.input(3).bytes;
   return oc;
 }
 
-// The kernel's gradient (assigned and accumulated) and dx against the reference, from the lse the
+// The kernel's gradient (assigned and accumulated), dx and (with a bias,
+// linear_cross_entropy_grad_with_bias) the bias's cotangent against the reference, from the lse the
 // reference's forward gives, with every third label ignored.
 TEST_P(BackendOps, LinearCrossEntropyGrad) {
-  LOOM_REQUIRE_OPS(OpKind::linear_cross_entropy_grad);
+  LOOM_REQUIRE_OPS(OpKind::linear_cross_entropy_grad, OpKind::linear_cross_entropy_grad_with_bias);
   for (DType c : {DType::f32, DType::bf16})
     for (bool tied : {false, true})
-      for (bool assign : {true, false})
-        for (const HeadShape& h : kHeadShapes) {
-          const std::string what = head_what("linear_cross_entropy_grad", h, c, tied) + (assign ? " assign" : "");
-          OpCase fwd = head_forward(h, c, tied);
-          OpCase oc = head_backward(fwd, h, c, tied, assign, /*frozen=*/false);
-          const Outputs o = run_both(oc);
-          expect_nmse(o.got[0], o.ref[0], nmse_tol(c), what + " kernel gradient");
-          expect_close(o.got[1], o.ref[1], c, what + " dx");
-          if (c != DType::f32) expect_few_mismatches(o.got[1], o.ref[1], what + " dx");
-          for (int64_t r = 1; r < h.R; r += 3)
-            for (int64_t k = 0; k < h.C; ++k)
-              ASSERT_EQ(o.got[1].get(r * h.C + k), 0.f) << what << ": ignored row " << r;
-        }
+      for (bool biased : {false, true})
+        for (bool assign : {true, false})
+          for (const HeadShape& h : kHeadShapes) {
+            const HeadBias b = biased ? HeadBias::f32 : HeadBias::none;
+            const std::string what = head_what("linear_cross_entropy_grad", h, c, tied, b) + (assign ? " assign" : "");
+            OpCase fwd = head_forward(h, c, tied, b);
+            OpCase oc = head_backward(fwd, h, c, tied, biased, assign, /*frozen=*/false);
+            const Outputs o = run_both(oc);
+            ASSERT_EQ(o.got.size(), biased ? 3u : 2u) << what;
+            expect_nmse(o.got[0], o.ref[0], nmse_tol(c), what + " kernel gradient");
+            expect_close(o.got[1], o.ref[1], c, what + " dx");
+            if (c != DType::f32) expect_few_mismatches(o.got[1], o.ref[1], what + " dx");
+            if (biased) expect_close(o.got[2], o.ref[2], c, what + " bias gradient");
+            for (int64_t r = 1; r < h.R; r += 3)
+              for (int64_t k = 0; k < h.C; ++k)
+                ASSERT_EQ(o.got[1].get(r * h.C + k), 0.f) << what << ": ignored row " << r;
+          }
 }
 
 // A frozen kernel's backward (a LoRA run's head): dx against the reference, and bit for bit the dx
 // linear_cross_entropy_grad gives on the same backend (the same products, the kernel's gradient
 // left out).
 TEST_P(BackendOps, LinearCrossEntropyGradInput) {
-  LOOM_REQUIRE_OPS(OpKind::linear_cross_entropy_grad_input, OpKind::linear_cross_entropy_grad);
+  LOOM_REQUIRE_OPS(OpKind::linear_cross_entropy_grad_input, OpKind::linear_cross_entropy_grad,
+                   OpKind::linear_cross_entropy_grad_with_bias);
   for (DType c : {DType::f32, DType::bf16})
     for (bool tied : {false, true})
-      for (const HeadShape& h : kHeadShapes) {
-        const std::string what = head_what("linear_cross_entropy_grad_input", h, c, tied);
-        OpCase fwd = head_forward(h, c, tied);
-        OpCase oc = head_backward(fwd, h, c, tied, false, /*frozen=*/true);
-        const Outputs o = run_both(oc);
-        expect_close(o.got[0], o.ref[0], c, what + " dx");
-        if (c != DType::f32) expect_few_mismatches(o.got[0], o.ref[0], what + " dx");
-        for (int64_t r = 1; r < h.R; r += 3)
-          for (int64_t k = 0; k < h.C; ++k) ASSERT_EQ(o.got[0].get(r * h.C + k), 0.f) << what << ": ignored row " << r;
-        OpCase trained = head_backward(fwd, h, c, tied, false, /*frozen=*/false);
-        for (size_t k = 0; k < 5; ++k) trained.input(k + 1).bytes = oc.input(k).bytes;
-        EXPECT_EQ(trained.run(testing::under_test()).at(1).bytes, o.got[0].bytes) << what;
-      }
+      for (bool biased : {false, true})
+        for (const HeadShape& h : kHeadShapes) {
+          const HeadBias b = biased ? HeadBias::f32 : HeadBias::none;
+          const std::string what = head_what("linear_cross_entropy_grad_input", h, c, tied, b);
+          OpCase fwd = head_forward(h, c, tied, b);
+          OpCase oc = head_backward(fwd, h, c, tied, biased, false, /*frozen=*/true);
+          const Outputs o = run_both(oc);
+          expect_close(o.got[0], o.ref[0], c, what + " dx");
+          if (c != DType::f32) expect_few_mismatches(o.got[0], o.ref[0], what + " dx");
+          for (int64_t r = 1; r < h.R; r += 3)
+            for (int64_t k = 0; k < h.C; ++k)
+              ASSERT_EQ(o.got[0].get(r * h.C + k), 0.f) << what << ": ignored row " << r;
+          OpCase trained = head_backward(fwd, h, c, tied, biased, false, /*frozen=*/false);
+          for (size_t k = 0; k < (biased ? 6u : 5u); ++k) trained.input(k + 1).bytes = oc.input(k).bytes;
+          EXPECT_EQ(trained.run(testing::under_test()).at(1).bytes, o.got[0].bytes) << what;
+        }
 }
 
 // ---- fused optimizer ------------------------------------------------------------------------
@@ -1752,6 +1780,7 @@ constexpr testing::OpTestTable kCpuCase = testing::op_test_table({
     {OpKind::accuracy, "BackendOps.Accuracy"},
     {OpKind::linear_cross_entropy, "BackendOps.LinearCrossEntropy"},
     {OpKind::linear_cross_entropy_grad, "BackendOps.LinearCrossEntropyGrad"},
+    {OpKind::linear_cross_entropy_grad_with_bias, "BackendOps.LinearCrossEntropyGrad"},
     {OpKind::linear_cross_entropy_grad_input, "BackendOps.LinearCrossEntropyGradInput"},
     {OpKind::grad_accumulate, "BackendOps.GradAccumulateBitExact"},
     {OpKind::embedding, "BackendOpsAttention.EmbeddingBitExact"},

@@ -16,6 +16,13 @@
 namespace loom {
 namespace {
 
+// A cross-entropy loss over y [rows, classes] against integer labels, and its backward (autodiff).
+void add_loss_and_backward(Graph& g, ValueId y, int64_t rows) {
+  const ValueId lab = g.add_input("labels", Shape{rows}, DType::i32);
+  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
+  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+}
+
 // A random DAG of elementwise ops, reshapes (views) and casts over a pool of live values, with
 // random widths so sizes differ.
 Graph random_graph(uint32_t seed, int nodes) {
@@ -177,9 +184,7 @@ TEST(MemoryPlan, GradientsWithAReleaseStepLiveInTheArenaUntilThen) {
   const ValueId unused = g.add_param("unused", Shape{7}, {});
   ValueId y = g.node(g.add_node(OpKind::dense, {x, w}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
   y = g.node(g.add_node(OpKind::add, {y, b}, NoAttrs{}, "", Phase::forward)).out[0];
-  const ValueId lab = g.add_input("labels", Shape{2}, DType::i32);
-  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
-  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  add_loss_and_backward(g, y, 2);
   const std::vector<NodeId> schedule = default_schedule(g);
   const auto first_write = [&](ValueId grad) {
     for (size_t s = 0; s < schedule.size(); ++s)
@@ -212,7 +217,8 @@ TEST(MemoryPlan, GradientsWithAReleaseStepLiveInTheArenaUntilThen) {
 
 TEST(MemoryPlan, GatheredParametersLiveInTheArenaOverEachIntervalOfTheirUses) {
   // Sharded parameters (optimizer.shard = params): a parameter is working memory, one buffer over
-  // its forward uses and one over its backward uses, never persistent.
+  // its forward uses and one over its backward uses, never persistent. (w2, the last layer, keeps
+  // one buffer over both: MemoryPlan.TheHeadsKernelIsGatheredOnceWhereForwardMeetsBackward.)
   Graph g;
   const ValueId x = g.add_input("x", Shape{2, 3}, DType::f32);
   const ValueId w1 = g.add_param("w1", Shape{3, 5}, {});
@@ -220,16 +226,14 @@ TEST(MemoryPlan, GatheredParametersLiveInTheArenaOverEachIntervalOfTheirUses) {
   const ValueId unused = g.add_param("unused", Shape{7}, {});
   ValueId y = g.node(g.add_node(OpKind::dense, {x, w1}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
   y = g.node(g.add_node(OpKind::dense, {y, w2}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
-  const ValueId lab = g.add_input("labels", Shape{2}, DType::i32);
-  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
-  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  add_loss_and_backward(g, y, 2);
   const std::vector<NodeId> schedule = default_schedule(g);
   PlanOptions opts;
   opts.gather_params = true;
   const MemoryPlan p = plan_memory(g, schedule, opts);
   EXPECT_EQ(verify_plan(g, p), "");
   EXPECT_EQ(p.param_bytes, 0);
-  for (const ValueId w : {w1, w2, unused}) {
+  for (const ValueId w : {w1, unused}) {
     EXPECT_TRUE(p.gathered[w]);
     EXPECT_EQ(p.value_offset[w], -1);
     // The steps that read w, forward and not; each set is one buffer's live range exactly.
@@ -256,8 +260,59 @@ TEST(MemoryPlan, GatheredParametersLiveInTheArenaOverEachIntervalOfTheirUses) {
   const auto buffers_of = [&](ValueId w) {
     return std::count_if(p.buffers.begin(), p.buffers.end(), [&](const BufferInfo& b) { return b.value == w; });
   };
-  EXPECT_EQ(buffers_of(w2), 2) << "read by the forward and by the input gradient's product";
+  EXPECT_TRUE(p.gathered[w2]);
+  EXPECT_EQ(buffers_of(w2), 1) << "read by the forward and by the input gradient's product, nothing between";
   EXPECT_EQ(buffers_of(unused), 0);
+}
+
+TEST(MemoryPlan, TheHeadsKernelIsGatheredOnceWhereForwardMeetsBackward) {
+  // The last layer's kernel (a head, tied or not) is the forward's last gathered read and the
+  // backward's first: no other parameter is read in between, so one buffer spans both and one
+  // gather fills it. A middle layer's kernel is read by both phases with other layers' kernels in
+  // between: two buffers. The head's bytes are live once at the boundary, not twice (the backward
+  // copy prefetched while the forward copy is still live).
+  Graph g;
+  ValueId y = g.add_input("x", Shape{8, 16}, DType::f32);
+  std::vector<ValueId> ws;
+  for (const auto& [name, rows, cols] : {std::tuple{"w1", 16, 32}, std::tuple{"w2", 32, 32}, std::tuple{"head", 32, 256}}) {
+    ws.push_back(g.add_param(name, Shape{rows, cols}, {}));
+    y = g.node(g.add_node(OpKind::dense, {y, ws.back()}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
+    if (ws.size() < 3) y = g.node(g.add_node(OpKind::silu, {y}, NoAttrs{}, "", Phase::forward)).out[0];
+  }
+  add_loss_and_backward(g, y, 8);
+  const std::vector<NodeId> schedule = default_schedule(g);
+  PlanOptions opts;
+  opts.gather_params = true;
+  opts.gather_ahead = 1;
+  const MemoryPlan p = plan_memory(g, schedule, opts);
+  ASSERT_EQ(verify_plan(g, p), "");
+  const ValueId head = ws[2], w2 = ws[1];
+  int32_t head_fwd = -1, head_bwd = -1;  // the head's first forward read and last backward read
+  for (int32_t s = 0; s < static_cast<int32_t>(schedule.size()); ++s)
+    for (ValueId v : g.node(schedule[static_cast<size_t>(s)]).in)
+      if (v == head) {
+        if (g.node(schedule[static_cast<size_t>(s)]).phase == Phase::forward && head_fwd < 0) head_fwd = s;
+        if (g.node(schedule[static_cast<size_t>(s)]).phase != Phase::forward) head_bwd = s;
+      }
+  ASSERT_GE(head_fwd, 0);
+  ASSERT_GT(head_bwd, head_fwd) << "the head is read by the backward (the input gradient's product)";
+  std::vector<BufferInfo> mine;
+  for (const BufferInfo& b : p.buffers)
+    if (b.value == head) mine.push_back(b);
+  ASSERT_EQ(mine.size(), 1u) << "one gathered buffer (one gather) for the head's forward and backward reads";
+  EXPECT_EQ(mine[0].first_use, head_fwd);
+  EXPECT_EQ(mine[0].last, head_bwd);
+  EXPECT_EQ(std::count_if(p.buffers.begin(), p.buffers.end(), [&](const BufferInfo& b) { return b.value == w2; }), 2)
+      << "w2's backward read comes after the head's: two intervals";
+  // Gathered bytes live at any step: never the head twice.
+  const int64_t head_bytes = g.value(head).bytes(), others = g.value(ws[0]).bytes() + g.value(w2).bytes() * 2;
+  for (size_t s = 0; s < schedule.size(); ++s) {
+    int64_t live = 0;
+    for (const BufferInfo& b : p.buffers)
+      if (b.gathered && b.first <= static_cast<int32_t>(s) && static_cast<int32_t>(s) <= b.last) live += b.bytes;
+    EXPECT_LT(live, 2 * head_bytes) << "step " << s;
+    EXPECT_LE(live, head_bytes + others) << "step " << s;
+  }
 }
 
 TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
@@ -275,9 +330,7 @@ TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
     y = g.node(g.add_node(OpKind::dense, {y, w}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
     y = g.node(g.add_node(OpKind::silu, {y}, NoAttrs{}, "", Phase::forward)).out[0];
   }
-  const ValueId lab = g.add_input("labels", Shape{8}, DType::i32);
-  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
-  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  add_loss_and_backward(g, y, 8);
   const auto plan = [&](int32_t ahead) {
     PlanOptions opts;
     opts.gather_params = true;
@@ -295,7 +348,8 @@ TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
   };
   const MemoryPlan at_use = plan(0), ahead = plan(1);
   const std::vector<BufferInfo> before = gathered(at_use), after = gathered(ahead);
-  ASSERT_EQ(before.size(), 7u) << "4 parameters gathered for the forward, 3 for the backward (x has no gradient)";
+  ASSERT_EQ(before.size(), 6u) << "4 parameters gathered for the forward, w2 and w3 again for the backward (x has "
+                                  "no gradient; w4's forward buffer spans its backward read)";
   ASSERT_EQ(after.size(), before.size());
   int early = 0;
   for (size_t k = 0; k < after.size(); ++k) {
@@ -306,7 +360,7 @@ TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
     EXPECT_EQ(after[k].first, k == 0 ? after[k].first_use : after[k - 1].first_use) << "gathered buffer " << k;
     early += after[k].first < after[k].first_use;
   }
-  EXPECT_EQ(early, 6) << "every gather but the first is in flight while kernels run";
+  EXPECT_EQ(early, 5) << "every gather but the first is in flight while kernels run";
   // Their prefetch windows never overlap: at most one parameter's bytes more at any step.
   const int64_t grown = ahead.lower_bound_bytes - at_use.lower_bound_bytes;
   std::printf("gather_ahead 1: live-bytes peak +%lld, arena %lld -> %lld bytes; largest parameter %lld\n",
@@ -322,6 +376,34 @@ TEST(MemoryPlan, APrefetchedGatherStartsAtThePreviousGathersFirstUse) {
   for (size_t k = 2; k < two.size(); ++k) EXPECT_EQ(two[k].first, two[k - 2].first_use) << "gathered buffer " << k;
 }
 
+TEST(MemoryPlan, WithAPrefetchTheFirstUsesGatherIsLiveFromStepZero) {
+  // The first gathered use has no earlier use to prefetch from: with any prefetch its buffers live
+  // from step 0, where the trainer may have started their gathers before the run (during the
+  // previous step's update), even though step 0 reads no parameter; without prefetch, from their use.
+  Graph g;
+  ValueId y = g.add_input("x", Shape{8, 16}, DType::f32);
+  y = g.node(g.add_node(OpKind::silu, {y}, NoAttrs{}, "", Phase::forward)).out[0];
+  const ValueId w = g.add_param("w", Shape{16, 64}, {});
+  const ValueId b = g.add_param("b", Shape{64}, {});
+  y = g.node(g.add_node(OpKind::dense, {y, w, b}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
+  add_loss_and_backward(g, y, 8);
+  for (const int32_t ahead : {0, 1, 2}) {
+    PlanOptions opts;
+    opts.gather_params = true;
+    opts.gather_ahead = ahead;
+    const MemoryPlan p = plan_memory(g, default_schedule(g), opts);
+    EXPECT_EQ(verify_plan(g, p), "") << "gather_ahead " << ahead;
+    int first_uses = 0;
+    for (const BufferInfo& bi : p.buffers)
+      if (bi.gathered && bi.first_use == 1) {
+        ++first_uses;
+        EXPECT_EQ(bi.first, ahead == 0 ? 1 : 0) << "gather_ahead " << ahead << ": " << g.value(bi.value).name;
+      }
+    EXPECT_EQ(first_uses, 2) << "the dense at step 1 reads w and b";
+    if (ahead > 0) EXPECT_GE(p.live_bytes[0], g.value(w).bytes() + g.value(b).bytes()) << "counted at step 0";
+  }
+}
+
 TEST(MemoryPlan, EveryParameterANodeReadsIsPrefetchedTogether) {
   // Three dense layers with a kernel and a bias each: the node reads two gathered parameters,
   // first used at the same step. With gather_ahead = 1 both start at the previous use's first
@@ -335,9 +417,7 @@ TEST(MemoryPlan, EveryParameterANodeReadsIsPrefetchedTogether) {
     y = g.node(g.add_node(OpKind::dense, {y, w, b}, DenseAttrs{DType::f32}, "", Phase::forward)).out[0];
     y = g.node(g.add_node(OpKind::silu, {y}, NoAttrs{}, "", Phase::forward)).out[0];
   }
-  const ValueId lab = g.add_input("labels", Shape{8}, DType::i32);
-  const ValueId loss = g.node(g.add_node(OpKind::cross_entropy, {y, lab}, NoAttrs{}, "", Phase::forward)).out[0];
-  build_backward(g, loss, g.add_input("seed", Shape{}, DType::f32));
+  add_loss_and_backward(g, y, 8);
   for (const int32_t ahead : {1, 2}) {
     PlanOptions opts;
     opts.gather_params = true;

@@ -65,25 +65,30 @@ constexpr testing::OpTestTable kFdCase = testing::op_test_table({
 
 TEST(VjpRules, FdTableCoverage) { EXPECT_EQ(testing::unregistered_tests(kFdCase), ""); }
 
-// The fused head and loss: x [5, 4] and the kernel (untied [4, 7], tied [7, 4]) in chunks of 3
-// columns (the last one 1 wide), rows 1 and 3 ignored.
+// The fused head and loss: x [5, 4] and the kernel (untied [4, 7], tied [7, 4]), with and without
+// a bias [7] (its cotangent linear_cross_entropy_grad_with_bias's output), in chunks of 3 columns
+// (the last one 1 wide), rows 1 and 3 ignored.
 TEST_P(VjpFd, LinearCrossEntropy) {
-  for (bool tied : {false, true}) {
-    Options o;
-    o.head = false;
-    o.int_inputs["labels"] = {6, -1, 0, -1, 3};
-    o.loss = [tied](const Scope& s, ValueId x, ValueId labels) {
-      const ValueId w = s.param(tied ? "embedding" : "kernel", tied ? Shape{7, 4} : Shape{4, 7}, {});
-      return s.op(OpKind::linear_cross_entropy, {x, w, labels},
-                  LinearCrossEntropyAttrs{.compute = DType::f32, .transpose_w = tied, .chunk = 3})[0];
-    };
-    const Result r = check_vjp([](const Scope& s) { return s.param("x", Shape{5, 4}, {}); }, o);
-    if (r.skipped) return;
-    for (int64_t k = 0; k < 4; ++k) {  // ignored rows have no gradient
-      EXPECT_EQ(r.grad.at("op/x")[static_cast<size_t>(4 + k)], 0.f);
-      EXPECT_EQ(r.grad.at("op/x")[static_cast<size_t>(12 + k)], 0.f);
+  for (bool tied : {false, true})
+    for (bool biased : {false, true}) {
+      Options o;
+      o.head = false;
+      o.int_inputs["labels"] = {6, -1, 0, -1, 3};
+      o.loss = [tied, biased](const Scope& s, ValueId x, ValueId labels) {
+        std::vector<ValueId> in = {x, s.param(tied ? "embedding" : "kernel", tied ? Shape{7, 4} : Shape{4, 7}, {}),
+                                   labels};
+        if (biased) in.push_back(s.param("bias", Shape{7}, {}));
+        return s.op(OpKind::linear_cross_entropy, in,
+                    LinearCrossEntropyAttrs{.compute = DType::f32, .transpose_w = tied, .chunk = 3})[0];
+      };
+      const Result r = check_vjp([](const Scope& s) { return s.param("x", Shape{5, 4}, {}); }, o);
+      if (r.skipped) return;
+      for (int64_t k = 0; k < 4; ++k) {  // ignored rows have no gradient
+        EXPECT_EQ(r.grad.at("op/x")[static_cast<size_t>(4 + k)], 0.f);
+        EXPECT_EQ(r.grad.at("op/x")[static_cast<size_t>(12 + k)], 0.f);
+      }
+      EXPECT_EQ(r.grad.count("loss/bias"), biased ? 1u : 0u) << "the bias's gradient is checked";
     }
-  }
 }
 
 // A LoRA update into the middle columns of each head of a packed [.., heads, W] output, with V

@@ -2,8 +2,8 @@
 //   - optimal: on 2- and 3-layer Transformers, at every budget between the smallest and the largest
 //     total of all per-layer combinations of the options, the planner's recomputed FLOPs equal the
 //     least of any combination that fits (exhaustive search over all of them, each planned); with
-//     model.head_chunk = auto (2 layers, with and without LoRA) the combinations take every head
-//     too, and some budget needs a chunk;
+//     model.head_chunk = auto (2 layers: tied, untied with a bias, and LoRA) the combinations take
+//     every head too, and some budget needs a chunk;
 //   - exact: its choice's total is the one `loom memory` reports for the applied configuration, and
 //     is within the budget;
 //   - when no remat choice fits, more minibatches; when nothing fits, an error naming the smallest
@@ -27,11 +27,11 @@
 namespace loom {
 namespace {
 
-// head_chunk = auto ties the head (the fused head refuses a biased untied one); `lora`: rank-4
-// adapters, the rest (the head too) frozen.
-Config tiny(int layers, int minibatches = 1, const std::string& head_chunk = "0", bool lora = false) {
+// The head is untied with a bias (model.use_bias's default), or with head_chunk = auto tied unless
+// `tied` is false; `lora`: rank-4 adapters, the rest (the head too) frozen.
+Config tiny(int layers, int minibatches = 1, const std::string& head_chunk = "0", bool lora = false, bool tied = true) {
   return default_config({fmt::format("lora.rank={}", lora ? 4 : 0),
-                         fmt::format("model.tie_embeddings={}", head_chunk == "auto"), "model.kind=transformer",
+                         fmt::format("model.tie_embeddings={}", head_chunk == "auto" && tied), "model.kind=transformer",
                          "model.dtype=float32", "model.hidden_size=32", fmt::format("model.num_layers={}", layers),
                          "model.head_dim=8", "model.vocab_size=61", "model.num_outputs=61", "model.max_seq_len=16",
                          "data.kind=random_tokens", "data.batch_size=4", "data.seq_len=16", "data.vocab_size=61",
@@ -65,8 +65,8 @@ std::vector<Combo> exhaustive(Fitter& f) {
   return out;
 }
 
-void expect_optimal(int layers, const std::string& head_chunk, bool lora = false) {
-  const Config c = tiny(layers, 1, head_chunk, lora);
+void expect_optimal(int layers, const std::string& head_chunk, bool lora = false, bool tied = true) {
+  const Config c = tiny(layers, 1, head_chunk, lora, tied);
   Fitter f(c);
   const std::vector<Combo> all = exhaustive(f);
   std::set<int64_t> budgets;
@@ -101,6 +101,8 @@ TEST(Fit, OptimalAgainstExhaustiveSearchThreeLayers) { expect_optimal(3, "0"); }
 TEST(Fit, OptimalWithTheHeadChunkAgainstExhaustiveSearchTwoLayers) { expect_optimal(2, "auto"); }
 // A LoRA run's frozen head is fused too (its backward forms dx alone): auto tries its chunks.
 TEST(Fit, OptimalWithTheHeadChunkUnderLoraTwoLayers) { expect_optimal(2, "auto", /*lora=*/true); }
+// An untied head with a bias (a from-scratch tutorial model's) fuses too: auto tries its chunks.
+TEST(Fit, OptimalWithABiasedUntiedHeadChunkTwoLayers) { expect_optimal(2, "auto", /*lora=*/false, /*tied=*/false); }
 
 TEST(Fit, ChoiceIsWhatLoomMemoryPlans) {
   const Config c = tiny(3);

@@ -1,10 +1,10 @@
 // model.head_chunk: the output layer and the loss fused (linear_cross_entropy), its logits formed a
 // chunk of vocabulary columns at a time, give the step the plain head and loss give: the same loss,
 // accuracy and gradients (the hidden states' through every layer, the tied embedding's or the
-// untied head's kernel), with some labels ignored, a chunk that does not divide the vocabulary
-// and two minibatches (the kernel's gradient assigned, then accumulated). Under LoRA the head's
-// kernel is frozen: its backward forms dx alone (linear_cross_entropy_grad_input), and the
-// adapters' gradients are those of the plain head.
+// untied head's kernel and, with model.use_bias, its bias), with some labels ignored, a chunk that
+// does not divide the vocabulary and two minibatches (the kernel's gradient assigned, then
+// accumulated). Under LoRA the head's kernel (and bias) is frozen: its backward forms dx alone
+// (linear_cross_entropy_grad_input), and the adapters' gradients are those of the plain head.
 //
 // The oracle is the plain head. On the reference backend the fused op has its rounding points
 // (the logits, dlogits and both products rounded to the compute dtype where dense and the loss
@@ -32,13 +32,21 @@ namespace {
 
 using testing::worst_rel;
 
-// One layer of 32, a vocabulary of 61 in chunks of 16 (the last one 13 wide), no biases; with
-// `lora`, rank-4 adapters on every dense layer of the block, the rest (the head too) frozen.
-Config tiny(const std::string& dtype, bool tied, int64_t chunk, bool lora = false) {
+// The heads compared: untied without a bias, untied with one (model.use_bias, every dense layer's
+// too: a from-scratch tutorial model's), and tied (no bias whatever use_bias says).
+struct HeadKind {
+  bool tied, bias;
+};
+constexpr HeadKind kHeads[] = {{false, false}, {false, true}, {true, false}};
+
+// One layer of 32, a vocabulary of 61 in chunks of 16 (the last one 13 wide), biases as `head`
+// says; with `lora`, rank-4 adapters on every dense layer of the block, the rest (the head too) frozen.
+Config tiny(const std::string& dtype, HeadKind head, int64_t chunk, bool lora = false) {
   return default_config({std::string("lora.rank=") + (lora ? "4" : "0"), "model.kind=transformer",
                          "model.hidden_size=32", "model.num_layers=1", "model.head_dim=8", "model.vocab_size=61",
-                         "model.num_outputs=61", "model.max_seq_len=16", "model.dropout_rate=0", "model.use_bias=false",
-                         std::string("model.tie_embeddings=") + (tied ? "true" : "false"), "model.dtype=" + dtype,
+                         "model.num_outputs=61", "model.max_seq_len=16", "model.dropout_rate=0",
+                         std::string("model.use_bias=") + (head.bias ? "true" : "false"),
+                         std::string("model.tie_embeddings=") + (head.tied ? "true" : "false"), "model.dtype=" + dtype,
                          "model.head_chunk=" + std::to_string(chunk), "data.kind=random_tokens", "data.batch_size=4",
                          "data.seq_len=16", "data.vocab_size=61", "optimizer.num_minibatches=2"});
 }
@@ -61,27 +69,28 @@ Step first_step(const Config& c, const std::string& device) {
   return s;
 }
 
-std::string what(const std::string& dtype, bool tied, bool lora) {
-  return dtype + (tied ? " tied" : " untied") + (lora ? " LoRA" : "");
+std::string what(const std::string& dtype, HeadKind head, bool lora) {
+  return dtype + (head.tied ? " tied" : " untied") + (head.bias ? " biased" : "") + (lora ? " LoRA" : "");
 }
 
 TEST(FusedHead, IsThePlainHeadBitForBitOnTheReference) {
   for (const std::string dtype : {"float32", "bfloat16"})
-    for (bool tied : {false, true})
+    for (HeadKind head : kHeads)
       for (bool lora : {false, true}) {
-        const Step plain = first_step(tiny(dtype, tied, 0, lora), "reference");
-        const Step fused = first_step(tiny(dtype, tied, 16, lora), "reference");
+        const Step plain = first_step(tiny(dtype, head, 0, lora), "reference");
+        const Step fused = first_step(tiny(dtype, head, 16, lora), "reference");
         EXPECT_GT(plain.metrics.loss.count, 0);
         EXPECT_LT(plain.metrics.loss.count, 64) << "some labels are ignored";
-        EXPECT_EQ(fused.metrics.loss.count, plain.metrics.loss.count) << what(dtype, tied, lora);
-        EXPECT_EQ(fused.metrics.loss.sum, plain.metrics.loss.sum) << what(dtype, tied, lora);
-        EXPECT_EQ(fused.metrics.accuracy.sum, plain.metrics.accuracy.sum) << what(dtype, tied, lora);
-        ASSERT_EQ(fused.grads.size(), plain.grads.size()) << what(dtype, tied, lora);
+        EXPECT_EQ(fused.metrics.loss.count, plain.metrics.loss.count) << what(dtype, head, lora);
+        EXPECT_EQ(fused.metrics.loss.sum, plain.metrics.loss.sum) << what(dtype, head, lora);
+        EXPECT_EQ(fused.metrics.accuracy.sum, plain.metrics.accuracy.sum) << what(dtype, head, lora);
+        ASSERT_EQ(fused.grads.size(), plain.grads.size()) << what(dtype, head, lora);
         if (lora) {  // the adapters alone train
           for (const auto& [name, g] : plain.grads) EXPECT_NE(name.find("/lora_"), std::string::npos) << name;
         }
+        EXPECT_EQ(plain.grads.count("output_layer/bias"), head.bias && !lora ? 1u : 0u) << what(dtype, head, lora);
         for (const auto& [name, g] : plain.grads)
-          EXPECT_EQ(fused.grads.at(name), g) << what(dtype, tied, lora) << " " << name;
+          EXPECT_EQ(fused.grads.at(name), g) << what(dtype, head, lora) << " " << name;
       }
 }
 
@@ -90,19 +99,19 @@ TEST(FusedHead, IsThePlainHeadBitForBitOnTheReference) {
 // neighbouring bfloat16 value, a change of 2⁻⁸ in that element, so 1e-3.
 TEST(FusedHead, IsThePlainHeadToFloat32RoundingOnTheCpu) {
   for (const std::string dtype : {"float32", "bfloat16"})
-    for (bool tied : {false, true})
+    for (HeadKind head : kHeads)
       for (bool lora : {false, true}) {
-        const Step plain = first_step(tiny(dtype, tied, 0, lora), "cpu");
-        const Step fused = first_step(tiny(dtype, tied, 16, lora), "cpu");
+        const Step plain = first_step(tiny(dtype, head, 0, lora), "cpu");
+        const Step fused = first_step(tiny(dtype, head, 16, lora), "cpu");
         const bool f32 = dtype == "float32";
-        EXPECT_EQ(fused.metrics.loss.count, plain.metrics.loss.count) << what(dtype, tied, lora);
+        EXPECT_EQ(fused.metrics.loss.count, plain.metrics.loss.count) << what(dtype, head, lora);
         EXPECT_NEAR(fused.metrics.loss.sum, plain.metrics.loss.sum, 1e-6 * plain.metrics.loss.sum)
-            << what(dtype, tied, lora);
-        EXPECT_NEAR(fused.metrics.accuracy.sum, plain.metrics.accuracy.sum, f32 ? 0 : 1) << what(dtype, tied, lora);
+            << what(dtype, head, lora);
+        EXPECT_NEAR(fused.metrics.accuracy.sum, plain.metrics.accuracy.sum, f32 ? 0 : 1) << what(dtype, head, lora);
         const double worst = worst_rel(fused.grads, plain.grads);
-        std::printf("%s: gradients differ by at most %.3g of their tensor's largest\n", what(dtype, tied, lora).c_str(),
+        std::printf("%s: gradients differ by at most %.3g of their tensor's largest\n", what(dtype, head, lora).c_str(),
                     worst);
-        EXPECT_LT(worst, f32 ? 1e-5 : 1e-3) << what(dtype, tied, lora);
+        EXPECT_LT(worst, f32 ? 1e-5 : 1e-3) << what(dtype, head, lora);
       }
 }
 
@@ -135,9 +144,9 @@ TEST(FusedHead, ALoraRunsPlanIsSmallerByAtLeastTheLogits) {
     }
 }
 
-// The fused head has no bias: a biased untied head is refused naming the key and the way out; a
-// tied head needs no bias setting, and a LoRA run (a frozen kernel) is accepted.
-TEST(FusedHead, RefusesWhatItCannotComputeNamingTheKey) {
+// Every head fuses: an untied one with a bias (model.use_bias), a tied one, and a LoRA run's frozen
+// one (with its bias) are accepted; a negative chunk is refused naming the key.
+TEST(FusedHead, TakesBiasedHeadsAndRefusesANegativeChunkNamingTheKey) {
   const auto message = [](std::vector<std::string> overrides) -> std::string {
     try {
       default_config(overrides);
@@ -147,16 +156,13 @@ TEST(FusedHead, RefusesWhatItCannotComputeNamingTheKey) {
     return "";
   };
   const std::vector<std::string> base = {"model.kind=transformer", "data.kind=random_tokens", "data.seq_len=16",
-                                         "data.vocab_size=16", "model.head_chunk=8"};
-  std::vector<std::string> biased = base;
-  biased.push_back("model.use_bias=true");
-  const std::string m = message(biased);
-  EXPECT_NE(m.find("model.head_chunk"), std::string::npos) << m;
-  EXPECT_NE(m.find("model.use_bias = false"), std::string::npos) << m;
-  biased.push_back("model.tie_embeddings=true");
-  EXPECT_EQ(message(biased), "");
+                                         "data.vocab_size=16",     "model.head_chunk=8",      "model.use_bias=true"};
+  EXPECT_EQ(message(base), "");
+  std::vector<std::string> tied = base;
+  tied.push_back("model.tie_embeddings=true");
+  EXPECT_EQ(message(tied), "");
   std::vector<std::string> lora = base;
-  for (const char* kv : {"model.use_bias=false", "lora.rank=4"}) lora.push_back(kv);
+  lora.push_back("lora.rank=4");
   EXPECT_EQ(message(lora), "");
   std::vector<std::string> negative = base;
   negative.push_back("model.head_chunk=-1");

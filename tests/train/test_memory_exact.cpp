@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/registry.h"
@@ -58,6 +59,9 @@ class CountingBackend final : public Backend {
   bool supports(const Graph& g, const Node& n) const override { return inner_.supports(g, n); }
   int64_t workspace_bytes(const Graph& g, const Node& n, int threads) const override {
     return inner_.workspace_bytes(g, n, threads);
+  }
+  int64_t library_bytes(const Graph& g, const Node& n, int threads) const override {
+    return inner_.library_bytes(g, n, threads);
   }
   void run(const KernelArgs& a) override { inner_.run(a); }
   void synchronize() override { inner_.synchronize(); }
@@ -108,10 +112,13 @@ void expect_holds_the_plan(const Config& c, const std::string& what, const Batch
     const Batch b = batch ? *batch : make_batch(c.data, data_context(c));
     t.step(b);  // both minibatches: the first assigns the gradients, the second adds into them
     // The backend's memory: all the plan counts but the checkpoint stream buffer (host memory, held
-    // while saving or resuming, which tests/dist's checkpoint worker measures).
-    EXPECT_EQ(be.held(), plan.total_bytes - plan.checkpoint_bytes) << what << ": bytes held after a step";
+    // while saving or resuming, which tests/dist's checkpoint worker measures) and the library row
+    // (sgemm's own packing buffers, which tests/backend/test_sgemm_bytes.cpp measures).
+    EXPECT_EQ(be.held(), plan.total_bytes - plan.checkpoint_bytes - plan.library_bytes)
+        << what << ": bytes held after a step";
   }
-  EXPECT_EQ(be.peak(), plan.total_bytes - plan.checkpoint_bytes) << what << ": the most bytes the backend held at once";
+  EXPECT_EQ(be.peak(), plan.total_bytes - plan.checkpoint_bytes - plan.library_bytes)
+      << what << ": the most bytes the backend held at once";
   EXPECT_GT(plan.max_workspace_bytes, 0) << what;
   EXPECT_EQ(be.held(), 0) << what << ": everything is released";
 }
@@ -120,15 +127,18 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
   for (const std::string dtype : {"float32", "bfloat16"})
     for (const std::string remat : {"none", "MLP,Attn"})
       expect_holds_the_plan(default_config(small_transformer(dtype, remat)), dtype + " remat " + remat);
-  // The head and the loss fused (model.head_chunk, a head without a bias): chunks of 300 of the
-  // 2048 columns (the last one 248), tied and untied.
+  // The head and the loss fused (model.head_chunk): chunks of 300 of the 2048 columns (the last
+  // one 248), tied and untied without biases, and untied with one (the bias's chunk in the
+  // workspace, its [V] cotangent an activation).
   for (const std::string dtype : {"float32", "bfloat16"})
-    for (const std::string tied : {"false", "true"}) {
+    for (const auto& [tied, bias] :
+         {std::pair{"false", "false"}, std::pair{"true", "false"}, std::pair{"false", "true"}}) {
       std::vector<std::string> fused = small_transformer(dtype, "none");
-      for (const std::string kv :
-           {std::string("model.use_bias=false"), std::string("model.head_chunk=300"), "model.tie_embeddings=" + tied})
+      for (const std::string& kv : {std::string("model.use_bias=") + bias, std::string("model.head_chunk=300"),
+                                    std::string("model.tie_embeddings=") + tied})
         fused.push_back(kv);
-      expect_holds_the_plan(default_config(fused), "fused head, " + dtype + ", tied " + tied);
+      expect_holds_the_plan(default_config(fused),
+                            std::string("fused head, ") + dtype + ", tied " + tied + ", bias " + bias);
     }
   // SwiGLU: two [B, T, F] projections into silu_mul, and its backward's two outputs.
   std::vector<std::string> swiglu = small_transformer("bfloat16", "MLP");
@@ -145,13 +155,15 @@ TEST(MemoryExact, SmallTransformerHoldsExactlyItsPlan) {
     EXPECT_EQ(r.optimizer_bytes, optimizer_moments(c.optimizer) * r.grads_bytes);
     expect_holds_the_plan(c, "lora " + lora[1]);
   }
-  // LoRA with the head and the loss fused: the frozen kernel's backward (dx alone) and its workspace.
-  for (const std::string tied : {"false", "true"}) {
+  // LoRA with the head and the loss fused: the frozen kernel's backward (dx alone) and its workspace,
+  // with and without the frozen head's bias.
+  for (const auto& [tied, bias] :
+       {std::pair{"false", "false"}, std::pair{"true", "false"}, std::pair{"false", "true"}}) {
     std::vector<std::string> fused = swiglu;
-    for (const std::string kv : {std::string("lora.rank=16"), std::string("model.use_bias=false"),
-                                 std::string("model.head_chunk=300"), "model.tie_embeddings=" + tied})
+    for (const std::string& kv : {std::string("lora.rank=16"), std::string("model.use_bias=") + bias,
+                                  std::string("model.head_chunk=300"), std::string("model.tie_embeddings=") + tied})
       fused.push_back(kv);
-    expect_holds_the_plan(default_config(fused), "lora, fused head, tied " + tied);
+    expect_holds_the_plan(default_config(fused), std::string("lora, fused head, tied ") + tied + ", bias " + bias);
   }
   // A LoRA base in int8 and NF4 (lora.base_dtype): the quantized kernels' bytes and the dense
   // kernels' tile workspace (backend/cpu/dense_quant.cpp).

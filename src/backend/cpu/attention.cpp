@@ -60,6 +60,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "backend/cpu/cpu_util.h"
 #include "backend/cpu/simd/product.h"
@@ -303,12 +304,53 @@ struct PairSpans {
   PerThread<std::byte> pair;
   int team;
 };
+// The largest sgemm call (sgemm_call_bytes) a pair makes through mul(): each product of each row
+// block of cpu_attention (grad false) or cpu_attention_grad, with the strides operand() and
+// result() give its operands. A block's first key depends on the data with packed rows (`packed`:
+// positions): then every multiple of kBq from the window's first key to the block's own first row.
+int64_t largest_pair_call(const Geometry& g, bool grad, bool packed) {
+  if (g.hand() || g.B * g.H == 0 || g.T == 0) return 0;
+  const int64_t T = g.T, D = g.D, bq = g.block_rows();
+  const bool f32 = g.d == DType::f32, both_f32 = f32 && g.s == DType::f32;
+  // Row strides: K (rounded to s) and V read in place when f32, else packed [T, D]; out and dout
+  // [B, T, H, D]; dQ and dK formed in place when nothing rounds them, dV when f32.
+  const int64_t k_ld = both_f32 ? g.qkv_ld() : D, v_ld = f32 ? g.qkv_ld() : D, o_ld = f32 ? g.H * D : D;
+  const int64_t dqk_ld = both_f32 ? g.qkv_ld() : D, dv_ld = f32 ? g.qkv_ld() : D;
+  int64_t most = 0;
+  const auto call = [&](bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+    most = std::max(most, sgemm_call_bytes(ta, tb, M, N, K, lda, ldb, ldc));
+  };
+  std::vector<char> seen(2 * static_cast<size_t>(T + 1));  // (whole block?, keys) already counted
+  for (int64_t r0 = 0; r0 < T; r0 += bq) {
+    const int64_t r1 = std::min(T, r0 + bq), m = r1 - r0;
+    const int64_t first = g.window > 0 ? std::max<int64_t>(0, r0 - g.window + 1) : 0;
+    for (int64_t k0 = first / kBq * kBq; k0 <= (packed ? r0 : first) / kBq * kBq; k0 += kBq) {
+      const int64_t c = g.block_keys(r1) - k0, cp = whole_vectors(c);
+      char& done = seen[static_cast<size_t>((m == bq ? T + 1 : 0) + c)];
+      if (done) continue;
+      done = 1;
+      call(false, true, m, c, D, D, k_ld, cp);  // logits: Q·Kᵀ
+      if (!grad) {
+        call(false, false, m, D, c, cp, v_ld, o_ld);  // W·V
+        continue;
+      }
+      call(true, false, c, D, m, cp, o_ld, dv_ld);    // dV += Wᵀ·dO
+      call(false, true, m, c, D, o_ld, v_ld, cp);     // dP = dO·Vᵀ
+      call(false, false, m, D, c, cp, k_ld, dqk_ld);  // dQ = dS·K
+      call(true, false, c, D, m, cp, D, dqk_ld);      // dK += dSᵀ·Q
+    }
+  }
+  return most;
+}
+
 template <auto Layout, bool kPerKvHead>
 PairSpans pair_spans(Bump& ws, const KernelArgs& a) {
   const Geometry g(a.in[0], std::get<AttentionAttrs>(a.node.attrs));
   Bump one = Bump::counter(1);
   if (g.B * g.H > 0 && g.T > 0) Layout(one, g);
   const int team = ws.team(g.parallel(), kPerKvHead ? g.B * g.KV : g.B * g.H);
+  // The backward (the loop over key/value heads) has positions as input 3, the forward as input 1.
+  ws.library(largest_pair_call(g, kPerKvHead, a.in.size() > (kPerKvHead ? 3u : 1u)), team);
   return {ws.per_thread<std::byte>(one.used(), team), team};
 }
 }  // namespace
@@ -583,8 +625,12 @@ void cpu_attention_decode(const KernelArgs& a) {
   }
 }
 
-int64_t cpu_workspace_attention(const KernelArgs& a) { return workspace_of<pair_spans<forward_blocks, false>>(a); }
-int64_t cpu_workspace_attention_grad(const KernelArgs& a) { return workspace_of<pair_spans<backward_blocks, true>>(a); }
+KernelScratch cpu_workspace_attention(const KernelArgs& a) {
+  return workspace_of<pair_spans<forward_blocks, false>>(a);
+}
+KernelScratch cpu_workspace_attention_grad(const KernelArgs& a) {
+  return workspace_of<pair_spans<backward_blocks, true>>(a);
+}
 // Rows 0..T-1 of the caches, token by token: a copy of B·T·KV·2·D elements, far below the
 // prefill's products, so one thread.
 void cpu_kv_cache_write(const KernelArgs& a) {
@@ -592,7 +638,7 @@ void cpu_kv_cache_write(const KernelArgs& a) {
   for (int64_t t = 0; t < g.T; ++t) store_kv(g, a.in[0], a.in[1], a.in[2], t, t);
 }
 
-int64_t cpu_workspace_attention_decode(const KernelArgs& a) { return workspace_of<attention_decode_spans>(a); }
+KernelScratch cpu_workspace_attention_decode(const KernelArgs& a) { return workspace_of<attention_decode_spans>(a); }
 LOOM_CPU_NO_WORKSPACE(kv_cache_write)
 
 }  // namespace loom
@@ -661,6 +707,6 @@ void cpu_rope(const KernelArgs& a) {
   }
 }
 
-int64_t cpu_workspace_rope(const KernelArgs& a) { return workspace_of<rope_spans>(a); }
+KernelScratch cpu_workspace_rope(const KernelArgs& a) { return workspace_of<rope_spans>(a); }
 
 }  // namespace loom

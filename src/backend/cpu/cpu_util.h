@@ -37,9 +37,16 @@ inline void sgemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float al
   LOOM_ASSERT(st == dnnl_success, "dnnl_sgemm rejected its arguments");
 }
 
+// Bytes sgemm_rm mallocs for itself in one call of this shape and these leading dimensions made
+// single-threaded, as every call of our kernels is (sgemm_bytes.cpp: oneDNN 3.2's packing buffers,
+// or the no-copy kernel's workspace; exact with its AVX-512 kernels, an upper bound below them). It
+// takes no user memory and frees them before returning, so the plan holds them as a host row
+// (Backend::library_bytes): each kernel's layout function tells its Bump the largest call of each
+// of its parallel loops (Bump::library).
+int64_t sgemm_call_bytes(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc);
+
 // The same product with alpha = 1, beta = 0, for the tile loops that take either element type.
-// `pad` is unused: sgemm has no user scratchpad; it mallocs and frees its own packing buffer in
-// every call (one per thread; the memory plan cannot hold it, docs/memory-study-notes.md).
+// `pad` is unused: sgemm has no user scratchpad (its own buffers: sgemm_call_bytes).
 inline void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                     int64_t ldb, float* C, int64_t ldc, std::byte* /*pad*/) {
   sgemm_rm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);

@@ -143,9 +143,7 @@ struct Tiles {
   // finished by epi before the next: a float32 dense with a bias, whose blocks are row blocks of
   // one sgemm product (op(A) is A: on AVX-512 they give the whole call's bits,
   // CpuOps.DenseGemmTileBuffersAgree; with AVX2, results that depend on the shape alone too).
-  bool epilogue_blocks(const Gemm& g, const Epilogue& epi) const {
-    return g.in_place && !g.ta && !g.native() && tk == 1 && epi.bias != nullptr;
-  }
+  bool epilogue_blocks(const Gemm& g) const { return g.in_place && !g.ta && !g.native() && tk == 1 && g.bias; }
   // f(b0, b1) for the row blocks of tile t written into out (see epilogue_blocks).
   template <class F>
   void epilogue_row_blocks(int64_t t, F&& f) const {
@@ -199,18 +197,26 @@ GemmSpans cpuk::gemm_spans(Bump& ws, const Gemm& g, bool either) {
   } else if (!g.in_place || either) {
     s.tile = ws.per_thread<float>(tl.block * tl.max_ld(), s.team);
   }
-  if (native && g.K > 0 && !g.gemv()) {  // simd::gemv needs no scratchpad
-    int64_t pad = 0;
-    const auto need = [&](int64_t rows, int64_t cols, int64_t ldc) {
-      pad = std::max(pad, bf16_gemm_scratchpad(g.ta, g.tb, rows, cols, g.K, g.lda(), g.ldb(), ldc, 1));
-    };
-    for (int64_t t = 0; t < tl.count(); ++t) {
-      const int64_t cols = tl.n1(t) - tl.n0(t);
-      if (g.in_place || either) need(tl.m1(t) - tl.m0(t), cols, g.N);
-      if (!g.in_place || either) tl.blocks(t, [&](int64_t b0, int64_t b1) { need(b1 - b0, cols, tl.ld(t)); });
-    }
-    s.pad = ws.per_thread<std::byte>(pad, s.team);
+  if (g.K == 0 || g.gemv()) return s;  // no GEMM calls; simd::gemv needs no scratchpad
+  // The largest call of the tile loop (run_tiles): oneDNN's bf16 scratchpad when native, which
+  // the workspace holds, else sgemm's own buffers.
+  int64_t call = 0;
+  const auto need = [&](int64_t rows, int64_t cols, int64_t ldc) {
+    call = std::max(call, native ? bf16_gemm_scratchpad(g.ta, g.tb, rows, cols, g.K, g.lda(), g.ldb(), ldc, 1)
+                                 : sgemm_call_bytes(g.ta, g.tb, rows, cols, g.K, g.lda(), g.ldb(), ldc));
+  };
+  for (int64_t t = 0; t < tl.count(); ++t) {
+    const int64_t cols = tl.n1(t) - tl.n0(t);
+    if (tl.epilogue_blocks(g))
+      tl.epilogue_row_blocks(t, [&](int64_t b0, int64_t b1) { need(b1 - b0, cols, g.N); });
+    else if (g.in_place || either)
+      need(tl.m1(t) - tl.m0(t), cols, g.N);
+    if (!g.in_place || either) tl.blocks(t, [&](int64_t b0, int64_t b1) { need(b1 - b0, cols, tl.ld(t)); });
   }
+  if (native)
+    s.pad = ws.per_thread<std::byte>(call, s.team);
+  else
+    ws.library(call, s.team);
   return s;
 }
 
@@ -272,7 +278,7 @@ void run_tiles(const Gemm& g, const GemmSpans& s, const T* A, const T* B, const 
       epi(g.in_place, C, ldc, g.N, m0, m1, n0, n1);
     };
     const auto in_out = [&](int64_t m0, int64_t m1) { rows(m0, m1, g.out.as<float>() + m0 * g.N + n0, g.N); };
-    if (tl.epilogue_blocks(g, epi))
+    if (tl.epilogue_blocks(g))
       tl.epilogue_row_blocks(t, in_out);
     else if (g.in_place)
       in_out(tl.m0(t), tl.m1(t));
@@ -285,6 +291,7 @@ void run_tiles(const Gemm& g, const GemmSpans& s, const T* A, const T* B, const 
 
 void cpuk::run_gemm(const Gemm& g, const GemmSpans& s, const Epilogue& epi) {
   if (g.M == 0 || g.N == 0) return;
+  LOOM_ASSERT(g.bias == (epi.bias != nullptr), "a Gemm's bias flag must say whether its epilogue adds a bias");
   if (g.native())
     run_tiles(g, s, bf16_rounded(g.A, static_cast<uint16_t*>(s.a)), bf16_rounded(g.B, static_cast<uint16_t*>(s.b)),
               epi);
@@ -317,7 +324,8 @@ Gemm dense_gemm(const KernelArgs& a) {
               .rb = at.compute,
               .c = at.compute,
               .out = y,
-              .in_place = y.dtype == DType::f32};
+              .in_place = y.dtype == DType::f32,
+              .bias = a.in.size() == 3};
 }
 struct DenseSpans {
   GemmSpans gemm;
@@ -341,7 +349,7 @@ void cpu_dense(const KernelArgs& a) {
   const float* bs = a.in.size() < 3 ? nullptr : f32_rounded(a.in[2], g.c, s.bias);
   run_gemm(g, s.gemm, Epilogue{.c = g.c, .round_first = bs != nullptr, .bias = bs, .out = &g.out});
 }
-int64_t cpu_workspace_dense(const KernelArgs& a) {
+KernelScratch cpu_workspace_dense(const KernelArgs& a) {
   return dtype_is_quantized(a.in[1].dtype) ? dense_quant_workspace(a) : workspace_of<dense_spans>(a);
 }
 
@@ -381,7 +389,7 @@ void cpu_dense_grad_input(const KernelArgs& a) {
   // round_c first unless the store to out_dtype is that same rounding (or c is f32).
   run_gemm(g, s, Epilogue{.c = g.c, .round_first = rounding_changes(g.out.dtype, g.c), .out = &g.out});
 }
-int64_t cpu_workspace_dense_grad_input(const KernelArgs& a) {
+KernelScratch cpu_workspace_dense_grad_input(const KernelArgs& a) {
   return dtype_is_quantized(a.in[1].dtype) ? dense_quant_grad_input_workspace(a)
                                            : workspace_of<dense_grad_input_spans>(a);
 }
@@ -432,7 +440,7 @@ void cpu_dense_grad_weight(const KernelArgs& a) {
   run_gemm(g, s,
            Epilogue{.c = at.compute, .round_first = at.compute != DType::f32, .out = &g.out, .accumulate = !assign});
 }
-int64_t cpu_workspace_dense_grad_weight(const KernelArgs& a) { return workspace_of<dense_grad_weight_spans>(a); }
+KernelScratch cpu_workspace_dense_grad_weight(const KernelArgs& a) { return workspace_of<dense_grad_weight_spans>(a); }
 
 // out[j] = round_dtype(Σ_i x[i·J + j]), J = numel of the kept trailing dims, f32 accumulation.
 // The rows are split into a number of chunks that depends only on I (the row count); each chunk
@@ -490,6 +498,6 @@ void cpu_sum_leading(const KernelArgs& a) {
     for (int64_t j = 0; j < J; ++j) part[j] += part[ch * J + j];
   store_f32(part, y.data, y.dtype, 0, J);
 }
-int64_t cpu_workspace_sum_leading(const KernelArgs& a) { return workspace_of<sum_leading_partials>(a); }
+KernelScratch cpu_workspace_sum_leading(const KernelArgs& a) { return workspace_of<sum_leading_partials>(a); }
 
 }  // namespace loom

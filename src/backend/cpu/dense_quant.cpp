@@ -54,6 +54,13 @@ QuantSpans quant_spans(Bump& ws, const QuantGemm& g) {
   s.team = ws.team(true, g.tiles());
   s.tile = ws.per_thread<float>(kTileCols * g.L(), s.team);
   s.c = ws.per_thread<float>(std::min(g.M(), kQuantBlockRows) * kTileCols, s.team);
+  // run_quant's sgemm calls: full and last row blocks × full and last column tiles.
+  const int64_t L = g.L();
+  int64_t call = 0;
+  for (const int64_t m : {std::min(g.M(), kQuantBlockRows), (g.M() - 1) % kQuantBlockRows + 1})
+    for (const int64_t jt : {std::min(g.J(), kTileCols), (g.J() - 1) % kTileCols + 1})
+      call = std::max(call, sgemm_call_bytes(false, !g.grad, m, jt, L, L, g.grad ? jt : L, jt));
+  ws.library(call, s.team);
   return s;
 }
 
@@ -118,7 +125,7 @@ void dense_quant(const KernelArgs& a) {
     store_f32(row, y.data, y.dtype, m * g.N + j0, j1 - j0);
   });
 }
-int64_t dense_quant_workspace(const KernelArgs& a) { return workspace_of<dense_q_spans>(a); }
+KernelScratch dense_quant_workspace(const KernelArgs& a) { return workspace_of<dense_q_spans>(a); }
 
 // dx = round_out(round_c(Σ)), as cpu_dense_grad_input.
 void dense_quant_grad_input(const KernelArgs& a) {
@@ -132,6 +139,6 @@ void dense_quant_grad_input(const KernelArgs& a) {
     store_f32(row, dx.data, dx.dtype, m * g.K + j0, j1 - j0);
   });
 }
-int64_t dense_quant_grad_input_workspace(const KernelArgs& a) { return workspace_of<grad_q_spans>(a); }
+KernelScratch dense_quant_grad_input_workspace(const KernelArgs& a) { return workspace_of<grad_q_spans>(a); }
 
 }  // namespace loom::cpuk

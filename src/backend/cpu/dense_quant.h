@@ -3,13 +3,13 @@
 #pragma once
 #include <cstdint>
 
-#include "backend/backend.h"
+#include "backend/host.h"
 
 namespace loom::cpuk {
 
 void dense_quant(const KernelArgs& a);
-int64_t dense_quant_workspace(const KernelArgs& a);
+KernelScratch dense_quant_workspace(const KernelArgs& a);
 void dense_quant_grad_input(const KernelArgs& a);
-int64_t dense_quant_grad_input_workspace(const KernelArgs& a);
+KernelScratch dense_quant_grad_input_workspace(const KernelArgs& a);
 
 }  // namespace loom::cpuk

@@ -225,7 +225,7 @@ void cpu_add_low_rank(const KernelArgs& a) {
       }
   }
 }
-int64_t cpu_workspace_add_low_rank(const KernelArgs& a) { return workspace_of<low_rank_spans>(a); }
+KernelScratch cpu_workspace_add_low_rank(const KernelArgs& a) { return workspace_of<low_rank_spans>(a); }
 
 // scale·dy[r, o + j]: the f32 product is the reference's exact double product rounded. OpenMP over rows.
 void cpu_take_columns(const KernelArgs& a) {
@@ -244,7 +244,7 @@ void cpu_take_columns(const KernelArgs& a) {
     }
 }
 
-int64_t cpu_workspace_add(const KernelArgs& a) { return workspace_of<add_b_f32>(a); }
+KernelScratch cpu_workspace_add(const KernelArgs& a) { return workspace_of<add_b_f32>(a); }
 LOOM_CPU_NO_WORKSPACE(dropout)
 LOOM_CPU_NO_WORKSPACE(reshape)
 LOOM_CPU_NO_WORKSPACE(cast)

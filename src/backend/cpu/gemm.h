@@ -10,14 +10,17 @@
 namespace loom::cpuk {
 
 // What happens to each tile of C right after its GEMM, while it is still in cache: C = round_c(C)
-// (when round_first), + bias[n] (when bias), then a store to out (out's dtype, one more rounding),
-// or with accumulate out += C (out f32, [M, N] like C) — unless the tile is out's own memory (the
-// GEMM wrote an f32 out directly). The same per-element operations as a separate pass, without the
-// pass.
+// (when round_first), + bias[n] (when bias), round_c(C) again (when round_last), then a store to out
+// (out's dtype, one more rounding), or with accumulate out += C (out f32, [M, N] like C) — unless the
+// tile is out's own memory (the GEMM wrote an f32 out directly). The same per-element operations as
+// a separate pass, without the pass.
 struct Epilogue {
   DType c = DType::f32;
   bool round_first = false;
   const float* bias = nullptr;  // [N] f32, already round_c'd
+  // An f32 out holding compute-dtype values (the fused head's biased logits): the rounding a store
+  // to the compute dtype would give.
+  bool round_last = false;
   const TensorArg* out = nullptr;
   bool accumulate = false;
   int64_t out_ld = 0;  // out's row stride in elements when it is a column block of a wider matrix; 0: N
@@ -27,12 +30,13 @@ struct Epilogue {
                   int64_t n1) const {
     const bool store = !in_place;
     const int64_t ld = out_ld > 0 ? out_ld : N;
-    if (!store && !round_first && !bias) return;
+    if (!store && !round_first && !bias && !round_last) return;
     for (int64_t m = m0; m < m1; ++m) {
       float* row = t + (m - m0) * ldt;
       if (round_first) round_inplace(row, n1 - n0, c);
       if (bias)
         for (int64_t n = n0; n < n1; ++n) row[n - n0] += bias[n];
+      if (round_last) round_inplace(row, n1 - n0, c);
       if (accumulate) {
         float* o = out->as<float>() + m * ld + n0;
         for (int64_t n = 0; n < n1 - n0; ++n) o[n] += row[n];
@@ -78,6 +82,9 @@ struct Gemm {
   DType c;
   const TensorArg& out;
   bool in_place;
+  // Whether the epilogue adds a bias (Epilogue::bias): a float32 product in place then runs in row
+  // blocks, and its sgemm calls are smaller (sizes the plan from the layout, gemm_spans).
+  bool bias = false;
 
   bool native() const {
     const auto bf16_valued = [](const TensorArg& t, DType r) {
@@ -93,7 +100,8 @@ struct Gemm {
 // The workspace of a Gemm (workspace.h): each operand's converted copy when it needs one (bf16 bits
 // when native, rounded f32 otherwise), and per thread of the tile loop a tile buffer of one row
 // block (unless in_place) and, when native, oneDNN's scratchpad for the largest of its calls; for a
-// row vector split along K, its partial rows instead of tile buffers. `either`:
+// row vector split along K, its partial rows instead of tile buffers. Through sgemm, the largest of
+// its calls' own buffers per thread goes to ws.library (sgemm_call_bytes). `either`:
 // the product runs in place on some runs and not on others (dense_grad_weight assigns in minibatch
 // 0 and accumulates after), so the workspace serves both.
 struct GemmSpans {

@@ -8,7 +8,7 @@ namespace loom {
 
 #define LOOM_OP(name, ...)            \
   void cpu_##name(const KernelArgs&); \
-  int64_t cpu_workspace_##name(const KernelArgs&);
+  KernelScratch cpu_workspace_##name(const KernelArgs&);
 #include "graph/ops.def"
 #undef LOOM_OP
 

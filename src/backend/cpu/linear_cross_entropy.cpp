@@ -1,7 +1,8 @@
 // CPU kernels for linear_cross_entropy and its backward (graph/ops/linear_cross_entropy.cpp): the
 // head's products run chunk by chunk of vocabulary columns through dense's tiled GEMM (gemm.h),
 // so the workspace holds one chunk's logits [rows, chunk] f32, the kernel's chunk in the compute
-// dtype, and the products' own spans — never [rows, V].
+// dtype (and the bias's, rounded, in f32), and the products' own spans — never [rows, V]. A bias
+// goes in by the products' epilogue, as dense's; its cotangent is each chunk's column sums.
 //
 // Why chunks of columns, not of rows: a chunk holding every row gives each element of the
 // kernel's gradient its whole sum over the rows, so it is rounded to the compute dtype once and
@@ -26,12 +27,23 @@ using namespace cpuk;
 
 namespace {
 
-// The shapes of a node (forward: x is input 0; backward: input 1).
+// Where x is among the node's inputs: after the kernel's gradient in the trained kernel's backward.
+int x_input(const KernelArgs& a) {
+  const bool trains_w =
+      a.node.op == OpKind::linear_cross_entropy_grad || a.node.op == OpKind::linear_cross_entropy_grad_with_bias;
+  return trains_w ? 1 : 0;
+}
+// Where the bias is when the node has one: after the labels (forward), after lse and dloss (backward).
+int bias_input(const KernelArgs& a) { return x_input(a) + (a.node.op == OpKind::linear_cross_entropy ? 3 : 5); }
+
+// The shapes of a node (forward: x is input 0; backward: input 1, after the kernel's gradient).
 struct Head {
   DType c;
   bool tied;  // w stored [V, C]
   int64_t R, C, V, chunk;
-  Head(const KernelArgs& a, int x_at) {
+  const TensorArg* b = nullptr;  // the bias [V], or null
+  explicit Head(const KernelArgs& a) {
+    const int x_at = x_input(a);
     const auto& at = std::get<LinearCrossEntropyAttrs>(a.node.attrs);
     const TensorArg& x = a.in[x_at];
     c = at.compute;
@@ -40,6 +52,7 @@ struct Head {
     R = x.shape.rows();
     V = a.in[x_at + 1].shape.numel() / C;
     chunk = std::min(at.chunk, V);
+    if (static_cast<int>(a.in.size()) > bias_input(a)) b = &a.in[bias_input(a)];
   }
   int64_t chunks() const { return ceil_div(V, chunk); }
   int64_t v0(int64_t j) const { return j * chunk; }
@@ -86,7 +99,8 @@ Gemm logits_gemm(const Head& h, const TensorArg& x, const TensorArg& wc, const T
               .rb = h.c,
               .c = h.c,
               .out = z,
-              .in_place = true};
+              .in_place = true,
+              .bias = h.b != nullptr};
 }
 // The kernel's gradient for the chunk's columns, round_c(round_c(x)ᵀ · dlogits): [n, C] rows of a
 // tied kernel's [V, C] gradient, or [C, n] columns of an untied one's [C, V] (row stride V).
@@ -132,6 +146,7 @@ struct RowStats {
 // each product at both chunk widths), carved again for each product.
 struct HeadSpans {
   void* wc = nullptr;    // [chunk · C] in the compute dtype
+  float* bc = nullptr;   // [chunk] the bias's chunk, round_c'd, when it needs a copy
   float* z = nullptr;    // [R, chunk] logits, then (backward) dlogits
   float* acc = nullptr;  // [R, C] dx before its rounding, when dx is not f32
   RowStats rows{};
@@ -139,18 +154,16 @@ struct HeadSpans {
   Workspace gemm{};
   int team = 1;
 };
-// Where x is among the node's inputs: after the kernel's gradient in linear_cross_entropy_grad.
-int x_input(const KernelArgs& a) { return a.node.op == OpKind::linear_cross_entropy_grad ? 1 : 0; }
-
 HeadSpans head_spans(Bump& ws, const KernelArgs& a, bool backward) {
   const int x_at = x_input(a);
-  const bool trains_w = a.node.op == OpKind::linear_cross_entropy_grad;
-  const Head h(a, x_at);
+  const bool trains_w = x_at == 1;
+  const Head h(a);
   const TensorArg& x = a.in[x_at];
   const TensorArg& w = a.in[x_at + 1];
   HeadSpans s;
   s.team = ws.team(h.R > 1, h.R);
   if (!h.w_in_place(w)) s.wc = ws.take<std::byte>(h.chunk * h.C * static_cast<int64_t>(dtype_size(h.c)));
+  if (h.b && needs_f32_copy(*h.b, h.c)) s.bc = ws.take<float>(h.chunk);
   s.z = ws.take<float>(h.R * h.chunk);
   if (backward) {
     if (a.out[0].dtype != DType::f32) s.acc = ws.take<float>(h.R * h.C);
@@ -169,6 +182,7 @@ HeadSpans head_spans(Bump& ws, const KernelArgs& a, bool backward) {
       Bump b = Bump::counter(a.workspace.threads);
       gemm_spans(b, g, either);
       gemm_bytes = std::max(gemm_bytes, b.used());
+      ws.library(b.library_used(), 1);  // the product's sgemm buffers, for all its threads
     };
     need(logits_gemm(h, x, wc, z), false);
     if (trains_w) need(dw_gemm(h, x, z, out), false);
@@ -186,14 +200,37 @@ void run_in(const HeadSpans& s, const Gemm& g, const Epilogue& epi, bool either 
   run_gemm(g, gemm_spans(b, g, either), epi);
 }
 
-// Chunk j's logits [R, n] into s.z (as f32 values of the compute dtype); returns them.
+// Chunk j's logits [R, n] into s.z (as f32 values of the compute dtype); returns them. With a bias,
+// dense's epilogue: round_c(Σ), + round_c(b), and round_c again (dense's store to the compute dtype).
 TensorArg chunk_logits(const Head& h, const HeadSpans& s, const TensorArg& x, const TensorArg& w, int64_t j,
                        TensorArg& wc) {
   const int64_t n = h.width(j);
   wc = w_chunk(h, w, h.v0(j), n, s.wc);
   const TensorArg z{s.z, Shape{h.R, n}, DType::f32};
-  run_in(s, logits_gemm(h, x, wc, z), Epilogue{.c = h.c, .round_first = h.c != DType::f32, .out = &z});
+  const float* bias = nullptr;
+  if (h.b) {
+    const auto es = static_cast<int64_t>(dtype_size(h.b->dtype));
+    bias = f32_rounded(TensorArg{static_cast<std::byte*>(h.b->data) + h.v0(j) * es, Shape{n}, h.b->dtype}, h.c, s.bc);
+  }
+  run_in(s, logits_gemm(h, x, wc, z),
+         Epilogue{.c = h.c, .round_first = h.c != DType::f32, .bias = bias, .round_last = bias != nullptr, .out = &z});
   return z;
+}
+
+// db[v] = round_c(Σ_r dz[r, v]) for the chunk's columns, each summed in row order in f32 (the same
+// bits at any thread count), in blocks of columns so that the rows' reads stay contiguous.
+void column_sums(const TensorArg& dz, DType c, float* db) {
+  constexpr int64_t kCols = 256;
+  const int64_t R = dz.shape.rows(), n = dz.shape.last();
+  const float* z = dz.as<const float>();
+#pragma omp parallel for schedule(static) if (R * n >= kParallelMin)
+  for (int64_t c0 = 0; c0 < n; c0 += kCols) {
+    const int64_t c1 = std::min(n, c0 + kCols);
+    std::fill(db + c0, db + c1, 0.f);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t v = c0; v < c1; ++v) db[v] += z[r * n + v];
+    round_inplace(db + c0, c1 - c0, c);
+  }
 }
 
 }  // namespace
@@ -203,7 +240,7 @@ TensorArg chunk_logits(const Head& h, const HeadSpans& s, const TensorArg& x, co
 // chunk's first argmax when it beats the best so far (strictly: earlier columns win ties; a NaN
 // wins once and stays). loss_r = (M − z[label]) + log Σ, summed in row order in double.
 void cpu_linear_cross_entropy(const KernelArgs& a) {
-  const Head h(a, 0);
+  const Head h(a);
   const TensorArg& x = a.in[0];
   const TensorArg& labels = a.in[2];
   Bump ws(a.workspace);
@@ -254,19 +291,19 @@ void cpu_linear_cross_entropy(const KernelArgs& a) {
   const auto c32 = static_cast<int32_t>(correct);
   std::memcpy(a.out[1].data, &c32, 4);
 }
-int64_t cpu_workspace_linear_cross_entropy(const KernelArgs& a) { return workspace_of<forward_spans>(a); }
+KernelScratch cpu_workspace_linear_cross_entropy(const KernelArgs& a) { return workspace_of<forward_spans>(a); }
 
 namespace {
 
 // Per chunk: the logits again, dlogits = round_c(dloss·(exp(z − lse) − onehot)) in place (zero rows
 // for ignored labels), the kernel's gradient for the chunk's columns into *grad unless it is null (a
-// frozen kernel; assigned in the first minibatch when the attrs say so), and dx's accumulator; dx =
-// round_c(accumulator) at the end.
-void head_grad(const KernelArgs& a, const TensorArg* grad) {
+// frozen kernel; assigned in the first minibatch when the attrs say so), the bias's cotangent for
+// them into *db unless it is null, and dx's accumulator; dx = round_c(accumulator) at the end.
+void head_grad(const KernelArgs& a, const TensorArg* grad, const TensorArg* db) {
   const auto& at = std::get<LinearCrossEntropyAttrs>(a.node.attrs);
   const bool assign = at.assign_in_first_minibatch && a.run.minibatch == a.run.first_minibatch;
   const int x_at = x_input(a);
-  const Head h(a, x_at);
+  const Head h(a);
   const TensorArg& x = a.in[x_at];
   const TensorArg& labels = a.in[x_at + 2];
   const float* lse = a.in[x_at + 3].as<const float>();
@@ -292,6 +329,7 @@ void head_grad(const KernelArgs& a, const TensorArg* grad) {
       for (int64_t c = 0; c < n; ++c) zr[c] = dloss * zr[c];
       round_inplace(zr, n, h.c);
     }
+    if (db) column_sums(z, h.c, db->as<float>() + v0);
     if (grad) {
       const TensorArg gw{grad->as<float>() + (h.tied ? v0 * h.C : v0), h.tied ? Shape{n, h.C} : Shape{h.C, n},
                          DType::f32};
@@ -317,11 +355,19 @@ void head_grad(const KernelArgs& a, const TensorArg* grad) {
 
 }  // namespace
 
-void cpu_linear_cross_entropy_grad(const KernelArgs& a) { head_grad(a, &a.in[0]); }
-int64_t cpu_workspace_linear_cross_entropy_grad(const KernelArgs& a) { return workspace_of<backward_spans>(a); }
+void cpu_linear_cross_entropy_grad(const KernelArgs& a) { head_grad(a, &a.in[0], nullptr); }
+KernelScratch cpu_workspace_linear_cross_entropy_grad(const KernelArgs& a) { return workspace_of<backward_spans>(a); }
+
+// The same with a bias, and its cotangent.
+void cpu_linear_cross_entropy_grad_with_bias(const KernelArgs& a) { head_grad(a, &a.in[0], &a.out[1]); }
+KernelScratch cpu_workspace_linear_cross_entropy_grad_with_bias(const KernelArgs& a) {
+  return workspace_of<backward_spans>(a);
+}
 
 // The same dx, the kernel frozen (a LoRA run's head): no gradient product.
-void cpu_linear_cross_entropy_grad_input(const KernelArgs& a) { head_grad(a, nullptr); }
-int64_t cpu_workspace_linear_cross_entropy_grad_input(const KernelArgs& a) { return workspace_of<backward_spans>(a); }
+void cpu_linear_cross_entropy_grad_input(const KernelArgs& a) { head_grad(a, nullptr, nullptr); }
+KernelScratch cpu_workspace_linear_cross_entropy_grad_input(const KernelArgs& a) {
+  return workspace_of<backward_spans>(a);
+}
 
 }  // namespace loom

@@ -176,10 +176,12 @@ void cpu_accuracy(const KernelArgs& a) {
   std::memcpy(a.out[0].data, &c32, 4);
 }
 
-int64_t cpu_workspace_log_softmax(const KernelArgs& a) { return workspace_of<log_softmax_spans>(a); }
-int64_t cpu_workspace_log_softmax_grad(const KernelArgs& a) { return workspace_of<log_softmax_grad_spans>(a); }
-int64_t cpu_workspace_cross_entropy(const KernelArgs& a) { return workspace_of<cross_entropy_spans>(a); }
-int64_t cpu_workspace_cross_entropy_grad(const KernelArgs& a) { return workspace_of<cross_entropy_grad_spans>(a); }
-int64_t cpu_workspace_accuracy(const KernelArgs& a) { return workspace_of<accuracy_spans>(a); }
+KernelScratch cpu_workspace_log_softmax(const KernelArgs& a) { return workspace_of<log_softmax_spans>(a); }
+KernelScratch cpu_workspace_log_softmax_grad(const KernelArgs& a) { return workspace_of<log_softmax_grad_spans>(a); }
+KernelScratch cpu_workspace_cross_entropy(const KernelArgs& a) { return workspace_of<cross_entropy_spans>(a); }
+KernelScratch cpu_workspace_cross_entropy_grad(const KernelArgs& a) {
+  return workspace_of<cross_entropy_grad_spans>(a);
+}
+KernelScratch cpu_workspace_accuracy(const KernelArgs& a) { return workspace_of<accuracy_spans>(a); }
 
 }  // namespace loom

@@ -175,10 +175,10 @@ void cpu_rms_norm(const KernelArgs& a) { cpu_norm<false>(a); }
 void cpu_layer_norm_grad(const KernelArgs& a) { cpu_norm_grad<true>(a); }
 void cpu_rms_norm_grad(const KernelArgs& a) { cpu_norm_grad<false>(a); }
 
-int64_t cpu_workspace_layer_norm(const KernelArgs& a) { return workspace_of<layer_norm_spans>(a); }
-int64_t cpu_workspace_layer_norm_grad(const KernelArgs& a) { return workspace_of<layer_norm_grad_spans>(a); }
-int64_t cpu_workspace_rms_norm(const KernelArgs& a) { return workspace_of<layer_norm_spans>(a); }
-int64_t cpu_workspace_rms_norm_grad(const KernelArgs& a) { return workspace_of<layer_norm_grad_spans>(a); }
+KernelScratch cpu_workspace_layer_norm(const KernelArgs& a) { return workspace_of<layer_norm_spans>(a); }
+KernelScratch cpu_workspace_layer_norm_grad(const KernelArgs& a) { return workspace_of<layer_norm_grad_spans>(a); }
+KernelScratch cpu_workspace_rms_norm(const KernelArgs& a) { return workspace_of<layer_norm_spans>(a); }
+KernelScratch cpu_workspace_rms_norm_grad(const KernelArgs& a) { return workspace_of<layer_norm_grad_spans>(a); }
 
 // qk_norm and its backward: one packed row (b, t, s) of W = (G+2)·D elements per iteration, widened
 // into the thread's row buffer, each of its G query heads and its key head normalised there in f32
@@ -287,7 +287,7 @@ void cpu_qk_norm_grad(const KernelArgs& a) {
   }
 }
 
-int64_t cpu_workspace_qk_norm(const KernelArgs& a) { return workspace_of<qk_norm_spans<false>>(a); }
-int64_t cpu_workspace_qk_norm_grad(const KernelArgs& a) { return workspace_of<qk_norm_spans<true>>(a); }
+KernelScratch cpu_workspace_qk_norm(const KernelArgs& a) { return workspace_of<qk_norm_spans<false>>(a); }
+KernelScratch cpu_workspace_qk_norm_grad(const KernelArgs& a) { return workspace_of<qk_norm_spans<true>>(a); }
 
 }  // namespace loom

@@ -11,6 +11,7 @@
 #pragma once
 #include <omp.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -71,11 +72,19 @@ class Bump {
   }
   int64_t used() const { return used_; }
 
+  // A parallel loop of `team` threads each making library calls that malloc up to `per_call` bytes
+  // for themselves (sgemm: sgemm_call_bytes), one call at a time per thread: the most its threads
+  // hold at once. The plan keeps the largest over the kernel's loops (library_used) as a host row
+  // beside the arena; a kernel's workspace never holds them.
+  void library(int64_t per_call, int team) { library_ = std::max(library_, per_call * team); }
+  int64_t library_used() const { return library_; }
+
  private:
   std::byte* base_;
   int64_t cap_;
   int threads_;
   int64_t used_ = 0;
+  int64_t library_ = 0;
 };
 
 // The calling thread's span of s, as a workspace of its own for a Bump to carve (a layout within
@@ -84,14 +93,14 @@ inline Workspace mine(const PerThread<std::byte>& s) { return Workspace{s.mine()
 
 // cpu_workspace_<op> for a kernel whose layout function is `Layout(Bump&, const KernelArgs&)`.
 template <auto Layout>
-int64_t workspace_of(const KernelArgs& a) {
+KernelScratch workspace_of(const KernelArgs& a) {
   Bump b = Bump::counter(a.workspace.threads);
   Layout(b, a);
-  return b.used();
+  return {b.used(), b.library_used()};
 }
 
 }  // namespace loom::cpuk
 
-// For the kernels that need no workspace: cpu_workspace_<op> returning 0.
+// For the kernels that need no workspace: cpu_workspace_<op> returning none.
 #define LOOM_CPU_NO_WORKSPACE(op) \
-  int64_t cpu_workspace_##op(const KernelArgs&) { return 0; }
+  KernelScratch cpu_workspace_##op(const KernelArgs&) { return {}; }

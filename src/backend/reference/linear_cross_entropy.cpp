@@ -22,24 +22,31 @@ struct Head {
   DType c;
   bool wt;  // w stored [V, C]
   int64_t R, C, V;
-  Head(const KernelArgs& a, const TensorArg& x, const TensorArg& w) {
+  const TensorArg* b;  // the bias [V], or null
+  // x at input x_at; the bias, when the node has one, at input bias_at.
+  Head(const KernelArgs& a, int x_at, int bias_at) {
     const auto& at = std::get<LinearCrossEntropyAttrs>(a.node.attrs);
+    const TensorArg& x = a.in[x_at];
     c = at.compute;
     wt = at.transpose_w;
     C = x.shape.last();
     R = x.shape.rows();
-    V = w.shape.numel() / C;
+    V = a.in[x_at + 1].shape.numel() / C;
+    b = static_cast<int>(a.in.size()) > bias_at ? &a.in[bias_at] : nullptr;
   }
   double w_at(const TensorArg& w, int64_t k, int64_t v) const { return rnd(c, ld(w, wt ? v * C + k : k * V + v)); }
 };
 
-// Row r's logits, round_c(Σ_k round_c(x[r, k])·round_c(w[k, v])) as dense gives them.
+// Row r's logits, round_c(Σ_k round_c(x[r, k])·round_c(w[k, v])) (+ bias: round_c(z + round_c(b[v])))
+// as dense gives them.
 void row_logits(const Head& h, const TensorArg& x, const TensorArg& w, int64_t r, std::vector<double>& out) {
   out.assign(static_cast<size_t>(h.V), 0.0);
   for (int64_t v = 0; v < h.V; ++v) {
     double acc = 0;
     for (int64_t k = 0; k < h.C; ++k) acc += rnd(h.c, ld(x, r * h.C + k)) * h.w_at(w, k, v);
-    out[static_cast<size_t>(v)] = rnd(h.c, acc);
+    double z = rnd(h.c, acc);
+    if (h.b) z = rnd(h.c, z + rnd(h.c, ld(*h.b, v)));
+    out[static_cast<size_t>(v)] = z;
   }
 }
 
@@ -69,7 +76,7 @@ RowStats row_stats(const std::vector<double>& z) {
 void ref_linear_cross_entropy(const KernelArgs& a) {
   const TensorArg& x = a.in[0];
   const TensorArg& labels = a.in[2];
-  const Head h(a, x, a.in[1]);
+  const Head h(a, 0, 3);
   std::vector<double> z;
   double total = 0;
   int32_t correct = 0;
@@ -91,19 +98,20 @@ void ref_linear_cross_entropy(const KernelArgs& a) {
 
 namespace {
 
-// (x, w, labels, lse, dloss from input x_at on) -> dx; *grad += dW unless grad is null (a frozen
-// kernel). The oracle takes each row's lse in double from its logits, not the saved float32 one, as
-// cross_entropy_grad's reference does. dlogits = round_c(dloss·(exp(logit − lse) − onehot)) (zero
-// rows for ignored labels), dW[k, v] = round_c(Σ_r round_c(x[r, k])·dlogits[r, v]) (= instead of +=
-// in minibatch 0 when the attrs say so), dx[r, k] = round_c(Σ_v dlogits[r, v]·round_c(w[k, v]))
-// stored in x's dtype.
-void head_grad(const KernelArgs& a, int x_at, const TensorArg* grad) {
+// (x, w, labels, lse, dloss from input x_at on, then the bias if any) -> dx; *grad += dW unless grad
+// is null (a frozen kernel); db (when not null) = the bias's cotangent. The oracle takes each row's
+// lse in double from its logits, not the saved float32 one, as cross_entropy_grad's reference does.
+// dlogits = round_c(dloss·(exp(logit − lse) − onehot)) (zero rows for ignored labels), dW[k, v] =
+// round_c(Σ_r round_c(x[r, k])·dlogits[r, v]) (= instead of += in minibatch 0 when the attrs say
+// so), dx[r, k] = round_c(Σ_v dlogits[r, v]·round_c(w[k, v])) stored in x's dtype, db[v] =
+// round_c(Σ_r dlogits[r, v]) (sum_leading's in the compute dtype).
+void head_grad(const KernelArgs& a, int x_at, const TensorArg* grad, const TensorArg* db) {
   const auto& at = std::get<LinearCrossEntropyAttrs>(a.node.attrs);
   const bool assign = at.assign_in_first_minibatch && a.run.minibatch == a.run.first_minibatch;
   const TensorArg& x = a.in[x_at];
   const TensorArg& w = a.in[x_at + 1];
   const TensorArg& labels = a.in[x_at + 2];
-  const Head h(a, x, w);
+  const Head h(a, x_at, x_at + 5);
   const double dloss = ld(a.in[x_at + 4], 0);
   std::vector<double> dl(static_cast<size_t>(h.R * h.V), 0.0), z;  // dlogits [R, V]
   for (int64_t r = 0; r < h.R; ++r) {
@@ -131,14 +139,23 @@ void head_grad(const KernelArgs& a, int x_at, const TensorArg* grad) {
       for (int64_t v = 0; v < h.V; ++v) acc += dl[static_cast<size_t>(r * h.V + v)] * h.w_at(w, k, v);
       st(a.out[0], r * h.C + k, rnd(h.c, acc));
     }
+  if (db)
+    for (int64_t v = 0; v < h.V; ++v) {
+      double acc = 0;
+      for (int64_t r = 0; r < h.R; ++r) acc += dl[static_cast<size_t>(r * h.V + v)];
+      st(*db, v, rnd(h.c, acc));
+    }
 }
 
 }  // namespace
 
 // (grad, x, w, labels, lse, dloss) -> dx; grad += dW.
-void ref_linear_cross_entropy_grad(const KernelArgs& a) { head_grad(a, 1, &a.in[0]); }
+void ref_linear_cross_entropy_grad(const KernelArgs& a) { head_grad(a, 1, &a.in[0], nullptr); }
 
-// (x, w, labels, lse, dloss) -> dx, the kernel frozen.
-void ref_linear_cross_entropy_grad_input(const KernelArgs& a) { head_grad(a, 0, nullptr); }
+// (grad, x, w, labels, lse, dloss, b) -> dx, db; grad += dW.
+void ref_linear_cross_entropy_grad_with_bias(const KernelArgs& a) { head_grad(a, 1, &a.in[0], &a.out[1]); }
+
+// (x, w, labels, lse, dloss[, b]) -> dx, the kernel frozen.
+void ref_linear_cross_entropy_grad_input(const KernelArgs& a) { head_grad(a, 0, nullptr, nullptr); }
 
 }  // namespace loom

@@ -2,13 +2,16 @@
 // [rows, V] logits (and their gradient) are never held whole; its backward.
 #include "graph/ops/linear_cross_entropy.h"
 
+#include <vector>
+
 #include "graph/ops/rules.h"
 
 namespace loom {
 
 namespace {
-// x [..., C], w [C, V] ([V, C] transposed), labels [...] int32, from input x_at on.
-void check_head(const Graph& g, const Node& n, int x_at) {
+// x [..., C], w [C, V] ([V, C] transposed), labels [...] int32, from input x_at on; the bias b [V]
+// at input bias_at (float32 or the compute dtype, as dense's) when the node has that many inputs.
+void check_head(const Graph& g, const Node& n, int x_at, int bias_at) {
   const auto& a = attrs_of<LinearCrossEntropyAttrs>(n);
   const Value& x = in_val(g, n, x_at);
   const Value& w = in_val(g, n, x_at + 1);
@@ -20,6 +23,11 @@ void check_head(const Graph& g, const Node& n, int x_at) {
   if (x.shape.last() != w.shape[a.transpose_w ? 1 : 0]) op_fail(g, n, "x's last dim must equal the kernel's C");
   if (labels.dtype != DType::i32 || labels.shape != x.shape.drop_last())
     op_fail(g, n, "labels must be int32 with x's shape minus the last dim");
+  if (static_cast<int>(n.in.size()) > bias_at) {
+    const Value& b = in_val(g, n, bias_at);
+    if (b.shape != Shape{w.shape[a.transpose_w ? 0 : 1]} || (b.dtype != DType::f32 && b.dtype != a.compute))
+      op_fail(g, n, "the bias must be [V] (the kernel's vocabulary), float32 or in the compute dtype");
+  }
 }
 
 // The logits' product 2·rows·C·V and, per logit, the softmax's max, exp and sum (4, as cross_entropy).
@@ -31,7 +39,7 @@ int64_t logits_flops(const Graph& g, const Node& n, int x_at) {
 }  // namespace
 
 void infer_linear_cross_entropy(const Graph& g, const Node& n, ValueDesc* out) {
-  check_head(g, n, 0);
+  check_head(g, n, 0, 3);
   out[0] = {Shape{}, DType::f32};
   out[1] = {Shape{}, DType::i32};
   out[2] = {Shape{in_val(g, n, 0).shape.rows()}, DType::f32};
@@ -43,28 +51,37 @@ OpCost cost_linear_cross_entropy(const Graph& g, const Node& n) {
 
 // Only the loss has a cotangent (correct is a count, lse a saved statistic). A trainable kernel's
 // gradient goes straight into its persistent buffer, as dense_grad_weight's does: no [C, V]
-// cotangent; a frozen one (a LoRA run) has none, and its backward forms dx alone.
+// cotangent; a frozen one (a LoRA run) has none, and its backward forms dx alone. A bias's
+// cotangent is an output of the backward ([V], as layer_norm_grad's dbias), which autodiff
+// accumulates like any other (a frozen bias beside a trainable kernel leaves it unread).
 void vjp_linear_cross_entropy(VjpCtx& c) {
   if (c.out_ct[0] == kNoValue) return;
+  const bool biased = c.node.in.size() == 4;
+  std::vector<ValueId> in = {c.in_id(0), c.in_id(1), c.in_id(2), c.out_id(2), c.out_ct[0]};
+  if (biased) in.push_back(c.in_id(3));
   const ValueId grad = c.param_grad(1);
   if (grad == kNoValue) {
-    if (c.needs[1])
+    if (c.needs[1] || (biased && c.needs[3]))
       throw std::invalid_argument("linear_cross_entropy at '" + c.node.scope +
-                                  "': a kernel that needs a gradient must be a trainable parameter (use the "
-                                  "unfused head otherwise)");
-    if (c.needs[0])
-      c.in_ct[0] = c.emit1(OpKind::linear_cross_entropy_grad_input,
-                           {c.in_id(0), c.in_id(1), c.in_id(2), c.out_id(2), c.out_ct[0]}, c.node.attrs);
+                                  "': a kernel that needs a gradient, or a bias beside a frozen kernel that needs "
+                                  "one, must be a trainable parameter kernel's (use the unfused head otherwise)");
+    if (c.needs[0]) c.in_ct[0] = c.emit1(OpKind::linear_cross_entropy_grad_input, in, c.node.attrs);
     return;
   }
-  c.in_ct[0] = c.emit1(OpKind::linear_cross_entropy_grad,
-                       {grad, c.in_id(0), c.in_id(1), c.in_id(2), c.out_id(2), c.out_ct[0]}, c.node.attrs);
+  in.insert(in.begin(), grad);
+  if (!biased) {
+    c.in_ct[0] = c.emit1(OpKind::linear_cross_entropy_grad, in, c.node.attrs);
+    return;
+  }
+  const std::vector<ValueId> out = c.emit(OpKind::linear_cross_entropy_grad_with_bias, in, c.node.attrs);
+  c.in_ct[0] = out[0];
+  c.in_ct[3] = out[1];
 }
 
 namespace {
-// The backward's inputs after the head's (x at x_at): lse [rows] and the loss's cotangent.
+// The backward's inputs after the head's (x at x_at): lse [rows], the loss's cotangent, then the bias.
 void check_backward(const Graph& g, const Node& n, int x_at, ValueDesc* out) {
-  check_head(g, n, x_at);
+  check_head(g, n, x_at, x_at + 5);
   const Value& x = in_val(g, n, x_at);
   const Value& lse = in_val(g, n, x_at + 3);
   if (lse.dtype != DType::f32 || lse.shape != Shape{x.shape.rows()}) op_fail(g, n, "lse must be float32 [rows]");
@@ -81,6 +98,11 @@ void infer_linear_cross_entropy_grad(const Graph& g, const Node& n, ValueDesc* o
   check_backward(g, n, 1, out);
 }
 
+void infer_linear_cross_entropy_grad_with_bias(const Graph& g, const Node& n, ValueDesc* out) {
+  infer_linear_cross_entropy_grad(g, n, out);
+  out[1] = {in_val(g, n, 6).shape, DType::f32};
+}
+
 void infer_linear_cross_entropy_grad_input(const Graph& g, const Node& n, ValueDesc* out) {
   check_backward(g, n, 0, out);
 }
@@ -92,6 +114,13 @@ OpCost cost_linear_cross_entropy_grad(const Graph& g, const Node& n) {
                 .bytes = io_bytes(g, n) + in_val(g, n, 0).bytes()};
 }
 
+// The same, and a sum per logit (the bias's cotangent).
+OpCost cost_linear_cross_entropy_grad_with_bias(const Graph& g, const Node& n) {
+  OpCost cost = cost_linear_cross_entropy_grad(g, n);
+  cost.flops += in_val(g, n, 1).shape.rows() * in_val(g, n, 6).shape.numel();
+  return cost;
+}
+
 // The logits again, then dx's product.
 OpCost cost_linear_cross_entropy_grad_input(const Graph& g, const Node& n) {
   const Value& x = in_val(g, n, 0);
@@ -100,7 +129,8 @@ OpCost cost_linear_cross_entropy_grad_input(const Graph& g, const Node& n) {
 }
 
 int64_t linear_cross_entropy_recomputed_flops(const Graph& g, const Node& n) {
-  if (n.op == OpKind::linear_cross_entropy_grad) return logits_flops(g, n, 1);
+  if (n.op == OpKind::linear_cross_entropy_grad || n.op == OpKind::linear_cross_entropy_grad_with_bias)
+    return logits_flops(g, n, 1);
   if (n.op == OpKind::linear_cross_entropy_grad_input) return logits_flops(g, n, 0);
   return 0;
 }

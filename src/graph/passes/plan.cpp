@@ -106,8 +106,17 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
     if (planned(v) && p.value_root[v] == v && first[v] >= 0)
       p.buffers.push_back(BufferInfo{v, -1, align_up(g.value(v).bytes()), first[v], last[v]});
   if (opts.gather_params) {
-    // Intervals of each parameter's uses (through views too): forward, then backward with recompute.
-    std::vector<int32_t> open(nv, -1);  // per parameter: its current interval's buffer
+    // Intervals of each parameter's uses (through views too): forward, then backward with recompute,
+    // one interval when no other gathered parameter is read between the last forward use and the
+    // first backward one (the head's kernel): one gather, not two copies live at that boundary.
+    const auto other_read_between = [&](ValueId r, int32_t from, int32_t to) {
+      for (int32_t t = from + 1; t < to; ++t)
+        for (ValueId i : g.node(p.schedule[t]).in)
+          if (const ValueId o = p.value_root[i]; o != r && p.gathered[static_cast<size_t>(o)]) return true;
+      return false;
+    };
+    std::vector<int32_t> open(nv, -1);      // per parameter: its current interval's buffer
+    std::vector<char> open_forward(nv, 0);  // per parameter: whether that interval's last use is forward
     for (int32_t s = 0; s < nsteps; ++s) {
       const Node& n = g.node(p.schedule[s]);
       const bool forward = n.phase == Phase::forward;
@@ -115,8 +124,10 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
         const ValueId r = p.value_root[i];
         if (!p.gathered[static_cast<size_t>(r)]) continue;
         int32_t& b = open[static_cast<size_t>(r)];
-        const bool same = b >= 0 && (g.node(p.schedule[p.buffers[static_cast<size_t>(b)].first]).phase ==
-                                     Phase::forward) == forward;
+        char& was_forward = open_forward[static_cast<size_t>(r)];
+        const bool same = b >= 0 && ((was_forward != 0) == forward ||
+                                     !other_read_between(r, p.buffers[static_cast<size_t>(b)].last, s));
+        was_forward = forward;
         if (same) {
           p.buffers[static_cast<size_t>(b)].last = s;
           continue;
@@ -132,7 +143,8 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
       }
     }
     // Made in order of first use (the loop above): the buffers a step first reads (a kernel and
-    // its bias) start together, where the use gather_ahead uses earlier is first read.
+    // its bias) start together, where the use gather_ahead uses earlier is first read; with a
+    // prefetch, the first use's at step 0 (their gathers start before the run).
     LOOM_ASSERT(opts.gather_ahead >= 0, "gather_ahead counts uses");
     std::vector<int32_t> uses;  // the distinct first uses, ascending
     for (const BufferInfo& b : p.buffers)
@@ -141,7 +153,7 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
     for (size_t u = 0, b = 0; b < p.buffers.size(); ++b)
       if (p.buffers[b].gathered) {
         while (uses[u] != p.buffers[b].first_use) ++u;
-        p.buffers[b].first = uses[u - std::min(u, ahead)];
+        p.buffers[b].first = u == 0 && ahead > 0 ? 0 : uses[u - std::min(u, ahead)];
       }
   }
   LOOM_ASSERT(workspace.bytes.empty() || workspace.bytes.size() == g.nodes().size(), "one workspace size per node");
@@ -154,6 +166,9 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
         p.workspace_bytes[s] = w;
         p.buffers.push_back(BufferInfo{.value = kNoValue, .offset = -1, .bytes = align_up(w), .first = s, .last = s});
       }
+  LOOM_ASSERT(workspace.library.empty() || workspace.library.size() == g.nodes().size(), "one library size per node");
+  if (!workspace.library.empty())
+    for (const NodeId n : p.schedule) p.library_bytes = std::max(p.library_bytes, workspace.library[n]);
 
   // Greedy by size: large buffers first, each into the smallest gap that fits among the
   // already-placed buffers whose live ranges overlap it.

@@ -19,6 +19,8 @@
 //     elementwise chain needs one buffer, not two;
 //   - a node's kernel workspace (WorkspaceNeeds, sized by the backend that runs it) is one
 //     more buffer, live at that node's step only;
+//   - what the libraries a kernel calls allocate for themselves (WorkspaceNeeds::library) lives
+//     outside the arena, inside one node's run at a time: one host row, the largest of them;
 //   - offsets are chosen greedily by size, each buffer in the best-fitting gap among buffers
 //     whose live ranges overlap its own; two buffers live at the same step never overlap.
 #pragma once
@@ -58,6 +60,10 @@ struct MemoryPlan {
   std::vector<int64_t> workspace_offset, workspace_bytes;
   int32_t workspace_threads = 1;  // the thread count the workspace was sized for
   int64_t arena_bytes = 0;        // the arena's size: activations and kernel workspace
+  // Host memory beside the arena that the libraries of the running kernel allocate for themselves
+  // (Backend::library_bytes: oneDNN's sgemm packing buffers on the CPU), the largest over the
+  // schedule. Not allocated by the executor: counted, like the arena, in every total of the plan.
+  int64_t library_bytes = 0;
   int64_t lower_bound_bytes = 0;  // max over steps of live bytes (no allocator can do better)
   int32_t peak_step = 0;          // a step where live bytes reach the lower bound
   // Persistent memory by kind (not in the arena; gradients and parameters planned in the arena are
@@ -79,22 +85,28 @@ struct PlanOptions {
   // Parameters in the arena (sharded parameters, ZeRO-3: the caller keeps only a shard and
   // gathers the whole parameter into its buffer before its first use in each interval): one buffer
   // per parameter for its forward uses and one for its backward and recompute uses, each live from
-  // the first use of its interval to the last. A view of a parameter reads its interval's buffer.
+  // the first use of its interval to the last; one buffer for both when no other gathered
+  // parameter is read between its last forward use and its first backward use (a head's kernel,
+  // tied or not). A view of a parameter reads its interval's buffer.
   bool gather_params = false;
   // Prefetch: the gathered buffers a step first reads (a use: a kernel and its bias) are live (and
   // their gathers in flight) from the use gather_ahead uses before it, in order of first use (the
   // first uses: from the first), so that their gathers overlap the kernels in between; 0: from
   // their own use. With 1 the prefetch windows never overlap, so at most one use's buffers at a
-  // time are live early: the live bytes grow by at most the largest use's parameters.
+  // time are live early: the live bytes grow by at most the largest use's parameters. With any
+  // prefetch the first use's buffers are live from step 0: the caller may start their gathers
+  // before the run, between runs, when nothing else in the arena is live.
   int32_t gather_ahead = 1;
 };
 
 // The kernel workspace of a program on the backend that will run it (Backend::workspace_bytes;
 // runtime/executor.h's plan_program fills it): per node, indexed by NodeId (empty: none), the bytes
-// its kernel needs with `threads` threads.
+// its kernel needs with `threads` threads, and the bytes the libraries it calls allocate for
+// themselves meanwhile (Backend::library_bytes).
 struct WorkspaceNeeds {
   std::vector<int64_t> bytes;
   int32_t threads = 1;
+  std::vector<int64_t> library;
 };
 
 MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions opts = {},

@@ -337,14 +337,17 @@ ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool tr
     add_classification_loss(m, Scope(g), transformer_logits(g, m.inputs, positions, c, train, nullptr));
     return m;
   }
-  // The head and the loss fused (model.head_chunk): no [B, T, V] logits.
+  // The head and the loss fused (model.head_chunk): no [B, T, V] logits. An untied head has
+  // linear()'s kernel and (model.use_bias) bias: the same paths, order and init.
   const Trunk t = transformer_trunk(g, m.inputs, positions, c, train, nullptr);
-  const ValueId kernel =  // linear()'s kernel: the same path and init
-      c.tie_embeddings ? t.kernel
-                       : t.head.param("kernel", Shape{c.hidden_size, c.num_outputs},
-                                      as_kernel(kernel_init(c, c.hidden_size, false)));
+  ValueId kernel = t.kernel, bias = kNoValue;
+  if (!c.tie_embeddings) {
+    kernel =
+        t.head.param("kernel", Shape{c.hidden_size, c.num_outputs}, as_kernel(kernel_init(c, c.hidden_size, false)));
+    if (c.use_bias) bias = t.head.param("bias", Shape{c.num_outputs}, ParamInit{ParamInit::zeros, 0});
+  }
   add_fused_classification_loss(
-      m, t.head, t.x, kernel,
+      m, t.head, t.x, kernel, bias,
       LinearCrossEntropyAttrs{.compute = c.dtype, .transpose_w = c.tie_embeddings, .chunk = chunk});
   return m;
 }
@@ -448,9 +451,6 @@ void validate_transformer(const ModelConfig& c) {
   check_key(c.head_chunk != kHeadChunkAuto || c.remat.has(RematRegion::auto_), "model.head_chunk",
             "auto is chosen by model.remat = auto, which this run does not use",
             "set model.remat = auto (with train.memory_budget), or a number of columns");
-  check_key(c.head_chunk <= 0 || c.tie_embeddings || !c.use_bias, "model.head_chunk",
-            "the fused head has no bias, and this untied head has one (model.use_bias = true)",
-            "set model.head_chunk = 0, or model.use_bias = false");
   check_key(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
             "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
 }
