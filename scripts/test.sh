@@ -10,19 +10,21 @@
 # the reference backend with oneDNN held to AVX2 as well; and build-asan/ (AddressSanitizer +
 # UndefinedBehaviorSanitizer, -DLOOM_SANITIZE=ON), whose whole suite runs second: any report
 # fails the test that hit it. LOOM_TEST_SANITIZE=0 skips that build (e.g. while iterating).
+# The AVX2 and sanitizer builds are unity builds (CMakeLists.txt, LOOM_UNITY_BATCH): nobody edits in
+# them, so a changed file recompiling the rest of its unity group costs nobody anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 ninja -C build
 cmake -S . -B build-avx2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_NATIVE=OFF \
-      "-DCMAKE_CXX_FLAGS=-mavx2 -mfma -mf16c" >/dev/null
+      "-DCMAKE_CXX_FLAGS=-mavx2 -mfma -mf16c" -DCMAKE_UNITY_BUILD=ON >/dev/null
 ninja -C build-avx2 test_backend
 (cd build-avx2 && ONEDNN_MAX_CPU_ISA=AVX2 ctest --output-on-failure -j 2 -L backend)
 if [ "${LOOM_TEST_SANITIZE:-1}" != 0 ]; then
   # -O1 -g1: half the compile time of -O2 -g, still file:line in every report's stack.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-        -DLOOM_SANITIZE=ON >/dev/null
+        -DLOOM_SANITIZE=ON -DCMAKE_UNITY_BUILD=ON >/dev/null
   ninja -C build-asan
   # Leaks count too (tests/lsan.supp names only oneDNN's process-long JIT kernels), except in the
   # mpirun tests: Open MPI's plugins leave start-up allocations that LeakSanitizer can no longer

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "data/hf_tokenizer.h"
+#include "data/token_data.h"
 #include "data/tokenizer.h"
 
 namespace loom {
@@ -17,8 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using jinja::Json;
-
-constexpr int64_t kMaxUint16Vocab = 65536;  // as token_data.cpp: uint16 token files up to here
 
 std::string read_whole(const std::string& path, const std::string& what) {
   std::error_code ec;

@@ -24,7 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kMaxUint16Vocab = 65536;  // ids of uint16 token files
 constexpr int64_t kMaxVocab = INT32_MAX;    // ids are int32 inside loom
 
 std::string errno_text(int e) {

@@ -21,6 +21,8 @@
 
 namespace loom {
 
+inline constexpr int64_t kMaxUint16Vocab = 65536;  // ids a uint16 token file holds (0 .. 65535)
+
 // What prepare_dataset wrote.
 struct PreparedDataset {
   TokenizerKind kind = TokenizerKind::char_;

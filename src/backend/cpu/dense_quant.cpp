@@ -25,7 +25,7 @@ namespace loom::cpuk {
 namespace {
 
 constexpr int64_t kTileCols = 64;     // columns of C per tile
-constexpr int64_t kBlockRows = 1024;  // rows of C per GEMM call
+constexpr int64_t kQuantBlockRows = 1024;  // rows of C per GEMM call
 
 // C[M, J] = A[M, L] · B with B the widened W: [L, J] (Wᵀ's columns, grad) or transposed [J, L] (dense).
 struct QuantGemm {
@@ -44,7 +44,7 @@ struct QuantGemm {
 struct QuantSpans {
   float* a = nullptr;
   PerThread<float> tile;  // [kTileCols · L] widened W
-  PerThread<float> c;     // [min(M, kBlockRows) · kTileCols]
+  PerThread<float> c;     // [min(M, kQuantBlockRows) · kTileCols]
   int team = 1;
 };
 QuantSpans quant_spans(Bump& ws, const QuantGemm& g) {
@@ -53,11 +53,11 @@ QuantSpans quant_spans(Bump& ws, const QuantGemm& g) {
   if (needs_f32_copy(g.A, g.ra)) s.a = ws.take<float>(g.A.shape.numel());
   s.team = ws.team(true, g.tiles());
   s.tile = ws.per_thread<float>(kTileCols * g.L(), s.team);
-  s.c = ws.per_thread<float>(std::min(g.M(), kBlockRows) * kTileCols, s.team);
+  s.c = ws.per_thread<float>(std::min(g.M(), kQuantBlockRows) * kTileCols, s.team);
   // run_quant's sgemm calls: full and last row blocks × full and last column tiles.
   const int64_t L = g.L();
   int64_t call = 0;
-  for (const int64_t m : {std::min(g.M(), kBlockRows), (g.M() - 1) % kBlockRows + 1})
+  for (const int64_t m : {std::min(g.M(), kQuantBlockRows), (g.M() - 1) % kQuantBlockRows + 1})
     for (const int64_t jt : {std::min(g.J(), kTileCols), (g.J() - 1) % kTileCols + 1})
       call = std::max(call, sgemm_call_bytes(false, !g.grad, m, jt, L, L, g.grad ? jt : L, jt));
   ws.library(call, s.team);
@@ -81,8 +81,8 @@ void run_quant(const QuantGemm& g, const QuantSpans& s, Fin&& fin) {
       dequantize_tile(g.w.dtype, g.w.data, g.K, g.N, j0, j1, 0, g.K, B, g.K);  // [jt, K]
     round_inplace(B, jt * L, g.c);
     float* C = s.c.mine();
-    for (int64_t m0 = 0; m0 < M; m0 += kBlockRows) {
-      const int64_t m1 = std::min(M, m0 + kBlockRows);
+    for (int64_t m0 = 0; m0 < M; m0 += kQuantBlockRows) {
+      const int64_t m1 = std::min(M, m0 + kQuantBlockRows);
       if (L == 0)
         std::fill_n(C, (m1 - m0) * jt, 0.f);
       else
