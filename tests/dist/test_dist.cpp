@@ -922,8 +922,8 @@ TEST(Dist, AFullDiskWhileStreamingAShardedSaveEndsEveryRankAndTheRunResumes) {
   ASSERT_EQ(loom_on(2, train_args(out, shard + "--steps 5")).status, 0);
   const std::vector<char> moments = file_bytes(out / "ckpt_000005" / "optimizer.safetensors");
   ASSERT_GT(moments.size(), 150u * 1024);
-  RunResult r = shell(mpirun(2) + "prlimit --fsize=153600 " + LOOM_BINARY + " train --resume " + out.string() +
-                      " --steps 10");
+  RunResult r =
+      shell(mpirun(2) + "prlimit --fsize=153600 " + LOOM_BINARY + " train --resume " + out.string() + " --steps 10");
   EXPECT_EQ(r.status, 2) << r.out;  // every rank's UserError; 124 would be a hang, 134 an abort
   EXPECT_EQ(count(r.out, out.string() + "/.ckpt_000010.tmp/optimizer.safetensors: "), 1u) << r.out;
   EXPECT_NE(r.out.find("File too large"), std::string::npos) << r.out;

@@ -210,8 +210,9 @@ TEST(Run, AFullDiskEndsTheRunNamingTheFileAndItResumesAsIfUninterrupted) {
   EXPECT_EQ(r.status, 2) << r.out;  // a UserError, not a crash (134) or a signal (-1)
   EXPECT_NE(r.out.find(out.string() + "/.best.tmp/optimizer.safetensors: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("File too large"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("the new best/ was not saved (the one before is intact), the last checkpoint, step 5, is intact"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find("the new best/ was not saved (the one before is intact), the last checkpoint, step 5, is intact"),
+      std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("raise the limit, or write to another file system; then resume with `loom train --resume " +
                        out.string() + "`"),
