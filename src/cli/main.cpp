@@ -3,8 +3,9 @@
 //   0   success (and --help, --version)
 //   2   a mistake in what the user gave: a command-line error (CLI11's own included: an unknown
 //       flag, a missing argument, a value that is not a number), no or an unknown subcommand, a
-//       UserError (printed with its fix) or an invalid argument
-//   1   a failure while running (I/O, an internal error)
+//       UserError (printed with its fix; a full disk, or a file past `ulimit -f`, is one) or an
+//       invalid argument
+//   1   a failure while running (other I/O, an internal error)
 //   130 / 143  the run stopped on SIGINT / SIGTERM (run/run.cpp returns 128 + the signal)
 // Under mpirun (src/dist/) an error only this rank knows of ends the whole job (dist::fail_job).
 #include <fmt/format.h>

@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/write_error.h"
 
 namespace loom {
 
@@ -263,9 +264,9 @@ void write_gguf(const std::string& path, const GgufFile& f) {
 
   const std::string tmp = path + ".tmp";
   auto fail = [&](const std::string& what) {
-    const std::string err = std::strerror(errno);
+    const int err = errno;
     ::unlink(tmp.c_str());
-    throw std::runtime_error("cannot write '" + path + "': " + what + " (" + err + ")");
+    fail_write(path, what, err);
   };
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create '" + tmp + "'");

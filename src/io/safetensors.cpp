@@ -19,6 +19,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/write_error.h"
 
 namespace loom {
 
@@ -409,10 +410,6 @@ void read_safetensors_range(const std::string& path, const StEntry& e, uint64_t 
 
 namespace {
 
-[[noreturn]] void write_failed(const std::string& path, const std::string& what, int e) {
-  throw std::runtime_error("cannot write safetensors file '" + path + "': " + what + ": " + errno_text(e));
-}
-
 // Writes all n bytes; returns 0 or the errno of the failure.
 int write_all(int fd, const void* buf, size_t n) {
   const auto* p = static_cast<const unsigned char*>(buf);
@@ -490,12 +487,12 @@ void stream_safetensors(const std::string& path, const std::vector<StSource>& te
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) {
     // Nothing of ours to clean up: the temporary file was not created (or is not ours to remove).
-    write_failed(path, "cannot create '" + tmp + "'", errno);
+    fail_write(path, "cannot create '" + tmp + "'", errno);
   }
   auto fail = [&](const std::string& what, int e) {
     if (fd.get() >= 0) fd.close();
     ::unlink(tmp.c_str());
-    write_failed(path, what, e);
+    fail_write(path, what, e);
   };
   int e = write_all(fd.get(), len_bytes, 8);
   if (!e) e = write_all(fd.get(), text.data(), text.size());

@@ -2,11 +2,12 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <stdexcept>
 
 #include "core/crc32c.h"
+#include "core/write_error.h"
 
 namespace loom {
 
@@ -96,7 +97,7 @@ EventWriter::EventWriter(const std::string& dir) {
   path_ = dir + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." + host + "." +
           std::to_string(getpid());
   f_ = std::fopen(path_.c_str(), "wb");
-  if (!f_) throw std::runtime_error("cannot create the TensorBoard event file '" + path_ + "'");
+  if (!f_) fail_write(path_, "cannot create the TensorBoard event file", errno);
   append(tf_record(file_version_event(now)));
 }
 
@@ -110,7 +111,7 @@ void EventWriter::write(int64_t step, const std::vector<std::pair<std::string, f
 
 void EventWriter::append(const std::string& record) {
   if (std::fwrite(record.data(), 1, record.size(), f_) != record.size() || std::fflush(f_) != 0)
-    throw std::runtime_error("cannot write the TensorBoard event file '" + path_ + "' (disk full?)");
+    fail_write(path_, "cannot write the TensorBoard event file", errno);
 }
 
 }  // namespace loom

@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include "core/clock.h"
+#include "core/error.h"
+#include "dist/comm.h"
 #include "run/divergence.h"
 #include "train/checkpoint.h"
 
@@ -58,8 +60,19 @@ void CheckpointHook::save(const std::string& name) {
                               .val_position = data_.val_position(),
                               .best_val_loss = best_val_,
                               .base_hash = {}};  // save_checkpoint hashes a LoRA run's base
-  const SaveResult sr =
-      save_checkpoint(t_, state, (std::filesystem::path(run_dir_) / name).string(), data_.tokenizer_json());
+  SaveResult sr;
+  try {
+    sr = save_checkpoint(t_, state, (std::filesystem::path(run_dir_) / name).string(), data_.tokenizer_json());
+  } catch (const UserError& e) {  // every rank: a full disk ends the run with the checkpoints it has
+    throw dist::AgreedError(
+        "",
+        e.what() + std::string("; ") +
+            (name == "best" ? "the new best/ was not saved (the one before is intact), "
+                            : name + " was not saved (no part of it is left), ") +
+            (saved_step_ >= 0 ? fmt::format("the last checkpoint, step {}, is intact", saved_step_)
+                              : std::string("and no checkpoint was written before it")),
+        e.hint() + (saved_step_ >= 0 ? "; then resume with `loom train --resume " + run_dir_ + "`" : ""));
+  }
   seconds_ += seconds_since(t0);
   ++count_;
   if (!sr.saved)

@@ -2,7 +2,8 @@
 // train.checkpoint_interval (or at every evaluation when it is 0) and at the last step, best/
 // when an evaluation improves (run/evaluation.h asks), pruned to train.keep_last after each
 // successful save. A state holding a NaN is never written: the run ends diverged
-// (run/divergence.h) with the checkpoints it has. Without a run directory nothing is saved.
+// (run/divergence.h) with the checkpoints it has; so does a save that meets a full disk (an error
+// naming the file, on every rank). Without a run directory nothing is saved.
 #pragma once
 #include <cstdint>
 #include <string>

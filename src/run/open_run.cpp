@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cerrno>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/write_error.h"
 #include "io/peft.h"
 #include "train/distributed.h"
 #include "train/model_source.h"
@@ -24,9 +26,10 @@ void write_config(const fs::path& path, const std::string& text) {
     f << kConfigHeader << '\n' << text;
     f.flush();
     if (!f) {
+      const int e = errno;
       std::error_code ec;
       fs::remove(tmp, ec);
-      throw std::runtime_error("cannot write '" + path.string() + "' (disk full?)");
+      fail_write(path.string(), "cannot write it", e);
     }
   }
   fs::rename(tmp, path);
@@ -179,7 +182,7 @@ void prepare_run_dir(OpenedRun& r, bool overwrite, int64_t step, const std::stri
       std::ofstream f(r.metrics_file, std::ios::trunc);
       f << metrics_up_to(read_text(src_metrics), step);
       f.flush();
-      if (!f) throw std::runtime_error("cannot write metrics file '" + r.metrics_file + "' (disk full?)");
+      if (!f) fail_write(r.metrics_file, "cannot write the metrics file", errno);
     }
   }
   write_config(r.dir / "config.toml", config_toml);

@@ -51,6 +51,9 @@ struct Output {
   ~Output() {
     if (!owned) return;
     dist::set_before_abort(nullptr);
+    // A hook that throws (a save that meets a full disk) leaves the progress bar drawn on f: erased
+    // now, so that the error printed next neither lands on it nor writes to a closed stream.
+    clear_status_line();
     std::fclose(f);
   }
   Output(const Output&) = delete;

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/write_error.h"
 #include "train/checkpoint.h"
 
 namespace loom {
@@ -41,7 +42,7 @@ void replace_file(const fs::path& p, const std::string& text) {
   name += ".tmp";
   const fs::path tmp = p.parent_path() / name;
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot create '" + tmp.string() + "': " + std::strerror(errno));
+  if (fd < 0) fail_write(tmp.string(), "cannot create it", errno);
   size_t done = 0;
   bool ok = true;
   while (ok && done < text.size()) {
@@ -55,7 +56,7 @@ void replace_file(const fs::path& p, const std::string& text) {
   ok = ::close(fd) == 0 && ok;
   if (!ok || ::rename(tmp.c_str(), p.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    throw std::runtime_error("could not write '" + p.string() + "': " + std::strerror(e ? e : EIO));
+    fail_write(p.string(), "cannot write it", e ? e : EIO);
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/write_error.h"
 #include "io/param_io.h"
 #include "train/model_source.h"
 #include "train/trainer.h"
@@ -72,10 +73,10 @@ int sync_answering(int fd, dist::Comm& comm) {
   return rc;
 }
 
-// Writes, flushes to disk and closes; any failure is an exception naming the file.
+// Writes, flushes to disk and closes; a failure throws, naming the file (core/write_error.h).
 void write_text(const std::string& path, const std::string& text, dist::Comm& comm) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot create '" + path + "': " + std::strerror(errno));
+  if (fd < 0) fail_write(path, "cannot create it", errno);
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -83,13 +84,13 @@ void write_text(const std::string& path, const std::string& text, dist::Comm& co
     if (n <= 0) {
       const int e = n < 0 ? errno : EIO;
       ::close(fd);
-      throw std::runtime_error("could not write '" + path + "': " + std::strerror(e));
+      fail_write(path, "cannot write it", e);
     }
     done += static_cast<size_t>(n);
   }
   const bool ok = sync_answering(fd, comm) == 0;
   const int e = errno;
-  if (::close(fd) != 0 || !ok) throw std::runtime_error("could not write '" + path + "': " + std::strerror(e));
+  if (::close(fd) != 0 || !ok) fail_write(path, "cannot write it", ok ? errno : e);
 }
 
 void fsync_dir(const fs::path& dir, dist::Comm& comm) {
@@ -244,8 +245,7 @@ std::vector<StSource> saved_param_sources(const Trainer& t, MomentStream* stream
 }
 
 [[noreturn]] void rename_failed(const char* what, const fs::path& from, const fs::path& to, int err) {
-  throw std::runtime_error(std::string("cannot ") + what + " '" + from.string() + "' to '" + to.string() +
-                           "': " + std::strerror(err));
+  fail_write(from.string(), std::string("cannot ") + what + " it to '" + to.string() + "'", err);
 }
 
 // NFS, CephFS, 9p and FUSE refuse renameat2's flags with EINVAL (kernels without renameat2: ENOSYS).
@@ -399,7 +399,7 @@ SaveResult write_checkpoint(const Trainer& t, const CheckpointState& s, const st
   const fs::path tmp = sibling(final_dir, ".tmp");
   std::error_code ec;
   fs::remove_all(tmp, ec);
-  fs::create_directories(tmp);
+  if (!fs::create_directories(tmp, ec) && ec) fail_write(tmp.string(), "cannot create the directory", ec.value());
   try {
     // A LoRA run saves its adapters; the base is model.init_from's, named and hashed in state.json.
     const std::string base = base_hash(t.executor());
@@ -456,9 +456,12 @@ SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std
   std::optional<MomentStream> stream;
   if (t.sharded()) stream.emplace(t);  // every rank takes part
   SaveResult r{.saved = true, .nonfinite = {}};
+  std::optional<UserError> failed;  // a write rank 0 could not make (a full disk)
   if (t.comm().rank() == 0) {
     try {
       r = write_checkpoint(t, s, dir, tokenizer, stream ? &*stream : nullptr);
+    } catch (const UserError& e) {
+      failed = e;
     } catch (...) {
       if (stream) stream->finish();
       throw;
@@ -467,11 +470,18 @@ SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std
   } else if (stream) {
     stream->serve();
   }
-  if (t.comm().size() > 1) {  // every rank learns what rank 0 found ("" when it saved)
-    r.nonfinite = dist::broadcast_string(t.comm(), r.nonfinite, 0);
-    r.saved = r.nonfinite.empty();
+  dist::Comm& comm = t.comm();
+  if (comm.size() == 1) {
+    if (failed) throw *failed;
+    return r;
   }
-  return r;
+  // Every rank learns what rank 0 found ("" when it saved), and a write it could not make (a full
+  // disk) ends every rank with its message.
+  r.nonfinite = dist::broadcast_string(comm, r.nonfinite, 0);
+  r.saved = r.nonfinite.empty();
+  const std::string what = dist::broadcast_string(comm, failed ? failed->what() : "", 0);
+  if (what.empty()) return r;
+  throw dist::AgreedError("", what, dist::broadcast_string(comm, failed ? failed->hint() : "", 0));
 }
 
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {

@@ -76,7 +76,9 @@ struct SaveResult {
 
 // Writes the trainer's parameters and optimizer state into `dir` atomically (and the data's
 // tokenizer as tokenizer.json, when given, so `loom sample` can decode). A non-finite parameter
-// or moment writes nothing and is reported in the result; I/O failures throw std::runtime_error.
+// or moment writes nothing and is reported in the result. A write that fails (a full disk, a file
+// past `ulimit -f`) leaves nothing of the new checkpoint and throws fail_write's UserError
+// (core/write_error.h) naming the file, on every rank (a dist::AgreedError when there are several).
 // Every rank of t.comm() calls it (sharded optimizer state streams to rank 0 in pieces); rank 0
 // alone writes, and every rank returns its result.
 SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,

@@ -1,6 +1,7 @@
 #include "train/hf_export.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 
 #include "backend/registry.h"
 #include "core/error.h"
+#include "core/write_error.h"
 #include "data/chat_data.h"
 #include "data/end_of_turn.h"
 #include "data/hf_tokenizer.h"
@@ -32,7 +34,7 @@ void write_text(const fs::path& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;
   f.flush();
-  if (!f) throw std::runtime_error("cannot write '" + path.string() + "' (disk full?)");
+  if (!f) fail_write(path.string(), "cannot write it", errno);
 }
 
 void write_json(const fs::path& path, const nlohmann::json& j) { write_text(path, j.dump(2) + "\n"); }

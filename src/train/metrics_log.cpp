@@ -1,8 +1,10 @@
 #include "train/metrics_log.h"
 
-#include <stdexcept>
+#include <cerrno>
 #include <utility>
 #include <vector>
+
+#include "core/write_error.h"
 
 namespace loom {
 
@@ -15,7 +17,7 @@ std::string tensorboard_tag(const std::string& key) {
 MetricsLog::MetricsLog(const std::string& jsonl_path, const std::string& tensorboard_dir) : jsonl_path_(jsonl_path) {
   if (!jsonl_path.empty()) {
     jsonl_.open(jsonl_path, std::ios::app);
-    if (!jsonl_) throw std::runtime_error("cannot open metrics file '" + jsonl_path + "' for writing");
+    if (!jsonl_) fail_write(jsonl_path, "cannot open the metrics file for writing", errno);
   }
   if (!tensorboard_dir.empty()) tb_ = std::make_unique<EventWriter>(tensorboard_dir);
 }
@@ -26,7 +28,7 @@ void MetricsLog::write(const nlohmann::json& record) {
   if (jsonl_.is_open()) {
     jsonl_ << record.dump() << "\n";
     jsonl_.flush();
-    if (!jsonl_) throw std::runtime_error("cannot write metrics file '" + jsonl_path_ + "' (disk full?)");
+    if (!jsonl_) fail_write(jsonl_path_, "cannot write the metrics file", errno);
   }
   if (!tb_) return;
   // Every event carries its own wall time: elapsed_s would only repeat it as a curve.

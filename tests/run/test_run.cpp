@@ -176,6 +176,60 @@ TEST(Run, DiskFullWhileSavingKeepsThePreviousCheckpoint) {
   EXPECT_EQ(r.status, 0) << r.out;
 }
 
+// `loom ARGS` where a write past `kib` KiB of a file fails with EFBIG, as on a full disk, without
+// root (RLIMIT_FSIZE, set by util-linux's prlimit in bytes: `ulimit -f` counts 512-byte blocks in
+// dash and KiB in bash; loom ignores the SIGXFSZ that would kill it).
+Result run_with_file_limit(const std::string& args, int kib) {
+  return loom::testing::run_loom(args, {}, "prlimit --fsize=" + std::to_string(kib * 1024) + " " + LOOM_BINARY);
+}
+
+// No name in the run directory that an interrupted save or prune leaves (.ckpt_*.tmp, .best.old,
+// .ckpt_*.del): only the lock file starts with a dot.
+void expect_no_staged_files(const fs::path& run_dir) {
+  for (const auto& e : fs::directory_iterator(run_dir)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name[0] != '.' || name == ".lock") << e.path();
+  }
+}
+
+// Issue 29: a disk that fills up while a checkpoint is written (here the optimizer state, past the
+// file-size limit; the parameters fit) ends the run with an error naming the file, what is kept
+// and how to go on, leaves nothing of the new checkpoint, and the run resumes from the last complete
+// one exactly as if it had never stopped.
+TEST(Run, AFullDiskEndsTheRunNamingTheFileAndItResumesAsIfUninterrupted) {
+  const Fixture& fx = fixture();
+  const fs::path straight = scratch("full_straight"), out = scratch("full");
+  ASSERT_EQ(run("train " + fx.config.string() + " --out " + straight.string()).status, 0);
+  ASSERT_EQ(run("train " + fx.config.string() + " train.steps=5 --out " + out.string()).status, 0);
+  const auto params = file_bytes(out / "ckpt_000005" / "model.safetensors");
+  const auto moments = file_bytes(out / "ckpt_000005" / "optimizer.safetensors");
+  constexpr int kKib = 150;  // above model.safetensors, below optimizer.safetensors (twice its size)
+  ASSERT_LT(params.size(), kKib * 1024u);
+  ASSERT_GT(moments.size(), kKib * 1024u);
+  Result r = run_with_file_limit("train --resume " + out.string() + " train.steps=20", kKib);
+  EXPECT_EQ(r.status, 2) << r.out;  // a UserError, not a crash (134) or a signal (-1)
+  EXPECT_NE(r.out.find(out.string() + "/.best.tmp/optimizer.safetensors: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("File too large"), std::string::npos) << r.out;
+  EXPECT_NE(
+      r.out.find("the new best/ was not saved (the one before is intact), the last checkpoint, step 5, is intact"),
+      std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("raise the limit, or write to another file system; then resume with `loom train --resume " +
+                       out.string() + "`"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(file_bytes(out / "ckpt_000005" / "model.safetensors"), params);
+  EXPECT_EQ(file_bytes(out / "ckpt_000005" / "optimizer.safetensors"), moments);
+  EXPECT_FALSE(fs::exists(out / "ckpt_000010"));
+  expect_no_staged_files(out);
+  r = run("train --resume " + out.string() + " train.steps=20");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+  EXPECT_EQ(logged_losses(straight / "metrics.jsonl"), logged_losses(out / "metrics.jsonl"));
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_EQ(file_bytes(straight / "ckpt_000020" / file), file_bytes(out / "ckpt_000020" / file)) << file;
+}
+
 }  // namespace
 
 namespace {

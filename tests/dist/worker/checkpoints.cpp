@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <new>
 #include <string>
 #include <vector>
@@ -119,8 +120,9 @@ constexpr int64_t kSlack = int64_t{1} << 20;
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  dist::Launch launch(&argc, &argv);
+namespace {
+
+int work(int argc, char** argv) {
   dist::Comm& comm = dist::world();
   const int rank = comm.rank();
   const std::string mode = argc > 1 ? argv[1] : "";
@@ -180,4 +182,16 @@ int main(int argc, char** argv) {
   check(held >= plan, "the save held less than the stream buffer: the plan overstates it", rank);
   if (failures == 0) std::printf("rank %d: checkpoint streamed within the plan\n", rank);
   return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  dist::Launch launch(&argc, &argv);
+  try {
+    return work(argc, argv);
+  } catch (const std::exception& e) {  // a save that met a full disk says so, and ends every rank
+    std::fprintf(stderr, "rank %d: FAILED: %s\n", dist::world().rank(), e.what());
+    return dist::fail_job(1);
+  }
 }
