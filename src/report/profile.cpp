@@ -97,7 +97,8 @@ std::string format_machine_load(const MachineLoad& l) {
   if (l.contended())
     o += "WARNING: other processes competed for loom's cores: the step times, GFLOP/s and fractions of the ceiling "
          "above measure that contention and are not trustworthy; profile again on an idle machine (or with fewer "
-         "threads)\n";
+         "threads). Two loom runs sharing cores should split them (`threads=`) or both run with "
+         "OMP_WAIT_POLICY=PASSIVE: OpenMP's idle threads otherwise spin on the other run's cores\n";
   return o;
 }
 
