@@ -909,34 +909,37 @@ TEST(Dist, ShardedCheckpointsStreamWithinThePlanAndResumeAtAnyRankCount) {
   }
 }
 
-// Issue 29: the disk fills up while rank 0 streams the sharded optimizer state into a checkpoint
-// (each rank's writes past 150 KiB of a file fail with EFBIG: RLIMIT_FSIZE, under which the
-// parameters fit; Open MPI warns that its shared memory file cannot grow, and copes).
+// Issue 29: the disk fills up while rank 0 writes a 2-rank checkpoint (each rank's writes past
+// 150 KiB of a file fail with EFBIG: RLIMIT_FSIZE, under which the parameters fit; Open MPI warns
+// that its shared memory file cannot grow, and copes): with the optimizer state sharded, while it
+// streams the other rank's moments, and unsharded, while it writes its own copy.
 // Every rank ends with the one error naming the file (no abort, no hang), nothing of the new
 // checkpoint is left, and the job resumes from the last complete one as if it had never stopped.
-TEST(Dist, AFullDiskWhileStreamingAShardedSaveEndsEveryRankAndTheRunResumes) {
+TEST(Dist, AFullDiskDuringATwoRankSaveEndsEveryRankAndTheRunResumes) {
   REQUIRE_MPIRUN();
-  const std::string shard = "optimizer.shard=state train.eval_interval=0 train.checkpoint_interval=5 ";
-  const fs::path straight = scratch("full_straight"), out = scratch("full_disk");
-  ASSERT_EQ(loom_on(2, train_args(straight, shard + "--steps 10")).status, 0);
-  ASSERT_EQ(loom_on(2, train_args(out, shard + "--steps 5")).status, 0);
-  const std::vector<char> moments = file_bytes(out / "ckpt_000005" / "optimizer.safetensors");
-  ASSERT_GT(moments.size(), 150u * 1024);
-  RunResult r =
-      shell(mpirun(2) + "prlimit --fsize=153600 " + LOOM_BINARY + " train --resume " + out.string() + " --steps 10");
-  EXPECT_EQ(r.status, 2) << r.out;  // every rank's UserError; 124 would be a hang, 134 an abort
-  EXPECT_EQ(count(r.out, out.string() + "/.ckpt_000010.tmp/optimizer.safetensors: "), 1u) << r.out;
-  EXPECT_NE(r.out.find("File too large"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("the last checkpoint, step 5, is intact"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("stopping every rank"), std::string::npos) << "not ended by MPI_Abort:\n" << r.out;
-  EXPECT_TRUE(file_bytes(out / "ckpt_000005" / "optimizer.safetensors") == moments);
-  EXPECT_FALSE(fs::exists(out / "ckpt_000010"));
-  for (const auto& e : fs::directory_iterator(out))
-    EXPECT_EQ(e.path().filename().string().find(".ckpt_"), std::string::npos) << e.path();
-  r = loom_on(2, "train --resume " + out.string() + " --steps 10");
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
-  expect_identical(straight, out, "ckpt_000010");
+  for (const std::string mode : {"state", "none"}) {
+    const std::string shard = "optimizer.shard=" + mode + " train.eval_interval=0 train.checkpoint_interval=5 ";
+    const fs::path straight = scratch("full_straight_" + mode), out = scratch("full_disk_" + mode);
+    ASSERT_EQ(loom_on(2, train_args(straight, shard + "--steps 10")).status, 0);
+    ASSERT_EQ(loom_on(2, train_args(out, shard + "--steps 5")).status, 0);
+    const std::vector<char> moments = file_bytes(out / "ckpt_000005" / "optimizer.safetensors");
+    ASSERT_GT(moments.size(), 150u * 1024) << mode;
+    RunResult r =
+        shell(mpirun(2) + "prlimit --fsize=153600 " + LOOM_BINARY + " train --resume " + out.string() + " --steps 10");
+    EXPECT_EQ(r.status, 2) << mode << ":\n" << r.out;  // every rank's UserError; 124 would be a hang, 134 an abort
+    EXPECT_EQ(count(r.out, out.string() + "/.ckpt_000010.tmp/optimizer.safetensors: "), 1u) << mode << ":\n" << r.out;
+    EXPECT_NE(r.out.find("File too large"), std::string::npos) << mode << ":\n" << r.out;
+    EXPECT_NE(r.out.find("the last checkpoint, step 5, is intact"), std::string::npos) << mode << ":\n" << r.out;
+    EXPECT_EQ(r.out.find("stopping every rank"), std::string::npos) << mode << ", not ended by MPI_Abort:\n" << r.out;
+    EXPECT_TRUE(file_bytes(out / "ckpt_000005" / "optimizer.safetensors") == moments) << mode;
+    EXPECT_FALSE(fs::exists(out / "ckpt_000010")) << mode;
+    for (const auto& e : fs::directory_iterator(out))
+      EXPECT_EQ(e.path().filename().string().find(".ckpt_"), std::string::npos) << e.path();
+    r = loom_on(2, "train --resume " + out.string() + " --steps 10");
+    ASSERT_EQ(r.status, 0) << mode << ":\n" << r.out;
+    EXPECT_NE(r.out.find("resumed from"), std::string::npos) << mode << ":\n" << r.out;
+    expect_identical(straight, out, "ckpt_000010");
+  }
 }
 
 TEST(Dist, CheckpointsResumeWithAnyRankCount) {
