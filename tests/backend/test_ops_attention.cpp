@@ -267,7 +267,7 @@ std::vector<AttnShape> attn_shapes() {
   // last block.
   v.push_back({1, 65, 2, 8});
   v.push_back({2, 150, 2, 16});
-  // The register-blocked products at their largest domain on AVX-512 (T·D = 16384), sgemm on AVX2.
+  // The register-blocked products with K and V past L1 (64 KiB each).
   v.push_back({1, 256, 1, 64});
   // Grouped-query attention: groups of 2 and 4 query heads (one key/value head: multi-query),
   // through product() and, past a causal block, sgemm.

@@ -218,12 +218,13 @@ TEST(SgemmBytes, ThePlanHoldsWhatTheKernelsMalloc) {
       {"fused head, tied, chunks of 4096",
        OpCase(OpKind::linear_cross_entropy, {{Shape{128, 768}, f}, {Shape{8192, 768}, f}, {Shape{128}, DType::i32}},
               LinearCrossEntropyAttrs{.transpose_w = true, .chunk = 4096})});
-  // T·D beyond the register-blocked products: the blocks go to sgemm (copy-based without the mask).
+  // Heads of 36 (not whole vectors) and unmasked rows, outside the register-blocked products: the
+  // blocks go to sgemm (copy-based without the mask).
   const AttentionAttrs causal{.causal = true}, full{};
-  const Shape qkv{2, 512, 2, 3 * 64}, out{2, 512, 2, 64}, lse{2, 2, 512};
-  cases.push_back({"causal attention T 512", OpCase(OpKind::attention, {{qkv, f}}, causal)});
+  const Shape qkv{2, 512, 2, 3 * 36}, out{2, 512, 2, 36}, lse{2, 2, 512};
+  cases.push_back({"causal attention T 512 D 36", OpCase(OpKind::attention, {{qkv, f}}, causal)});
   cases.push_back(
-      {"causal attention_grad T 512", OpCase(OpKind::attention_grad, {{qkv, f}, {lse, f}, {out, f}}, causal)});
+      {"causal attention_grad T 512 D 36", OpCase(OpKind::attention_grad, {{qkv, f}, {lse, f}, {out, f}}, causal)});
   cases.push_back({"attention T 1024 unmasked", OpCase(OpKind::attention, {{Shape{1, 1024, 2, 3 * 64}, f}}, full)});
   cases.push_back({"attention_grad T 1024 unmasked",
                    OpCase(OpKind::attention_grad,

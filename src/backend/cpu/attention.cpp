@@ -16,9 +16,9 @@
 //
 // Products: a block's products are small (64×64×32 at nanoGPT's T = 64, D = 32), and there a
 // dnnl_sgemm call spends about as long in its own overhead as in arithmetic. Where D is whole
-// vectors and K and V are small enough to stay in L1 (Geometry::hand, kHandMaxTD), simd::product()
-// runs them instead (backend/cpu/simd/: register-blocked loops written with GCC vector types).
-// Otherwise they go to a single-threaded sgemm.
+// vectors and the keys a row block reaches are few enough (Geometry::hand, kHandMaxTD),
+// simd::product() runs them instead (backend/cpu/simd/: register-blocked loops written with GCC
+// vector types). Otherwise they go to a single-threaded sgemm.
 //
 // Determinism: a pair is computed start to finish by one thread, with single-threaded sgemm
 // (nthreads-var lowered to 1 inside our region, as in dense.cpp) or product(), whose elements each
@@ -85,12 +85,12 @@ using simd::Skip;
 using simd::whole_vectors;
 
 // kHandMaxTD bounds simd::product()'s domain besides whole vectors per head (see Geometry::hand):
-// T·D at most this, so that K's and V's rows stay near (L1/L2) across a block, and blocks of at most
-// kBq query rows. Past it a block's products are large enough for sgemm's packing to pay off: with
-// AVX-512 that is beyond T = 256 at D = 64 (K and V 64 KiB each, more than L1, but still faster by
-// hand in whole training steps); with AVX2's half-width vectors, beyond T·D = 4096
-// (docs/performance.md has the measurements).
-constexpr int64_t kHandMaxTD = kW == 16 ? 16384 : 4096;
+// the keys one row block computes (Geometry::block_span: T, or about the window plus a block) times
+// D at most this, and blocks of at most kBq query rows; past it oneDNN's sgemm, which packs its
+// operands into cache-sized panels, is the faster. Measured in whole attention + attention_grad per step
+// (docs/performance.md): with AVX-512 product() is the faster up to span·D = 131072 (T = 2048 at D = 64, T = 1024 at D
+// = 128) and slower at 262144 (T = 4096 at D = 64); with AVX2's half-width vectors up to 32768, slower at 65536.
+constexpr int64_t kHandMaxTD = kW == 16 ? 131072 : 32768;
 
 // qkv [B, T, KV, (G+2)·D]: KV key/value heads, each with G query heads (H = KV·G).
 struct Geometry {
@@ -144,7 +144,9 @@ struct Geometry {
   // Columns of the transposed Kᵀ and Vᵀ, and the most a block's logits have per row.
   int64_t Tp() const { return whole_vectors(T); }
   // Whether the block products go through product() rather than sgemm.
-  bool hand() const { return D % kW == 0 && T * D <= kHandMaxTD && block_rows() <= kBq; }
+  // The most keys one row block computes: T, or with a window its span rounded out to blocks.
+  int64_t block_span() const { return causal && window > 0 ? std::min(T, (window + 2 * kBq - 2) / kBq * kBq) : T; }
+  bool hand() const { return D % kW == 0 && block_span() * D <= kHandMaxTD && block_rows() <= kBq; }
   // Whether the pair loop is worth the pool: ~T²·D multiply-adds per pair.
   bool parallel() const { return B * H > 1 && B * H * T * T * D >= (int64_t{1} << 16); }
 };
