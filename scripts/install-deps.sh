@@ -10,6 +10,7 @@ PKGS=(
   openmpi-bin libopenmpi-dev  # data parallelism across processes and machines (src/dist/, mpirun)
   libgtest-dev
   gnuplot-nox              # `loom plot RUN`: the PNG of the training curves
+  bindfs                   # tests: a real FUSE mount, which refuses renameat2's flags as NFS does
 )
 missing=()
 for p in "${PKGS[@]}"; do
