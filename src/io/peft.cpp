@@ -81,7 +81,7 @@ std::vector<std::string> peft_target_modules(const ModelConfig& c) {
 nlohmann::json peft_adapter_config(const ModelConfig& c) {
   // GPT-2's Conv1D layers store [in, out]: PEFT sets fan_in_fan_out for them (it changes only how
   // a merge transposes B·A, not the tensors).
-  const bool conv1d = nn::hf_model_map(c).model_type == "gpt2";
+  const bool conv1d = nn::hf_model_map(c).conv1d;
   return {{"peft_type", "LORA"},
           {"task_type", "CAUSAL_LM"},
           {"base_model_name_or_path", c.init_from},

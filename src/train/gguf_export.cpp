@@ -284,7 +284,7 @@ GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& 
     put(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
     put(a + ".rope.dimension_count", u32(D));
     put(a + ".vocab_size", u32(c.vocab_size));
-    if (H * D != C || a == "qwen3") {  // the converter writes them where config.json has head_dim
+    if (H * D != C || arch.gguf_head_lengths) {
       put(a + ".attention.key_length", u32(D));
       put(a + ".attention.value_length", u32(D));
     }
@@ -337,7 +337,7 @@ GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& 
     if (arch.gguf_rotate_pairs && (q || k)) data = rotate_pairs_rows(x, t.shape, D);
     if (name.find(".attn_qkv.weight") != std::string::npos || name.find(".attn_output.weight") != std::string::npos ||
         name.find(".ffn_up.weight") != std::string::npos || name.find(".ffn_down.weight") != std::string::npos) {
-      if (a == "gpt2") {  // Conv1D [in, out] -> llama.cpp's [out, in]
+      if (hc.map.conv1d) {  // [in, out] -> llama.cpp's [out, in]
         data = transposed(x, shape[0], shape[1]);
         std::swap(shape[0], shape[1]);
       }

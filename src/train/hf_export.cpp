@@ -153,7 +153,7 @@ std::vector<StTensor> merged_lora_tensors(const Config& c, const Checkpoint& ck,
     const StTensor& b = *adapter.at(prefix + module + ".lora_B.weight");
     StTensor& w = *by_name.at(module + ".weight");
     const int64_t r = a->shape[0], in = a->shape[1], out = b.shape[0];
-    const bool conv1d = map.model_type == "gpt2";  // [in, out]
+    const bool conv1d = map.conv1d;  // [in, out]
     const auto* av = reinterpret_cast<const float*>(a->bytes.data());
     const auto* bv = reinterpret_cast<const float*>(b.bytes.data());
     auto* wv = reinterpret_cast<float*>(w.bytes.data());

@@ -44,6 +44,9 @@ struct HfModelMap {
   std::string prefix;        // of the base model's tensors ("transformer.", "model."), which files
                              // written from the base model class (GPT2Model) lack
   int64_t heads = 0, head_dim = 0, kv_heads = 0;
+  // Whether the blocks' linear weights are stored [in, out] (GPT-2's Conv1D) rather than torch's
+  // [out, in]: merges, PEFT's fan_in_fan_out and the GGUF export transpose by it.
+  bool conv1d = false;
   std::vector<HfParam> params;  // every parameter of the model, in the HF file order
   // Buffers older checkpoints saved beside the parameters (GPT-2's causal masks, Llama's rotary
   // inverse frequencies): skipped on import.
@@ -100,6 +103,9 @@ struct HfArchitecture {
   // (j, j + D/2) (its "llama" rope type), so that the export permutes q_proj's and k_proj's rows
   // within each head.
   bool gguf_rotate_pairs = false;
+  // Whether llama.cpp's converter writes attention.key_length and value_length even where the
+  // heads split the width (H·D = C): it does for architectures whose config.json has head_dim.
+  bool gguf_head_lengths = false;
 };
 
 // Every architecture of LOOM_HF_ARCHITECTURES, in its order.

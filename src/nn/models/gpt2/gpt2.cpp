@@ -162,6 +162,7 @@ HfModelMap tensor_map(const ModelConfig& c) {
                .heads = H,
                .head_dim = D,
                .kv_heads = H,
+               .conv1d = true,
                .params = {},
                .is_buffer = is_buffer};
   const HfMapBuilder add{m, c.use_bias};
@@ -197,7 +198,7 @@ const HfArchitecture& gpt2_architecture() {
                                 .read_config = read_config,
                                 .write_config = write_config,
                                 .tensor_map = tensor_map,
-      .gguf_architecture = "gpt2"};
+                                .gguf_architecture = "gpt2"};
   return a;
 }
 

@@ -110,7 +110,8 @@ const HfArchitecture& qwen3_architecture() {
                                 .read_config = read_config,
                                 .write_config = write_config,
                                 .tensor_map = tensor_map,
-                                .gguf_architecture = "qwen3"};
+                                .gguf_architecture = "qwen3",
+                                .gguf_head_lengths = true};
   return a;
 }
 
