@@ -23,7 +23,7 @@ std::string launcher_warning(const char* (*getenv_fn)(const char*)) {
   if (!getenv_fn("OMPI_COMM_WORLD_SIZE") || getenv_fn("OMPI_MCA_odls_base_sigkill_timeout")) return "";
   return "warning: mpirun kills the ranks 1 s after it passes on a Ctrl-C, SIGTERM or SIGHUP, which can cut the "
          "final checkpoint short; start the job with `mpirun --mca odls_base_sigkill_timeout 30 ...` (README, "
-         "\"Stopping and resuming\")\n";
+         "\"More than one process or machine\")\n";
 }
 
 std::string stop_message(int sig, int64_t step, int64_t steps, const std::string& run_dir,
