@@ -540,8 +540,29 @@ TEST(Dist, RanksThatResumedDifferentStatesStopBeforeAnythingIsWritten) {
     EXPECT_EQ(file_bytes(run / "metrics.jsonl"), before);
     EXPECT_EQ(latest_checkpoint_step(stale), 20);
   }
+  // A copy at the same step whose parameters differ by one value, its checksums rewritten so that
+  // it loads as sound (another host's copy changed after the fact): only the digest tells.
+  const fs::path altered = scratch("resumed_altered");
+  fs::copy(run, altered, fs::copy_options::recursive);
+  {
+    const std::string f = (altered / "ckpt_000040" / "model.safetensors").string();
+    std::map<std::string, std::string> meta;
+    std::vector<loom::StTensor> tensors = loom::read_safetensors(f, &meta);
+    ASSERT_EQ(tensors[0].dtype, loom::DType::f32);
+    float x = 0;
+    std::memcpy(&x, tensors[0].bytes.data(), sizeof x);
+    x += 1.f;
+    std::memcpy(tensors[0].bytes.data(), &x, sizeof x);
+    std::erase_if(meta, [](const auto& kv) { return kv.first.starts_with("crc32c/"); });
+    loom::write_safetensors(f, tensors, meta);
+  }
+  RunResult r = both(run, altered);
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_EQ(count(r.out, "the ranks did not resume the same state"), 1u) << r.out;
+  EXPECT_EQ(count(r.out, ", step 40 (digest "), 2u) << "both ranks at step 40, the digests differ:\n" << r.out;
+  EXPECT_FALSE(fs::exists(run / "ckpt_000060"));
   // A faithful copy at another path (another host's) agrees: the job trains.
-  const RunResult r = both(run, copy);
+  r = both(run, copy);
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(fs::exists(run / "ckpt_000060"));
 }
