@@ -85,11 +85,12 @@ using simd::Skip;
 using simd::whole_vectors;
 
 // kHandMaxTD bounds simd::product()'s domain besides whole vectors per head (see Geometry::hand):
-// the keys one row block computes (Geometry::block_span: T, or about the window plus a block) times
-// D at most this, and blocks of at most kBq query rows; past it oneDNN's sgemm, which packs its
-// operands into cache-sized panels, is the faster. Measured in whole attention + attention_grad per step
-// (docs/performance.md): with AVX-512 product() is the faster up to span·D = 131072 (T = 2048 at D = 64, T = 1024 at D
-// = 128) and slower at 262144 (T = 4096 at D = 64); with AVX2's half-width vectors up to 32768, slower at 65536.
+// the keys one row block computes (Geometry::block_span: T, or about the window plus a block)
+// times D at most this, and blocks of at most kBq query rows. Past it oneDNN's sgemm, which packs
+// its operands into cache-sized panels, is the faster: in whole attention + attention_grad per
+// step (docs/performance.md), product() wins with AVX-512 up to span·D = 131072 (T = 2048 at
+// D = 64, T = 1024 at D = 128) and loses at 262144 (T = 4096 at D = 64); with AVX2's half-width
+// vectors it wins up to 32768 and loses at 65536.
 constexpr int64_t kHandMaxTD = kW == 16 ? 131072 : 32768;
 
 // qkv [B, T, KV, (G+2)·D]: KV key/value heads, each with G query heads (H = KV·G).
@@ -143,9 +144,9 @@ struct Geometry {
   int64_t row_width(int64_t i, int64_t k0, int64_t c) const { return std::min(c, whole_vectors(keys(i) - k0)); }
   // Columns of the transposed Kᵀ and Vᵀ, and the most a block's logits have per row.
   int64_t Tp() const { return whole_vectors(T); }
-  // Whether the block products go through product() rather than sgemm.
   // The most keys one row block computes: T, or with a window its span rounded out to blocks.
   int64_t block_span() const { return causal && window > 0 ? std::min(T, (window + 2 * kBq - 2) / kBq * kBq) : T; }
+  // Whether the block products go through product() rather than sgemm.
   bool hand() const { return D % kW == 0 && block_span() * D <= kHandMaxTD && block_rows() <= kBq; }
   // Whether the pair loop is worth the pool: ~T²·D multiply-adds per pair.
   bool parallel() const { return B * H > 1 && B * H * T * T * D >= (int64_t{1} << 16); }
