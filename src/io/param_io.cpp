@@ -74,10 +74,11 @@ std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const 
 }
 
 namespace {
-// Calls fn(param, bytes of its values) for every parameter of `g`, cut out of `tensors` in the file
-// layout; a missing tensor, a wrong shape or a non-float32 dtype is a UserError naming `file`.
-template <class Fn>
-void for_each_param(const Graph& g, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
+// Calls fn(param, file tensor, byte offset of its values in it) for every parameter of `g`, cut out
+// of `tensors` (StTensor or StEntry: held or located) in the file layout; a missing tensor, a wrong
+// shape or a non-float32 dtype is a UserError naming `file`.
+template <class T, class Fn>
+void for_each_param(const Graph& g, const std::map<std::string, const T*>& tensors, bool scan_layers,
                     const std::string& file, const std::string& prefix, Fn&& fn,
                     nn::ParamSubset subset = nn::ParamSubset::all) {
   for (const nn::FileTensor& f : nn::param_file_layout(g, scan_layers, subset)) {
@@ -87,7 +88,7 @@ void for_each_param(const Graph& g, const std::map<std::string, const StTensor*>
       throw UserError(file, "tensor '" + name + "' is missing",
                       scan_layers ? "the file must hold every parameter, stacked per layer (model.scan_layers = true)"
                                   : "the file must hold every parameter by path (model.scan_layers = false)");
-    const StTensor& t = *it->second;
+    const T& t = *it->second;
     // A quantized base kernel is its DenseGeneral kernel's [K, N] product (core/quant.h): the same
     // values in the same row-major order.
     const bool product =
@@ -97,10 +98,10 @@ void for_each_param(const Graph& g, const std::map<std::string, const StTensor*>
                       "tensor '" + name + "' is " + dtype_name(t.dtype) + t.shape.str() + ", the model needs float32" +
                           f.shape.str(),
                       "the file was written for a different model configuration");
-    size_t off = 0;  // in the file's float32 values
+    uint64_t off = 0;  // in the file tensor's bytes
     for (ValueId p : f.params) {
-      fn(p, t.bytes.data() + off);
-      off += static_cast<size_t>(g.value(p).shape.numel()) * 4;
+      fn(p, t, off);
+      off += static_cast<uint64_t>(g.value(p).shape.numel()) * 4;
     }
   }
 }
@@ -110,7 +111,37 @@ void import_params(Executor& ex, const std::map<std::string, const StTensor*>& t
                    const std::string& file, const std::string& prefix, nn::ParamSubset subset) {
   for_each_param(
       ex.graph(), tensors, scan_layers, file, prefix,
-      [&](ValueId p, const unsigned char* bytes) { upload_param(ex, p, reinterpret_cast<const float*>(bytes)); },
+      [&](ValueId p, const StTensor& t, uint64_t off) {
+        upload_param(ex, p, reinterpret_cast<const float*>(t.bytes.data() + off));
+      },
+      subset);
+}
+
+void import_params(Executor& ex, const std::map<std::string, const StEntry*>& entries, bool scan_layers,
+                   const std::string& file, const std::string& prefix, nn::ParamSubset subset,
+                   const std::function<void()>& progress) {
+  std::vector<float> buf(kStreamBytes / sizeof(float));
+  std::vector<unsigned char> scratch;
+  for_each_param(
+      ex.graph(), entries, scan_layers, file, prefix,
+      [&](ValueId p, const StEntry& e, uint64_t off) {
+        const Value& v = ex.graph().value(p);
+        const int64_t numel = v.shape.numel();
+        if (dtype_is_quantized(v.dtype)) {  // quantized by columns of the whole kernel
+          std::vector<float> whole(static_cast<size_t>(numel));
+          read_safetensors_range(file, e, off, whole.size() * sizeof(float), whole.data());
+          upload_param(ex, p, whole.data());
+          return;
+        }
+        for (int64_t at = 0; at < numel;) {
+          const auto n = static_cast<size_t>(std::min<int64_t>(numel - at, static_cast<int64_t>(buf.size())));
+          if (progress) progress();
+          read_safetensors_range(file, e, off + static_cast<uint64_t>(at) * sizeof(float), n * sizeof(float),
+                                 buf.data());
+          store_param_values(ex, p, at, buf.data(), n, scratch);
+          at += static_cast<int64_t>(n);
+        }
+      },
       subset);
 }
 
@@ -209,8 +240,9 @@ std::vector<StTensor> params_by_path(const Graph& g, const std::map<std::string,
   std::vector<StTensor> out;
   for_each_param(
       g, tensors, scan_layers, file, {},
-      [&](ValueId p, const unsigned char* bytes) {
+      [&](ValueId p, const StTensor& t, uint64_t off) {
         const Value& v = g.value(p);
+        const unsigned char* bytes = t.bytes.data() + off;
         out.push_back({v.name, DType::f32, v.shape, std::vector<unsigned char>(bytes, bytes + v.shape.numel() * 4)});
       },
       subset);

@@ -1,6 +1,7 @@
 // Parameters (and gradients) to and from safetensors tensors, in the file layout of
 // nn/param_layout.h (per layer, or stacked for model.scan_layers).
 #pragma once
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,6 +27,13 @@ std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const 
 void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
                    const std::string& file, const std::string& prefix = {},
                    nn::ParamSubset subset = nn::ParamSubset::all);
+// The same from the located tensors of `file` (scan_safetensors), read piecewise through one
+// kStreamBytes buffer into the executor's buffers (store_param_values): no host copy of a
+// parameter, except a quantized kernel, which is quantized whole. `progress` is called before
+// every read (Comm::keep_alive: the other ranks wait for this one's disk).
+void import_params(Executor& ex, const std::map<std::string, const StEntry*>& entries, bool scan_layers,
+                   const std::string& file, const std::string& prefix = {},
+                   nn::ParamSubset subset = nn::ParamSubset::all, const std::function<void()>& progress = {});
 // Stores the float32 master `values` of parameter p (its numel floats) in ex, rounded to the
 // parameter's dtype: to nearest even, the dense and embedding kernels' rounding, for one narrowed
 // to the compute dtype (graph/passes/narrow_params.h) or a LoRA base in bfloat16; quantized by

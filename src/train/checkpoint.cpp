@@ -356,28 +356,27 @@ Checkpoint load_verified(const std::string& dir, bool with_optimizer, const std:
   Checkpoint c;
   c.path = dir;
   c.state = parse_state((fs::path(dir) / kStateFile).string());
-  c.tensors = read_safetensors((fs::path(dir) / kModelFile).string(), nullptr, progress);
-  const auto nonfinite = [&dir](const std::string& name) {
-    return UserError(dir, "tensor '" + name + "' holds a NaN or an infinity",
-                     "the checkpoint is corrupted or from a diverged run: resume from an earlier one");
+  // Every tensor is checked as it streams past, not kept: a rank reads what it holds on restore.
+  const auto finite = [&dir](const StEntry& e, const unsigned char* bytes, size_t n) {
+    if (e.dtype != DType::f32) return;
+    const auto* f = reinterpret_cast<const float*>(bytes);
+    for (size_t i = 0; i < n / 4; ++i)
+      if (!std::isfinite(f[i]))
+        throw UserError(dir, "tensor '" + e.name + "' holds a NaN or an infinity",
+                        "the checkpoint is corrupted or from a diverged run: resume from an earlier one");
   };
+  const std::string model = (fs::path(dir) / kModelFile).string();
+  std::vector<StEntry> format1_moments;
+  for (StEntry& e : scan_safetensors(model, finite, progress))
+    (e.name.starts_with("opt/") ? format1_moments : c.params).push_back(std::move(e));
   const fs::path opt = fs::path(dir) / kOptimizerFile;
-  // The moments are checked as they stream past, not kept: each rank reads its slice on restore.
-  if (with_optimizer && fs::exists(opt))
-    c.moments = scan_safetensors(
-        opt.string(),
-        [&nonfinite](const StEntry& e, const unsigned char* bytes, size_t n) {
-          if (e.dtype != DType::f32) return;
-          const auto* f = reinterpret_cast<const float*>(bytes);
-          for (size_t i = 0; i < n / 4; ++i)
-            if (!std::isfinite(f[i])) throw nonfinite(e.name);
-        },
-        progress);
-  for (const StTensor& t : c.tensors) {
-    if (t.dtype != DType::f32) continue;
-    const auto* f = reinterpret_cast<const float*>(t.bytes.data());
-    for (size_t i = 0; i < t.bytes.size() / 4; ++i)
-      if (!std::isfinite(f[i])) throw nonfinite(t.name);
+  if (!with_optimizer) return c;
+  if (fs::exists(opt)) {
+    c.moments = scan_safetensors(opt.string(), finite, progress);
+    c.moments_file = opt.string();
+  } else {
+    c.moments = std::move(format1_moments);
+    c.moments_file = model;
   }
   return c;
 }
@@ -621,13 +620,35 @@ std::string base_hash(const Executor& ex) {
   return frozen ? fmt::format("{:08x}", crc) : "";
 }
 
-void load_checkpoint_params(Executor& ex, const Checkpoint& c) {
+namespace {
+std::map<std::string, const StEntry*> by_name(const std::vector<StEntry>& entries) {
+  std::map<std::string, const StEntry*> out;
+  for (const StEntry& e : entries) out[e.name] = &e;
+  return out;
+}
+
+// Elements `own` of the float32 tensor `e` of `file`, read through `buf` (kStreamBytes) and handed
+// to store(at, n, values) piece by piece.
+template <class Store>
+void read_own_range(const std::string& file, const StEntry& e, dist::Range own, std::vector<float>& buf,
+                    const std::function<void()>& progress, Store&& store) {
+  buf.resize(kStreamBytes / sizeof(float));
+  for (int64_t at = own.begin; at < own.end;) {
+    const int64_t n = std::min<int64_t>(own.end - at, static_cast<int64_t>(buf.size()));
+    if (progress) progress();
+    read_safetensors_range(file, e, static_cast<uint64_t>(at) * sizeof(float), static_cast<size_t>(n) * sizeof(float),
+                           buf.data());
+    store(at, n, buf.data());
+    at += n;
+  }
+}
+}  // namespace
+
+void load_checkpoint_params(Executor& ex, const Checkpoint& c, const std::function<void()>& progress) {
   const std::string file = (fs::path(c.path) / kModelFile).string();
   const Config stored = config_from_toml_text(c.state.config_toml, (fs::path(c.path) / kStateFile).string());
-  std::map<std::string, const StTensor*> by_name;
-  for (const StTensor& s : c.tensors) by_name[s.name] = &s;
   if (c.state.base_hash.empty()) {
-    import_params(ex, by_name, stored.model.scan_layers, file, {}, nn::base_subset(ex.graph()));
+    import_params(ex, by_name(c.params), stored.model.scan_layers, file, {}, nn::base_subset(ex.graph()), progress);
     return;
   }
   const Graph& g = ex.graph();
@@ -644,12 +665,23 @@ void load_checkpoint_params(Executor& ex, const Checkpoint& c) {
                         " was trained on (its parameters' CRC-32C is " + now + ", the checkpoint recorded " +
                         c.state.base_hash + ")",
                     "restore that base model, or start a new run from this one");
-  import_params(ex, by_name, stored.model.scan_layers, file, {}, nn::ParamSubset::trainable);
+  import_params(ex, by_name(c.params), stored.model.scan_layers, file, {}, nn::ParamSubset::trainable, progress);
 }
 
-void restore_params(Trainer& t, const Checkpoint& c) {
-  if (!t.params_sharded()) return load_checkpoint_params(t.executor(), c);
-  // This rank's chunk of each parameter, cut out of the tensors the checkpoint holds, which are
+std::vector<StTensor> read_checkpoint_params(const Checkpoint& c) {
+  const std::string file = (fs::path(c.path) / kModelFile).string();
+  std::vector<StTensor> out;
+  for (const StEntry& e : c.params) {
+    StTensor t{.name = e.name, .dtype = e.dtype, .shape = e.shape, .bytes = std::vector<unsigned char>(e.bytes)};
+    read_safetensors_range(file, e, 0, t.bytes.size(), t.bytes.data());
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void restore_params(Trainer& t, const Checkpoint& c, const std::function<void()>& progress) {
+  if (!t.params_sharded()) return load_checkpoint_params(t.executor(), c, progress);
+  // This rank's chunk of each parameter, read out of the tensors the checkpoint holds, which are
   // named by path: LoRA and stacked layers are refused with sharded parameters (config.cpp), and a
   // checkpoint of stacked layers is the only one whose names are not the parameters' paths.
   const std::string file = (fs::path(c.path) / kModelFile).string();
@@ -657,18 +689,17 @@ void restore_params(Trainer& t, const Checkpoint& c) {
   if (stored.model.scan_layers)
     throw UserError(c.path, "holds stacked layers (model.scan_layers), which optimizer.shard = params cannot resume yet",
                     "resume with optimizer.shard = state+grads, then save without model.scan_layers");
-  std::map<std::string, const StTensor*> by_name;
-  for (const StTensor& s : c.tensors) by_name[s.name] = &s;
+  const std::map<std::string, const StEntry*> located = by_name(c.params);
   const Graph& g = t.model().graph;
+  std::vector<float> buf;
   for (size_t i = 0; i < g.params().size(); ++i) {
     const Value& v = g.value(g.params()[i].value);
-    const auto it = by_name.find(v.name);
-    if (it == by_name.end() || it->second->shape != v.shape || it->second->dtype != DType::f32)
+    const auto it = located.find(v.name);
+    if (it == located.end() || it->second->shape != v.shape || it->second->dtype != DType::f32)
       throw UserError(file, "parameter '" + v.name + "' is missing, not float32 or has the wrong shape",
                       "the checkpoint was written for another model");
-    const dist::Range own = t.moment_range(i);
-    t.write_param_shard(i, own.begin, own.size(),
-                        reinterpret_cast<const float*>(it->second->bytes.data()) + own.begin);
+    read_own_range(file, *it->second, t.moment_range(i), buf, progress,
+                   [&](int64_t at, int64_t n, const float* values) { t.write_param_shard(i, at, n, values); });
   }
 }
 
@@ -682,15 +713,9 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
   if (!diff.empty())
     throw UserError(c.path, "was written for a different model: " + diff + " differs",
                     "resume with the checkpoint's model configuration (or start a new run with --out)");
-  restore_params(t, c);
-  // A format-1 checkpoint holds the moments in model.safetensors (read whole with the parameters);
-  // a format-2 one in optimizer.safetensors, located by load_checkpoint, from which this rank reads
-  // its slice alone through one kStreamBytes buffer.
-  std::map<std::string, const StTensor*> whole;
-  for (const StTensor& s : c.tensors) whole[s.name] = &s;
-  std::map<std::string, const StEntry*> located;
-  for (const StEntry& e : c.moments) located[e.name] = &e;
-  const std::string file = (fs::path(c.path) / kOptimizerFile).string();
+  const auto progress = [&t] { t.comm().keep_alive(); };  // the other ranks wait for this one's disk
+  restore_params(t, c, progress);
+  const std::map<std::string, const StEntry*> located = by_name(c.moments);
   std::vector<float> buf;
   const Graph& g = t.model().graph;
   for (int which : {0, 1}) {
@@ -699,30 +724,14 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
       if (!g.params()[i].trainable()) continue;
       const Value& v = g.value(g.params()[i].value);
       const std::string name = kMomentPrefix[which] + v.name;
-      const auto w = whole.find(name);
       const auto l = located.find(name);
-      const bool found = w != whole.end()
-                             ? w->second->shape == v.shape && w->second->dtype == DType::f32
-                             : l != located.end() && l->second->shape == v.shape && l->second->dtype == DType::f32;
-      if (!found)
-        throw UserError(file, "optimizer tensor '" + name + "' is missing or has the wrong shape",
+      if (l == located.end() || l->second->shape != v.shape || l->second->dtype != DType::f32)
+        throw UserError(c.moments_file.empty() ? c.path : c.moments_file,
+                        "optimizer tensor '" + name + "' is missing or has the wrong shape",
                         "the checkpoint was written with another optimizer or model");
       // This rank's part (all of it unless the optimizer state is sharded): resharded on load.
-      const dist::Range own = t.moment_range(i);
-      if (w != whole.end()) {
-        t.write_moment(which, i, own.begin, own.size(),
-                       reinterpret_cast<const float*>(w->second->bytes.data()) + own.begin);
-        continue;
-      }
-      buf.resize(kStreamBytes / sizeof(float));
-      for (int64_t at = own.begin; at < own.end;) {
-        const int64_t n = std::min<int64_t>(own.end - at, static_cast<int64_t>(buf.size()));
-        t.comm().keep_alive();  // the other ranks wait for this one's disk in their next collective
-        read_safetensors_range(file, *l->second, static_cast<uint64_t>(at) * sizeof(float),
-                               static_cast<size_t>(n) * sizeof(float), buf.data());
-        t.write_moment(which, i, at, n, buf.data());
-        at += n;
-      }
+      read_own_range(c.moments_file, *l->second, t.moment_range(i), buf, progress,
+                     [&](int64_t at, int64_t n, const float* values) { t.write_moment(which, i, at, n, values); });
     }
   }
   t.restore_progress(c.state.step, c.state.opt_count, c.state.loss_scale, c.state.scaler_tracker,

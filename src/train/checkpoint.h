@@ -16,9 +16,11 @@
 //   kStreamBytes of its own), so no rank ever holds more of it than its shard. The file fsyncs,
 //   then the directory is renamed into place; a crash or a full disk leaves the previous
 //   checkpoints as they were.
-// - Resuming reads the parameters whole (every rank holds them all) and checks the moments as they
-//   stream past (checksums, finite values); each rank then reads its own slice of them by offset.
-//   checkpoint_stream_bytes() is what either costs, counted by `loom memory` and the fit check.
+// - Resuming checks the parameters and the moments as they stream past (checksums, finite values)
+//   without keeping them; once the trainer is built, each rank reads what it holds of them (all of
+//   a parameter it does not shard, its own slice of one it does) by offset, piece by piece into its
+//   buffers. checkpoint_stream_bytes() is what either costs, counted by `loom memory` and the fit
+//   check.
 // - A state with a non-finite parameter is never written (save returns `nonfinite`), so every
 //   checkpoint on disk is finite and pruning can never remove the last good one.
 // - Replacing a directory (best/) exchanges the two atomically (renameat2 RENAME_EXCHANGE); pruning
@@ -60,13 +62,15 @@ struct CheckpointState {
   std::string base_hash = {};  // "" for a run that trains every parameter
 };
 
+// A checkpoint verified (checksums, finite values) and located, not held: its tensors are read
+// from the files where they are needed (restore_checkpoint, load_checkpoint_params,
+// read_checkpoint_params).
 struct Checkpoint {
   CheckpointState state;
-  std::vector<StTensor> tensors;  // params (and a format-1 checkpoint's moments, "opt/mu/...", "opt/nu/...")
-  // The moments in optimizer.safetensors, verified (checksums, finite values) but not held:
-  // restore_checkpoint reads each rank's slice of them from the file.
-  std::vector<StEntry> moments;
-  std::string path;  // the checkpoint directory
+  std::vector<StEntry> params;   // in model.safetensors, by file-layout name
+  std::vector<StEntry> moments;  // "opt/mu/<path>", "opt/nu/<path>" in moments_file
+  std::string moments_file;      // optimizer.safetensors, or a format-1 checkpoint's model.safetensors
+  std::string path;              // the checkpoint directory
 };
 
 struct SaveResult {
@@ -86,9 +90,10 @@ SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std
 // Reads and verifies a checkpoint directory, or a run directory: its newest checkpoint that
 // verifies (checksums, complete files, finite values), each skipped one reported in `skipped`
 // ("ckpt_000300: <why>") when given. Problems are UserErrors naming the file and the tensor.
-// With `with_optimizer` the moments are verified as they are read, and located, not kept
-// (Checkpoint::moments); without, they are not read (sampling, fine-tuning). `progress` is called
-// between reads (at most 64 MiB apart): e.g. Comm::keep_alive, so that the other ranks of a job
+// The parameters are verified as they are read and located, not kept; with `with_optimizer` the
+// moments too, and without they are not read (sampling, fine-tuning; a format-1 checkpoint's, in
+// model.safetensors, are checked with the parameters). `progress` is called between reads (at
+// most 64 MiB apart): e.g. Comm::keep_alive, so that the other ranks of a job
 // that wait for a slow load are told it goes on (a read that hangs tells them nothing).
 Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* skipped = nullptr,
                            bool with_optimizer = true, const std::function<void()>& progress = {});
@@ -98,15 +103,18 @@ Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* sk
 void restore_checkpoint(Trainer& t, const Checkpoint& c);
 // The host memory a save or a resume holds beside the run's own buffers, on every rank: one
 // kStreamBytes buffer (rank 0's write buffer, another rank's staging, a reader's), whatever the
-// model's size. The resume's parameters, read whole, come on top (they are not sharded).
+// model's size.
 inline constexpr int64_t checkpoint_stream_bytes() { return static_cast<int64_t>(kStreamBytes); }
-// Loads only the parameters (fine-tuning from a run: optimizer state fresh).
-void restore_params(Trainer& t, const Checkpoint& c);
+// Loads only the parameters (fine-tuning from a run: optimizer state fresh), each rank what it
+// holds of them; `progress` as for load_checkpoint.
+void restore_params(Trainer& t, const Checkpoint& c, const std::function<void()>& progress = {});
 // Loads a checkpoint's parameters into `ex`, a program of its model: all of them, or for a LoRA
 // run's checkpoint the frozen base from its configuration's model.init_from (or the seed's draw)
 // then the adapters. A base whose hash differs from the one recorded is a UserError naming
 // model.init_from's path.
-void load_checkpoint_params(Executor& ex, const Checkpoint& c);
+void load_checkpoint_params(Executor& ex, const Checkpoint& c, const std::function<void()>& progress = {});
+// The checkpoint's parameters read whole, by file-layout name (exports, which convert them all).
+std::vector<StTensor> read_checkpoint_params(const Checkpoint& c);
 // The CRC-32C of the frozen parameters' stored bytes (float32 values, or lora.base_dtype's bytes:
 // a quantized base is hashed as quantized), in parameter order, as 8 hex digits; "" when every
 // parameter trains or the program has no backward pass (an inference program's narrowed copies).

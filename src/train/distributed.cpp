@@ -105,14 +105,11 @@ uint32_t resume_digest(const Checkpoint& c) {
   const double reals[] = {s.loss_scale, s.best_val_loss};
   uint32_t crc = crc32c(counts, sizeof counts);
   crc = crc32c(reals, sizeof reals, crc);
-  for (const StTensor& t : c.tensors) {
-    crc = crc32c(t.name.data(), t.name.size(), crc);
-    crc = crc32c(t.bytes.data(), t.bytes.size(), crc);
-  }
-  for (const StEntry& m : c.moments) {  // verified against their bytes as they were read
-    crc = crc32c(m.name.data(), m.name.size(), crc);
-    crc = crc32c(&m.crc, sizeof m.crc, crc);
-  }
+  for (const auto* entries : {&c.params, &c.moments})
+    for (const StEntry& e : *entries) {  // each crc verified against its bytes as they were read
+      crc = crc32c(e.name.data(), e.name.size(), crc);
+      crc = crc32c(&e.crc, sizeof e.crc, crc);
+    }
   return crc;
 }
 

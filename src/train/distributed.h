@@ -18,9 +18,9 @@ namespace loom {
 void check_same_job(const Config& c, dist::Comm& comm);
 
 // A digest of what resuming from `c` loads: its state (step, optimizer count, loss scaler, seed,
-// validation data position, best loss) and every tensor it read, by name and bytes (the moments,
-// which it checked without keeping them, by name and CRC-32C). Equal for copies of one checkpoint wherever they lie; 0
-// for no checkpoint (c.path "").
+// validation data position, best loss) and every tensor it verified, by name and the CRC-32C of its
+// bytes as they were read. Equal for copies of one checkpoint wherever they lie; 0 for no
+// checkpoint (c.path "").
 uint32_t resume_digest(const Checkpoint& c);
 
 // Compares the step and resume_digest of `c` (what this rank loaded, or nothing: a fresh start)

@@ -190,8 +190,9 @@ HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint, LoraMerge 
     stored.model.lora = {};  // the merged model is a plain one
   } else {
     // The checkpoint's parameters by path (unstacked when it was saved with model.scan_layers).
+    const std::vector<StTensor> stored_params = read_checkpoint_params(ck);
     std::map<std::string, const StTensor*> by_name;
-    for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
+    for (const StTensor& t : stored_params) by_name[t.name] = &t;
     const nn::ModelGraph g = nn::build_model(stored.model, model_input(stored, 1), /*train=*/false);
     const std::vector<StTensor> params =
         params_by_path(g.graph, by_name, stored.model.scan_layers, (fs::path(ck.path) / "model.safetensors").string());
@@ -216,8 +217,9 @@ HfExport export_peft(const std::string& run_or_checkpoint, const std::string& ou
                     "train with lora.rank > 0 (PEFT adapters), or use loom export hf (the whole model)");
   const nn::HfModelMap map = nn::hf_model_map(m);  // refuses what transformers cannot hold
   const Checkpoint ck = load_checkpoint(run_or_checkpoint, nullptr, /*with_optimizer=*/false);
+  const std::vector<StTensor> stored_params = read_checkpoint_params(ck);
   std::map<std::string, const StTensor*> by_name;
-  for (const StTensor& t : ck.tensors) by_name[t.name] = &t;
+  for (const StTensor& t : stored_params) by_name[t.name] = &t;
   const nn::ModelGraph g = nn::build_model(m, model_input(src.config(), 1), /*train=*/false);
   const std::vector<StTensor> adapters = params_by_path(
       g.graph, by_name, m.scan_layers, (fs::path(ck.path) / "model.safetensors").string(), nn::ParamSubset::trainable);

@@ -897,11 +897,12 @@ TEST(Dist, ARankLoadingSlowlyIsNotTakenForHung) {
   }
 }
 
-// Sharded optimizer state streams to the checkpoint and back (train/checkpoint.h): the worker
-// (tests/dist/worker/checkpoints.cpp) counts each rank's heap during a save and a resume of a model
-// whose Adam moments (23 MiB each) dwarf the stream buffer, and fails unless a rank's high-water is
-// `loom memory`'s checkpoint line (and, resuming, the parameters, which are read whole) up to a
-// slack for names and headers: a rank that gathered whole moments again would hold 46 MiB more.
+// Sharded optimizer state streams to the checkpoint and back, and so do the parameters
+// (train/checkpoint.h): the worker (tests/dist/worker/checkpoints.cpp) counts each rank's heap
+// during a save and a resume of a model whose parameters and Adam moments (23 MiB each) dwarf the
+// stream buffer, and fails unless a rank's high-water is `loom memory`'s checkpoint line up to a
+// slack for names and headers: a rank that gathered whole moments again would hold 46 MiB more,
+// one that read the parameters whole 23 MiB more.
 // Its moments are a pure function of parameter and element, so one process, which writes them
 // from its own buffers without any stream, is the oracle for the sharded saves' files; every
 // resume checks every rank's slice.
