@@ -5,7 +5,8 @@
 // delay the README asks for (odls_base_sigkill_timeout): on a loaded machine a step alone can
 // take longer than Open MPI's default second. With it, Open MPI 4.1 no longer forwards the ranks'
 // output by the time they stop: the closing line is checked where it always is, in the run
-// directory (loom-stopped.txt).
+// directory (loom-stopped.txt). Six rounds, two per signal; LOOM_STOP_MPI_ROUNDS=N runs N (a
+// longer stress run by hand).
 // In tests/dist (ctest label dist) as it runs mpirun: the sanitizer build runs that label without
 // leak detection (scripts/test.sh), since Open MPI's plugins leave start-up allocations behind.
 #include <fcntl.h>
@@ -90,7 +91,9 @@ TEST(StopMpi, SignalsToMpirunAtRandomInstantsSaveAndResumeLikeAnUninterruptedJob
   std::mt19937 rng(29);
   std::uniform_int_distribution<int> delay_ms(0, 300);
   const int signals[] = {SIGINT, SIGTERM, SIGHUP};
-  for (int i = 0; i < 3; ++i) {
+  const char* rounds_env = std::getenv("LOOM_STOP_MPI_ROUNDS");
+  const int rounds = rounds_env ? std::atoi(rounds_env) : 6;
+  for (int i = 0; i < rounds; ++i) {
     const int sig = signals[i % 3];
     const size_t before = lines(out / "metrics.jsonl");
     const std::string args =
