@@ -25,27 +25,41 @@ namespace {
 
 using namespace loom::testing;
 
+// A resume reads each parameter and moment by offset from the located checkpoint files: by path,
+// stacked per layer (model.scan_layers, each layer at its offset in the stacked tensor), and from a
+// format-1 checkpoint, whose moments lie in model.safetensors beside the parameters.
 TEST(Run, ResumeContinuesBitIdentically) {
   const Fixture& fx = fixture();
-  const fs::path straight = scratch("straight"), split = scratch("split");
-  Result r = run("train " + fx.config.string() + " --out " + straight.string() + " --overwrite");
-  ASSERT_EQ(r.status, 0) << r.out;
-  r = run("train " + fx.config.string() + " train.steps=10 --out " + split.string() + " --overwrite");
-  ASSERT_EQ(r.status, 0) << r.out;
-  r = run("train --resume " + split.string() + " train.steps=20");
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
-  // Every logged loss (train and validation) and every parameter byte agree.
-  EXPECT_EQ(logged_losses(straight / "metrics.jsonl"), logged_losses(split / "metrics.jsonl"));
-  const auto a = loom::read_safetensors((straight / "ckpt_000020" / "model.safetensors").string());
-  const auto b = loom::read_safetensors((split / "ckpt_000020" / "model.safetensors").string());
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].name, b[i].name);
-    EXPECT_TRUE(a[i].bytes == b[i].bytes) << a[i].name;
+  for (const std::string layout : {"by_path", "stacked", "format1"}) {
+    const std::string over = layout == "stacked" ? " model.scan_layers=true" : "";
+    const fs::path straight = scratch("straight_" + layout), split = scratch("split_" + layout);
+    Result r = run("train " + fx.config.string() + over + " --out " + straight.string() + " --overwrite");
+    ASSERT_EQ(r.status, 0) << r.out;
+    r = run("train " + fx.config.string() + over + " train.steps=10 --out " + split.string() + " --overwrite");
+    ASSERT_EQ(r.status, 0) << r.out;
+    if (layout == "format1") {
+      const fs::path ck = split / "ckpt_000010";
+      std::vector<loom::StTensor> all = loom::read_safetensors((ck / "model.safetensors").string());
+      for (loom::StTensor& t : loom::read_safetensors((ck / "optimizer.safetensors").string()))
+        all.push_back(std::move(t));
+      loom::write_safetensors((ck / "model.safetensors").string(), all);
+      fs::remove(ck / "optimizer.safetensors");
+    }
+    r = run("train --resume " + split.string() + " train.steps=20");
+    ASSERT_EQ(r.status, 0) << layout << ": " << r.out;
+    EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+    // Every logged loss (train and validation) and every parameter byte agree.
+    EXPECT_EQ(logged_losses(straight / "metrics.jsonl"), logged_losses(split / "metrics.jsonl")) << layout;
+    const auto a = loom::read_safetensors((straight / "ckpt_000020" / "model.safetensors").string());
+    const auto b = loom::read_safetensors((split / "ckpt_000020" / "model.safetensors").string());
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].name, b[i].name);
+      EXPECT_TRUE(a[i].bytes == b[i].bytes) << layout << ": " << a[i].name;
+    }
+    EXPECT_TRUE(fs::exists(straight / "best" / "model.safetensors"));
+    EXPECT_TRUE(fs::exists(straight / "ckpt_000020" / "tokenizer.json"));
   }
-  EXPECT_TRUE(fs::exists(straight / "best" / "model.safetensors"));
-  EXPECT_TRUE(fs::exists(straight / "ckpt_000020" / "tokenizer.json"));
 }
 
 TEST(Run, RefusesADirectoryHoldingAnotherRun) {
