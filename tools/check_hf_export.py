@@ -47,11 +47,12 @@ def same_chat(outdir, model_dir):
         for gen in (False, True):
             a = ours.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen)
             b = theirs.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen)
-            ids_a = ours.apply_chat_template(conv, add_generation_prompt=gen)
-            ids_b = theirs.apply_chat_template(conv, add_generation_prompt=gen)
+            # transformers 5 returns a BatchEncoding (whose list() is its keys): compare the ids.
+            ids_a = ours.apply_chat_template(conv, add_generation_prompt=gen, return_dict=True)["input_ids"]
+            ids_b = theirs.apply_chat_template(conv, add_generation_prompt=gen, return_dict=True)["input_ids"]
             same = a == b and list(ids_a) == list(ids_b)
             print(f"apply_chat_template ({len(conv)} messages, generation prompt {gen}): "
-                  f"{'the same' if same else 'DIFFERENT'} ({len(a)} characters)")
+                  f"{'the same' if same else 'DIFFERENT'} ({len(a)} characters, {len(ids_a)} tokens)")
             ok &= same
     try:
         want = GenerationConfig.from_pretrained(model_dir).to_dict()
@@ -96,9 +97,14 @@ def main():
         with torch.no_grad():
             for _ in range(a.tokens):
                 ids.append(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax().item())
-        text = a.prompt + tok.decode(ids[len(ids) - a.tokens:], skip_special_tokens=False)
+        new = ids[len(ids) - a.tokens:]
+        text = a.prompt + tok.decode(new, skip_special_tokens=False)
         same = loom in (text, text + "\n")  # loom ends a sample with a newline unless it ends in one
-        print(f"greedy continuation of {a.prompt!r}: {'the same as' if same else 'DIFFERENT from'} loom's")
+        # How far they agree: the most leading tokens whose text begins loom's.
+        agree = next(k for k in range(len(new), -1, -1)
+                     if loom.startswith(a.prompt + tok.decode(new[:k], skip_special_tokens=False)))
+        print(f"greedy continuation of {a.prompt!r}: {'the same as' if same else 'DIFFERENT from'} loom's "
+              f"({agree} of {len(new)} tokens agree)")
         print("  transformers:", repr(text))
         print("  loom:        ", repr(loom))
         ok &= same

@@ -6,7 +6,8 @@ this in its own venv; the C++ tests read the outputs and need neither Python nor
                               Shakespeare plus a multilingual paragraph, one per pre-tokenizer
                               style: gpt2 (ByteLevel regex), smollm (Digits + ByteLevel), llama3
                               (Split regex + ByteLevel, ignore_merges, BOS template, one vocabulary
-                              token no merge reaches), qwen2 (NFC + Split regex + ByteLevel)
+                              token no merge reaches), qwen2 (NFC + Split regex + ByteLevel, Qwen2's
+                              <|endoftext|>, <|im_start|> and <|im_end|>)
   tokenizers/expected.json    {"texts": [...], "ids": {variant: [[ids of text k], ...]}}: what
                               `tokenizers` gives with add_special_tokens=False
   gpt2/                       GPT2LMHeadModel, 2 layers, hidden 32, 4 heads, vocab of the gpt2
@@ -19,12 +20,14 @@ this in its own venv; the C++ tests read the outputs and need neither Python nor
   llama3/                     llama_untied's shape with rope_type llama3 (factor 8, low/high 1/4,
                               original_max_position_embeddings 64: of the four frequencies one is
                               kept, one blended, two divided by 8), 128 positions
-  qwen2_tied/, qwen2_untied/  Qwen2ForCausalLM of that shape (random q/k/v biases), theta 1e6
+  qwen2_tied/, qwen2_untied/  Qwen2ForCausalLM of that shape (random q/k/v biases), theta 1e6, the
+                              qwen2 tokenizer
   mistral/                    MistralForCausalLM of that shape, sliding_window 4 (shorter than the
                               fixtures' 8 tokens and the 40 of the greedy continuation)
   qwen3/                      Qwen3ForCausalLM, 2 layers, hidden 32, 4 heads of head_dim 16 (so
                               q_proj is 64 wide, not 32), 2 key/value heads, q_norm and k_norm
-                              weights 1 + N(0, 0.1^2), tied head; same files, and in
+                              weights 1 + N(0, 0.1^2), tied head, the qwen2 tokenizer (Qwen3
+                              keeps Qwen2's); same files, and in
                               expected.safetensors "greedy/prompt" (int32 [1, 8]) and
                               "greedy/tokens" (int32 [32]): transformers' greedy continuation
   gemma3/                     Gemma3ForCausalLM (text), 3 layers (local, global, local: sliding_window 4,
@@ -37,6 +40,10 @@ expected.safetensors holds "inputs" and "labels" (int32 [2, 8]: fixed ids), "log
 (float32: the gradient of that loss with respect to parameter <name>, for a few parameters);
 llama3/, qwen2_*/, mistral/ and gemma3/ also "greedy" (int32 [32]): the 32 tokens transformers' greedy
 decoding (argmax of a full forward pass per token, first maximum) appends to inputs[0].
+
+qwen2_tied/, qwen2_untied/, qwen3/, mistral/ and gemma3/ are chat models as transformers 5 saves
+one: chat_template.jinja (the family's chat format, from tools/chat_templates/) and
+tokenizer_config.json (the family's bos, eos and pad tokens, as the fixture's tokenizer spells them).
 
 Deterministic: running it twice gives the same files.
 """
@@ -128,7 +135,7 @@ def make_tokenizers(out, corpus):
             pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]),
-        normalizer=normalizers.NFC())
+        normalizer=normalizers.NFC(), specials=("<|endoftext|>", "<|im_start|>", "<|im_end|>"))
 
     os.makedirs(out, exist_ok=True)
     expected = {"texts": TEXTS, "ids": {}}
@@ -194,13 +201,31 @@ def write_expected(model, out, vocab_size, grad_names, gen, with_greedy=False, g
     save_file(tensors, os.path.join(out, "expected.safetensors"), metadata={"loss": repr(loss.item())})
 
 
-def save_model(model, out, tokenizer_file):
+# The chat format of each family (tools/chat_templates/<name>.jinja) and the special tokens its
+# tokenizer_config.json names, in the fixture tokenizer's spelling: Qwen's Instruct models end a
+# sequence with <|im_end|>; Mistral's <s>/</s> are the llama3 tokenizer's begin and end of text.
+CHAT = {
+    "qwen2": ("qwen2.5", {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}),
+    "qwen3": ("qwen3", {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}),
+    "mistral": ("mistral", {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}),
+    "gemma3": ("gemma3", {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}),
+}
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "chat_templates")
+
+
+def save_model(model, out, tokenizer_file, chat=None):
     shutil.rmtree(out, ignore_errors=True)
     model.save_pretrained(out, safe_serialization=True)
     gen_cfg = os.path.join(out, "generation_config.json")
     if os.path.exists(gen_cfg):
         os.remove(gen_cfg)  # not read by loom
     shutil.copy(tokenizer_file, os.path.join(out, "tokenizer.json"))
+    if chat is not None:
+        template, tokens = CHAT[chat]
+        shutil.copy(os.path.join(TEMPLATES, template + ".jinja"), os.path.join(out, "chat_template.jinja"))
+        with open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump({**tokens, "tokenizer_class": "TokenizersBackend"}, f, indent=2)
+            f.write("\n")
 
 
 def make_gpt2(out, tokenizer_file, vocab_size):
@@ -220,12 +245,12 @@ def make_gpt2(out, tokenizer_file, vocab_size):
                    gen)
 
 
-def make_causal_lm(out, model_class, cfg, tokenizer_file, vocab_size, seed, grads, with_greedy=False):
+def make_causal_lm(out, model_class, cfg, tokenizer_file, vocab_size, seed, grads, with_greedy=False, chat=None):
     torch.manual_seed(seed)
     model = model_class(cfg).float().eval()
     gen = torch.Generator().manual_seed(seed + 1)
     randomize(model, gen)
-    save_model(model, out, tokenizer_file)
+    save_model(model, out, tokenizer_file, chat)
     grads = grads + ["model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"]  # the head's
     write_expected(model, out, vocab_size, grads, gen, with_greedy)
 
@@ -260,14 +285,21 @@ def make_llama3(out, tokenizer_file, vocab_size, seed):
     make_causal_lm(out, LlamaForCausalLM, cfg, tokenizer_file, vocab_size, seed, LLAMA_GRADS, with_greedy=True)
 
 
+# Qwen's config.json: <|endoftext|> begins, <|im_end|> (the Instruct models') ends (ids 0 and 2 of the
+# qwen2 tokenizer).
+QWEN_SPECIALS = dict(bos_token_id=0, eos_token_id=2)
+
+
 def make_qwen2(out, tokenizer_file, vocab_size, tied, seed):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(vocab_size=vocab_size, max_position_embeddings=128, rope_parameters={"rope_type": "default",
-                      "rope_theta": 1000000.0}, use_sliding_window=False, tie_word_embeddings=tied, **SMALL)
+                      "rope_theta": 1000000.0}, use_sliding_window=False, tie_word_embeddings=tied,
+                      **{**SMALL, **QWEN_SPECIALS})
     grads = ["model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.k_proj.weight",
              "model.layers.1.self_attn.v_proj.bias", "model.layers.1.mlp.gate_proj.weight", "model.norm.weight"]
-    make_causal_lm(out, Qwen2ForCausalLM, cfg, tokenizer_file, vocab_size, seed, grads, with_greedy=True)
+    make_causal_lm(out, Qwen2ForCausalLM, cfg, tokenizer_file, vocab_size, seed, grads, with_greedy=True,
+                   chat="qwen2")
 
 
 def make_mistral(out, tokenizer_file, vocab_size, seed):
@@ -276,7 +308,8 @@ def make_mistral(out, tokenizer_file, vocab_size, seed):
     cfg = MistralConfig(vocab_size=vocab_size, max_position_embeddings=128, head_dim=8, sliding_window=4,
                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False,
                         **SMALL)
-    make_causal_lm(out, MistralForCausalLM, cfg, tokenizer_file, vocab_size, seed, LLAMA_GRADS, with_greedy=True)
+    make_causal_lm(out, MistralForCausalLM, cfg, tokenizer_file, vocab_size, seed, LLAMA_GRADS, with_greedy=True,
+                   chat="mistral")
 
 
 def make_qwen3(out, tokenizer_file, vocab_size, seed):
@@ -286,12 +319,12 @@ def make_qwen3(out, tokenizer_file, vocab_size, seed):
     cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
                       rope_theta=10000.0, rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False,
-                      tie_word_embeddings=True, attention_dropout=0.0, bos_token_id=0, eos_token_id=1,
-                      use_sliding_window=False, attn_implementation="eager")
+                      tie_word_embeddings=True, attention_dropout=0.0, use_sliding_window=False,
+                      attn_implementation="eager", **QWEN_SPECIALS)
     model = Qwen3ForCausalLM(cfg).float().eval()
     gen = torch.Generator().manual_seed(seed + 1)
     randomize(model, gen)
-    save_model(model, out, tokenizer_file)
+    save_model(model, out, tokenizer_file, "qwen3")
     grads = ["model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_norm.weight",
              "model.layers.1.self_attn.k_norm.weight", "model.layers.1.self_attn.o_proj.weight",
              "model.norm.weight", "model.embed_tokens.weight"]
@@ -316,7 +349,8 @@ def make_gemma3(out, tokenizer_file, vocab_size, seed):
     grads = ["model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.q_norm.weight",
              "model.layers.0.pre_feedforward_layernorm.weight", "model.layers.1.post_attention_layernorm.weight",
              "model.layers.2.mlp.gate_proj.weight"]
-    make_causal_lm(out, Gemma3ForCausalLM, cfg, tokenizer_file, vocab_size, seed, grads, with_greedy=True)
+    make_causal_lm(out, Gemma3ForCausalLM, cfg, tokenizer_file, vocab_size, seed, grads, with_greedy=True,
+                   chat="gemma3")
 
 
 def main():
@@ -338,7 +372,7 @@ def main():
     make_qwen2(os.path.join(a.out, "qwen2_tied"), os.path.join(tok_dir, "qwen2.json"), qwen_vocab, True, 40)
     make_qwen2(os.path.join(a.out, "qwen2_untied"), os.path.join(tok_dir, "qwen2.json"), qwen_vocab, False, 50)
     make_mistral(os.path.join(a.out, "mistral"), os.path.join(tok_dir, "llama3.json"), llama_vocab, 60)
-    make_qwen3(os.path.join(a.out, "qwen3"), os.path.join(tok_dir, "llama3.json"), llama_vocab, 30)
+    make_qwen3(os.path.join(a.out, "qwen3"), os.path.join(tok_dir, "qwen2.json"), qwen_vocab, 30)
     gemma_tok = os.path.join(tok_dir, "gemma.json")
     make_gemma3(os.path.join(a.out, "gemma3"), gemma_tok, Tokenizer.from_file(gemma_tok).get_vocab_size(), 70)
 

@@ -8,9 +8,9 @@
 #                                         # expectations (tools/hf_tokenizer_fixtures.py), with
 #                                         # `tokenizers` alone in .venv-tok/
 #
-# The outputs are deterministic. The pins below are the versions the committed fixtures were made
-# with (Python 3.11). Needs network access to the Python package index (pip's configured index);
-# the C++ tests that read the fixtures need neither.
+# The outputs are deterministic. The pins (hf_pins in tools/venv.sh) are the versions the committed
+# fixtures were made with (Python 3.11). Needs network access to the Python package index (pip's
+# configured index); the C++ tests that read the fixtures need neither.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,22 +18,14 @@ venv="$root/.venv-hf"
 # shellcheck source=tools/venv.sh
 source "$root/tools/venv.sh"
 
-pins=(
-  torch==2.15.0
-  transformers==5.23.0
-  tokenizers==0.23.3
-  safetensors==0.8.0
-  numpy==2.4.6
-)
-
 if [[ "${1:-}" == "--tokenizers-only" ]]; then
-  make_venv "$root/.venv-tok" "$(printf '%s\n' "${pins[@]}" | grep '^tokenizers==')"
+  make_venv "$root/.venv-tok" "$(printf '%s\n' "${hf_pins[@]}" | grep '^tokenizers==')"
   "$root/.venv-tok/bin/python" "$root/tools/hf_tokenizer_fixtures.py" --out "$root/tests/golden/hf" \
     --shakespeare "$root/data/tinyshakespeare.txt"
   chmod 0644 "$root"/tests/golden/hf/tokenizers/*
   exit 0
 fi
-make_venv "$venv" "${pins[@]}"
+make_venv "$venv" "${hf_pins[@]}"
 
 export CUDA_VISIBLE_DEVICES=""
 "$venv/bin/python" "$root/tools/make_hf_fixtures.py" --out "$root/tests/golden/hf" \

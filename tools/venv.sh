@@ -1,4 +1,16 @@
-# Sourced by tools/make_goldens.sh, tools/make_hf_fixtures.sh and the bench scripts.
+# Sourced by tools/make_goldens.sh, tools/make_hf_fixtures.sh, tools/check_family_examples.sh and
+# the bench scripts.
+
+# transformers and what it needs, at the versions tests/golden/hf/ was made with: the venv of
+# tools/make_hf_fixtures.sh (.venv-hf/), where tools/check_hf_export.py runs too.
+hf_pins=(
+  torch==2.15.0
+  transformers==5.23.0
+  tokenizers==0.23.3
+  safetensors==0.8.0
+  numpy==2.4.6
+)
+
 #   make_venv VENV PIN...
 # creates the venv VENV when it is missing (with $PYTHON, else python3.11 when installed, else
 # python3) and installs the pinned packages into it.

@@ -1,9 +1,12 @@
-// The README's chat worked example (examples/chat_arithmetic, configs/chat_arithmetic.toml) as a
-// user runs it, shortened: the data from its seed, `loom prepare chat` with the example's template,
-// the held-out multiple-choice accuracy of the Llama fixture before and after fine-tuning on the
-// assistant's turns, and a chat with the result.
+// The README's chat worked examples as a user runs them, shortened. A chat model learns to add
+// (examples/chat_arithmetic, configs/chat_arithmetic.toml): the data from its seed, `loom prepare
+// chat` with the example's template, the held-out multiple-choice accuracy of the Llama fixture
+// before and after fine-tuning on the assistant's turns, and a chat with the result. A chat model
+// of each family: the Qwen2, Qwen3, Mistral and Gemma 3 fixtures fine-tuned on the same
+// conversations with their own templates, chatted with and exported.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -12,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/hf_tokenizer.h"
 #include "support/files.h"
 #include "support/run_loom.h"
 
@@ -116,6 +120,78 @@ TEST(HfCliExample, ChatArithmeticLearnsToAdd) {
   r = run_loom("sample " + d.path("run") + " --chat 'What is 7 + 4?' --temperature 0 --tokens 8");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(std::regex_match(r.out, std::regex("[0-9]{1,2}\n"))) << r.out;
+}
+
+// The README's worked example for each family ("Chat models of each family"), shortened: the
+// fixture standing in for a downloaded chat model, with its family's chat template, prepares the
+// example's conversations, learns from them with configs/llama_finetune.toml, answers a chat with a
+// number and the end of its turn, and exports a model that chats as the run does, with the
+// template, and a generation_config.json whose eos_token_id holds the template's end of turn.
+struct ChatFamily {
+  std::string fixture, architecture, end_of_turn;  // "qwen3", "Qwen3ForCausalLM", "<|im_end|>"
+  std::string seq_len;                             // the row length: 128, or the fixture's positions
+  std::string loss_on;  // Mistral's template moves the system prompt into the last question: "all"
+};
+void PrintTo(const ChatFamily& f, std::ostream* os) { *os << f.fixture; }
+class HfChatFamilyExample : public ::testing::TestWithParam<ChatFamily> {};
+INSTANTIATE_TEST_SUITE_P(
+    Families, HfChatFamilyExample,
+    ::testing::Values(ChatFamily{"qwen2_tied", "Qwen2ForCausalLM", "<|im_end|>", "128", "assistant"},
+                      ChatFamily{"qwen3", "Qwen3ForCausalLM", "<|im_end|>", "64", "assistant"},
+                      ChatFamily{"mistral", "MistralForCausalLM", "<|end_of_text|>", "128", "all"},
+                      ChatFamily{"gemma3", "Gemma3ForCausalLM", "<end_of_turn>", "128", "assistant"}),
+    [](const auto& info) { return info.param.fixture; });
+
+TEST_P(HfChatFamilyExample, FineTuneChatAndExport) {
+  const ChatFamily& f = GetParam();
+  TempDir d;
+  const std::string model = hf_golden(f.fixture);
+  auto r = make_data(d.path("src"), "--conversations 400 --questions 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_loom("prepare chat " + model + " " + d.path("src/chats.jsonl") + " " + d.path("tokens") + " --block-size " +
+               f.seq_len + (f.loss_on == "all" ? " --loss-on all" : ""));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("conversational data, loss on " + f.loss_on), std::string::npos) << r.out;
+  r = run_loom("train " LOOM_SOURCE_DIR "/configs/llama_finetune.toml threads=1 model.init_from=" + model +
+               " data.dir=" + d.path("tokens") + " data.seq_len=" + f.seq_len +
+               " data.packing=true train.sample_tokens=0 train.steps=60 train.eval_interval=30"
+               " optimizer.decay_steps=60 optimizer.learning_rate=3e-3 --out " +
+               d.path("run"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("parameters from the Hugging Face " + f.architecture + " in " + model), std::string::npos)
+      << r.out;
+  const auto val = [&](const std::string& step) {
+    const size_t p = r.out.find("step " + step + ": val loss ");
+    return p == std::string::npos ? -1.0 : std::stod(r.out.substr(p + step.size() + 16));
+  };
+  EXPECT_GT(val("30"), val("60")) << r.out;
+  EXPECT_GT(val("60"), 0) << r.out;
+  // The reply is a number (after Mistral's space), and the turn ends at the template's end of turn,
+  // well within the 12 tokens allowed.
+  const std::string chat = " --chat 'What is 7 + 4?' --temperature 0 --tokens 12";
+  const auto reply = run_loom("sample " + d.path("run") + chat);
+  EXPECT_EQ(reply.status, 0) << reply.out;
+  EXPECT_TRUE(std::regex_match(reply.out, std::regex(" ?[0-9]{1,3}\n"))) << reply.out;
+  r = run_loom("export hf " + d.path("run") + " " + d.path("hf"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("as " + f.architecture + " to " + d.path("hf")), std::string::npos) << r.out;
+  // The export chats and continues a prompt as the run does.
+  const auto exported = run_loom("sample " + d.path("hf") + chat);
+  EXPECT_EQ(exported.status, 0) << exported.out;
+  EXPECT_EQ(exported.out, reply.out);
+  const std::string text = " --prompt 'What is 7 + 4?' --temperature 0 --tokens 30";
+  EXPECT_EQ(run_loom("sample " + d.path("hf") + text).out, run_loom("sample " + d.path("run") + text).out);
+  // transformers' generate() stops where `loom sample --chat` does.
+  const auto tok = HfTokenizer::load(d.path("hf"));
+  const int32_t end = tok->find(f.end_of_turn);
+  ASSERT_GE(end, 0) << f.end_of_turn;
+  const auto generation = nlohmann::json::parse(read_file(d.path("hf/generation_config.json")));
+  // One id, or a list of them.
+  const nlohmann::json& ids = generation["eos_token_id"];
+  const auto eos = ids.is_array() ? ids.get<std::vector<int32_t>>() : std::vector<int32_t>{ids.get<int32_t>()};
+  EXPECT_NE(std::find(eos.begin(), eos.end(), end), eos.end()) << generation.dump();
+  for (const char* file : {"chat_template.jinja", "tokenizer_config.json"})
+    EXPECT_EQ(read_file(d.path("hf/") + file), read_file(model + "/" + file)) << file;
 }
 
 }  // namespace

@@ -65,7 +65,12 @@ TEST_P(HfExportOf, RoundTripIsBitIdentical) {
   const HfExport r = export_hf(d.path("ckpt"), d.path("out"));
   const nlohmann::json want = nlohmann::json::parse(read_file(hf_golden(GetParam() + "/config.json")));
   EXPECT_EQ(r.architecture, want["architectures"][0]);
-  EXPECT_EQ(r.files, (std::vector<std::string>{"model.safetensors", "config.json", "tokenizer.json"}));
+  // The chat models' fixtures bring their tokenizer_config.json and template along, and the export
+  // a generation_config.json that lists the template's end of turn.
+  std::vector<std::string> files = {"model.safetensors", "config.json", "tokenizer.json"};
+  if (fs::exists(hf_golden(GetParam() + "/chat_template.jinja")))
+    files.insert(files.end(), {"tokenizer_config.json", "chat_template.jinja", "generation_config.json"});
+  EXPECT_EQ(r.files, files);
   EXPECT_TRUE(r.tokenizer_note.empty());
 
   // config.json says what transformers' own said, key for key (bos and eos too: the run started
