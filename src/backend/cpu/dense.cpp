@@ -121,8 +121,8 @@ void tile_grid(int64_t M, int64_t N, int64_t K, bool gemv, bool tb, bool rows_on
 constexpr int64_t kBlockRows = 4096;
 // Rows per sgemm call of a float32 dense's tile, which the GEMM writes into out itself and the
 // epilogue then adds the bias to: the epilogue finds the block in L2 instead of reading the whole
-// tile back from L3 or memory (64 rows: the fastest of 32, 64 and 128 at the benchmark shapes,
-// docs/performance.md). A tile's last block takes the rows left when fewer than 2 · kEpilogueRows
+// tile back from L3 or memory (64 rows; 32 and 128 measured within two percent of it at the
+// benchmark shapes, docs/performance.md's appendix). A tile's last block takes the rows left when fewer than 2 · kEpilogueRows
 // remain, so no call has fewer rows than this unless the whole tile does (oneDNN's sgemm sums
 // differently for a few rows).
 constexpr int64_t kEpilogueRows = 64;
