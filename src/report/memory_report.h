@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/format.h"
 #include "graph/passes/plan.h"
-#include "report/format.h"
 #include "train/config.h"
 #include "train/fit.h"
 #include "train/trainer.h"
