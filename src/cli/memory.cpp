@@ -2,9 +2,11 @@
 // [--no-inplace] [--html FILE] [--ranks N] [--fit]`: the plan's device memory
 // (report/memory_report.h), for one configuration or for every combination of the swept values;
 // with --ranks, one rank's of N; with --fit, model.remat = auto's choices from the no-remat plan
-// down to the smallest that fits (train/fit.h). With model.remat = auto the plan is that of the
-// choice for --budget, else train.memory_budget, else the memory available, and the choice is
-// printed above it (`remat_auto` in --json).
+// down to the smallest that fits (train/fit.h), and with --budget also the choice for it. With
+// model.remat = auto the plan is that of the choice for --budget, else train.memory_budget, else
+// the memory available, and the choice is printed above it (`remat_auto` in --json). The --html
+// page draws the frontier too with --fit or model.remat = auto, and then its plan is the chosen
+// point's.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -51,20 +53,44 @@ std::pair<Config, std::optional<FitChoice>> resolve_auto(const Config& c, int64_
   return {f.apply(choice), choice};
 }
 
-void print_fit(const Config& c, bool json, int ranks) {
+// The frontier of `c` (Fitter::frontier) with the choice for `budget` (--budget; 0: with
+// model.remat = auto train.memory_budget or what is available, else none), and `c` with that choice
+// applied (`c` itself without one).
+struct Frontier {
+  FitFrontier fit;
+  Config planned;
+};
+Frontier fit_frontier(const Config& c, int64_t budget, int ranks) {
   Fitter f(c, ranks);
-  const std::vector<Fitter::FitPoint> points = f.frontier();
+  Frontier r{.fit = {.points = f.frontier(), .ceiling_flops = 0, .chosen = std::nullopt}, .planned = c};
   const std::unique_ptr<Backend> be = make_backend(c.device);
-  const double ceiling = matmul_ceiling_flops(*be, c.model.dtype, stderr);
+  r.fit.ceiling_flops = matmul_ceiling_flops(*be, c.model.dtype, stderr);
+  if (budget == 0 && c.model.remat.has(RematRegion::auto_)) budget = fit_budget(c, be->memory_available(), ranks);
+  if (budget > 0) {
+    Fitter::FitPoint chosen{.budget = budget, .choice = {}, .seconds = 0, .plans = 0};
+    chosen.choice = f.fit(chosen.budget);
+    r.planned = f.apply(chosen.choice);
+    r.fit.chosen = std::move(chosen);
+  }
+  return r;
+}
+
+void print_fit(const Frontier& r, bool json, int ranks) {
+  const FitFrontier& fr = r.fit;
   if (json) {
-    fmt::print("{}\n", fit_frontier_json(points, ceiling).dump(2));
+    fmt::print("{}\n", fit_frontier_json(fr.points, fr.ceiling_flops).dump(2));
     return;
   }
   fmt::print(
       "model.remat = auto, least recomputed FLOPs per budget{}; step time = all FLOPs at the {} matmul "
       "ceiling ({:.0f} GFLOP/s)\n",
-      ranks > 1 ? fmt::format(" (one rank of {})", ranks) : "", dtype_name(c.model.dtype), ceiling / 1e9);
-  fmt::print("{}", format_fit_frontier(points, ceiling));
+      ranks > 1 ? fmt::format(" (one rank of {})", ranks) : "", dtype_name(r.planned.model.dtype),
+      fr.ceiling_flops / 1e9);
+  fmt::print("{}", format_fit_frontier(fr.points, fr.ceiling_flops));
+  if (fr.chosen)
+    fmt::print("\nbudget {}: {}, planned {}, recompute +{:.1f}% FLOPs\n", format_bytes(fr.chosen->budget),
+               describe_choice(fr.chosen->choice), format_bytes(fr.chosen->choice.total_bytes),
+               100 * fr.chosen->choice.recompute_flops / fr.chosen->choice.step_flops);
 }
 
 void print_one(const Config& config, bool json, int64_t budget, PlanOptions popts, int ranks) {
@@ -155,17 +181,25 @@ CommandBody add_memory_command(CLI::App& sub) {
   sub.add_flag("--fit", a->fit,
                "model.remat = auto's least-recompute choice (layers, minibatches and, with model.head_chunk=auto, "
                "the head) at budgets from the no-remat plan down to the smallest that fits, with the recompute "
-               "share and predicted step time");
+               "share and predicted step time; with --budget also the choice for it; with --html drawn on the page");
   sub.add_option("--ranks", a->ranks, "plan one rank of N (mpirun -np N): its share of the batch and state")
       ->check(CLI::PositiveNumber);
   return [a] {
     const int64_t budget = a->budget.empty() ? 0 : parse_bytes(a->budget, "--budget");
-    if (!a->html.empty()) write_memory_html(resolve_auto(a->config.load(), budget, a->ranks).first, a->html);
+    const Config c = a->config.load();
+    if (a->fit || (!a->html.empty() && c.model.remat.has(RematRegion::auto_))) {
+      const Frontier r = fit_frontier(c, budget, a->ranks);
+      if (!a->html.empty()) write_memory_html(r.planned, a->html, &r.fit);
+      if (a->fit) {
+        print_fit(r, a->json, a->ranks);
+        return 0;
+      }
+    } else if (!a->html.empty()) {
+      write_memory_html(c, a->html);
+    }
     const PlanOptions popts{.inplace = !a->no_inplace, .reuse = true, .grad_release = {}};
-    if (a->fit)
-      print_fit(a->config.load(), a->json, a->ranks);
-    else if (a->sweeps.empty())
-      print_one(a->config.load(), a->json, budget, popts, a->ranks);
+    if (a->sweeps.empty())
+      print_one(c, a->json, budget, popts, a->ranks);
     else
       print_sweep(*a, budget, popts);
     return 0;

@@ -107,6 +107,13 @@ const char* kPage = R"HTML(<!DOCTYPE html>
   table.bufs tr.sel { background: #fdeccf !important; }
   .ph { display: inline-block; padding: 0 5px; border-radius: 3px; color: #fff; font-size: 11px; }
   .note { color: var(--muted); font-size: 12px; margin-top: 6px; }
+  #frontier { display: block; width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
+  #frontier text { font: 12px system-ui, sans-serif; fill: var(--muted); }
+  #frontier .fit-label { fill: var(--fg); font-size: 11px; }
+  #frontier .fit-chosen-label { fill: #b0243a; font-weight: 600; }
+  #frontier .fit-mark:hover { stroke: #222; stroke-width: 2; }
+  table.bufs tr.fit-row.sel td:first-child { color: #b0243a; font-weight: 600; }
+  table.bufs tr.fit-row td:last-child { white-space: normal; }
 </style>
 </head>
 <body>
@@ -119,7 +126,7 @@ live activation bytes per schedule step. Planned, not measured: nothing ran to d
   <svg id="plot" role="img" aria-label="live arena bytes over the schedule"></svg>
   <div id="tip"></div>
 </div>
-<h2>Buffers</h2>
+__FRONTIER__<h2>Buffers</h2>
 <div class="controls">
   <label>filter <input type="text" id="filter" placeholder="scope, op, shape or dtype"></label>
   <label><input type="checkbox" id="at-peak"> live at the peak only</label>
@@ -357,11 +364,145 @@ live activation bytes per schedule step. Planned, not measured: nothing ran to d
     renderTable();
   });
   renderTable();
+
+  // ---- model.remat = auto's frontier: one panel per measure over the budget, one mark per point
+  function drawFrontier(F) {
+    var rows = F.points.map(function (p, i) { return { n: String(i + 1), p: p, chosen: false }; });
+    if (F.chosen) rows.push({ n: 'chosen', p: F.chosen, chosen: true });
+    rows.sort(function (x, y) { return (y.p.budget_bytes - x.p.budget_bytes) || (y.chosen - x.chosen); });
+    function share(p) { return 100 * p.recompute_flops / p.step_flops; }
+    function fmtS(v) {
+      return v >= 1 ? +v.toPrecision(4) + ' s' : v >= 1e-3 ? +(v * 1e3).toPrecision(4) + ' ms'
+                                                           : +(v * 1e6).toPrecision(4) + ' \u00b5s';
+    }
+    var panels = [
+      { key: 'total', label: 'planned total', val: function (p) { return p.total_bytes; }, bytes: true },
+      { key: 'recompute', label: 'recompute, % of the step\'s FLOPs', val: share, fmt: function (v) { return +v.toFixed(2) + '%'; } }
+    ];
+    if (F.ceiling_flops > 0)
+      panels.push({ key: 'step', label: 'predicted step time', val: function (p) { return p.predicted_step_seconds; },
+                    fmt: fmtS });
+    var FW = 1200, FL = 78, FR = 18, FT = 48, FB = 40, FPH = 140, GAP = 34, FPW = FW - FL - FR;
+    var FH = FT + panels.length * FPH + (panels.length - 1) * GAP + FB;
+    var fsvg = document.getElementById('frontier');
+    fsvg.setAttribute('viewBox', '0 0 ' + FW + ' ' + FH);
+    var budgets = F.points.map(function (p) { return p.budget_bytes; });
+    var bhi = Math.max.apply(null, budgets), blo = Math.min.apply(null, budgets);
+    var bpad = (bhi - blo) * 0.04 || bhi * 0.02 || 1;
+    function FX(b) { return FL + (b - blo + bpad) / (bhi - blo + 2 * bpad) * FPW; }
+    // A budget above the no-remat plan chooses what the no-remat plan's budget does: drawn there.
+    function BX(b) { return FX(Math.min(b, bhi)); }
+    function byteUnit(b) { return b >= 1073741824 ? [1073741824, 'GiB'] : b >= 1048576 ? [1048576, 'MiB'] : [1024, 'KiB']; }
+    function ticks(lo, hi, n) {
+      if (!(hi > lo)) return [lo];
+      var st = niceStep(hi - lo, n), out = [];
+      for (var t = Math.ceil(lo / st) * st; t <= hi + st * 1e-9; t += st) out.push(t);
+      return out;
+    }
+    var f = [], bu = byteUnit(bhi);
+    panels.forEach(function (pn, k) {
+      var top = FT + k * (FPH + GAP), vals = rows.map(function (r) { return pn.val(r.p); });
+      var lo = Math.min.apply(null, vals), hi = Math.max.apply(null, vals);
+      if (pn.bytes) { lo = Math.min(lo, blo); hi = Math.max(hi, bhi); }
+      var pad = (hi - lo) * 0.08 || Math.abs(hi) * 0.05 || 1;
+      lo = pn.bytes || pn.key === 'step' ? Math.max(0, lo - pad) : 0;
+      hi += pad;
+      var u = pn.bytes ? byteUnit(hi)[0] : 1;
+      function FY(v) { return top + FPH - (v - lo) / (hi - lo) * FPH; }
+      ticks(lo / u, hi / u, 4).forEach(function (t) {
+        var y = FY(t * u);
+        f.push('<line x1="' + FL + '" x2="' + (FW - FR) + '" y1="' + y + '" y2="' + y + '" stroke="#eceef2"/>');
+        f.push('<text x="' + (FL - 6) + '" y="' + (y + 4) + '" text-anchor="end">' +
+               (pn.bytes ? +t.toFixed(3) + ' ' + byteUnit(hi)[1] : pn.fmt(t)) + '</text>');
+      });
+      f.push('<line x1="' + FL + '" x2="' + FL + '" y1="' + top + '" y2="' + (top + FPH) + '" stroke="#99a"/>');
+      f.push('<line x1="' + FL + '" x2="' + (FW - FR) + '" y1="' + (top + FPH) + '" y2="' + (top + FPH) +
+             '" stroke="#99a"/>');
+      f.push('<text x="' + FL + '" y="' + (top - 8) + '">' + esc(pn.label) + '</text>');
+      if (pn.bytes)  // what fits lies on or below planned = budget
+        f.push('<line class="fit-budget-line" x1="' + FX(blo) + '" y1="' + FY(blo) + '" x2="' + FX(bhi) + '" y2="' +
+               FY(bhi) + '" stroke="#999" stroke-dasharray="5,4"/>' +
+               '<text x="' + FX((blo + bhi) / 2) + '" y="' + (FY((blo + bhi) / 2) - 8) +
+               '" text-anchor="middle">planned = budget</text>');
+      var pts = F.points.map(function (p) { return BX(p.budget_bytes) + ',' + FY(pn.val(p)); });
+      f.push('<polyline points="' + pts.join(' ') + '" fill="none" stroke="#4e79a7" stroke-width="1.5"/>');
+      rows.forEach(function (r) {
+        var x = BX(r.p.budget_bytes), y = FY(pn.val(r.p));
+        var title = (r.chosen ? 'chosen for ' : '#' + r.n + ', budget ') + fmtB(r.p.budget_bytes) + ': ' + r.p.choice +
+                    '; planned ' + fmtB(r.p.total_bytes) + ', recompute ' + share(r.p).toFixed(1) + '%';
+        if (r.chosen) {
+          f.push('<circle class="fit-chosen" data-panel="' + pn.key + '" cx="' + x + '" cy="' + y +
+                 '" r="8" fill="none" stroke="#b0243a" stroke-width="2.5"><title>' + esc(title) + '</title></circle>');
+          return;
+        }
+        f.push('<circle class="fit-mark" data-panel="' + pn.key + '" data-i="' + (+r.n - 1) + '" cx="' + x + '" cy="' +
+               y + '" r="4.5" fill="#4e79a7" stroke="#fff" stroke-width="1"><title>' + esc(title) + '</title></circle>');
+        if (k === 0)
+          f.push('<text class="fit-label" x="' + x + '" y="' + (y + 16) + '" text-anchor="middle">' + r.n + '</text>');
+      });
+    });
+    if (F.chosen) {
+      var cx = BX(F.chosen.budget_bytes);
+      f.push('<line id="fit-chosen-line" x1="' + cx + '" x2="' + cx + '" y1="' + (FT - 26) + '" y2="' + (FH - FB) +
+             '" stroke="#b0243a" stroke-dasharray="3,3"/>');
+      f.push('<text id="fit-chosen-label" class="fit-chosen-label" x="' + cx + '" y="' + (FT - 30) + '">budget ' +
+             fmtB(F.chosen.budget_bytes) + ': ' + esc(F.chosen.choice) + '</text>');
+    }
+    ticks((blo - bpad) / bu[0], (bhi + bpad) / bu[0], 8).forEach(function (t) {
+      var x = FX(t * bu[0]), y = FH - FB;
+      f.push('<line x1="' + x + '" x2="' + x + '" y1="' + y + '" y2="' + (y + 5) + '" stroke="#99a"/>');
+      f.push('<text x="' + x + '" y="' + (y + 18) + '" text-anchor="middle">' + (+t.toFixed(3)) + ' ' + bu[1] + '</text>');
+    });
+    f.push('<text x="' + (FL + FPW / 2) + '" y="' + (FH - 4) + '" text-anchor="middle">budget</text>');
+    fsvg.innerHTML = f.join('');
+    if (F.chosen) {  // centred on the chosen budget's line, kept inside the chart: cut short, whole in its title
+      var lab = document.getElementById('fit-chosen-label'), full = lab.textContent, n = full.length;
+      while (n > 20 && lab.getComputedTextLength() > FPW) {
+        n = Math.floor(n * 0.9);
+        lab.textContent = full.slice(0, n) + '\u2026';
+      }
+      if (n < full.length) {
+        var whole = document.createElementNS(fsvg.namespaceURI, 'title');
+        whole.textContent = full;
+        lab.appendChild(whole);
+      }
+      var w = lab.getComputedTextLength();
+      lab.setAttribute('x', Math.max(FL, Math.min(FW - FR - w, BX(F.chosen.budget_bytes) - w / 2)));
+    }
+
+    var cols = ['#', 'budget', 'planned total', 'recompute'];
+    if (F.ceiling_flops > 0) cols.push('predicted step');
+    cols.push('choice');
+    document.getElementById('frontier-head').innerHTML = cols.map(function (c) { return '<th>' + c + '</th>'; }).join('');
+    document.getElementById('frontier-rows').innerHTML = rows.map(function (r) {
+      var td = [r.n, fmtB(r.p.budget_bytes), fmtB(r.p.total_bytes), share(r.p).toFixed(1) + '%'];
+      if (F.ceiling_flops > 0) td.push(fmtS(r.p.predicted_step_seconds));
+      td.push(r.p.choice + (r.p.proven_least ? '' : ' (search capped: not proven least)'));
+      return '<tr class="fit-row' + (r.chosen ? ' sel' : '') + '">' + td.map(function (v, j) {
+        return '<td' + (j > 0 && j < td.length - 1 ? ' class="num"' : '') + '>' + esc(v) + '</td>';
+      }).join('') + '</tr>';
+    }).join('');
+    document.body.setAttribute('data-frontier', String(F.points.length));
+  }
+  if (D.frontier) drawFrontier(D.frontier);
   document.body.setAttribute('data-rendered', String(N));
 })();
 </script>
 </body>
 </html>
+)HTML";
+
+// The frontier's place on the page (memory_html's `frontier`), filled by drawFrontier.
+const char* kFrontierSection = R"HTML(<h2>Fitting a budget: model.remat = auto</h2>
+<div class="sub">For budgets from the no-remat plan down to the smallest plan that fits, the choice that
+recomputes the least (layers, minibatches, head), its planned total and its recomputed FLOPs as a share of the
+step's; the predicted step time is every FLOP at the matmul ceiling. Hover a mark for its choice; the plan below is
+the one marked chosen, when there is one.</div>
+<svg id="frontier" role="img" aria-label="model.remat = auto: planned total and recompute per budget"></svg>
+<table class="bufs" id="frontier-table">
+  <thead><tr id="frontier-head"></tr></thead>
+  <tbody id="frontier-rows"></tbody>
+</table>
 )HTML";
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
@@ -371,7 +512,7 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 }  // namespace
 
 std::string memory_html(const TrainProgram& prog, const MemoryPlan& plan, const std::string& title,
-                        int64_t optimizer_bytes) {
+                        int64_t optimizer_bytes, const FitFrontier* frontier) {
   const Graph& g = prog.model.graph;
   Strings str;
   nlohmann::json live = nlohmann::json::array(), phase = nlohmann::json::array(), op = nlohmann::json::array(),
@@ -399,36 +540,43 @@ std::string memory_html(const TrainProgram& prog, const MemoryPlan& plan, const 
     buffers.push_back({str(prod ? prod->scope : v.name), str(prod ? op_name(prod->op) : "-"), v.shape.str(),
                        dtype_name(v.dtype), b.bytes, b.first, b.last, b.offset});
   }
-  const nlohmann::json data = {{"title", title},
-                               {"phases", phases},
-                               {"live", live},
-                               {"phase", phase},
-                               {"op", op},
-                               {"scope", scope},
-                               {"buffers", buffers},
-                               {"strings", str.list},
-                               {"arena_bytes", plan.arena_bytes},
-                               {"lower_bound_bytes", plan.lower_bound_bytes},
-                               {"peak_step", plan.peak_step},
-                               {"param_bytes", plan.param_bytes},
-                               {"grad_bytes", plan.grad_bytes},
-                               {"input_bytes", plan.input_bytes},
-                               {"max_workspace_bytes", max_workspace},
-                               {"workspace_threads", plan.workspace_threads},
-                               {"optimizer_bytes", optimizer_bytes}};
+  nlohmann::json data = {{"title", title},
+                         {"phases", phases},
+                         {"live", live},
+                         {"phase", phase},
+                         {"op", op},
+                         {"scope", scope},
+                         {"buffers", buffers},
+                         {"strings", str.list},
+                         {"arena_bytes", plan.arena_bytes},
+                         {"lower_bound_bytes", plan.lower_bound_bytes},
+                         {"peak_step", plan.peak_step},
+                         {"param_bytes", plan.param_bytes},
+                         {"grad_bytes", plan.grad_bytes},
+                         {"input_bytes", plan.input_bytes},
+                         {"max_workspace_bytes", max_workspace},
+                         {"workspace_threads", plan.workspace_threads},
+                         {"optimizer_bytes", optimizer_bytes}};
+  if (frontier) {
+    data["frontier"] = {{"points", fit_frontier_json(frontier->points, frontier->ceiling_flops)},
+                        {"ceiling_flops", frontier->ceiling_flops}};
+    if (frontier->chosen)
+      data["frontier"]["chosen"] = fit_frontier_json({*frontier->chosen}, frontier->ceiling_flops)[0];
+  }
   std::string page = kPage;
+  replace_all(page, "__FRONTIER__", frontier ? kFrontierSection : "");
   replace_all(page, "__TITLE__", html_escape(title));
   replace_all(page, "__DATA__", script_json(data));
   return page;
 }
 
-void write_memory_html(const Config& c, const std::string& path) {
+void write_memory_html(const Config& c, const std::string& path, const FitFrontier* frontier) {
   const MemoryReport r = memory_report(c, 0);
   const TrainProgram prog = build_train_program(c);
   const MemoryPlan plan = plan_training(c, prog);
   std::ofstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error("cannot open '" + path + "' for writing");
-  f << memory_html(prog, plan, r.config_summary, r.optimizer_bytes);
+  f << memory_html(prog, plan, r.config_summary, r.optimizer_bytes, frontier);
   if (!f.flush()) throw std::runtime_error("could not write '" + path + "'");
 }
 

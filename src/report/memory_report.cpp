@@ -224,6 +224,7 @@ std::string format_fit_frontier(const std::vector<Fitter::FitPoint>& points, dou
 
 nlohmann::json fit_choice_json(const FitChoice& f) {
   return {{"total_bytes", f.total_bytes},
+          {"choice", describe_choice(f)},
           {"layers", describe_layers(f.layers)},
           {"num_minibatches", f.num_minibatches},
           {"head_chunk", f.head_chunk},

@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/format.h"
 #include "graph/passes/plan.h"
-#include "report/format.h"
 #include "train/config.h"
 #include "train/fit.h"
 #include "train/trainer.h"
@@ -75,7 +75,7 @@ std::string format_memory_report(const MemoryReport& r);
 // every FLOP (recompute included) at `ceiling_flops` FLOP/s (report/ceiling.h; 0: no prediction).
 std::string format_fit_frontier(const std::vector<Fitter::FitPoint>& points, double ceiling_flops);
 nlohmann::json fit_frontier_json(const std::vector<Fitter::FitPoint>& points, double ceiling_flops);
-// One choice: its total, layers, minibatches, head chunk, recomputed and step FLOPs.
+// One choice: its total, its description (describe_choice), layers, minibatches, head chunk, recomputed and step FLOPs.
 nlohmann::json fit_choice_json(const FitChoice& f);
 nlohmann::json memory_report_json(const MemoryReport& r);
 

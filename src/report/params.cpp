@@ -6,7 +6,7 @@
 #include <map>
 #include <vector>
 
-#include "report/format.h"
+#include "core/format.h"
 
 namespace loom::nn {
 

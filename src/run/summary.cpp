@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "report/format.h"
+#include "core/format.h"
 #include "train/loop.h"
 
 namespace loom {

@@ -13,6 +13,7 @@
 #include "backend/registry.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "graph/ops/linear_cross_entropy.h"
 #include "nn/models.h"
 #include "nn/models/transformer/transformer.h"
@@ -315,15 +316,13 @@ FitChoice Fitter::fit(int64_t budget) {
   // The calibration's chain may have left out the option that saves the most at this depth.
   const FitChoice least = smallest();
   if (least.total_bytes <= budget) return least;
-  constexpr double kGiB = 1073741824.0;
   const bool fixed = least.fixed_bytes >= least.arena_bytes;
   throw UserError(
       "train.memory_budget",
-      fmt::format("no choice fits {:.2f} GiB: the smallest plan is {:.2f} GiB ({}), of which parameters, gradients, "
-                  "optimizer state and inputs are {:.2f} GiB and activations with kernel workspace {:.2f} GiB",
-                  budget / kGiB, least.total_bytes / kGiB,
-                  describe_choice(least),
-                  least.fixed_bytes / kGiB, least.arena_bytes / kGiB),
+      fmt::format("no choice fits {}: the smallest plan is {} ({} B; {}), of which parameters, gradients, "
+                  "optimizer state and inputs are {} and activations with kernel workspace {}",
+                  format_bytes(budget), format_bytes(least.total_bytes), least.total_bytes, describe_choice(least),
+                  format_bytes(least.fixed_bytes), format_bytes(least.arena_bytes)),
       fixed ? "the parameters and optimizer state dominate: a smaller model, or more ranks with "
               "optimizer.shard=state+grads"
             : "the activations dominate: a smaller data.batch_size or data.seq_len, or model.dtype=bfloat16");

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "core/format.h"
 #include "graph/passes/autodiff.h"
 #include "graph/passes/remat.h"
 #include "io/param_io.h"
@@ -209,8 +210,8 @@ Config resolve_auto_remat(const Config& c, Backend& be, dist::Comm& comm) {
   Fitter fitter(c, comm.size());
   const FitChoice f = fitter.fit(budget);
   if (comm.rank() == 0)
-    fmt::print(stderr, "remat auto: {}: plan {:.2f} of {:.2f} GiB, recompute +{:.1f}% FLOPs{}\n", describe_choice(f),
-               f.total_bytes / 1073741824.0, budget / 1073741824.0, 100 * f.recompute_flops / f.step_flops,
+    fmt::print(stderr, "remat auto: {}: plan {} of {}, recompute +{:.1f}% FLOPs{}\n", describe_choice(f),
+               format_bytes(f.total_bytes), format_bytes(budget), 100 * f.recompute_flops / f.step_flops,
                f.proven_least ? "" : " (search capped: not proven least)");
   return fitter.apply(f);
 }

@@ -4,7 +4,11 @@
 #   - the page's script ran to the end without an error (body[data-rendered], no data-error, no
 #     "Uncaught" or console error on Chromium's log),
 #   - it drew the plot (phase polygons, the peak marker) and filled the buffer table,
-#   - a screenshot can be taken (1400x900).
+#   - a screenshot can be taken (1400x900);
+# and a second page, `loom memory --fit --budget B --html` with model.remat = auto, for the frontier:
+#   - one mark per frontier point in each panel, each titled with its point's choice (the choices of
+#     `loom memory --fit --json`), the choice for B marked in each panel,
+#   - a table row per point and one for the chosen, and no script error.
 # Installs Debian's chromium package when missing and running as root. Without a browser (no
 # network, not root) it prints SKIP and passes. LOOM_CHROMIUM=/path/to/browser picks the browser;
 # LOOM_CHROMIUM=none forces the SKIP path.
@@ -61,11 +65,11 @@ check() {  # check CONDITION_RESULT MESSAGE
   fi
 }
 
+tiny=(model.kind=transformer model.hidden_size=32 model.num_layers=2 model.head_dim=8 model.vocab_size=31
+  model.num_outputs=31 model.max_seq_len=16 data.kind=random_tokens data.batch_size=4 data.seq_len=16
+  data.vocab_size=31 optimizer.num_minibatches=2)
 html="$out/memory.html"
-(cd "$src" && "$loom" memory model.kind=transformer model.hidden_size=32 model.num_layers=2 model.head_dim=8 \
-  model.vocab_size=31 model.num_outputs=31 model.max_seq_len=16 data.kind=random_tokens data.batch_size=4 \
-  data.seq_len=16 data.vocab_size=31 optimizer.num_minibatches=2 'model.remat=MLP,Attn' --html "$html" \
-  >"$out/memory.txt" 2>&1)
+(cd "$src" && "$loom" memory "${tiny[@]}" 'model.remat=MLP,Attn' --html "$html" >"$out/memory.txt" 2>&1)
 check $? "loom memory --html wrote $html"
 [ -s "$html" ] || { echo "FAIL: no memory.html"; exit 1; }
 
@@ -115,6 +119,48 @@ tip=$(grep -o '<div id="tip"[^>]*>.*</table></div>' "$out/dom_hover.html" | head
 echo "$tip" | grep -q 'peak' && [ "$(echo "$tip" | grep -o '<tr>' | wc -l)" -gt 0 ]
 check $? "the tooltip names the peak step and lists the buffers live there"
 timeout 120 "$browser" "${flags[@]}" --screenshot="$out/memory_hover.png" "file://$hover" >>"$out/screenshot.log" 2>&1
+
+# The frontier: budgets and choices from `--fit --json`, the page fitted to the middle budget.
+(cd "$src" && "$loom" memory "${tiny[@]}" model.remat=auto --fit --json >"$out/fit.json" 2>"$out/fit.log")
+check $? "loom memory --fit --json"
+mapfile -t budgets < <(grep -o '"budget_bytes": [0-9]*' "$out/fit.json" | grep -o '[0-9]*$')
+mapfile -t choices < <(grep -o '"choice": "[^"]*"' "$out/fit.json" | sed 's/^"choice": "//; s/"$//')
+points=${#budgets[@]}
+[ "$points" -gt 2 ] && [ "${#choices[@]}" = "$points" ]
+check $? "the frontier has $points points with a choice each"
+budget=${budgets[$((points / 2))]}
+fit_html="$out/memory_fit.html"
+(cd "$src" && "$loom" memory "${tiny[@]}" model.remat=auto --fit --budget "$budget" --html "$fit_html" \
+  >"$out/fit.txt" 2>&1)
+check $? "loom memory --fit --budget $budget --html wrote $fit_html"
+"${dump[@]}" "file://$fit_html" >"$out/dom_fit.html" 2>"$out/dom_fit.log"
+check $? "chromium --dump-dom ran on the frontier page"
+grep -q 'data-rendered="[1-9][0-9]*"' "$out/dom_fit.html" && ! grep -q 'data-error=' "$out/dom_fit.html" &&
+  ! grep -E 'Uncaught|:CONSOLE[^]]*\] "[^"]*(Error|error)' "$out/dom_fit.log"
+check $? "the frontier page's script ran to the end without an error"
+drawn=$(grep -o 'data-frontier="[0-9]*"' "$out/dom_fit.html" | grep -o '[0-9]\+')
+[ "${drawn:-0}" = "$points" ]
+check $? "the frontier drawn: data-frontier=${drawn:-missing} of $points points"
+# (patterns that the drawn elements match and the script's own source text does not)
+panels=$(grep -o '<circle class="fit-mark" data-panel="[a-z]\+"' "$out/dom_fit.html" | sort -u | wc -l)
+marks=$(grep -o '<circle class="fit-mark" data-panel="[a-z]\+" data-i="[0-9]\+"' "$out/dom_fit.html" | wc -l)
+[ "$panels" -ge 2 ] && [ "$marks" = $((points * panels)) ]
+check $? "one mark per point in each panel: $marks marks in $panels panels"
+labelled=0
+for i in $(seq 0 $((points - 1))); do
+  grep -o "<title>#$((i + 1)), budget [^<]*</title>" "$out/dom_fit.html" | grep -qF ": ${choices[$i]}; planned" &&
+    labelled=$((labelled + 1))
+done
+[ "$labelled" = "$points" ]
+check $? "each point titled with its choice: $labelled of $points"
+[ "$panels" -ge 2 ] &&
+  [ "$(grep -o '<circle class="fit-chosen" data-panel="[a-z]\+"' "$out/dom_fit.html" | wc -l)" = "$panels" ] &&
+  grep -q '<text id="fit-chosen-label" class="fit-chosen-label" x="[0-9.]\+"' "$out/dom_fit.html"
+check $? "the choice for budget $budget marked in each panel"
+[ "$(grep -o '<tr class="fit-row">' "$out/dom_fit.html" | wc -l)" = "$points" ] &&
+  [ "$(grep -o '<tr class="fit-row sel">' "$out/dom_fit.html" | wc -l)" = 1 ]
+check $? "the frontier table: a row per point and the chosen one"
+timeout 120 "$browser" "${flags[@]}" --screenshot="$out/memory_fit.png" "file://$fit_html" >>"$out/screenshot.log" 2>&1
 
 if [ "$fail" != 0 ]; then
   echo "memory.html check FAILED (files in $out)"

@@ -5,8 +5,10 @@
 //     inside the backward (only with remat on); ops carry scope, shapes, dtypes, bytes and FLOPs;
 //     the two counter tracks have one sample per op and peak at the plan's live-bytes peak;
 //   - summary.json has the step time, phases, top ops, per-kind rates and the ceiling fraction;
-//   - memory.html is self-contained and holds the plot and the table;
+//   - memory.html is self-contained and holds the plot and the table, and model.remat = auto's
+//     frontier when given (`loom memory --fit`, whose text columns are checked too);
 //   - the cost rules, the recorder (off by default, bounded) and the commands.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -24,6 +26,7 @@
 #include <string>
 
 #include "backend/registry.h"
+#include "core/format.h"
 #include "data/data.h"
 #include "graph/passes/plan.h"
 #include "report/ceiling.h"
@@ -33,6 +36,7 @@
 #include "runtime/profiler.h"
 #include "support/run_loom.h"
 #include "train/config.h"
+#include "train/fit.h"
 #include "train/trainer.h"
 
 namespace loom {
@@ -308,6 +312,12 @@ TEST(Profile, Bfloat16AndCeiling) {
   EXPECT_TRUE(bf16);
 }
 
+// The data a memory.html page draws from (its <script id="plan-data">).
+json page_data(const std::string& html) {
+  const size_t a = html.find("id=\"plan-data\">") + 15, b = html.find("</script>", a);
+  return json::parse(html.substr(a, b - a));
+}
+
 TEST(Profile, MemoryHtmlFromThePlanAlone) {
   const Config c = default_config(tiny("MLP,Attn"));
   const TrainProgram prog = build_train_program(c);
@@ -315,12 +325,47 @@ TEST(Profile, MemoryHtmlFromThePlanAlone) {
   const std::string html = memory_html(prog, plan, "tiny <transformer> & co", 1234);
   check_html(html);
   EXPECT_NE(html.find("tiny &lt;transformer&gt; &amp; co"), std::string::npos) << "the title is escaped";
+  // Without a frontier the page has no frontier section and no frontier data.
+  EXPECT_EQ(html.find("id=\"frontier"), std::string::npos);
+  EXPECT_EQ(html.find("__FRONTIER__"), std::string::npos);
   // Every buffer is in the embedded data.
-  const size_t a = html.find("id=\"plan-data\">") + 15, b = html.find("</script>", a);
-  const json d = json::parse(html.substr(a, b - a));
+  const json d = page_data(html);
+  EXPECT_FALSE(d.contains("frontier"));
   EXPECT_EQ(d["buffers"].size(), plan.buffers.size());
   EXPECT_EQ(d["live"].size(), plan.schedule.size());
   EXPECT_EQ(d["optimizer_bytes"], 1234);
+}
+
+// With model.remat = auto's frontier (`loom memory --fit --html`): its section, and every point
+// (budget, choice, planned total, recompute, predicted step time) and the chosen one in the data
+// the page draws from (tests/profile/check_memory_html.sh checks the drawing in a browser).
+TEST(Profile, MemoryHtmlWithTheFitFrontier) {
+  Fitter f(default_config(tiny("auto", 1)));
+  FitFrontier fr{.points = f.frontier(3), .ceiling_flops = 1e9, .chosen = std::nullopt};
+  ASSERT_EQ(fr.points.size(), 4u);
+  const int64_t budget = fr.points[2].budget;
+  fr.chosen = Fitter::FitPoint{.budget = budget, .choice = f.fit(budget), .seconds = 0, .plans = 0};
+  const Config c = f.apply(fr.chosen->choice);
+  const TrainProgram prog = build_train_program(c);
+  const std::string html = memory_html(prog, plan_training(c, prog), "fit", -1, &fr);
+  check_html(html);
+  for (const char* need : {"<svg id=\"frontier\"", "id=\"frontier-rows\""})
+    EXPECT_NE(html.find(need), std::string::npos) << need;
+  const json d = page_data(html)["frontier"];
+  ASSERT_EQ(d["points"].size(), fr.points.size());
+  for (size_t i = 0; i < fr.points.size(); ++i) {
+    const FitChoice& x = fr.points[i].choice;
+    const json& p = d["points"][i];
+    EXPECT_EQ(p["budget_bytes"], fr.points[i].budget);
+    EXPECT_EQ(p["choice"], describe_choice(x));
+    EXPECT_EQ(p["total_bytes"], x.total_bytes);
+    EXPECT_LE(x.total_bytes, fr.points[i].budget);
+    EXPECT_EQ(p["recompute_flops"], x.recompute_flops);
+    EXPECT_DOUBLE_EQ(p["predicted_step_seconds"].get<double>(), (x.step_flops + x.recompute_flops) / 1e9);
+  }
+  EXPECT_GT(d["points"].back()["recompute_flops"].get<double>(), 0) << "the smallest budget recomputes";
+  EXPECT_EQ(d["chosen"]["budget_bytes"], budget);
+  EXPECT_EQ(d["chosen"]["choice"], describe_choice(fr.chosen->choice));
 }
 
 TEST(Profile, CostRules) {
@@ -521,6 +566,82 @@ TEST(ProfileCli, MemoryHtmlFlag) {
   const testing::RunResult r = run("memory" + joined(tiny("MLP,Attn")) + " --html " + (d / "m.html").string());
   ASSERT_EQ(r.status, 0) << r.out;
   check_html(read(d / "m.html"));
+  EXPECT_FALSE(page_data(read(d / "m.html")).contains("frontier"));
+}
+
+// `loom memory CONFIG --fit --json`'s rows (run from the source tree, so CONFIG is the default
+// configs/shakespeare_char.toml).
+json fit_rows(const std::vector<std::string>& ov) {
+  const testing::RunResult j = run("memory" + joined(ov) + " --fit --json");
+  EXPECT_EQ(j.status, 0) << j.out;
+  return json::parse(j.out.substr(j.out.find("[\n")));  // after what measuring the ceiling said
+}
+
+// `loom memory CONFIG model.remat=auto --budget B --json`: the choice `loom memory` plans for B.
+json auto_plan(const std::vector<std::string>& ov, int64_t budget, const std::string& more = "") {
+  const testing::RunResult m = run("memory" + joined(ov) + " --budget " + std::to_string(budget) + " --json" + more);
+  EXPECT_EQ(m.status, 0) << m.out;
+  return json::parse(m.out.substr(m.out.find("{\n")));
+}
+
+// `loom memory --fit`: a row per budget whose columns say what --fit --json holds (budget,
+// planned total, recompute share, the layers' choice), and with --budget the choice for it, the one
+// `loom memory` plans for that budget; with --html the page holds the same frontier and draws the
+// chosen plan.
+TEST(ProfileCli, FitPrintsTheFrontier) {
+  const std::vector<std::string> ov = tiny("auto", 1);
+  const json rows = fit_rows(ov);
+  ASSERT_GT(rows.size(), 2u);
+  const int64_t budget = rows[rows.size() / 2]["budget_bytes"];
+  const fs::path d = temp_dir("cli_fit");
+  const testing::RunResult r =
+      run("memory" + joined(ov) + " --fit --budget " + std::to_string(budget) + " --html " + (d / "m.html").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<std::string> lines;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  size_t head = 0;
+  while (head < lines.size() && lines[head].find("planned") == std::string::npos) ++head;
+  ASSERT_LT(head + rows.size(), lines.size()) << r.out;
+  for (const char* col : {"budget", "planned", "recompute", "step (s)", "head", "choice"})
+    EXPECT_NE(lines[head].find(col), std::string::npos) << col << " in " << lines[head];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const json& x = rows[i];
+    const std::string& l = lines[head + 1 + i];
+    const double share = 100 * x["recompute_flops"].get<double>() / x["step_flops"].get<double>();
+    for (const std::string& field : {format_bytes(x["budget_bytes"]), format_bytes(x["total_bytes"]),
+                                     fmt::format("{:.1f}%", share), x["layers"].get<std::string>()})
+      EXPECT_NE(l.find(field), std::string::npos) << field << " in row " << i << ": " << l;
+  }
+  const json m = auto_plan(ov, budget);
+  const json& chosen = m["remat_auto"];
+  EXPECT_NE(r.out.find(fmt::format("budget {}: {}, planned {}, recompute +{:.1f}% FLOPs", format_bytes(budget),
+                                   chosen["choice"].get<std::string>(), format_bytes(chosen["total_bytes"]),
+                                   100 * chosen["recompute_flops"].get<double>() / chosen["step_flops"].get<double>())),
+            std::string::npos)
+      << r.out;
+  const std::string html = read(d / "m.html");
+  check_html(html);
+  const json page = page_data(html);
+  EXPECT_EQ(page["frontier"]["points"].size(), rows.size());
+  EXPECT_EQ(page["frontier"]["chosen"]["choice"], chosen["choice"]);
+  // The plan drawn is the chosen one's.
+  EXPECT_EQ(page["arena_bytes"], m["activations_bytes"].get<int64_t>() + m["workspace_bytes"].get<int64_t>());
+}
+
+// model.remat = auto without --fit: the page draws the frontier with the choice for --budget, the
+// one printed beside it.
+TEST(ProfileCli, MemoryHtmlWithRematAutoDrawsTheFrontier) {
+  const std::vector<std::string> ov = tiny("auto", 1);
+  const json rows = fit_rows(ov);
+  ASSERT_GT(rows.size(), 2u);
+  const int64_t budget = rows[1]["budget_bytes"];
+  const fs::path d = temp_dir("cli_auto_html");
+  const json m = auto_plan(ov, budget, " --html " + (d / "m.html").string());
+  const json page = page_data(read(d / "m.html"));
+  EXPECT_EQ(page["frontier"]["points"].size(), rows.size());
+  EXPECT_EQ(page["frontier"]["chosen"]["budget_bytes"], budget);
+  EXPECT_EQ(page["frontier"]["chosen"]["choice"], m["remat_auto"]["choice"]);
 }
 
 }  // namespace

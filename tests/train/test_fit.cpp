@@ -7,8 +7,9 @@
 //   - exact: its choice's total is the one `loom memory` reports for the applied configuration, and
 //     is within the budget;
 //   - when no remat choice fits, more minibatches; when nothing fits, an error naming the smallest
-//     total;
-//   - a Trainer with model.remat = auto runs the choice, with the gradients of no remat.
+//     total (human units and exact bytes);
+//   - a Trainer with model.remat = auto runs the choice, with the gradients of no remat, and says
+//     it in one line (choice, planned total of the budget, recompute).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 
 #include "backend/registry.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "nn/models/transformer/transformer.h"
 #include "report/memory_report.h"
 #include "train/config.h"
@@ -145,6 +147,9 @@ TEST(Fit, ImpossibleBudgetNamesTheSmallestTotal) {
     const std::string m = e.what();
     EXPECT_NE(m.find("train.memory_budget"), std::string::npos) << m;
     EXPECT_NE(m.find("smallest plan"), std::string::npos) << m;
+    // In human units, with the exact total to set a budget from.
+    EXPECT_NE(m.find("no choice fits " + format_bytes(smallest - 1)), std::string::npos) << m;
+    EXPECT_NE(m.find(fmt::format("is {} ({} B;", format_bytes(smallest), smallest)), std::string::npos) << m;
     EXPECT_NE(e.hint().find("dominate"), std::string::npos) << e.hint();
   }
   EXPECT_EQ(f.fit(smallest).total_bytes, smallest);
@@ -157,9 +162,20 @@ TEST(Fit, TrainerRunsTheChoiceWithTheGradientsOfNoRemat) {
   const int64_t budget = none_plan.fixed_bytes + none_plan.arena_bytes * 9 / 10;  // a tenth less activation memory
   c.train.memory_budget = std::to_string(budget);
   auto be = make_backend("cpu");
+  ::testing::internal::CaptureStderr();
   Trainer t(c, *be);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  const FitChoice chosen = f.fit(budget);
   EXPECT_FALSE(t.config().model.remat_layers.empty());
-  EXPECT_EQ(t.config().model.remat_layers, f.fit(budget).layers);
+  EXPECT_EQ(t.config().model.remat_layers, chosen.layers);
+  // One line: the choice, its planned total of the budget in human units, the recompute.
+  const size_t at = said.find("remat auto: ");
+  ASSERT_NE(at, std::string::npos) << said;
+  const std::string line = said.substr(at, said.find('\n', at) - at);
+  for (const std::string& field :
+       {describe_choice(chosen), "plan " + format_bytes(chosen.total_bytes) + " of " + format_bytes(budget),
+        fmt::format("recompute +{:.1f}% FLOPs", 100 * chosen.recompute_flops / chosen.step_flops)})
+    EXPECT_NE(line.find(field), std::string::npos) << field << " in " << line;
   Config plain = c;
   plain.model.remat = {};
   Trainer u(plain, *be);

@@ -1,5 +1,6 @@
-// How reports spell numbers: one formatter per kind of number, so `loom params`, `loom memory`,
-// `loom profile` and the end of `loom train` write them alike.
+// How reports and messages spell numbers: one formatter per kind of number, so `loom params`,
+// `loom memory`, `loom profile`, `loom train` (its model.remat = auto line and budget errors, from
+// train/) and the end of a run write them alike.
 #pragma once
 #include <cstdint>
 #include <string>
