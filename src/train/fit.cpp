@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
-#include <queue>
+#include <optional>
 #include <set>
 
 #include "backend/registry.h"
@@ -133,6 +135,31 @@ FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_miniba
   if (auto it = plans_by_choice_.find({key, num_minibatches, head_chunk}); it != plans_by_choice_.end())
     return it->second;
   ++plans_;
+  FitChoice f = measure(layers, num_minibatches, head_chunk, nullptr, 0);
+  plans_by_choice_.emplace(std::make_tuple(key, num_minibatches, head_chunk), f);
+  return f;
+}
+
+namespace {
+
+// The layer a node belongs to: n of its scope "block_n/...", or -1 (embeddings, head, loss).
+int32_t layer_of(const Node& n) {
+  const std::string& s = n.scope;
+  if (s.rfind("block_", 0) != 0) return -1;
+  size_t i = 6;
+  int32_t l = 0;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) l = l * 10 + (s[i] - '0');
+  return i > 6 && (i == s.size() || s[i] == '/') ? l : -1;
+}
+
+// Which layers behave alike: the first (after the embeddings), the last (before the head) and
+// the ones between.
+size_t position(int64_t layer, int64_t layers) { return layer == 0 ? 0 : layer == layers - 1 ? 2 : 1; }
+
+}  // namespace
+
+FitChoice Fitter::measure(const std::vector<LayerRemat>& layers, int64_t num_minibatches, int64_t head_chunk,
+                          Calibration* cal, size_t option) {
   FitChoice f{.layers = layers, .num_minibatches = num_minibatches, .head_chunk = head_chunk};
   const Config c = apply(f);
   const TrainProgram p = build_train_program(c, ranks_);
@@ -144,8 +171,16 @@ FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_miniba
   f.arena_bytes = mp.arena_bytes;
   f.fixed_bytes = mp.param_bytes + mp.grad_bytes + mp.input_bytes + mp.library_bytes +
                   rank.shard_bytes(optimizer_moments(c.optimizer)) + rank.comm_buffer_bytes +
-                  rank.checkpoint_stream_bytes +
-                  (Evaluator::during_training(c) ? Evaluator::planned_bytes(c, ranks_, mp.arena_bytes) : 0);
+                  rank.checkpoint_stream_bytes;
+  if (Evaluator::during_training(c)) {
+    // Evaluator::planned_bytes, whose forward program no remat choice changes: planned once.
+    auto [e, fresh] = eval_bytes_.try_emplace({num_minibatches, head_chunk});
+    if (fresh) {
+      const int64_t input = Evaluator::planned_bytes(c, ranks_, INT64_MAX);
+      e->second = {Evaluator::planned_bytes(c, ranks_, -1) - input, input};
+    }
+    f.fixed_bytes += (e->second.first > mp.arena_bytes ? e->second.first : 0) + e->second.second;
+  }
   f.total_bytes = f.fixed_bytes + f.arena_bytes;
   for (NodeId id : p.schedule) {
     const Node& n = g.node(id);
@@ -156,42 +191,161 @@ FitChoice Fitter::plan(const std::vector<LayerRemat>& layers, int64_t num_miniba
   }
   f.recompute_flops *= static_cast<double>(num_minibatches);
   f.step_flops *= static_cast<double>(num_minibatches);
-  plans_by_choice_.emplace(std::make_tuple(key, num_minibatches, head_chunk), f);
+  if (!cal) return f;
+
+  // The live-bytes structure (fit.h, lower_bound): each activation buffer and kernel workspace
+  // belongs to the layer of the node that made it (a view or an in-place output: its storage's),
+  // -1 outside the layers; gradients and gathered parameters in the arena are left out.
+  const auto steps = static_cast<int32_t>(mp.schedule.size());
+  std::vector<int32_t> layer_at(static_cast<size_t>(steps));
+  int32_t last_forward = -1, first_backward = steps, num_layers = 0;
+  for (int32_t s = 0; s < steps; ++s) {
+    const Node& n = g.node(mp.schedule[static_cast<size_t>(s)]);
+    layer_at[static_cast<size_t>(s)] = layer_of(n);
+    if (layer_of(n) < 0) continue;
+    num_layers = std::max(num_layers, layer_of(n) + 1);
+    if (n.phase == Phase::forward)
+      last_forward = s;
+    else
+      first_backward = std::min(first_backward, s);
+  }
+  const int32_t h = first_backward - 1;  // the head's last step: every layer's saved activations live
+  struct Owned {
+    int32_t layer, first, last;
+    int64_t bytes;
+    bool read_outside = false;
+  };
+  std::vector<Owned> owned;
+  std::vector<int32_t> owned_of(g.values().size(), -1);  // per storage root
+  for (const BufferInfo& b : mp.buffers) {
+    if (b.gathered) continue;
+    if (b.value == kNoValue) {
+      owned.push_back({layer_at[static_cast<size_t>(b.first)], b.first, b.last, b.bytes});
+    } else if (g.value(b.value).kind == ValueKind::activation) {
+      owned_of[static_cast<size_t>(b.value)] = static_cast<int32_t>(owned.size());
+      owned.push_back({layer_of(g.node(g.value(b.value).producer)), b.first, b.last, b.bytes});
+    }
+  }
+  for (int32_t s = 0; s < steps; ++s)
+    for (ValueId v : g.node(mp.schedule[static_cast<size_t>(s)]).in)
+      if (const int32_t o = owned_of[static_cast<size_t>(mp.value_root[static_cast<size_t>(v)])]; o >= 0)
+        owned[static_cast<size_t>(o)].read_outside |=
+            owned[static_cast<size_t>(o)].layer != layer_at[static_cast<size_t>(s)];
+  // Live bytes per owner (index layer + 1) and step.
+  std::vector<std::vector<int64_t>> live(static_cast<size_t>(num_layers) + 1,
+                                         std::vector<int64_t>(static_cast<size_t>(steps) + 1, 0));
+  for (const Owned& o : owned) {
+    if (o.layer >= num_layers) continue;
+    std::vector<int64_t>& d = live[static_cast<size_t>(o.layer + 1)];
+    d[static_cast<size_t>(o.first)] += o.bytes;
+    d[static_cast<size_t>(o.last) + 1] -= o.bytes;
+  }
+  for (std::vector<int64_t>& d : live)
+    for (size_t s = 1; s < d.size(); ++s) d[s] += d[s - 1];
+  if (num_layers == 0 || last_forward >= h) return f;  // no layered structure: the bound is the fixed part
+  for (int32_t l = 0; l < num_layers; ++l) {
+    int64_t sv = 0, out = 0, ob = 0;
+    for (const Owned& o : owned)
+      if (o.layer == l && o.first <= h && h <= o.last) {
+        sv += o.bytes;
+        if (o.read_outside) out += o.bytes;
+      }
+    for (int32_t s = h + 1; s < steps; ++s)
+      if (layer_at[static_cast<size_t>(s)] == l)
+        ob = std::max(ob, live[static_cast<size_t>(l) + 1][static_cast<size_t>(s)]);
+    const size_t at = position(l, num_layers);
+    cal->saved[option][at] = sv;
+    cal->output[option][at] = out;
+    cal->own_backward[option][at] = ob;
+  }
+  // The head's steps: the least over the options so far of their bytes outside the layers, step by
+  // step (the same head nodes in the same order under every option), then the most over the steps.
+  // The last layer's activations the head's backward frees before h (its output, read by the final
+  // norm) count there too: its buffers live at h are live at every step of the head (made before).
+  std::vector<int64_t> head;
+  const std::vector<int64_t>& last = live[static_cast<size_t>(num_layers)];
+  for (int32_t s = last_forward + 1; s <= h; ++s)
+    head.push_back(live[0][static_cast<size_t>(s)] + last[static_cast<size_t>(s)] - last[static_cast<size_t>(h)]);
+  if (option == 0) cal->head_steps = head;
+  if (cal->head_steps.size() != head.size()) cal->head_steps.assign(head.size(), 0);
+  for (size_t s = 0; s < head.size(); ++s) cal->head_steps[s] = std::min(cal->head_steps[s], head[s]);
+  cal->head = *std::max_element(cal->head_steps.begin(), cal->head_steps.end());
   return f;
 }
 
-FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head) {
+const Fitter::Calibration& Fitter::calibrate(int64_t mb, int64_t head) {
+  auto [cal, fresh] = calibration_.try_emplace({mb, head});
+  if (!fresh) return cal->second;
+  Calibration& k = cal->second;
   const auto L = static_cast<size_t>(num_layers_);
-  // Per option: recomputed FLOPs and bytes added per layer, from uniform plans of a model of at
-  // most 3 layers (identical layers: the increments carry over to any depth).
-  auto [cal, fresh] = per_layer_.try_emplace({mb, head});
-  if (fresh) {
-    Config small = c_;
-    const bool lm = nn::model_kind(c_.model.kind).language_model;
-    const size_t Lc = lm ? std::min<size_t>(L, 3) : L;
-    if (lm) small.model.num_layers = static_cast<int64_t>(Lc);
-    Fitter calib(small, ranks_);
-    const FitChoice none_small = calib.plan(std::vector<LayerRemat>(Lc), mb, head);
-    for (size_t o = 0; o < options_.size(); ++o) {
-      const FitChoice u = o == 0 ? none_small : calib.plan(std::vector<LayerRemat>(Lc, options_[o]), mb, head);
-      cal->second.emplace_back((u.recompute_flops - none_small.recompute_flops) / static_cast<double>(Lc),
-                               static_cast<double>(u.total_bytes - none_small.total_bytes) / static_cast<double>(Lc));
-    }
-    plans_ += calib.plans_made();
+  Config small = c_;
+  const bool lm = nn::model_kind(c_.model.kind).language_model;
+  const size_t Lc = lm ? std::min<size_t>(L, 3) : L;
+  if (lm) small.model.num_layers = static_cast<int64_t>(Lc);
+  Fitter calib(small, ranks_);
+  k.saved.assign(options_.size(), {});
+  k.output.assign(options_.size(), {});
+  k.own_backward.assign(options_.size(), {});
+  std::vector<FitChoice> uniform;
+  for (size_t o = 0; o < options_.size(); ++o)
+    uniform.push_back(calib.measure(std::vector<LayerRemat>(Lc, options_[o]), mb, head, &k, o));
+  plans_ += static_cast<int>(options_.size());
+  for (const FitChoice& u : uniform)
+    k.increments.emplace_back((u.recompute_flops - uniform[0].recompute_flops) / static_cast<double>(Lc),
+                              static_cast<double>(u.total_bytes - uniform[0].total_bytes) / static_cast<double>(Lc));
+  const FitChoice none = plan(std::vector<LayerRemat>(L), mb, head);
+  k.fixed = none.fixed_bytes;
+  if (const auto e = eval_bytes_.find({mb, head}); e != eval_bytes_.end() && e->second.first > none.arena_bytes)
+    k.fixed -= e->second.first;
+  return k;
+}
+
+int64_t Fitter::lower_bound(const std::vector<LayerRemat>& layers, int64_t mb, int64_t head) {
+  std::vector<size_t> opt;
+  for (const LayerRemat& l : layers)
+    opt.push_back(static_cast<size_t>(std::find(options_.begin(), options_.end(), l) - options_.begin()));
+  return bound_of(calibrate(mb, head), opt);
+}
+
+int64_t Fitter::bound_of(const Calibration& k, const std::vector<size_t>& opt) {
+  if (k.head < 0) return k.fixed;
+  const auto L = static_cast<int64_t>(opt.size());
+  auto saved = [&](int64_t j) { return k.saved[opt[j]][position(j, L)]; };
+  int64_t before = 0, arena = 0;  // before: the saved bytes of the layers before the previous one
+  for (int64_t j = 0; j < L; ++j) {
+    const int64_t previous = j == 0 ? 0 : std::max<int64_t>(0, saved(j - 1) - k.output[opt[j - 1]][position(j - 1, L)]);
+    arena = std::max(arena, before + previous + k.own_backward[opt[j]][position(j, L)]);
+    if (j > 0) before += saved(j - 1);
   }
+  if (L > 0) before += saved(L - 1);
+  return k.fixed + std::max(arena, before + k.head);
+}
+
+FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head, bool& proven) {
+  const auto L = static_cast<size_t>(num_layers_);
+  const Calibration& cal = calibrate(mb, head);
   struct Level {
     size_t option;
     double flops, bytes;  // per layer, relative to none
   };
-  std::vector<Level> all;
-  for (size_t o = 0; o < options_.size(); ++o) all.push_back({o, cal->second[o].first, cal->second[o].second});
-  // The chain: options no other beats in both FLOPs and bytes, by FLOPs ascending (bytes descending).
-  std::stable_sort(all.begin(), all.end(), [](const Level& a, const Level& b) {
+  // The levels: options no other beats in FLOPs, in bytes added on the small model and in saved
+  // bytes between the layers (what grows with depth), by FLOPs ascending; of options equal in all
+  // three the first.
+  std::vector<Level> chain;
+  const auto mid = [&](size_t o) { return cal.saved[o][L >= 3 ? 1 : 0]; };
+  for (size_t o = 0; o < options_.size(); ++o) {
+    const auto& [fo, bo] = cal.increments[o];
+    bool beaten = false;
+    for (size_t q = 0; q < options_.size() && !beaten; ++q) {
+      const auto& [fq, bq] = cal.increments[q];
+      const bool no_worse = fq <= fo && bq <= bo && mid(q) <= mid(o);
+      beaten = q != o && no_worse && (fq < fo || bq < bo || mid(q) < mid(o) || q < o);
+    }
+    if (!beaten) chain.push_back({o, fo, bo});
+  }
+  std::stable_sort(chain.begin(), chain.end(), [](const Level& a, const Level& b) {
     return a.flops != b.flops ? a.flops < b.flops : a.bytes < b.bytes;
   });
-  std::vector<Level> chain;
-  for (const Level& l : all)
-    if (chain.empty() || l.bytes < chain.back().bytes) chain.push_back(l);
   const size_t K = chain.size();
 
   const FitChoice none = plan(std::vector<LayerRemat>(L), mb, head);
@@ -207,85 +361,127 @@ FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head) {
     if (!highest_first) std::reverse(layers.begin(), layers.end());
     return layers;
   };
-  auto plan_counts = [&](const Counts& n) {
-    FitChoice a = plan(layout(n, true), mb, head);
-    if (a.total_bytes <= budget) return a;
-    FitChoice b = plan(layout(n, false), mb, head);
-    return b.total_bytes < a.total_bytes ? b : a;
-  };
-  auto predict = [&](const Counts& n) {
-    double b = static_cast<double>(none.total_bytes);
-    for (size_t k = 0; k < K; ++k) b += static_cast<double>(n[k]) * chain[k].bytes;
-    return b;
+  auto options_of = [&](const Counts& n, bool highest_first) {
+    std::vector<size_t> opt;
+    for (size_t k = K; k-- > 0;)
+      for (int64_t i = 0; i < n[k]; ++i) opt.push_back(chain[k].option);
+    if (!highest_first) std::reverse(opt.begin(), opt.end());
+    return opt;
   };
   auto flops = [&](const Counts& n) {
     double f = 0;
     for (size_t k = 0; k < K; ++k) f += static_cast<double>(n[k]) * chain[k].flops;
     return f;
   };
-  Counts top(K, 0);
-  top[K - 1] = static_cast<int64_t>(L);
-  // A multiset predicted above budget + slack is not planned. Savings do not add exactly (the peak
-  // is a maximum over the schedule, and one layer's transient may hide under another's), so the
-  // slack starts at one layer's largest saving and widens to any larger overestimate seen.
-  double slack = 0;
-  for (const Level& l : chain) slack = std::max(slack, -l.bytes);
-  // Bytes fall with every level: when all layers on the top level do not fit, no multiset does.
-  FitChoice heaviest = plan(layout(top, true), mb, head);
-  if (heaviest.total_bytes > budget) return FitChoice{};
-  heaviest.proven_least = false;  // the answer when the search gives up (below)
-  constexpr size_t kMaxVisits = 200000;
-  // Deep models put many multisets inside the slack; past kMaxPlans multisets planned the search
-  // trusts the prediction (slack 0) and says its answer is not proven least; past kMaxVisits
-  // multisets it answers all layers on the top level, not proven least either.
-  constexpr size_t kMaxPlans = 64;
-  std::set<Counts> planned;
-  bool proven = true;
-  while (true) {
-    // Multisets by FLOPs ascending (then predicted bytes): each step moves one layer up one level.
-    using Item = std::pair<std::pair<double, double>, Counts>;
-    std::priority_queue<Item, std::vector<Item>, std::greater<>> queue;
-    std::set<Counts> seen;
-    Counts start(K, 0);
-    start[0] = static_cast<int64_t>(L);
-    queue.push({{0.0, predict(start)}, start});
-    seen.insert(start);
-    bool grew = false;
-    while (!queue.empty()) {
-      if (seen.size() > kMaxVisits) return heaviest;
-      const Counts n = queue.top().second;
-      const double est = queue.top().first.second;
-      queue.pop();
-      if (proven && planned.size() >= kMaxPlans) {
-        proven = false;
-        slack = 0;
-        break;
-      }
-      if (est <= static_cast<double>(budget) + slack) {
-        planned.insert(n);
-        FitChoice f = plan_counts(n);
-        f.proven_least = proven;
-        if (proven && est - static_cast<double>(f.total_bytes) > slack) {
-          slack = est - static_cast<double>(f.total_bytes);
-          grew = true;
-          break;  // a multiset skipped before may fit: visit them again with the wider slack
-        }
-        if (f.total_bytes <= budget) return f;
-      }
-      for (size_t k = 0; k + 1 < K; ++k) {
-        if (n[k] == 0) continue;
-        Counts m = n;
-        --m[k];
-        ++m[k + 1];
-        if (seen.insert(m).second) queue.push({{flops(m), predict(m)}, m});
+  // A multiset is planned only when a layout's lower bound is within the budget; a plan below its
+  // bound (which would make the bound wrong for this model) voids the proof.
+  auto plan_counts = [&](const Counts& n, std::optional<FitChoice>& fits) {
+    for (bool highest_first : {true, false}) {
+      const std::vector<LayerRemat> layers = layout(n, highest_first);
+      const int64_t bound = bound_of(cal, options_of(n, highest_first));
+      if (bound > budget) continue;
+      const FitChoice f = plan(layers, mb, head);
+      if (f.total_bytes < bound) proven = false;
+      if (f.total_bytes <= budget) {
+        fits = f;
+        return;
       }
     }
-    // Nothing planned fitted although the heaviest does (the prediction put it above the slack):
-    // answer it, not proven least.
-    if (!grew && proven) return heaviest;
-    if (!grew && !queue.empty()) continue;  // the search restarts trusting the prediction
-    if (!grew) return heaviest;
+  };
+  // Every layer's saved activations are live at the head's backward: a multiset whose saved
+  // bytes exceed `room` fits in no order. From 3 layers up, those of the layers between, with the
+  // first and the last layer's difference from them at its least over the levels; below, the least
+  // of any position.
+  std::vector<int64_t> saved(K, INT64_MAX);
+  int64_t edges = 0;
+  if (L >= 3) {
+    int64_t first = INT64_MAX, last = INT64_MAX;
+    for (size_t k = 0; k < K; ++k) {
+      const std::array<int64_t, 3>& s = cal.saved[chain[k].option];
+      saved[k] = s[1];
+      first = std::min(first, s[0] - s[1]);
+      last = std::min(last, s[2] - s[1]);
+    }
+    edges = first + last;
+  } else {
+    for (size_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < num_layers_; ++j)
+        saved[k] = std::min(saved[k], cal.saved[chain[k].option][position(j, num_layers_)]);
   }
+  const int64_t room = budget - cal.fixed - std::max<int64_t>(cal.head, 0) - edges;
+  // completion[k][r][u]: the least FLOPs of r layers on levels k..K-1 whose saved bytes, each
+  // rounded down to a multiple of `unit`, sum to at most u units: never above the least FLOPs of
+  // the layers that fit the room left (a knapsack by dynamic programming, exact but for the rounding,
+  // which only loosens it).
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  constexpr int64_t kUnits = 4096;
+  const int64_t unit = std::max<int64_t>(1, room / kUnits + 1);
+  const auto U = static_cast<size_t>(std::max<int64_t>(0, room / unit));
+  const size_t R = L + 1;
+  std::vector<double> completion((K + 1) * R * (U + 1), kNever);
+  auto at = [&](size_t k, size_t r, size_t u) -> double& { return completion[(k * R + r) * (U + 1) + u]; };
+  for (size_t u = 0; u <= U; ++u) at(K, 0, u) = 0;
+  for (size_t k = K; k-- > 0;) {
+    const auto su = static_cast<size_t>(saved[k] / unit);
+    for (size_t r = 0; r < R; ++r)
+      for (size_t u = 0; u <= U; ++u) {
+        double v = at(k + 1, r, u);
+        if (r > 0 && u >= su) v = std::min(v, chain[k].flops + at(k, r - 1, u - su));
+        at(k, r, u) = v;
+      }
+  }
+  auto least_completion = [&](size_t k, int64_t r, int64_t left) {
+    return left < 0 || room < 0 ? kNever : at(k, static_cast<size_t>(r), static_cast<size_t>(left / unit));
+  };
+  Counts top(K, 0);
+  top[K - 1] = static_cast<int64_t>(L);
+  std::optional<FitChoice> incumbent;  // the least-FLOPs plan known to fit
+  plan_counts(top, incumbent);
+  // Branch and bound: the multiset of least FLOPs (then least bound) that no bound rules out and
+  // no plan has, below the incumbent's FLOPs; planned, it is the answer if it fits, else excluded
+  // and the search runs again. When none is left, no multiset of fewer FLOPs fits in either
+  // layout: the incumbent is the least.
+  std::set<Counts> failed;
+  constexpr size_t kMaxPlans = 64, kMaxNodes = 4000000;
+  while (true) {
+    Counts best, n(K, 0);
+    // Below the incumbent's FLOPs; of equal FLOPs the first found (the next search finds the others
+    // if it does not fit). A subtree whose least FLOPs reach the best is left (FLOPs are sums of
+    // whole numbers: exact in double).
+    double best_flops = incumbent ? flops(top) : kNever;
+    auto beaten = [&](double least) { return least == kNever || least >= best_flops - 0.5; };
+    size_t nodes = 0;
+    std::function<void(size_t, int64_t, double, int64_t)> visit = [&](size_t k, int64_t left, double fl, int64_t sv) {
+      if (++nodes > kMaxNodes) return;
+      if (k + 1 == K) {
+        n[k] = left;
+        fl += static_cast<double>(left) * chain[k].flops;
+        sv += left * saved[k];
+        if (sv > room || beaten(fl) || failed.count(n)) return;
+        if (std::min(bound_of(cal, options_of(n, true)), bound_of(cal, options_of(n, false))) > budget) return;
+        best = n;
+        best_flops = fl;
+        return;
+      }
+      if (beaten(fl + least_completion(k, left, room - sv))) return;
+      for (int64_t c = left; c >= 0; --c) {
+        n[k] = c;
+        visit(k + 1, left - c, fl + static_cast<double>(c) * chain[k].flops, sv + c * saved[k]);
+      }
+      n[k] = 0;
+    };
+    visit(0, static_cast<int64_t>(L), 0.0, 0);
+    if (nodes > kMaxNodes || failed.size() >= kMaxPlans) {
+      proven = false;
+      break;
+    }
+    if (best.empty()) break;
+    std::optional<FitChoice> fits;
+    plan_counts(best, fits);
+    if (fits) return *fits;
+    failed.insert(best);
+  }
+  return incumbent ? *incumbent : FitChoice{};
 }
 
 FitChoice Fitter::smallest() {
@@ -302,19 +498,26 @@ FitChoice Fitter::smallest() {
 
 FitChoice Fitter::fit(int64_t budget) {
   const std::vector<int64_t> counts = minibatch_counts();
+  // Proven while every search proved its answer least, and the minibatch counts before the
+  // answer's that nothing fits.
+  bool proven = true;
   for (int64_t mb : counts) {
     FitChoice best;
     for (int64_t head : head_chunks_) {
       // The head's own recompute is a floor for any layers with it.
       const FitChoice bare = plan(std::vector<LayerRemat>(static_cast<size_t>(num_layers_)), mb, head);
       if (!best.layers.empty() && bare.recompute_flops >= best.recompute_flops) continue;
-      FitChoice f = fit_layers(budget, mb, head);
+      FitChoice f = fit_layers(budget, mb, head, proven);
       if (!f.layers.empty() && (best.layers.empty() || f.recompute_flops < best.recompute_flops)) best = std::move(f);
     }
-    if (!best.layers.empty()) return best;
+    if (!best.layers.empty()) {
+      best.proven_least = proven;
+      return best;
+    }
   }
   // The calibration's chain may have left out the option that saves the most at this depth.
-  const FitChoice least = smallest();
+  FitChoice least = smallest();
+  least.proven_least = false;  // outside the search space
   if (least.total_bytes <= budget) return least;
   const bool fixed = least.fixed_bytes >= least.arena_bytes;
   throw UserError(

@@ -10,23 +10,29 @@
 // recompute nodes, and the fused head's backward forming its logits again, graph/ops/linear_cross_entropy.h):
 // on a CPU the step time is the GEMMs' time, and recompute adds FLOPs at the
 // same GEMM rate, so FLOPs rank choices as step time does without a timing model that a busy
-// machine would skew; ties go to the smaller total, and between head chunks to the larger chunk
-// (fewer, larger products; every chunk recomputes the same FLOPs). Fewer minibatches come first: a
+// machine would skew; of multisets of equal FLOPs (below) the first the search finds wins, and
+// between head chunks the larger chunk (fewer, larger products; every chunk recomputes the same
+// FLOPs). Fewer minibatches come first: a
 // minibatch count above the configured one is tried only when no remat and head choice fits.
 //
 // The search: layers are identical, so recomputed FLOPs depend only on how many layers take each
-// option (a multiset); multisets are visited in increasing FLOPs, each laid out with the heavier
-// options on the earlier layers (their saved activations are live longest) and, when that does not
-// fit, on the later ones (a peak late in the step, as a fused head's backward puts it, can favour
-// that). Other orders are not tried: with a fused head on 3 layers a mixed order can fit a budget
-// neither does (test_fit.cpp compares with exhaustive search over every order on 2 layers there). The total of a
-// multiset is predicted from per-layer increments measured on one full plan per option; full plans
-// are made only for multisets predicted within `slack` of the budget (the largest prediction
-// error seen so far), in FLOPs order, and the first that fits is the answer. That search runs
-// once per head candidate (its own calibration: the head moves the peak), the least FLOPs over
-// them wins, and a candidate whose own recompute (the fused head's, with no layer remat) is no
-// less than the best found is skipped.
+// option (a multiset), over the options no other beats in FLOPs, bytes and saved bytes (the
+// levels); each multiset is laid out with the heavier options on the earlier layers (their saved
+// activations are live longest) and, when that does not fit, on the later ones (a peak late in the
+// step, as a fused head's backward puts it, can favour that). Other orders are not tried: with a
+// fused head on 3 layers a mixed order can fit a budget neither does (test_fit.cpp compares with
+// exhaustive search over every order on 2 layers there). A branch and bound finds the multiset of
+// least FLOPs whose lower bound (lower_bound: buffers live at one step, measured per option on one
+// plan of a model of at most 3 layers) fits the budget in either layout; it is planned in full,
+// and is the answer if it fits, else it is excluded and the search runs again. So every multiset of
+// fewer FLOPs is ruled out by a bound or a plan: the answer is proven least, and its total is a
+// plan's. Past 64 multisets planned or 4 million branch-and-bound nodes, or with a plan below its
+// bound (the bound would be wrong for this model), the answer still fits but is not proven least;
+// so is a single option on every layer outside the levels, the last resort (smallest()). That search runs once per head
+// candidate (the head moves the peak), the least FLOPs over them wins, and a candidate whose own recompute (the fused
+// head's, with no layer remat) is no less than the best found is skipped.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,7 +60,7 @@ struct FitChoice {
   int64_t arena_bytes = 0;     // activations and the kernel workspace
   double recompute_flops = 0;  // per step, all minibatches
   double step_flops = 0;       // forward and backward per step without recompute
-  bool proven_least = true;    // false: the search's plan cap was reached (Fitter::fit_layers)
+  bool proven_least = true;    // false: the search could not prove it least (Fitter::fit_layers)
 };
 
 // Runs of equal layers in layer order: "12×Block/nothing_saveable, 36×none".
@@ -95,6 +101,13 @@ class Fitter {
   FitChoice smallest();
   // Full plans made so far.
   int plans_made() const { return plans_; }
+  // A total no plan of `layers` is below (the search discards a layout whose bound exceeds the
+  // budget without planning it): the fixed part plus, as the arena, the larger of the bytes live
+  // at the head's backward (every layer's saved activations and the head's) and, for each layer j,
+  // at its own backward (the saved activations of the layers before it, less the previous
+  // layer's output, which j's backward may free, and j's own). Each term is a set of buffers live
+  // at one step, so no allocator fits them in fewer bytes.
+  int64_t lower_bound(const std::vector<LayerRemat>& layers, int64_t num_minibatches, int64_t head_chunk);
 
   // `c` with the choice applied (model.remat_layers, optimizer.num_minibatches, model.head_chunk).
   Config apply(const FitChoice& f) const;
@@ -108,12 +121,37 @@ class Fitter {
   int plans_ = 0;
   std::map<std::tuple<std::string, int64_t, int64_t>, FitChoice> plans_by_choice_;
   std::shared_ptr<Backend> be_;  // c.device's, for the kernels' workspace sizes
-  // Per minibatch count and head: each option's recomputed FLOPs and added bytes per layer
-  // (fit_layers).
-  std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<double, double>>> per_layer_;
+  // Per minibatch count and head, measured on the uniform plans of a model of at most 3 layers
+  // (layers are identical: what one layer adds carries over to any depth and any neighbours).
+  struct Calibration {
+    // Per option: recomputed FLOPs and bytes added per layer, relative to none (the search's order).
+    std::vector<std::pair<double, double>> increments;
+    // Per option and position (the first layer, the ones between, the last), for lower_bound: the
+    // bytes of a layer's activations live after the forward and before any layer's backward (its
+    // saved activations), of those the ones nodes outside the layer read (its output), and the most
+    // of its own activations and kernel workspace live at a step of its own backward or recompute.
+    std::vector<std::array<int64_t, 3>> saved, output, own_backward;
+    // The most bytes of activations and workspace outside the layers live at one step between the
+    // last layer's forward and the first layer's backward (the head and the loss), at least under
+    // every option; -1: the program has no such steps and no layers (no bound but the fixed part).
+    int64_t head = -1;
+    std::vector<int64_t> head_steps;  // per step of the head, the least so far (measure)
+    int64_t fixed = 0;                // the deep model's total less its arena and the evaluator's arena
+  };
+  std::map<std::pair<int64_t, int64_t>, Calibration> calibration_;
+  const Calibration& calibrate(int64_t num_minibatches, int64_t head_chunk);
+  // lower_bound of the layers taking options()[opt[i]].
+  static int64_t bound_of(const Calibration& cal, const std::vector<size_t>& opt);
+  // The plan of a choice without the cache; `cal`, when given, receives that plan's live-bytes
+  // structure for one option on every layer (saved, output, own_backward at [option], head).
+  FitChoice measure(const std::vector<LayerRemat>& layers, int64_t num_minibatches, int64_t head_chunk,
+                    Calibration* cal, size_t option);
+  // Per minibatch count and head: the evaluator's arena and inputs (no remat changes the forward).
+  std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> eval_bytes_;
   // The least-recompute layers for one minibatch count and head, or an empty choice (no layers)
-  // when none fits.
-  FitChoice fit_layers(int64_t budget, int64_t num_minibatches, int64_t head_chunk);
+  // when none fits; `proven` is cleared when the search could not prove its answer least (or,
+  // with no layers, that nothing fits).
+  FitChoice fit_layers(int64_t budget, int64_t num_minibatches, int64_t head_chunk, bool& proven);
 };
 
 // The budget `loom train` fits model.remat = auto into: train.memory_budget, else the memory the

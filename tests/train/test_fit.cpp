@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <random>
 #include <set>
 
 #include "backend/registry.h"
@@ -105,6 +106,45 @@ TEST(Fit, OptimalWithTheHeadChunkAgainstExhaustiveSearchTwoLayers) { expect_opti
 TEST(Fit, OptimalWithTheHeadChunkUnderLoraTwoLayers) { expect_optimal(2, "auto", /*lora=*/true); }
 // An untied head with a bias (a from-scratch tutorial model's) fuses too: auto tries its chunks.
 TEST(Fit, OptimalWithABiasedUntiedHeadChunkTwoLayers) { expect_optimal(2, "auto", /*lora=*/false, /*tied=*/false); }
+
+// The bound the search discards layouts by (Fitter::lower_bound) never exceeds the plan's total, on
+// random per-layer layouts of 3- and 4-layer models: plain, fused and LoRA heads, two minibatches.
+// It is not trivial: above the fixed part.
+TEST(Fit, LowerBoundNeverExceedsThePlan) {
+  std::mt19937 rng(7);
+  for (const Config& c : {tiny(3), tiny(4), tiny(4, 2), tiny(3, 1, "auto"), tiny(3, 1, "auto", /*lora=*/true),
+                          tiny(4, 1, "auto", /*lora=*/false, /*tied=*/false)}) {
+    Fitter f(c);
+    const auto L = static_cast<size_t>(f.num_layers());
+    const int64_t mb = c.optimizer.num_minibatches;
+    for (int64_t head : f.head_chunks())
+      for (int i = 0; i < 40; ++i) {
+        std::vector<LayerRemat> layers;
+        for (size_t l = 0; l < L; ++l) layers.push_back(f.options()[rng() % f.options().size()]);
+        const FitChoice p = f.plan(layers, mb, head);
+        const int64_t bound = f.lower_bound(layers, mb, head);
+        EXPECT_LE(bound, p.total_bytes) << describe_choice(p);
+        EXPECT_GT(bound, p.fixed_bytes) << describe_choice(p);
+      }
+  }
+}
+
+// Deep: at 12 layers every frontier point is proven least (every multiset of fewer FLOPs ruled
+// out by the bound or its plan), fits its budget, and no single option on every layer that
+// recomputes less fits it.
+TEST(Fit, DeepFrontierIsProvenLeast) {
+  Fitter f(tiny(12));
+  for (const Fitter::FitPoint& p : f.frontier(6)) {
+    EXPECT_TRUE(p.choice.proven_least) << p.budget << ": " << describe_choice(p.choice);
+    EXPECT_LE(p.choice.total_bytes, p.budget);
+    for (const LayerRemat& o : f.options()) {
+      const FitChoice u = f.plan(std::vector<LayerRemat>(12, o), p.choice.num_minibatches, p.choice.head_chunk);
+      if (u.total_bytes <= p.budget) {
+        EXPECT_GE(u.recompute_flops, p.choice.recompute_flops) << describe_choice(u);
+      }
+    }
+  }
+}
 
 TEST(Fit, ChoiceIsWhatLoomMemoryPlans) {
   const Config c = tiny(3);
