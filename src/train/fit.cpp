@@ -250,9 +250,11 @@ FitChoice Fitter::measure(const std::vector<LayerRemat>& layers, int64_t num_min
         sv += o.bytes;
         if (o.read_outside) out += o.bytes;
       }
+    // With the activations outside the layers live there: the embeddings' output until the first
+    // layer's backward, the head's gradient into the last layer; they depend on no other layer.
     for (int32_t s = h + 1; s < steps; ++s)
       if (layer_at[static_cast<size_t>(s)] == l)
-        ob = std::max(ob, live[static_cast<size_t>(l) + 1][static_cast<size_t>(s)]);
+        ob = std::max(ob, live[static_cast<size_t>(l) + 1][static_cast<size_t>(s)] + live[0][static_cast<size_t>(s)]);
     const size_t at = position(l, num_layers);
     cal->saved[option][at] = sv;
     cal->output[option][at] = out;

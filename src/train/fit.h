@@ -129,7 +129,8 @@ class Fitter {
     // Per option and position (the first layer, the ones between, the last), for lower_bound: the
     // bytes of a layer's activations live after the forward and before any layer's backward (its
     // saved activations), of those the ones nodes outside the layer read (its output), and the most
-    // of its own activations and kernel workspace live at a step of its own backward or recompute.
+    // of its own activations and kernel workspace, with those outside the layers, live at a step of
+    // its own backward or recompute.
     std::vector<std::array<int64_t, 3>> saved, output, own_backward;
     // The most bytes of activations and workspace outside the layers live at one step between the
     // last layer's forward and the first layer's backward (the head and the loss), at least under
