@@ -8,6 +8,9 @@
 //     is within the budget;
 //   - when no remat choice fits, more minibatches; when nothing fits, an error naming the smallest
 //     total (human units and exact bytes);
+//   - proven least at depth: the lower bound the search discards layouts by never exceeds the plan
+//     (random layouts of small and real shapes); on 5 layers it equals the least of every multiset
+//     of the options in both orders; at 12 layers every frontier point is proven least;
 //   - a Trainer with model.remat = auto runs the choice, with the gradients of no remat, and says
 //     it in one line (choice, planned total of the budget, recompute).
 #include <fmt/format.h>
@@ -126,6 +129,68 @@ TEST(Fit, LowerBoundNeverExceedsThePlan) {
         EXPECT_LE(bound, p.total_bytes) << describe_choice(p);
         EXPECT_GT(bound, p.fixed_bytes) << describe_choice(p);
       }
+  }
+}
+
+// The same on the shapes users fit (GPT-2 124M, the tutorial Transformer, Llama 3.1 8B's
+// dimensions) at 3 and 5 layers, where the head, not a layer, may hold the peak.
+TEST(Fit, LowerBoundNeverExceedsThePlanOnRealShapes) {
+  std::mt19937 rng(11);
+  for (const char* file : {"configs/gpt2_124m.toml", "configs/tutorial_transformer.toml", "bench/qlora_llama8b.toml"})
+    for (int layers : {3, 5}) {
+      const Config c = load_config(std::string(LOOM_SOURCE_DIR) + "/" + file,
+                                   {fmt::format("model.num_layers={}", layers), "lora.rank=0", "model.remat=auto"});
+      Fitter f(c);
+      for (int i = 0; i < 12; ++i) {
+        std::vector<LayerRemat> l;
+        for (int j = 0; j < layers; ++j) l.push_back(f.options()[rng() % f.options().size()]);
+        const FitChoice p = f.plan(l, c.optimizer.num_minibatches, 0);
+        EXPECT_LE(f.lower_bound(l, c.optimizer.num_minibatches, 0), p.total_bytes)
+            << file << ": " << describe_choice(p);
+      }
+    }
+}
+
+// At 5 layers, at every fourth of the totals of every multiset of the options (each laid out in
+// option order and reversed, planned), the planner's recomputed FLOPs equal the least of those that
+// fit, and its answer is proven least.
+TEST(Fit, OptimalAgainstEveryMultisetFiveLayers) {
+  const Config c = tiny(5);
+  Fitter f(c);
+  const size_t L = 5, K = f.options().size();
+  std::vector<Combo> all;
+  std::vector<size_t> idx(L, 0);
+  std::function<void(size_t, size_t)> multisets = [&](size_t at, size_t from) {
+    if (at == L) {
+      std::vector<LayerRemat> layers;
+      for (size_t i : idx) layers.push_back(f.options()[i]);
+      for (int order = 0; order < 2; ++order) {
+        const FitChoice p = f.plan(layers, 1, 0);
+        all.push_back({p.total_bytes, p.recompute_flops, 0, describe_choice(p)});
+        std::reverse(layers.begin(), layers.end());
+      }
+      return;
+    }
+    for (size_t k = from; k < K; ++k) {
+      idx[at] = k;
+      multisets(at + 1, k);
+    }
+  };
+  multisets(0, 0);
+  std::set<int64_t> budgets;
+  for (const Combo& x : all) budgets.insert(x.total);
+  ASSERT_GT(budgets.size(), 400u);
+  size_t i = 0;
+  for (int64_t budget : budgets) {
+    if (i++ % 4) continue;
+    double best = 1e300;
+    for (const Combo& x : all)
+      if (x.total <= budget) best = std::min(best, x.flops);
+    Fitter fresh(c);
+    const FitChoice got = fresh.fit(budget);
+    EXPECT_EQ(got.recompute_flops, best) << budget << ": chose " << describe_choice(got);
+    EXPECT_TRUE(got.proven_least) << budget;
+    EXPECT_LE(got.total_bytes, budget);
   }
 }
 
