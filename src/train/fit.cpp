@@ -195,7 +195,7 @@ FitChoice Fitter::measure(const std::vector<LayerRemat>& layers, int64_t num_min
 
   // The live-bytes structure (fit.h, lower_bound): each activation buffer and kernel workspace
   // belongs to the layer of the node that made it (a view or an in-place output: its storage's),
-  // -1 outside the layers; gradients and gathered parameters in the arena are left out.
+  // -1 outside the layers; gradients and gathered parameters in the arena apart.
   const auto steps = static_cast<int32_t>(mp.schedule.size());
   std::vector<int32_t> layer_at(static_cast<size_t>(steps));
   int32_t last_forward = -1, first_backward = steps, num_layers = 0;
@@ -217,11 +217,13 @@ FitChoice Fitter::measure(const std::vector<LayerRemat>& layers, int64_t num_min
   };
   std::vector<Owned> owned;
   std::vector<int32_t> owned_of(g.values().size(), -1);  // per storage root
+  constexpr int32_t kPersistent = -2;                    // a gradient or a gathered parameter in the arena
   for (const BufferInfo& b : mp.buffers) {
-    if (b.gathered) continue;
-    if (b.value == kNoValue) {
+    if (b.gathered || (b.value != kNoValue && g.value(b.value).kind != ValueKind::activation)) {
+      owned.push_back({kPersistent, b.first, b.last, b.bytes});
+    } else if (b.value == kNoValue) {
       owned.push_back({layer_at[static_cast<size_t>(b.first)], b.first, b.last, b.bytes});
-    } else if (g.value(b.value).kind == ValueKind::activation) {
+    } else {
       owned_of[static_cast<size_t>(b.value)] = static_cast<int32_t>(owned.size());
       owned.push_back({layer_of(g.node(g.value(b.value).producer)), b.first, b.last, b.bytes});
     }
@@ -231,12 +233,12 @@ FitChoice Fitter::measure(const std::vector<LayerRemat>& layers, int64_t num_min
       if (const int32_t o = owned_of[static_cast<size_t>(mp.value_root[static_cast<size_t>(v)])]; o >= 0)
         owned[static_cast<size_t>(o)].read_outside |=
             owned[static_cast<size_t>(o)].layer != layer_at[static_cast<size_t>(s)];
-  // Live bytes per owner (index layer + 1) and step.
-  std::vector<std::vector<int64_t>> live(static_cast<size_t>(num_layers) + 1,
+  // Live bytes per owner (index layer + 1; the last, the gradients and gathered parameters) and step.
+  std::vector<std::vector<int64_t>> live(static_cast<size_t>(num_layers) + 2,
                                          std::vector<int64_t>(static_cast<size_t>(steps) + 1, 0));
   for (const Owned& o : owned) {
     if (o.layer >= num_layers) continue;
-    std::vector<int64_t>& d = live[static_cast<size_t>(o.layer + 1)];
+    std::vector<int64_t>& d = live[o.layer == kPersistent ? live.size() - 1 : static_cast<size_t>(o.layer + 1)];
     d[static_cast<size_t>(o.first)] += o.bytes;
     d[static_cast<size_t>(o.last) + 1] -= o.bytes;
   }
@@ -264,10 +266,15 @@ FitChoice Fitter::measure(const std::vector<LayerRemat>& layers, int64_t num_min
   // step (the same head nodes in the same order under every option), then the most over the steps.
   // The last layer's activations the head's backward frees before h (its output, read by the final
   // norm) count there too: its buffers live at h are live at every step of the head (made before).
+  // Gradients and gathered parameters count there too (the head's, and what the head's backward
+  // writes or gathers at any depth); not at a layer's backward, where which are live depends on
+  // the depth (their buckets).
   std::vector<int64_t> head;
   const std::vector<int64_t>& last = live[static_cast<size_t>(num_layers)];
-  for (int32_t s = last_forward + 1; s <= h; ++s)
-    head.push_back(live[0][static_cast<size_t>(s)] + last[static_cast<size_t>(s)] - last[static_cast<size_t>(h)]);
+  for (int32_t s = last_forward + 1; s <= h; ++s) {
+    const auto at = static_cast<size_t>(s);
+    head.push_back(live[0][at] + live.back()[at] + last[at] - last[static_cast<size_t>(h)]);
+  }
   if (option == 0) cal->head_steps = head;
   if (cal->head_steps.size() != head.size()) cal->head_steps.assign(head.size(), 0);
   for (size_t s = 0; s < head.size(); ++s) cal->head_steps[s] = std::min(cal->head_steps[s], head[s]);
@@ -375,15 +382,17 @@ FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head, bool& pro
     for (size_t k = 0; k < K; ++k) f += static_cast<double>(n[k]) * chain[k].flops;
     return f;
   };
-  // A multiset is planned only when a layout's lower bound is within the budget; a plan below its
-  // bound (which would make the bound wrong for this model) voids the proof.
+  // A multiset is planned only when a layout's lower bound (plus `shift`, below) is within the
+  // budget; a plan below its bound (which would make the bound wrong for this model) voids the proof.
+  int64_t shift = 0, least_gap = INT64_MAX;
   auto plan_counts = [&](const Counts& n, std::optional<FitChoice>& fits) {
     for (bool highest_first : {true, false}) {
       const std::vector<LayerRemat> layers = layout(n, highest_first);
       const int64_t bound = bound_of(cal, options_of(n, highest_first));
-      if (bound > budget) continue;
+      if (bound + shift > budget) continue;
       const FitChoice f = plan(layers, mb, head);
       if (f.total_bytes < bound) proven = false;
+      least_gap = std::min(least_gap, f.total_bytes - bound);
       if (f.total_bytes <= budget) {
         fits = f;
         return;
@@ -443,6 +452,9 @@ FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head, bool& pro
   // no plan has, below the incumbent's FLOPs; planned, it is the answer if it fits, else excluded
   // and the search runs again. When none is left, no multiset of fewer FLOPs fits in either
   // layout: the incumbent is the least.
+  // Past kMaxPlans multisets planned (a bound far below the plans, as where sharded gradients
+  // hold much of the peak), the search trusts the bound plus the least gap between a plan and its
+  // bound seen so far (`shift`) for kMaxPlans more: its answer still fits but is not proven least.
   std::set<Counts> failed;
   constexpr size_t kMaxPlans = 64, kMaxNodes = 4000000;
   while (true) {
@@ -459,13 +471,13 @@ FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head, bool& pro
         n[k] = left;
         fl += static_cast<double>(left) * chain[k].flops;
         sv += left * saved[k];
-        if (sv > room || beaten(fl) || failed.count(n)) return;
-        if (std::min(bound_of(cal, options_of(n, true)), bound_of(cal, options_of(n, false))) > budget) return;
+        if (sv > room - shift || beaten(fl) || failed.count(n)) return;
+        if (std::min(bound_of(cal, options_of(n, true)), bound_of(cal, options_of(n, false))) + shift > budget) return;
         best = n;
         best_flops = fl;
         return;
       }
-      if (beaten(fl + least_completion(k, left, room - sv))) return;
+      if (beaten(fl + least_completion(k, left, room - shift - sv))) return;
       for (int64_t c = left; c >= 0; --c) {
         n[k] = c;
         visit(k + 1, left - c, fl + static_cast<double>(c) * chain[k].flops, sv + c * saved[k]);
@@ -473,9 +485,11 @@ FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head, bool& pro
       n[k] = 0;
     };
     visit(0, static_cast<int64_t>(L), 0.0, 0);
-    if (nodes > kMaxNodes || failed.size() >= kMaxPlans) {
+    if (nodes > kMaxNodes || failed.size() >= (shift > 0 ? 2 : 1) * kMaxPlans) {
       proven = false;
-      break;
+      if (nodes > kMaxNodes || shift > 0 || least_gap <= 0) break;
+      shift = least_gap;
+      continue;
     }
     if (best.empty()) break;
     std::optional<FitChoice> fits;

@@ -111,13 +111,26 @@ TEST(Fit, OptimalWithTheHeadChunkUnderLoraTwoLayers) { expect_optimal(2, "auto",
 TEST(Fit, OptimalWithABiasedUntiedHeadChunkTwoLayers) { expect_optimal(2, "auto", /*lora=*/false, /*tied=*/false); }
 
 // The bound the search discards layouts by (Fitter::lower_bound) never exceeds the plan's total, on
-// random per-layer layouts of 3- and 4-layer models: plain, fused and LoRA heads, two minibatches.
-// It is not trivial: above the fixed part.
+// random per-layer layouts of 3- and 4-layer models: plain, fused and LoRA heads, two minibatches,
+// one rank of two with sharded optimizer state and gradients or parameters (gradients and
+// parameters in the arena). It is not trivial: above the fixed part.
 TEST(Fit, LowerBoundNeverExceedsThePlan) {
   std::mt19937 rng(7);
-  for (const Config& c : {tiny(3), tiny(4), tiny(4, 2), tiny(3, 1, "auto"), tiny(3, 1, "auto", /*lora=*/true),
-                          tiny(4, 1, "auto", /*lora=*/false, /*tied=*/false)}) {
-    Fitter f(c);
+  const auto sharded = [](OptimizerShard shard) {
+    Config c = tiny(4);
+    c.optimizer.shard = shard;
+    return c;
+  };
+  for (const auto& [c, ranks] :
+       std::vector<std::pair<Config, int>>{{tiny(3), 1},
+                                           {tiny(4), 1},
+                                           {tiny(4, 2), 1},
+                                           {tiny(3, 1, "auto"), 1},
+                                           {tiny(3, 1, "auto", /*lora=*/true), 1},
+                                           {tiny(4, 1, "auto", /*lora=*/false, /*tied=*/false), 1},
+                                           {sharded(OptimizerShard::state_grads), 2},
+                                           {sharded(OptimizerShard::params), 2}}) {
+    Fitter f(c, ranks);
     const auto L = static_cast<size_t>(f.num_layers());
     const int64_t mb = c.optimizer.num_minibatches;
     for (int64_t head : f.head_chunks())
