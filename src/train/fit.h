@@ -26,8 +26,9 @@
 // plan of a model of at most 3 layers) fits the budget in either layout; it is planned in full,
 // and is the answer if it fits, else it is excluded and the search runs again. So every multiset of
 // fewer FLOPs is ruled out by a bound or a plan: the answer is proven least, and its total is a
-// plan's. Past 64 multisets planned or 4 million branch-and-bound nodes, or with a plan below its
-// bound (the bound would be wrong for this model), the answer still fits but is not proven least;
+// plan's. Past 64 multisets planned (the search then trusts the bound plus the least gap between a
+// plan and its bound seen, for 64 more) or 4 million branch-and-bound nodes, or with a plan below
+// its bound (the bound would be wrong for this model), the answer still fits but is not proven least;
 // so is a single option on every layer outside the levels, the last resort (smallest()). That search runs once per head
 // candidate (the head moves the peak), the least FLOPs over them wins, and a candidate whose own recompute (the fused
 // head's, with no layer remat) is no less than the best found is skipped.
