@@ -477,7 +477,7 @@ __FRONTIER__<h2>Buffers</h2>
     document.getElementById('frontier-rows').innerHTML = rows.map(function (r) {
       var td = [r.n, fmtB(r.p.budget_bytes), fmtB(r.p.total_bytes), share(r.p).toFixed(1) + '%'];
       if (F.ceiling_flops > 0) td.push(fmtS(r.p.predicted_step_seconds));
-      td.push(r.p.choice + (r.p.proven_least ? '' : ' (search capped: not proven least)'));
+      td.push(r.p.choice + (r.p.proven_least ? '' : ' (not proven least)'));
       return '<tr class="fit-row' + (r.chosen ? ' sel' : '') + '">' + td.map(function (v, j) {
         return '<td' + (j > 0 && j < td.length - 1 ? ' class="num"' : '') + '>' + esc(v) + '</td>';
       }).join('') + '</tr>';

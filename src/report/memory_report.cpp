@@ -217,7 +217,7 @@ std::string format_fit_frontier(const std::vector<Fitter::FitPoint>& points, dou
                      ceiling_flops > 0 ? fmt::format("{:.3f}", predicted_step_seconds(f, ceiling_flops)) : "-",
                      1e3 * p.seconds, p.plans, f.head_chunk == 0 ? std::string("plain") : std::to_string(f.head_chunk),
                      describe_layers(f.layers), f.num_minibatches,
-                     f.proven_least ? "" : " (capped: not proven least)");
+                     f.proven_least ? "" : " (not proven least)");
   }
   return o;
 }

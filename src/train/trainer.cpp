@@ -212,7 +212,7 @@ Config resolve_auto_remat(const Config& c, Backend& be, dist::Comm& comm) {
   if (comm.rank() == 0)
     fmt::print(stderr, "remat auto: {}: plan {} of {}, recompute +{:.1f}% FLOPs{}\n", describe_choice(f),
                format_bytes(f.total_bytes), format_bytes(budget), 100 * f.recompute_flops / f.step_flops,
-               f.proven_least ? "" : " (search capped: not proven least)");
+               f.proven_least ? "" : " (not proven least)");
   return fitter.apply(f);
 }
 }  // namespace
