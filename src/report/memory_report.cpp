@@ -108,7 +108,7 @@ MemoryReport memory_report(const Config& c, size_t top, PlanOptions opts, int ra
   r.config_summary =
       fmt::format("{} {} ({}), {} layers, batch {} in {} minibatch{}, remat '{}' ({})", choice_name(c.model.kind),
                   dtype_name(c.model.dtype), c.source.empty() ? "defaults" : c.source,
-                  nn::model_kind(c.model.kind).language_model ? c.model.num_layers : 1, c.data.batch_size,
+                  nn::model_kind(c.model.kind).language_model ? c.model.transformer.num_layers : 1, c.data.batch_size,
                   c.optimizer.num_minibatches, c.optimizer.num_minibatches == 1 ? "" : "es",
                   choice_set_name(c.model.remat), choice_name(c.model.remat_policy));
   if (!c.model.remat_layers.empty()) r.config_summary += " chose " + describe_layers(c.model.remat_layers);

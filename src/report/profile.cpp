@@ -32,8 +32,9 @@ void write_file(const std::filesystem::path& p, const std::string& text) {
 std::string run_title(const Config& c) {
   std::string t = fmt::format("{} {}", choice_name(c.model.kind), dtype_name(c.model.dtype));
   if (nn::model_kind(c.model.kind).language_model)
-    t += fmt::format(", hidden {}, {} layers, head_dim {}, vocab {}, seq {}", c.model.hidden_size, c.model.num_layers,
-                     c.model.head_dim, c.model.vocab_size, c.data.seq_len);
+    t += fmt::format(", hidden {}, {} layers, head_dim {}, vocab {}, seq {}", c.model.hidden_size,
+                     c.model.transformer.num_layers, c.model.transformer.head_dim, c.model.transformer.vocab_size,
+                     c.data.seq_len);
   else
     t += fmt::format(", hidden {}", c.model.hidden_size);
   t += fmt::format(", batch {} in {} minibatch{}, remat {}", c.data.batch_size, c.optimizer.num_minibatches,

@@ -39,16 +39,16 @@ Sampler::Sampler(const Config& c, Backend& be, Prefill how, int64_t context) : s
     throw UserError("model.kind",
                     "is '" + std::string(kind.name) + "': only a language model with a decoder can generate text",
                     "sample from a checkpoint of a transformer run");
-  if (!c.model.causal_mask)
+  if (!c.model.transformer.causal_mask)
     throw UserError("model.causal_mask", "is false: generating token by token needs a causal model",
                     "sample from a model trained with model.causal_mask = true");
-  if (context != 0 && (context < 2 || context > c.model.max_seq_len))
+  if (context != 0 && (context < 2 || context > c.model.transformer.max_seq_len))
     throw UserError("--context",
-                    "must be in [2, " + std::to_string(c.model.max_seq_len) + "] (model.max_seq_len), got " +
-                        std::to_string(context),
+                    "must be in [2, " + std::to_string(c.model.transformer.max_seq_len) +
+                        "] (model.max_seq_len), got " + std::to_string(context),
                     "leave it out to use every position the model has");
-  max_len_ = context > 0 ? context : c.model.max_seq_len;
-  num_outputs_ = c.model.num_outputs;
+  max_len_ = context > 0 ? context : c.model.transformer.max_seq_len;
+  num_outputs_ = c.model.transformer.num_outputs;
   model_ = kind.build_decoder(c.model, 1, max_len_);
   narrow_params(model_.graph);
   const Graph& g = model_.graph;
@@ -299,10 +299,10 @@ int run_sample(const SampleOptions& o) {
     throw UserError(o.checkpoint, "has no tokenizer (tokenizer.json)",
                     "sample from a run trained on token data (data.kind = tokens, prepared by `loom prepare`), or "
                     "a Hugging Face directory with its tokenizer.json");
-  if (nn::model_kind(c.model.kind).language_model && tok->vocab_size() > c.model.vocab_size)
+  if (nn::model_kind(c.model.kind).language_model && tok->vocab_size() > c.model.transformer.vocab_size)
     throw UserError(o.checkpoint,
                     "its tokenizer has " + std::to_string(tok->vocab_size()) + " tokens but model.vocab_size is " +
-                        std::to_string(c.model.vocab_size),
+                        std::to_string(c.model.transformer.vocab_size),
                     "the tokenizer.json does not belong to this checkpoint");
   std::string text = o.prompt;
   if (!o.prompt_file.empty()) {

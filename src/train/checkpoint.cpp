@@ -230,7 +230,7 @@ std::vector<StSource> moment_sources(const Trainer& t, MomentStream* stream) {
 // The parameters as param_sources names them; sharded (optimizer.shard = params, never stacked:
 // config.cpp refuses model.scan_layers), read piece by piece from every rank through `stream`.
 std::vector<StSource> saved_param_sources(const Trainer& t, MomentStream* stream, nn::ParamSubset subset) {
-  std::vector<StSource> out = param_sources(t.executor(), t.config().model.scan_layers, {}, subset);
+  std::vector<StSource> out = param_sources(t.executor(), t.config().model.transformer.scan_layers, {}, subset);
   if (!t.params_sharded()) return out;
   const Graph& g = t.model().graph;
   for (StSource& s : out) {
@@ -648,7 +648,8 @@ void load_checkpoint_params(Executor& ex, const Checkpoint& c, const std::functi
   const std::string file = (fs::path(c.path) / kModelFile).string();
   const Config stored = config_from_toml_text(c.state.config_toml, (fs::path(c.path) / kStateFile).string());
   if (c.state.base_hash.empty()) {
-    import_params(ex, by_name(c.params), stored.model.scan_layers, file, {}, nn::base_subset(ex.graph()), progress);
+    import_params(ex, by_name(c.params), stored.model.transformer.scan_layers, file, {}, nn::base_subset(ex.graph()),
+                  progress);
     return;
   }
   const Graph& g = ex.graph();
@@ -665,7 +666,8 @@ void load_checkpoint_params(Executor& ex, const Checkpoint& c, const std::functi
                         " was trained on (its parameters' CRC-32C is " + now + ", the checkpoint recorded " +
                         c.state.base_hash + ")",
                     "restore that base model, or start a new run from this one");
-  import_params(ex, by_name(c.params), stored.model.scan_layers, file, {}, nn::ParamSubset::trainable, progress);
+  import_params(ex, by_name(c.params), stored.model.transformer.scan_layers, file, {}, nn::ParamSubset::trainable,
+                progress);
 }
 
 std::vector<StTensor> read_checkpoint_params(const Checkpoint& c) {
@@ -686,7 +688,7 @@ void restore_params(Trainer& t, const Checkpoint& c, const std::function<void()>
   // checkpoint of stacked layers is the only one whose names are not the parameters' paths.
   const std::string file = (fs::path(c.path) / kModelFile).string();
   const Config stored = config_from_toml_text(c.state.config_toml, (fs::path(c.path) / kStateFile).string());
-  if (stored.model.scan_layers)
+  if (stored.model.transformer.scan_layers)
     throw UserError(c.path, "holds stacked layers (model.scan_layers), which optimizer.shard = params cannot resume yet",
                     "resume with optimizer.shard = state+grads, then save without model.scan_layers");
   const std::map<std::string, const StEntry*> located = by_name(c.params);

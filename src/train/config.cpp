@@ -190,13 +190,14 @@ void apply_init_from(Config& c, const std::set<std::string>& given) {
   }
   // mlp_expansion sizes the MLP only while intermediate_size is 0; a source that gives the width
   // itself (a Llama's intermediate_size) would leave a different mlp_expansion silently unused.
-  if (given.count("model.mlp_expansion") && !given.count("model.intermediate_size") && c.model.intermediate_size > 0 &&
-      c.model.mlp_expansion != src.config().model.mlp_expansion)
+  if (given.count("model.mlp_expansion") && !given.count("model.intermediate_size") &&
+      c.model.transformer.intermediate_size > 0 &&
+      c.model.transformer.mlp_expansion != src.config().model.transformer.mlp_expansion)
     throw UserError(f + ": model.mlp_expansion",
-                    "is " + std::to_string(c.model.mlp_expansion) +
+                    "is " + std::to_string(c.model.transformer.mlp_expansion) +
                         ", which would go unused: the model of model.init_from sets the MLP's width itself, "
                         "model.intermediate_size = " +
-                        std::to_string(c.model.intermediate_size),
+                        std::to_string(c.model.transformer.intermediate_size),
                     "remove model.mlp_expansion (model.init_from sets the width) or start from another model");
 }
 
@@ -248,8 +249,8 @@ void check_across_rooms(const Config& c) {
             "use optimizer.shard = state+grads with lora.rank > 0");
   check_key(!zero3 || c.model.init_from.empty(), "optimizer.shard", "params (ZeRO-3) does not load model.init_from yet",
             "fine-tune with optimizer.shard = state+grads, or start from the seed");
-  check_key(!zero3 || !c.model.scan_layers, "optimizer.shard", "params (ZeRO-3) does not support model.scan_layers yet",
-            "set model.scan_layers = false");
+  check_key(!zero3 || !c.model.transformer.scan_layers, "optimizer.shard",
+            "params (ZeRO-3) does not support model.scan_layers yet", "set model.scan_layers = false");
   check_key(!zero3 || c.train.eval_interval == 0 || c.data.kind != DataKind::tokens, "optimizer.shard",
             "params (ZeRO-3) does not evaluate during training yet",
             "set train.eval_interval = 0 (evaluate the checkpoint with `loom eval`), or optimizer.shard = state+grads");
@@ -257,14 +258,14 @@ void check_across_rooms(const Config& c) {
   const nn::ModelKindInfo& kind = nn::model_kind(c.model.kind);
   const std::string a_kind = "the " + std::string(kind.name);
   if (kind.language_model) {
-    check_key(c.data.seq_len >= 1 && c.data.seq_len <= c.model.max_seq_len, "data.seq_len",
+    check_key(c.data.seq_len >= 1 && c.data.seq_len <= c.model.transformer.max_seq_len, "data.seq_len",
               "seq_len " + std::to_string(c.data.seq_len) +
-                  " is outside [1, model.max_seq_len = " + std::to_string(c.model.max_seq_len) + "]",
+                  " is outside [1, model.max_seq_len = " + std::to_string(c.model.transformer.max_seq_len) + "]",
               "raise model.max_seq_len or shorten data.seq_len");
     check_key(is_token_data(c.data.kind), "data.kind", a_kind + " needs token data", "use random_tokens or tokens");
-    check_key(
-        c.data.kind != DataKind::random_tokens || (c.data.vocab_size >= 2 && c.data.vocab_size <= c.model.vocab_size),
-        "data.vocab_size", "must be in [2, model.vocab_size]", "tokens must be valid embedding rows");
+    check_key(c.data.kind != DataKind::random_tokens ||
+                  (c.data.vocab_size >= 2 && c.data.vocab_size <= c.model.transformer.vocab_size),
+              "data.vocab_size", "must be in [2, model.vocab_size]", "tokens must be valid embedding rows");
   } else {
     check_key(c.data.kind == DataKind::random_classification, "data.kind", a_kind + " needs random_classification data",
               "use random_classification");
@@ -403,9 +404,9 @@ ModelInput model_input(const Config& c, int64_t minibatch) {
 
 DataContext data_context(const Config& c) {
   return {.seed = c.seed,
-          .num_classes = c.model.num_classes,
-          .model_vocab_size = c.model.vocab_size,
-          .model_num_outputs = c.model.num_outputs,
+          .num_classes = c.model.mlp_classifier.num_classes,
+          .model_vocab_size = c.model.transformer.vocab_size,
+          .model_num_outputs = c.model.transformer.num_outputs,
           .num_minibatches = c.optimizer.num_minibatches};
 }
 

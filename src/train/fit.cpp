@@ -89,7 +89,7 @@ std::string describe_choice(const FitChoice& f) {
 
 Fitter::Fitter(const Config& c, int ranks) : c_(c), ranks_(ranks), be_(make_backend(c.device)) {
   const bool lm = nn::model_kind(c.model.kind).language_model;
-  num_layers_ = lm ? c.model.num_layers : 1;
+  num_layers_ = lm ? c.model.transformer.num_layers : 1;
   std::vector<ChoiceSet<RematRegion>> regions = {{RematRegion::MLP}};
   if (lm)
     regions = {{RematRegion::MLP}, {RematRegion::Attn}, {RematRegion::MLP, RematRegion::Attn}, {RematRegion::Block}};
@@ -101,12 +101,12 @@ Fitter::Fitter(const Config& c, int ranks) : c_(c), ranks_(ranks), be_(make_back
   for (const auto& r : regions)
     for (RematPolicyKind p : policies) options_.push_back(LayerRemat{.regions = r, .policy = p});
   c_.model.remat = {RematRegion::auto_};
-  head_chunks_ = {c.model.head_chunk};
-  if (c.model.head_chunk == nn::kHeadChunkAuto) {
+  head_chunks_ = {c.model.transformer.head_chunk};
+  if (c.model.transformer.head_chunk == nn::kHeadChunkAuto) {
     head_chunks_ = {0};
     // A quarter of the vocabulary holds a quarter of the logits; a sixteenth, a sixteenth: below
     // that the head's few MiB rarely decide a fit, and ever narrower products run slower.
-    const int64_t wide = lm ? std::bit_floor(static_cast<uint64_t>(c.model.num_outputs / 4)) : 0;
+    const int64_t wide = lm ? std::bit_floor(static_cast<uint64_t>(c.model.transformer.num_outputs / 4)) : 0;
     for (int64_t chunk = wide; chunk >= 1 && head_chunks_.size() < 3; chunk /= 4) head_chunks_.push_back(chunk);
   }
 }
@@ -125,7 +125,7 @@ Config Fitter::apply(const FitChoice& f) const {
   Config c = c_;
   c.model.remat_layers = f.layers;
   c.optimizer.num_minibatches = f.num_minibatches;
-  c.model.head_chunk = f.head_chunk;
+  c.model.transformer.head_chunk = f.head_chunk;
   return c;
 }
 
@@ -290,7 +290,7 @@ const Fitter::Calibration& Fitter::calibrate(int64_t mb, int64_t head) {
   Config small = c_;
   const bool lm = nn::model_kind(c_.model.kind).language_model;
   const size_t Lc = lm ? std::min<size_t>(L, 3) : L;
-  if (lm) small.model.num_layers = static_cast<int64_t>(Lc);
+  if (lm) small.model.transformer.num_layers = static_cast<int64_t>(Lc);
   Fitter calib(small, ranks_);
   k.saved.assign(options_.size(), {});
   k.output.assign(options_.size(), {});

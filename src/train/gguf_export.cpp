@@ -251,20 +251,21 @@ GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& 
   else
     throw UserError(tok_subject, "is loom's character tokenizer, which llama.cpp does not have",
                     "train on data prepared with `loom prepare hf` (a tokenizer.json) or the GPT-2 tokenizer");
-  for (int64_t i = static_cast<int64_t>(v.tokens.size()); i < c.vocab_size; ++i) {  // rows past the tokenizer's
+  for (int64_t i = static_cast<int64_t>(v.tokens.size()); i < c.transformer.vocab_size;
+       ++i) {  // rows past the tokenizer's
     v.tokens.push_back("[PAD" + std::to_string(i) + "]");
     v.types.push_back(kUnused);
   }
 
   // llama.cpp's llama architecture has no sliding window: a window shorter than the context would
   // be lost, and the model would attend further than it was trained to.
-  if (c.sliding_window > 0 && c.sliding_window < c.max_seq_len)
+  if (c.transformer.sliding_window > 0 && c.transformer.sliding_window < c.transformer.max_seq_len)
     throw UserError(run_or_checkpoint,
-                    "has a sliding window (model.sliding_window = " + std::to_string(c.sliding_window) +
+                    "has a sliding window (model.sliding_window = " + std::to_string(c.transformer.sliding_window) +
                         ") shorter than its context, which llama.cpp's " + a + " architecture does not apply",
                     "export it with `loom export hf` for transformers");
-  const int64_t C = c.hidden_size, D = c.head_dim, H = nn::num_heads(c);
-  const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H;
+  const int64_t C = c.hidden_size, D = c.transformer.head_dim, H = nn::num_heads(c);
+  const int64_t KV = c.transformer.num_kv_heads > 0 ? c.transformer.num_kv_heads : H;
   GgufFile f;
   auto put = [&](std::string key, GgufValue value) { f.metadata.emplace_back(std::move(key), std::move(value)); };
   auto u32 = [](int64_t x) { return static_cast<uint32_t>(x); };
@@ -273,17 +274,17 @@ GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& 
   put("general.name", fs::path(hc.checkpoint).parent_path().filename().string());
   put("general.file_type", file_type(type));
   put("general.quantization_version", uint32_t{2});
-  put(a + ".block_count", u32(c.num_layers));
-  put(a + ".context_length", u32(c.max_seq_len));
+  put(a + ".block_count", u32(c.transformer.num_layers));
+  put(a + ".context_length", u32(c.transformer.max_seq_len));
   put(a + ".embedding_length", u32(C));
   put(a + ".feed_forward_length", u32(nn::mlp_width(c)));
   put(a + ".attention.head_count", u32(H));
-  if (c.norm == NormKind::rmsnorm) {
+  if (c.transformer.norm == NormKind::rmsnorm) {
     put(a + ".attention.head_count_kv", u32(KV));
     put(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.layer_norm_eps));
-    put(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
+    put(a + ".rope.freq_base", static_cast<float>(c.transformer.rope_theta));
     put(a + ".rope.dimension_count", u32(D));
-    put(a + ".vocab_size", u32(c.vocab_size));
+    put(a + ".vocab_size", u32(c.transformer.vocab_size));
     if (H * D != C || arch.gguf_head_lengths) {
       put(a + ".attention.key_length", u32(D));
       put(a + ".attention.value_length", u32(D));
@@ -306,15 +307,16 @@ GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& 
 
   // Llama 3.1's rope scaling as llama.cpp takes it: rope_freqs.weight, each frequency's divisor
   // (convert_hf_to_gguf's LlamaModel.generate_extra_tensors: 1, factor, or the band's blend).
-  if (c.rope_scaling == RopeScaling::llama3) {
+  if (c.transformer.rope_scaling == RopeScaling::llama3) {
     // Every step in float32, as the converter's torch code computes it (its Python scalars meet
     // float32 tensors).
     std::vector<float> divisors;
-    const auto old = static_cast<float>(c.rope_original_max_position);
-    const auto low = static_cast<float>(c.rope_low_freq_factor), high = static_cast<float>(c.rope_high_freq_factor);
-    const auto factor = static_cast<float>(c.rope_factor);
+    const auto old = static_cast<float>(c.transformer.rope_original_max_position);
+    const auto low = static_cast<float>(c.transformer.rope_low_freq_factor),
+               high = static_cast<float>(c.transformer.rope_high_freq_factor);
+    const auto factor = static_cast<float>(c.transformer.rope_factor);
     for (int64_t i = 0; i < D / 2; ++i) {
-      const RopeAttrs plain{.theta = static_cast<float>(c.rope_theta)};
+      const RopeAttrs plain{.theta = static_cast<float>(c.transformer.rope_theta)};
       const float wavelen = static_cast<float>(2 * M_PI) / rope_inv_freq(plain, D, i);
       if (wavelen < static_cast<float>(double{old} / double{high})) {
         divisors.push_back(1.f);

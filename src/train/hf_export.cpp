@@ -194,8 +194,8 @@ HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint, LoraMerge 
     std::map<std::string, const StTensor*> by_name;
     for (const StTensor& t : stored_params) by_name[t.name] = &t;
     const nn::ModelGraph g = nn::build_model(stored.model, model_input(stored, 1), /*train=*/false);
-    const std::vector<StTensor> params =
-        params_by_path(g.graph, by_name, stored.model.scan_layers, (fs::path(ck.path) / "model.safetensors").string());
+    const std::vector<StTensor> params = params_by_path(g.graph, by_name, stored.model.transformer.scan_layers,
+                                                        (fs::path(ck.path) / "model.safetensors").string());
     std::map<std::string, const StTensor*> by_path;
     for (const StTensor& t : params) by_path[t.name] = &t;
     tensors = loom_to_hf(stored.model, by_path);
@@ -221,8 +221,9 @@ HfExport export_peft(const std::string& run_or_checkpoint, const std::string& ou
   std::map<std::string, const StTensor*> by_name;
   for (const StTensor& t : stored_params) by_name[t.name] = &t;
   const nn::ModelGraph g = nn::build_model(m, model_input(src.config(), 1), /*train=*/false);
-  const std::vector<StTensor> adapters = params_by_path(
-      g.graph, by_name, m.scan_layers, (fs::path(ck.path) / "model.safetensors").string(), nn::ParamSubset::trainable);
+  const std::vector<StTensor> adapters =
+      params_by_path(g.graph, by_name, m.transformer.scan_layers, (fs::path(ck.path) / "model.safetensors").string(),
+                     nn::ParamSubset::trainable);
   std::map<std::string, const StTensor*> by_path;
   for (const StTensor& t : adapters) by_path[t.name] = &t;
   HfExport r{.checkpoint = ck.path,

@@ -69,7 +69,7 @@ TEST(HfArchitectures, EveryRowReadsBackWhatItWrites) {
 TEST(HfArchitectures, EveryParameterHasATensor) {
   for (const nn::HfArchitecture* a : nn::hf_architectures()) {
     ModelConfig m = read_defaults(*a);
-    m.num_layers = 2;  // the defaults are billions of parameters: names only need two layers
+    m.transformer.num_layers = 2;  // the defaults are billions of parameters: names only need two layers
     const nn::ModelGraph g = nn::build_model(m, {.batch = 1, .num_inputs = 0, .seq_len = 4}, /*train=*/false);
     std::set<std::string> params, mapped;
     for (const Param& p : g.graph.params()) params.insert(g.graph.value(p.value).name);

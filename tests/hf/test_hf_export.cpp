@@ -291,7 +291,7 @@ TEST(HfExport, ABiasFreeModelIsGpt2WithZeroBiases) {
   std::vector<std::string> from = {"model.init_from=" + d.path("out")};
   from.insert(from.end(), data.begin(), data.end());
   const Config c = default_config(from);
-  EXPECT_TRUE(c.model.use_bias);
+  EXPECT_TRUE(c.model.transformer.use_bias);
   Trainer tb(c, *be);
   ModelSource(d.path("out")).load_params(tb.executor());
   for (const Param& p : tb.model().graph.params()) {

@@ -131,40 +131,41 @@ void expect_logits_match(const std::vector<float>& got, const Expected& e, const
 TEST(HfGpt2, ConfigMapsOntoTheGpt2Variant) {
   const Config c = fixture_config(hf_golden("gpt2"));
   EXPECT_EQ(c.model.kind, ModelKind::transformer);
-  EXPECT_EQ(c.model.block_order, BlockOrder::attn_first);
+  EXPECT_EQ(c.model.transformer.block_order, BlockOrder::attn_first);
   EXPECT_EQ(c.model.hidden_size, 32);
-  EXPECT_EQ(c.model.head_dim, 8);
-  EXPECT_EQ(c.model.num_layers, 2);
-  EXPECT_EQ(c.model.mlp_expansion, 4);
-  EXPECT_EQ(c.model.mlp, MlpKind::gelu_tanh);  // gelu_new
-  EXPECT_EQ(c.model.vocab_size, 320);
-  EXPECT_EQ(c.model.num_outputs, 320);
-  EXPECT_EQ(c.model.max_seq_len, 64);
+  EXPECT_EQ(c.model.transformer.head_dim, 8);
+  EXPECT_EQ(c.model.transformer.num_layers, 2);
+  EXPECT_EQ(c.model.transformer.mlp_expansion, 4);
+  EXPECT_EQ(c.model.transformer.mlp, MlpKind::gelu_tanh);  // gelu_new
+  EXPECT_EQ(c.model.transformer.vocab_size, 320);
+  EXPECT_EQ(c.model.transformer.num_outputs, 320);
+  EXPECT_EQ(c.model.transformer.max_seq_len, 64);
   EXPECT_EQ(c.model.layer_norm_eps, 1e-5);
-  EXPECT_TRUE(c.model.use_bias && c.model.tie_embeddings && c.model.causal_mask && c.model.embed_dropout);
+  EXPECT_TRUE(c.model.transformer.use_bias && c.model.transformer.tie_embeddings && c.model.transformer.causal_mask &&
+              c.model.transformer.embed_dropout);
 }
 
 TEST(HfLlama, ConfigMapsOntoTheLlamaVariant) {
   for (const bool tied : {true, false}) {
     const Config c = fixture_config(hf_golden(tied ? "llama_tied" : "llama_untied"));
     EXPECT_EQ(c.model.kind, ModelKind::transformer);
-    EXPECT_EQ(c.model.block_order, BlockOrder::attn_first);
-    EXPECT_EQ(c.model.norm, NormKind::rmsnorm);
-    EXPECT_EQ(c.model.mlp, MlpKind::swiglu);
-    EXPECT_EQ(c.model.position, PositionKind::rope);
-    EXPECT_EQ(c.model.rope_theta, 10000.0);
+    EXPECT_EQ(c.model.transformer.block_order, BlockOrder::attn_first);
+    EXPECT_EQ(c.model.transformer.norm, NormKind::rmsnorm);
+    EXPECT_EQ(c.model.transformer.mlp, MlpKind::swiglu);
+    EXPECT_EQ(c.model.transformer.position, PositionKind::rope);
+    EXPECT_EQ(c.model.transformer.rope_theta, 10000.0);
     EXPECT_EQ(c.model.hidden_size, 32);
-    EXPECT_EQ(c.model.head_dim, 8);
-    EXPECT_EQ(c.model.num_kv_heads, 2);
-    EXPECT_EQ(c.model.intermediate_size, 64);
-    EXPECT_EQ(c.model.num_layers, 2);
-    EXPECT_EQ(c.model.vocab_size, 321);
-    EXPECT_EQ(c.model.num_outputs, 321);
-    EXPECT_EQ(c.model.max_seq_len, 64);
+    EXPECT_EQ(c.model.transformer.head_dim, 8);
+    EXPECT_EQ(c.model.transformer.num_kv_heads, 2);
+    EXPECT_EQ(c.model.transformer.intermediate_size, 64);
+    EXPECT_EQ(c.model.transformer.num_layers, 2);
+    EXPECT_EQ(c.model.transformer.vocab_size, 321);
+    EXPECT_EQ(c.model.transformer.num_outputs, 321);
+    EXPECT_EQ(c.model.transformer.max_seq_len, 64);
     EXPECT_EQ(c.model.layer_norm_eps, 1e-6);
-    EXPECT_EQ(c.model.tie_embeddings, tied);
-    EXPECT_FALSE(c.model.use_bias || c.model.embed_dropout);
-    EXPECT_TRUE(c.model.causal_mask);
+    EXPECT_EQ(c.model.transformer.tie_embeddings, tied);
+    EXPECT_FALSE(c.model.transformer.use_bias || c.model.transformer.embed_dropout);
+    EXPECT_TRUE(c.model.transformer.causal_mask);
   }
 }
 
@@ -265,27 +266,27 @@ TEST_P(HfGreedy, ContinuationEqualsTransformers) {
 
 TEST(HfFamilies, ConfigsMapOntoTheirVariants) {
   Config c = fixture_config(hf_golden("llama3"));
-  EXPECT_EQ(c.model.rope_scaling, RopeScaling::llama3);
-  EXPECT_EQ(c.model.rope_factor, 8.0);
-  EXPECT_EQ(c.model.rope_low_freq_factor, 1.0);
-  EXPECT_EQ(c.model.rope_high_freq_factor, 4.0);
-  EXPECT_EQ(c.model.rope_original_max_position, 64);
-  EXPECT_EQ(c.model.max_seq_len, 128);
-  EXPECT_FALSE(c.model.qkv_bias);
+  EXPECT_EQ(c.model.transformer.rope_scaling, RopeScaling::llama3);
+  EXPECT_EQ(c.model.transformer.rope_factor, 8.0);
+  EXPECT_EQ(c.model.transformer.rope_low_freq_factor, 1.0);
+  EXPECT_EQ(c.model.transformer.rope_high_freq_factor, 4.0);
+  EXPECT_EQ(c.model.transformer.rope_original_max_position, 64);
+  EXPECT_EQ(c.model.transformer.max_seq_len, 128);
+  EXPECT_FALSE(c.model.transformer.qkv_bias);
   for (const bool tied : {true, false}) {
     c = fixture_config(hf_golden(tied ? "qwen2_tied" : "qwen2_untied"));
-    EXPECT_TRUE(c.model.qkv_bias);
-    EXPECT_FALSE(c.model.use_bias);
-    EXPECT_EQ(c.model.tie_embeddings, tied);
-    EXPECT_EQ(c.model.rope_theta, 1e6);
-    EXPECT_EQ(c.model.rope_scaling, RopeScaling::none);
-    EXPECT_EQ(c.model.sliding_window, 0);
-    EXPECT_EQ(c.model.vocab_size, 320);
+    EXPECT_TRUE(c.model.transformer.qkv_bias);
+    EXPECT_FALSE(c.model.transformer.use_bias);
+    EXPECT_EQ(c.model.transformer.tie_embeddings, tied);
+    EXPECT_EQ(c.model.transformer.rope_theta, 1e6);
+    EXPECT_EQ(c.model.transformer.rope_scaling, RopeScaling::none);
+    EXPECT_EQ(c.model.transformer.sliding_window, 0);
+    EXPECT_EQ(c.model.transformer.vocab_size, 320);
   }
   c = fixture_config(hf_golden("mistral"));
-  EXPECT_EQ(c.model.sliding_window, 4);
-  EXPECT_EQ(c.model.num_kv_heads, 2);
-  EXPECT_FALSE(c.model.qkv_bias || c.model.use_bias);
+  EXPECT_EQ(c.model.transformer.sliding_window, 4);
+  EXPECT_EQ(c.model.transformer.num_kv_heads, 2);
+  EXPECT_FALSE(c.model.transformer.qkv_bias || c.model.transformer.use_bias);
   // The window fixes the key; a configuration may not contradict it.
   const std::string m = user_error([] {
     default_config({"model.init_from=" + hf_golden("mistral"), "model.sliding_window=8", "data.kind=random_tokens"});
@@ -394,7 +395,7 @@ TEST(HfGpt2, ExactGeluActivationMapsOntoMlpGelu) {
   config["activation_function"] = "gelu";
   write_file(d.path("config.json"), config.dump());
   const HfConfig hc = read_hf_config(d.path());
-  EXPECT_EQ(hc.model.mlp, MlpKind::gelu);
+  EXPECT_EQ(hc.model.transformer.mlp, MlpKind::gelu);
   const auto key = std::find_if(hc.keys.begin(), hc.keys.end(), [](const ArchKey& k) { return k.key == "model.mlp"; });
   ASSERT_NE(key, hc.keys.end());
   EXPECT_TRUE(key->fixed);
@@ -522,16 +523,16 @@ TEST(HfFamilies, RefusesWhatTheyCannotRun) {
 
 TEST(HfQwen3, ConfigMapsOntoLlamaWithQkNormAndWiderHeads) {
   const Config c = fixture_config(hf_golden("qwen3"));
-  EXPECT_EQ(c.model.norm, NormKind::rmsnorm);
-  EXPECT_EQ(c.model.mlp, MlpKind::swiglu);
-  EXPECT_EQ(c.model.position, PositionKind::rope);
-  EXPECT_TRUE(c.model.qk_norm);
+  EXPECT_EQ(c.model.transformer.norm, NormKind::rmsnorm);
+  EXPECT_EQ(c.model.transformer.mlp, MlpKind::swiglu);
+  EXPECT_EQ(c.model.transformer.position, PositionKind::rope);
+  EXPECT_TRUE(c.model.transformer.qk_norm);
   EXPECT_EQ(c.model.hidden_size, 32);
-  EXPECT_EQ(c.model.num_heads, 4);
-  EXPECT_EQ(c.model.head_dim, 16);  // 4 heads × 16 = 64 ≠ hidden 32
-  EXPECT_EQ(c.model.num_kv_heads, 2);
-  EXPECT_TRUE(c.model.tie_embeddings);
-  EXPECT_FALSE(c.model.use_bias);
+  EXPECT_EQ(c.model.transformer.num_heads, 4);
+  EXPECT_EQ(c.model.transformer.head_dim, 16);  // 4 heads × 16 = 64 ≠ hidden 32
+  EXPECT_EQ(c.model.transformer.num_kv_heads, 2);
+  EXPECT_TRUE(c.model.transformer.tie_embeddings);
+  EXPECT_FALSE(c.model.transformer.use_bias);
 }
 
 // transformers' greedy continuation of the fixture's prompt (model.generate, do_sample=False),
@@ -573,16 +574,17 @@ TEST(HfQwen3, RefusesOptionsItCannotRun) {
 
 TEST(HfGemma3, ConfigMapsOntoTheGemmaVariant) {
   const Config c = fixture_config(hf_golden("gemma3"));
-  EXPECT_EQ(c.model.norm, NormKind::gemma_rmsnorm);
-  EXPECT_EQ(c.model.mlp, MlpKind::geglu);
-  EXPECT_TRUE(c.model.post_norms && c.model.qk_norm && c.model.scale_embeddings && c.model.tie_embeddings);
-  EXPECT_EQ(c.model.num_layers, 3);
-  EXPECT_EQ(c.model.head_dim, 16);
-  EXPECT_EQ(c.model.query_pre_attn_scalar, 12.0);
-  EXPECT_EQ(c.model.sliding_window, 4);
-  EXPECT_EQ(c.model.sliding_window_pattern, 2);
-  EXPECT_EQ(c.model.rope_theta, 1e6);
-  EXPECT_EQ(c.model.rope_local_theta, 1e4);
+  EXPECT_EQ(c.model.transformer.norm, NormKind::gemma_rmsnorm);
+  EXPECT_EQ(c.model.transformer.mlp, MlpKind::geglu);
+  EXPECT_TRUE(c.model.transformer.post_norms && c.model.transformer.qk_norm && c.model.transformer.scale_embeddings &&
+              c.model.transformer.tie_embeddings);
+  EXPECT_EQ(c.model.transformer.num_layers, 3);
+  EXPECT_EQ(c.model.transformer.head_dim, 16);
+  EXPECT_EQ(c.model.transformer.query_pre_attn_scalar, 12.0);
+  EXPECT_EQ(c.model.transformer.sliding_window, 4);
+  EXPECT_EQ(c.model.transformer.sliding_window_pattern, 2);
+  EXPECT_EQ(c.model.transformer.rope_theta, 1e6);
+  EXPECT_EQ(c.model.transformer.rope_local_theta, 1e4);
   // Layers 0 and 2 local (the window, base 1e4), layer 1 global.
   for (int64_t l : {0, 2}) {
     EXPECT_EQ(nn::layer_attention(c.model, l).window, 4);
@@ -606,12 +608,12 @@ TEST(HfGemma3, ReadsTransformers4Configs) {
   for (const char* f : {"model.safetensors", "tokenizer.json"})
     fs::copy_file(hf_golden(std::string("gemma3/") + f), d.path(f));
   Config old = fixture_config(d.path()), now = fixture_config(hf_golden("gemma3"));
-  EXPECT_EQ(old.model.rope_theta, 5e5);
-  EXPECT_EQ(old.model.rope_local_theta, 2e4);
-  EXPECT_EQ(old.model.sliding_window_pattern, 2);  // sliding_window_pattern, not the default 6
+  EXPECT_EQ(old.model.transformer.rope_theta, 5e5);
+  EXPECT_EQ(old.model.transformer.rope_local_theta, 2e4);
+  EXPECT_EQ(old.model.transformer.sliding_window_pattern, 2);  // sliding_window_pattern, not the default 6
   old.model.init_from = now.model.init_from = "";
-  now.model.rope_theta = 5e5;
-  now.model.rope_local_theta = 2e4;
+  now.model.transformer.rope_theta = 5e5;
+  now.model.transformer.rope_local_theta = 2e4;
   EXPECT_EQ(config_to_toml(old), config_to_toml(now));
 }
 
@@ -684,7 +686,7 @@ TEST(HfGpt2, AConfigMayNotContradictTheCheckpoint) {
   const Config c =
       default_config({"model.init_from=" + hf_golden("gpt2"), "model.hidden_size=32", "model.embed_dropout=false",
                       "model.dropout_rate=0.1", "data.kind=random_tokens", "data.vocab_size=300", "data.seq_len=64"});
-  EXPECT_FALSE(c.model.embed_dropout);
+  EXPECT_FALSE(c.model.transformer.embed_dropout);
   EXPECT_EQ(c.model.dropout_rate, 0.1);
 }
 
@@ -706,8 +708,8 @@ TEST(InitFrom, ALoomRunGivesItsParametersAndArchitecture) {
   const Config c = default_config({"model.init_from=" + d.path(), "data.kind=random_tokens", "data.vocab_size=12",
                                    "data.seq_len=4", "optimizer.learning_rate=0.5"});
   EXPECT_EQ(c.model.hidden_size, 16);
-  EXPECT_EQ(c.model.vocab_size, 12);
-  EXPECT_FALSE(c.model.scan_layers);  // a file layout, not the architecture
+  EXPECT_EQ(c.model.transformer.vocab_size, 12);
+  EXPECT_FALSE(c.model.transformer.scan_layers);  // a file layout, not the architecture
   Trainer tc(c, *be);
   const ModelSource src(c.model.init_from);
   EXPECT_EQ(src.description(), "the loom checkpoint " + d.path("ckpt_000003"));

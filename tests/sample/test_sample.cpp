@@ -189,9 +189,9 @@ TEST(Decoder, MlpVariantsHoldTheirOps) {
                                        : nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, true);
       std::map<OpKind, int> count;
       for (const Node& n : m.graph.nodes()) ++count[n.op];
-      EXPECT_EQ(count[op], c.model.num_layers) << variant;
+      EXPECT_EQ(count[op], c.model.transformer.num_layers) << variant;
       EXPECT_EQ(count[OpKind::gelu] + count[OpKind::gelu_erf] + count[OpKind::silu_mul] + count[OpKind::silu],
-                c.model.num_layers)
+                c.model.transformer.num_layers)
           << variant;
       std::map<std::string, Shape> kernels;
       for (const Param& p : m.graph.params()) {
@@ -238,11 +238,12 @@ TEST(Decoder, GemmaBlocksHoldTheirOps) {
               g.node(g.value(in).producer).scope.ends_with("/post_norm"))
             ++post_into_add;
     }
-    EXPECT_EQ(count[OpKind::gelu_mul], c.model.num_layers);
+    EXPECT_EQ(count[OpKind::gelu_mul], c.model.transformer.num_layers);
     EXPECT_EQ(count[OpKind::silu_mul] + count[OpKind::gelu], 0);
-    EXPECT_EQ(count[OpKind::rms_norm], 4 * c.model.num_layers + 1);
-    EXPECT_EQ(count[OpKind::qk_norm], c.model.num_layers);
-    EXPECT_EQ(post_into_add, 2 * c.model.num_layers) << "each branch's post_norm is what its residual add adds";
+    EXPECT_EQ(count[OpKind::rms_norm], 4 * c.model.transformer.num_layers + 1);
+    EXPECT_EQ(count[OpKind::qk_norm], c.model.transformer.num_layers);
+    EXPECT_EQ(post_into_add, 2 * c.model.transformer.num_layers)
+        << "each branch's post_norm is what its residual add adds";
     for (const Param& p : g.params()) {
       const std::string& name = g.value(p.value).name;
       if (name.ends_with("norm/scale")) {
@@ -258,13 +259,13 @@ TEST(Decoder, MlpWidthRule) {
   ModelConfig c;
   c.hidden_size = 128;
   EXPECT_EQ(nn::mlp_width(c), 512);
-  c.mlp = MlpKind::swiglu;
+  c.transformer.mlp = MlpKind::swiglu;
   EXPECT_EQ(nn::mlp_width(c), 512);  // 341 rounded up
   c.hidden_size = 576;
   EXPECT_EQ(nn::mlp_width(c), 1536);  // SmolLM-135M
   c.hidden_size = 4096;
   EXPECT_EQ(nn::mlp_width(c), 11008);  // Llama 2 7B
-  c.intermediate_size = 341;
+  c.transformer.intermediate_size = 341;
   EXPECT_EQ(nn::mlp_width(c), 341);
 }
 
@@ -281,11 +282,11 @@ TEST(Decoder, RopeModelHasNoPositionTable) {
         ++ropes;
         EXPECT_EQ(std::get<RopeAttrs>(n.attrs).theta, 100.f) << n.scope;
       }
-    EXPECT_EQ(ropes, c.model.num_layers);
+    EXPECT_EQ(ropes, c.model.transformer.num_layers);
     for (const Param& p : m.graph.params()) EXPECT_EQ(m.graph.value(p.value).name.find("pos_emb"), std::string::npos);
   }
   Config odd = c;
-  odd.model.head_dim = 7;
+  odd.model.transformer.head_dim = 7;
   odd.model.hidden_size = 28;
   EXPECT_THROW(nn::validate_transformer(odd.model), UserError);
 }
@@ -302,7 +303,7 @@ TEST(Decoder, GroupedQueryModelSizesByKeyValueHeads) {
       for (int i : {1, 2}) EXPECT_EQ(dec.graph.value(n.in[i]).shape, (Shape{1, kMaxLen, 2, 8}));
       ++caches;
     }
-  EXPECT_EQ(caches, c.model.num_layers);
+  EXPECT_EQ(caches, c.model.transformer.num_layers);
   const nn::ModelGraph train = nn::build_transformer(c.model, {.batch = 1, .seq_len = kMaxLen}, true);
   for (const Param& p : train.graph.params()) {
     const Value& v = train.graph.value(p.value);
@@ -312,7 +313,7 @@ TEST(Decoder, GroupedQueryModelSizesByKeyValueHeads) {
   }
   for (int64_t bad : {3, 8, -1}) {
     Config b = c;
-    b.model.num_kv_heads = bad;
+    b.model.transformer.num_kv_heads = bad;
     try {
       nn::validate_transformer(b.model);
       ADD_FAILURE() << bad << " accepted";
@@ -337,7 +338,7 @@ TEST(Decoder, RmsNormModelHasOnlyRmsNorms) {
       ++rms;
       EXPECT_EQ(std::get<LayerNormAttrs>(n.attrs).eps, static_cast<float>(c.model.layer_norm_eps));
     }
-    EXPECT_EQ(rms, 2 * c.model.num_layers + 1) << "pre_norm of attention and MLP per layer, post_norm";
+    EXPECT_EQ(rms, 2 * c.model.transformer.num_layers + 1) << "pre_norm of attention and MLP per layer, post_norm";
     for (const Param& p : m.graph.params()) {
       const std::string& name = m.graph.value(p.value).name;
       EXPECT_FALSE(name.find("_norm/") != std::string::npos && !name.ends_with("/scale")) << name;
@@ -405,11 +406,11 @@ TEST(Decoder, ProgramIndependentOfPosition) {
 TEST(Decoder, RejectsNonCausalModels) {
   ModelConfig spec = tiny_config().model;
   EXPECT_THROW(nn::build_transformer_decoder(spec, 1, kMaxLen + 1), std::invalid_argument);
-  spec.causal_mask = false;
+  spec.transformer.causal_mask = false;
   EXPECT_THROW(nn::build_transformer_decoder(spec, 1, kMaxLen), std::invalid_argument);
   CpuBackend cpu;
   Config c = tiny_config();
-  c.model.causal_mask = false;
+  c.model.transformer.causal_mask = false;
   EXPECT_THROW(Sampler(c, cpu), UserError);
   EXPECT_THROW(Sampler(default_config({}), cpu), UserError);  // an mlp_classifier
 }
@@ -437,8 +438,8 @@ TEST(Decoder, PrefillProgramSharesTheDecodersCaches) {
         EXPECT_EQ(pre.graph.value(n.in[0]).shape, (Shape{1, 1, spec.hidden_size})) << variant;
       }
     }
-    EXPECT_EQ(count[OpKind::kv_cache_write], spec.num_layers) << variant;
-    EXPECT_EQ(count[OpKind::attention], spec.num_layers) << variant;
+    EXPECT_EQ(count[OpKind::kv_cache_write], spec.transformer.num_layers) << variant;
+    EXPECT_EQ(count[OpKind::attention], spec.transformer.num_layers) << variant;
     EXPECT_EQ(count[OpKind::attention_decode], 0) << variant;
     expect_same_params(pre.graph, dec.graph);
     const Value& out = pre.graph.value(pre.output);

@@ -190,7 +190,7 @@ TEST(ModelKinds, ValidationNamesTheKey) {
   ModelConfig m;
   m.kind = ModelKind::transformer;
   m.hidden_size = 100;
-  m.head_dim = 64;
+  m.transformer.head_dim = 64;
   try {
     nn::model_kind(m.kind).validate(m);
     ADD_FAILURE() << "hidden_size 100 with head_dim 64 was accepted";
@@ -239,7 +239,7 @@ TEST(ModelKinds, DenseKernelsAreMarkedForWeightDecay) {
   for (const ChoiceInfo& n : choices_of(ModelKind{})) {
     ModelConfig m;
     m.kind = *parse_choice<ModelKind>(n.name);
-    m.vocab_size = m.num_outputs = 16;
+    m.transformer.vocab_size = m.transformer.num_outputs = 16;
     const nn::ModelGraph g = nn::build_model(m, {.batch = 1, .num_inputs = 4, .seq_len = 4}, /*train=*/true);
     int kernels = 0;
     for (const Param& p : g.graph.params()) {
@@ -269,7 +269,7 @@ TEST(InitFrom, ALoomCheckpointDecidesItsSlidingWindow) {
 
   std::vector<std::string> from = {"model.init_from=" + d.path(), "data.kind=random_tokens", "data.vocab_size=12",
                                    "data.seq_len=8"};
-  EXPECT_EQ(default_config(from).model.sliding_window, 4);
+  EXPECT_EQ(default_config(from).model.transformer.sliding_window, 4);
   from.push_back("model.sliding_window=8");
   const std::string m = testing::user_error([&] { default_config(from); });
   EXPECT_NE(m.find("model.sliding_window: is 8, but the model of model.init_from has "), std::string::npos) << m;

@@ -317,19 +317,19 @@ TEST(Fit, TrainerRunsAChosenHeadChunk) {
   c.train.memory_budget = std::to_string(budget);
   auto be = make_backend("cpu");
   Trainer t(c, *be);
-  EXPECT_EQ(t.config().model.head_chunk, chosen.head_chunk);
+  EXPECT_EQ(t.config().model.transformer.head_chunk, chosen.head_chunk);
   EXPECT_EQ(t.config().model.remat_layers, chosen.layers);
   EXPECT_LE(memory_report(t.config(), 0).total_bytes, budget);
   Config plain = c;
   plain.model.remat = {};
-  plain.model.head_chunk = 0;
+  plain.model.transformer.head_chunk = 0;
   Trainer u(plain, *be);
   const Batch b = make_batch(c.data, data_context(c));
   EXPECT_NEAR(t.step(b).metrics.loss.mean(), u.step(b).metrics.loss.mean(), 1e-5);
 }
 
 TEST(Fit, HeadChunkAutoNeedsRematAuto) {
-  EXPECT_EQ(tiny(2, 1, "auto").model.head_chunk, nn::kHeadChunkAuto);
+  EXPECT_EQ(tiny(2, 1, "auto").model.transformer.head_chunk, nn::kHeadChunkAuto);
   try {
     default_config({"model.kind=transformer", "model.head_chunk=auto", "data.kind=random_tokens"});
     FAIL() << "no error";

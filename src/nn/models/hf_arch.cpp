@@ -69,14 +69,14 @@ void HfMapBuilder::operator()(const std::string& hf, Shape hf_shape, std::string
 
 void hf_check_decoder(const ModelConfig& c, const HfNeeds& need) {
   need(c.kind == ModelKind::transformer, "model.kind", "is not transformer");
-  need(c.block_order == BlockOrder::attn_first, "model.block_order", "is not attn_first");
-  need(c.causal_mask, "model.causal_mask", "is false");
+  need(c.transformer.block_order == BlockOrder::attn_first, "model.block_order", "is not attn_first");
+  need(c.transformer.causal_mask, "model.causal_mask", "is false");
   // Gemma 3's options, which only Gemma3ForCausalLM holds (it checks a copy without them).
   const char* gemma = " (only Gemma3ForCausalLM has it)";
-  need(c.sliding_window_pattern == 0, "model.sliding_window_pattern", std::string("is not 0") + gemma);
-  need(c.rope_local_theta == 0, "model.rope_local_theta", std::string("is not 0") + gemma);
-  need(c.query_pre_attn_scalar == 0, "model.query_pre_attn_scalar", std::string("is not 0") + gemma);
-  need(!c.scale_embeddings, "model.scale_embeddings", std::string("is true") + gemma);
+  need(c.transformer.sliding_window_pattern == 0, "model.sliding_window_pattern", std::string("is not 0") + gemma);
+  need(c.transformer.rope_local_theta == 0, "model.rope_local_theta", std::string("is not 0") + gemma);
+  need(c.transformer.query_pre_attn_scalar == 0, "model.query_pre_attn_scalar", std::string("is not 0") + gemma);
+  need(!c.transformer.scale_embeddings, "model.scale_embeddings", std::string("is true") + gemma);
 }
 
 void hf_read_rope(const HfConfigJson& j, int64_t max_positions, ModelConfig& m, std::vector<ArchKey>& keys) {
@@ -100,23 +100,23 @@ void hf_read_rope(const HfConfigJson& j, int64_t max_positions, ModelConfig& m, 
     if (!it->is_number() || !(it->get<double>() > 0)) j.fail(std::string(key) + "." + name, "is not a positive number");
     return it->get<double>();
   };
-  m.rope_theta = number("rope_theta", false, j.number("rope_theta", 10000));
+  m.transformer.rope_theta = number("rope_theta", false, j.number("rope_theta", 10000));
   const nlohmann::json type = rope.value("rope_type", rope.value("type", nlohmann::json("default")));
   const auto n = [](const nlohmann::json& v) { return v.dump(); };
-  keys.push_back({.key = "model.rope_theta", .origin = "rope_theta = " + n(m.rope_theta)});
+  keys.push_back({.key = "model.rope_theta", .origin = "rope_theta = " + n(m.transformer.rope_theta)});
   if (type == "default") {
-    m.rope_scaling = RopeScaling::none;
+    m.transformer.rope_scaling = RopeScaling::none;
     keys.push_back({.key = "model.rope_scaling", .origin = std::string(key) + ".rope_type = \"default\""});
     return;
   }
   if (type != "llama3")
     j.fail(std::string(key) + ".rope_type",
            "is " + type.dump() + "; loom runs the rope types \"default\" and \"llama3\" (Llama 3.1+) only");
-  m.rope_scaling = RopeScaling::llama3;
-  m.rope_factor = number("factor", true, 0);
-  m.rope_low_freq_factor = number("low_freq_factor", true, 0);
-  m.rope_high_freq_factor = number("high_freq_factor", true, 0);
-  if (m.rope_high_freq_factor <= m.rope_low_freq_factor)
+  m.transformer.rope_scaling = RopeScaling::llama3;
+  m.transformer.rope_factor = number("factor", true, 0);
+  m.transformer.rope_low_freq_factor = number("low_freq_factor", true, 0);
+  m.transformer.rope_high_freq_factor = number("high_freq_factor", true, 0);
+  if (m.transformer.rope_high_freq_factor <= m.transformer.rope_low_freq_factor)
     j.fail(std::string(key) + ".high_freq_factor", "is not above low_freq_factor; llama3 blends between them");
   // A top-level original_max_position_embeddings wins, as transformers 5 gives it priority.
   const char* omp = "original_max_position_embeddings";
@@ -128,30 +128,30 @@ void hf_read_rope(const HfConfigJson& j, int64_t max_positions, ModelConfig& m, 
       j.fail(omp_key, "is not a positive integer");
     original = it != rope.end() && !it->is_null() ? it->get<int64_t>() : max_positions;
   }
-  m.rope_original_max_position = original;
+  m.transformer.rope_original_max_position = original;
   const std::string in = std::string(key) + ".";
   keys.push_back({.key = "model.rope_scaling", .origin = in + "rope_type = \"llama3\""});
-  keys.push_back({.key = "model.rope_factor", .origin = in + "factor = " + n(m.rope_factor)});
-  keys.push_back(
-      {.key = "model.rope_low_freq_factor", .origin = in + "low_freq_factor = " + n(m.rope_low_freq_factor)});
-  keys.push_back(
-      {.key = "model.rope_high_freq_factor", .origin = in + "high_freq_factor = " + n(m.rope_high_freq_factor)});
+  keys.push_back({.key = "model.rope_factor", .origin = in + "factor = " + n(m.transformer.rope_factor)});
+  keys.push_back({.key = "model.rope_low_freq_factor",
+                  .origin = in + "low_freq_factor = " + n(m.transformer.rope_low_freq_factor)});
+  keys.push_back({.key = "model.rope_high_freq_factor",
+                  .origin = in + "high_freq_factor = " + n(m.transformer.rope_high_freq_factor)});
   keys.push_back({.key = "model.rope_original_max_position", .origin = omp_key + " = " + n(original)});
 }
 
 nlohmann::json hf_rope_json(const ModelConfig& c) {
   nlohmann::json scaling = nullptr;
-  nlohmann::json params = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};
-  if (c.rope_scaling == RopeScaling::llama3) {
+  nlohmann::json params = {{"rope_theta", c.transformer.rope_theta}, {"rope_type", "default"}};
+  if (c.transformer.rope_scaling == RopeScaling::llama3) {
     scaling = {{"rope_type", "llama3"},
-               {"factor", c.rope_factor},
-               {"low_freq_factor", c.rope_low_freq_factor},
-               {"high_freq_factor", c.rope_high_freq_factor},
-               {"original_max_position_embeddings", c.rope_original_max_position}};
+               {"factor", c.transformer.rope_factor},
+               {"low_freq_factor", c.transformer.rope_low_freq_factor},
+               {"high_freq_factor", c.transformer.rope_high_freq_factor},
+               {"original_max_position_embeddings", c.transformer.rope_original_max_position}};
     params = scaling;
-    params["rope_theta"] = c.rope_theta;
+    params["rope_theta"] = c.transformer.rope_theta;
   }
-  return {{"rope_theta", c.rope_theta}, {"rope_scaling", scaling}, {"rope_parameters", params}};
+  return {{"rope_theta", c.transformer.rope_theta}, {"rope_scaling", scaling}, {"rope_parameters", params}};
 }
 
 std::span<const HfArchitecture* const> hf_architectures() {

@@ -50,7 +50,7 @@ constexpr const char* kModelType = "gemma3_text";
 constexpr const char* kFull = "full_attention";
 constexpr const char* kSliding = "sliding_attention";
 
-bool claims(const ModelConfig& c) { return c.norm == NormKind::gemma_rmsnorm; }
+bool claims(const ModelConfig& c) { return c.transformer.norm == NormKind::gemma_rmsnorm; }
 
 // Gemma3TextConfig's defaults (transformers 5).
 const nlohmann::json& defaults() {
@@ -143,33 +143,33 @@ void read_config(const HfConfigJson& file, ModelConfig& m, std::vector<ArchKey>&
 
   m.kind = ModelKind::transformer;
   m.hidden_size = hidden;
-  m.num_layers = layers;
-  m.head_dim = head_dim;
-  m.num_heads = heads;
-  m.num_kv_heads = kv;
-  m.intermediate_size = inter;
-  m.vocab_size = m.num_outputs = vocab;
-  m.max_seq_len = positions;
+  m.transformer.num_layers = layers;
+  m.transformer.head_dim = head_dim;
+  m.transformer.num_heads = heads;
+  m.transformer.num_kv_heads = kv;
+  m.transformer.intermediate_size = inter;
+  m.transformer.vocab_size = m.transformer.num_outputs = vocab;
+  m.transformer.max_seq_len = positions;
   m.layer_norm_eps = eps;
-  m.block_order = BlockOrder::attn_first;
-  m.norm = NormKind::gemma_rmsnorm;
-  m.post_norms = true;
-  m.qk_norm = true;
-  m.mlp = MlpKind::geglu;
-  m.position = PositionKind::rope;
-  m.rope_theta = theta;
-  m.rope_local_theta = local;
-  m.rope_scaling = RopeScaling::none;
-  m.use_bias = false;
-  m.qkv_bias = false;
-  m.sliding_window = window;
-  m.sliding_window_pattern = pattern;
-  m.query_pre_attn_scalar = qpas;
-  m.scale_embeddings = true;
-  m.tie_embeddings = tied;
-  m.causal_mask = true;
-  m.embed_dropout = false;
-  m.init = InitScheme::gpt2;
+  m.transformer.block_order = BlockOrder::attn_first;
+  m.transformer.norm = NormKind::gemma_rmsnorm;
+  m.transformer.post_norms = true;
+  m.transformer.qk_norm = true;
+  m.transformer.mlp = MlpKind::geglu;
+  m.transformer.position = PositionKind::rope;
+  m.transformer.rope_theta = theta;
+  m.transformer.rope_local_theta = local;
+  m.transformer.rope_scaling = RopeScaling::none;
+  m.transformer.use_bias = false;
+  m.transformer.qkv_bias = false;
+  m.transformer.sliding_window = window;
+  m.transformer.sliding_window_pattern = pattern;
+  m.transformer.query_pre_attn_scalar = qpas;
+  m.transformer.scale_embeddings = true;
+  m.transformer.tie_embeddings = tied;
+  m.transformer.causal_mask = true;
+  m.transformer.embed_dropout = false;
+  m.transformer.init = InitScheme::gpt2;
   const std::string a = kArchitecture;
   const auto n = [](auto v) { return nlohmann::json(v).dump(); };
   keys = {
@@ -210,35 +210,38 @@ void read_config(const HfConfigJson& file, ModelConfig& m, std::vector<ArchKey>&
 
 nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {
   nlohmann::json types = nlohmann::json::array();
-  for (int64_t l = 0; l < c.num_layers; ++l) types.push_back(layer_attention(c, l).window > 0 ? kSliding : kFull);
-  const double local = c.rope_local_theta > 0 ? c.rope_local_theta : c.rope_theta;
+  for (int64_t l = 0; l < c.transformer.num_layers; ++l)
+    types.push_back(layer_attention(c, l).window > 0 ? kSliding : kFull);
+  const double local = c.transformer.rope_local_theta > 0 ? c.transformer.rope_local_theta : c.transformer.rope_theta;
   return {
       {"architectures", {map.architecture}},
       {"model_type", map.model_type},
       {"hidden_size", c.hidden_size},
       {"intermediate_size", mlp_width(c)},
-      {"num_hidden_layers", c.num_layers},
+      {"num_hidden_layers", c.transformer.num_layers},
       {"num_attention_heads", map.heads},
       {"num_key_value_heads", map.kv_heads},
-      {"head_dim", c.head_dim},
+      {"head_dim", c.transformer.head_dim},
       {"hidden_activation", "gelu_pytorch_tanh"},
-      {"max_position_embeddings", c.max_seq_len},
-      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", c.transformer.max_seq_len},
+      {"vocab_size", c.transformer.vocab_size},
       {"rms_norm_eps", c.layer_norm_eps},
       {"query_pre_attn_scalar",
-       static_cast<int64_t>(c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : double(c.head_dim))},
-      {"sliding_window", c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr)},
-      {"sliding_window_pattern", c.sliding_window_pattern},
+       static_cast<int64_t>(c.transformer.query_pre_attn_scalar > 0 ? c.transformer.query_pre_attn_scalar
+                                                                    : double(c.transformer.head_dim))},
+      {"sliding_window",
+       c.transformer.sliding_window > 0 ? nlohmann::json(c.transformer.sliding_window) : nlohmann::json(nullptr)},
+      {"sliding_window_pattern", c.transformer.sliding_window_pattern},
       {"layer_types", types},
       {"rope_parameters",
-       {{kFull, {{"rope_theta", c.rope_theta}, {"rope_type", "default"}}},
+       {{kFull, {{"rope_theta", c.transformer.rope_theta}, {"rope_type", "default"}}},
         {kSliding, {{"rope_theta", local}, {"rope_type", "default"}}}}},
       {"final_logit_softcapping", nullptr},
       {"attn_logit_softcapping", nullptr},
       {"use_bidirectional_attention", false},
       {"attention_bias", false},
       {"attention_dropout", 0.0},
-      {"tie_word_embeddings", c.tie_embeddings},
+      {"tie_word_embeddings", c.transformer.tie_embeddings},
       {"initializer_range", 0.02},
       {"use_cache", true},
       {"dtype", "float32"},
@@ -254,24 +257,29 @@ HfModelMap tensor_map(const ModelConfig& c) {
                      "= true, mlp = geglu, position = rope, use_bias = false, scale_embeddings = true, a "
                      "sliding_window > 0, causal_mask = true; model.norm = gemma_rmsnorm chose it"};
   ModelConfig plain = c;  // the options only Gemma has, which hf_check_decoder refuses elsewhere
-  plain.sliding_window_pattern = 0;
-  plain.rope_local_theta = 0;
-  plain.query_pre_attn_scalar = 0;
-  plain.scale_embeddings = false;
+  plain.transformer.sliding_window_pattern = 0;
+  plain.transformer.rope_local_theta = 0;
+  plain.transformer.query_pre_attn_scalar = 0;
+  plain.transformer.scale_embeddings = false;
   hf_check_decoder(plain, need);
-  need(c.post_norms, "model.post_norms", "is false (Gemma 3 normalises each branch's output)");
-  need(c.qk_norm, "model.qk_norm", "is false (Gemma 3 normalises q and k)");
-  need(c.mlp == MlpKind::geglu, "model.mlp", "is not geglu (Gemma 3's MLP is tanh-GELU-gated)");
-  need(c.position == PositionKind::rope, "model.position", "is not rope (Gemma 3 has no position table)");
-  need(c.rope_scaling == RopeScaling::none, "model.rope_scaling", "is not none (loom writes Gemma 3's default rope)");
-  need(!c.use_bias && !c.qkv_bias, "model.use_bias", "or model.qkv_bias is true (Gemma 3's layers have no biases)");
-  need(c.scale_embeddings, "model.scale_embeddings", "is false (Gemma 3 scales its embeddings by sqrt(hidden_size))");
-  need(c.sliding_window > 0 || c.sliding_window_pattern == 1, "model.sliding_window",
+  need(c.transformer.post_norms, "model.post_norms", "is false (Gemma 3 normalises each branch's output)");
+  need(c.transformer.qk_norm, "model.qk_norm", "is false (Gemma 3 normalises q and k)");
+  need(c.transformer.mlp == MlpKind::geglu, "model.mlp", "is not geglu (Gemma 3's MLP is tanh-GELU-gated)");
+  need(c.transformer.position == PositionKind::rope, "model.position", "is not rope (Gemma 3 has no position table)");
+  need(c.transformer.rope_scaling == RopeScaling::none, "model.rope_scaling",
+       "is not none (loom writes Gemma 3's default rope)");
+  need(!c.transformer.use_bias && !c.transformer.qkv_bias, "model.use_bias",
+       "or model.qkv_bias is true (Gemma 3's layers have no biases)");
+  need(c.transformer.scale_embeddings, "model.scale_embeddings",
+       "is false (Gemma 3 scales its embeddings by sqrt(hidden_size))");
+  need(c.transformer.sliding_window > 0 || c.transformer.sliding_window_pattern == 1, "model.sliding_window",
        "is 0 (Gemma 3's local layers have a window; only sliding_window_pattern = 1 has none)");
-  need(c.query_pre_attn_scalar == std::floor(c.query_pre_attn_scalar), "model.query_pre_attn_scalar",
-       "is not a whole number (Gemma3TextConfig's query_pre_attn_scalar is an integer)");
-  need(c.num_outputs == c.vocab_size, "model.num_outputs", "differs from vocab_size (lm_head is [vocab_size, C])");
-  const int64_t C = c.hidden_size, D = c.head_dim, H = num_heads(c), KV = c.num_kv_heads > 0 ? c.num_kv_heads : H;
+  need(c.transformer.query_pre_attn_scalar == std::floor(c.transformer.query_pre_attn_scalar),
+       "model.query_pre_attn_scalar", "is not a whole number (Gemma3TextConfig's query_pre_attn_scalar is an integer)");
+  need(c.transformer.num_outputs == c.transformer.vocab_size, "model.num_outputs",
+       "differs from vocab_size (lm_head is [vocab_size, C])");
+  const int64_t C = c.hidden_size, D = c.transformer.head_dim, H = num_heads(c),
+                KV = c.transformer.num_kv_heads > 0 ? c.transformer.num_kv_heads : H;
   HfModelMap m{.architecture = kArchitecture,
                .model_type = kModelType,
                .prefix = "model.",
@@ -281,8 +289,8 @@ HfModelMap tensor_map(const ModelConfig& c) {
                .params = {},
                .is_buffer = is_rope_buffer};
   const HfMapBuilder add{m, false};
-  add("embed_tokens.weight", Shape{c.vocab_size, C}, "embed/embedding", Shape{c.vocab_size, C});
-  for (int64_t l = 0; l < c.num_layers; ++l) {
+  add("embed_tokens.weight", Shape{c.transformer.vocab_size, C}, "embed/embedding", Shape{c.transformer.vocab_size, C});
+  for (int64_t l = 0; l < c.transformer.num_layers; ++l) {
     const std::string h = "layers." + std::to_string(l) + ".", b = "block_" + std::to_string(l) + "/";
     llama_attention_tensors(add, c, l);
     add(h + "self_attn.q_norm.weight", Shape{D}, b + "attn/q_norm/scale", Shape{D});
@@ -294,8 +302,9 @@ HfModelMap tensor_map(const ModelConfig& c) {
     add(h + "post_feedforward_layernorm.weight", Shape{C}, b + "mlp/post_norm/scale", Shape{C});
   }
   add("norm.weight", Shape{C}, "post_norm/scale", Shape{C});
-  if (!c.tie_embeddings)
-    add("lm_head.weight", Shape{c.vocab_size, C}, "output_layer/kernel", Shape{C, c.vocab_size}, HfLayout::transposed);
+  if (!c.transformer.tie_embeddings)
+    add("lm_head.weight", Shape{c.transformer.vocab_size, C}, "output_layer/kernel", Shape{C, c.transformer.vocab_size},
+        HfLayout::transposed);
   return m;
 }
 

@@ -34,7 +34,7 @@ namespace {
 
 constexpr const char* kArchitecture = "GPT2LMHeadModel";
 
-bool claims(const ModelConfig& c) { return c.norm == NormKind::layernorm; }
+bool claims(const ModelConfig& c) { return c.transformer.norm == NormKind::layernorm; }
 
 void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& keys) {
   const int64_t n_embd = j.integer("n_embd", 768), n_layer = j.integer("n_layer", 12), n_head = j.integer("n_head", 12);
@@ -60,23 +60,23 @@ void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& ke
 
   m.kind = ModelKind::transformer;
   m.hidden_size = n_embd;
-  m.num_layers = n_layer;
-  m.head_dim = n_embd / n_head;
-  m.mlp_expansion = inner / n_embd;
-  m.intermediate_size = 0;
-  m.vocab_size = m.num_outputs = vocab;
-  m.max_seq_len = n_positions;
+  m.transformer.num_layers = n_layer;
+  m.transformer.head_dim = n_embd / n_head;
+  m.transformer.mlp_expansion = inner / n_embd;
+  m.transformer.intermediate_size = 0;
+  m.transformer.vocab_size = m.transformer.num_outputs = vocab;
+  m.transformer.max_seq_len = n_positions;
   m.layer_norm_eps = eps;
-  m.block_order = BlockOrder::attn_first;
-  m.norm = NormKind::layernorm;
-  m.mlp = act == "gelu" ? MlpKind::gelu : MlpKind::gelu_tanh;
-  m.position = PositionKind::learned;
-  m.num_kv_heads = 0;
-  m.use_bias = true;
-  m.tie_embeddings = true;
-  m.causal_mask = true;
-  m.embed_dropout = true;
-  m.init = InitScheme::gpt2;
+  m.transformer.block_order = BlockOrder::attn_first;
+  m.transformer.norm = NormKind::layernorm;
+  m.transformer.mlp = act == "gelu" ? MlpKind::gelu : MlpKind::gelu_tanh;
+  m.transformer.position = PositionKind::learned;
+  m.transformer.num_kv_heads = 0;
+  m.transformer.use_bias = true;
+  m.transformer.tie_embeddings = true;
+  m.transformer.causal_mask = true;
+  m.transformer.embed_dropout = true;
+  m.transformer.init = InitScheme::gpt2;
   const std::string a = kArchitecture;
   keys = {
       {.key = "model.kind", .origin = a},
@@ -109,16 +109,16 @@ nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {
       {"architectures", {map.architecture}},
       {"model_type", map.model_type},
       {"n_embd", c.hidden_size},
-      {"n_layer", c.num_layers},
+      {"n_layer", c.transformer.num_layers},
       {"n_head", map.heads},
       {"n_inner", width == 4 * c.hidden_size ? nlohmann::json(nullptr) : nlohmann::json(width)},
-      {"n_positions", c.max_seq_len},
-      {"n_ctx", c.max_seq_len},
-      {"vocab_size", c.vocab_size},
+      {"n_positions", c.transformer.max_seq_len},
+      {"n_ctx", c.transformer.max_seq_len},
+      {"vocab_size", c.transformer.vocab_size},
       {"layer_norm_epsilon", c.layer_norm_eps},
-      {"activation_function", c.mlp == MlpKind::gelu ? "gelu" : "gelu_new"},
+      {"activation_function", c.transformer.mlp == MlpKind::gelu ? "gelu" : "gelu_new"},
       {"resid_pdrop", c.dropout_rate},
-      {"embd_pdrop", c.embed_dropout ? c.dropout_rate : 0.0},
+      {"embd_pdrop", c.transformer.embed_dropout ? c.dropout_rate : 0.0},
       {"attn_pdrop", 0.0},
       {"scale_attn_weights", true},
       {"scale_attn_by_inverse_layer_idx", false},
@@ -143,19 +143,23 @@ HfModelMap tensor_map(const ModelConfig& c) {
       "position = learned, tie_embeddings = true, causal_mask = true (configs/gpt2_124m.toml); model.norm = layernorm "
       "chose it (a Llama has rmsnorm)"};
   hf_check_decoder(c, need);
-  need(c.norm == NormKind::layernorm, "model.norm", "is " + std::string(choice_name(c.norm)));
-  need(c.mlp == MlpKind::gelu_tanh || c.mlp == MlpKind::gelu, "model.mlp", "is " + std::string(choice_name(c.mlp)));
-  need(c.position == PositionKind::learned, "model.position", "is not learned (GPT-2 has a position table)");
-  need(c.num_kv_heads == 0 || c.num_kv_heads * c.head_dim == c.hidden_size, "model.num_kv_heads",
-       "is fewer than num_heads (GPT-2 has no grouped-query attention)");
-  need(c.use_bias || !c.qkv_bias, "model.qkv_bias", "is true without use_bias (GPT-2 has all biases or none)");
-  need(c.sliding_window == 0, "model.sliding_window", "is not 0 (GPT-2 attends to every earlier token)");
-  need(c.tie_embeddings, "model.tie_embeddings", "is false (loom's untied head has a bias, GPT-2's lm_head none)");
-  need(num_heads(c) * c.head_dim == c.hidden_size, "model.num_heads",
+  need(c.transformer.norm == NormKind::layernorm, "model.norm", "is " + std::string(choice_name(c.transformer.norm)));
+  need(c.transformer.mlp == MlpKind::gelu_tanh || c.transformer.mlp == MlpKind::gelu, "model.mlp",
+       "is " + std::string(choice_name(c.transformer.mlp)));
+  need(c.transformer.position == PositionKind::learned, "model.position",
+       "is not learned (GPT-2 has a position table)");
+  need(c.transformer.num_kv_heads == 0 || c.transformer.num_kv_heads * c.transformer.head_dim == c.hidden_size,
+       "model.num_kv_heads", "is fewer than num_heads (GPT-2 has no grouped-query attention)");
+  need(c.transformer.use_bias || !c.transformer.qkv_bias, "model.qkv_bias",
+       "is true without use_bias (GPT-2 has all biases or none)");
+  need(c.transformer.sliding_window == 0, "model.sliding_window", "is not 0 (GPT-2 attends to every earlier token)");
+  need(c.transformer.tie_embeddings, "model.tie_embeddings",
+       "is false (loom's untied head has a bias, GPT-2's lm_head none)");
+  need(num_heads(c) * c.transformer.head_dim == c.hidden_size, "model.num_heads",
        "× head_dim is not hidden_size (GPT-2's heads split the width)");
-  need(!c.qk_norm, "model.qk_norm", "is true (GPT-2 does not normalise q and k)");
-  need(!c.post_norms, "model.post_norms", "is true (GPT-2 has no norms after its branches)");
-  const int64_t C = c.hidden_size, D = c.head_dim, H = C / D, F = mlp_width(c);
+  need(!c.transformer.qk_norm, "model.qk_norm", "is true (GPT-2 does not normalise q and k)");
+  need(!c.transformer.post_norms, "model.post_norms", "is true (GPT-2 has no norms after its branches)");
+  const int64_t C = c.hidden_size, D = c.transformer.head_dim, H = C / D, F = mlp_width(c);
   HfModelMap m{.architecture = kArchitecture,
                .model_type = "gpt2",
                .prefix = "transformer.",
@@ -165,10 +169,10 @@ HfModelMap tensor_map(const ModelConfig& c) {
                .conv1d = true,
                .params = {},
                .is_buffer = is_buffer};
-  const HfMapBuilder add{m, c.use_bias};
-  add("wte.weight", Shape{c.vocab_size, C}, "embed/embedding", Shape{c.vocab_size, C});
-  add("wpe.weight", Shape{c.max_seq_len, C}, "pos_emb", Shape{c.max_seq_len, C});
-  for (int64_t l = 0; l < c.num_layers; ++l) {
+  const HfMapBuilder add{m, c.transformer.use_bias};
+  add("wte.weight", Shape{c.transformer.vocab_size, C}, "embed/embedding", Shape{c.transformer.vocab_size, C});
+  add("wpe.weight", Shape{c.transformer.max_seq_len, C}, "pos_emb", Shape{c.transformer.max_seq_len, C});
+  for (int64_t l = 0; l < c.transformer.num_layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".", b = "block_" + std::to_string(l) + "/";
     add(h + "ln_1.weight", Shape{C}, b + "attn/pre_norm/scale", Shape{C});
     add(h + "ln_1.bias", Shape{C}, b + "attn/pre_norm/bias", Shape{C});

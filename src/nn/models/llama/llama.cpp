@@ -62,25 +62,25 @@ void llama_style_read(const LlamaStyle& s, const HfConfigJson& j, ModelConfig& m
 
   m.kind = ModelKind::transformer;
   m.hidden_size = hidden;
-  m.num_layers = layers;
-  m.head_dim = head_dim;
-  m.num_heads = heads;
-  m.intermediate_size = inter;
-  m.vocab_size = m.num_outputs = vocab;
-  m.max_seq_len = positions;
+  m.transformer.num_layers = layers;
+  m.transformer.head_dim = head_dim;
+  m.transformer.num_heads = heads;
+  m.transformer.intermediate_size = inter;
+  m.transformer.vocab_size = m.transformer.num_outputs = vocab;
+  m.transformer.max_seq_len = positions;
   m.layer_norm_eps = eps;
-  m.block_order = BlockOrder::attn_first;
-  m.norm = NormKind::rmsnorm;
-  m.mlp = MlpKind::swiglu;
-  m.position = PositionKind::rope;
-  m.num_kv_heads = kv;
-  m.use_bias = false;
-  m.qkv_bias = s.qkv_bias;
-  m.sliding_window = window;
-  m.tie_embeddings = tied;
-  m.causal_mask = true;
-  m.embed_dropout = false;
-  m.init = InitScheme::gpt2;
+  m.transformer.block_order = BlockOrder::attn_first;
+  m.transformer.norm = NormKind::rmsnorm;
+  m.transformer.mlp = MlpKind::swiglu;
+  m.transformer.position = PositionKind::rope;
+  m.transformer.num_kv_heads = kv;
+  m.transformer.use_bias = false;
+  m.transformer.qkv_bias = s.qkv_bias;
+  m.transformer.sliding_window = window;
+  m.transformer.tie_embeddings = tied;
+  m.transformer.causal_mask = true;
+  m.transformer.embed_dropout = false;
+  m.transformer.init = InitScheme::gpt2;
   const std::string a = s.architecture;
   const auto n = [](int64_t v) { return std::to_string(v); };
   keys = {
@@ -118,15 +118,15 @@ nlohmann::json llama_style_write(const LlamaStyle& s, const ModelConfig& c, cons
       {"model_type", map.model_type},
       {"hidden_size", c.hidden_size},
       {"intermediate_size", mlp_width(c)},
-      {"num_hidden_layers", c.num_layers},
+      {"num_hidden_layers", c.transformer.num_layers},
       {"num_attention_heads", map.heads},
       {"num_key_value_heads", map.kv_heads},
       {"hidden_act", "silu"},
-      {"max_position_embeddings", c.max_seq_len},
-      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", c.transformer.max_seq_len},
+      {"vocab_size", c.transformer.vocab_size},
       {"rms_norm_eps", c.layer_norm_eps},
       {"attention_dropout", 0.0},
-      {"tie_word_embeddings", c.tie_embeddings},
+      {"tie_word_embeddings", c.transformer.tie_embeddings},
       {"initializer_range", 0.02},
       {"use_cache", true},
       {"dtype", "float32"},
@@ -146,29 +146,31 @@ bool is_rope_buffer(const std::string& name) { return name.ends_with(".rotary_em
 HfModelMap llama_style_map(const LlamaStyle& s, const ModelConfig& c) {
   const HfNeeds need{s.architecture, s.variant};
   hf_check_decoder(c, need);
-  need(c.mlp == MlpKind::swiglu, "model.mlp", "is not swiglu (the MLP is SiLU-gated)");
-  need(c.position == PositionKind::rope, "model.position", "is not rope (there is no position table)");
-  need(!c.use_bias, "model.use_bias", "is true (the Dense layers have no biases)");
-  need(c.qkv_bias == s.qkv_bias, "model.qkv_bias",
+  need(c.transformer.mlp == MlpKind::swiglu, "model.mlp", "is not swiglu (the MLP is SiLU-gated)");
+  need(c.transformer.position == PositionKind::rope, "model.position", "is not rope (there is no position table)");
+  need(!c.transformer.use_bias, "model.use_bias", "is true (the Dense layers have no biases)");
+  need(c.transformer.qkv_bias == s.qkv_bias, "model.qkv_bias",
        s.qkv_bias ? "is false (q_proj, k_proj and v_proj have biases)"
                   : "is true (q_proj, k_proj and v_proj have no biases)");
-  need(s.sliding_window || c.sliding_window == 0, "model.sliding_window",
+  need(s.sliding_window || c.transformer.sliding_window == 0, "model.sliding_window",
        "is not 0 (every layer attends to all earlier tokens)");
-  need(c.num_outputs == c.vocab_size, "model.num_outputs", "differs from vocab_size (lm_head is [vocab_size, C])");
-  need(!c.qk_norm, "model.qk_norm", "is true (Llama does not normalise q and k; Qwen3ForCausalLM does)");
-  need(!c.post_norms, "model.post_norms", "is true (Llama has no norms after its branches)");
-  const int64_t C = c.hidden_size, H = num_heads(c), KV = c.num_kv_heads > 0 ? c.num_kv_heads : H;
+  need(c.transformer.num_outputs == c.transformer.vocab_size, "model.num_outputs",
+       "differs from vocab_size (lm_head is [vocab_size, C])");
+  need(!c.transformer.qk_norm, "model.qk_norm", "is true (Llama does not normalise q and k; Qwen3ForCausalLM does)");
+  need(!c.transformer.post_norms, "model.post_norms", "is true (Llama has no norms after its branches)");
+  const int64_t C = c.hidden_size, H = num_heads(c),
+                KV = c.transformer.num_kv_heads > 0 ? c.transformer.num_kv_heads : H;
   HfModelMap m{.architecture = s.architecture,
                .model_type = s.model_type,
                .prefix = "model.",
                .heads = H,
-               .head_dim = c.head_dim,
+               .head_dim = c.transformer.head_dim,
                .kv_heads = KV,
                .params = {},
                .is_buffer = is_rope_buffer};
   const HfMapBuilder add{m, s.qkv_bias};
-  add("embed_tokens.weight", Shape{c.vocab_size, C}, "embed/embedding", Shape{c.vocab_size, C});
-  for (int64_t l = 0; l < c.num_layers; ++l) {
+  add("embed_tokens.weight", Shape{c.transformer.vocab_size, C}, "embed/embedding", Shape{c.transformer.vocab_size, C});
+  for (int64_t l = 0; l < c.transformer.num_layers; ++l) {
     const std::string h = "layers." + std::to_string(l) + ".", b = "block_" + std::to_string(l) + "/";
     add(h + "input_layernorm.weight", Shape{C}, b + "attn/pre_norm/scale", Shape{C});
     llama_attention_tensors(add, c, l);
@@ -176,23 +178,24 @@ HfModelMap llama_style_map(const LlamaStyle& s, const ModelConfig& c) {
     llama_mlp_tensors(add, c, l);
   }
   add("norm.weight", Shape{C}, "post_norm/scale", Shape{C});
-  if (!c.tie_embeddings)
-    add("lm_head.weight", Shape{c.vocab_size, C}, "output_layer/kernel", Shape{C, c.vocab_size}, HfLayout::transposed);
+  if (!c.transformer.tie_embeddings)
+    add("lm_head.weight", Shape{c.transformer.vocab_size, C}, "output_layer/kernel", Shape{C, c.transformer.vocab_size},
+        HfLayout::transposed);
   return m;
 }
 
 void llama_attention_tensors(const HfMapBuilder& add, const ModelConfig& c, int64_t l) {
-  const int64_t C = c.hidden_size, D = c.head_dim, H = num_heads(c);
-  const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
+  const int64_t C = c.hidden_size, D = c.transformer.head_dim, H = num_heads(c);
+  const int64_t KV = c.transformer.num_kv_heads > 0 ? c.transformer.num_kv_heads : H, G = H / KV;
   const auto R = HfLayout::qkv_rows;
   const std::string h = "layers." + std::to_string(l) + ".self_attn.", b = "block_" + std::to_string(l) + "/attn/";
   const Shape qkv{C, KV, (G + 2) * D}, bias{KV, (G + 2) * D};
   add(h + "q_proj.weight", Shape{H * D, C}, b + "qkv/kernel", qkv, R, 0, G);
-  if (c.qkv_bias) add(h + "q_proj.bias", Shape{H * D}, b + "qkv/bias", bias, R, 0, G);
+  if (c.transformer.qkv_bias) add(h + "q_proj.bias", Shape{H * D}, b + "qkv/bias", bias, R, 0, G);
   add(h + "k_proj.weight", Shape{KV * D, C}, b + "qkv/kernel", qkv, R, G, 1);
-  if (c.qkv_bias) add(h + "k_proj.bias", Shape{KV * D}, b + "qkv/bias", bias, R, G, 1);
+  if (c.transformer.qkv_bias) add(h + "k_proj.bias", Shape{KV * D}, b + "qkv/bias", bias, R, G, 1);
   add(h + "v_proj.weight", Shape{KV * D, C}, b + "qkv/kernel", qkv, R, G + 1, 1);
-  if (c.qkv_bias) add(h + "v_proj.bias", Shape{KV * D}, b + "qkv/bias", bias, R, G + 1, 1);
+  if (c.transformer.qkv_bias) add(h + "v_proj.bias", Shape{KV * D}, b + "qkv/bias", bias, R, G + 1, 1);
   add(h + "o_proj.weight", Shape{C, H * D}, b + "output_layer/kernel", Shape{H, D, C}, HfLayout::transposed);
 }
 
@@ -224,7 +227,7 @@ constexpr LlamaStyle kLlama{
         "use_bias = false, qkv_bias = false, sliding_window = 0, causal_mask = true; model.norm = rmsnorm "
         "chose it (a GPT-2 has layernorm)"};
 
-bool claims(const ModelConfig& c) { return c.norm == NormKind::rmsnorm; }
+bool claims(const ModelConfig& c) { return c.transformer.norm == NormKind::rmsnorm; }
 
 void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& keys) {
   llama_style_read(kLlama, j, m, keys);
@@ -232,7 +235,7 @@ void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& ke
 
 nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {
   nlohmann::json j = llama_style_write(kLlama, c, map);
-  j["head_dim"] = c.head_dim;
+  j["head_dim"] = c.transformer.head_dim;
   return j;
 }
 

@@ -31,7 +31,9 @@ constexpr LlamaStyle kMistral{
         "rope, use_bias = false, qkv_bias = false, causal_mask = true) with a sliding_window > 0; "
         "model.sliding_window chose it"};
 
-bool claims(const ModelConfig& c) { return c.norm == NormKind::rmsnorm && c.sliding_window > 0; }
+bool claims(const ModelConfig& c) {
+  return c.transformer.norm == NormKind::rmsnorm && c.transformer.sliding_window > 0;
+}
 
 void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& keys) {
   llama_style_read(kMistral, j, m, keys);
@@ -39,8 +41,8 @@ void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& ke
 
 nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {
   nlohmann::json j = llama_style_write(kMistral, c, map);
-  j["head_dim"] = c.head_dim;
-  j["sliding_window"] = c.sliding_window;
+  j["head_dim"] = c.transformer.head_dim;
+  j["sliding_window"] = c.transformer.sliding_window;
   return j;
 }
 

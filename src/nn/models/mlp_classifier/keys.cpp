@@ -6,7 +6,7 @@ namespace loom::nn {
 
 using namespace keys;
 
-#define REF(member) LOOM_KEY_REF(ModelConfig, member)
+#define REF(member) LOOM_KEY_REF(ModelConfig, mlp_classifier.member)
 
 std::vector<KeySpec<ModelConfig>> mlp_classifier_keys() {
   std::vector<KeySpec<ModelConfig>> k = {

@@ -20,7 +20,7 @@ ModelGraph build_mlp_classifier(const ModelConfig& c, const ModelInput& in, bool
   x = layer_norm(hid / "LayerNorm_0", x, c.dtype, c.layer_norm_eps);
   x = hid.op1(OpKind::silu, {x});
   x = dropout(hid, x, c.dropout_rate, train);
-  x = dense(root / "Dense_1", x, c.num_classes, c.dtype);  // [B, classes] dtype
+  x = dense(root / "Dense_1", x, c.mlp_classifier.num_classes, c.dtype);  // [B, classes] dtype
   x = cast(root, x, DType::f32);
   x = root.op1(OpKind::log_softmax, {x});  // [B, classes] f32 log-probabilities
   add_classification_loss(m, root, x);
@@ -28,7 +28,7 @@ ModelGraph build_mlp_classifier(const ModelConfig& c, const ModelInput& in, bool
 }
 
 void validate_mlp_classifier(const ModelConfig& c) {
-  if (c.num_classes < 1) throw UserError("model.num_classes", "must be >= 1", "e.g. 100");
+  if (c.mlp_classifier.num_classes < 1) throw UserError("model.num_classes", "must be >= 1", "e.g. 100");
   if (!c.remat.empty() && c.remat != ChoiceSet<RematRegion>{RematRegion::MLP} &&
       c.remat != ChoiceSet<RematRegion>{RematRegion::auto_})
     throw UserError("model.remat", "the mlp_classifier has one remat region, 'MLP' (its hidden block)",

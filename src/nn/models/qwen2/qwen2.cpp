@@ -36,7 +36,9 @@ constexpr LlamaStyle kQwen2{
 // Qwen2ForCausalLM's layers apply the window only from max_window_layers up (Qwen2Config).
 constexpr int64_t kMaxWindowLayers = 28;
 
-bool claims(const ModelConfig& c) { return c.norm == NormKind::rmsnorm && c.qkv_bias && !c.use_bias; }
+bool claims(const ModelConfig& c) {
+  return c.transformer.norm == NormKind::rmsnorm && c.transformer.qkv_bias && !c.transformer.use_bias;
+}
 
 void read_config(const HfConfigJson& j, ModelConfig& m, std::vector<ArchKey>& keys) {
   llama_style_read(kQwen2, j, m, keys);
@@ -57,7 +59,7 @@ nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {
   j["use_sliding_window"] = false;
   j["sliding_window"] = nullptr;
   j["max_window_layers"] = kMaxWindowLayers;
-  j["layer_types"] = std::vector<std::string>(static_cast<size_t>(c.num_layers), "full_attention");
+  j["layer_types"] = std::vector<std::string>(static_cast<size_t>(c.transformer.num_layers), "full_attention");
   return j;
 }
 

@@ -27,7 +27,7 @@ namespace {
 
 constexpr const char* kArchitecture = "Qwen3ForCausalLM";
 
-bool claims(const ModelConfig& c) { return c.norm == NormKind::rmsnorm && c.qk_norm; }
+bool claims(const ModelConfig& c) { return c.transformer.norm == NormKind::rmsnorm && c.transformer.qk_norm; }
 
 void read_config(const HfConfigJson& file, ModelConfig& m, std::vector<ArchKey>& keys) {
   // Qwen3Config's defaults where they differ from LlamaConfig's.
@@ -48,7 +48,7 @@ void read_config(const HfConfigJson& file, ModelConfig& m, std::vector<ArchKey>&
         j.fail("layer_types", "has " + t.dump() + "; loom's Qwen3 layers are all \"full_attention\"");
   }
   llama_architecture().read_config(j, m, keys);
-  m.qk_norm = true;
+  m.transformer.qk_norm = true;
   // The relative's reader names its own class in the origins.
   const std::string llama(llama_architecture().architecture);
   for (ArchKey& k : keys)
@@ -64,7 +64,7 @@ nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {
   j["use_sliding_window"] = false;
   j["sliding_window"] = nullptr;
   j["layer_types"] = nlohmann::json::array();
-  for (int64_t l = 0; l < c.num_layers; ++l) j["layer_types"].push_back("full_attention");
+  for (int64_t l = 0; l < c.transformer.num_layers; ++l) j["layer_types"].push_back("full_attention");
   return j;
 }
 
@@ -73,18 +73,18 @@ HfModelMap tensor_map(const ModelConfig& c) {
                      "Qwen3's variant is Llama's (block_order = attn_first, norm = rmsnorm, mlp = swiglu, position = "
                      "rope, use_bias = false, causal_mask = true) with qk_norm = true; model.qk_norm chose it"};
   hf_check_decoder(c, need);
-  need(c.mlp == MlpKind::swiglu, "model.mlp", "is not swiglu (Qwen3's MLP is SiLU-gated)");
-  need(c.position == PositionKind::rope, "model.position", "is not rope (Qwen3 has no position table)");
-  need(!c.use_bias, "model.use_bias", "is true (Qwen3's layers have no biases)");
-  need(!c.post_norms, "model.post_norms", "is true (Qwen3 has no norms after its branches)");
+  need(c.transformer.mlp == MlpKind::swiglu, "model.mlp", "is not swiglu (Qwen3's MLP is SiLU-gated)");
+  need(c.transformer.position == PositionKind::rope, "model.position", "is not rope (Qwen3 has no position table)");
+  need(!c.transformer.use_bias, "model.use_bias", "is true (Qwen3's layers have no biases)");
+  need(!c.transformer.post_norms, "model.post_norms", "is true (Qwen3 has no norms after its branches)");
   ModelConfig plain = c;  // Llama's map holds every tensor but the q/k norms
-  plain.qk_norm = false;
+  plain.transformer.qk_norm = false;
   const HfModelMap llama = llama_architecture().tensor_map(plain);
   HfModelMap m = llama;
   m.architecture = kArchitecture;
   m.model_type = "qwen3";
   m.params.clear();
-  const Shape d{c.head_dim};
+  const Shape d{c.transformer.head_dim};
   for (const HfParam& p : llama.params) {
     m.params.push_back(p);
     if (!p.hf_name.ends_with(".self_attn.o_proj.weight")) continue;  // q_norm and k_norm follow o_proj

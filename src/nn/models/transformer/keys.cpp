@@ -6,7 +6,7 @@ namespace loom::nn {
 
 using namespace keys;
 
-#define REF(member) LOOM_KEY_REF(ModelConfig, member)
+#define REF(member) LOOM_KEY_REF(ModelConfig, transformer.member)
 
 namespace {
 // An integer, or "auto" stored as kHeadChunkAuto (model.head_chunk).

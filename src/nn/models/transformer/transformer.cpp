@@ -22,8 +22,8 @@ ValueId view(const Scope& s, ValueId x, Shape shape) { return s.op1(OpKind::resh
 // Kernel init: Flax's lecun_normal(fan_in), or GPT-2's normal(0.02) (scaled by 1/sqrt(2·layers)
 // on the projections that write into the residual stream).
 ParamInit kernel_init(const ModelConfig& c, int64_t fan_in, bool residual_proj) {
-  if (c.init != InitScheme::gpt2) return lecun_normal(fan_in);
-  const double std = residual_proj ? 0.02 / std::sqrt(2.0 * static_cast<double>(c.num_layers)) : 0.02;
+  if (c.transformer.init != InitScheme::gpt2) return lecun_normal(fan_in);
+  const double std = residual_proj ? 0.02 / std::sqrt(2.0 * static_cast<double>(c.transformer.num_layers)) : 0.02;
   return ParamInit{ParamInit::normal, static_cast<float>(std)};
 }
 
@@ -41,7 +41,7 @@ ValueId linear(const Scope& s, ValueId x, Shape kernel_shape, const ModelConfig&
   const ValueId w = s.param("kernel", param_shape, as_kernel(kernel_init(c, fan_in, residual_proj)));
   if (stored != DType::f32) s.graph().set_param_dtype(w, stored);
   const ValueId wv = param_shape.rank == 2 ? w : view(s, w, Shape{fan_in, out});
-  if (!c.use_bias && !bias) return s.op1(OpKind::dense, {x, wv}, DenseAttrs{c.dtype});
+  if (!c.transformer.use_bias && !bias) return s.op1(OpKind::dense, {x, wv}, DenseAttrs{c.dtype});
   Shape bias_shape;
   for (int i = in_dims; i < kernel_shape.rank; ++i) bias_shape.push_back(kernel_shape[i]);
   const ValueId b = s.param("bias", bias_shape, ParamInit{ParamInit::zeros, 0});
@@ -61,8 +61,8 @@ ValueId adapt(const Scope& s, LoraTarget m, ValueId x, ValueId y, const ModelCon
 ValueId adapt_qkv(const Scope& s, ValueId x, ValueId qkv, const ModelConfig& c, bool train) {
   if (!c.lora.enabled()) return qkv;
   const ChoiceSet<LoraTarget> modules = lora_modules(c.lora, gated_mlp(c));
-  const int64_t H = c.hidden_size / c.head_dim, D = c.head_dim;
-  const int64_t KV = c.num_kv_heads > 0 ? c.num_kv_heads : H, G = H / KV;
+  const int64_t H = c.hidden_size / c.transformer.head_dim, D = c.transformer.head_dim;
+  const int64_t KV = c.transformer.num_kv_heads > 0 ? c.transformer.num_kv_heads : H, G = H / KV;
   const LoraSlice slices[] = {{.suffix = "b_q", .offset = 0, .width = G * D, .heads = KV},
                               {.suffix = "b_k", .offset = G * D, .width = D, .heads = KV},
                               {.suffix = "b_v", .offset = (G + 1) * D, .width = D, .heads = KV}};
@@ -81,8 +81,8 @@ ValueId adapt_qkv(const Scope& s, ValueId x, ValueId qkv, const ModelConfig& c, 
 // RMSNorm (none; Gemma's scaled by 1 + scale), all with model.layer_norm_eps.
 ValueId norm(const Scope& s, ValueId x, const ModelConfig& c) {
   const auto eps = static_cast<float>(c.layer_norm_eps);
-  if (c.norm == NormKind::layernorm) return layer_norm(s, x, c.dtype, eps, c.use_bias);
-  return rms_norm(s, x, c.dtype, eps, c.norm == NormKind::gemma_rmsnorm);
+  if (c.transformer.norm == NormKind::layernorm) return layer_norm(s, x, c.dtype, eps, c.transformer.use_bias);
+  return rms_norm(s, x, c.dtype, eps, c.transformer.norm == NormKind::gemma_rmsnorm);
 }
 
 // MLPBlock: [B, T, C] -> [B, T, C]
@@ -98,14 +98,14 @@ ValueId mlp_block(const Scope& s, ValueId x, const ModelConfig& c, bool train) {
   if (gated) {
     const ValueId gate = dense("gate_layer", h, Shape{features, F}, false, LoraTarget::gate_proj);  // [B, T, F]
     const ValueId up = dense("up_layer", h, Shape{features, F}, false, LoraTarget::up_proj);        // [B, T, F]
-    h = s.op1(c.mlp == MlpKind::swiglu ? OpKind::silu_mul : OpKind::gelu_mul, {gate, up});
+    h = s.op1(c.transformer.mlp == MlpKind::swiglu ? OpKind::silu_mul : OpKind::gelu_mul, {gate, up});
   } else {
     h = dense("input_layer", h, Shape{features, F}, false, LoraTarget::c_fc);  // [B, T, F]
-    h = s.op1(c.mlp == MlpKind::gelu ? OpKind::gelu_erf : OpKind::gelu, {h});
+    h = s.op1(c.transformer.mlp == MlpKind::gelu ? OpKind::gelu_erf : OpKind::gelu, {h});
   }
   h = dense("output_layer", h, Shape{F, features}, true,
             gated ? LoraTarget::down_proj : LoraTarget::c_proj);  // [B, T, C]
-  if (c.post_norms) h = norm(s / "post_norm", h, c);
+  if (c.transformer.post_norms) h = norm(s / "post_norm", h, c);
   return dropout(s, h, c.dropout_rate, train);
 }
 
@@ -124,7 +124,7 @@ struct HeadGroups {
   int64_t kv, group;
 };
 HeadGroups head_groups(const ModelConfig& c) {
-  const int64_t H = num_heads(c), kv = c.num_kv_heads > 0 ? c.num_kv_heads : H;
+  const int64_t H = num_heads(c), kv = c.transformer.num_kv_heads > 0 ? c.transformer.num_kv_heads : H;
   return {kv, H / kv};
 }
 
@@ -136,7 +136,7 @@ ValueId cached_attention(const Scope& s, ValueId qkv, const ModelConfig& c, cons
                          const Cache& d) {
   Graph& g = s.graph();
   const Shape q = g.value(qkv).shape;
-  const Shape cache{q[0], d.max_len, q[2], c.head_dim};
+  const Shape cache{q[0], d.max_len, q[2], c.transformer.head_dim};
   const ValueId k = g.add_input(s.path() + "/k_cache", cache, c.dtype);
   const ValueId v = g.add_input(s.path() + "/v_cache", cache, c.dtype);
   if (d.pos != kNoValue) return s.op1(OpKind::attention_decode, {qkv, k, v, d.pos}, attrs);
@@ -146,11 +146,11 @@ ValueId cached_attention(const Scope& s, ValueId qkv, const ModelConfig& c, cons
 
 RopeAttrs rope_attrs(const ModelConfig& c, double theta, int32_t group) {
   RopeAttrs a{.theta = static_cast<float>(theta), .group = group};
-  if (c.rope_scaling == RopeScaling::llama3) {
-    a.llama3_factor = static_cast<float>(c.rope_factor);
-    a.low_freq_factor = static_cast<float>(c.rope_low_freq_factor);
-    a.high_freq_factor = static_cast<float>(c.rope_high_freq_factor);
-    a.original_max_position = static_cast<int32_t>(c.rope_original_max_position);
+  if (c.transformer.rope_scaling == RopeScaling::llama3) {
+    a.llama3_factor = static_cast<float>(c.transformer.rope_factor);
+    a.low_freq_factor = static_cast<float>(c.transformer.rope_low_freq_factor);
+    a.high_freq_factor = static_cast<float>(c.transformer.rope_high_freq_factor);
+    a.original_max_position = static_cast<int32_t>(c.transformer.rope_original_max_position);
   }
   return a;
 }
@@ -164,35 +164,37 @@ ValueId attention_block(const Scope& s, int64_t layer, ValueId x, ValueId positi
   Graph& g = s.graph();
   const Shape xs = g.value(x).shape;
   const int64_t B = xs[0], T = xs[1], C = xs[2];
-  const int64_t H = num_heads(c), D = c.head_dim;
+  const int64_t H = num_heads(c), D = c.transformer.head_dim;
   const auto [KV, G] = head_groups(c);
   ValueId h = norm(s / "pre_norm", x, c);
   // DenseGeneral(features=(KV, (G+2)·D)): kernel [C, KV, (G+2)·D] and bias [KV, (G+2)·D], used as a
   // [C, KV·(G+2)·D] dense: per key/value head its G queries, its key and its value. G = 1 is the
   // tutorial's (H, 3D).
   const Scope qs = s / "qkv";
-  ValueId qkv = linear(qs, h, Shape{C, KV, (G + 2) * D}, c, false, 1, c.qkv_bias);  // [B, T, KV·(G+2)·D]
+  ValueId qkv = linear(qs, h, Shape{C, KV, (G + 2) * D}, c, false, 1, c.transformer.qkv_bias);  // [B, T, KV·(G+2)·D]
   qkv = adapt_qkv(qs, h, view(qs, qkv, Shape{B, T, KV, (G + 2) * D}), c, train);    // [B, T, KV, (G+2)·D]
   const auto group = static_cast<int32_t>(G);
-  if (c.qk_norm) {  // Qwen3: each query and key head normalised over D, before rope
-    const ParamInit init{c.norm == NormKind::gemma_rmsnorm ? ParamInit::zeros : ParamInit::ones, 0};
+  if (c.transformer.qk_norm) {  // Qwen3: each query and key head normalised over D, before rope
+    const ParamInit init{c.transformer.norm == NormKind::gemma_rmsnorm ? ParamInit::zeros : ParamInit::ones, 0};
     const ValueId q_scale = (s / "q_norm").param("scale", Shape{D}, init);
     const ValueId k_scale = (s / "k_norm").param("scale", Shape{D}, init);
     qkv = s.op(OpKind::qk_norm, {qkv, q_scale, k_scale},
                QkNormAttrs{.eps = static_cast<float>(c.layer_norm_eps),
                            .group = group,
-                           .unit_offset = c.norm == NormKind::gemma_rmsnorm})
+                           .unit_offset = c.transformer.norm == NormKind::gemma_rmsnorm})
               .at(0);
   }
   const LayerAttention la = layer_attention(c, layer);
-  if (c.position == PositionKind::rope)  // the decoder's cache then holds rotated keys, as transformers' does
+  if (c.transformer.position ==
+      PositionKind::rope)  // the decoder's cache then holds rotated keys, as transformers' does
     qkv = s.op1(OpKind::rope, {qkv, positions}, rope_attrs(c, la.rope_theta, group));
-  const AttentionAttrs attrs{
-      .causal = c.causal_mask,
-      .softmax_dtype = c.softmax_dtype,
-      .group = group,
-      .window = static_cast<int32_t>(la.window),
-      .scale = c.query_pre_attn_scalar > 0 ? static_cast<float>(std::pow(c.query_pre_attn_scalar, -0.5)) : 0.f};
+  const AttentionAttrs attrs{.causal = c.transformer.causal_mask,
+                             .softmax_dtype = c.transformer.softmax_dtype,
+                             .group = group,
+                             .window = static_cast<int32_t>(la.window),
+                             .scale = c.transformer.query_pre_attn_scalar > 0
+                                          ? static_cast<float>(std::pow(c.transformer.query_pre_attn_scalar, -0.5))
+                                          : 0.f};
   std::vector<ValueId> att_in{qkv};
   if (g.value(positions).shape.rank == 2) att_in.push_back(positions);  // packed rows
   const ValueId att =
@@ -202,7 +204,7 @@ ValueId attention_block(const Scope& s, int64_t layer, ValueId x, ValueId positi
   const ValueId att_flat = view(os, att, Shape{B, T, H * D});
   ValueId o = linear(os, att_flat, Shape{H, D, C}, c, true, 2);  // [B, T, C]
   o = adapt(os, gated_mlp(c) ? LoraTarget::o_proj : LoraTarget::c_proj, att_flat, o, c, train);
-  if (c.post_norms) o = norm(s / "post_norm", o, c);
+  if (c.transformer.post_norms) o = norm(s / "post_norm", o, c);
   return dropout(s, o, c.dropout_rate, train);
 }
 
@@ -220,7 +222,7 @@ ValueId transformer_block(const Scope& s, int32_t layer, ValueId x, ValueId posi
   auto attn = [&](ValueId v) {
     return s.op1(OpKind::add, {v, attention_block(attn_s, layer, v, positions, c, train, dec)});
   };
-  return c.block_order == BlockOrder::attn_first ? mlp(attn(x)) : attn(mlp(x));
+  return c.transformer.block_order == BlockOrder::attn_first ? mlp(attn(x)) : attn(mlp(x));
 }
 
 // Rows `rows` ([B] int32) of the stream x [B, T, C] flattened to [B·T, C], as [B, 1, C]: an
@@ -251,19 +253,22 @@ Trunk transformer_trunk(Graph& g, ValueId tokens, ValueId positions, const Model
   const int64_t C = c.hidden_size;
   // nn.Embed's default init: variance_scaling(1, fan_in, normal, out_axis=0) -> N(0, 1/C).
   const Scope es = root / "embed";
-  const float embed_std = c.init == InitScheme::gpt2 ? 0.02f : static_cast<float>(1.0 / std::sqrt(double(C)));
-  const ValueId table = es.param("embedding", Shape{c.vocab_size, C}, ParamInit{ParamInit::normal, embed_std});
+  const float embed_std =
+      c.transformer.init == InitScheme::gpt2 ? 0.02f : static_cast<float>(1.0 / std::sqrt(double(C)));
+  const ValueId table =
+      es.param("embedding", Shape{c.transformer.vocab_size, C}, ParamInit{ParamInit::normal, embed_std});
   ValueId x = es.op1(OpKind::embedding, {tokens, table}, DTypeAttrs{c.dtype});  // [B, T, C]
-  if (c.scale_embeddings)  // Gemma's normaliser, a float32 buffer cast to the compute dtype
+  if (c.transformer.scale_embeddings)  // Gemma's normaliser, a float32 buffer cast to the compute dtype
     x = es.op1(OpKind::scale, {x}, ScaleAttrs{static_cast<float>(std::sqrt(static_cast<double>(C)))});
-  if (c.position == PositionKind::learned) {
+  if (c.transformer.position == PositionKind::learned) {
     // pos_emb.astype(dtype)[:T]: a gather of rows 0..T-1 rounds exactly like the cast-then-slice.
-    const ValueId pos_emb = root.param("pos_emb", Shape{c.max_seq_len, C}, ParamInit{ParamInit::normal, 0.02f});
+    const ValueId pos_emb =
+        root.param("pos_emb", Shape{c.transformer.max_seq_len, C}, ParamInit{ParamInit::normal, 0.02f});
     const ValueId pos = root.op1(OpKind::embedding, {positions, pos_emb}, DTypeAttrs{c.dtype});  // [T, C] or [B, T, C]
     x = root.op1(OpKind::add, {x, pos});
   }
-  if (c.embed_dropout) x = dropout(root, x, c.dropout_rate, train);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
+  if (c.transformer.embed_dropout) x = dropout(root, x, c.dropout_rate, train);
+  for (int64_t l = 0; l < c.transformer.num_layers; ++l) {
     std::string name = "block_";
     name += std::to_string(l);
     const Scope bs = root / name;
@@ -273,7 +278,8 @@ Trunk transformer_trunk(Graph& g, ValueId tokens, ValueId positions, const Model
   }
   if (dec && dec->last_rows != kNoValue) x = take_rows(root / "last_rows", x, dec->last_rows);  // [B, 1, C]
   x = norm(root / "post_norm", x, c);
-  if (c.tie_embeddings) return Trunk{x, table, es};  // wte.attend(x): the table, transposed, is the output layer
+  if (c.transformer.tie_embeddings)
+    return Trunk{x, table, es};                      // wte.attend(x): the table, transposed, is the output layer
   return Trunk{x, kNoValue, root / "output_layer"};  // its own kernel: the caller creates it
 }
 
@@ -284,9 +290,10 @@ Trunk transformer_trunk(Graph& g, ValueId tokens, ValueId positions, const Model
 ValueId transformer_logits(Graph& g, ValueId tokens, ValueId positions, const ModelConfig& c, bool train,
                            const Cache* dec) {
   const Trunk t = transformer_trunk(g, tokens, positions, c, train, dec);
-  if (c.tie_embeddings)
+  if (c.transformer.tie_embeddings)
     return t.head.op1(OpKind::dense, {t.x, t.kernel}, DenseAttrs{c.dtype, /*transpose_w=*/true});      // [B, T, V]
-  return linear(t.head, t.x, Shape{c.hidden_size, c.num_outputs}, c, false, 1, false, /*head=*/true);  // [B, T, V]
+  return linear(t.head, t.x, Shape{c.hidden_size, c.transformer.num_outputs}, c, false, 1, false,
+                /*head=*/true);  // [B, T, V]
 }
 
 // A persistent int32 input [n] whose contents never change (uploaded once: ModelGraph::constants).
@@ -307,8 +314,8 @@ ValueId positions_from_zero(ModelGraph& m, int64_t T) {
 
 // The cached programs' requirements, and the model without remat (no backward: nothing to recompute).
 ModelConfig cached_model(const ModelConfig& config, int64_t max_len, const char* who) {
-  if (!config.causal_mask) throw std::invalid_argument(std::string(who) + ": the model must be causal");
-  if (max_len < 1 || max_len > config.max_seq_len)
+  if (!config.transformer.causal_mask) throw std::invalid_argument(std::string(who) + ": the model must be causal");
+  if (max_len < 1 || max_len > config.transformer.max_seq_len)
     throw std::invalid_argument(std::string(who) + ": max_len must be in [1, max_seq_len]");
   ModelConfig c = config;
   c.remat = {};
@@ -325,14 +332,14 @@ ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool tr
   m.inputs = g.add_input("inputs", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] token ids
   m.labels = g.add_input("labels", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] next tokens
   if (in.packed) {
-    if (!c.causal_mask)
+    if (!c.transformer.causal_mask)
       throw UserError("model.causal_mask = false", "packed rows of examples need causal attention",
                       "set model.causal_mask = true to train on chat data");
     m.positions = g.add_input("positions", Shape{in.batch, in.seq_len}, DType::i32);  // [B, T] in their examples
   }
   const ValueId positions = in.packed ? m.positions : positions_from_zero(m, in.seq_len);  // [B, T] or [T]
   // auto unresolved (kHeadChunkAuto): the plain head.
-  const int64_t chunk = c.head_chunk == kHeadChunkAuto ? 0 : c.head_chunk;
+  const int64_t chunk = c.transformer.head_chunk == kHeadChunkAuto ? 0 : c.transformer.head_chunk;
   if (chunk == 0) {
     add_classification_loss(m, Scope(g), transformer_logits(g, m.inputs, positions, c, train, nullptr));
     return m;
@@ -341,14 +348,15 @@ ModelGraph build_transformer(const ModelConfig& c, const ModelInput& in, bool tr
   // linear()'s kernel and (model.use_bias) bias: the same paths, order and init.
   const Trunk t = transformer_trunk(g, m.inputs, positions, c, train, nullptr);
   ValueId kernel = t.kernel, bias = kNoValue;
-  if (!c.tie_embeddings) {
-    kernel =
-        t.head.param("kernel", Shape{c.hidden_size, c.num_outputs}, as_kernel(kernel_init(c, c.hidden_size, false)));
-    if (c.use_bias) bias = t.head.param("bias", Shape{c.num_outputs}, ParamInit{ParamInit::zeros, 0});
+  if (!c.transformer.tie_embeddings) {
+    kernel = t.head.param("kernel", Shape{c.hidden_size, c.transformer.num_outputs},
+                          as_kernel(kernel_init(c, c.hidden_size, false)));
+    if (c.transformer.use_bias)
+      bias = t.head.param("bias", Shape{c.transformer.num_outputs}, ParamInit{ParamInit::zeros, 0});
   }
   add_fused_classification_loss(
       m, t.head, t.x, kernel, bias,
-      LinearCrossEntropyAttrs{.compute = c.dtype, .transpose_w = c.tie_embeddings, .chunk = chunk});
+      LinearCrossEntropyAttrs{.compute = c.dtype, .transpose_w = c.transformer.tie_embeddings, .chunk = chunk});
   return m;
 }
 
@@ -384,61 +392,68 @@ ModelGraph build_transformer_prefill(const ModelConfig& config, int64_t batch, i
 }
 
 LayerAttention layer_attention(const ModelConfig& c, int64_t layer) {
-  const int64_t p = c.sliding_window_pattern;
-  if (p > 0 && (layer + 1) % p == 0) return {.window = 0, .rope_theta = c.rope_theta};
-  return {.window = c.sliding_window, .rope_theta = c.rope_local_theta > 0 ? c.rope_local_theta : c.rope_theta};
+  const int64_t p = c.transformer.sliding_window_pattern;
+  if (p > 0 && (layer + 1) % p == 0) return {.window = 0, .rope_theta = c.transformer.rope_theta};
+  return {.window = c.transformer.sliding_window,
+          .rope_theta = c.transformer.rope_local_theta > 0 ? c.transformer.rope_local_theta : c.transformer.rope_theta};
 }
 
-bool gated_mlp(const ModelConfig& c) { return c.mlp == MlpKind::swiglu || c.mlp == MlpKind::geglu; }
+bool gated_mlp(const ModelConfig& c) {
+  return c.transformer.mlp == MlpKind::swiglu || c.transformer.mlp == MlpKind::geglu;
+}
 
-int64_t num_heads(const ModelConfig& c) { return c.num_heads > 0 ? c.num_heads : c.hidden_size / c.head_dim; }
+int64_t num_heads(const ModelConfig& c) {
+  return c.transformer.num_heads > 0 ? c.transformer.num_heads : c.hidden_size / c.transformer.head_dim;
+}
 
 int64_t mlp_width(const ModelConfig& c) {
-  if (c.intermediate_size > 0) return c.intermediate_size;
-  const int64_t f = c.mlp_expansion * c.hidden_size;
+  if (c.transformer.intermediate_size > 0) return c.transformer.intermediate_size;
+  const int64_t f = c.transformer.mlp_expansion * c.hidden_size;
   return gated_mlp(c) ? (2 * f / 3 + 255) / 256 * 256 : f;
 }
 
 void validate_transformer(const ModelConfig& c) {
-  check_key(c.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
-  check_key(c.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");
-  check_key(c.num_heads >= 0, "model.num_heads", "must be >= 0", "0 takes hidden_size / head_dim");
-  check_key(c.num_heads > 0 || c.hidden_size % c.head_dim == 0, "model.hidden_size",
+  check_key(c.transformer.num_layers >= 1, "model.num_layers", "must be >= 1", "e.g. 12");
+  check_key(c.transformer.head_dim >= 1, "model.head_dim", "must be >= 1", "e.g. 64");
+  check_key(c.transformer.num_heads >= 0, "model.num_heads", "must be >= 0", "0 takes hidden_size / head_dim");
+  check_key(c.transformer.num_heads > 0 || c.hidden_size % c.transformer.head_dim == 0, "model.hidden_size",
             "hidden_size " + std::to_string(c.hidden_size) + " is not a multiple of model.head_dim " +
-                std::to_string(c.head_dim),
+                std::to_string(c.transformer.head_dim),
             "num_heads = hidden_size / head_dim must be whole: change either, or set model.num_heads");
   const int64_t H = num_heads(c);
-  check_key(c.num_kv_heads >= 0 && (c.num_kv_heads == 0 || H % c.num_kv_heads == 0), "model.num_kv_heads",
-            std::to_string(c.num_kv_heads) + " does not divide num_heads " + std::to_string(H) +
-                (c.num_heads > 0 ? " (model.num_heads)" : " (model.hidden_size / model.head_dim)"),
+  check_key(c.transformer.num_kv_heads >= 0 && (c.transformer.num_kv_heads == 0 || H % c.transformer.num_kv_heads == 0),
+            "model.num_kv_heads",
+            std::to_string(c.transformer.num_kv_heads) + " does not divide num_heads " + std::to_string(H) +
+                (c.transformer.num_heads > 0 ? " (model.num_heads)" : " (model.hidden_size / model.head_dim)"),
             "use a divisor of num_heads, or 0 for one key/value head per query head");
-  check_key(c.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
-  check_key(c.intermediate_size >= 0, "model.intermediate_size", "must be >= 0",
+  check_key(c.transformer.mlp_expansion >= 1, "model.mlp_expansion", "must be >= 1", "the tutorial uses 4");
+  check_key(c.transformer.intermediate_size >= 0, "model.intermediate_size", "must be >= 0",
             "0 takes the default width (nn::mlp_width), e.g. 4 × hidden_size");
-  check_key(c.vocab_size >= 2, "model.vocab_size", "must be >= 2", "e.g. 2048");
-  check_key(c.num_outputs >= 1, "model.num_outputs", "must be >= 1", "usually the vocabulary size");
-  check_key(c.max_seq_len >= 1, "model.max_seq_len", "must be >= 1", "e.g. 512");
-  check_key(c.position != PositionKind::rope || c.head_dim % 2 == 0, "model.head_dim",
+  check_key(c.transformer.vocab_size >= 2, "model.vocab_size", "must be >= 2", "e.g. 2048");
+  check_key(c.transformer.num_outputs >= 1, "model.num_outputs", "must be >= 1", "usually the vocabulary size");
+  check_key(c.transformer.max_seq_len >= 1, "model.max_seq_len", "must be >= 1", "e.g. 512");
+  check_key(c.transformer.position != PositionKind::rope || c.transformer.head_dim % 2 == 0, "model.head_dim",
             "is odd: rotary embeddings (model.position = rope) turn pairs of a head's dims", "use an even head_dim");
-  check_key(c.rope_theta > 0, "model.rope_theta", "must be > 0", "Llama uses 10000 (Llama 3: 500000)");
-  check_key(c.sliding_window >= 0 && c.sliding_window <= INT32_MAX, "model.sliding_window", "must be in [0, 2^31)",
-            "0 for no window; Mistral 7B v0.1 uses 4096");
-  check_key(c.sliding_window_pattern >= 0, "model.sliding_window_pattern", "must be >= 0",
+  check_key(c.transformer.rope_theta > 0, "model.rope_theta", "must be > 0", "Llama uses 10000 (Llama 3: 500000)");
+  check_key(c.transformer.sliding_window >= 0 && c.transformer.sliding_window <= INT32_MAX, "model.sliding_window",
+            "must be in [0, 2^31)", "0 for no window; Mistral 7B v0.1 uses 4096");
+  check_key(c.transformer.sliding_window_pattern >= 0, "model.sliding_window_pattern", "must be >= 0",
             "0: every layer local; Gemma 3 uses 6 (every 6th layer global)");
-  check_key(c.rope_local_theta >= 0, "model.rope_local_theta", "must be >= 0",
+  check_key(c.transformer.rope_local_theta >= 0, "model.rope_local_theta", "must be >= 0",
             "0 takes rope_theta; Gemma 3 uses 10000");
-  check_key(c.query_pre_attn_scalar >= 0, "model.query_pre_attn_scalar", "must be >= 0",
+  check_key(c.transformer.query_pre_attn_scalar >= 0, "model.query_pre_attn_scalar", "must be >= 0",
             "0 scales the attention logits by head_dim^-0.5; Gemma 3 270M and 1B use 256");
-  check_key(c.sliding_window == 0 || c.causal_mask, "model.sliding_window",
+  check_key(c.transformer.sliding_window == 0 || c.transformer.causal_mask, "model.sliding_window",
             "needs model.causal_mask = true (a query sees the window of keys before it)", "set causal_mask = true");
-  check_key(c.rope_scaling == RopeScaling::none || c.position == PositionKind::rope, "model.rope_scaling",
-            "scales rotary embeddings, but model.position is not rope",
+  check_key(c.transformer.rope_scaling == RopeScaling::none || c.transformer.position == PositionKind::rope,
+            "model.rope_scaling", "scales rotary embeddings, but model.position is not rope",
             "set model.position = rope, or rope_scaling = none");
-  if (c.rope_scaling == RopeScaling::llama3) {
-    check_key(c.rope_factor > 0, "model.rope_factor", "must be > 0", "Llama 3.1 uses 8, Llama 3.2 32");
-    check_key(c.rope_low_freq_factor > 0 && c.rope_high_freq_factor > c.rope_low_freq_factor,
+  if (c.transformer.rope_scaling == RopeScaling::llama3) {
+    check_key(c.transformer.rope_factor > 0, "model.rope_factor", "must be > 0", "Llama 3.1 uses 8, Llama 3.2 32");
+    check_key(c.transformer.rope_low_freq_factor > 0 &&
+                  c.transformer.rope_high_freq_factor > c.transformer.rope_low_freq_factor,
               "model.rope_high_freq_factor", "must be > model.rope_low_freq_factor > 0", "Llama 3.1 uses 4 and 1");
-    check_key(c.rope_original_max_position >= 1 && c.rope_original_max_position <= INT32_MAX,
+    check_key(c.transformer.rope_original_max_position >= 1 && c.transformer.rope_original_max_position <= INT32_MAX,
               "model.rope_original_max_position", "must be in [1, 2^31)", "Llama 3.1 uses 8192");
   }
   if (c.lora.enabled()) {
@@ -446,13 +461,14 @@ void validate_transformer(const ModelConfig& c) {
     check_key(c.lora.dropout >= 0 && c.lora.dropout < 1, "lora.dropout", "must be in [0, 1)", "e.g. 0.05");
     lora_modules(c.lora, gated_mlp(c));  // names the family lacks
   }
-  check_key(c.head_chunk >= 0 || c.head_chunk == kHeadChunkAuto, "model.head_chunk", "must be >= 0 or auto",
-            "0 for the plain head, e.g. 8192 columns per chunk");
-  check_key(c.head_chunk != kHeadChunkAuto || c.remat.has(RematRegion::auto_), "model.head_chunk",
+  check_key(c.transformer.head_chunk >= 0 || c.transformer.head_chunk == kHeadChunkAuto, "model.head_chunk",
+            "must be >= 0 or auto", "0 for the plain head, e.g. 8192 columns per chunk");
+  check_key(c.transformer.head_chunk != kHeadChunkAuto || c.remat.has(RematRegion::auto_), "model.head_chunk",
             "auto is chosen by model.remat = auto, which this run does not use",
             "set model.remat = auto (with train.memory_budget), or a number of columns");
-  check_key(!c.tie_embeddings || c.num_outputs == c.vocab_size, "model.tie_embeddings",
-            "tied embeddings need model.num_outputs == model.vocab_size", "set num_outputs to the vocabulary size");
+  check_key(!c.transformer.tie_embeddings || c.transformer.num_outputs == c.transformer.vocab_size,
+            "model.tie_embeddings", "tied embeddings need model.num_outputs == model.vocab_size",
+            "set num_outputs to the vocabulary size");
 }
 
 const ModelKindInfo& transformer_family() {
