@@ -406,6 +406,7 @@ DataContext data_context(const Config& c) {
           .num_classes = c.model.num_classes,
           .model_vocab_size = c.model.vocab_size,
           .model_num_outputs = c.model.num_outputs,
+          .model_init_from = c.model.init_from,
           .num_minibatches = c.optimizer.num_minibatches};
 }
 
