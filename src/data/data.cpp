@@ -83,6 +83,17 @@ DataSource::DataSource(const DataConfig& d, const DataContext& cx) {
                         "`, or point data.dir at a prepared one (in a config file a relative data.dir is relative to "
                         "that file; on the command line, to the current directory)");
   const TokenMeta meta = read_token_meta(d.dir);
+  // A pretrained model's vocabulary is its tokenizer's: data with more tokens was tokenized with
+  // another tokenizer, and no model.vocab_size can mend that.
+  if (!cx.model_init_from.empty() && cx.model_vocab_size > 0 && meta.vocab_size > cx.model_vocab_size)
+    throw UserError(meta.path,
+                    "the data's vocabulary has " + std::to_string(meta.vocab_size) + " tokens but model.init_from (" +
+                        cx.model_init_from + ") has " + std::to_string(cx.model_vocab_size) +
+                        ": the data was tokenized with another tokenizer than the model's",
+                    "point data.dir at data prepared with model.init_from's own tokenizer (a Hugging Face model's: "
+                    "loom prepare hf " +
+                        cx.model_init_from +
+                        "/tokenizer.json INPUT OUTDIR), or drop model.init_from to train a new model");
   if (cx.model_vocab_size > 0 && meta.vocab_size > cx.model_vocab_size)
     throw UserError(meta.path,
                     "the data's vocabulary has " + std::to_string(meta.vocab_size) +

@@ -117,7 +117,7 @@ HfConfig read_hf_config(const std::string& dir) {
   const nn::HfArchitecture* arch = nn::find_hf_architecture(type, out.architecture);
   if (arch) {
     out.architecture = arch->architecture;
-    arch->read_config(nn::HfConfigJson(j, out.path), out.model, out.keys);
+    arch->read_config(nn::HfConfigJson(j, out.path, &out.absent), out.model, out.keys);
     return out;
   }
   const std::string what = out.architecture.empty() ? "model_type \"" + type + "\"" : out.architecture;
@@ -227,6 +227,29 @@ HfMatch<T> match_hf(const nn::HfModelMap& map, const std::vector<T>& hf, const s
   return m;
 }
 
+// match_hf, where a mismatch is blamed on the keys dir/config.json lacks when it lacks any: their
+// config class's defaults decided the shapes the tensors contradict, and the key is what to fix.
+template <class T>
+HfMatch<T> match_hf(const nn::HfModelMap& map, const std::vector<T>& hf, const std::string& source,
+                    const std::string& dir) {
+  try {
+    return match_hf(map, hf, source);
+  } catch (const UserError& e) {
+    if (!is_hf_model_dir(dir)) throw;
+    const HfConfig c = read_hf_config(dir);
+    if (c.absent.empty()) throw;
+    std::string keys, values;
+    for (const auto& [key, value] : c.absent) {
+      keys += (keys.empty() ? "\"" : ", \"") + key + "\"";
+      values += (values.empty() ? "" : ", ") + key + " = " + value;
+    }
+    throw UserError(c.path,
+                    "lacks " + keys + ", read as " + c.architecture + "'s defaults (" + values +
+                        "), which the checkpoint's tensors contradict: " + e.what(),
+                    "add the missing keys with the values the model was trained with (transformers writes them all)");
+  }
+}
+
 [[noreturn]] void untied_head(const nn::HfModelMap& map, const std::string& source) {
   throw UserError(source,
                   "tensor 'lm_head.weight' differs from '" + map.params.front().hf_name + "', but config.json ties them",
@@ -241,7 +264,7 @@ std::vector<StTensor> read_hf_tensors(const std::string& dir, std::string* file)
 
 std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTensor>& hf, const std::string& source) {
   const nn::HfModelMap map = nn::hf_model_map(c);
-  const HfMatch<StTensor> m = match_hf(map, hf, source);
+  const HfMatch<StTensor> m = match_hf(map, hf, source, fs::path(source).parent_path().string());
   std::vector<StTensor> out;  // in the order of their first tensor in the map
   std::map<std::string, size_t> index;
   for (const nn::HfParam& p : map.params) {
@@ -415,7 +438,7 @@ void load_hf_params(Executor& ex, const ModelConfig& c, const std::string& dir, 
   });
   if (file) *file = source;
   const nn::HfModelMap map = nn::hf_model_map(c);
-  const HfMatch<HfEntry> m = match_hf(map, hf, source);
+  const HfMatch<HfEntry> m = match_hf(map, hf, source, dir);
   if (m.tied_head) {  // it must be the embedding (transformers would tie it and drop its values)
     auto it = std::find_if(map.params.begin(), map.params.end(),
                            [](const nn::HfParam& p) { return p.path == "embed/embedding"; });

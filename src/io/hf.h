@@ -15,6 +15,7 @@
 #include "io/param_io.h"
 #include "io/safetensors.h"
 #include "nn/config.h"
+#include "nn/models/hf_arch.h"
 
 namespace loom {
 
@@ -23,6 +24,7 @@ struct HfConfig {
   std::string architecture;   // "GPT2LMHeadModel"
   ModelConfig model;          // loom's defaults with every key of `keys` set
   std::vector<ArchKey> keys;  // origins name config.json's keys
+  nn::HfAbsentKeys absent;    // the integer keys config.json lacks, read as its class's defaults
 };
 
 // True when `dir` holds a config.json, i.e. is a Hugging Face model directory (a loom run holds
@@ -35,7 +37,9 @@ bool is_hf_model_dir(const std::string& dir);
 // class defaults. An architecture or an option loom cannot run exactly (Qwen2's q/k/v biases,
 // Qwen3's q/k norms, another activation, rope scaling in rope_parameters or rope_scaling, a GPT-2
 // with an untied head, unscaled or layer-scaled attention, cross-attention) is a UserError naming
-// the file and the key.
+// the file and the key. Tensors that contradict a model whose config.json lacks keys the
+// architecture reads (hf_to_loom, load_hf_params) are a UserError naming config.json and those
+// keys, with the defaults they were read as.
 HfConfig read_hf_config(const std::string& dir);
 
 // config.json for `c` (nn::hf_model_map(c) must accept it), as transformers writes it for the

@@ -107,7 +107,7 @@ bool RunDir::holds_run() const {
   if (!fs::exists(dir_)) return false;
   if (fs::exists(dir_ / kMarker) || fs::exists(dir_ / "metrics.jsonl")) return true;
   if (fs::exists(dir_ / "config.toml") && is_loom_config(dir_ / "config.toml")) return true;
-  if (fs::exists(dir_ / "best" / "state.json")) return true;
+  if (is_checkpoint_dir((dir_ / "best").string())) return true;
   return !list_checkpoints(dir_.string()).empty();
 }
 
@@ -154,6 +154,26 @@ void RunDir::refuse_foreign_files() const {
                     "is not known to be loom's (the directory has no loom-run.json and no config.toml of loom's), and "
                     "a run writes its own there",
                     fix);
+  // In name order, so that the entry named is the same on every file system.
+  std::vector<fs::path> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    int64_t step = 0;
+    const std::string n = e.path().filename().string();
+    if ((n == "best" || is_checkpoint_name(n, &step)) && !is_checkpoint_dir(e.path().string()))
+      names.push_back(e.path());
+  }
+  if (names.empty()) return;
+  std::sort(names.begin(), names.end());
+  const fs::path& p = names.front();
+  const fs::file_type type = fs::symlink_status(p, ec).type();
+  throw UserError(p.string(),
+                  std::string("is ") +
+                      (type == fs::file_type::symlink     ? "a symbolic link"
+                       : type == fs::file_type::directory ? "a directory without loom's state.json"
+                                                          : "a file") +
+                      ", not a checkpoint loom wrote, and a run writes its checkpoints under that name",
+                  fix);
 }
 
 void RunDir::clear_owned() {
@@ -165,7 +185,7 @@ void RunDir::clear_owned() {
   // First: a replacement cut between its two renames is rolled back to its name, removed below
   // with the rest (after, it would bring the old run's checkpoint back into the new run).
   remove_stale_checkpoint_files(dir_.string());
-  if (fs::exists(dir_ / "best" / "state.json")) fs::remove_all(dir_ / "best", ec);
+  if (is_checkpoint_dir((dir_ / "best").string())) fs::remove_all(dir_ / "best", ec);
   for (const auto& [step, path] : list_checkpoints(dir_.string())) fs::remove_all(path, ec);
   remove_stop_note();
   fs::remove(dir_ / kMarker, ec);
@@ -192,7 +212,7 @@ RunDir::Forked RunDir::fork_at(int64_t step, bool discard) {
   std::vector<fs::path> later;
   for (const auto& [s, path] : list_checkpoints(dir_.string()))
     if (s > step) later.emplace_back(path);
-  if (fs::exists(dir_ / "best" / "state.json") && checkpoint_step((dir_ / "best").string()) > step)
+  if (is_checkpoint_dir((dir_ / "best").string()) && checkpoint_step((dir_ / "best").string()) > step)
     later.push_back(dir_ / "best");
   std::string rest;
   const fs::path metrics = dir_ / "metrics.jsonl";

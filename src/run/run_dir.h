@@ -4,10 +4,11 @@
 //   id, creation time, what it was seeded from) — or, for runs made before the marker existed,
 //   loom's config.toml (first line kConfigHeader). loom deletes or replaces only entries it wrote
 //   there: the marker, the lock, a config.toml starting with kConfigHeader, metrics.jsonl beside
-//   the marker or loom's config.toml, ckpt_<digits>/ and best/ holding loom's state.json, staged
-//   .ckpt_*/.best.* directories, superseded/ and loom-stopped.txt. Anything else (a user's
-//   config.toml, metrics.jsonl, ckpt_photos/, notes.txt) is never touched: a new run that would
-//   have to write over one is refused (refuse_foreign_files), --overwrite or not.
+//   the marker or loom's config.toml, ckpt_<digits>/ and best/ directories (not symbolic links)
+//   holding loom's state.json, staged .ckpt_*/.best.* directories, superseded/ and
+//   loom-stopped.txt. Anything else (a user's config.toml, metrics.jsonl, ckpt_photos/, a file
+//   named best, notes.txt) is never touched: a new run that would have to write over one is
+//   refused (refuse_foreign_files), --overwrite or not.
 // - A lock. `lock()` takes an exclusive flock on `.lock` and writes the holder's pid there; a second
 //   process is refused with a message naming that pid. The kernel drops a flock when its process
 //   dies, so a stale lock from a killed run is simply taken over.
@@ -41,7 +42,9 @@ class RunDir {
   void lock();
   // Throws a UserError naming a file a new run would write over (config.toml, metrics.jsonl) that
   // loom cannot tell it wrote: a config.toml without kConfigHeader, a metrics.jsonl in a directory
-  // with neither loom-run.json nor loom's config.toml. Call before anything is written.
+  // with neither loom-run.json nor loom's config.toml, or anything under a checkpoint's name (best,
+  // ckpt_<digits>) but loom's checkpoint directory (is_checkpoint_dir: a file, a symbolic link, a
+  // directory without state.json). Call before anything is written.
   void refuse_foreign_files() const;
   // Removes every entry loom owns (see the header comment) and nothing else. Needs the lock.
   void clear_owned();

@@ -278,7 +278,13 @@ void install_plain(const fs::path& staged, const fs::path& final_dir, dist::Comm
 // else an atomic exchange (the old directory ends at `staged`'s name and is removed), so
 // `final_dir` always exists whole; install_plain() where the file system refuses those flags, and
 // everywhere when LOOM_PLAIN_RENAME is set (any value: tests take that path on any file system).
+// Only a checkpoint loom wrote is ever replaced: a file, a symbolic link or a directory of somebody
+// else's under the name fails the save, naming it, and stays as it was.
 void install(const fs::path& staged, const fs::path& final_dir, dist::Comm& comm) {
+  std::error_code ec;
+  if (fs::symlink_status(final_dir, ec).type() != fs::file_type::not_found && !is_checkpoint_dir(final_dir.string()))
+    throw UserError(final_dir.string(), "is not a checkpoint loom wrote, and this save would replace it",
+                    "move it out of the run directory (loom never deletes what it did not write)");
   static const bool plain = std::getenv("LOOM_PLAIN_RENAME") != nullptr;
   if (plain) return install_plain(staged, final_dir, comm);
   if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_NOREPLACE) == 0)
@@ -292,16 +298,7 @@ void install(const fs::path& staged, const fs::path& final_dir, dist::Comm& comm
     rename_failed("exchange", staged, final_dir, errno);
   }
   fsync_dir(final_dir.parent_path(), comm);
-  std::error_code ec;
   fs::remove_all(staged, ec);
-}
-
-bool is_checkpoint_name(const std::string& n, int64_t* step) {
-  if (n.size() <= 5 || n.rfind("ckpt_", 0) != 0) return false;
-  if (!std::all_of(n.begin() + 5, n.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) return false;
-  if (n.size() > 5 + 18) return false;
-  *step = std::stoll(n.substr(5));
-  return true;
 }
 
 CheckpointState parse_state(const std::string& state_path) {
@@ -483,14 +480,28 @@ SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std
   throw dist::AgreedError("", what, dist::broadcast_string(comm, failed ? failed->hint() : "", 0));
 }
 
+bool is_checkpoint_name(const std::string& n, int64_t* step) {
+  if (n.size() <= 5 || n.rfind("ckpt_", 0) != 0) return false;
+  if (!std::all_of(n.begin() + 5, n.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) return false;
+  if (n.size() > 5 + 18) return false;
+  *step = std::stoll(n.substr(5));
+  return true;
+}
+
+bool is_checkpoint_dir(const std::string& path) {
+  std::error_code ec;
+  return fs::symlink_status(path, ec).type() == fs::file_type::directory &&
+         fs::is_regular_file(fs::path(path) / kStateFile, ec);
+}
+
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir) {
   std::vector<std::pair<int64_t, std::string>> all;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(run_dir, ec)) {
     int64_t step = 0;
-    if (!e.is_directory() || !is_checkpoint_name(e.path().filename().string(), &step)) continue;
-    // A directory named like a checkpoint but without loom's state.json is somebody else's.
-    if (!fs::exists(e.path() / kStateFile)) continue;
+    // Somebody else's entry under a checkpoint's name (a file, a symbolic link, a directory
+    // without loom's state.json) is never listed, so never pruned or removed.
+    if (!is_checkpoint_name(e.path().filename().string(), &step) || !is_checkpoint_dir(e.path().string())) continue;
     all.emplace_back(step, e.path().string());
   }
   std::sort(all.begin(), all.end());
@@ -523,7 +534,7 @@ void remove_stale_checkpoint_files(const std::string& run_dir) {
     if (!staged || !suffix) continue;
     // install_plain() was cut between its two renames: the old checkpoint goes back to its name.
     const fs::path name = e.path().parent_path() / n.substr(1, n.size() - 5);
-    if (n.ends_with(".old") && !fs::exists(name) && fs::exists(e.path() / kStateFile) &&
+    if (n.ends_with(".old") && !fs::exists(fs::symlink_status(name, ec)) && fs::exists(e.path() / kStateFile) &&
         ::rename(e.path().c_str(), name.c_str()) == 0)
       continue;
     fs::remove_all(e.path(), ec);

@@ -30,6 +30,8 @@
 //   is set) plain renames do it: one never replaces a non-empty directory, so a finished
 //   checkpoint is never overwritten; a replacement moves the old one to .<name>.old first, and
 //   remove_stale_checkpoint_files() puts it back if a kill came between the two renames.
+// - Only loom's own checkpoint directory is ever replaced, pruned or removed: a save onto a user's
+//   file, symbolic link or directory under a checkpoint's name fails naming it.
 // - Format 1 checkpoints (moments inside model.safetensors) still load.
 #pragma once
 #include <cstdint>
@@ -119,7 +121,14 @@ std::vector<StTensor> read_checkpoint_params(const Checkpoint& c);
 // a quantized base is hashed as quantized), in parameter order, as 8 hex digits; "" when every
 // parameter trains or the program has no backward pass (an inference program's narrowed copies).
 std::string base_hash(const Executor& ex);
-// The ckpt_<step> directories of a run directory, oldest first ({} if none).
+// Whether `name` is one loom gives a checkpoint of a run directory, ckpt_<digits> (`step`: the
+// digits' value).
+bool is_checkpoint_name(const std::string& name, int64_t* step);
+// Whether `path` is a checkpoint directory loom wrote: a directory, not a symbolic link, holding
+// state.json. Nothing else under a checkpoint's name (best, ckpt_<digits>) is ever replaced,
+// pruned or removed.
+bool is_checkpoint_dir(const std::string& path);
+// The ckpt_<step> directories of a run directory (is_checkpoint_dir), oldest first ({} if none).
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir);
 // The latest ckpt_<step> directory in a run directory ("" if none).
 std::string latest_checkpoint(const std::string& run_dir);

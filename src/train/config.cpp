@@ -407,6 +407,7 @@ DataContext data_context(const Config& c) {
           .num_classes = c.model.mlp_classifier.num_classes,
           .model_vocab_size = c.model.transformer.vocab_size,
           .model_num_outputs = c.model.transformer.num_outputs,
+          .model_init_from = c.model.init_from,
           .num_minibatches = c.optimizer.num_minibatches};
 }
 

@@ -39,12 +39,21 @@ void write_text(const fs::path& path, const std::string& text) {
 
 void write_json(const fs::path& path, const nlohmann::json& j) { write_text(path, j.dump(2) + "\n"); }
 
+// Refuses an OUTDIR that exists and is not an empty directory (nothing is overwritten).
+void refuse_existing(const std::string& out_dir) {
+  std::error_code ec;
+  if (!fs::exists(out_dir, ec) || (fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec))) return;
+  if (!fs::is_directory(out_dir, ec))
+    throw UserError(out_dir, "is a file; the export writes a directory of files there",
+                    "give the name of a new directory (nothing is overwritten); loom export gguf writes one file");
+  throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
+}
+
 // OUTDIR's staging directory, beside it (a failed export leaves no OUTDIR): `write` fills it, then
 // it is renamed into place. An OUTDIR that exists and is not empty is refused.
 void write_dir(const std::string& out_dir, const std::function<void(const fs::path&)>& write) {
+  refuse_existing(out_dir);
   std::error_code ec;
-  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
-    throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
   fs::path out = fs::absolute(out_dir).lexically_normal();
   if (out.filename().empty()) out = out.parent_path();  // "DIR/"
   const fs::path staging = out.string() + ".loom-export.tmp";
@@ -208,6 +217,7 @@ HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint, LoraMerge 
 }
 
 HfExport export_peft(const std::string& run_or_checkpoint, const std::string& out_dir) {
+  refuse_existing(out_dir);  // before the checkpoint is read
   const ModelSource src(run_or_checkpoint);
   if (src.is_hf())
     throw UserError(run_or_checkpoint, "is a Hugging Face directory", "export a loom LoRA run or checkpoint");
@@ -240,9 +250,7 @@ HfExport export_peft(const std::string& run_or_checkpoint, const std::string& ou
 }
 
 HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_dir, LoraMerge lora) {
-  std::error_code ec;
-  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)))
-    throw UserError(out_dir, "exists and is not an empty directory", "choose a new directory (nothing is overwritten)");
+  refuse_existing(out_dir);  // before the checkpoint is read
   const HfCheckpoint hc = read_hf_checkpoint(run_or_checkpoint, lora);
   HfExport r{.checkpoint = hc.checkpoint,
              .architecture = hc.map.architecture,

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -314,6 +315,21 @@ TEST(HfExport, Refusals) {
   std::string m = user_error([&] { export_hf(d.path("ckpt"), d.path("full")); });
   EXPECT_NE(m.find("full: exists and is not an empty directory"), std::string::npos) << m;
   EXPECT_EQ(read_file(d.path("full/keep.txt")), "mine");
+  // A file is named as one, with the fix, for both kinds of directory export.
+  write_file(d.path("model.out"), "mine");
+  for (const auto& exp :
+       std::vector<std::function<void()>>{[&] { export_hf(d.path("ckpt"), d.path("model.out")); },
+                                          [&] { export_peft(d.path("ckpt"), d.path("model.out")); }}) {
+    try {
+      exp();
+      ADD_FAILURE() << "an export onto a file was not refused";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("model.out: is a file; the export writes a directory"), std::string::npos)
+          << e.what();
+      EXPECT_NE(e.hint().find("give the name of a new directory"), std::string::npos) << e.hint();
+    }
+    EXPECT_EQ(read_file(d.path("model.out")), "mine");
+  }
   m = user_error([&] { export_hf(hf_golden("gpt2"), d.path("x")); });
   EXPECT_NE(m.find("is a Hugging Face directory already"), std::string::npos) << m;
   // The tutorial's Transformer (MLP first) is no transformers architecture.

@@ -572,6 +572,28 @@ TEST(HfQwen3, RefusesOptionsItCannotRun) {
   EXPECT_NE(m.find("tensor 'model.layers.1.self_attn.k_norm.weight' is missing"), std::string::npos) << m;
 }
 
+// A config.json that lacks a key the architecture reads takes its config class's default, as
+// transformers does; where the tensors contradict that default, the message names config.json and
+// the missing key (with the default it was read as), not only the tensor.
+TEST(HfFamilies, AMissingKeyWhoseDefaultContradictsTheTensorsIsNamed) {
+  using J = nlohmann::json;
+  using Ts = std::vector<StTensor>;
+  struct Case {
+    std::string dir, key, expect, tensor;
+  };
+  const std::vector<Case> cases = {
+      {"qwen3", "hidden_size", "hidden_size = 4096", "tensor 'model.embed_tokens.weight' is [320, 32]"},
+      {"qwen3", "head_dim", "head_dim = 128", "tensor 'model.layers.0.self_attn.q_proj.weight' is [64, 32]"},
+      {"gpt2", "n_layer", "n_layer = 12", "tensor 'transformer.h.2."},
+  };
+  for (const Case& c : cases) {
+    const std::string m = import_error([&](J& config, Ts&) { config.erase(c.key); }, c.dir);
+    EXPECT_NE(m.find("config.json: lacks \"" + c.key + "\", read as "), std::string::npos) << m;
+    EXPECT_NE(m.find(c.expect + "), which the checkpoint's tensors contradict"), std::string::npos) << m;
+    EXPECT_NE(m.find(c.tensor), std::string::npos) << m;
+  }
+}
+
 TEST(HfGemma3, ConfigMapsOntoTheGemmaVariant) {
   const Config c = fixture_config(hf_golden("gemma3"));
   EXPECT_EQ(c.model.transformer.norm, NormKind::gemma_rmsnorm);

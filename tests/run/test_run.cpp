@@ -156,6 +156,27 @@ TEST(Run, BadDataIsNamed) {
   EXPECT_NE(r.out.find("nowhere"), std::string::npos) << r.out;
 }
 
+// A pretrained model's vocabulary is fixed: data with more tokens than model.init_from's model
+// has was tokenized with another tokenizer, and the message says so rather than suggesting a
+// larger model.vocab_size.
+TEST(Run, DataOfAnotherTokenizerIsNamedAgainstInitFrom) {
+  const Fixture& fx = fixture();
+  const fs::path d = scratch("other_tokenizer");
+  ASSERT_EQ(run("train " + fx.config.string() + " train.steps=1 --out " + (d / "base").string()).status, 0);
+  {
+    std::ofstream f(d / "wide.txt");
+    for (int i = 0; i < 100; ++i) f << "abcdefghijklmnopqrstuvwxyz 0123456789\n";
+  }
+  ASSERT_EQ(run("prepare char " + (d / "wide.txt").string() + " " + (d / "wide").string()).status, 0);
+  const Result r = run("train " + fx.config.string() + " train.steps=1 model.init_from=" + (d / "base").string() +
+                       " data.dir=" + (d / "wide").string() + " --out " + (d / "tuned").string());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("model.init_from (" + (d / "base").string() + ") has 20"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokenized with another tokenizer"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("set model.vocab_size"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d / "tuned"));
+}
+
 TEST(Run, DiskFullWhileSavingKeepsThePreviousCheckpoint) {
   const Fixture& fx = fixture();
   const fs::path out = scratch("diskfull");

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "run/run_dir.h"
 #include "support/run_fixture.h"
@@ -67,6 +69,48 @@ TEST(RunDirOwner, OverwriteRemovesACheckpointLeftBetweenTheRenamesOfAReplacement
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_FALSE(fs::exists(out / "best" / "old-run.txt")) << "the old run's checkpoint came back as best/";
   EXPECT_FALSE(fs::exists(out / ".best.old"));
+}
+
+// Under a checkpoint's name (best, ckpt_<digits>) only loom's checkpoint directory is loom's: a
+// user's file, a directory without state.json, or a symbolic link (even to a loom checkpoint) is
+// refused by name, --overwrite or not, and stays as it was.
+TEST(RunDirOwner, AUsersEntryUnderACheckpointsNameIsRefused) {
+  const fs::path elsewhere = scratch("elsewhere");
+  ASSERT_EQ(run(train(elsewhere, "")).status, 0);
+  struct Case {
+    std::string name, what;
+    std::function<void(const fs::path&)> make;
+  };
+  const std::vector<Case> cases = {
+      {"best", "is a file", [](const fs::path& p) { std::ofstream(p) << "USERDATA\n"; }},
+      {"ckpt_000002", "is a file", [](const fs::path& p) { std::ofstream(p) << "USERDATA\n"; }},
+      {"best", "is a directory without loom's state.json",
+       [](const fs::path& p) {
+         fs::create_directory(p);
+         std::ofstream(p / "notes.txt") << "USERDATA\n";
+       }},
+      {"ckpt_000001", "is a symbolic link",
+       [&](const fs::path& p) { fs::create_directory_symlink(elsewhere / "ckpt_000002", p); }},
+  };
+  for (const Case& c : cases)
+    for (const std::string flag : {"", "--overwrite"}) {
+      const fs::path out = scratch("users_checkpoint_name");
+      c.make(out / c.name);
+      const Result r = run(train(out, flag));
+      EXPECT_EQ(r.status, 2) << c.name << " " << flag << "\n" << r.out;
+      EXPECT_NE(r.out.find((out / c.name).string() + ": " + c.what + ", not a checkpoint loom wrote"),
+                std::string::npos)
+          << r.out;
+      if (fs::is_symlink(out / c.name))
+        EXPECT_EQ(fs::read_symlink(out / c.name), elsewhere / "ckpt_000002");
+      else if (fs::is_directory(out / c.name))
+        EXPECT_EQ(read(out / c.name / "notes.txt"), "USERDATA\n") << c.name << " " << flag;
+      else
+        EXPECT_EQ(read(out / c.name), "USERDATA\n") << c.name << " " << flag;
+      EXPECT_FALSE(fs::exists(out / "loom-run.json")) << "a refused run writes nothing";
+      EXPECT_FALSE(fs::exists(out / "config.toml")) << "a refused run writes nothing";
+    }
+  EXPECT_TRUE(fs::exists(elsewhere / "ckpt_000002" / "state.json"));
 }
 
 TEST(RunDirOwner, LoomsOwnFilesAreReplacedWithOrWithoutTheMarker) {

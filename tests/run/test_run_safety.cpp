@@ -335,6 +335,41 @@ TEST(RunSafety, OverwriteValidatesFirstAndDeletesOnlyLoomsFiles) {
   EXPECT_FALSE(fs::exists(out.parent_path() / "never_made"));
 }
 
+// A save never replaces what loom did not write under a checkpoint's name (put there while a run
+// stood still, found by a resume): the run ends naming it, and it stays as it was, with the
+// checkpoint before it (by renameat2's exchange and, in run.safety_with_plain_rename, by plain
+// renames).
+TEST(RunSafety, ASaveNeverReplacesAUsersEntry) {
+  const fs::path out = scratch("users_entry");
+  ASSERT_EQ(run(train(out, "train.steps=2")).status, 0);
+  const auto saved = file_bytes(out / "ckpt_000002" / "model.safetensors");
+  const fs::path mine = out / "ckpt_000004";
+  for (const bool dir : {false, true}) {
+    fs::remove_all(mine);
+    if (dir) fs::create_directory(mine);
+    std::ofstream(dir ? mine / "notes.txt" : mine) << "USERDATA\n";
+    const Result r = run("train --resume " + out.string() + " train.steps=4");
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(mine.string() + ": is not a checkpoint loom wrote"), std::string::npos) << r.out;
+    EXPECT_EQ(read(dir ? mine / "notes.txt" : mine), "USERDATA\n");
+    EXPECT_EQ(file_bytes(out / "ckpt_000002" / "model.safetensors"), saved);
+  }
+}
+
+// Pruning (train.keep_last) removes loom's checkpoints only: a symbolic link named like one, even
+// to a loom checkpoint, stays.
+TEST(RunSafety, PruningLeavesASymbolicLinkAlone) {
+  const fs::path out = scratch("prune_link"), elsewhere = scratch("prune_link_target");
+  ASSERT_EQ(run(train(out, "train.steps=2 train.keep_last=1")).status, 0);
+  fs::copy(out / "ckpt_000002", elsewhere / "ckpt", fs::copy_options::recursive);
+  fs::create_directory_symlink(elsewhere / "ckpt", out / "ckpt_000001");
+  const Result r = run("train --resume " + out.string() + " train.steps=4 train.keep_last=1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(fs::exists(out / "ckpt_000002")) << "pruned";
+  EXPECT_TRUE(fs::is_symlink(out / "ckpt_000001"));
+  EXPECT_TRUE(fs::exists(elsewhere / "ckpt" / "state.json"));
+}
+
 TEST(RunSafety, ResumingFromAnEarlierCheckpointForksInsteadOfOverwriting) {
   const fs::path out = scratch("fork");
   ASSERT_EQ(run(train(out, "train.checkpoint_interval=5 train.keep_last=5")).status, 0);  // 20 steps

@@ -23,11 +23,19 @@ const nlohmann::json* HfConfigJson::find(const char* key) const {
 
 bool HfConfigJson::present(const char* key) const { return j_.contains(key); }
 
+void HfConfigJson::note_absent(const char* key, int64_t value) const {
+  if (!absent_ || present(key)) return;
+  for (const auto& [k, v] : *absent_)
+    if (k == key) return;
+  absent_->emplace_back(key, std::to_string(value));
+}
+
 int64_t HfConfigJson::integer(const char* key, int64_t dflt) const {
   const nlohmann::json* v = find(key);
-  if (!v) return dflt;
-  if (!v->is_number_integer() || v->get<int64_t>() < 1) fail(key, "is not a positive integer");
-  return v->get<int64_t>();
+  if (v && (!v->is_number_integer() || v->get<int64_t>() < 1)) fail(key, "is not a positive integer");
+  const int64_t out = v ? v->get<int64_t>() : dflt;
+  if (out >= 1) note_absent(key, out);  // below 1: the caller's "not given", no config class's value
+  return out;
 }
 
 double HfConfigJson::number(const char* key, double dflt) const {

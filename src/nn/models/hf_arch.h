@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/shape.h"
@@ -53,17 +54,24 @@ struct HfModelMap {
   bool (*is_buffer)(const std::string& hf_name) = nullptr;
 };
 
+// config.json's keys the file lacks, each with the config class's default it was read as
+// ({"hidden_size", "4096"}).
+using HfAbsentKeys = std::vector<std::pair<std::string, std::string>>;
+
 // Reads one config.json's keys, with the config class's default when a key is absent or null; a
 // value of the wrong type, or an option loom does not run (fail), is a UserError naming the file
-// and the key.
+// and the key. `absent` (when given) collects the integer keys read that the file lacks (not those
+// it gives as null): the sizes and counts that decide the tensors' shapes and how many there are,
+// so that tensors contradicting a default can be blamed on the missing key.
 class HfConfigJson {
  public:
-  HfConfigJson(const nlohmann::json& j, const std::string& path) : j_(j), path_(path) {}
+  HfConfigJson(const nlohmann::json& j, const std::string& path, HfAbsentKeys* absent = nullptr)
+      : j_(j), path_(path), absent_(absent) {}
   // The same file, read with another config class's defaults: a key absent or null in the file
   // takes its value in `defaults` (an object) before the caller's default (a row that reads its
   // config as a relative's does: Qwen3's defaults through Llama's reader).
   HfConfigJson(const HfConfigJson& file, const nlohmann::json& defaults)
-      : j_(file.j_), path_(file.path_), defaults_(&defaults) {}
+      : j_(file.j_), path_(file.path_), defaults_(&defaults), absent_(file.absent_) {}
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const;
   const nlohmann::json* find(const char* key) const;     // nullptr: absent or null
@@ -74,9 +82,13 @@ class HfConfigJson {
   std::string text(const char* key, const std::string& dflt) const;
 
  private:
+  // Records `key`, read as `value`, when the file lacks it.
+  void note_absent(const char* key, int64_t value) const;
+
   const nlohmann::json& j_;
   const std::string& path_;
   const nlohmann::json* defaults_ = nullptr;
+  HfAbsentKeys* absent_ = nullptr;
 };
 
 // One `transformers` architecture loom reads and writes.
