@@ -330,18 +330,27 @@ int64_t Fitter::bound_of(const Calibration& k, const std::vector<size_t>& opt) {
   return k.fixed + std::max(arena, before + k.head);
 }
 
-FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head, bool& proven) {
-  const auto L = static_cast<size_t>(num_layers_);
-  const Calibration& cal = calibrate(mb, head);
-  struct Level {
-    size_t option;
-    double flops, bytes;  // per layer, relative to none
-  };
-  // The levels: options no other beats in FLOPs, in bytes added on the small model and in saved
-  // bytes between the layers (what grows with depth), by FLOPs ascending; of options equal in all
-  // three the first.
-  std::vector<Level> chain;
-  const auto mid = [&](size_t o) { return cal.saved[o][L >= 3 ? 1 : 0]; };
+std::vector<size_t> Fitter::levels(int64_t head) {
+  // Measured at one sequence a rank in one minibatch: bytes at the peak need not scale with the
+  // batch (kernel workspace, the arena's placement), and every batch and minibatch count is to
+  // search the same options.
+  if (c_.data.batch_size != ranks_) {
+    auto [it, fresh] = levels_.try_emplace(head);
+    if (fresh) {
+      Config one = c_;
+      one.data.batch_size = ranks_;
+      one.optimizer.num_minibatches = 1;
+      Fitter reference(one, ranks_);
+      it->second = reference.levels(head);
+      plans_ += reference.plans_made();
+    }
+    return it->second;
+  }
+  const Calibration& cal = calibrate(1, head);  // one sequence a rank: one minibatch
+  // Options no other beats in FLOPs, in bytes added on the small model and in saved bytes between
+  // the layers (what grows with depth), by FLOPs ascending; of options equal in all three the first.
+  const auto mid = [&](size_t o) { return cal.saved[o][num_layers_ >= 3 ? 1 : 0]; };
+  std::vector<size_t> out;
   for (size_t o = 0; o < options_.size(); ++o) {
     const auto& [fo, bo] = cal.increments[o];
     bool beaten = false;
@@ -350,11 +359,25 @@ FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head, bool& pro
       const bool no_worse = fq <= fo && bq <= bo && mid(q) <= mid(o);
       beaten = q != o && no_worse && (fq < fo || bq < bo || mid(q) < mid(o) || q < o);
     }
-    if (!beaten) chain.push_back({o, fo, bo});
+    if (!beaten) out.push_back(o);
   }
-  std::stable_sort(chain.begin(), chain.end(), [](const Level& a, const Level& b) {
-    return a.flops != b.flops ? a.flops < b.flops : a.bytes < b.bytes;
+  std::stable_sort(out.begin(), out.end(), [&](size_t a, size_t b) {
+    const auto& [fa, ba] = cal.increments[a];
+    const auto& [fb, bb] = cal.increments[b];
+    return fa != fb ? fa < fb : ba < bb;
   });
+  return out;
+}
+
+FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head, bool& proven) {
+  const auto L = static_cast<size_t>(num_layers_);
+  const Calibration& cal = calibrate(mb, head);
+  struct Level {
+    size_t option;
+    double flops, bytes;  // per layer, relative to none
+  };
+  std::vector<Level> chain;
+  for (size_t o : levels(head)) chain.push_back({o, cal.increments[o].first, cal.increments[o].second});
   const size_t K = chain.size();
 
   const FitChoice none = plan(std::vector<LayerRemat>(L), mb, head);

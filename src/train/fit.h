@@ -17,17 +17,22 @@
 //
 // The search: layers are identical, so recomputed FLOPs depend only on how many layers take each
 // option (a multiset), over the options no other beats in FLOPs, bytes and saved bytes (the
-// levels); each multiset is laid out with the heavier options on the earlier layers (their saved
-// activations are live longest) and, when that does not fit, on the later ones (a peak late in the
-// step, as a fused head's backward puts it, can favour that). Other orders are not tried: with a
-// fused head on 3 layers a mixed order can fit a budget neither does (test_fit.cpp compares with
-// exhaustive search over every order on 2 layers there). A branch and bound finds the multiset of
-// least FLOPs whose lower bound (lower_bound: buffers live at one step, measured per option on one
-// plan of a model of at most 3 layers) fits the budget in either layout; it is planned in full,
-// and is the answer if it fits, else it is excluded and the search runs again. So every multiset of
-// fewer FLOPs is ruled out by a bound or a plan: the answer is proven least, and its total is a
-// plan's. Past 64 multisets planned (the search then trusts the bound plus the least gap between a
-// plan and its bound seen, for 64 more) or 4 million branch-and-bound nodes, or with a plan below
+// levels; levels() measures them at one sequence a rank in one minibatch, so every batch and
+// minibatch count searches the same options); each multiset is laid out with the heavier options
+// on the earlier layers (their saved activations are live longest) and, when that does not fit,
+// on the later ones (a peak late in the step, as a fused head's backward puts it, can favour
+// that). Other orders are not tried: with a fused head on 3 layers a mixed order can fit a budget
+// neither does (test_fit.cpp compares with exhaustive search over every order on 2 layers there).
+// A branch and bound finds the multiset of least FLOPs whose lower bound (lower_bound: buffers
+// live at one step, measured per option on one plan of a model of at most 3 layers) fits the
+// budget in either layout; it is planned in full, and is the answer if it fits, else it is
+// excluded and the search runs again. So every multiset of fewer FLOPs is ruled out by a bound or
+// a plan: the answer is proven least for its minibatch count, and its total is a plan's.
+// Accumulating over minibatches can plan the same layers larger than one minibatch of that size
+// (a wider weight-gradient workspace, the arena placed around it), so at one budget one minibatch
+// may fit layers that recompute less than those chosen for more, never the reverse (test_fit.cpp
+// checks it on real shapes). Past 64 multisets planned (the search then trusts the bound plus the
+// least gap between a plan and its bound seen, for 64 more) or 4 million branch-and-bound nodes, or with a plan below
 // its bound (the bound would be wrong for this model), the answer still fits but is not proven least;
 // so is a single option on every layer outside the levels, the last resort (smallest()). That search runs once per head
 // candidate (the head moves the peak), the least FLOPs over them wins, and a candidate whose own recompute (the fused
@@ -82,6 +87,10 @@ class Fitter {
   // The heads to try, model.head_chunk's value alone unless it is auto: then the plain head (0)
   // and chunks of the largest power of two <= V/4 and a quarter of that columns, descending.
   const std::vector<int64_t>& head_chunks() const { return head_chunks_; }
+  // The levels the search takes a layer's option from with a head: indices into options(), by
+  // recomputed FLOPs ascending; measured at one sequence a rank in one minibatch, so the same at
+  // every batch and minibatch count.
+  std::vector<size_t> levels(int64_t head_chunk);
   // The minibatch counts to try, ascending from the configured one (each divides the batch).
   std::vector<int64_t> minibatch_counts() const;
   // The exact plan of a choice (one full build and plan, remembered).
@@ -141,6 +150,7 @@ class Fitter {
     int64_t fixed = 0;                // the deep model's total less its arena and the evaluator's arena
   };
   std::map<std::pair<int64_t, int64_t>, Calibration> calibration_;
+  std::map<int64_t, std::vector<size_t>> levels_;  // per head, when measured on another Fitter
   const Calibration& calibrate(int64_t num_minibatches, int64_t head_chunk);
   // lower_bound of the layers taking options()[opt[i]].
   static int64_t bound_of(const Calibration& cal, const std::vector<size_t>& opt);

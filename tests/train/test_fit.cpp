@@ -11,6 +11,9 @@
 //   - proven least at depth: the lower bound the search discards layouts by never exceeds the plan
 //     (random layouts of small and real shapes); on 5 layers it equals the least of every multiset
 //     of the options in both orders; at 12 layers every frontier point is proven least;
+//   - the same search at every batch: the levels do not change with the batch or the minibatch
+//     count, and more minibatches of the same size never recompute less per minibatch than fewer
+//     at a budget both fit (real shapes);
 //   - a Trainer with model.remat = auto runs the choice, with the gradients of no remat, and says
 //     it in one line (choice, planned total of the budget, recompute).
 #include <fmt/format.h>
@@ -222,6 +225,59 @@ TEST(Fit, DeepFrontierIsProvenLeast) {
       }
     }
   }
+}
+
+// A real shape at `layers` layers, `batch` sequences in `minibatches` minibatches.
+Config real_shape(const char* file, int layers, int batch, int minibatches) {
+  return load_config(std::string(LOOM_SOURCE_DIR) + "/" + file,
+                     {fmt::format("model.num_layers={}", layers), fmt::format("data.batch_size={}", batch),
+                      fmt::format("optimizer.num_minibatches={}", minibatches), "lora.rank=0", "model.remat=auto"});
+}
+
+// The search space does not depend on the batch: on the tutorial Transformer and GPT-2 124M at 3 and
+// 12 layers, the levels at 1, 2 and 4 sequences a minibatch in 1 or 2 minibatches are those measured
+// at one sequence in one.
+TEST(Fit, LevelsAreTheSameAtEveryBatch) {
+  for (const char* file : {"configs/tutorial_transformer.toml", "configs/gpt2_124m.toml"})
+    for (int layers : {3, 12}) {
+      const std::vector<size_t> one = Fitter(real_shape(file, layers, 1, 1)).levels(0);
+      EXPECT_GT(one.size(), 2u) << file;
+      for (int per : {1, 2, 4})
+        for (int mb : {1, 2}) {
+          Fitter f(real_shape(file, layers, per * mb, mb));
+          EXPECT_EQ(f.levels(0), one) << file << ", " << layers << " layers, " << per << " × " << mb;
+        }
+    }
+}
+
+// More minibatches of the same size never find a choice that recomputes less per minibatch than
+// fewer do at a budget both fit (accumulating only adds to the plan, and both search the same
+// levels): the tutorial Transformer and GPT-2 124M at 3 and 6 layers, one sequence a minibatch, 2
+// and 4 minibatches against 1, at budgets from the no-remat plan down to the smallest.
+TEST(Fit, MoreMinibatchesNeverRecomputeLessPerMinibatch) {
+  for (const char* file : {"configs/tutorial_transformer.toml", "configs/gpt2_124m.toml"})
+    for (int layers : {3, 6}) {
+      Fitter one(real_shape(file, layers, 1, 1));
+      for (int n : {2, 4}) {
+        Fitter many(real_shape(file, layers, n, n));
+        const int64_t hi = many.plan(std::vector<LayerRemat>(static_cast<size_t>(layers)), n, 0).total_bytes;
+        const int64_t lo = many.smallest().total_bytes;
+        int compared = 0;
+        for (int s = 0; s <= 8; ++s) {
+          const int64_t budget = hi - (hi - lo) * s / 8;
+          const FitChoice m = many.fit(budget);
+          if (m.num_minibatches != n || !m.proven_least) continue;
+          const FitChoice o = one.fit(budget);
+          ASSERT_TRUE(o.proven_least) << budget;
+          // Per minibatch: o's FLOPs are one minibatch's, m's n minibatches'.
+          EXPECT_GE(m.recompute_flops, o.recompute_flops * n)
+              << file << ", " << layers << " layers, budget " << budget << ": " << n << " minibatches chose "
+              << describe_choice(m) << ", one " << describe_choice(o);
+          compared += o.recompute_flops > 0;
+        }
+        EXPECT_GT(compared, 2) << file << ": too few budgets where both fit and recompute";
+      }
+    }
 }
 
 TEST(Fit, ChoiceIsWhatLoomMemoryPlans) {
