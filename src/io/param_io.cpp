@@ -120,7 +120,7 @@ void import_params(Executor& ex, const std::map<std::string, const StTensor*>& t
 void import_params(Executor& ex, const std::map<std::string, const StEntry*>& entries, bool scan_layers,
                    const std::string& file, const std::string& prefix, nn::ParamSubset subset,
                    const std::function<void()>& progress) {
-  std::vector<float> buf(kStreamBytes / sizeof(float));
+  std::vector<float> buf;
   std::vector<unsigned char> scratch;
   for_each_param(
       ex.graph(), entries, scan_layers, file, prefix,
@@ -133,14 +133,13 @@ void import_params(Executor& ex, const std::map<std::string, const StEntry*>& en
           upload_param(ex, p, whole.data());
           return;
         }
-        for (int64_t at = 0; at < numel;) {
-          const auto n = static_cast<size_t>(std::min<int64_t>(numel - at, static_cast<int64_t>(buf.size())));
-          if (progress) progress();
-          read_safetensors_range(file, e, off + static_cast<uint64_t>(at) * sizeof(float), n * sizeof(float),
-                                 buf.data());
-          store_param_values(ex, p, at, buf.data(), n, scratch);
-          at += static_cast<int64_t>(n);
-        }
+        const auto first = static_cast<int64_t>(off / sizeof(float));  // p's first element in e
+        read_safetensors_f32(
+            file, e, first, first + numel, buf,
+            [&](int64_t at, int64_t n, const float* values) {
+              store_param_values(ex, p, at - first, values, static_cast<size_t>(n), scratch);
+            },
+            progress);
       },
       subset);
 }

@@ -626,22 +626,6 @@ std::map<std::string, const StEntry*> by_name(const std::vector<StEntry>& entrie
   for (const StEntry& e : entries) out[e.name] = &e;
   return out;
 }
-
-// Elements `own` of the float32 tensor `e` of `file`, read through `buf` (kStreamBytes) and handed
-// to store(at, n, values) piece by piece.
-template <class Store>
-void read_own_range(const std::string& file, const StEntry& e, dist::Range own, std::vector<float>& buf,
-                    const std::function<void()>& progress, Store&& store) {
-  buf.resize(kStreamBytes / sizeof(float));
-  for (int64_t at = own.begin; at < own.end;) {
-    const int64_t n = std::min<int64_t>(own.end - at, static_cast<int64_t>(buf.size()));
-    if (progress) progress();
-    read_safetensors_range(file, e, static_cast<uint64_t>(at) * sizeof(float), static_cast<size_t>(n) * sizeof(float),
-                           buf.data());
-    store(at, n, buf.data());
-    at += n;
-  }
-}
 }  // namespace
 
 void load_checkpoint_params(Executor& ex, const Checkpoint& c, const std::function<void()>& progress) {
@@ -698,8 +682,10 @@ void restore_params(Trainer& t, const Checkpoint& c, const std::function<void()>
     if (it == located.end() || it->second->shape != v.shape || it->second->dtype != DType::f32)
       throw UserError(file, "parameter '" + v.name + "' is missing, not float32 or has the wrong shape",
                       "the checkpoint was written for another model");
-    read_own_range(file, *it->second, t.moment_range(i), buf, progress,
-                   [&](int64_t at, int64_t n, const float* values) { t.write_param_shard(i, at, n, values); });
+    const dist::Range own = t.moment_range(i);
+    read_safetensors_f32(
+        file, *it->second, own.begin, own.end, buf,
+        [&](int64_t at, int64_t n, const float* values) { t.write_param_shard(i, at, n, values); }, progress);
   }
 }
 
@@ -730,8 +716,10 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
                         "optimizer tensor '" + name + "' is missing or has the wrong shape",
                         "the checkpoint was written with another optimizer or model");
       // This rank's part (all of it unless the optimizer state is sharded): resharded on load.
-      read_own_range(c.moments_file, *l->second, t.moment_range(i), buf, progress,
-                     [&](int64_t at, int64_t n, const float* values) { t.write_moment(which, i, at, n, values); });
+      const dist::Range own = t.moment_range(i);
+      read_safetensors_f32(
+          c.moments_file, *l->second, own.begin, own.end, buf,
+          [&](int64_t at, int64_t n, const float* values) { t.write_moment(which, i, at, n, values); }, progress);
     }
   }
   t.restore_progress(c.state.step, c.state.opt_count, c.state.loss_scale, c.state.scaler_tracker,
