@@ -340,35 +340,69 @@ int64_t rows_per_read(const HfSource& s, int64_t slice) {
   return std::max<int64_t>(1, slice / std::max<int64_t>(1, s.p->hf_shape.numel() / std::max<int64_t>(1, s.rows())));
 }
 
-// Parameter v (stored unquantized) from its sources, in reads of about `slice` values, each
-// rounded as upload_param rounds and copied to its place: a run of consecutive loom values at a
-// time.
-void load_plain(Executor& ex, ValueId v, const std::vector<HfSource>& srcs, int64_t slice) {
-  std::vector<unsigned char> raw, narrowed;
+// The rows of s that `reaches` in reads of at most `most` consecutive rows (into raw and vals, as
+// read_rows), each followed by take(r0, r1) with the rows it read.
+template <class Reaches, class Take>
+void read_reaching_rows(const HfSource& s, int64_t most, Reaches&& reaches, std::vector<unsigned char>& raw,
+                        std::vector<float>& vals, Take&& take) {
+  for (int64_t r = 0, rows = s.rows(); r < rows;) {
+    if (!reaches(r)) {
+      ++r;
+      continue;
+    }
+    const int64_t r0 = r;
+    while (r < rows && r - r0 < most && reaches(r)) ++r;
+    read_rows(s, r0, r, raw, vals);
+    take(r0, r);
+  }
+}
+
+// The elements sink.keep(v) of parameter v (stored unquantized) from its sources, in reads of
+// about `slice` values, each handed to the sink a run of consecutive loom values at a time. Only
+// the rows of a source that reach the kept elements are read: a slice of a row-major or
+// column-permuted (GPT-2's c_attn) tensor reads about its share of the file; a transposed or
+// q/k/v-packed one (Llama's) spreads every row over the whole parameter, so it is read whole, a
+// slice at a time.
+void load_plain(const ParamSink& sink, ValueId v, const std::vector<HfSource>& srcs, int64_t slice) {
+  const auto [k0, k1] = sink.keep(v);
+  std::vector<unsigned char> raw;
   std::vector<float> vals, run;  // run: the pending loom values [at, at + run.size())
   int64_t at = 0;
-  auto put = [&](const float* x, size_t n, int64_t to) { store_param_values(ex, v, to, x, n, narrowed); };
+  auto put = [&](const float* x, size_t n, int64_t to) { sink.store(v, to, x, n); };
   auto flush = [&] {
     if (!run.empty()) put(run.data(), run.size(), at);
     run.clear();
   };
   for (const HfSource& s : srcs) {
-    const int64_t rows = s.rows(), step = rows_per_read(s, slice);
-    for (int64_t r0 = 0; r0 < rows; r0 += step) {
-      const int64_t r1 = std::min(rows, r0 + step), base = r0 * (s.p->hf_shape.numel() / std::max<int64_t>(1, rows));
-      read_rows(s, r0, r1, raw, vals);
+    const int64_t rows = s.rows(), step = rows_per_read(s, slice),
+                  w = s.p->hf_shape.numel() / std::max<int64_t>(1, rows);
+    const bool all = k0 == 0 && k1 == s.p->shape.numel();
+    run.reserve(static_cast<size_t>(std::min(rows, step) * w));  // one read's values at most, held exactly
+    auto reaches = [&](int64_t r) {
+      bool hit = all;
+      if (!hit)
+        for_each_run(*s.p, s.map, r, r + 1,
+                     [&](int64_t, int64_t l, int64_t n) { hit = hit || (l < k1 && l + n > k0); });
+      return hit;
+    };
+    read_reaching_rows(s, step, reaches, raw, vals, [&](int64_t r0, int64_t r1) {
       for_each_run(*s.p, s.map, r0, r1, [&](int64_t h, int64_t l, int64_t n) {
+        const int64_t lo = std::max(l, k0), hi = std::min(l + n, k1);  // the kept part of the run
+        if (lo >= hi) return;
+        h += lo - l - r0 * w;  // into vals
+        l = lo;
+        n = hi - lo;
         if (l != at + static_cast<int64_t>(run.size())) flush();
         if (run.empty() && n > 1) {  // a run that is one in both: straight from vals
-          put(vals.data() + (h - base), static_cast<size_t>(n), l);
+          put(vals.data() + h, static_cast<size_t>(n), l);
           at = l + n;
           return;
         }
         if (run.empty()) at = l;
-        run.insert(run.end(), vals.begin() + (h - base), vals.begin() + (h - base + n));
+        run.insert(run.end(), vals.begin() + h, vals.begin() + h + n);
       });
       flush();
-    }
+    });
   }
 }
 
@@ -404,21 +438,15 @@ void load_quantized(Executor& ex, ValueId v, const std::vector<HfSource>& srcs, 
         const auto [c0, c1] = span[i][static_cast<size_t>(r)];
         return c0 < n1 && c1 >= n0;
       };
-      for (int64_t r = 0; r < rows;) {
-        if (!reaches(r)) {
-          ++r;
-          continue;
-        }
-        const int64_t r0 = r;
-        while (r < rows && r - r0 < most && reaches(r)) ++r;
-        read_rows(s, r0, r, raw, vals);
-        for_each_run(*s.p, s.map, r0, r, [&](int64_t h, int64_t l, int64_t n) {
+      read_reaching_rows(s, most, reaches, raw, vals, [&](int64_t r0, int64_t r1) {
+        for_each_run(*s.p, s.map, r0, r1, [&](int64_t h, int64_t l, int64_t n) {
           for (int64_t j = 0; j < n; ++j) {  // W[k, c] is Wᵀ's row c - n0
             const int64_t k = (l + j) / N, c = (l + j) % N;
-            if (c >= n0 && c < n1) wt[static_cast<size_t>((c - n0) * K + k)] = vals[static_cast<size_t>(h - r0 * w + j)];
+            if (c >= n0 && c < n1)
+              wt[static_cast<size_t>((c - n0) * K + k)] = vals[static_cast<size_t>(h - r0 * w + j)];
           }
         });
-      }
+      });
     }
     quantize_columns(val.dtype, wt.data(), K, N, n0, n1, stored.data());
   }
@@ -429,6 +457,11 @@ void load_quantized(Executor& ex, ValueId v, const std::vector<HfSource>& srcs, 
 
 void load_hf_params(Executor& ex, const ModelConfig& c, const std::string& dir, nn::ParamSubset subset,
                     std::string* file, int64_t slice) {
+  load_hf_params(ex.graph(), executor_sink(ex), c, dir, subset, file, slice);
+}
+
+void load_hf_params(const Graph& g, const ParamSink& sink, const ModelConfig& c, const std::string& dir,
+                    nn::ParamSubset subset, std::string* file, int64_t slice) {
   std::string source;
   const std::vector<HfEntry> hf = read_hf_files(dir, &source, [](const std::string& path) {
     std::vector<HfEntry> out;
@@ -454,7 +487,6 @@ void load_hf_params(Executor& ex, const ModelConfig& c, const std::string& dir, 
       if (std::memcmp(a.data(), b.data(), a.size() * 4) != 0) untied_head(map, source);
     }
   }
-  const Graph& g = ex.graph();
   for (const nn::FileTensor& f : nn::param_file_layout(g, /*scan_layers=*/false, subset)) {
     std::vector<HfSource> srcs;
     for (const nn::HfParam& p : map.params)
@@ -464,10 +496,12 @@ void load_hf_params(Executor& ex, const ModelConfig& c, const std::string& dir, 
     if (srcs.empty() || (srcs[0].p->shape != f.shape && !(quantized && srcs[0].p->shape.numel() == f.shape.numel())))
       throw UserError(source, "parameter '" + f.name + "' of the model is not in the checkpoint as " + f.shape.str(),
                       "the file was written for a different model configuration");
-    if (quantized)
-      load_quantized(ex, v, srcs, slice);
-    else
-      load_plain(ex, v, srcs, slice);
+    if (quantized) {
+      LOOM_ASSERT(sink.ex, "a quantized kernel is loaded whole");
+      load_quantized(*sink.ex, v, srcs, slice);
+    } else {
+      load_plain(sink, v, srcs, slice);
+    }
   }
 }
 

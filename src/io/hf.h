@@ -71,6 +71,14 @@ std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTenso
 // once before any value is stored.
 void load_hf_params(Executor& ex, const ModelConfig& c, const std::string& dir, nn::ParamSubset subset,
                     std::string* file = nullptr, int64_t slice = kInitSliceValues);
+// The same into `sink` (io/param_io.h), for graph g: of each parameter only the elements the sink
+// keeps are stored (a ZeRO-3 rank's slice), and only the rows of a Hugging Face tensor that reach
+// them are read. A row-major tensor, or one whose columns are permuted within a row (GPT-2's
+// c_attn), is read about as far as the slice reaches; a transposed or q/k/v-packed one (Llama's
+// matrices) spreads every row over the whole parameter, so each rank reads all of it, still
+// `slice` values at a time, one tensor after another. A quantized kernel needs an executor sink.
+void load_hf_params(const Graph& g, const ParamSink& sink, const ModelConfig& c, const std::string& dir,
+                    nn::ParamSubset subset, std::string* file = nullptr, int64_t slice = kInitSliceValues);
 
 // The inverse: `loom` maps every parameter path of `c` to its float32 tensor (per layer); the
 // result holds transformers' names and layouts, float32, in the order of nn::hf_model_map (zero

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "core/error.h"
 #include "core/quant.h"
@@ -117,30 +118,40 @@ void import_params(Executor& ex, const std::map<std::string, const StTensor*>& t
       subset);
 }
 
-void import_params(Executor& ex, const std::map<std::string, const StEntry*>& entries, bool scan_layers,
-                   const std::string& file, const std::string& prefix, nn::ParamSubset subset,
+ParamSink executor_sink(Executor& ex) {
+  auto scratch = std::make_shared<std::vector<unsigned char>>();  // the rounded bytes between stores
+  return {.keep =
+              [&ex](ValueId p) {
+                return std::pair<int64_t, int64_t>{0, ex.graph().value(p).shape.numel()};
+              },
+          .store = [&ex, scratch](ValueId p, int64_t at, const float* values,
+                                  size_t n) { store_param_values(ex, p, at, values, n, *scratch); },
+          .ex = &ex};
+}
+
+void import_params(const Graph& g, const ParamSink& sink, const std::map<std::string, const StEntry*>& entries,
+                   bool scan_layers, const std::string& file, const std::string& prefix, nn::ParamSubset subset,
                    const std::function<void()>& progress) {
-  std::vector<float> buf(kStreamBytes / sizeof(float));
-  std::vector<unsigned char> scratch;
+  std::vector<float> buf;
   for_each_param(
-      ex.graph(), entries, scan_layers, file, prefix,
+      g, entries, scan_layers, file, prefix,
       [&](ValueId p, const StEntry& e, uint64_t off) {
-        const Value& v = ex.graph().value(p);
-        const int64_t numel = v.shape.numel();
+        const Value& v = g.value(p);
         if (dtype_is_quantized(v.dtype)) {  // quantized by columns of the whole kernel
-          std::vector<float> whole(static_cast<size_t>(numel));
+          LOOM_ASSERT(sink.ex, "a quantized kernel is loaded whole");
+          std::vector<float> whole(static_cast<size_t>(v.shape.numel()));
           read_safetensors_range(file, e, off, whole.size() * sizeof(float), whole.data());
-          upload_param(ex, p, whole.data());
+          upload_param(*sink.ex, p, whole.data());
           return;
         }
-        for (int64_t at = 0; at < numel;) {
-          const auto n = static_cast<size_t>(std::min<int64_t>(numel - at, static_cast<int64_t>(buf.size())));
-          if (progress) progress();
-          read_safetensors_range(file, e, off + static_cast<uint64_t>(at) * sizeof(float), n * sizeof(float),
-                                 buf.data());
-          store_param_values(ex, p, at, buf.data(), n, scratch);
-          at += static_cast<int64_t>(n);
-        }
+        const auto first = static_cast<int64_t>(off / sizeof(float));  // p's first element in e
+        const auto [begin, end] = sink.keep(p);
+        read_safetensors_f32(
+            file, e, first + begin, first + end, buf,
+            [&](int64_t at, int64_t n, const float* values) {
+              sink.store(p, at - first, values, static_cast<size_t>(n));
+            },
+            progress);
       },
       subset);
 }

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/safetensors.h"
@@ -27,12 +28,27 @@ std::vector<StSource> param_sources(const Executor& ex, bool scan_layers, const 
 void import_params(Executor& ex, const std::map<std::string, const StTensor*>& tensors, bool scan_layers,
                    const std::string& file, const std::string& prefix = {},
                    nn::ParamSubset subset = nn::ParamSubset::all);
+// Where a streamed load (import_params from located tensors, io/hf.h's load_hf_params) stores the
+// parameters of a graph: every element into an executor's buffers (executor_sink), or only some
+// elements of each, e.g. a ZeRO-3 rank's slice (train/trainer.h, Trainer::param_sink). The load
+// reads only the kept elements wherever the file's layout keeps them contiguous.
+struct ParamSink {
+  // The elements [first, second) of parameter p that are stored.
+  std::function<std::pair<int64_t, int64_t>(ValueId p)> keep;
+  // Stores values [n] at elements [at, at + n) of p, which lie within keep(p).
+  std::function<void(ValueId p, int64_t at, const float* values, size_t n)> store;
+  // The executor that holds every element, when the sink is executor_sink(*ex): a quantized kernel
+  // (a LoRA base) is quantized whole into it. Null for a sink that keeps parts.
+  Executor* ex = nullptr;
+};
+// Every element of every parameter into ex, rounded to its dtype (store_param_values).
+ParamSink executor_sink(Executor& ex);
 // The same from the located tensors of `file` (scan_safetensors), read piecewise through one
-// kStreamBytes buffer into the executor's buffers (store_param_values): no host copy of a
-// parameter, except a quantized kernel, which is quantized whole. `progress` is called before
-// every read (Comm::keep_alive: the other ranks wait for this one's disk).
-void import_params(Executor& ex, const std::map<std::string, const StEntry*>& entries, bool scan_layers,
-                   const std::string& file, const std::string& prefix = {},
+// kStreamBytes buffer into `sink`: no host copy of a parameter, except a quantized kernel, which is
+// quantized whole. `progress` is called before every read (Comm::keep_alive: the other ranks wait
+// for this one's disk).
+void import_params(const Graph& g, const ParamSink& sink, const std::map<std::string, const StEntry*>& entries,
+                   bool scan_layers, const std::string& file, const std::string& prefix = {},
                    nn::ParamSubset subset = nn::ParamSubset::all, const std::function<void()>& progress = {});
 // Stores the float32 master `values` of parameter p (its numel floats) in ex, rounded to the
 // parameter's dtype: to nearest even, the dense and embedding kernels' rounding, for one narrowed

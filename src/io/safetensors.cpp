@@ -408,6 +408,21 @@ void read_safetensors_range(const std::string& path, const StEntry& e, uint64_t 
     bad_file(path, "file ended inside tensor " + in_quotes(e.name) + " (it changed since it was checked?)");
 }
 
+void read_safetensors_f32(const std::string& path, const StEntry& e, int64_t begin, int64_t end, std::vector<float>& buf,
+                          const std::function<void(int64_t at, int64_t n, const float* values)>& take,
+                          const std::function<void()>& progress) {
+  LOOM_ASSERT(e.dtype == DType::f32, "a float32 tensor");
+  buf.resize(kStreamBytes / sizeof(float));
+  for (int64_t at = begin; at < end;) {
+    const int64_t n = std::min<int64_t>(end - at, static_cast<int64_t>(buf.size()));
+    if (progress) progress();
+    read_safetensors_range(path, e, static_cast<uint64_t>(at) * sizeof(float), static_cast<size_t>(n) * sizeof(float),
+                           buf.data());
+    take(at, n, buf.data());
+    at += n;
+  }
+}
+
 namespace {
 
 // Writes all n bytes; returns 0 or the errno of the failure.

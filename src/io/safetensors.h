@@ -80,6 +80,12 @@ std::vector<StEntry> scan_safetensors(
 // Bytes [offset, offset + n) of tensor `e` of the file `path` (as scan_safetensors found it) into
 // dst. A file that no longer holds them is a UserError naming it.
 void read_safetensors_range(const std::string& path, const StEntry& e, uint64_t offset, size_t n, void* dst);
+// Elements [begin, end) of the float32 tensor `e` of `path`, read through `buf` (sized to
+// kStreamBytes here) a piece at a time: `progress` (when given) before each read, then
+// take(at, n, values) with the piece's first element and its length.
+void read_safetensors_f32(const std::string& path, const StEntry& e, int64_t begin, int64_t end, std::vector<float>& buf,
+                          const std::function<void(int64_t at, int64_t n, const float* values)>& take,
+                          const std::function<void()>& progress = {});
 
 // Writes `tensors` in the given order, with `metadata` as "__metadata__". Each tensor's CRC-32C
 // is added to the metadata as "crc32c/<name>" (8 hex digits), and read_safetensors verifies it:

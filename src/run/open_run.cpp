@@ -151,7 +151,7 @@ void load_start(const OpenedRun& r, Trainer& t, DataSource& data, FILE* out) {
                           std::string(choice_name(model_tok->kind())) + " tokenizer)",
                       "prepare the data with the model's own tokenizer: loom prepare hf " + c.model.init_from +
                           "/tokenizer.json INPUT OUTDIR");
-    src.load_params(t.executor());
+    src.load_params(t);
     fmt::print(out, "parameters from {}\n", src.description());
   }
   if (!r.resumed() && !c.model.lora.init_from.empty()) {  // someone else's adapter, on the base

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -21,6 +22,7 @@
 #include "core/error.h"
 #include "core/write_error.h"
 #include "io/param_io.h"
+#include "nn/param_layout.h"
 #include "train/model_source.h"
 #include "train/trainer.h"
 
@@ -227,18 +229,36 @@ std::vector<StSource> moment_sources(const Trainer& t, MomentStream* stream) {
   return out;
 }
 
-// The parameters as param_sources names them; sharded (optimizer.shard = params, never stacked:
-// config.cpp refuses model.scan_layers), read piece by piece from every rank through `stream`.
+// The parameters as param_sources names and lays them out (stacked per layer for
+// model.scan_layers); sharded (optimizer.shard = params), read piece by piece from every rank
+// through `stream`, a stacked tensor's piece cut at its layers' boundaries.
 std::vector<StSource> saved_param_sources(const Trainer& t, MomentStream* stream, nn::ParamSubset subset) {
-  std::vector<StSource> out = param_sources(t.executor(), t.config().model.transformer.scan_layers, {}, subset);
+  const bool scan_layers = t.config().model.transformer.scan_layers;
+  std::vector<StSource> out = param_sources(t.executor(), scan_layers, {}, subset);
   if (!t.params_sharded()) return out;
   const Graph& g = t.model().graph;
-  for (StSource& s : out) {
-    size_t i = 0;
-    while (g.value(g.params()[i].value).name != s.name) ++i;  // a parameter: param_sources names them
-    s.read = [stream, i](void* dst, size_t off, size_t n) {
-      stream->fetch(kParamValues, i, static_cast<int64_t>(off / sizeof(float)), static_cast<int64_t>(n / sizeof(float)),
-                    static_cast<float*>(dst));
+  std::map<ValueId, size_t> index;  // Graph::params() order
+  for (size_t i = 0; i < g.params().size(); ++i) index[g.params()[i].value] = i;
+  const std::vector<nn::FileTensor> layout = nn::param_file_layout(g, scan_layers, subset);
+  LOOM_ASSERT(layout.size() == out.size(), "param_sources follows the file layout");
+  for (size_t k = 0; k < out.size(); ++k) {
+    std::vector<std::pair<size_t, int64_t>> parts;  // (parameter, elements), in the tensor's order
+    for (ValueId p : layout[k].params) parts.emplace_back(index.at(p), g.value(p).shape.numel());
+    out[k].read = [stream, parts](void* dst, size_t off, size_t n) {
+      auto* d = static_cast<float*>(dst);
+      auto at = static_cast<int64_t>(off / sizeof(float)), left = static_cast<int64_t>(n / sizeof(float));
+      for (const auto& [i, elems] : parts) {
+        if (at >= elems) {
+          at -= elems;
+          continue;
+        }
+        const int64_t m = std::min(left, elems - at);
+        stream->fetch(kParamValues, i, at, m, d);
+        d += m;
+        left -= m;
+        at = 0;
+        if (left == 0) return;
+      }
     };
   }
   return out;
@@ -637,30 +657,14 @@ std::map<std::string, const StEntry*> by_name(const std::vector<StEntry>& entrie
   for (const StEntry& e : entries) out[e.name] = &e;
   return out;
 }
-
-// Elements `own` of the float32 tensor `e` of `file`, read through `buf` (kStreamBytes) and handed
-// to store(at, n, values) piece by piece.
-template <class Store>
-void read_own_range(const std::string& file, const StEntry& e, dist::Range own, std::vector<float>& buf,
-                    const std::function<void()>& progress, Store&& store) {
-  buf.resize(kStreamBytes / sizeof(float));
-  for (int64_t at = own.begin; at < own.end;) {
-    const int64_t n = std::min<int64_t>(own.end - at, static_cast<int64_t>(buf.size()));
-    if (progress) progress();
-    read_safetensors_range(file, e, static_cast<uint64_t>(at) * sizeof(float), static_cast<size_t>(n) * sizeof(float),
-                           buf.data());
-    store(at, n, buf.data());
-    at += n;
-  }
-}
 }  // namespace
 
 void load_checkpoint_params(Executor& ex, const Checkpoint& c, const std::function<void()>& progress) {
   const std::string file = (fs::path(c.path) / kModelFile).string();
   const Config stored = config_from_toml_text(c.state.config_toml, (fs::path(c.path) / kStateFile).string());
   if (c.state.base_hash.empty()) {
-    import_params(ex, by_name(c.params), stored.model.transformer.scan_layers, file, {}, nn::base_subset(ex.graph()),
-                  progress);
+    import_params(ex.graph(), executor_sink(ex), by_name(c.params), stored.model.transformer.scan_layers, file, {},
+                  nn::base_subset(ex.graph()), progress);
     return;
   }
   const Graph& g = ex.graph();
@@ -677,8 +681,8 @@ void load_checkpoint_params(Executor& ex, const Checkpoint& c, const std::functi
                         " was trained on (its parameters' CRC-32C is " + now + ", the checkpoint recorded " +
                         c.state.base_hash + ")",
                     "restore that base model, or start a new run from this one");
-  import_params(ex, by_name(c.params), stored.model.transformer.scan_layers, file, {}, nn::ParamSubset::trainable,
-                progress);
+  import_params(g, executor_sink(ex), by_name(c.params), stored.model.transformer.scan_layers, file, {},
+                nn::ParamSubset::trainable, progress);
 }
 
 std::vector<StTensor> read_checkpoint_params(const Checkpoint& c) {
@@ -694,26 +698,12 @@ std::vector<StTensor> read_checkpoint_params(const Checkpoint& c) {
 
 void restore_params(Trainer& t, const Checkpoint& c, const std::function<void()>& progress) {
   if (!t.params_sharded()) return load_checkpoint_params(t.executor(), c, progress);
-  // This rank's chunk of each parameter, read out of the tensors the checkpoint holds, which are
-  // named by path: LoRA and stacked layers are refused with sharded parameters (config.cpp), and a
-  // checkpoint of stacked layers is the only one whose names are not the parameters' paths.
-  const std::string file = (fs::path(c.path) / kModelFile).string();
+  // This rank's slice of each parameter, read by offset out of the tensor that holds it: its own
+  // (by path), or its layer's part of a stacked one (model.scan_layers). LoRA, whose base comes
+  // from elsewhere, is refused with sharded parameters (config.cpp).
   const Config stored = config_from_toml_text(c.state.config_toml, (fs::path(c.path) / kStateFile).string());
-  if (stored.model.transformer.scan_layers)
-    throw UserError(c.path, "holds stacked layers (model.scan_layers), which optimizer.shard = params cannot resume yet",
-                    "resume with optimizer.shard = state+grads, then save without model.scan_layers");
-  const std::map<std::string, const StEntry*> located = by_name(c.params);
-  const Graph& g = t.model().graph;
-  std::vector<float> buf;
-  for (size_t i = 0; i < g.params().size(); ++i) {
-    const Value& v = g.value(g.params()[i].value);
-    const auto it = located.find(v.name);
-    if (it == located.end() || it->second->shape != v.shape || it->second->dtype != DType::f32)
-      throw UserError(file, "parameter '" + v.name + "' is missing, not float32 or has the wrong shape",
-                      "the checkpoint was written for another model");
-    read_own_range(file, *it->second, t.moment_range(i), buf, progress,
-                   [&](int64_t at, int64_t n, const float* values) { t.write_param_shard(i, at, n, values); });
-  }
+  import_params(t.model().graph, t.param_sink(), by_name(c.params), stored.model.transformer.scan_layers,
+                (fs::path(c.path) / kModelFile).string(), {}, nn::ParamSubset::all, progress);
 }
 
 void restore_checkpoint(Trainer& t, const Checkpoint& c) {
@@ -743,8 +733,10 @@ void restore_checkpoint(Trainer& t, const Checkpoint& c) {
                         "optimizer tensor '" + name + "' is missing or has the wrong shape",
                         "the checkpoint was written with another optimizer or model");
       // This rank's part (all of it unless the optimizer state is sharded): resharded on load.
-      read_own_range(c.moments_file, *l->second, t.moment_range(i), buf, progress,
-                     [&](int64_t at, int64_t n, const float* values) { t.write_moment(which, i, at, n, values); });
+      const dist::Range own = t.moment_range(i);
+      read_safetensors_f32(
+          c.moments_file, *l->second, own.begin, own.end, buf,
+          [&](int64_t at, int64_t n, const float* values) { t.write_moment(which, i, at, n, values); }, progress);
     }
   }
   t.restore_progress(c.state.step, c.state.opt_count, c.state.loss_scale, c.state.scaler_tracker,

@@ -243,14 +243,10 @@ namespace {
 // The checks that read more than one room's slice, which no room can make alone.
 void check_across_rooms(const Config& c) {
   // What ZeRO-3 (optimizer.shard = params) does not shard yet (train/trainer.h): a frozen base
-  // (lora.*), a loaded model (model.init_from), stacked layers and evaluation keep whole parameters.
+  // (lora.*) and evaluation keep whole parameters.
   const bool zero3 = c.optimizer.shard == OptimizerShard::params;
   check_key(!zero3 || !c.model.lora.enabled(), "optimizer.shard", "params (ZeRO-3) does not support LoRA yet",
             "use optimizer.shard = state+grads with lora.rank > 0");
-  check_key(!zero3 || c.model.init_from.empty(), "optimizer.shard", "params (ZeRO-3) does not load model.init_from yet",
-            "fine-tune with optimizer.shard = state+grads, or start from the seed");
-  check_key(!zero3 || !c.model.transformer.scan_layers, "optimizer.shard",
-            "params (ZeRO-3) does not support model.scan_layers yet", "set model.scan_layers = false");
   check_key(!zero3 || c.train.eval_interval == 0 || c.data.kind != DataKind::tokens, "optimizer.shard",
             "params (ZeRO-3) does not evaluate during training yet",
             "set train.eval_interval = 0 (evaluate the checkpoint with `loom eval`), or optimizer.shard = state+grads");

@@ -11,6 +11,7 @@
 #include "io/param_io.h"
 #include "nn/config_keys.h"
 #include "train/checkpoint.h"
+#include "train/trainer.h"
 
 namespace loom {
 
@@ -53,6 +54,18 @@ void ModelSource::load_params(Executor& ex) const {
   }
   // The file layout is the checkpoint's (model.scan_layers), whatever the new run's is.
   load_checkpoint_params(ex, load_checkpoint(path_, nullptr, /*with_optimizer=*/false));
+}
+
+void ModelSource::load_params(Trainer& t) const {
+  if (!t.params_sharded()) return load_params(t.executor());
+  const auto progress = [&t] { t.comm().keep_alive(); };  // the other ranks wait for this one's disk
+  // A Hugging Face tensor's slices pass through three buffers (its bytes as read, their float32
+  // values, a run gathered for the shard): together the plan's checkpoint stream buffer.
+  constexpr auto kSlice = static_cast<int64_t>(kStreamBytes / (3 * sizeof(float)));
+  if (hf_)
+    load_hf_params(t.model().graph, t.param_sink(), config_.model, path_, nn::ParamSubset::all, nullptr, kSlice);
+  else
+    restore_params(t, load_checkpoint(path_, nullptr, /*with_optimizer=*/false, progress), progress);
 }
 
 std::unique_ptr<Tokenizer> ModelSource::tokenizer() const {

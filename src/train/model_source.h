@@ -16,6 +16,8 @@
 
 namespace loom {
 
+class Trainer;
+
 class ModelSource {
  public:
   // Reads the source's configuration (config.json, or the checkpoint's state.json), not its
@@ -37,6 +39,10 @@ class ModelSource {
   // directory: its newest checkpoint that verifies); problems are UserErrors naming the file and
   // the tensor.
   void load_params(Executor& ex) const;
+  // The same into a trainer, each rank what it holds: with sharded parameters (optimizer.shard =
+  // params) only its slice of each, read by offset (io/hf.h's load_hf_params into a sink;
+  // restore_params for a loom checkpoint) through bounded buffers, never a whole parameter.
+  void load_params(Trainer& t) const;
   // The directory holding its files (a run directory's newest checkpoint), where
   // tokenizer_config.json and generation_config.json are when it has them.
   const std::string& dir() const { return dir_; }

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 
@@ -581,6 +583,20 @@ void Trainer::write_param_shard(size_t param, int64_t begin, int64_t n, const fl
   LOOM_ASSERT(begin >= own.begin && begin + n <= own.end, "a parameter range this rank does not hold");
   be_.copy_to_device(param_shard_ + reducer_->shard_offset(shard_bucket_[param]) + (begin - own.begin), values,
                      static_cast<size_t>(n) * sizeof(float));
+}
+
+ParamSink Trainer::param_sink() {
+  if (!param_shard_) return executor_sink(*exec_);
+  const Graph& g = prog_.model.graph;
+  auto index = std::make_shared<std::map<ValueId, size_t>>();  // Graph::params() order
+  for (size_t i = 0; i < g.params().size(); ++i) (*index)[g.params()[i].value] = i;
+  return {.keep =
+              [this, index](ValueId p) {
+                const dist::Range own = shard_range(index->at(p));
+                return std::pair<int64_t, int64_t>{own.begin, own.end};
+              },
+          .store = [this, index](ValueId p, int64_t at, const float* values,
+                                 size_t n) { write_param_shard(index->at(p), at, static_cast<int64_t>(n), values); }};
 }
 
 std::vector<float> Trainer::param(const std::string& path) const {

@@ -45,6 +45,7 @@
 #include "backend/backend.h"
 #include "data/data.h"
 #include "dist/comm.h"
+#include "io/param_io.h"
 #include "nn/model.h"
 #include "optim/optimizer.h"
 #include "runtime/executor.h"
@@ -169,6 +170,10 @@ class Trainer {
   bool params_sharded() const { return param_shard_ != nullptr; }
   void read_param_shard(size_t param, int64_t begin, int64_t n, float* out) const;
   void write_param_shard(size_t param, int64_t begin, int64_t n, const float* values);
+  // Where a load (io/param_io.h's import_params, io/hf.h's load_hf_params) stores the parameters
+  // this rank holds: every element into the executor, or with sharded parameters its slice of each
+  // into the shard (write_param_shard), so that a sharded load reads only that slice.
+  ParamSink param_sink();
   int64_t comm_buffer_bytes() const { return reducer_->buffer_bytes(); }
   // Bytes of the gradient shard (state+grads on more than one rank; else 0).
   int64_t grad_shard_bytes() const { return reducer_->shard_elems() * static_cast<int64_t>(sizeof(float)); }

@@ -27,6 +27,7 @@
 
 #include "io/safetensors.h"
 #include "support/chat_dir.h"
+#include "support/files.h"
 #include "support/run_fixture.h"
 #include "support/run_loom.h"
 
@@ -390,21 +391,31 @@ TEST(Dist, ShardedParametersResumeFromAndToAnyShardModeAndRankCount) {
   REQUIRE_MPIRUN();
   // A global batch of 12 as one process with 6 minibatches, 2 ranks with 3 or 3 ranks with 2:
   // 20 steps straight against 10 steps, then a resume to 20, with optimizer.shard = params on one
-  // side or both.
+  // side or both; and with stacked layers (model.scan_layers, against a stacked straight run),
+  // which a sharded rank saves and reads by each layer's offset in the stacked tensor.
   const std::string base = " data.batch_size=12 train.eval_interval=0 ";
-  const fs::path straight = scratch("params_straight");
-  ASSERT_EQ(loom_on(0, train_args(straight, base + "optimizer.num_minibatches=6")).status, 0);
+  std::map<bool, fs::path> straight;
+  for (const bool scan : {false, true}) {
+    straight[scan] = scratch(scan ? "params_straight_stacked" : "params_straight");
+    ASSERT_EQ(loom_on(0, train_args(straight[scan],
+                                    fmt::format("{}optimizer.num_minibatches=6 model.scan_layers={}", base, scan)))
+                  .status,
+              0);
+  }
   struct Leg {
     int first_np, second_np;  // 0: one process
     const char *first_shard, *second_shard;
+    bool scan = false;
   };
   for (const Leg leg : {Leg{2, 0, "params", "none"}, Leg{0, 3, "none", "params"}, Leg{3, 2, "params", "params"},
-                        Leg{2, 3, "params", "state+grads"}, Leg{3, 2, "state", "params"}}) {
-    const std::string name =
-        fmt::format("params_resume_{}_{}_{}_{}", leg.first_np, leg.second_np, leg.first_shard, leg.second_shard);
+                        Leg{2, 3, "params", "state+grads"}, Leg{3, 2, "state", "params"},
+                        Leg{0, 2, "none", "params", true}, Leg{3, 2, "params", "params", true}}) {
+    const std::string name = fmt::format("params_resume_{}_{}_{}_{}{}", leg.first_np, leg.second_np, leg.first_shard,
+                                         leg.second_shard, leg.scan ? "_stacked" : "");
     const fs::path out = scratch(name);
     const auto args = [&](int np, const char* shard) {
-      return fmt::format("{}optimizer.num_minibatches={} optimizer.shard={}", base, np ? 6 / np : 6, shard);
+      return fmt::format("{}optimizer.num_minibatches={} optimizer.shard={} model.scan_layers={}", base,
+                         np ? 6 / np : 6, shard, leg.scan);
     };
     RunResult r = loom_on(leg.first_np, train_args(out, args(leg.first_np, leg.first_shard) + " train.steps=10"));
     ASSERT_EQ(r.status, 0) << r.out;
@@ -413,8 +424,8 @@ TEST(Dist, ShardedParametersResumeFromAndToAnyShardModeAndRankCount) {
     ASSERT_EQ(r.status, 0) << name << ":\n" << r.out;
     EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
     std::printf("%s against one process straight through:\n", name.c_str());
-    expect_losses_close(train_losses(straight), train_losses(out));
-    expect_close(straight / "ckpt_000020", out / "ckpt_000020");
+    expect_losses_close(train_losses(straight[leg.scan]), train_losses(out));
+    expect_close(straight[leg.scan] / "ckpt_000020", out / "ckpt_000020");
   }
 }
 
@@ -897,6 +908,52 @@ TEST(Dist, ARankLoadingSlowlyIsNotTakenForHung) {
   }
 }
 
+// ZeRO-3 fine-tuning (model.init_from): each rank reads its slice of every parameter out of a
+// Hugging Face directory (GPT-2's permuted c_attn columns; Llama's transposed, q/k/v-packed
+// matrices) or a loom run saved with stacked layers (model.scan_layers), and trains as
+// optimizer.shard = state+grads does from the same model, bit for bit: both update their chunk
+// from the same reduce-scattered sums, and the forward computes with the same values whether they
+// stay whole or are gathered. A rank that loaded any element wrong starts from another model.
+TEST(Dist, ShardedParametersFineTuneFromAHuggingFaceModelOrALoomRunLikeStateAndGrads) {
+  REQUIRE_MPIRUN();
+  const fs::path config = scratch("params_init_config") / "ft.toml";
+  std::ofstream(config) << R"(seed = 7
+threads = 1
+[optimizer]
+name = "adamw"
+learning_rate = 3e-3
+clip_norm = 1.0
+num_minibatches = 2
+[data]
+kind = "random_tokens"
+vocab_size = 20
+batch_size = 8
+seq_len = 16
+[train]
+steps = 10
+eval_interval = 0
+)";
+  const fs::path stacked = scratch("params_init_stacked");
+  ASSERT_EQ(loom_on(0, train_args(stacked, "model.scan_layers=true train.steps=5")).status, 0);
+  for (const auto& [name, source, more] : {std::tuple{"gpt2", loom::testing::hf_golden("gpt2"), ""},
+                                           std::tuple{"llama3", loom::testing::hf_golden("llama3"), ""},
+                                           std::tuple{"stacked", stacked.string(), " model.scan_layers=true"}}) {
+    std::map<std::string, fs::path> runs;
+    for (const std::string mode : {"state+grads", "params"}) {
+      runs[mode] = scratch(fmt::format("params_init_{}_{}", name, mode == "params" ? "params" : "grads"));
+      const RunResult r =
+          loom_on(2, fmt::format("train {} model.init_from={} optimizer.shard={}{} --out {} --overwrite",
+                                 config.string(), source, mode, more, runs[mode].string()));
+      ASSERT_EQ(r.status, 0) << name << " " << mode << ":\n" << r.out;
+      EXPECT_NE(r.out.find("parameters from "), std::string::npos) << r.out;
+    }
+    const std::vector<double> grads = train_losses(runs["state+grads"]), params = train_losses(runs["params"]);
+    ASSERT_FALSE(params.empty());
+    EXPECT_EQ(params, grads) << name;
+    expect_same_files(runs["state+grads"] / "ckpt_000010", runs["params"] / "ckpt_000010");
+  }
+}
+
 // Sharded optimizer state streams to the checkpoint and back, and so do the parameters
 // (train/checkpoint.h): the worker (tests/dist/worker/checkpoints.cpp) counts each rank's heap
 // during a save and a resume of a model whose parameters and Adam moments (23 MiB each) dwarf the
@@ -928,6 +985,19 @@ TEST(Dist, ShardedCheckpointsStreamWithinThePlanAndResumeAtAnyRankCount) {
     std::printf("%s", r.out.c_str());
     EXPECT_EQ(count(r.out, "checkpoint streamed within the plan"), static_cast<size_t>(std::max(np, 1))) << r.out;
     expect_same_files(two, again);
+  }
+  // The saved parameters, and a GPT-2 of the same size as a Hugging Face directory, as
+  // model.init_from: each rank's slice read by offset, no more.
+  const fs::path hf = scratch("stream_hf") / "gpt2";
+  r = worker(0, "hf " + hf.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const auto& [from, np, shard] :
+       {std::tuple{two, 0, "none"}, std::tuple{two, 2, "params"}, std::tuple{two, 3, "params"},
+        std::tuple{hf, 2, "params"}, std::tuple{hf, 3, "params"}}) {
+    r = worker(np, fmt::format("init {} {}", shard, from.string()));
+    ASSERT_EQ(r.status, 0) << from << ", " << np << " ranks:\n" << r.out;
+    std::printf("%s", r.out.c_str());
+    EXPECT_EQ(count(r.out, "parameters loaded within the plan"), static_cast<size_t>(std::max(np, 1))) << r.out;
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -102,6 +103,49 @@ TEST(HfStream, SlicedLoadStoresTheWholeTensorPathsBytes) {
         ASSERT_EQ(want.size(), got.size());
         for (const auto& [name, bytes] : want) EXPECT_TRUE(got.at(name) == bytes) << name;
       }
+  }
+}
+
+// A sink that keeps a part of each parameter (a ZeRO-3 rank's slice: Trainer::param_sink) is
+// given exactly those elements of the whole load and nothing else, whatever the layout (GPT-2's
+// permuted c_attn columns, Llama's transposed and q/k/v-packed matrices) and the slice.
+TEST(HfStream, ASinkKeepingPartOfEachParameterGetsExactlyThoseValues) {
+  for (const std::string fixture : {"gpt2", "llama_untied", "qwen2_untied"}) {
+    const std::string dir = hf_golden(fixture);
+    const Config c = config(dir, "");
+    auto whole = program(c);
+    ASSERT_TRUE(whole);
+    load_hf_params(*whole->ex, c.model, dir, nn::ParamSubset::all);
+    const Graph& g = whole->m.graph;
+    for (const int64_t part : {0, 1, 2}) {  // thirds, as three ranks hold them
+      SCOPED_TRACE(fixture + " part " + std::to_string(part));
+      const auto keep = [&](ValueId p) {
+        const int64_t n = g.value(p).shape.numel();
+        return std::pair<int64_t, int64_t>{n * part / 3, n * (part + 1) / 3};
+      };
+      std::map<ValueId, std::vector<float>> got;  // NaN where nothing was stored
+      int64_t outside = 0;
+      const ParamSink sink{.keep = keep, .store = [&](ValueId p, int64_t at, const float* v, size_t n) {
+                             std::vector<float>& dst = got[p];
+                             dst.resize(static_cast<size_t>(g.value(p).shape.numel()), std::nanf(""));
+                             outside += at < keep(p).first || at + static_cast<int64_t>(n) > keep(p).second;
+                             std::copy(v, v + n, dst.begin() + at);
+                           }};
+      load_hf_params(g, sink, c.model, dir, nn::ParamSubset::all, nullptr, /*slice=*/40);
+      EXPECT_EQ(outside, 0) << "stores outside the kept elements";
+      for (const Param& p : g.params()) {
+        const std::vector<float> want = download_param(*whole->ex, p.value);
+        std::vector<float>& have = got[p.value];
+        have.resize(want.size(), std::nanf(""));
+        const auto [k0, k1] = keep(p.value);
+        int64_t wrong = 0;
+        for (int64_t e = 0; e < static_cast<int64_t>(want.size()); ++e) {
+          const float w = want[static_cast<size_t>(e)], h = have[static_cast<size_t>(e)];
+          wrong += e >= k0 && e < k1 ? std::memcmp(&w, &h, sizeof w) != 0 : !std::isnan(h);
+        }
+        EXPECT_EQ(wrong, 0) << g.value(p.value).name;
+      }
+    }
   }
 }
 

@@ -5,12 +5,17 @@
 //   dist_checkpoint_worker save SHARD DIR         moments set to pattern(), then saved to DIR
 //   dist_checkpoint_worker resave SHARD FROM DIR  FROM resumed (the moments checked against
 //                                                 pattern()), then saved to DIR
+//   dist_checkpoint_worker hf DIR                 a GPT-2 of the same size with pattern() as its
+//                                                 parameters, written as a Hugging Face directory
+//   dist_checkpoint_worker init SHARD FROM        FROM's parameters (a checkpoint, or a Hugging
+//                                                 Face directory: its GPT-2) loaded as
+//                                                 model.init_from, checked against pattern()
 //
 // with optimizer.shard = SHARD, on a model whose parameters and Adam moments (23 MiB each) are far
-// larger than the checkpoint stream buffer. Each rank prints its heap high-water above the start of
-// the save or resume and the plan for it (`loom memory`'s checkpoint line); a line with FAILED and
-// exit status 1 when the high-water is not the plan (up to a slack for names and headers) or a
-// moment's value is wrong.
+// larger than the checkpoint stream buffer; a save writes pattern() as the parameters too. Each
+// rank prints its heap high-water above the start of the save, resume or load and the plan for it
+// (`loom memory`'s checkpoint line); a line with FAILED and exit status 1 when the high-water is
+// not the plan (up to a slack for names and headers) or a moment's or parameter's value is wrong.
 #include <fmt/format.h>
 
 #include <atomic>
@@ -19,16 +24,22 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <new>
 #include <string>
 #include <vector>
 
-#include "check.h"
 #include "backend/registry.h"
+#include "check.h"
 #include "dist/comm.h"
+#include "io/hf.h"
+#include "io/param_io.h"
 #include "report/memory_report.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/model_source.h"
 #include "train/trainer.h"
 
 namespace {
@@ -96,14 +107,23 @@ float pattern(int which, size_t param, int64_t e) {
   return 1e-3f * (1.0f + static_cast<float>((z ^ (z >> 31)) & 0xffffff) / 16777216.0f);
 }
 
-// Two layers of 256 and 8192 embedding rows and outputs: 5.8 M parameters, 23 MiB per moment.
-Config worker_config(const std::string& shard) {
-  return default_config({"model.kind=transformer", "model.hidden_size=256", "model.num_layers=2", "model.head_dim=64",
-                         "model.vocab_size=8192", "model.num_outputs=8192", "model.max_seq_len=32",
-                         "data.kind=random_tokens", "data.batch_size=6", "data.seq_len=32", "data.vocab_size=8192",
-                         "optimizer.name=adamw", "optimizer.num_minibatches=1", "threads=1",
-                         "optimizer.shard=" + shard});
+// Two layers of 256 and 8192 embedding rows and outputs: 5.8 M parameters, 23 MiB per moment
+// (GPT-2's layout, `gpt2`: tied, 3.7 M); `init_from` as model.init_from when given, whose model
+// keys a Hugging Face directory's config.json sets.
+Config worker_config(const std::string& shard, const std::string& init_from = {}, bool gpt2 = false) {
+  std::vector<std::string> o = {
+      "data.kind=random_tokens", "data.batch_size=6",           "data.seq_len=32", "data.vocab_size=8192",
+      "optimizer.name=adamw",    "optimizer.num_minibatches=1", "threads=1",       "optimizer.shard=" + shard};
+  if (!is_hf_model_dir(init_from))
+    o.insert(o.end(), {"model.kind=transformer", "model.hidden_size=256", "model.num_layers=2", "model.head_dim=64",
+                       "model.vocab_size=8192", "model.num_outputs=8192", "model.max_seq_len=32"});
+  if (gpt2) o.insert(o.end(), {"model.block_order=attn_first", "model.tie_embeddings=true"});
+  if (!init_from.empty()) o.push_back("model.init_from=" + init_from);
+  return default_config(o);
 }
+
+// Parameter values: pattern() of a moment index no optimizer has.
+constexpr int kParams = 2;
 
 // Runs f and returns the heap high-water above what was held when it began.
 template <class F>
@@ -127,11 +147,13 @@ int work(int argc, char** argv) {
   dist::Comm& comm = dist::world();
   const int rank = comm.rank();
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (!((mode == "save" && argc == 4) || (mode == "resave" && argc == 5))) {
-    std::fprintf(stderr, "usage: %s save SHARD DIR | resave SHARD FROM DIR\n", argv[0]);
+  if (!((mode == "save" && argc == 4) || (mode == "resave" && argc == 5) || (mode == "init" && argc == 4) ||
+        (mode == "hf" && argc == 3))) {
+    std::fprintf(stderr, "usage: %s save SHARD DIR | resave SHARD FROM DIR | init SHARD FROM | hf DIR\n", argv[0]);
     return 2;
   }
-  const Config c = worker_config(argv[2]);
+  const Config c =
+      mode == "hf" ? worker_config("none", {}, /*gpt2=*/true) : worker_config(argv[2], mode == "init" ? argv[3] : "");
   const std::unique_ptr<Backend> be = make_backend("cpu");
   Trainer t(c, *be, {}, &comm);
   const Graph& g = t.model().graph;
@@ -141,6 +163,38 @@ int work(int argc, char** argv) {
   const int64_t plan = memory_report(c, 0, {}, comm.size()).checkpoint_bytes;
 
   CheckpointState state{.config_toml = config_to_toml(c), .step = 1};
+  if (mode == "init") {
+    const ModelSource src(c.model.init_from);
+    const int64_t held = heap_above_start([&] { src.load_params(t); });
+    std::printf("rank %d: load heap high-water %lld bytes, plan %lld (stream buffer; the parameters are %lld)\n", rank,
+                static_cast<long long>(held), static_cast<long long>(plan), static_cast<long long>(param_bytes));
+    check(held <= plan + kSlack, "the load held more than the stream buffer", rank);
+    check(held >= plan, "the load held less than the stream buffer: the plan overstates it", rank);
+    int64_t wrong = 0;
+    for (size_t i = 0; i < g.params().size(); ++i) {
+      const std::vector<float> v = t.param(g.value(g.params()[i].value).name);  // gathered from every rank
+      for (size_t e = 0; e < v.size(); ++e) wrong += v[e] != pattern(kParams, i, static_cast<int64_t>(e));
+    }
+    check(wrong == 0, fmt::format("{} loaded parameter elements differ from the source's", wrong), rank);
+    if (failures == 0) std::printf("rank %d: parameters loaded within the plan\n", rank);
+    return failures ? 1 : 0;
+  }
+  if (mode == "save" || mode == "hf")
+    for (size_t i = 0; i < g.params().size(); ++i) {
+      const Value& v = g.value(g.params()[i].value);
+      std::vector<float> values(static_cast<size_t>(v.shape.numel()));
+      for (size_t e = 0; e < values.size(); ++e) values[e] = pattern(kParams, i, static_cast<int64_t>(e));
+      t.set_param(v.name, values);
+    }
+  if (mode == "hf") {
+    const std::vector<StTensor> params = export_params(t.executor(), /*scan_layers=*/false);
+    std::map<std::string, const StTensor*> by_path;
+    for (const StTensor& p : params) by_path[p.name] = &p;
+    std::filesystem::create_directories(argv[2]);
+    write_safetensors(std::string(argv[2]) + "/model.safetensors", loom_to_hf(c.model, by_path));
+    std::ofstream(std::string(argv[2]) + "/config.json") << hf_config_json(c.model).dump(2);
+    return 0;
+  }
   if (mode == "save") {
     for (int which : {0, 1})
       for (size_t i = 0; i < g.params().size(); ++i) {
