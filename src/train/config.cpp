@@ -174,6 +174,26 @@ void apply_init_from(Config& c, const std::set<std::string>& given) {
                     "in --init-from, to the current directory)");
   const ModelSource src(c.model.init_from);
   const std::string& f = c.source.empty() ? std::string("config") : c.source;
+  // A LoRA run's checkpoints hold its adapters only (its base is its own model.init_from, or its
+  // seed): a program without those very adapters would find its tensors missing or misshapen.
+  if (src.config().model.lora.enabled()) {
+    const std::string merge = "`loom export hf " + c.model.init_from +
+                              " DIR --merge` writes its model with the adapters merged: give model.init_from = DIR";
+    if (!c.model.lora.enabled())
+      throw UserError("model.init_from = " + c.model.init_from,
+                      "is a LoRA run (lora.rank = " + std::to_string(src.config().model.lora.rank) +
+                          "), whose checkpoints hold its adapters only, not a whole model",
+                      merge + "; or set lora.* as that run does to continue its adapters");
+    for (const char* key : {"lora.rank", "lora.targets"}) {
+      const std::string mine = find_key(key)->get(c), theirs = find_key(key)->get(src.config());
+      if (mine != theirs)
+        throw UserError(
+            f + ": " + std::string(key),
+            "is " + mine + ", but model.init_from is a LoRA run whose adapters have " + key + " = " + theirs,
+            "set " + std::string(key) + " = " + theirs + " to continue its adapters; or " + merge +
+                " and train new adapters on it");
+    }
+  }
   for (const ArchKey& k : src.keys()) {
     const KeySpecC* spec = find_key(k.key);
     LOOM_ASSERT(spec != nullptr, "model source key '" + k.key + "' is not in the schema");

@@ -103,3 +103,26 @@ TEST(LoraRun, AnNf4BaseResumesBitExactAndAChangedBaseIsRefused) {
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("is not the base model"), std::string::npos) << r.out;
 }
+
+// A LoRA run's checkpoints hold its adapters only: as model.init_from of a run without LoRA (or
+// with other adapters) it is refused at the configuration, naming the fix.
+TEST(LoraRun, AsInitFromWithoutItsAdaptersIsRefusedNamingTheMerge) {
+  const Fixture& fx = fixture();
+  const fs::path base = scratch("lora_from_base"), adapted = scratch("lora_from_adapted"),
+                 plain = scratch("lora_from_plain");
+  Result r = run("train " + fx.config.string() + " train.steps=3 --out " + base.string() + " --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("train " + fx.config.string() + " lora.rank=4 model.init_from=" + base.string() + " train.steps=3 --out " +
+          adapted.string() + " --overwrite");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string from = " model.init_from=" + adapted.string() + " train.steps=2 --out " + plain.string();
+  for (const std::string shard : {"none", "state+grads", "params"}) {
+    r = run("train " + fx.config.string() + from + " optimizer.shard=" + shard + " train.eval_interval=0 --overwrite");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_NE(r.out.find("is a LoRA run"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("loom export hf " + adapted.string()), std::string::npos) << r.out;
+  }
+  r = run("train " + fx.config.string() + from + " lora.rank=8 --overwrite");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("whose adapters have lora.rank = 4"), std::string::npos) << r.out;
+}
