@@ -47,7 +47,7 @@ struct DataContext {
   int64_t num_classes = 100;      // random_classification: labels in [0, num_classes)
   int64_t model_vocab_size = 0;   // tokens: the data's vocabulary must fit the embedding (0 = unchecked)
   int64_t model_num_outputs = 0;  // tokens: ... and the output layer's logits (0 = unchecked)
-  std::string model_init_from;    // tokens: model.init_from, a pretrained vocabulary no key enlarges ("" = none)
+  std::string model_init_from{};  // tokens: model.init_from, a pretrained vocabulary no key enlarges ("" = none)
   int64_t num_minibatches = 1;    // validation batches are one minibatch (batch_size / num_minibatches)
 };
 

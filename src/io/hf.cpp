@@ -182,9 +182,15 @@ auto read_hf_files(const std::string& dir, std::string* file, Read&& read) {
   return out;
 }
 
+// A tensor config.json's model lacks, misses or shapes otherwise: what a key config.json leaves to
+// its config class's default can cause (match_hf below).
+struct HfMapMismatch : UserError {
+  using UserError::UserError;
+};
+
 // Which file tensor is which parameter of the map: `found` by HfParam::hf_name, and a tied
-// model's lm_head.weight. T has name, dtype and shape (StTensor, HfEntry). A missing, extra,
-// doubled, misshapen or non-float tensor is a UserError naming `source`.
+// model's lm_head.weight. T has name, dtype and shape (StTensor, HfEntry). A missing, extra or
+// misshapen tensor is an HfMapMismatch, a doubled or non-float one a UserError, naming `source`.
 template <class T>
 struct HfMatch {
   std::map<std::string, const T*> found;
@@ -207,7 +213,7 @@ HfMatch<T> match_hf(const nn::HfModelMap& map, const std::vector<T>& hf, const s
     const std::string name =
         expected.count(t.name) || !expected.count(map.prefix + t.name) ? t.name : map.prefix + t.name;
     if (!expected.count(name))
-      throw UserError(
+      throw HfMapMismatch(
           source, "tensor '" + t.name + "' is not a parameter of " + map.architecture + " as config.json has it", fix);
     if (!m.found.emplace(name, &t).second)
       throw UserError(source, "tensor '" + name + "' is there twice (with and without '" + map.prefix + "')", fix);
@@ -215,26 +221,27 @@ HfMatch<T> match_hf(const nn::HfModelMap& map, const std::vector<T>& hf, const s
   for (const nn::HfParam& p : map.params) {
     LOOM_ASSERT(!p.path.empty(), "hf_to_loom: a model from config.json has every bias its architecture has");
     auto it = m.found.find(p.hf_name);
-    if (it == m.found.end()) throw UserError(source, "tensor '" + p.hf_name + "' is missing", fix);
+    if (it == m.found.end()) throw HfMapMismatch(source, "tensor '" + p.hf_name + "' is missing", fix);
     if (it->second->shape != p.hf_shape)
-      throw UserError(source,
-                      "tensor '" + p.hf_name + "' is " + it->second->shape.str() + "; config.json's model needs " +
-                          p.hf_shape.str(),
-                      fix);
+      throw HfMapMismatch(source,
+                          "tensor '" + p.hf_name + "' is " + it->second->shape.str() + "; config.json's model needs " +
+                              p.hf_shape.str(),
+                          fix);
     check_float(it->second->dtype, p.hf_name, source);
   }
   if (m.tied_head) check_float(m.tied_head->dtype, m.tied_head->name, source);
   return m;
 }
 
-// match_hf, where a mismatch is blamed on the keys dir/config.json lacks when it lacks any: their
-// config class's defaults decided the shapes the tensors contradict, and the key is what to fix.
+// match_hf, where a mismatch also names the keys dir/config.json lacks, when it lacks any: their
+// config class's defaults decided the tensors the model needs, so a default that is not the
+// model's shows as a mismatch; a file cut short shows the same way, so the tensor stays named first.
 template <class T>
 HfMatch<T> match_hf(const nn::HfModelMap& map, const std::vector<T>& hf, const std::string& source,
                     const std::string& dir) {
   try {
     return match_hf(map, hf, source);
-  } catch (const UserError& e) {
+  } catch (const HfMapMismatch& e) {
     if (!is_hf_model_dir(dir)) throw;
     const HfConfig c = read_hf_config(dir);
     if (c.absent.empty()) throw;
@@ -243,10 +250,13 @@ HfMatch<T> match_hf(const nn::HfModelMap& map, const std::vector<T>& hf, const s
       keys += (keys.empty() ? "\"" : ", \"") + key + "\"";
       values += (values.empty() ? "" : ", ") + key + " = " + value;
     }
-    throw UserError(c.path,
-                    "lacks " + keys + ", read as " + c.architecture + "'s defaults (" + values +
-                        "), which the checkpoint's tensors contradict: " + e.what(),
-                    "add the missing keys with the values the model was trained with (transformers writes them all)");
+    const std::string what = e.what(), problem = e.subject().empty() ? what : what.substr(e.subject().size() + 2);
+    throw UserError(
+        e.subject(),
+        problem + "; " + c.path + " lacks " + keys + ", read as " + c.architecture + "'s defaults (" + values + ")",
+        "if those defaults are not the model's, add the missing keys with the values it was trained with "
+        "(transformers writes them all); otherwise " +
+            e.hint());
   }
 }
 
