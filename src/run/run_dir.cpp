@@ -185,8 +185,8 @@ void RunDir::clear_owned() {
   // First: a replacement cut between its two renames is rolled back to its name, removed below
   // with the rest (after, it would bring the old run's checkpoint back into the new run).
   remove_stale_checkpoint_files(dir_.string());
-  if (is_checkpoint_dir((dir_ / "best").string())) fs::remove_all(dir_ / "best", ec);
-  for (const auto& [step, path] : list_checkpoints(dir_.string())) fs::remove_all(path, ec);
+  if (is_checkpoint_dir((dir_ / "best").string())) remove_checkpoint_dir((dir_ / "best").string());
+  for (const auto& [step, path] : list_checkpoints(dir_.string())) remove_checkpoint_dir(path);
   remove_stop_note();
   fs::remove(dir_ / kMarker, ec);
 }
@@ -232,7 +232,7 @@ RunDir::Forked RunDir::fork_at(int64_t step, bool discard) {
   for (const fs::path& p : later) {
     f.names.push_back(p.filename().string());
     if (discard) {
-      fs::remove_all(p, ec);
+      remove_checkpoint_dir(p.string());
     } else {
       fs::rename(p, aside / p.filename());
     }

@@ -533,16 +533,18 @@ std::string latest_checkpoint(const std::string& run_dir) {
   return all.empty() ? std::string() : all.back().second;
 }
 
+void remove_checkpoint_dir(const std::string& path) {
+  std::error_code ec;
+  const fs::path doomed = sibling(fs::path(path), ".del");
+  fs::remove_all(doomed, ec);
+  fs::rename(path, doomed, ec);
+  if (!ec) fs::remove_all(doomed, ec);
+}
+
 void prune_checkpoints(const std::string& run_dir, int64_t keep) {
   const auto all = list_checkpoints(run_dir);
-  std::error_code ec;
-  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i) {
-    const fs::path p(all[i].second);
-    const fs::path doomed = sibling(p, ".del");
-    fs::remove_all(doomed, ec);
-    fs::rename(p, doomed, ec);
-    if (!ec) fs::remove_all(doomed, ec);
-  }
+  for (size_t i = 0; i + static_cast<size_t>(std::max<int64_t>(keep, 1)) < all.size(); ++i)
+    remove_checkpoint_dir(all[i].second);
 }
 
 void remove_stale_checkpoint_files(const std::string& run_dir) {

@@ -132,6 +132,10 @@ bool is_checkpoint_dir(const std::string& path);
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& run_dir);
 // The latest ckpt_<step> directory in a run directory ("" if none).
 std::string latest_checkpoint(const std::string& run_dir);
+// Removes a checkpoint directory (ckpt_<step>, best): renamed to .<name>.del first, so a kill
+// midway leaves only a name remove_stale_checkpoint_files() clears, never <name> without its
+// state.json (which refuse_foreign_files would take for a user's directory).
+void remove_checkpoint_dir(const std::string& path);
 // Removes all but the newest `keep` (at least 1) ckpt_<step> directories.
 void prune_checkpoints(const std::string& run_dir, int64_t keep);
 // Removes what an interrupted save or prune left behind (.ckpt_*.tmp, .*.old, .ckpt_*.del), and
