@@ -90,6 +90,55 @@ TEST(MemoryPlan, RandomGraphsNeverOverlapLiveBuffers) {
   }
 }
 
+// The placement's definition, the slow way: buffers by size (larger first, then earlier first),
+// each into the smallest gap that fits among the placed buffers whose live ranges overlap its own
+// (taken by offset, of equal offsets the earlier placed first), else above them.
+std::vector<int64_t> greedy_offsets(const std::vector<BufferInfo>& buffers) {
+  std::vector<size_t> order(buffers.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return buffers[a].bytes != buffers[b].bytes ? buffers[a].bytes > buffers[b].bytes
+                                                : buffers[a].first < buffers[b].first;
+  });
+  std::vector<int64_t> offset(buffers.size(), -1);
+  std::vector<size_t> placed;  // in placement order
+  for (size_t i : order) {
+    std::vector<size_t> overlap;
+    for (size_t j : placed)
+      if (buffers[j].first <= buffers[i].last && buffers[i].first <= buffers[j].last) overlap.push_back(j);
+    std::stable_sort(overlap.begin(), overlap.end(), [&](size_t a, size_t b) { return offset[a] < offset[b]; });
+    int64_t best = -1, best_gap = INT64_MAX, cursor = 0;
+    for (size_t j : overlap) {
+      const int64_t gap = offset[j] - cursor;
+      if (gap >= buffers[i].bytes && gap < best_gap) {
+        best = cursor;
+        best_gap = gap;
+      }
+      cursor = std::max(cursor, offset[j] + buffers[j].bytes);
+    }
+    offset[i] = best >= 0 ? best : cursor;
+    placed.push_back(i);
+  }
+  return offset;
+}
+
+// Long programs, where the planner compares a buffer only with the placed buffers in the stretches
+// of steps it touches: every offset is the one the definition gives.
+TEST(MemoryPlan, PlacementOfLongProgramsIsTheGreedyDefinition) {
+  for (uint32_t seed = 0; seed < 12; ++seed) {
+    const Graph g = random_graph(1000 + seed, 400 + static_cast<int>(seed * 150));
+    const MemoryPlan p = plan_memory(g, default_schedule(g));
+    ASSERT_EQ(verify_plan(g, p), "") << "seed " << seed;
+    const std::vector<int64_t> expected = greedy_offsets(p.buffers);
+    int64_t arena = 0;
+    for (size_t i = 0; i < p.buffers.size(); ++i) {
+      ASSERT_EQ(p.buffers[i].offset, expected[i]) << "seed " << seed << ", buffer " << i;
+      arena = std::max(arena, expected[i] + p.buffers[i].bytes);
+    }
+    EXPECT_EQ(p.arena_bytes, arena);
+  }
+}
+
 TEST(MemoryPlan, ViewsAliasTheirRootAndExtendItsLife) {
   Graph g;
   const ValueId x = g.add_input("x", Shape{4, 8}, DType::f32);

@@ -185,29 +185,58 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
     }
     order.clear();
   }
-  std::vector<size_t> placed;  // kept sorted by offset
-  std::vector<const BufferInfo*> overlap;
-  for (size_t idx : order) {
-    BufferInfo& b = p.buffers[idx];
-    overlap.clear();
-    for (size_t j : placed) {
-      const BufferInfo& o = p.buffers[j];
-      if (o.first <= b.last && b.first <= o.last) overlap.push_back(&o);
+  // The placed buffers sorted by offset (of equal offsets, the earlier placed first), all of them
+  // and by the stretch of kStretch steps their live ranges touch: a buffer is compared only with
+  // those in the stretches it touches (gathered and sorted) when they are few beside all of them,
+  // so placement grows with the buffers live at once rather than with all of them.
+  constexpr int32_t kStretch = 16;
+  struct Placed {
+    int64_t offset, end;
+    int32_t first, last;
+    size_t rank;  // place in the order
+  };
+  std::vector<Placed> all, overlap;
+  std::vector<std::vector<Placed>> near(static_cast<size_t>(nsteps / kStretch + 1));
+  std::vector<size_t> seen(order.size(), SIZE_MAX);
+  auto by_offset = [](const Placed& a, const Placed& c) {
+    return a.offset != c.offset ? a.offset < c.offset : a.rank < c.rank;
+  };
+  for (size_t k = 0; k < order.size(); ++k) {
+    BufferInfo& b = p.buffers[order[k]];
+    const int32_t first = b.first, last = b.last;
+    const size_t t0 = static_cast<size_t>(first / kStretch), t1 = static_cast<size_t>(last / kStretch);
+    size_t candidates = 0;
+    for (size_t t = t0; t <= t1; ++t) candidates += near[t].size();
+    const std::vector<Placed>* scan = &all;
+    if (t0 == t1) {
+      scan = &near[t0];
+    } else if (candidates * 16 < all.size()) {
+      overlap.clear();
+      for (size_t t = t0; t <= t1; ++t)
+        for (const Placed& o : near[t])
+          if (seen[o.rank] != k) {
+            seen[o.rank] = k;
+            overlap.push_back(o);
+          }
+      std::sort(overlap.begin(), overlap.end(), by_offset);
+      scan = &overlap;
     }
     int64_t best = -1, best_gap = INT64_MAX, cursor = 0;
-    for (const BufferInfo* o : overlap) {  // sorted by offset since `placed` is
-      const int64_t gap = o->offset - cursor;
+    for (const Placed& o : *scan) {
+      if (o.first > last || first > o.last) continue;
+      const int64_t gap = o.offset - cursor;
       if (gap >= b.bytes && gap < best_gap) {
         best = cursor;
         best_gap = gap;
       }
-      cursor = std::max(cursor, o->offset + o->bytes);
+      cursor = std::max(cursor, o.end);
     }
     b.offset = best >= 0 ? best : cursor;
     p.arena_bytes = std::max(p.arena_bytes, b.offset + b.bytes);
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), idx,
-                                   [&](size_t a, size_t c) { return p.buffers[a].offset < p.buffers[c].offset; }),
-                  idx);
+    const Placed self{b.offset, b.offset + b.bytes, first, last, k};
+    all.insert(std::upper_bound(all.begin(), all.end(), self, by_offset), self);
+    for (size_t t = t0; t <= t1; ++t)
+      near[t].insert(std::upper_bound(near[t].begin(), near[t].end(), self, by_offset), self);
   }
   for (const BufferInfo& b : p.buffers) {
     if (b.value == kNoValue)
