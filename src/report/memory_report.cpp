@@ -125,8 +125,7 @@ std::string format_shard_modes(const Config& c, int ranks, PlanOptions opts) {
   for (size_t i = 0; i < choices_of(OptimizerShard{}).size(); ++i) {
     Config m = c;
     m.optimizer.shard = static_cast<OptimizerShard>(i);
-    if (m.optimizer.shard == OptimizerShard::params) {  // a run that shards parameters does not evaluate (yet)
-      m.train.eval_interval = 0;
+    if (m.optimizer.shard == OptimizerShard::params) {  // what it does not shard yet is refused
       try {
         validate_config(m);
       } catch (const UserError& e) {
@@ -179,7 +178,8 @@ std::string format_memory_report(const MemoryReport& r) {
   if (r.evaluation_bytes > 0)
     line("evaluation", r.evaluation_bytes,
          "the validation program's inputs, and its arena unless it fits in the training arena, which it "
-         "borrows between steps (train.eval_interval; it shares the parameters)");
+         "borrows between steps (train.eval_interval; it shares the parameters, or under optimizer.shard = "
+         "params gathers them there)");
   o += fmt::format("  {:<13} {:>16} B  {:>12}\n\n", "total", r.total_bytes, format_bytes(r.total_bytes));
   const int64_t arena = r.activations_bytes + r.workspace_bytes;
   const double frag = r.lower_bound_bytes ? 100.0 * (arena - r.lower_bound_bytes) / r.lower_bound_bytes : 0;

@@ -16,7 +16,7 @@ ValidationRecord validation_so_far(const Checkpoint& resumed, const std::filesys
           .best_step = std::max<int64_t>(0, checkpoint_step((run_dir / "best").string()))};
 }
 
-EvaluationHook::EvaluationHook(const Trainer& t, Backend& be, DataSource& data, CheckpointHook& checkpoints,
+EvaluationHook::EvaluationHook(Trainer& t, Backend& be, DataSource& data, CheckpointHook& checkpoints,
                                MetricsLog& metrics, ValidationRecord record,
                                std::chrono::steady_clock::time_point started, FILE* out)
     : eval_(t, be),

@@ -33,7 +33,7 @@ ValidationRecord validation_so_far(const Checkpoint& resumed, const std::filesys
 class EvaluationHook : public StepHook {
  public:
   // `record`: the best so far when resuming. `started`: the command's start, for elapsed_s.
-  EvaluationHook(const Trainer& t, Backend& be, DataSource& data, CheckpointHook& checkpoints, MetricsLog& metrics,
+  EvaluationHook(Trainer& t, Backend& be, DataSource& data, CheckpointHook& checkpoints, MetricsLog& metrics,
                  ValidationRecord record, std::chrono::steady_clock::time_point started, FILE* out);
 
   void after_step(int64_t step) override;

@@ -263,13 +263,10 @@ namespace {
 // The checks that read more than one room's slice, which no room can make alone.
 void check_across_rooms(const Config& c) {
   // What ZeRO-3 (optimizer.shard = params) does not shard yet (train/trainer.h): a frozen base
-  // (lora.*) and evaluation keep whole parameters.
+  // (lora.*) keeps whole parameters.
   const bool zero3 = c.optimizer.shard == OptimizerShard::params;
   check_key(!zero3 || !c.model.lora.enabled(), "optimizer.shard", "params (ZeRO-3) does not support LoRA yet",
             "use optimizer.shard = state+grads with lora.rank > 0");
-  check_key(!zero3 || c.train.eval_interval == 0 || c.data.kind != DataKind::tokens, "optimizer.shard",
-            "params (ZeRO-3) does not evaluate during training yet",
-            "set train.eval_interval = 0 (evaluate the checkpoint with `loom eval`), or optimizer.shard = state+grads");
   // The data must be what the model family reads (model.kind against data.*).
   const nn::ModelKindInfo& kind = nn::model_kind(c.model.kind);
   const std::string a_kind = "the " + std::string(kind.name);

@@ -6,27 +6,32 @@
 // Under data parallelism (the trainer's dist::Comm) every rank walks the same batches and runs its
 // slice of each minibatch (the trainer's minibatch size), and the sums are gathered and added in
 // rank order: the examples are those of one process, the loss equal to its value up to float32
-// rounding of the partial sums.
+// rounding of the partial sums. Under ZeRO-3 (optimizer.shard = params) it reads the parameters
+// as the training program does: each layer's gathered from the trainer's chunks into the arena
+// right before its use (train/param_gathers.h), so no rank holds them whole.
 #pragma once
 #include <memory>
 
 #include "data/data.h"
 #include "train/metrics.h"
+#include "train/param_gathers.h"
 #include "train/trainer.h"
 
 namespace loom {
 
 class Evaluator {
  public:
-  // Shares `t`'s parameters (and its arena when large enough); `t` must outlive it, and its steps
-  // must not run while evaluate calls do.
-  Evaluator(const Trainer& t, Backend& be);
+  // Shares `t`'s parameters, or their chunks (and its arena when large enough); `t` must outlive
+  // it, and its steps must not run while evaluate calls do (each first settles `t`'s gathers in
+  // flight, Trainer::settle_gathers).
+  Evaluator(Trainer& t, Backend& be);
   // Owns its parameters (uninitialised: load them through executor(), e.g. io/param_io.h); one process.
   Evaluator(const Config& c, Backend& be);
   ~Evaluator();
   // The device bytes an Evaluator sharing a trainer's parameters adds beside it, planned for
   // c.device and c.threads with `ranks` ranks: its inputs, and its arena unless that fits in the
-  // trainer's (`trainer_arena_bytes`). `loom memory` counts them.
+  // trainer's (`trainer_arena_bytes`), which holds its gathered parameters under ZeRO-3. `loom
+  // memory` counts them.
   static int64_t planned_bytes(const Config& c, int ranks, int64_t trainer_arena_bytes);
   // Whether `loom train` with c evaluates as it trains, as far as a plan can tell: evaluation is on
   // (train.eval_interval > 0) and the data can have a validation split (token data; a split too
@@ -48,6 +53,8 @@ class Evaluator {
 
  private:
   void build(Backend& be, const Executor::External* params, const Executor* arena_of);
+  // Before an evaluation: no gather of the trainer's is in flight into the arena it may share.
+  void settle_trainer();
   // Rows of one minibatch summed over the ranks.
   int64_t rows() const;
   // Adds the loss and correct count of the batch's rows [first, first + rows()): rank r runs its
@@ -58,6 +65,8 @@ class Evaluator {
   dist::Comm& comm_;
   nn::ModelGraph model_;
   std::unique_ptr<Executor> exec_;
+  Trainer* trainer_ = nullptr;  // the trainer it evaluates beside, if any
+  ParamGathers gathers_;        // ZeRO-3: the parameters' gathers from trainer_'s chunks
 };
 
 }  // namespace loom

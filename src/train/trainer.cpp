@@ -268,7 +268,6 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
   reducer_->set_on_complete([this](size_t b) {
     if (recorder_) recorder_->end_span(bucket_span_[b]);
   });
-  std::vector<size_t> early_params;  // the parameters of early_gathers_
   if (shard_params) {
     // Parameter i is bucket shard_bucket_[i]; this rank draws its chunk alone (nn/init.h).
     shard_bucket_.assign(g.params().size(), 0);
@@ -283,31 +282,8 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
       ParamDraw(g, g.params()[i], c.seed).fill(own.begin, own.size(), values.data());
       write_param_shard(i, own.begin, own.size(), values.data());
     }
-    // Each gathered buffer of the plan receives its parameter's chunks from every rank: the gather
-    // starts before the buffer's first step and must be done before its first use.
-    gather_at_.resize(prog_.schedule.size());
-    std::vector<size_t> param_of(g.values().size());
-    for (size_t i = 0; i < g.params().size(); ++i) param_of[static_cast<size_t>(g.params()[i].value)] = i;
-    int32_t first_use = INT32_MAX;
-    for (const BufferInfo& b : exec_->plan().buffers)
-      if (b.gathered) first_use = std::min(first_use, b.first_use);
-    for (const BufferInfo& b : exec_->plan().buffers)
-      if (b.gathered) {
-        const size_t i = param_of[static_cast<size_t>(b.value)];
-        const bool early = c.optimizer.gather_ahead > 0 && b.first_use == first_use;
-        if (early) {
-          LOOM_ASSERT(b.first == 0, "with a prefetch the plan holds the first use's buffers from step 0");
-          early_gathers_.push_back(gathers_.size());
-          early_params.push_back(i);
-        }
-        gather_at_[static_cast<size_t>(b.first)].push_back(gathers_.size());
-        gathers_.push_back(Gather{.mine = param_shard_ + reducer_->shard_offset(shard_bucket_[i]),
-                                  .n = g.value(b.value).shape.numel(),
-                                  .out = static_cast<float*>(exec_->buffer_ptr(b)),
-                                  .use = static_cast<size_t>(b.first_use),
-                                  .early = early,
-                                  .pending = nullptr});
-      }
+    gathers_ = ParamGathers(
+        comm_, *exec_, [this](size_t i) { return param_chunk(i); }, c.optimizer.gather_ahead > 0);
   }
   if (!sharded_) {
     opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_);
@@ -337,14 +313,14 @@ Trainer::Trainer(const Config& config, Backend& be, PlanOptions plan_options, di
     return s;
   };
   for (size_t k = 0; k < slices.size(); ++k)
-    if (std::find(early_params.begin(), early_params.end(), slices[k].param) != early_params.end())
+    if (std::ranges::find(gathers_.early_params(), slices[k].param) != gathers_.early_params().end())
       early_slices_.push_back(k);
   opt_ = std::make_unique<Optimizer>(c.optimizer, c.model.dtype, be, g, *exec_, std::move(slices), sum_over_ranks);
 }
 
 Trainer::~Trainer() {
   try {
-    finish_gathers();  // every rank started them (after its last update): they complete
+    gathers_.settle();  // every rank started them (after its last update): they complete
   } catch (...) {      // NOLINT(bugprone-empty-catch): a failed rank ends the job anyway
   }
   if (grad_shard_) be_.deallocate(grad_shard_);
@@ -421,16 +397,12 @@ StepReport Trainer::step(const Batch& batch) {
     // With a prefetch, the next step's first gathers start once their chunks are updated and
     // advance while the rest of the update runs (or, skipped, start from the chunks as they are).
     Optimizer::UpdateOrder order;
-    if (!early_gathers_.empty())
+    if (!gathers_.early_params().empty())
       order = {.first = early_slices_,
-               .after_first = [this] { start_early_gathers(); },
-               .poll =
-                   [this] {
-                     for (size_t k : in_flight_) gathers_[k].overlapped = true;  // in flight during an update
-                     advance_gathers(std::nullopt);
-                   }};
+               .after_first = [this] { gathers_.start_early(); },
+               .poll = [this] { gathers_.poll(/*overlapped=*/true); }};
     r.opt = opt_->step(std::isfinite(r.metrics.loss.sum), order);
-    if (!early_started_) start_early_gathers();
+    gathers_.start_early();
     // Every rank's updated chunks to every rank (sharded parameters are gathered when used).
     if (sharded_ && !param_shard_ && !r.opt.skipped) reducer_->all_gather(params_);
   }
@@ -455,55 +427,13 @@ void Trainer::run_with_buckets(const RunCtx& rc) {
       reducer_->start(b);
     }
     if (s == nodes) break;
-    if (s < gather_at_.size())
-      for (size_t k : gather_at_[s])
-        if (!(early_started_ && gathers_[k].early)) start_gather(k);
-    if (s == 0) early_started_ = false;  // the early gathers' buffers (live from step 0) are this run's
-    advance_gathers(s);
-    for (size_t k : in_flight_) gathers_[k].overlapped = true;  // in flight while this kernel runs
+    gathers_.before_step(s);
     exec_->run_steps(rc, s, s + 1);
     reducer_->progress();
-    advance_gathers(std::nullopt);
+    gathers_.poll();
   }
-  LOOM_ASSERT(in_flight_.empty(), "a gathered buffer that no step reads");
+  LOOM_ASSERT(gathers_.idle(), "a gathered buffer that no step reads");
   reducer_->finish();
-}
-
-void Trainer::start_early_gathers() {
-  for (size_t k : early_gathers_) start_gather(k);
-  early_started_ = !early_gathers_.empty();
-}
-
-void Trainer::start_gather(size_t k) {
-  Gather& x = gathers_[k];
-  x.pending = comm_.start_all_gather(x.mine, x.n, x.out);
-  x.overlapped = false;
-  in_flight_.push_back(k);
-  ++gathers_started_;
-}
-
-void Trainer::finish_gathers() {
-  for (size_t k : in_flight_)
-    while (!gathers_[k].pending->test()) {
-    }
-  advance_gathers(std::nullopt);
-}
-
-void Trainer::advance_gathers(std::optional<size_t> use) {
-  size_t kept = 0;
-  for (size_t k : in_flight_) {
-    Gather& x = gathers_[k];
-    if (use && x.use == *use)
-      while (!x.pending->test()) {
-      }
-    else if (use || !x.pending->test()) {
-      in_flight_[kept++] = k;
-      continue;
-    }
-    x.pending.reset();
-    gathers_overlapped_ += x.overlapped;
-  }
-  in_flight_.resize(kept);
 }
 
 namespace {
@@ -560,6 +490,11 @@ dist::Range Trainer::shard_range(size_t param) const {
   return reducer_->own(b);  // a bucket is one parameter: its chunk is the parameter's
 }
 
+const float* Trainer::param_chunk(size_t param) const {
+  LOOM_ASSERT(param_shard_, "parameters are not sharded");
+  return param_shard_ + reducer_->shard_offset(shard_bucket_[param]);
+}
+
 size_t Trainer::param_index(const std::string& path) const {
   const Graph& g = prog_.model.graph;
   const ValueId v = g.input_by_name(path);
@@ -577,8 +512,7 @@ void Trainer::read_param_shard(size_t param, int64_t begin, int64_t n, float* ou
 }
 
 void Trainer::write_param_shard(size_t param, int64_t begin, int64_t n, const float* values) {
-  finish_gathers();  // a next step's gathers started from the old values: that step starts them again
-  early_started_ = false;
+  gathers_.settle();  // a next step's gathers started from the old values: that step starts them again
   const dist::Range own = shard_range(param);
   LOOM_ASSERT(begin >= own.begin && begin + n <= own.end, "a parameter range this rank does not hold");
   be_.copy_to_device(param_shard_ + reducer_->shard_offset(shard_bucket_[param]) + (begin - own.begin), values,

@@ -38,7 +38,6 @@
 // minibatch order, as one process would; their counts are target tokens.
 #pragma once
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +50,7 @@
 #include "runtime/executor.h"
 #include "train/config.h"
 #include "train/metrics.h"
+#include "train/param_gathers.h"
 
 namespace loom {
 
@@ -183,8 +183,15 @@ class Trainer {
   // first, started during this step's update), and how many of those completed were still in
   // flight while a kernel or a later part of the update ran (prefetched; none with
   // optimizer.gather_ahead = 0).
-  int64_t gathers_started() const { return gathers_started_; }
-  int64_t gathers_overlapped() const { return gathers_overlapped_; }
+  int64_t gathers_started() const { return gathers_.started(); }
+  int64_t gathers_overlapped() const { return gathers_.overlapped(); }
+  // Sharded parameters: this rank's chunk (dist::chunk) of parameter `param` (Graph::params()
+  // order) on the backend, what a program planned with PlanOptions::gather_params all-gathers
+  // (ParamGathers; the evaluation program reads the trainer's chunks so).
+  const float* param_chunk(size_t param) const;
+  // Waits for this trainer's gathers in flight (a prefetch into its arena for the next step); that
+  // step starts them again. Call it before another program runs in the trainer's arena.
+  void settle_gathers() { gathers_.settle(); }
 
  private:
   Config cfg_;
@@ -203,37 +210,16 @@ class Trainer {
   float* grad_shard_ = nullptr;                // state+grads: this rank's chunks of the summed gradients
   std::vector<std::vector<ValueId>> zero_at_;  // state+grads: gradients zeroed before each schedule step
   // params: this rank's chunk of every parameter (laid out as grad_shard_), the bucket of each
-  // parameter (one each), and the all-gathers into the plan's gathered buffers: each started
-  // before its buffer's first step, polled between kernels and waited for before step `use`.
+  // parameter (one each), and the all-gathers into the plan's gathered buffers.
   float* param_shard_ = nullptr;
   std::vector<size_t> shard_bucket_;
-  struct Gather {
-    const float* mine;
-    int64_t n;
-    float* out;
-    size_t use;
-    bool early;                                    // one of early_gathers_
-    std::unique_ptr<dist::Comm::Pending> pending;  // while in flight
-    bool overlapped = false;                       // a kernel or a part of the update ran while it was in flight
-  };
-  std::vector<Gather> gathers_;
-  std::vector<std::vector<size_t>> gather_at_;  // per schedule step: the gathers started before it
-  std::vector<size_t> in_flight_;               // gathers_ in flight, in the order they started
-  int64_t gathers_started_ = 0, gathers_overlapped_ = 0;
   // With a prefetch (optimizer.gather_ahead > 0), the gathers of the first use's buffers (live from
-  // step 0 in the plan): started as soon as the optimizer has updated their parameters' chunks
+  // step 0 in the plan) start as soon as the optimizer has updated their parameters' chunks
   // (early_slices_, updated first), so that they overlap the rest of the update and all that comes
-  // before the next step; early_started_ says they were (for the next run). A run starts them at
-  // step 0 otherwise: the first step, the later minibatches, after write_param_shard.
-  std::vector<size_t> early_gathers_;
+  // before the next step. A run starts them at step 0 otherwise: the first step, the later
+  // minibatches, after write_param_shard or an evaluation in the arena.
+  ParamGathers gathers_;
   std::vector<size_t> early_slices_;  // indices into the optimizer's slices
-  bool early_started_ = false;
-  void start_early_gathers();
-  void start_gather(size_t k);
-  // Waits for the gathers in flight first used at step `use` (the others are left alone: a kernel
-  // runs before they are tested); without a step, completes those that have finished (a poll).
-  void advance_gathers(std::optional<size_t> use);
-  void finish_gathers();  // waits for every gather in flight
   dist::Range shard_range(size_t param) const;
   size_t param_index(const std::string& path) const;
   std::vector<size_t> order_;                  // the parameter behind each of the reducer's buffers

@@ -348,7 +348,7 @@ TEST(Dist, ShardedParametersTrainLikeUnshardedAndRepeatBitForBit) {
   // ZeRO-3 (optimizer.shard = params) at 2 and 3 ranks, 2 minibatches per rank, clipped: each rank
   // keeps a chunk of every parameter and gathers the whole one before its uses; the gradients are
   // reduce-scattered per minibatch as under state+grads, so it equals none to float32 rounding,
-  // and a repeat is bit-identical. A run that shards parameters does not evaluate (yet).
+  // and a repeat is bit-identical.
   for (const int np : {2, 3}) {
     const std::string batch = fmt::format(" data.batch_size={} ", 4 * np);
     const fs::path none = scratch(fmt::format("params_none_{}", np)), params = scratch(fmt::format("params_a_{}", np)),
@@ -364,11 +364,42 @@ TEST(Dist, ShardedParametersTrainLikeUnshardedAndRepeatBitForBit) {
     expect_close(none / "ckpt_000020", params / "ckpt_000020");
     expect_identical(params, again, "ckpt_000020");
   }
-  // What it does not shard yet is refused naming the key and the fix.
-  const RunResult r = loom_on(0, train_args(scratch("params_eval"), "optimizer.shard=params"));
-  EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_NE(r.out.find("optimizer.shard: params (ZeRO-3) does not evaluate during training yet"), std::string::npos)
-      << r.out;
+}
+
+TEST(Dist, ShardedParametersEvaluateLikeUnsharded) {
+  REQUIRE_MPIRUN();
+  // ZeRO-3 evaluates during training with each parameter gathered from the ranks' chunks right
+  // before its use, as the training forward reads it (train/param_gathers.h), at 2 ranks with 2
+  // minibatches each, two evaluations of 2 batches. It trains as state+grads does, bit for bit, so
+  // it evaluates the same parameters: the same validation losses, bit for bit, and none's to
+  // float32 rounding. The evaluation runs in the trainer's arena, where the next step's first
+  // gathers were in flight: a run without evaluation trains to the same bits.
+  const fs::path none = scratch("params_eval_none"), grads = scratch("params_eval_grads"),
+                 params = scratch("params_eval"), quiet = scratch("params_eval_quiet");
+  for (const auto& [out, mode, more] :
+       {std::tuple{none, "none", ""}, std::tuple{grads, "state+grads", ""}, std::tuple{params, "params", ""},
+        std::tuple{quiet, "params", " train.eval_interval=0"}}) {
+    const RunResult r =
+        loom_on(2, train_args(out, std::string("optimizer.num_minibatches=2 optimizer.shard=") + mode + more));
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  const std::vector<double> val = logged(params, "val_loss");
+  ASSERT_EQ(val.size(), 2u);
+  EXPECT_EQ(val, logged(grads, "val_loss"));
+  std::printf("optimizer.shard = params against none, validation losses:\n");
+  expect_losses_close(logged(none, "val_loss"), val);
+  EXPECT_TRUE(logged(quiet, "val_loss").empty());
+  expect_identical(params, quiet, "ckpt_000020");
+  // Each rank's plan holds the evaluation program (its inputs, and its arena beside the trainer's
+  // when larger) on top of the training's, as the fit check counts it.
+  const std::string memory = "memory " + fixture().config.string() + kBase + "--ranks 2 --json optimizer.shard=params";
+  const RunResult with = loom_on(0, memory), without = loom_on(0, memory + " train.eval_interval=0");
+  ASSERT_EQ(with.status, 0) << with.out;
+  ASSERT_EQ(without.status, 0) << without.out;
+  const auto w = nlohmann::json::parse(with.out), wo = nlohmann::json::parse(without.out);
+  EXPECT_GT(w["evaluation_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(wo["evaluation_bytes"].get<int64_t>(), 0);
+  EXPECT_EQ(w["total_bytes"].get<int64_t>(), wo["total_bytes"].get<int64_t>() + w["evaluation_bytes"].get<int64_t>());
 }
 
 // ZeRO-3's gathers in flight while the kernels before their first use run (optimizer.gather_ahead
@@ -383,6 +414,22 @@ TEST(Dist, PrefetchedParameterGathersOverlapKernelsAndTrainBitForBitAsBlockingOn
     const RunResult r = shell(mpirun(np) + LOOM_PREFETCH_WORKER + " 3");
     EXPECT_EQ(r.status, 0) << np << " ranks:\n" << r.out;
     EXPECT_EQ(count(r.out, "prefetched gathers train bit for bit as blocking ones"), static_cast<size_t>(np)) << r.out;
+    std::printf("%d ranks:\n%s", np, r.out.c_str());
+  }
+}
+
+// ZeRO-3's evaluator (the worker, tests/dist/worker/evaluation.cpp, builds trainers and evaluators)
+// gathers every parameter from its trainer's chunks, holding none of its own, evaluates bit for bit
+// as beside a state+grads trainer after each step (the trainer's prefetch for the next step in
+// flight in the arena the evaluation borrows), and allocates exactly Evaluator::planned_bytes.
+TEST(Dist, ShardedParametersEvaluatorGathersInItsPlannedBytes) {
+  REQUIRE_MPIRUN();
+  for (const int np : {2, 3}) {
+    const RunResult r = shell(mpirun(np) + LOOM_EVALUATION_WORKER);
+    EXPECT_EQ(r.status, 0) << np << " ranks:\n" << r.out;
+    EXPECT_EQ(count(r.out, "ZeRO-3 evaluates as state+grads, bit for bit, in its planned bytes"),
+              static_cast<size_t>(np))
+        << r.out;
     std::printf("%d ranks:\n%s", np, r.out.c_str());
   }
 }
@@ -436,10 +483,7 @@ TEST(Dist, MemoryPlanPerRankIsWhatEachRankAllocates) {
   // gives the largest rank's share of the sharded optimizer state and gradients.
   std::map<std::string, int64_t> optimizer_total, grad_total, param_total;  // mode -> both ranks' bytes
   for (const std::string mode : {"none", "state", "state+grads", "params"}) {
-    // A run that shards its parameters does not evaluate (yet).
-    const bool evaluates = mode != "params";
-    const std::string overrides =
-        " optimizer.shard=" + mode + " train.bucket_kib=1" + (evaluates ? "" : " train.eval_interval=0");
+    const std::string overrides = " optimizer.shard=" + mode + " train.bucket_kib=1";
     const RunResult plan = loom_on(0, "memory " + fixture().config.string() + kBase + "--ranks 2 --json" + overrides);
     ASSERT_EQ(plan.status, 0) << plan.out;
     const auto p = nlohmann::json::parse(plan.out);
@@ -471,7 +515,7 @@ TEST(Dist, MemoryPlanPerRankIsWhatEachRankAllocates) {
     // `loom profile` runs no evaluation, which `loom memory` counts for the fixture's training run,
     // and saves no checkpoint, whose stream buffer it counts too; sgemm's packing buffers (the
     // library row) are malloc'd by oneDNN, not by the backend.
-    EXPECT_EQ(p["evaluation_bytes"].get<int64_t>() > 0, evaluates) << mode;
+    EXPECT_GT(p["evaluation_bytes"].get<int64_t>(), 0) << mode;
     EXPECT_EQ(p["checkpoint_bytes"].get<int64_t>(), static_cast<int64_t>(loom::kStreamBytes)) << mode;
     EXPECT_EQ(largest_peak, p["total_bytes"].get<int64_t>() - p["evaluation_bytes"].get<int64_t>() -
                                 p["checkpoint_bytes"].get<int64_t>() - p["library_bytes"].get<int64_t>())

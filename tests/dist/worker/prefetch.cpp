@@ -94,12 +94,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s STEPS\n", argv[0]);
     return 2;
   }
-  const Config c = default_config(
-      {"model.kind=transformer", "model.hidden_size=32", "model.num_layers=2", "model.head_dim=8",
-       "model.vocab_size=64", "model.num_outputs=64", "model.max_seq_len=16", "model.dropout_rate=0.1",
-       "model.remat=Block", "data.kind=random_tokens", "data.seq_len=16", "data.vocab_size=64",
-       "data.batch_size=" + std::to_string(4 * comm.size()), "optimizer.name=adamw", "optimizer.clip_norm=0.5",
-       "optimizer.num_minibatches=2", "optimizer.shard=params", "threads=1"});
+  Config c = loom::testing::zero3_worker_config(comm.size());
+  apply_override(c, "optimizer.shard=params");
   set_num_threads(static_cast<int>(c.threads));
   const Trained blocking = train(c, comm, steps, 0);
   for (const int32_t ahead : {1, 2, 1}) {  // 1 twice: repeats agree too
