@@ -185,17 +185,21 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
     }
     order.clear();
   }
-  // The placed buffers sorted by offset (of equal offsets, the earlier placed first), all of them
-  // and by the stretch of kStretch steps their live ranges touch: a buffer is compared only with
-  // those in the stretches it touches (gathered and sorted) when they are few beside all of them,
-  // so placement grows with the buffers live at once rather than with all of them.
+  // The placed buffers sorted by offset (of equal offsets, the earlier placed first): all of them,
+  // in blocks of at most kBlock (an insertion moves one block), and those of each stretch of
+  // kStretch steps their live ranges touch. A buffer is compared with those of the stretch it lies
+  // in, or of the stretches it touches (gathered and sorted) when they are few beside all, else
+  // with all: placement grows with the buffers live at once rather than with all of them.
   constexpr int32_t kStretch = 16;
+  constexpr size_t kBlock = 256;
   struct Placed {
     int64_t offset, end;
     int32_t first, last;
     size_t rank;  // place in the order
   };
-  std::vector<Placed> all, overlap;
+  std::vector<std::vector<Placed>> all(1);
+  size_t placed = 0;
+  std::vector<Placed> overlap;
   std::vector<std::vector<Placed>> near(static_cast<size_t>(nsteps / kStretch + 1));
   std::vector<size_t> seen(order.size(), SIZE_MAX);
   auto by_offset = [](const Placed& a, const Placed& c) {
@@ -207,10 +211,10 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
     const size_t t0 = static_cast<size_t>(first / kStretch), t1 = static_cast<size_t>(last / kStretch);
     size_t candidates = 0;
     for (size_t t = t0; t <= t1; ++t) candidates += near[t].size();
-    const std::vector<Placed>* scan = &all;
+    const std::vector<Placed>* scan = nullptr;
     if (t0 == t1) {
       scan = &near[t0];
-    } else if (candidates * 16 < all.size()) {
+    } else if (candidates * 16 < placed) {
       overlap.clear();
       for (size_t t = t0; t <= t1; ++t)
         for (const Placed& o : near[t])
@@ -222,19 +226,35 @@ MemoryPlan plan_memory(const Graph& g, std::vector<NodeId> schedule, PlanOptions
       scan = &overlap;
     }
     int64_t best = -1, best_gap = INT64_MAX, cursor = 0;
-    for (const Placed& o : *scan) {
-      if (o.first > last || first > o.last) continue;
-      const int64_t gap = o.offset - cursor;
-      if (gap >= b.bytes && gap < best_gap) {
-        best = cursor;
-        best_gap = gap;
+    auto consider = [&](const std::vector<Placed>& list) {
+      for (const Placed& o : list) {
+        if (o.first > last || first > o.last) continue;
+        const int64_t gap = o.offset - cursor;
+        if (gap >= b.bytes && gap < best_gap) {
+          best = cursor;
+          best_gap = gap;
+        }
+        cursor = std::max(cursor, o.end);
       }
-      cursor = std::max(cursor, o.end);
-    }
+    };
+    if (scan)
+      consider(*scan);
+    else
+      for (const std::vector<Placed>& block : all) consider(block);
     b.offset = best >= 0 ? best : cursor;
     p.arena_bytes = std::max(p.arena_bytes, b.offset + b.bytes);
     const Placed self{b.offset, b.offset + b.bytes, first, last, k};
-    all.insert(std::upper_bound(all.begin(), all.end(), self, by_offset), self);
+    auto block =
+        std::upper_bound(all.begin() + 1, all.end(), self,
+                         [&](const Placed& x, const std::vector<Placed>& bl) { return by_offset(x, bl.front()); }) -
+        1;
+    block->insert(std::upper_bound(block->begin(), block->end(), self, by_offset), self);
+    if (block->size() > kBlock) {
+      std::vector<Placed> upper(block->begin() + kBlock / 2, block->end());
+      block->resize(kBlock / 2);
+      all.insert(block + 1, std::move(upper));
+    }
+    ++placed;
     for (size_t t = t0; t <= t1; ++t)
       near[t].insert(std::upper_bound(near[t].begin(), near[t].end(), self, by_offset), self);
   }
