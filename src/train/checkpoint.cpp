@@ -671,7 +671,7 @@ void load_checkpoint_params(Executor& ex, const Checkpoint& c, const std::functi
     for (const Param& p : g.params())
       if (!p.trainable()) init_param_in(ex, p, stored.seed);
   } else {
-    ModelSource(stored.model.init_from).load_params(ex);
+    ModelSource(stored.model.init_from).load_params(ex, progress);
   }
   const std::string now = base_hash(ex);
   if (!now.empty() && now != c.state.base_hash)

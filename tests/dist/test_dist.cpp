@@ -982,14 +982,8 @@ TEST(Dist, ARankLoadingSlowlyIsNotTakenForHung) {
   }
 }
 
-// ZeRO-3 fine-tuning (model.init_from): each rank reads its slice of every parameter out of a
-// Hugging Face directory (GPT-2's permuted c_attn columns; Llama's transposed, q/k/v-packed
-// matrices) or a loom run saved with stacked layers (model.scan_layers), and trains as
-// optimizer.shard = state+grads does from the same model, bit for bit: both update their chunk
-// from the same reduce-scattered sums, and the forward computes with the same values whether they
-// stay whole or are gathered. A rank that loaded any element wrong starts from another model.
-TEST(Dist, ShardedParametersFineTuneFromAHuggingFaceModelOrALoomRunLikeStateAndGrads) {
-  REQUIRE_MPIRUN();
+// A fine-tune of the Hugging Face fixtures (tests/golden/hf/) on random tokens below 20, 10 steps.
+fs::path fine_tune_config() {
   const fs::path config = scratch("params_init_config") / "ft.toml";
   std::ofstream(config) << R"(seed = 7
 threads = 1
@@ -1007,6 +1001,37 @@ seq_len = 16
 steps = 10
 eval_interval = 0
 )";
+  return config;
+}
+
+// A rank that reads its part of a Hugging Face model slowly but steadily for model.init_from (its
+// first 12 reads take a second each: three times the deadline of 4 s in all), while rank 0 waits
+// for it in the first step's collectives, tells rank 0 that it is busy: the run trains. With
+// sharded parameters each rank reads its slices; without, all of the model.
+TEST(Dist, ARankLoadingAHuggingFaceModelSlowlyIsNotTakenForHung) {
+  REQUIRE_MPIRUN();
+  for (const char* shard : {"params", "none"}) {
+    const fs::path out = scratch(std::string("slow_hf_") + shard);
+    const RunResult r = loom_with_slow_disk(
+        1, "pread", "model.safetensors", 1,
+        fmt::format("train {} model.init_from={} optimizer.shard={} train.collective_timeout=4 --steps 2 --out {}",
+                    fine_tune_config().string(), loom::testing::hf_golden("gpt2"), shard, out.string()),
+        "LOOM_SLOW_TIMES=12 ");
+    ASSERT_EQ(r.status, 0) << shard << ":\n" << r.out;
+    EXPECT_EQ(r.out.find("waited"), std::string::npos) << shard << ":\n" << r.out;
+    EXPECT_TRUE(fs::exists(out / "ckpt_000002" / "state.json")) << r.out;
+  }
+}
+
+// ZeRO-3 fine-tuning (model.init_from): each rank reads its slice of every parameter out of a
+// Hugging Face directory (GPT-2's permuted c_attn columns; Llama's transposed, q/k/v-packed
+// matrices) or a loom run saved with stacked layers (model.scan_layers), and trains as
+// optimizer.shard = state+grads does from the same model, bit for bit: both update their chunk
+// from the same reduce-scattered sums, and the forward computes with the same values whether they
+// stay whole or are gathered. A rank that loaded any element wrong starts from another model.
+TEST(Dist, ShardedParametersFineTuneFromAHuggingFaceModelOrALoomRunLikeStateAndGrads) {
+  REQUIRE_MPIRUN();
+  const fs::path config = fine_tune_config();
   const fs::path stacked = scratch("params_init_stacked");
   ASSERT_EQ(loom_on(0, train_args(stacked, "model.scan_layers=true train.steps=5")).status, 0);
   for (const auto& [name, source, more] : {std::tuple{"gpt2", loom::testing::hf_golden("gpt2"), ""},
