@@ -70,10 +70,17 @@ void check_run_dir(OpenedRun& r, bool overwrite) {
     if (fs::exists(r.dir)) r.rd->lock();
   }
   r.rd->refuse_foreign_files(r.in_place ? r.ckpt.state.step : -1);
-  if (!r.in_place && r.rd->holds_run() && !overwrite)
+  if (!r.in_place && r.rd->holds_run() && !overwrite) {
+    // A run stopped before its first save (a kill, a full disk, divergence at step 1) has nothing
+    // to continue: --resume would say so.
+    if (list_checkpoints(r.dir.string()).empty())
+      throw UserError(
+          r.dir.string(), "holds a run that stopped before its first checkpoint, so there is nothing to resume",
+          "start it again with --overwrite (it replaces only what loom wrote there), or choose another --out");
     throw UserError(
         r.dir.string(), "already holds a run (config.toml, metrics.jsonl or checkpoints)",
         "continue it with --resume " + r.dir.string() + ", replace it with --overwrite, or choose another --out");
+  }
 }
 
 }  // namespace

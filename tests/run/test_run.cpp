@@ -75,6 +75,23 @@ TEST(Run, RefusesADirectoryHoldingAnotherRun) {
   EXPECT_EQ(run("train " + fx.config.string() + " train.steps=5 --out " + out.string() + " --overwrite").status, 0);
 }
 
+// A run that stopped before its first save (killed while loading, a full disk, divergence at step
+// 1) holds no checkpoint: starting it again is refused pointing at --overwrite, not at a --resume
+// that would only say there is nothing to resume.
+TEST(Run, ARunWithoutACheckpointPointsAtOverwrite) {
+  const Fixture& fx = fixture();
+  const fs::path out = scratch("no_checkpoint");
+  ASSERT_EQ(run("train " + fx.config.string() + " train.steps=2 --out " + out.string()).status, 0);
+  for (const auto& e : fs::directory_iterator(out))
+    if (e.path().filename().string().rfind("ckpt_", 0) == 0 || e.path().filename() == "best") fs::remove_all(e.path());
+  const Result r = run("train " + fx.config.string() + " train.steps=2 --out " + out.string());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("stopped before its first checkpoint"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--overwrite"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--resume"), std::string::npos) << r.out;
+  EXPECT_EQ(run("train " + fx.config.string() + " train.steps=2 --out " + out.string() + " --overwrite").status, 0);
+}
+
 TEST(Run, RefusesToResumeADifferentModel) {
   const Fixture& fx = fixture();
   const fs::path out = scratch("different");
