@@ -33,8 +33,7 @@ constexpr uint64_t kMaxHeaderSize = 100'000'000;  // safetensors MAX_HEADER_SIZE
 const char* const kMetadataKey = "__metadata__";
 const char* const kChecksumPrefix = "crc32c/";
 const char* const kCorruptHint =
-    "the file is truncated or corrupted; write it again (re-save the checkpoint, or regenerate "
-    "the golden files with tools/make_goldens.sh)";
+    "the file is truncated or corrupted (an interrupted copy or download?); fetch or write it again";
 
 std::string errno_text(int e) { return std::error_code(e, std::generic_category()).message(); }
 

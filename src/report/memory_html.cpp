@@ -3,10 +3,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <map>
 #include <stdexcept>
 
+#include "core/error.h"
+#include "core/write_error.h"
 #include "report/memory_report.h"
 
 namespace loom {
@@ -575,9 +578,11 @@ void write_memory_html(const Config& c, const std::string& path, const FitFronti
   const TrainProgram prog = build_train_program(c);
   const MemoryPlan plan = plan_training(c, prog);
   std::ofstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open '" + path + "' for writing");
+  if (!f)
+    throw UserError("--html " + path, "cannot be opened for writing (a directory, a missing folder or no permission)",
+                    "give a file path in a folder you can write, e.g. --html memory.html");
   f << memory_html(prog, plan, r.config_summary, r.optimizer_bytes, frontier);
-  if (!f.flush()) throw std::runtime_error("could not write '" + path + "'");
+  if (!f.flush()) fail_write(path, "cannot write it", errno);
 }
 
 }  // namespace loom

@@ -569,6 +569,17 @@ TEST(ProfileCli, MemoryHtmlFlag) {
   EXPECT_FALSE(page_data(read(d / "m.html")).contains("frontier"));
 }
 
+// An --html path that cannot be written (a directory) is the user's to fix: exit status 2, the
+// flag named.
+TEST(ProfileCli, MemoryHtmlToADirectoryIsAUserError) {
+  const fs::path d = temp_dir("cli_memory_dir");
+  const testing::RunResult r = run("memory" + joined(tiny("MLP,Attn")) + " --html " + d.string());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--html " + d.string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fix:"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::is_directory(d));
+}
+
 // `loom memory CONFIG --fit --json`'s frontier rows (run from the source tree, so CONFIG is the
 // default configs/shakespeare_char.toml), without the choice for the budget that follows them
 // with model.remat = auto.
