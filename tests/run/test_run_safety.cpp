@@ -293,14 +293,18 @@ TEST(RunSafety, Float16DivergenceStops) {
   EXPECT_NE(r.out.find("training diverged"), std::string::npos) << r.out;
 }
 
+// Flips a bit inside the last tensor's data of a safetensors file: its checksum fails.
+void damage_last_tensor(const fs::path& file) {
+  auto bytes = file_bytes(file);
+  bytes[bytes.size() - 3] ^= 0x40;
+  std::ofstream(file, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
 TEST(RunSafety, CorruptedTensorBytesAreSkippedByName) {
   const fs::path out = scratch("corrupt_bytes");
   ASSERT_EQ(run(train(out, "train.steps=10 train.checkpoint_interval=5 train.eval_interval=0")).status, 0);
-  const fs::path model = out / "ckpt_000010" / "model.safetensors";
-  auto bytes = file_bytes(model);
-  bytes[bytes.size() - 3] ^= 0x40;  // inside the last tensor's data
-  std::ofstream(model, std::ios::binary | std::ios::trunc)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  damage_last_tensor(out / "ckpt_000010" / "model.safetensors");
   Result r = run("train --resume " + (out / "ckpt_000010").string());
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("fails its checksum"), std::string::npos) << r.out;
@@ -308,6 +312,24 @@ TEST(RunSafety, CorruptedTensorBytesAreSkippedByName) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("skipping a damaged checkpoint: ckpt_000010"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("at step 5"), std::string::npos) << r.out;
+}
+
+// model.init_from = RUN takes its newest checkpoint that verifies, as --resume does, says which and
+// names each one it skipped.
+TEST(RunSafety, InitFromARunSkipsADamagedCheckpointAndNamesTheOneLoaded) {
+  const fs::path out = scratch("init_from_damaged");
+  ASSERT_EQ(run(train(out, "train.steps=4 train.checkpoint_interval=2 train.eval_interval=0")).status, 0);
+  damage_last_tensor(out / "ckpt_000004" / "model.safetensors");
+  const std::string tune = " train.steps=1 train.eval_interval=0 model.init_from=";
+  const fs::path from_run = scratch("init_from_run"), from_two = scratch("init_from_two");
+  const Result r = run(train(from_run, tune + out.string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("parameters from the loom checkpoint " + (out / "ckpt_000002").string() +
+                       " (skipping a damaged checkpoint: ckpt_000004: "),
+            std::string::npos)
+      << r.out;
+  ASSERT_EQ(run(train(from_two, tune + (out / "ckpt_000002").string())).status, 0);
+  EXPECT_EQ(logged_losses(from_run / "metrics.jsonl"), logged_losses(from_two / "metrics.jsonl"));
 }
 
 TEST(RunSafety, OverwriteValidatesFirstAndDeletesOnlyLoomsFiles) {
