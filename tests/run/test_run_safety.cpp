@@ -314,6 +314,42 @@ TEST(RunSafety, CorruptedTensorBytesAreSkippedByName) {
   EXPECT_NE(r.out.find("at step 5"), std::string::npos) << r.out;
 }
 
+// Damage a checksum cannot see, a file gone or a header whose shape was rewritten (its bytes
+// intact), is skipped as damage by name; resuming from the checkpoint itself names it.
+TEST(RunSafety, AnIncompleteCheckpointIsSkippedByName) {
+  const fs::path out = scratch("incomplete");
+  ASSERT_EQ(run(train(out, "train.steps=4 train.checkpoint_interval=2 train.eval_interval=0")).status, 0);
+  const fs::path no_moments = scratch("incomplete_moments"), reshaped = scratch("incomplete_shape");
+  fs::copy(out, no_moments, fs::copy_options::recursive);
+  fs::copy(out, reshaped, fs::copy_options::recursive);
+  fs::remove(no_moments / "ckpt_000004" / "optimizer.safetensors");
+  Result r = run("train --resume " + (no_moments / "ckpt_000004").string() + " --steps 6");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find((no_moments / "ckpt_000004" / "optimizer.safetensors").string() + ": is missing"),
+            std::string::npos)
+      << r.out;
+  r = run("train --resume " + no_moments.string() + " --steps 6");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("skipping a damaged checkpoint: ckpt_000004: " +
+                       (no_moments / "ckpt_000004" / "optimizer.safetensors").string() + ": is missing"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("at step 2"), std::string::npos) << r.out;
+  // The embedding [vocab 20, hidden 32] said to be [32, 20]: the same bytes, another tensor.
+  const fs::path model = reshaped / "ckpt_000004" / "model.safetensors";
+  auto bytes = file_bytes(model);
+  std::string text(bytes.begin(), bytes.end());
+  const size_t at = text.find("[20,32]");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 7, "[32,20]");
+  std::ofstream(model, std::ios::binary | std::ios::trunc) << text;
+  r = run("train --resume " + reshaped.string() + " --steps 6");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("skipping a damaged checkpoint: ckpt_000004: " + model.string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("but its state.json's model makes it float32 [20, 32]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("at step 2"), std::string::npos) << r.out;
+}
+
 // model.init_from = RUN takes its newest checkpoint that verifies, as --resume does, says which and
 // names each one it skipped.
 TEST(RunSafety, InitFromARunSkipsADamagedCheckpointAndNamesTheOneLoaded) {
