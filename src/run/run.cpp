@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "nn/models.h"
 #include "report/ceiling.h"
+#include "report/params.h"
 #include "report/profile.h"
 #include "run/checkpoints.h"
 #include "run/closing_sample.h"
@@ -71,9 +72,14 @@ void print_start(const OpenedRun& run, const Backend& be, int ranks, FILE* out) 
   if (!run.dir.empty()) fmt::print(out, "{}", launcher_warning(env));
 }
 
-void print_program(const MemoryPlan& p, FILE* out) {
+// The model's parameters are counted from its graph: the plan's parameter bytes are this rank's
+// (none of them under optimizer.shard = params, where they live in the trainer's chunks) and in
+// the parameters' dtypes.
+void print_program(const Trainer& t, FILE* out) {
+  const MemoryPlan& p = t.plan();
   fmt::print(out, "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
-             p.schedule.size(), p.param_bytes / 4, p.arena_bytes / 1048576.0, p.lower_bound_bytes / 1048576.0);
+             p.schedule.size(), nn::count_params(t.model().graph), p.arena_bytes / 1048576.0,
+             p.lower_bound_bytes / 1048576.0);
 }
 
 // The loop's hooks in the order given, leaving out those the run does not have (nullptr).
@@ -142,7 +148,7 @@ int run_train(const RunOptions& o) {
   const bool evaluates = Evaluator::during_training(c) && data.has_val();
   auto trainer = std::make_unique<Trainer>(c, *be, PlanOptions{}, &comm, evaluates);
   Trainer& t = *trainer;
-  print_program(t.plan(), out);
+  print_program(t, out);
   const std::string config_text = config_to_toml(c);
   start_run(run, t, data, o.overwrite, config_text, out);
   MetricsLog metrics(run.metrics_file, c.train.tensorboard && writer ? run.dir.string() : "");
