@@ -61,9 +61,9 @@ struct Output {
   Output& operator=(const Output&) = delete;
 };
 
-// The opening lines: what runs where, and the launcher's warning (run/stop.h).
-void print_start(const OpenedRun& run, const Backend& be, int ranks, FILE* out) {
-  const Config& c = run.config;
+// The opening lines: what runs where, and the launcher's warning (run/stop.h). `c` is the
+// trainer's configuration, with model.remat = auto resolved (its minibatch count among it).
+void print_start(const OpenedRun& run, const Config& c, const Backend& be, int ranks, FILE* out) {
   fmt::print(out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {}{} minibatch{}{}\n", c.source,
              choice_name(c.model.kind), be.name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
              ranks == 1 ? "" : fmt::format("{} ranks × ", ranks), c.optimizer.num_minibatches,
@@ -140,7 +140,6 @@ int run_train(const RunOptions& o) {
   const Config& c = run.config;
   set_num_threads(static_cast<int>(c.threads));
   auto be = make_backend(c.device);
-  print_start(run, *be, comm.size(), out);
 
   // 2. The trainer, on the heap so that it can go before the closing sample, which loads the
   // checkpoint into programs of its own: the run's peak stays the training's (`loom memory`).
@@ -148,6 +147,7 @@ int run_train(const RunOptions& o) {
   const bool evaluates = Evaluator::during_training(c) && data.has_val();
   auto trainer = std::make_unique<Trainer>(c, *be, PlanOptions{}, &comm, evaluates);
   Trainer& t = *trainer;
+  print_start(run, t.config(), *be, comm.size(), out);
   print_program(t, out);
   const std::string config_text = config_to_toml(c);
   start_run(run, t, data, o.overwrite, config_text, out);
