@@ -164,7 +164,9 @@ int run_train(const RunOptions& o) {
   const LoopOptions lo{.steps = c.train.steps,
                        .log_every = c.train.log_every,
                        .metrics = &metrics,
-                       .progress_bar = o.progress_bar && writer,
+                       // Open MPI gives every rank a terminal of its own, whatever mpirun's output is
+                       // (a log file): with several ranks the step lines are plain, as torchrun's are.
+                       .progress_bar = o.progress_bar && writer && comm.size() == 1,
                        .out = out,
                        .hooks = present({profiler.get(), eval.get(), &checkpoints, &stop}),
                        // MFU on the log lines: model FLOPs against the cached matmul ceiling (report/ceiling.h).

@@ -384,6 +384,17 @@ TEST(Dist, ShardedParametersProgramLineCountsTheModelsParameters) {
   EXPECT_EQ(parameters(two.out), parameters(one.out)) << two.out;
 }
 
+// Open MPI gives each rank a terminal of its own even when mpirun writes to a file or a pipe: the
+// job's log holds plain step lines, no progress bar's carriage returns and erase sequences.
+TEST(Dist, AJobsLogHoldsNoProgressBar) {
+  REQUIRE_MPIRUN();
+  const RunResult r = loom_on(2, train_args(scratch("plain_log"), "train.steps=3 train.eval_interval=0"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\x1b["), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step 3"), std::string::npos) << r.out;
+}
+
 TEST(Dist, ShardedParametersEvaluateLikeUnsharded) {
   REQUIRE_MPIRUN();
   // ZeRO-3 evaluates during training with each parameter gathered from the ranks' chunks right
