@@ -44,12 +44,13 @@ struct MemoryArgs {
 // and the choice when it was.
 std::pair<Config, std::optional<FitChoice>> resolve_auto(const Config& c, int64_t budget, int ranks) {
   if (!c.model.remat.has(RematRegion::auto_)) return {c, std::nullopt};
+  const char* key = budget > 0 ? "--budget" : "train.memory_budget";
   if (budget == 0) budget = fit_budget(c, make_backend(c.device)->memory_available(), ranks);
   if (budget < 0)
     throw UserError("train.memory_budget", "model.remat = auto needs a budget and this backend reports none",
                     "set train.memory_budget or --budget, e.g. 20GiB");
   Fitter f(c, ranks);
-  const FitChoice choice = f.fit(budget);
+  const FitChoice choice = f.fit(budget, key);
   return {f.apply(choice), choice};
 }
 
@@ -65,10 +66,11 @@ Frontier fit_frontier(const Config& c, int64_t budget, int ranks) {
   Frontier r{.fit = {.points = f.frontier(), .ceiling_flops = 0, .chosen = std::nullopt}, .planned = c};
   const std::unique_ptr<Backend> be = make_backend(c.device);
   r.fit.ceiling_flops = matmul_ceiling_flops(*be, c.model.dtype, stderr);
+  const char* key = budget > 0 ? "--budget" : "train.memory_budget";
   if (budget == 0 && c.model.remat.has(RematRegion::auto_)) budget = fit_budget(c, be->memory_available(), ranks);
   if (budget > 0) {
     Fitter::FitPoint chosen{.budget = budget, .choice = {}, .seconds = 0, .plans = 0};
-    chosen.choice = f.fit(chosen.budget);
+    chosen.choice = f.fit(chosen.budget, key);
     r.planned = f.apply(chosen.choice);
     r.fit.chosen = std::move(chosen);
   }
@@ -78,7 +80,14 @@ Frontier fit_frontier(const Config& c, int64_t budget, int ranks) {
 void print_fit(const Frontier& r, bool json, int ranks) {
   const FitFrontier& fr = r.fit;
   if (json) {
-    fmt::print("{}\n", fit_frontier_json(fr.points, fr.ceiling_flops).dump(2));
+    nlohmann::json rows = fit_frontier_json(fr.points, fr.ceiling_flops);
+    for (auto& row : rows) row["chosen"] = false;
+    if (fr.chosen) {
+      nlohmann::json row = fit_frontier_json({*fr.chosen}, fr.ceiling_flops)[0];
+      row["chosen"] = true;
+      rows.push_back(std::move(row));
+    }
+    fmt::print("{}\n", rows.dump(2));
     return;
   }
   fmt::print(
@@ -182,11 +191,25 @@ CommandBody add_memory_command(CLI::App& sub) {
                "model.remat = auto's least-recompute choice (layers, minibatches and, with model.head_chunk=auto, "
                "the head) at budgets from the no-remat plan down to the smallest that fits, with the recompute "
                "share and predicted step time; with --budget also the choice for it; with --html drawn on the page");
-  sub.add_option("--ranks", a->ranks, "plan one rank of N (mpirun -np N): its share of the batch and state")
-      ->check(CLI::PositiveNumber);
+  sub.add_option("--ranks", a->ranks,
+                 "plan one rank of N (mpirun -np N): its share of the batch and state; with threads = auto, "
+                 "this machine's cores shared among the N ranks")
+      ->check([](const std::string& s) {
+        const bool whole = !s.empty() && s.size() < 8 && s.find_first_not_of("0123456789") == std::string::npos;
+        return whole && std::stoi(s) >= 1 ? std::string() : "must be a whole number of ranks >= 1, e.g. --ranks 2";
+      });
   return [a] {
     const int64_t budget = a->budget.empty() ? 0 : parse_bytes(a->budget, "--budget");
-    const Config c = a->config.load();
+    if (a->fit && !a->sweeps.empty())
+      throw UserError("--fit", "does not combine with --sweep",
+                      "run --fit once per configuration, choosing it with overrides (e.g. model.num_layers=12)");
+    if (a->fit && a->no_inplace)
+      throw UserError("--fit", "plans with in-place reuse, as training does, so it does not combine with --no-inplace",
+                      "drop --no-inplace");
+    Config c = a->config.load();
+    // Under mpirun each rank runs on its share of the cores (Open MPI binds each to its own when
+    // there are enough), so a rank of N plans the threads it will have.
+    if (a->ranks > 1 && c.threads == 0) c.threads = std::max(1, resolve_threads(0) / a->ranks);
     if (a->fit || (!a->html.empty() && c.model.remat.has(RematRegion::auto_))) {
       const Frontier r = fit_frontier(c, budget, a->ranks);
       if (!a->html.empty()) write_memory_html(r.planned, a->html, &r.fit);

@@ -36,7 +36,7 @@ enum class KeyNeeds : uint8_t {
 template <class Slice>
 struct KeySpec {
   const char* key;
-  const char* type;      // the `loom help config` column: int, number, string, dtype, bool, choice
+  const char* type;      // the `loom help config` column: int, number, string, size, dtype, bool, choice
   std::string expected;  // what a value must be, for messages: "an integer"
   const char* help;
   std::span<const ChoiceInfo> choices = {};                  // a choice key's names (help)
@@ -168,6 +168,24 @@ template <class Slice, class Get>
 KeySpec<Slice> string(const char* key, const char* help, Get ref) {
   auto same = [](const std::string& s) { return s; };
   return text<Slice>(key, "string", "a string", help, ref, same, same);
+}
+
+// A size in bytes kept as its text (train/fit.h, parse_bytes, checks it): a TOML string ("20GiB")
+// or integer (21474836480).
+template <class Slice, class Get>
+KeySpec<Slice> size(const char* key, const char* help, Get ref) {
+  KeySpec<Slice> k = string<Slice>(key, help, ref);
+  k.type = "size";
+  k.expected = "bytes: an integer, or a string such as \"20GiB\"";
+  k.set_value = [ref](Slice& c, const KeyValue& v) {
+    if (std::holds_alternative<int64_t>(v))
+      ref(c) = std::to_string(std::get<int64_t>(v));
+    else if (std::holds_alternative<std::string>(v))
+      ref(c) = std::get<std::string>(v);
+    else
+      throw std::invalid_argument("not a size");
+  };
+  return k;
 }
 
 template <class Slice, class Get>

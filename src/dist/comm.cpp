@@ -191,6 +191,16 @@ std::string broadcast_string(Comm& comm, const std::string& text, int root) {
   return out;
 }
 
+void share_error(Comm& comm, const UserError* failed, int root) {
+  if (comm.size() == 1) {
+    if (failed) throw *failed;
+    return;
+  }
+  const std::string what = broadcast_string(comm, failed ? failed->what() : "", root);
+  if (what.empty()) return;
+  throw AgreedError("", what, broadcast_string(comm, failed ? failed->hint() : "", root));
+}
+
 namespace {
 
 class SingleProcess final : public Comm {

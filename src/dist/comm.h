@@ -231,6 +231,12 @@ class AgreedError : public UserError {
   explicit AgreedError(const UserError& e) : UserError(e) {}
 };
 
+// What rank `root` alone checked (a run directory, a write to disk), made known to every rank:
+// `failed` is its UserError (nullptr on the other ranks, or when it found nothing), which every
+// rank then raises as an AgreedError with that message, so that none goes on to wait in a
+// collective for `root`. In a single process `failed` itself is thrown. Every rank calls it.
+void share_error(Comm& comm, const UserError* failed, int root = 0);
+
 // For a top-level catch handler, before it prints the error: false for an AgreedError on ranks
 // other than 0 (rank 0 prints the one message every rank raised), true otherwise.
 bool prints_error();

@@ -335,8 +335,11 @@ struct HfSource {
   const nn::HfModelMap& map;
 };
 
-// Rows [r0, r1) of s's tensor as float32 in vals, read through raw: to_f32's values.
-void read_rows(const HfSource& s, int64_t r0, int64_t r1, std::vector<unsigned char>& raw, std::vector<float>& vals) {
+// Rows [r0, r1) of s's tensor as float32 in vals, read through raw: to_f32's values. `progress`
+// (when given) before the read.
+void read_rows(const HfSource& s, int64_t r0, int64_t r1, std::vector<unsigned char>& raw, std::vector<float>& vals,
+               const std::function<void()>& progress) {
+  if (progress) progress();
   const int64_t w = s.p->hf_shape.numel() / std::max<int64_t>(1, s.rows());
   const size_t es = dtype_size(s.e->dtype), n = static_cast<size_t>((r1 - r0) * w);
   raw.resize(n * es);
@@ -351,10 +354,10 @@ int64_t rows_per_read(const HfSource& s, int64_t slice) {
 }
 
 // The rows of s that `reaches` in reads of at most `most` consecutive rows (into raw and vals, as
-// read_rows), each followed by take(r0, r1) with the rows it read.
+// read_rows, `progress` before each), each followed by take(r0, r1) with the rows it read.
 template <class Reaches, class Take>
 void read_reaching_rows(const HfSource& s, int64_t most, Reaches&& reaches, std::vector<unsigned char>& raw,
-                        std::vector<float>& vals, Take&& take) {
+                        std::vector<float>& vals, const std::function<void()>& progress, Take&& take) {
   for (int64_t r = 0, rows = s.rows(); r < rows;) {
     if (!reaches(r)) {
       ++r;
@@ -362,7 +365,7 @@ void read_reaching_rows(const HfSource& s, int64_t most, Reaches&& reaches, std:
     }
     const int64_t r0 = r;
     while (r < rows && r - r0 < most && reaches(r)) ++r;
-    read_rows(s, r0, r, raw, vals);
+    read_rows(s, r0, r, raw, vals, progress);
     take(r0, r);
   }
 }
@@ -372,8 +375,9 @@ void read_reaching_rows(const HfSource& s, int64_t most, Reaches&& reaches, std:
 // the rows of a source that reach the kept elements are read: a slice of a row-major or
 // column-permuted (GPT-2's c_attn) tensor reads about its share of the file; a transposed or
 // q/k/v-packed one (Llama's) spreads every row over the whole parameter, so it is read whole, a
-// slice at a time.
-void load_plain(const ParamSink& sink, ValueId v, const std::vector<HfSource>& srcs, int64_t slice) {
+// slice at a time. `progress` before every read.
+void load_plain(const ParamSink& sink, ValueId v, const std::vector<HfSource>& srcs, int64_t slice,
+                const std::function<void()>& progress) {
   const auto [k0, k1] = sink.keep(v);
   std::vector<unsigned char> raw;
   std::vector<float> vals, run;  // run: the pending loom values [at, at + run.size())
@@ -395,7 +399,7 @@ void load_plain(const ParamSink& sink, ValueId v, const std::vector<HfSource>& s
                      [&](int64_t, int64_t l, int64_t n) { hit = hit || (l < k1 && l + n > k0); });
       return hit;
     };
-    read_reaching_rows(s, step, reaches, raw, vals, [&](int64_t r0, int64_t r1) {
+    read_reaching_rows(s, step, reaches, raw, vals, progress, [&](int64_t r0, int64_t r1) {
       for_each_run(*s.p, s.map, r0, r1, [&](int64_t h, int64_t l, int64_t n) {
         const int64_t lo = std::max(l, k0), hi = std::min(l + n, k1);  // the kept part of the run
         if (lo >= hi) return;
@@ -418,8 +422,9 @@ void load_plain(const ParamSink& sink, ValueId v, const std::vector<HfSource>& s
 
 // Quantized kernel v [K, N] from its sources, as init_param_in draws one: slabs of whole columns
 // (about `slice` values), each quantized into one host copy of the stored bytes, reading only the
-// rows of the sources that reach the slab.
-void load_quantized(Executor& ex, ValueId v, const std::vector<HfSource>& srcs, int64_t slice) {
+// rows of the sources that reach the slab; `progress` before every read.
+void load_quantized(Executor& ex, ValueId v, const std::vector<HfSource>& srcs, int64_t slice,
+                    const std::function<void()>& progress) {
   const Value& val = ex.graph().value(v);
   const int64_t K = val.shape[0], N = val.shape[1], step = K > 0 ? quant_column_step(val.dtype, K) : 1;
   const int64_t cols = std::max<int64_t>(1, slice / std::max<int64_t>(1, K * step)) * step;
@@ -448,7 +453,7 @@ void load_quantized(Executor& ex, ValueId v, const std::vector<HfSource>& srcs, 
         const auto [c0, c1] = span[i][static_cast<size_t>(r)];
         return c0 < n1 && c1 >= n0;
       };
-      read_reaching_rows(s, most, reaches, raw, vals, [&](int64_t r0, int64_t r1) {
+      read_reaching_rows(s, most, reaches, raw, vals, progress, [&](int64_t r0, int64_t r1) {
         for_each_run(*s.p, s.map, r0, r1, [&](int64_t h, int64_t l, int64_t n) {
           for (int64_t j = 0; j < n; ++j) {  // W[k, c] is Wᵀ's row c - n0
             const int64_t k = (l + j) / N, c = (l + j) % N;
@@ -466,18 +471,18 @@ void load_quantized(Executor& ex, ValueId v, const std::vector<HfSource>& srcs, 
 }  // namespace
 
 void load_hf_params(Executor& ex, const ModelConfig& c, const std::string& dir, nn::ParamSubset subset,
-                    std::string* file, int64_t slice) {
-  load_hf_params(ex.graph(), executor_sink(ex), c, dir, subset, file, slice);
+                    std::string* file, int64_t slice, const std::function<void()>& progress) {
+  load_hf_params(ex.graph(), executor_sink(ex), c, dir, subset, file, slice, progress);
 }
 
 void load_hf_params(const Graph& g, const ParamSink& sink, const ModelConfig& c, const std::string& dir,
-                    nn::ParamSubset subset, std::string* file, int64_t slice) {
+                    nn::ParamSubset subset, std::string* file, int64_t slice, const std::function<void()>& progress) {
   std::string source;
   const nn::HfModelMap map = nn::hf_model_map(c);
   // Every rank reads every value here, before any is stored: a NaN or an infinity in a weight is
   // refused by name on all of them alike, not found as a divergence at the first step. Buffers
   // (a causal mask) are not weights.
-  const std::vector<HfEntry> hf = read_hf_files(dir, &source, [&map](const std::string& path) {
+  const std::vector<HfEntry> hf = read_hf_files(dir, &source, [&map, &progress](const std::string& path) {
     const auto finite = [&map, &path](const StEntry& e, const unsigned char* bytes, size_t n) {
       if (!dtype_is_float(e.dtype) || (map.is_buffer && map.is_buffer(e.name))) return;
       for (size_t i = 0; i < n / dtype_size(e.dtype); ++i)
@@ -486,7 +491,7 @@ void load_hf_params(const Graph& g, const ParamSink& sink, const ModelConfig& c,
                           "the weights are damaged or come from a diverged run: download or export them again");
     };
     std::vector<HfEntry> out;
-    for (StEntry& e : scan_safetensors(path, finite))
+    for (StEntry& e : scan_safetensors(path, finite, progress))
       out.push_back({.name = e.name, .dtype = e.dtype, .shape = e.shape, .st = e, .file = path});
     return out;
   });
@@ -502,8 +507,8 @@ void load_hf_params(const Graph& g, const ParamSink& sink, const ModelConfig& c,
     std::vector<float> a, b;
     for (int64_t r0 = 0, step = rows_per_read(table, slice); r0 < table.rows(); r0 += step) {
       const int64_t r1 = std::min(table.rows(), r0 + step);
-      read_rows(head, r0, r1, raw, a);
-      read_rows(table, r0, r1, raw, b);
+      read_rows(head, r0, r1, raw, a, progress);
+      read_rows(table, r0, r1, raw, b, progress);
       if (std::memcmp(a.data(), b.data(), a.size() * 4) != 0) untied_head(map, source);
     }
   }
@@ -518,9 +523,9 @@ void load_hf_params(const Graph& g, const ParamSink& sink, const ModelConfig& c,
                       "the file was written for a different model configuration");
     if (quantized) {
       LOOM_ASSERT(sink.ex, "a quantized kernel is loaded whole");
-      load_quantized(*sink.ex, v, srcs, slice);
+      load_quantized(*sink.ex, v, srcs, slice, progress);
     } else {
-      load_plain(sink, v, srcs, slice);
+      load_plain(sink, v, srcs, slice, progress);
     }
   }
 }

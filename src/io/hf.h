@@ -7,6 +7,7 @@
 // bounded slices straight into an executor's parameters (load_hf_params).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -68,9 +69,11 @@ std::vector<StTensor> hf_to_loom(const ModelConfig& c, const std::vector<StTenso
 // stored about `slice` values at a time, so the load holds no whole tensor on the host. A
 // quantized base kernel is quantized in slabs of whole columns (core/quant_columns.h) into one
 // host copy of its stored bytes, as init_param_in draws one. The files are scanned (checksums)
-// once before any value is stored.
+// once before any value is stored. `progress` is called before every read, scans included
+// (Comm::keep_alive: the other ranks wait for this one's disk).
 void load_hf_params(Executor& ex, const ModelConfig& c, const std::string& dir, nn::ParamSubset subset,
-                    std::string* file = nullptr, int64_t slice = kInitSliceValues);
+                    std::string* file = nullptr, int64_t slice = kInitSliceValues,
+                    const std::function<void()>& progress = {});
 // The same into `sink` (io/param_io.h), for graph g: of each parameter only the elements the sink
 // keeps are stored (a ZeRO-3 rank's slice), and only the rows of a Hugging Face tensor that reach
 // them are read. A row-major tensor, or one whose columns are permuted within a row (GPT-2's
@@ -78,7 +81,8 @@ void load_hf_params(Executor& ex, const ModelConfig& c, const std::string& dir, 
 // matrices) spreads every row over the whole parameter, so each rank reads all of it, still
 // `slice` values at a time, one tensor after another. A quantized kernel needs an executor sink.
 void load_hf_params(const Graph& g, const ParamSink& sink, const ModelConfig& c, const std::string& dir,
-                    nn::ParamSubset subset, std::string* file = nullptr, int64_t slice = kInitSliceValues);
+                    nn::ParamSubset subset, std::string* file = nullptr, int64_t slice = kInitSliceValues,
+                    const std::function<void()>& progress = {});
 
 // The inverse: `loom` maps every parameter path of `c` to its float32 tensor (per layer); the
 // result holds transformers' names and layouts, float32, in the order of nn::hf_model_map (zero

@@ -9,9 +9,7 @@
 #include "core/dtype.h"
 #include "graph/passes/remat.h"
 #include "nn/lora.h"
-#include "nn/models/mlp_classifier/config.h"
 #include "nn/models/registry.h"
-#include "nn/models/transformer/config.h"
 
 // The remat regions (model.remat): a Transformer's `MLP` is block_l/mlp, `Attn` block_l/attn,
 // `Block` block_l; the MLP classifier's `MLP` is its hidden block. `auto` (alone) lets
@@ -52,10 +50,12 @@ struct ModelConfig {
   // this configuration takes.
   std::string init_from;
   LoraConfig lora;  // the lora.* keys: adapters on the dense layers, the rest frozen (nn/lora.h)
-  // Each family's own keys (nn/models/<kind>/config.h). A family reads its struct and the fields
-  // above, which every family shares; the other family's struct keeps its defaults.
-  MlpClassifierConfig mlp_classifier;
-  TransformerConfig transformer;
+  // Each family's own keys: a member per kind of LOOM_MODEL_KINDS named after it (c.transformer),
+  // its struct nn::<kind>::Config (nn/models/<kind>/config.h). A family reads its struct and the
+  // fields above, which every family shares; the other families' structs keep their defaults.
+#define LOOM_MODEL_KIND_MEMBER(id, help) nn::id::Config id;
+  LOOM_MODEL_KINDS(LOOM_MODEL_KIND_MEMBER)
+#undef LOOM_MODEL_KIND_MEMBER
 };
 
 // A model.* key that a starting point (model.init_from) decides, and where its value comes from.

@@ -3,8 +3,9 @@
 // rest of loom needs to know about it. Nothing outside nn/ tests a kind by name; it reads the row
 // (model_kind(c.kind).language_model, ...).
 //
-// Adding a model kind `k`: a line in LOOM_MODEL_KINDS, and nn/models/k/ defining
+// Adding a model kind `k`: its entry in nn/models/registry.h, and nn/models/k/ defining
 //   const ModelKindInfo& k_family();  // its row (name: filled from the registry line)
+// and its fields, nn::k::Config in k/config.h (ModelConfig::k).
 #pragma once
 #include <cstdint>
 #include <string_view>

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -58,6 +59,23 @@ double resumed_timeout(const RunOptions& o) {
   }
 }
 
+// Rank 0's checks of the run directory before anything is built: its lock (a second process is
+// refused, and a run still going is named as such, with its pid, before the generic refusal of a
+// directory holding a run), then what the run would write over. A resume in place is checked now
+// too, not at its first save, after steps were spent: nothing it will write may be a user's.
+void check_run_dir(OpenedRun& r, bool overwrite) {
+  std::error_code same_ec;
+  if (!r.rd || !fs::equivalent(r.rd->path(), r.dir, same_ec)) {
+    r.rd = std::make_unique<RunDir>(r.dir);
+    if (fs::exists(r.dir)) r.rd->lock();
+  }
+  r.rd->refuse_foreign_files(r.in_place ? r.ckpt.state.step : -1);
+  if (!r.in_place && r.rd->holds_run() && !overwrite)
+    throw UserError(
+        r.dir.string(), "already holds a run (config.toml, metrics.jsonl or checkpoints)",
+        "continue it with --resume " + r.dir.string() + ", replace it with --overwrite, or choose another --out");
+}
+
 }  // namespace
 
 OpenedRun open_run(const RunOptions& o, dist::Comm& comm, FILE* out) {
@@ -109,18 +127,14 @@ OpenedRun open_run(const RunOptions& o, dist::Comm& comm, FILE* out) {
     throw dist::AgreedError(e);  // every rank checked the same configuration
   }
 
-  std::error_code same_ec;
-  if (writer && !r.dir.empty() && (!r.rd || !fs::equivalent(r.rd->path(), r.dir, same_ec))) {
-    r.rd = std::make_unique<RunDir>(r.dir);
-    // A second process is refused before it builds anything, and a run still going is named as
-    // such (with its pid) before the generic refusal of a directory holding a run.
-    if (fs::exists(r.dir)) r.rd->lock();
-    if (!r.in_place) r.rd->refuse_foreign_files();
-    if (!r.in_place && r.rd->holds_run() && !o.overwrite)
-      throw UserError(
-          r.dir.string(), "already holds a run (config.toml, metrics.jsonl or checkpoints)",
-          "continue it with --resume " + r.dir.string() + ", replace it with --overwrite, or choose another --out");
+  // Rank 0 owns the directory; what it refuses there ends every rank with its message.
+  std::optional<UserError> refused;
+  try {
+    if (writer && !r.dir.empty()) check_run_dir(r, o.overwrite);
+  } catch (const UserError& e) {
+    refused = e;
   }
+  dist::share_error(comm, refused ? &*refused : nullptr);
   if (c.train.tensorboard && r.dir.empty())
     throw UserError(c.source + ": train.tensorboard", "needs a run directory for its event file",
                     "give --out DIR (tensorboard --logdir DIR's parent then shows it)");

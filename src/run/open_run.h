@@ -34,8 +34,9 @@ struct OpenedRun {
 
 // Reads the configuration (a file, or a resumed checkpoint's own) with the options' overrides,
 // loads the checkpoint to resume and takes the run directory's lock. Every rank calls it; rank 0
-// alone owns the directory. Throws UserError (dist::AgreedError for a configuration all ranks
-// share) naming what to change.
+// alone owns the directory, and refuses there, on every rank, what the run would write over
+// (resuming in place too: before any step). Throws UserError (dist::AgreedError for a
+// configuration all ranks share and for the directory's refusals) naming what to change.
 OpenedRun open_run(const RunOptions& o, dist::Comm& comm, FILE* out);
 
 // Everything is built and valid: puts the state the run starts from into `t` and changes the run

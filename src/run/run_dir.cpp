@@ -141,7 +141,7 @@ void RunDir::lock() {
 
 bool RunDir::owns_metrics() const { return fs::exists(dir_ / kMarker) || is_loom_config(dir_ / "config.toml"); }
 
-void RunDir::refuse_foreign_files() const {
+void RunDir::refuse_foreign_files(int64_t resumed_step) const {
   const char* fix =
       "move it out of the directory (loom never deletes a file it did not write), or choose another --out";
   if (fs::exists(dir_ / "config.toml") && !is_loom_config(dir_ / "config.toml"))
@@ -160,7 +160,7 @@ void RunDir::refuse_foreign_files() const {
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     int64_t step = 0;
     const std::string n = e.path().filename().string();
-    if ((n == "best" || is_checkpoint_name(n, &step)) && !is_checkpoint_dir(e.path().string()))
+    if ((n == "best" || (is_checkpoint_name(n, &step) && step > resumed_step)) && !is_checkpoint_dir(e.path().string()))
       names.push_back(e.path());
   }
   if (names.empty()) return;

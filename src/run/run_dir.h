@@ -44,8 +44,10 @@ class RunDir {
   // loom cannot tell it wrote: a config.toml without kConfigHeader, a metrics.jsonl in a directory
   // with neither loom-run.json nor loom's config.toml, or anything under a checkpoint's name (best,
   // ckpt_<digits>) but loom's checkpoint directory (is_checkpoint_dir: a file, a symbolic link, a
-  // directory without state.json). Call before anything is written.
-  void refuse_foreign_files() const;
+  // directory without state.json). Call before anything is written. Resuming in place at
+  // `resumed_step`, only the checkpoint names the run can still write are checked: best and
+  // ckpt_<digits> of a later step (an earlier one is never saved again, pruned or removed).
+  void refuse_foreign_files(int64_t resumed_step = -1) const;
   // Removes every entry loom owns (see the header comment) and nothing else. Needs the lock.
   void clear_owned();
   // Writes a fresh marker (new run id); `seeded_from` names the checkpoint a new run starts from.

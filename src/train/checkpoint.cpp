@@ -535,17 +535,14 @@ SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std
     stream->serve();
   }
   dist::Comm& comm = t.comm();
-  if (comm.size() == 1) {
-    if (failed) throw *failed;
-    return r;
-  }
   // Every rank learns what rank 0 found ("" when it saved), and a write it could not make (a full
   // disk) ends every rank with its message.
-  r.nonfinite = dist::broadcast_string(comm, r.nonfinite, 0);
-  r.saved = r.nonfinite.empty();
-  const std::string what = dist::broadcast_string(comm, failed ? failed->what() : "", 0);
-  if (what.empty()) return r;
-  throw dist::AgreedError("", what, dist::broadcast_string(comm, failed ? failed->hint() : "", 0));
+  if (comm.size() > 1) {
+    r.nonfinite = dist::broadcast_string(comm, r.nonfinite, 0);
+    r.saved = r.nonfinite.empty();
+  }
+  dist::share_error(comm, failed ? &*failed : nullptr);
+  return r;
 }
 
 bool is_checkpoint_name(const std::string& n, int64_t* step) {
@@ -714,7 +711,7 @@ void load_checkpoint_params(Executor& ex, const Checkpoint& c, const std::functi
     for (const Param& p : g.params())
       if (!p.trainable()) init_param_in(ex, p, stored.seed);
   } else {
-    ModelSource(stored.model.init_from).load_params(ex);
+    ModelSource(stored.model.init_from).load_params(ex, progress);
   }
   const std::string now = base_hash(ex);
   if (!now.empty() && now != c.state.base_hash)

@@ -88,7 +88,7 @@ void validate_config(const Config& c);
 std::string config_to_toml(const Config& c);
 // Help text: every key, its type, default and meaning.
 std::string config_help();
-// Every key and its type column ("int", "number", "bool", "string", "dtype", "choice", "choices"), for tests.
+// Every key and its type column ("int", "number", "bool", "string", "size", "dtype", "choice", "choices"), for tests.
 struct ConfigKeyInfo {
   std::string key, type;
   std::vector<std::string> choices;  // a choice key's names

@@ -32,8 +32,11 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   try {
     v = std::stod(text, &used);
   } catch (const std::exception&) {
-    throw UserError(what, "'" + text + "' is not a size", "write e.g. 24GiB, 512MiB or 16GB");
+    used = 0;
   }
+  // A decimal number (stod also reads hexadecimal, "inf" and "nan").
+  if (used == 0 || text.substr(0, used).find_first_not_of("0123456789.eE+-") != std::string::npos)
+    throw UserError(what, "'" + text + "' is not a size", "write e.g. 24GiB, 512MiB or 16GB");
   const std::string unit = text.substr(used);
   double mult = 1;
   if (unit == "" || unit == "B")
@@ -53,7 +56,12 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   else
     throw UserError(what, "unknown unit '" + unit + "'", "use B, KiB, MiB, GiB, KB, MB or GB");
   if (!(v > 0)) throw UserError(what, "must be positive", "write e.g. 24GiB");
-  return static_cast<int64_t>(v * mult);
+  // Whole bytes that an int64 holds: 1e30 or inf is no budget loom can compare with a plan, and
+  // 0.5 B none a plan can fit.
+  const double bytes = v * mult;
+  if (!(bytes < 0x1p63)) throw UserError(what, "'" + text + "' is too large (at most 8 EiB)", "write e.g. 24GiB");
+  if (bytes < 1) throw UserError(what, "'" + text + "' is less than one byte", "write e.g. 24GiB");
+  return static_cast<int64_t>(bytes);
 }
 
 namespace {
@@ -535,7 +543,7 @@ FitChoice Fitter::smallest() {
   return least;
 }
 
-FitChoice Fitter::fit(int64_t budget) {
+FitChoice Fitter::fit(int64_t budget, const std::string& budget_key) {
   const std::vector<int64_t> counts = minibatch_counts();
   // Proven while every search proved its answer least, and the minibatch counts before the
   // answer's that nothing fits.
@@ -558,16 +566,33 @@ FitChoice Fitter::fit(int64_t budget) {
   FitChoice least = smallest();
   least.proven_least = false;  // outside the search space
   if (least.total_bytes <= budget) return least;
+  // The search may have planned a smaller mixed choice than smallest()'s uniform ones: name the
+  // least of all, a total that fits.
+  for (const auto& [key, f] : plans_by_choice_)
+    if (f.total_bytes < least.total_bytes) least = f;
   const bool fixed = least.fixed_bytes >= least.arena_bytes;
-  throw UserError(
-      "train.memory_budget",
-      fmt::format("no choice fits {}: the smallest plan is {} ({} B; {}), of which parameters, gradients, "
-                  "optimizer state and inputs are {} and activations with kernel workspace {}",
-                  format_bytes(budget), format_bytes(least.total_bytes), least.total_bytes, describe_choice(least),
-                  format_bytes(least.fixed_bytes), format_bytes(least.arena_bytes)),
-      fixed ? "the parameters and optimizer state dominate: a smaller model, or more ranks with "
-              "optimizer.shard=state+grads"
-            : "the activations dominate: a smaller data.batch_size or data.seq_len, or model.dtype=bfloat16");
+  std::string fix = "the activations dominate: a smaller data.batch_size or data.seq_len, or model.dtype=bfloat16";
+  if (fixed) {
+    const bool lora = c_.model.lora.enabled();
+    if (lora && c_.model.lora.base_dtype != LoraBaseDType::nf4)
+      fix = "the frozen base dominates: a smaller lora.base_dtype (nf4 stores it in about 1/7 of float32)";
+    else if (!lora && c_.optimizer.shard == OptimizerShard::none)
+      fix =
+          "parameters, gradients and optimizer state dominate: more ranks (mpirun) with "
+          "optimizer.shard=state+grads or params, or a smaller model";
+    else if (!lora && c_.optimizer.shard != OptimizerShard::params)
+      fix =
+          "parameters, gradients and optimizer state dominate: optimizer.shard=params, more ranks, or a smaller model";
+    else
+      fix = "the model dominates: more ranks (mpirun), or a smaller model";
+  }
+  throw UserError(budget_key,
+                  fmt::format("no choice fits {} ({} B): the smallest plan found is {} ({} B; {}), of which "
+                              "parameters, gradients, optimizer state, inputs and buffers are {} and activations "
+                              "with kernel workspace {}",
+                              format_bytes(budget), budget, format_bytes(least.total_bytes), least.total_bytes,
+                              describe_choice(least), format_bytes(least.fixed_bytes), format_bytes(least.arena_bytes)),
+                  fix);
 }
 
 std::vector<Fitter::FitPoint> Fitter::frontier(int steps) {

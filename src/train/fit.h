@@ -95,9 +95,10 @@ class Fitter {
   std::vector<int64_t> minibatch_counts() const;
   // The exact plan of a choice (one full build and plan, remembered).
   FitChoice plan(const std::vector<LayerRemat>& layers, int64_t num_minibatches, int64_t head_chunk);
-  // The least-recompute choice whose plan totals at most `budget`; UserError naming the smallest
-  // total that fits, and what dominates it, when none does.
-  FitChoice fit(int64_t budget);
+  // The least-recompute choice whose plan totals at most `budget`; when none does, a UserError
+  // naming `budget_key` (where the budget came from), the least total of any plan made (one that
+  // fits) and what dominates it.
+  FitChoice fit(int64_t budget, const std::string& budget_key = "train.memory_budget");
   // The least-recompute choice at each of `steps` + 1 budgets evenly spaced from the no-remat plan
   // down to smallest() (`loom memory --fit`), with the time and the full plans each fit took.
   struct FitPoint {

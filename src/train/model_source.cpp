@@ -46,24 +46,25 @@ ModelSource::ModelSource(const std::string& path) : path_(path), dir_(path) {
   description_ = "the loom checkpoint " + dir_;
 }
 
-void ModelSource::load_params(Executor& ex) const {
+void ModelSource::load_params(Executor& ex, const std::function<void()>& progress) const {
   if (hf_) {
     // A LoRA program takes its frozen base from here; its adapters start fresh.
-    load_hf_params(ex, config_.model, path_, nn::base_subset(ex.graph()));
+    load_hf_params(ex, config_.model, path_, nn::base_subset(ex.graph()), nullptr, kInitSliceValues, progress);
     return;
   }
   // The file layout is the checkpoint's (model.scan_layers), whatever the new run's is.
-  load_checkpoint_params(ex, verified({}));
+  load_checkpoint_params(ex, verified(progress), progress);
 }
 
 void ModelSource::load_params(Trainer& t) const {
-  if (!t.params_sharded()) return load_params(t.executor());
   const auto progress = [&t] { t.comm().keep_alive(); };  // the other ranks wait for this one's disk
+  if (!t.params_sharded()) return load_params(t.executor(), progress);
   // A Hugging Face tensor's slices pass through three buffers (its bytes as read, their float32
   // values, a run gathered for the shard): together the plan's checkpoint stream buffer.
   constexpr auto kSlice = static_cast<int64_t>(kStreamBytes / (3 * sizeof(float)));
   if (hf_)
-    load_hf_params(t.model().graph, t.param_sink(), config_.model, path_, nn::ParamSubset::all, nullptr, kSlice);
+    load_hf_params(t.model().graph, t.param_sink(), config_.model, path_, nn::ParamSubset::all, nullptr, kSlice,
+                   progress);
   else
     restore_params(t, verified(progress), progress);
 }

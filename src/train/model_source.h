@@ -41,11 +41,13 @@ class ModelSource {
   // Loads every parameter of `ex`, a program built from a model whose architecture keys equal
   // keys()' (the training or decoding program). Reads and verifies the tensors (a loom run
   // directory: its newest checkpoint that verifies); problems are UserErrors naming the file and
-  // the tensor.
-  void load_params(Executor& ex) const;
+  // the tensor. `progress` is called before every read (Comm::keep_alive).
+  void load_params(Executor& ex, const std::function<void()>& progress = {}) const;
   // The same into a trainer, each rank what it holds: with sharded parameters (optimizer.shard =
   // params) only its slice of each, read by offset (io/hf.h's load_hf_params into a sink;
-  // restore_params for a loom checkpoint) through bounded buffers, never a whole parameter.
+  // restore_params for a loom checkpoint) through bounded buffers, never a whole parameter. Each
+  // rank tells the others, which may wait for it in a collective meanwhile, that it is busy
+  // (Comm::keep_alive) before every read, so a slow disk is not taken for a hung rank.
   void load_params(Trainer& t) const;
   // The directory holding its files (a run directory's newest checkpoint; once load_params has
   // read it, the checkpoint it loaded), where

@@ -42,10 +42,10 @@ const std::vector<KeySpec<TrainConfig>>& train_keys() {
           "more than one rank (mpirun): gradients are summed over ranks in buckets of this many KiB, each as "
           "soon as the backward has written it (no effect on the result)",
           REF(bucket_kib)),
-      string<TrainConfig>("train.memory_budget",
-                          "model.remat = auto: bytes the run may plan, e.g. 20GiB (empty: the memory available to each "
-                          "rank on this machine)",
-                          REF(memory_budget)),
+      size<TrainConfig>("train.memory_budget",
+                        "model.remat = auto: bytes the run may plan, e.g. 20GiB (empty: the memory available to each "
+                        "rank on this machine)",
+                        REF(memory_budget)),
       number<TrainConfig>(
           "train.collective_timeout",
           "more than one rank: seconds a rank waits for the others in a collective before it asks which are "

@@ -171,6 +171,12 @@ void refuse_unless_it_fits(const Config& c, Backend& be, const TrainProgram& pro
                 (c.optimizer.shard != OptimizerShard::state_grads ? ", or optimizer.shard=state+grads" : "");
       hint += comm.size() > 1 ? fmt::format(" (`loom memory --ranks {}` shows a rank's plan)", comm.size())
                               : std::string(" (`loom memory` shows the plan)");
+      // model.remat = auto fitted the plan to a budget above what this machine has.
+      if (c.model.remat.has(RematRegion::auto_) && !c.train.memory_budget.empty())
+        hint = fmt::format(
+            "train.memory_budget = {} is more than this machine has{}: lower it, or leave it empty "
+            "to fit the memory available",
+            c.train.memory_budget, on_host > 1 ? " for its ranks" : "");
       refusal.emplace(c.source, fmt::format("the run needs {} but {:.2f} GiB are available", what, available / kGiB),
                       hint);
     }

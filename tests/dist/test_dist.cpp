@@ -5,9 +5,11 @@
 // killed rank ends the job with a message naming it (never a hang), checkpoints resume with any
 // rank count, and two hosts (network namespaces) train like one. Skips (with a message) where
 // mpirun is not installed, and the two-host case where network namespaces cannot be made.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -592,6 +594,29 @@ int latest_checkpoint_step(const fs::path& run) {
   return best;
 }
 
+// Rank 0 owns the run directory: a user's entry under a checkpoint's name that the run would write
+// over is refused there before anything is built, a resume in place included (not at its first
+// save), and every rank ends with its one message, without MPI_Abort; nothing changes on disk.
+TEST(Dist, AUsersEntryInTheRunDirectoryStopsEveryRankBeforeAStep) {
+  REQUIRE_MPIRUN();
+  const fs::path out = scratch("users_entry"), fresh = scratch("users_entry_fresh");
+  ASSERT_EQ(loom_on(2, train_args(out, "train.eval_interval=0 --steps 2")).status, 0);
+  std::ofstream(out / "ckpt_000004") << "USERDATA\n";
+  std::ofstream(fresh / "best") << "USERDATA\n";
+  const auto metrics = file_bytes(out / "metrics.jsonl");
+  for (const auto& [dir, args] : {std::pair{out / "ckpt_000004", "train --resume " + out.string() + " --steps 4"},
+                                  std::pair{fresh / "best", train_args(fresh, "--steps 2")}}) {
+    const RunResult r = loom_on(2, args);
+    EXPECT_EQ(r.status, 2) << r.out;  // 134 would be an abort, 124 a hang
+    EXPECT_EQ(count(r.out, dir.string() + ": is a file, not a checkpoint loom wrote"), 1u) << "one message:\n" << r.out;
+    EXPECT_EQ(r.out.find("stopping every rank"), std::string::npos) << "not ended by MPI_Abort:\n" << r.out;
+    EXPECT_EQ(r.out.find("program:"), std::string::npos) << "refused before the trainer is built:\n" << r.out;
+    EXPECT_TRUE(file_bytes(dir) == std::vector<char>({'U', 'S', 'E', 'R', 'D', 'A', 'T', 'A', '\n'})) << dir;
+  }
+  EXPECT_TRUE(file_bytes(out / "metrics.jsonl") == metrics);
+  EXPECT_FALSE(fs::exists(fresh / "loom-run.json"));
+}
+
 // The README allows a copy of the run on each host instead of a shared file system: a stale copy
 // (here its latest checkpoint deleted) must not train on with state that differs between ranks.
 TEST(Dist, RanksThatResumedDifferentStatesStopBeforeAnythingIsWritten) {
@@ -653,13 +678,18 @@ TEST(Dist, RanksThatResumedDifferentStatesStopBeforeAnythingIsWritten) {
 
 TEST(Dist, OneFailingRankStopsTheJobWithItsMessage) {
   REQUIRE_MPIRUN();
-  // Only rank 0 looks at the run directory: it fails alone while rank 1 goes on (as far as its
-  // Trainer's first collective).
+  // Only rank 0 takes the lock of the run it resumes, before the ranks first meet: with the lock
+  // held here (as by a run still going) it fails alone while rank 1 goes on (as far as its first
+  // collective).
   const fs::path out = scratch("occupied");
   ASSERT_EQ(loom_on(0, train_args(out, "train.steps=2")).status, 0);
-  const RunResult r = loom_on(2, "train " + fixture().config.string() + kBase + "--out " + out.string());
+  const int fd = open((out / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+  const RunResult r = loom_on(2, "train --resume " + out.string() + " --steps 4");
+  close(fd);
   EXPECT_NE(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("already holds a run"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is in use by another loom process"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 0 of 2 failed"), std::string::npos) << r.out;
 }
 
@@ -981,14 +1011,8 @@ TEST(Dist, ARankLoadingSlowlyIsNotTakenForHung) {
   }
 }
 
-// ZeRO-3 fine-tuning (model.init_from): each rank reads its slice of every parameter out of a
-// Hugging Face directory (GPT-2's permuted c_attn columns; Llama's transposed, q/k/v-packed
-// matrices) or a loom run saved with stacked layers (model.scan_layers), and trains as
-// optimizer.shard = state+grads does from the same model, bit for bit: both update their chunk
-// from the same reduce-scattered sums, and the forward computes with the same values whether they
-// stay whole or are gathered. A rank that loaded any element wrong starts from another model.
-TEST(Dist, ShardedParametersFineTuneFromAHuggingFaceModelOrALoomRunLikeStateAndGrads) {
-  REQUIRE_MPIRUN();
+// A fine-tune of the Hugging Face fixtures (tests/golden/hf/) on random tokens below 20, 10 steps.
+fs::path fine_tune_config() {
   const fs::path config = scratch("params_init_config") / "ft.toml";
   std::ofstream(config) << R"(seed = 7
 threads = 1
@@ -1006,6 +1030,37 @@ seq_len = 16
 steps = 10
 eval_interval = 0
 )";
+  return config;
+}
+
+// A rank that reads its part of a Hugging Face model slowly but steadily for model.init_from (its
+// first 12 reads take a second each: three times the deadline of 4 s in all), while rank 0 waits
+// for it in the first step's collectives, tells rank 0 that it is busy: the run trains. With
+// sharded parameters each rank reads its slices; without, all of the model.
+TEST(Dist, ARankLoadingAHuggingFaceModelSlowlyIsNotTakenForHung) {
+  REQUIRE_MPIRUN();
+  for (const char* shard : {"params", "none"}) {
+    const fs::path out = scratch(std::string("slow_hf_") + shard);
+    const RunResult r = loom_with_slow_disk(
+        1, "pread", "model.safetensors", 1,
+        fmt::format("train {} model.init_from={} optimizer.shard={} train.collective_timeout=4 --steps 2 --out {}",
+                    fine_tune_config().string(), loom::testing::hf_golden("gpt2"), shard, out.string()),
+        "LOOM_SLOW_TIMES=12 ");
+    ASSERT_EQ(r.status, 0) << shard << ":\n" << r.out;
+    EXPECT_EQ(r.out.find("waited"), std::string::npos) << shard << ":\n" << r.out;
+    EXPECT_TRUE(fs::exists(out / "ckpt_000002" / "state.json")) << r.out;
+  }
+}
+
+// ZeRO-3 fine-tuning (model.init_from): each rank reads its slice of every parameter out of a
+// Hugging Face directory (GPT-2's permuted c_attn columns; Llama's transposed, q/k/v-packed
+// matrices) or a loom run saved with stacked layers (model.scan_layers), and trains as
+// optimizer.shard = state+grads does from the same model, bit for bit: both update their chunk
+// from the same reduce-scattered sums, and the forward computes with the same values whether they
+// stay whole or are gathered. A rank that loaded any element wrong starts from another model.
+TEST(Dist, ShardedParametersFineTuneFromAHuggingFaceModelOrALoomRunLikeStateAndGrads) {
+  REQUIRE_MPIRUN();
+  const fs::path config = fine_tune_config();
   const fs::path stacked = scratch("params_init_stacked");
   ASSERT_EQ(loom_on(0, train_args(stacked, "model.scan_layers=true train.steps=5")).status, 0);
   for (const auto& [name, source, more] : {std::tuple{"gpt2", loom::testing::hf_golden("gpt2"), ""},

@@ -123,8 +123,13 @@ timeout 120 "$browser" "${flags[@]}" --screenshot="$out/memory_hover.png" "file:
 # The frontier: budgets and choices from `--fit --json`, the page fitted to the middle budget.
 (cd "$src" && "$loom" memory "${tiny[@]}" model.remat=auto --fit --json >"$out/fit.json" 2>"$out/fit.log")
 check $? "loom memory --fit --json"
-mapfile -t budgets < <(grep -o '"budget_bytes": [0-9]*' "$out/fit.json" | grep -o '[0-9]*$')
-mapfile -t choices < <(grep -o '"choice": "[^"]*"' "$out/fit.json" | sed 's/^"choice": "//; s/"$//')
+# The frontier's rows, not the choice for the budget that follows them (marked "chosen": true);
+# keys are sorted, so a row's budget and choice come before its "chosen".
+rows=$(awk '/"budget_bytes":/ { b = $2; sub(/,$/, "", b) }
+            /"choice":/ { c = $0; sub(/^ *"choice": "/, "", c); sub(/",?$/, "", c) }
+            /"chosen": false/ { print b "\t" c }' "$out/fit.json")
+mapfile -t budgets < <(printf '%s\n' "$rows" | cut -f1)
+mapfile -t choices < <(printf '%s\n' "$rows" | cut -f2)
 points=${#budgets[@]}
 [ "$points" -gt 2 ] && [ "${#choices[@]}" = "$points" ]
 check $? "the frontier has $points points with a choice each"

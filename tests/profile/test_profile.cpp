@@ -569,12 +569,16 @@ TEST(ProfileCli, MemoryHtmlFlag) {
   EXPECT_FALSE(page_data(read(d / "m.html")).contains("frontier"));
 }
 
-// `loom memory CONFIG --fit --json`'s rows (run from the source tree, so CONFIG is the default
-// configs/shakespeare_char.toml).
+// `loom memory CONFIG --fit --json`'s frontier rows (run from the source tree, so CONFIG is the
+// default configs/shakespeare_char.toml), without the choice for the budget that follows them
+// with model.remat = auto.
 json fit_rows(const std::vector<std::string>& ov) {
   const testing::RunResult j = run("memory" + joined(ov) + " --fit --json");
   EXPECT_EQ(j.status, 0) << j.out;
-  return json::parse(j.out.substr(j.out.find("[\n")));  // after what measuring the ceiling said
+  json rows = json::array();
+  for (json& x : json::parse(j.out.substr(j.out.find("[\n"))))  // after what measuring the ceiling said
+    if (!x["chosen"].get<bool>()) rows.push_back(std::move(x));
+  return rows;
 }
 
 // `loom memory CONFIG model.remat=auto --budget B --json`: the choice `loom memory` plans for B.
@@ -627,6 +631,30 @@ TEST(ProfileCli, FitPrintsTheFrontier) {
   EXPECT_EQ(page["frontier"]["chosen"]["choice"], chosen["choice"]);
   // The plan drawn is the chosen one's.
   EXPECT_EQ(page["arena_bytes"], m["activations_bytes"].get<int64_t>() + m["workspace_bytes"].get<int64_t>());
+  // --json holds the choice for --budget too: the frontier's rows, then it, marked chosen.
+  const testing::RunResult j = run("memory" + joined(ov) + " --fit --json --budget " + std::to_string(budget));
+  ASSERT_EQ(j.status, 0) << j.out;
+  const json with = json::parse(j.out.substr(j.out.find("[\n")));
+  ASSERT_EQ(with.size(), rows.size() + 1);
+  EXPECT_TRUE(with.back()["chosen"].get<bool>());
+  EXPECT_EQ(with.back()["budget_bytes"], budget);
+  EXPECT_EQ(with.back()["choice"], chosen["choice"]);
+}
+
+// What --fit cannot honour is refused, not ignored, and a bad --ranks says what it takes.
+TEST(ProfileCli, FitRefusesFlagsItCannotHonour) {
+  const std::vector<std::string> ov = tiny("auto", 1);
+  const testing::RunResult sweep = run("memory" + joined(ov) + " --fit --sweep model.num_layers=1,2");
+  EXPECT_EQ(sweep.status, 2) << sweep.out;
+  EXPECT_NE(sweep.out.find("--fit: does not combine with --sweep"), std::string::npos) << sweep.out;
+  const testing::RunResult inplace = run("memory" + joined(ov) + " --fit --no-inplace");
+  EXPECT_EQ(inplace.status, 2) << inplace.out;
+  EXPECT_NE(inplace.out.find("--no-inplace"), std::string::npos) << inplace.out;
+  for (const char* ranks : {"0", "-2", "abc"}) {
+    const testing::RunResult r = run("memory" + joined(ov) + " --ranks " + ranks);
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("whole number of ranks >= 1"), std::string::npos) << ranks << ": " << r.out;
+  }
 }
 
 // model.remat = auto without --fit: the page draws the frontier with the choice for --budget, the

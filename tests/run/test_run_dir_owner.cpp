@@ -113,6 +113,43 @@ TEST(RunDirOwner, AUsersEntryUnderACheckpointsNameIsRefused) {
   EXPECT_TRUE(fs::exists(elsewhere / "ckpt_000002" / "state.json"));
 }
 
+// Resuming in place, the names the run can still write (best, a later ckpt_<step>) are checked
+// before anything is built or trained, as a new run's are: a user's entry there is refused by
+// name, not at the first save after steps were spent, and nothing in the directory changes. An
+// earlier step's name is never written again: a user's entry there does not stop the resume.
+TEST(RunDirOwner, AResumeInPlaceRefusesAUsersEntryItWouldWriteBeforeAnyStep) {
+  const fs::path out = scratch("resume_users_entry");
+  ASSERT_EQ(run(train(out, "train.eval_interval=0")).status, 0);
+  const std::string metrics = read(out / "metrics.jsonl"), config = read(out / "config.toml"),
+                    marker = read(out / "loom-run.json");
+  struct Case {
+    std::string name, what;
+    bool dir;
+  };
+  for (const Case& c :
+       {Case{"ckpt_000004", "is a file", false}, Case{"ckpt_000003", "is a directory without loom's state.json", true},
+        Case{"best", "is a file", false}}) {
+    if (c.dir) fs::create_directory(out / c.name);
+    std::ofstream(c.dir ? out / c.name / "notes.txt" : out / c.name) << "USERDATA\n";
+    const Result r = run("train --resume " + out.string() + " train.steps=4");
+    EXPECT_EQ(r.status, 2) << c.name << "\n" << r.out;
+    EXPECT_NE(r.out.find((out / c.name).string() + ": " + c.what + ", not a checkpoint loom wrote"), std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("program:"), std::string::npos) << "refused before the trainer is built:\n" << r.out;
+    EXPECT_EQ(read(c.dir ? out / c.name / "notes.txt" : out / c.name), "USERDATA\n") << c.name;
+    EXPECT_EQ(read(out / "metrics.jsonl"), metrics) << c.name;
+    EXPECT_EQ(read(out / "config.toml"), config) << c.name;
+    EXPECT_EQ(read(out / "loom-run.json"), marker) << c.name;
+    EXPECT_FALSE(fs::exists(out / "ckpt_000004" / "state.json")) << c.name;
+    fs::remove_all(out / c.name);
+  }
+  std::ofstream(out / "ckpt_000001") << "USERDATA\n";
+  const Result r = run("train --resume " + out.string() + " train.steps=4");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(fs::exists(out / "ckpt_000004" / "state.json"));
+  EXPECT_EQ(read(out / "ckpt_000001"), "USERDATA\n");
+}
+
 TEST(RunDirOwner, LoomsOwnFilesAreReplacedWithOrWithoutTheMarker) {
   const fs::path out = scratch("legacy");
   ASSERT_EQ(run(train(out, "")).status, 0);

@@ -15,8 +15,12 @@
 #include <string>
 #include <thread>
 
+#include "backend/registry.h"
 #include "io/safetensors.h"
 #include "support/run_fixture.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -393,24 +397,31 @@ TEST(RunSafety, OverwriteValidatesFirstAndDeletesOnlyLoomsFiles) {
   EXPECT_FALSE(fs::exists(out.parent_path() / "never_made"));
 }
 
-// A save never replaces what loom did not write under a checkpoint's name (put there while a run
-// stood still, found by a resume): the run ends naming it, and it stays as it was, with the
-// checkpoint before it (by renameat2's exchange and, in run.safety_with_plain_rename, by plain
-// renames).
+// A save never replaces what loom did not write under a checkpoint's name (put there while the run
+// trains: a resume refuses one before it starts, RunDirOwner): it fails naming it, the entry stays
+// as it was and nothing staged is left (by renameat2's exchange and, in
+// run.safety_with_plain_rename, by plain renames).
 TEST(RunSafety, ASaveNeverReplacesAUsersEntry) {
-  const fs::path out = scratch("users_entry");
-  ASSERT_EQ(run(train(out, "train.steps=2")).status, 0);
-  const auto saved = file_bytes(out / "ckpt_000002" / "model.safetensors");
-  const fs::path mine = out / "ckpt_000004";
+  auto be = loom::make_backend(loom::Device::cpu);
+  const loom::Config c = loom::default_config(
+      {"device=cpu", "data.kind=random_tokens", "data.batch_size=2", "data.seq_len=8", "data.vocab_size=12",
+       "model.kind=transformer", "model.block_order=attn_first", "model.hidden_size=16", "model.head_dim=8",
+       "model.num_layers=1", "model.vocab_size=12", "model.num_outputs=12", "model.max_seq_len=8"});
+  const loom::Trainer t(c, *be);
+  const fs::path out = scratch("users_entry"), mine = out / "ckpt_000004";
   for (const bool dir : {false, true}) {
     fs::remove_all(mine);
     if (dir) fs::create_directory(mine);
     std::ofstream(dir ? mine / "notes.txt" : mine) << "USERDATA\n";
-    const Result r = run("train --resume " + out.string() + " train.steps=4");
-    EXPECT_NE(r.status, 0) << r.out;
-    EXPECT_NE(r.out.find(mine.string() + ": is not a checkpoint loom wrote"), std::string::npos) << r.out;
+    try {
+      loom::save_checkpoint(t, loom::CheckpointState{.config_toml = loom::config_to_toml(c), .step = 4}, mine.string());
+      ADD_FAILURE() << "saved over " << mine;
+    } catch (const loom::UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(mine.string() + ": is not a checkpoint loom wrote"), std::string::npos)
+          << e.what();
+    }
     EXPECT_EQ(read(dir ? mine / "notes.txt" : mine), "USERDATA\n");
-    EXPECT_EQ(file_bytes(out / "ckpt_000002" / "model.safetensors"), saved);
+    for (const auto& e : fs::directory_iterator(out)) EXPECT_EQ(e.path(), mine) << "left behind";
   }
 }
 

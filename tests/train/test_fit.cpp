@@ -314,19 +314,45 @@ TEST(Fit, MoreMinibatchesWhenRematIsNotEnough) {
 TEST(Fit, ImpossibleBudgetNamesTheSmallestTotal) {
   Fitter f(tiny(2));
   const int64_t smallest = f.smallest().total_bytes;
+  int64_t named = 0;
   try {
-    f.fit(smallest - 1);
+    f.fit(smallest - 1, "--budget");
     FAIL() << "no error";
   } catch (const UserError& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("train.memory_budget"), std::string::npos) << m;
-    EXPECT_NE(m.find("smallest plan"), std::string::npos) << m;
-    // In human units, with the exact total to set a budget from.
-    EXPECT_NE(m.find("no choice fits " + format_bytes(smallest - 1)), std::string::npos) << m;
-    EXPECT_NE(m.find(fmt::format("is {} ({} B;", format_bytes(smallest), smallest)), std::string::npos) << m;
+    EXPECT_EQ(e.subject(), "--budget");
+    EXPECT_NE(m.find("smallest plan found"), std::string::npos) << m;
+    // In human units and exact bytes, the budget's and the total's, to set a budget from.
+    EXPECT_NE(m.find(fmt::format("no choice fits {} ({} B)", format_bytes(smallest - 1), smallest - 1)),
+              std::string::npos)
+        << m;
+    const size_t at = m.find("found is ");
+    ASSERT_NE(at, std::string::npos) << m;
+    const size_t open = m.find('(', at);
+    named = std::stoll(m.substr(open + 1));
+    EXPECT_NE(m.find(fmt::format("found is {} ({} B;", format_bytes(named), named)), std::string::npos) << m;
     EXPECT_NE(e.hint().find("dominate"), std::string::npos) << e.hint();
   }
-  EXPECT_EQ(f.fit(smallest).total_bytes, smallest);
+  // The total named is a plan's that fits: no larger than the smallest uniform choice, and a
+  // budget of it is met.
+  EXPECT_LE(named, smallest);
+  EXPECT_LE(f.fit(named).total_bytes, named);
+}
+
+// Sizes are whole bytes of a decimal number with a unit; what no plan can be compared with is
+// refused naming the key.
+TEST(Fit, BudgetTextIsABoundedDecimalSize) {
+  EXPECT_EQ(parse_bytes("3000000000", "k"), 3000000000);
+  EXPECT_EQ(parse_bytes("1.5GiB", "k"), int64_t{3} << 29);
+  EXPECT_EQ(parse_bytes("2KB", "k"), 2000);
+  for (const char* bad : {"1e30", "inf", "nan", "0x10GiB", "0.5", "0", "-1GiB", "abc", "12 GiB", "12GiBx"}) {
+    try {
+      parse_bytes(bad, "train.memory_budget");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const UserError& e) {
+      EXPECT_EQ(e.subject(), "train.memory_budget") << bad;
+    }
+  }
 }
 
 TEST(Fit, TrainerRunsTheChoiceWithTheGradientsOfNoRemat) {

@@ -327,6 +327,25 @@ TEST(MemoryExact, TheFitCheckCountsWhatLoomMemoryCounts) {
   }
 }
 
+// model.remat = auto fitted to a train.memory_budget above what the machine has: the refusal's fix
+// is to lower the budget (or leave it empty), not to shrink the activations by hand.
+TEST(MemoryExact, ABudgetAboveTheMachineIsTheFix) {
+  Config c = on_prepared_tokens("bfloat16", "auto", 0);
+  c.train.memory_budget = "1000GiB";
+  set_num_threads(static_cast<int>(c.threads));
+  auto cpu = make_backend("cpu");
+  CountingBackend be(*cpu);
+  be.set_memory_available(memory_report(on_prepared_tokens("bfloat16", "MLP,Attn", 0), 0).total_bytes);
+  try {
+    Trainer t(c, be);
+    ADD_FAILURE() << "a plan above the memory available started";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("GiB are available"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("train.memory_budget = 1000GiB is more than this machine has"), std::string::npos)
+        << e.hint();
+  }
+}
+
 // One process standing for one of two ranks of a job on this machine: the single-process
 // communicator's collectives, but two ranks sharing the machine's memory.
 class OneOfTwoOnThisHost final : public dist::Comm {

@@ -87,6 +87,51 @@ void hf_check_decoder(const ModelConfig& c, const HfNeeds& need) {
   need(!c.transformer.scale_embeddings, "model.scale_embeddings", std::string("is true") + gemma);
 }
 
+std::vector<ArchKey> hf_read_decoder(const std::string& architecture, const HfDecoderSizes& s, ModelConfig& m) {
+  m.kind = ModelKind::transformer;
+  m.hidden_size = s.hidden_size;
+  m.layer_norm_eps = s.norm_eps;
+  transformer::Config& t = m.transformer;
+  t.num_layers = s.num_layers;
+  t.head_dim = s.head_dim;
+  t.num_heads = s.num_heads;
+  t.num_kv_heads = s.num_kv_heads;
+  t.intermediate_size = s.intermediate_size;
+  t.vocab_size = t.num_outputs = s.vocab_size;
+  t.max_seq_len = s.max_positions;
+  t.tie_embeddings = s.tie_embeddings;
+  t.block_order = BlockOrder::attn_first;
+  t.position = PositionKind::rope;
+  t.use_bias = false;
+  t.qkv_bias = s.qkv_bias;
+  t.causal_mask = true;
+  t.embed_dropout = false;
+  t.init = InitScheme::gpt2;
+  const std::string& a = architecture;
+  const auto n = [](auto v) { return nlohmann::json(v).dump(); };
+  return {
+      {.key = "model.kind", .origin = a},
+      {.key = "model.hidden_size", .origin = "hidden_size = " + n(s.hidden_size)},
+      {.key = "model.num_layers", .origin = "num_hidden_layers = " + n(s.num_layers)},
+      {.key = "model.head_dim", .origin = "head_dim = " + n(s.head_dim)},
+      {.key = "model.num_heads", .origin = "num_attention_heads = " + n(s.num_heads)},
+      {.key = "model.num_kv_heads", .origin = "num_key_value_heads = " + n(s.num_kv_heads)},
+      {.key = "model.intermediate_size", .origin = "intermediate_size = " + n(s.intermediate_size)},
+      {.key = "model.vocab_size", .origin = "vocab_size = " + n(s.vocab_size)},
+      {.key = "model.num_outputs", .origin = "vocab_size = " + n(s.vocab_size)},
+      {.key = "model.max_seq_len", .origin = "max_position_embeddings = " + n(s.max_positions)},
+      {.key = "model.layer_norm_eps", .origin = "rms_norm_eps = " + n(s.norm_eps)},
+      {.key = "model.tie_embeddings", .origin = "tie_word_embeddings = " + n(s.tie_embeddings)},
+      {.key = "model.block_order", .origin = a + " (attention before MLP)"},
+      {.key = "model.position", .origin = a + " (rotary embeddings)"},
+      {.key = "model.use_bias", .origin = a + (s.qkv_bias ? " (biases on q, k and v only)" : " (no biases)")},
+      {.key = "model.qkv_bias", .origin = a + (s.qkv_bias ? " (biases on q, k and v)" : " (no biases)")},
+      {.key = "model.causal_mask", .origin = a + " (causal)"},
+      {.key = "model.embed_dropout", .origin = a + " (no embedding dropout)", .fixed = false},
+      {.key = "model.init", .origin = a, .fixed = false},
+  };
+}
+
 void hf_read_rope(const HfConfigJson& j, int64_t max_positions, ModelConfig& m, std::vector<ArchKey>& keys) {
   // transformers 5 takes rope_scaling when it is a non-empty object, else rope_parameters; a
   // rope_theta inside it wins over the top-level one (4.x's spelling).

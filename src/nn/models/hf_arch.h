@@ -156,6 +156,24 @@ struct HfMapBuilder {
 // scale_embeddings).
 void hf_check_decoder(const ModelConfig& c, const HfNeeds& need);
 
+// The sizes a rotary decoder's config.json gives (the Llama-style rows, Gemma 3), as its row read
+// them with its config class's defaults.
+struct HfDecoderSizes {
+  int64_t hidden_size = 0, num_layers = 0;
+  int64_t num_heads = 0, num_kv_heads = 0;  // num_attention_heads, num_key_value_heads
+  int64_t head_dim = 0, intermediate_size = 0, vocab_size = 0;
+  int64_t max_positions = 0;    // max_position_embeddings
+  double norm_eps = 0;          // rms_norm_eps
+  bool tie_embeddings = false;  // tie_word_embeddings
+  bool qkv_bias = false;        // biases on q_proj, k_proj and v_proj (Qwen2) and on no other layer
+};
+// Sets `m` (loom's defaults on entry) to the transformer of these sizes with what every such row
+// shares: block_order attn_first, position rope, causal attention, no biases but qkv_bias, no
+// embedding dropout, GPT-2's init; returns the model.* keys it decides, their origins naming
+// config.json's keys or `architecture`. The row then sets its norm, MLP, window and own options
+// and appends their keys.
+std::vector<ArchKey> hf_read_decoder(const std::string& architecture, const HfDecoderSizes& s, ModelConfig& m);
+
 // Rotary embeddings as config.json gives them (Llama-style rows): rope_theta, and the rope type
 // with its parameters from rope_parameters (transformers 5) or rope_scaling (4.x; 5 lets a
 // non-null one win). Sets m's model.rope_* keys and appends them to `keys`; a rope_type other

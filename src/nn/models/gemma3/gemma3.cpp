@@ -116,12 +116,18 @@ double read_theta(const HfConfigJson& j, const char* type, const char* legacy) {
 
 void read_config(const HfConfigJson& file, ModelConfig& m, std::vector<ArchKey>& keys) {
   const HfConfigJson j(file, defaults());
-  const int64_t hidden = j.integer("hidden_size", 0), layers = j.integer("num_hidden_layers", 0);
-  const int64_t heads = j.integer("num_attention_heads", 0), kv = j.integer("num_key_value_heads", 0);
-  const int64_t head_dim = j.integer("head_dim", 0), inter = j.integer("intermediate_size", 0);
-  const int64_t vocab = j.integer("vocab_size", 0), positions = j.integer("max_position_embeddings", 0);
-  if (heads % kv != 0) j.fail("num_key_value_heads", "does not divide num_attention_heads = " + std::to_string(heads));
-  const double eps = j.number("rms_norm_eps", 0), qpas = j.number("query_pre_attn_scalar", 0);
+  HfDecoderSizes d{.hidden_size = j.integer("hidden_size", 0),
+                   .num_layers = j.integer("num_hidden_layers", 0),
+                   .num_heads = j.integer("num_attention_heads", 0),
+                   .num_kv_heads = j.integer("num_key_value_heads", 0),
+                   .head_dim = j.integer("head_dim", 0),
+                   .intermediate_size = j.integer("intermediate_size", 0),
+                   .vocab_size = j.integer("vocab_size", 0),
+                   .max_positions = j.integer("max_position_embeddings", 0)};
+  if (d.num_heads % d.num_kv_heads != 0)
+    j.fail("num_key_value_heads", "does not divide num_attention_heads = " + std::to_string(d.num_heads));
+  d.norm_eps = j.number("rms_norm_eps", 0);
+  const double qpas = j.number("query_pre_attn_scalar", 0);
   for (const char* act_key : {"hidden_activation", "hidden_act"})
     if (const std::string act = j.text(act_key, "gelu_pytorch_tanh"); act != "gelu_pytorch_tanh")
       j.fail(act_key, "is \"" + act + "\"; loom's GeGLU MLP (model.mlp = geglu) uses the tanh GELU, gelu_pytorch_tanh");
@@ -135,77 +141,42 @@ void read_config(const HfConfigJson& file, ModelConfig& m, std::vector<ArchKey>&
       j.fail("rope_scaling", "is " + s->dump() +
                                  "; loom runs Gemma 3's default rotary frequencies (gemma-3-270m and 1b), not the "
                                  "scaled global layers of the larger models");
-  const int64_t pattern = read_pattern(j, layers);
+  const int64_t pattern = read_pattern(j, d.num_layers);
   const int64_t window = j.find("sliding_window") ? j.integer("sliding_window", 0) : 0;
   if (window == 0 && pattern != 1) j.fail("sliding_window", "is null, but layer_types has sliding-window layers");
   const double theta = read_theta(j, kFull, "rope_theta"), local = read_theta(j, kSliding, "rope_local_base_freq");
-  const bool tied = j.boolean("tie_word_embeddings", true);
+  d.tie_embeddings = j.boolean("tie_word_embeddings", true);
 
-  m.kind = ModelKind::transformer;
-  m.hidden_size = hidden;
-  m.transformer.num_layers = layers;
-  m.transformer.head_dim = head_dim;
-  m.transformer.num_heads = heads;
-  m.transformer.num_kv_heads = kv;
-  m.transformer.intermediate_size = inter;
-  m.transformer.vocab_size = m.transformer.num_outputs = vocab;
-  m.transformer.max_seq_len = positions;
-  m.layer_norm_eps = eps;
-  m.transformer.block_order = BlockOrder::attn_first;
+  const std::string a = kArchitecture;
+  keys = hf_read_decoder(a, d, m);
   m.transformer.norm = NormKind::gemma_rmsnorm;
   m.transformer.post_norms = true;
   m.transformer.qk_norm = true;
   m.transformer.mlp = MlpKind::geglu;
-  m.transformer.position = PositionKind::rope;
   m.transformer.rope_theta = theta;
   m.transformer.rope_local_theta = local;
   m.transformer.rope_scaling = RopeScaling::none;
-  m.transformer.use_bias = false;
-  m.transformer.qkv_bias = false;
   m.transformer.sliding_window = window;
   m.transformer.sliding_window_pattern = pattern;
   m.transformer.query_pre_attn_scalar = qpas;
   m.transformer.scale_embeddings = true;
-  m.transformer.tie_embeddings = tied;
-  m.transformer.causal_mask = true;
-  m.transformer.embed_dropout = false;
-  m.transformer.init = InitScheme::gpt2;
-  const std::string a = kArchitecture;
   const auto n = [](auto v) { return nlohmann::json(v).dump(); };
-  keys = {
-      {.key = "model.kind", .origin = a},
-      {.key = "model.hidden_size", .origin = "hidden_size = " + n(hidden)},
-      {.key = "model.num_layers", .origin = "num_hidden_layers = " + n(layers)},
-      {.key = "model.head_dim", .origin = "head_dim = " + n(head_dim)},
-      {.key = "model.num_heads", .origin = "num_attention_heads = " + n(heads)},
-      {.key = "model.num_kv_heads", .origin = "num_key_value_heads = " + n(kv)},
-      {.key = "model.intermediate_size", .origin = "intermediate_size = " + n(inter)},
-      {.key = "model.vocab_size", .origin = "vocab_size = " + n(vocab)},
-      {.key = "model.num_outputs", .origin = "vocab_size = " + n(vocab)},
-      {.key = "model.max_seq_len", .origin = "max_position_embeddings = " + n(positions)},
-      {.key = "model.layer_norm_eps", .origin = "rms_norm_eps = " + n(eps)},
-      {.key = "model.tie_embeddings", .origin = "tie_word_embeddings = " + n(tied)},
-      {.key = "model.block_order", .origin = a + " (attention before MLP)"},
-      {.key = "model.norm", .origin = a + " (Gemma3RMSNorm, 1 + weight)"},
-      {.key = "model.post_norms", .origin = a + " (post_attention_layernorm, post_feedforward_layernorm)"},
-      {.key = "model.qk_norm", .origin = a + " (q_norm, k_norm)"},
-      {.key = "model.mlp", .origin = "hidden_activation = \"gelu_pytorch_tanh\" (GeGLU)"},
-      {.key = "model.position", .origin = a + " (rotary embeddings)"},
-      {.key = "model.rope_theta", .origin = "the full_attention layers' rope_theta = " + n(theta)},
-      {.key = "model.rope_local_theta", .origin = "the sliding_attention layers' rope_theta = " + n(local)},
-      {.key = "model.rope_scaling", .origin = a + " (default rotary frequencies)"},
-      {.key = "model.use_bias", .origin = a + " (no biases)"},
-      {.key = "model.qkv_bias", .origin = a + " (no biases)"},
-      {.key = "model.sliding_window", .origin = "sliding_window = " + n(window)},
-      {.key = "model.sliding_window_pattern",
-       .origin = pattern > 0 ? "layer_types (every " + n(pattern) + "th layer full_attention)"
-                             : std::string("layer_types (every layer sliding_attention)")},
-      {.key = "model.query_pre_attn_scalar", .origin = "query_pre_attn_scalar = " + n(qpas)},
-      {.key = "model.scale_embeddings", .origin = a + " (embeddings times sqrt(hidden_size))"},
-      {.key = "model.causal_mask", .origin = a + " (causal)"},
-      {.key = "model.embed_dropout", .origin = a + " (no embedding dropout)", .fixed = false},
-      {.key = "model.init", .origin = a, .fixed = false},
-  };
+  keys.insert(keys.end(),
+              {
+                  {.key = "model.norm", .origin = a + " (Gemma3RMSNorm, 1 + weight)"},
+                  {.key = "model.post_norms", .origin = a + " (post_attention_layernorm, post_feedforward_layernorm)"},
+                  {.key = "model.qk_norm", .origin = a + " (q_norm, k_norm)"},
+                  {.key = "model.mlp", .origin = "hidden_activation = \"gelu_pytorch_tanh\" (GeGLU)"},
+                  {.key = "model.rope_theta", .origin = "the full_attention layers' rope_theta = " + n(theta)},
+                  {.key = "model.rope_local_theta", .origin = "the sliding_attention layers' rope_theta = " + n(local)},
+                  {.key = "model.rope_scaling", .origin = a + " (default rotary frequencies)"},
+                  {.key = "model.sliding_window", .origin = "sliding_window = " + n(window)},
+                  {.key = "model.sliding_window_pattern",
+                   .origin = pattern > 0 ? "layer_types (every " + n(pattern) + "th layer full_attention)"
+                                         : std::string("layer_types (every layer sliding_attention)")},
+                  {.key = "model.query_pre_attn_scalar", .origin = "query_pre_attn_scalar = " + n(qpas)},
+                  {.key = "model.scale_embeddings", .origin = a + " (embeddings times sqrt(hidden_size))"},
+              });
 }
 
 nlohmann::json write_config(const ModelConfig& c, const HfModelMap& map) {

@@ -60,55 +60,31 @@ void llama_style_read(const LlamaStyle& s, const HfConfigJson& j, ModelConfig& m
   int64_t window = 0;
   if (s.sliding_window > 0) window = j.present("sliding_window") ? j.integer("sliding_window", 0) : s.sliding_window;
 
-  m.kind = ModelKind::transformer;
-  m.hidden_size = hidden;
-  m.transformer.num_layers = layers;
-  m.transformer.head_dim = head_dim;
-  m.transformer.num_heads = heads;
-  m.transformer.intermediate_size = inter;
-  m.transformer.vocab_size = m.transformer.num_outputs = vocab;
-  m.transformer.max_seq_len = positions;
-  m.layer_norm_eps = eps;
-  m.transformer.block_order = BlockOrder::attn_first;
+  const std::string a = s.architecture;
+  keys = hf_read_decoder(a,
+                         {.hidden_size = hidden,
+                          .num_layers = layers,
+                          .num_heads = heads,
+                          .num_kv_heads = kv,
+                          .head_dim = head_dim,
+                          .intermediate_size = inter,
+                          .vocab_size = vocab,
+                          .max_positions = positions,
+                          .norm_eps = eps,
+                          .tie_embeddings = tied,
+                          .qkv_bias = s.qkv_bias},
+                         m);
   m.transformer.norm = NormKind::rmsnorm;
   m.transformer.mlp = MlpKind::swiglu;
-  m.transformer.position = PositionKind::rope;
-  m.transformer.num_kv_heads = kv;
-  m.transformer.use_bias = false;
-  m.transformer.qkv_bias = s.qkv_bias;
   m.transformer.sliding_window = window;
-  m.transformer.tie_embeddings = tied;
-  m.transformer.causal_mask = true;
-  m.transformer.embed_dropout = false;
-  m.transformer.init = InitScheme::gpt2;
-  const std::string a = s.architecture;
-  const auto n = [](int64_t v) { return std::to_string(v); };
-  keys = {
-      {.key = "model.kind", .origin = a},
-      {.key = "model.hidden_size", .origin = "hidden_size = " + n(hidden)},
-      {.key = "model.num_layers", .origin = "num_hidden_layers = " + n(layers)},
-      {.key = "model.head_dim", .origin = "head_dim = " + n(head_dim)},
-      {.key = "model.num_heads", .origin = "num_attention_heads = " + n(heads)},
-      {.key = "model.intermediate_size", .origin = "intermediate_size = " + n(inter)},
-      {.key = "model.vocab_size", .origin = "vocab_size = " + n(vocab)},
-      {.key = "model.num_outputs", .origin = "vocab_size = " + n(vocab)},
-      {.key = "model.max_seq_len", .origin = "max_position_embeddings = " + n(positions)},
-      {.key = "model.layer_norm_eps", .origin = "rms_norm_eps = " + nlohmann::json(eps).dump()},
-      {.key = "model.tie_embeddings", .origin = std::string("tie_word_embeddings = ") + (tied ? "true" : "false")},
-      {.key = "model.block_order", .origin = a + " (attention before MLP)"},
-      {.key = "model.norm", .origin = a + " (RMSNorm)"},
-      {.key = "model.mlp", .origin = "hidden_act = \"silu\" (SwiGLU)"},
-      {.key = "model.position", .origin = a + " (rotary embeddings)"},
-      {.key = "model.num_kv_heads", .origin = "num_key_value_heads = " + n(kv)},
-      {.key = "model.use_bias", .origin = a + (s.qkv_bias ? " (biases on q, k and v only)" : " (no biases)")},
-      {.key = "model.qkv_bias", .origin = a + (s.qkv_bias ? " (biases on q, k and v)" : " (no biases)")},
-      {.key = "model.causal_mask", .origin = a + " (causal)"},
-      {.key = "model.sliding_window",
-       .origin = s.sliding_window > 0 ? "sliding_window = " + (window ? n(window) : std::string("null"))
-                                      : a + " (attends to every earlier token)"},
-      {.key = "model.embed_dropout", .origin = a + " (no embedding dropout)", .fixed = false},
-      {.key = "model.init", .origin = a, .fixed = false},
-  };
+  keys.insert(keys.end(),
+              {
+                  {.key = "model.norm", .origin = a + " (RMSNorm)"},
+                  {.key = "model.mlp", .origin = "hidden_act = \"silu\" (SwiGLU)"},
+                  {.key = "model.sliding_window",
+                   .origin = s.sliding_window > 0 ? "sliding_window = " + (window ? std::to_string(window) : "null")
+                                                  : a + " (attends to every earlier token)"},
+              });
   hf_read_rope(j, positions, m, keys);
 }
 

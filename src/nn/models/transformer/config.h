@@ -1,4 +1,4 @@
-// The transformer family's own slice of ModelConfig (nn/config.h): its model.* keys
+// The transformer family's own slice of ModelConfig (nn/config.h: c.transformer): its model.* keys
 // (nn/models/transformer/keys.cpp) and the choices they take. Every Hugging Face architecture of
 // the family (nn/models/hf_arch.h) reads and writes these fields.
 #pragma once
@@ -48,8 +48,12 @@ LOOM_CHOICE(PositionKind, "position", LOOM_POSITIONS)
 LOOM_CHOICE(RopeScaling, "rope scaling", LOOM_ROPE_SCALINGS)
 LOOM_CHOICE(InitScheme, "init", LOOM_INITS)
 
+}  // namespace loom
+
+namespace loom::nn::transformer {
+
 // The Part 1.2 tutorial's keys first, then what the Hugging Face architectures add.
-struct TransformerConfig {
+struct Config {
   int64_t num_layers = 2;
   int64_t head_dim = 64;
   int64_t mlp_expansion = 4;
@@ -92,4 +96,4 @@ struct TransformerConfig {
   bool embed_dropout = false;
 };
 
-}  // namespace loom
+}  // namespace loom::nn::transformer
