@@ -478,14 +478,24 @@ void load_hf_params(Executor& ex, const ModelConfig& c, const std::string& dir, 
 void load_hf_params(const Graph& g, const ParamSink& sink, const ModelConfig& c, const std::string& dir,
                     nn::ParamSubset subset, std::string* file, int64_t slice, const std::function<void()>& progress) {
   std::string source;
-  const std::vector<HfEntry> hf = read_hf_files(dir, &source, [&progress](const std::string& path) {
+  const nn::HfModelMap map = nn::hf_model_map(c);
+  // Every rank reads every value here, before any is stored: a NaN or an infinity in a weight is
+  // refused by name on all of them alike, not found as a divergence at the first step. Buffers
+  // (a causal mask) are not weights.
+  const std::vector<HfEntry> hf = read_hf_files(dir, &source, [&map, &progress](const std::string& path) {
+    const auto finite = [&map, &path](const StEntry& e, const unsigned char* bytes, size_t n) {
+      if (!dtype_is_float(e.dtype) || (map.is_buffer && map.is_buffer(e.name))) return;
+      for (size_t i = 0; i < n / dtype_size(e.dtype); ++i)
+        if (!std::isfinite(load_as_f32(bytes, e.dtype, i)))
+          throw UserError(path, "tensor '" + e.name + "' holds a NaN or an infinity",
+                          "the weights are damaged or come from a diverged run: download or export them again");
+    };
     std::vector<HfEntry> out;
-    for (StEntry& e : scan_safetensors(path, {}, progress))
+    for (StEntry& e : scan_safetensors(path, finite, progress))
       out.push_back({.name = e.name, .dtype = e.dtype, .shape = e.shape, .st = e, .file = path});
     return out;
   });
   if (file) *file = source;
-  const nn::HfModelMap map = nn::hf_model_map(c);
   const HfMatch<HfEntry> m = match_hf(map, hf, source, dir);
   if (m.tied_head) {  // it must be the embedding (transformers would tie it and drop its values)
     auto it = std::find_if(map.params.begin(), map.params.end(),

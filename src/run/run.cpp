@@ -12,6 +12,7 @@
 #include "core/clock.h"
 #include "nn/models.h"
 #include "report/ceiling.h"
+#include "report/params.h"
 #include "report/profile.h"
 #include "run/checkpoints.h"
 #include "run/closing_sample.h"
@@ -60,9 +61,9 @@ struct Output {
   Output& operator=(const Output&) = delete;
 };
 
-// The opening lines: what runs where, and the launcher's warning (run/stop.h).
-void print_start(const OpenedRun& run, const Backend& be, int ranks, FILE* out) {
-  const Config& c = run.config;
+// The opening lines: what runs where, and the launcher's warning (run/stop.h). `c` is the
+// trainer's configuration, with model.remat = auto resolved (its minibatch count among it).
+void print_start(const OpenedRun& run, const Config& c, const Backend& be, int ranks, FILE* out) {
   fmt::print(out, "loom train: {} ({}), device {} ({} threads), dtype {}, batch {} in {}{} minibatch{}{}\n", c.source,
              choice_name(c.model.kind), be.name(), num_threads(), dtype_name(c.model.dtype), c.data.batch_size,
              ranks == 1 ? "" : fmt::format("{} ranks × ", ranks), c.optimizer.num_minibatches,
@@ -71,9 +72,14 @@ void print_start(const OpenedRun& run, const Backend& be, int ranks, FILE* out) 
   if (!run.dir.empty()) fmt::print(out, "{}", launcher_warning(env));
 }
 
-void print_program(const MemoryPlan& p, FILE* out) {
+// The model's parameters are counted from its graph: the plan's parameter bytes are this rank's
+// (none of them under optimizer.shard = params, where they live in the trainer's chunks) and in
+// the parameters' dtypes.
+void print_program(const Trainer& t, FILE* out) {
+  const MemoryPlan& p = t.plan();
   fmt::print(out, "program: {} nodes, {} parameters, activation arena {:.2f} MiB (live-bytes lower bound {:.2f} MiB)\n",
-             p.schedule.size(), p.param_bytes / 4, p.arena_bytes / 1048576.0, p.lower_bound_bytes / 1048576.0);
+             p.schedule.size(), nn::count_params(t.model().graph), p.arena_bytes / 1048576.0,
+             p.lower_bound_bytes / 1048576.0);
 }
 
 // The loop's hooks in the order given, leaving out those the run does not have (nullptr).
@@ -134,7 +140,6 @@ int run_train(const RunOptions& o) {
   const Config& c = run.config;
   set_num_threads(static_cast<int>(c.threads));
   auto be = make_backend(c.device);
-  print_start(run, *be, comm.size(), out);
 
   // 2. The trainer, on the heap so that it can go before the closing sample, which loads the
   // checkpoint into programs of its own: the run's peak stays the training's (`loom memory`).
@@ -142,7 +147,8 @@ int run_train(const RunOptions& o) {
   const bool evaluates = Evaluator::during_training(c) && data.has_val();
   auto trainer = std::make_unique<Trainer>(c, *be, PlanOptions{}, &comm, evaluates);
   Trainer& t = *trainer;
-  print_program(t.plan(), out);
+  print_start(run, t.config(), *be, comm.size(), out);
+  print_program(t, out);
   const std::string config_text = config_to_toml(c);
   start_run(run, t, data, o.overwrite, config_text, out);
   MetricsLog metrics(run.metrics_file, c.train.tensorboard && writer ? run.dir.string() : "");
@@ -158,7 +164,9 @@ int run_train(const RunOptions& o) {
   const LoopOptions lo{.steps = c.train.steps,
                        .log_every = c.train.log_every,
                        .metrics = &metrics,
-                       .progress_bar = o.progress_bar && writer,
+                       // Open MPI gives every rank a terminal of its own, whatever mpirun's output is
+                       // (a log file): with several ranks the step lines are plain, as torchrun's are.
+                       .progress_bar = o.progress_bar && writer && comm.size() == 1,
                        .out = out,
                        .hooks = present({profiler.get(), eval.get(), &checkpoints, &stop}),
                        // MFU on the log lines: model FLOPs against the cached matmul ceiling (report/ceiling.h).

@@ -22,7 +22,9 @@
 #include "core/error.h"
 #include "core/write_error.h"
 #include "io/param_io.h"
+#include "nn/models.h"
 #include "nn/param_layout.h"
+#include "optim/optimizer.h"
 #include "train/model_source.h"
 #include "train/trainer.h"
 
@@ -125,6 +127,12 @@ void check_finite(std::vector<StSource>& sources, dist::Comm& comm) {
 }
 
 constexpr const char* kMomentPrefix[2] = {"opt/mu/", "opt/nu/"};
+
+std::map<std::string, const StEntry*> by_name(const std::vector<StEntry>& entries) {
+  std::map<std::string, const StEntry*> out;
+  for (const StEntry& e : entries) out[e.name] = &e;
+  return out;
+}
 
 // What rank 0 asks the others for while it writes sharded moments: elements [begin, begin + n)
 // of moment `which` of parameter `param` (kParamValues: of its values, when the parameters are
@@ -336,6 +344,7 @@ CheckpointState parse_state(const std::string& state_path) {
     s.val_position = j.at("val_position").get<int64_t>();
     s.best_val_loss = j.at("best_val_loss").get<double>();
     s.base_hash = j.value("base_crc32c", std::string());
+    s.format = j.value("format", int64_t{1});
   } catch (const nlohmann::json::exception& e) {
     throw UserError(state_path, std::string("is not a valid checkpoint state (") + e.what() + ")",
                     "the checkpoint is corrupted: resume from an earlier one");
@@ -369,6 +378,38 @@ std::string printable(const std::string& s) {
   return out;
 }
 
+// What a checksum cannot see: a tensor the checkpoint's own configuration makes that is missing or
+// whose header gives another shape (rewritten, or written by something else). A checkpoint that
+// holds what its state.json describes is whole; whether that suits the run that loads it is the
+// loader's check (restore_checkpoint), a mismatch there an error rather than damage.
+void check_complete(const Checkpoint& c, const Config& stored, int64_t moments) {
+  const nn::ModelGraph m = nn::build_model(stored.model, model_input(stored, 1), /*train=*/true);
+  const Graph& g = m.graph;
+  const auto check = [](const std::map<std::string, const StEntry*>& found, const std::string& name, const Shape& shape,
+                        const std::string& file) {
+    const auto it = found.find(name);
+    if (it == found.end())
+      throw UserError(file, "tensor '" + name + "' is missing",
+                      "the checkpoint is damaged: resume from an earlier one");
+    if (it->second->shape != shape || it->second->dtype != DType::f32)
+      throw UserError(file,
+                      "tensor '" + name + "' is " + std::string(dtype_name(it->second->dtype)) + " " +
+                          it->second->shape.str() + ", but its state.json's model makes it float32 " + shape.str(),
+                      "the checkpoint is damaged: resume from an earlier one");
+  };
+  const std::string model = (fs::path(c.path) / kModelFile).string();
+  const std::map<std::string, const StEntry*> params = by_name(c.params);
+  const nn::ParamSubset subset =
+      nn::base_subset(g) == nn::ParamSubset::all ? nn::ParamSubset::all : nn::ParamSubset::trainable;
+  for (const nn::FileTensor& f : nn::param_file_layout(g, stored.model.transformer.scan_layers, subset))
+    check(params, f.name, f.shape, model);
+  const std::map<std::string, const StEntry*> located = by_name(c.moments);
+  for (int which = 0; which < moments; ++which)
+    for (const Param& p : g.params())
+      if (p.trainable())
+        check(located, kMomentPrefix[which] + g.value(p.value).name, g.value(p.value).shape, c.moments_file);
+}
+
 Checkpoint load_verified(const std::string& dir, bool with_optimizer, const std::function<void()>& progress) {
   Checkpoint c;
   c.path = dir;
@@ -387,14 +428,21 @@ Checkpoint load_verified(const std::string& dir, bool with_optimizer, const std:
   for (StEntry& e : scan_safetensors(model, finite, progress))
     (e.name.starts_with("opt/") ? format1_moments : c.params).push_back(std::move(e));
   const fs::path opt = fs::path(dir) / kOptimizerFile;
-  if (!with_optimizer) return c;
-  if (fs::exists(opt)) {
+  const Config stored = config_from_toml_text(c.state.config_toml, (fs::path(dir) / kStateFile).string());
+  const int64_t moments = optimizer_moments(stored.optimizer);
+  if (with_optimizer && c.state.format >= 2 && moments > 0) {
+    if (!fs::exists(opt))
+      throw UserError(opt.string(), "is missing (state.json says format " + std::to_string(c.state.format) + ")",
+                      "the checkpoint is incomplete: resume from an earlier one");
+  }
+  if (with_optimizer && fs::exists(opt)) {
     c.moments = scan_safetensors(opt.string(), finite, progress);
     c.moments_file = opt.string();
-  } else {
+  } else if (with_optimizer) {
     c.moments = std::move(format1_moments);
     c.moments_file = model;
   }
+  check_complete(c, stored, with_optimizer ? moments : 0);
   return c;
 }
 
@@ -649,14 +697,6 @@ std::string base_hash(const Executor& ex) {
   }
   return frozen ? fmt::format("{:08x}", crc) : "";
 }
-
-namespace {
-std::map<std::string, const StEntry*> by_name(const std::vector<StEntry>& entries) {
-  std::map<std::string, const StEntry*> out;
-  for (const StEntry& e : entries) out[e.name] = &e;
-  return out;
-}
-}  // namespace
 
 void load_checkpoint_params(Executor& ex, const Checkpoint& c, const std::function<void()>& progress) {
   const std::string file = (fs::path(c.path) / kModelFile).string();

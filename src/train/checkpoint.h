@@ -62,6 +62,7 @@ struct CheckpointState {
   // A LoRA run (nn/lora.h): its checkpoints hold the adapters alone; the frozen base is
   // model.init_from's (or drawn from the seed), identified by this hash of its float32 values.
   std::string base_hash = {};  // "" for a run that trains every parameter
+  int64_t format = 1;          // 1: the moments inside model.safetensors; 2: in optimizer.safetensors
 };
 
 // A checkpoint verified (checksums, finite values) and located, not held: its tensors are read
@@ -90,7 +91,8 @@ struct SaveResult {
 SaveResult save_checkpoint(const Trainer& t, const CheckpointState& s, const std::string& dir,
                            const nlohmann::json* tokenizer = nullptr);
 // Reads and verifies a checkpoint directory, or a run directory: its newest checkpoint that
-// verifies (checksums, complete files, finite values), each skipped one reported in `skipped`
+// verifies (checksums, finite values, and the files and tensors with the shapes its own state.json
+// makes: optimizer.safetensors with the moments when `with_optimizer`), each skipped one reported in `skipped`
 // ("ckpt_000300: <why>") when given. Problems are UserErrors naming the file and the tensor.
 // The parameters are verified as they are read and located, not kept; with `with_optimizer` the
 // moments too, and without they are not read (sampling, fine-tuning; a format-1 checkpoint's, in

@@ -53,7 +53,7 @@ void ModelSource::load_params(Executor& ex, const std::function<void()>& progres
     return;
   }
   // The file layout is the checkpoint's (model.scan_layers), whatever the new run's is.
-  load_checkpoint_params(ex, load_checkpoint(path_, nullptr, /*with_optimizer=*/false, progress), progress);
+  load_checkpoint_params(ex, verified(progress), progress);
 }
 
 void ModelSource::load_params(Trainer& t) const {
@@ -66,7 +66,16 @@ void ModelSource::load_params(Trainer& t) const {
     load_hf_params(t.model().graph, t.param_sink(), config_.model, path_, nn::ParamSubset::all, nullptr, kSlice,
                    progress);
   else
-    restore_params(t, load_checkpoint(path_, nullptr, /*with_optimizer=*/false, progress), progress);
+    restore_params(t, verified(progress), progress);
+}
+
+Checkpoint ModelSource::verified(const std::function<void()>& progress) const {
+  std::vector<std::string> skipped;
+  Checkpoint c = load_checkpoint(path_, &skipped, /*with_optimizer=*/false, progress);
+  dir_ = c.path;
+  description_ = "the loom checkpoint " + dir_;
+  for (const std::string& s : skipped) description_ += " (skipping a damaged checkpoint: " + s + ")";
+  return c;
 }
 
 std::unique_ptr<Tokenizer> ModelSource::tokenizer() const {

@@ -18,6 +18,7 @@
 namespace loom {
 
 class Trainer;
+struct Checkpoint;
 
 class ModelSource {
  public:
@@ -32,7 +33,9 @@ class ModelSource {
   // The model.* keys it decides, each with where its value comes from: a loom checkpoint's are the
   // rows marked `architecture` (nn/config_keys.h), a Hugging Face model's those its config.json gives.
   const std::vector<ArchKey>& keys() const { return keys_; }
-  // "the Hugging Face GPT2LMHeadModel in DIR", "the loom checkpoint DIR".
+  // "the Hugging Face GPT2LMHeadModel in DIR", "the loom checkpoint DIR". Once load_params has
+  // read a run directory, DIR is the checkpoint it loaded, followed by each newer one it skipped
+  // as damaged: " (skipping a damaged checkpoint: ckpt_<step>: <why>)".
   const std::string& description() const { return description_; }
 
   // Loads every parameter of `ex`, a program built from a model whose architecture keys equal
@@ -46,18 +49,24 @@ class ModelSource {
   // rank tells the others, which may wait for it in a collective meanwhile, that it is busy
   // (Comm::keep_alive) before every read, so a slow disk is not taken for a hung rank.
   void load_params(Trainer& t) const;
-  // The directory holding its files (a run directory's newest checkpoint), where
+  // The directory holding its files (a run directory's newest checkpoint; once load_params has
+  // read it, the checkpoint it loaded), where
   // tokenizer_config.json and generation_config.json are when it has them.
   const std::string& dir() const { return dir_; }
   // The tokenizer saved with it (tokenizer.json), or nullptr when it has none.
   std::unique_ptr<Tokenizer> tokenizer() const;
 
  private:
-  std::string path_, dir_;  // as given; the directory holding the files (a checkpoint's)
+  // A loom checkpoint's parameters, verified: the newest of a run directory's that verifies, which
+  // dir_ and description_ then name (with those skipped).
+  Checkpoint verified(const std::function<void()>& progress) const;
+
+  std::string path_;
+  mutable std::string dir_;  // the directory holding the files (a checkpoint's): the loaded one once known
   bool hf_ = false;
   Config config_;
   std::vector<ArchKey> keys_;
-  std::string description_;
+  mutable std::string description_;
 };
 
 }  // namespace loom

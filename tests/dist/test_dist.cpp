@@ -368,6 +368,35 @@ TEST(Dist, ShardedParametersTrainLikeUnshardedAndRepeatBitForBit) {
   }
 }
 
+// The opening "program:" line counts the model's parameters whether or not a rank holds them
+// whole (under optimizer.shard = params each holds chunks outside the program's plan).
+TEST(Dist, ShardedParametersProgramLineCountsTheModelsParameters) {
+  REQUIRE_MPIRUN();
+  const auto parameters = [](const std::string& out) {
+    const size_t at = out.find("program: "), end = out.find(" parameters", at);
+    const size_t from = out.rfind(", ", end) + 2;
+    return at == std::string::npos || end == std::string::npos ? std::string() : out.substr(from, end - from);
+  };
+  const RunResult one = loom_on(0, train_args(scratch("count_one"), "train.steps=1"));
+  ASSERT_EQ(one.status, 0) << one.out;
+  const RunResult two = loom_on(2, train_args(scratch("count_two"), "train.steps=1 optimizer.shard=params"));
+  ASSERT_EQ(two.status, 0) << two.out;
+  ASSERT_NE(parameters(one.out), "") << one.out;
+  EXPECT_NE(parameters(one.out), "0") << one.out;
+  EXPECT_EQ(parameters(two.out), parameters(one.out)) << two.out;
+}
+
+// Open MPI gives each rank a terminal of its own even when mpirun writes to a file or a pipe: the
+// job's log holds plain step lines, no progress bar's carriage returns and erase sequences.
+TEST(Dist, AJobsLogHoldsNoProgressBar) {
+  REQUIRE_MPIRUN();
+  const RunResult r = loom_on(2, train_args(scratch("plain_log"), "train.steps=3 train.eval_interval=0"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\x1b["), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step 3"), std::string::npos) << r.out;
+}
+
 TEST(Dist, ShardedParametersEvaluateLikeUnsharded) {
   REQUIRE_MPIRUN();
   // ZeRO-3 evaluates during training with each parameter gathered from the ranks' chunks right

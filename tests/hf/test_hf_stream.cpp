@@ -149,6 +149,49 @@ TEST(HfStream, ASinkKeepingPartOfEachParameterGetsExactlyThoseValues) {
   }
 }
 
+// A weight holding a NaN or an infinity is refused at the load, naming its file and tensor, before
+// anything is stored: through an executor, and through a sink keeping a part that does not reach
+// the value (a ZeRO-3 rank's slice), alike.
+TEST(HfStream, ANonFiniteWeightIsRefusedByNameBeforeAnythingIsStored) {
+  TempDir d;
+  for (const bool bf16 : {false, true}) {
+    const std::string dir = d.path(bf16 ? "bf16" : "f32");
+    fs::create_directory(dir);
+    if (bf16) write_bf16_copy("gpt2", dir);
+    std::vector<StTensor> ts =
+        read_safetensors(bf16 ? dir + "/model.safetensors" : hf_golden("gpt2/model.safetensors"));
+    if (!bf16) fs::copy_file(hf_golden("gpt2/config.json"), dir + "/config.json");
+    StTensor& bad = ts[ts.size() / 2];
+    const float value = bf16 ? INFINITY : std::nanf("");
+    const size_t last = static_cast<size_t>(bad.shape.numel()) - 1;
+    convert(&value, DType::f32, bad.bytes.data() + last * dtype_size(bad.dtype), bad.dtype, 1);
+    write_safetensors(dir + "/model.safetensors", ts);
+    SCOPED_TRACE(dir);
+    const std::string want = dir + "/model.safetensors: tensor '" + bad.name + "' holds a NaN or an infinity";
+    const Config c = config(dir, "");
+    auto p = program(c);
+    ASSERT_TRUE(p);
+    try {
+      load_hf_params(*p->ex, c.model, dir, nn::ParamSubset::all);
+      ADD_FAILURE() << "loaded";
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+    int64_t stores = 0;
+    const auto first_third = [&](ValueId v) {
+      return std::pair<int64_t, int64_t>{0, p->m.graph.value(v).shape.numel() / 3};
+    };
+    const ParamSink sink{.keep = first_third, .store = [&](ValueId, int64_t, const float*, size_t) { ++stores; }};
+    try {
+      load_hf_params(p->m.graph, sink, c.model, dir, nn::ParamSubset::all);
+      ADD_FAILURE() << "loaded";
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+    EXPECT_EQ(stores, 0);
+  }
+}
+
 int64_t status_kib(const char* key) {
   std::ifstream f("/proc/self/status");
   std::string line;

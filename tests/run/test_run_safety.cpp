@@ -297,14 +297,18 @@ TEST(RunSafety, Float16DivergenceStops) {
   EXPECT_NE(r.out.find("training diverged"), std::string::npos) << r.out;
 }
 
+// Flips a bit inside the last tensor's data of a safetensors file: its checksum fails.
+void damage_last_tensor(const fs::path& file) {
+  auto bytes = file_bytes(file);
+  bytes[bytes.size() - 3] ^= 0x40;
+  std::ofstream(file, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
 TEST(RunSafety, CorruptedTensorBytesAreSkippedByName) {
   const fs::path out = scratch("corrupt_bytes");
   ASSERT_EQ(run(train(out, "train.steps=10 train.checkpoint_interval=5 train.eval_interval=0")).status, 0);
-  const fs::path model = out / "ckpt_000010" / "model.safetensors";
-  auto bytes = file_bytes(model);
-  bytes[bytes.size() - 3] ^= 0x40;  // inside the last tensor's data
-  std::ofstream(model, std::ios::binary | std::ios::trunc)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  damage_last_tensor(out / "ckpt_000010" / "model.safetensors");
   Result r = run("train --resume " + (out / "ckpt_000010").string());
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("fails its checksum"), std::string::npos) << r.out;
@@ -312,6 +316,60 @@ TEST(RunSafety, CorruptedTensorBytesAreSkippedByName) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("skipping a damaged checkpoint: ckpt_000010"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("at step 5"), std::string::npos) << r.out;
+}
+
+// Damage a checksum cannot see, a file gone or a header whose shape was rewritten (its bytes
+// intact), is skipped as damage by name; resuming from the checkpoint itself names it.
+TEST(RunSafety, AnIncompleteCheckpointIsSkippedByName) {
+  const fs::path out = scratch("incomplete");
+  ASSERT_EQ(run(train(out, "train.steps=4 train.checkpoint_interval=2 train.eval_interval=0")).status, 0);
+  const fs::path no_moments = scratch("incomplete_moments"), reshaped = scratch("incomplete_shape");
+  fs::copy(out, no_moments, fs::copy_options::recursive);
+  fs::copy(out, reshaped, fs::copy_options::recursive);
+  fs::remove(no_moments / "ckpt_000004" / "optimizer.safetensors");
+  Result r = run("train --resume " + (no_moments / "ckpt_000004").string() + " --steps 6");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find((no_moments / "ckpt_000004" / "optimizer.safetensors").string() + ": is missing"),
+            std::string::npos)
+      << r.out;
+  r = run("train --resume " + no_moments.string() + " --steps 6");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("skipping a damaged checkpoint: ckpt_000004: " +
+                       (no_moments / "ckpt_000004" / "optimizer.safetensors").string() + ": is missing"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("at step 2"), std::string::npos) << r.out;
+  // The embedding [vocab 20, hidden 32] said to be [32, 20]: the same bytes, another tensor.
+  const fs::path model = reshaped / "ckpt_000004" / "model.safetensors";
+  auto bytes = file_bytes(model);
+  std::string text(bytes.begin(), bytes.end());
+  const size_t at = text.find("[20,32]");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 7, "[32,20]");
+  std::ofstream(model, std::ios::binary | std::ios::trunc) << text;
+  r = run("train --resume " + reshaped.string() + " --steps 6");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("skipping a damaged checkpoint: ckpt_000004: " + model.string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("but its state.json's model makes it float32 [20, 32]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("at step 2"), std::string::npos) << r.out;
+}
+
+// model.init_from = RUN takes its newest checkpoint that verifies, as --resume does, says which and
+// names each one it skipped.
+TEST(RunSafety, InitFromARunSkipsADamagedCheckpointAndNamesTheOneLoaded) {
+  const fs::path out = scratch("init_from_damaged");
+  ASSERT_EQ(run(train(out, "train.steps=4 train.checkpoint_interval=2 train.eval_interval=0")).status, 0);
+  damage_last_tensor(out / "ckpt_000004" / "model.safetensors");
+  const std::string tune = " train.steps=1 train.eval_interval=0 model.init_from=";
+  const fs::path from_run = scratch("init_from_run"), from_two = scratch("init_from_two");
+  const Result r = run(train(from_run, tune + out.string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("parameters from the loom checkpoint " + (out / "ckpt_000002").string() +
+                       " (skipping a damaged checkpoint: ckpt_000004: "),
+            std::string::npos)
+      << r.out;
+  ASSERT_EQ(run(train(from_two, tune + (out / "ckpt_000002").string())).status, 0);
+  EXPECT_EQ(logged_losses(from_run / "metrics.jsonl"), logged_losses(from_two / "metrics.jsonl"));
 }
 
 TEST(RunSafety, OverwriteValidatesFirstAndDeletesOnlyLoomsFiles) {
