@@ -631,9 +631,14 @@ Checkpoint load_checkpoint(const std::string& path, std::vector<std::string>* sk
                            const std::function<void()>& progress) {
   if (fs::exists(fs::path(path) / kStateFile)) return load_one(path, with_optimizer, progress);
   const auto all = list_checkpoints(path);
-  if (all.empty())
+  if (all.empty()) {
+    // A run's directory (its config.toml) that stopped before its first save.
+    if (fs::exists(fs::path(path) / "config.toml"))
+      throw UserError(path, "holds a run that stopped before its first checkpoint, so there is nothing to load",
+                      "start the run again with `loom train CONFIG --out " + path + " --overwrite`");
     throw UserError(path, fs::exists(path) ? "holds no checkpoint (no state.json, no ckpt_<step>/)" : "does not exist",
                     "give a run directory written by `loom train --out` or one of its ckpt_<step> directories");
+  }
   std::string reasons;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {

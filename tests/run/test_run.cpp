@@ -93,6 +93,10 @@ TEST(Run, ARunWithoutACheckpointPointsAtOverwrite) {
   EXPECT_NE(r.out.find("stopped before its first checkpoint"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--overwrite"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("--resume"), std::string::npos) << r.out;
+  const Result resume = run("train --resume " + out.string());
+  EXPECT_EQ(resume.status, 2) << resume.out;
+  EXPECT_NE(resume.out.find("stopped before its first checkpoint"), std::string::npos) << resume.out;
+  EXPECT_NE(resume.out.find("--overwrite"), std::string::npos) << resume.out;
   EXPECT_EQ(run("train " + fx.config.string() + " train.steps=2 --out " + out.string() + " --overwrite").status, 0);
 }
 
