@@ -15,7 +15,6 @@
 #include <optional>
 #include <string>
 #include <utility>
-#include <utility>
 #include <vector>
 
 #include "backend/registry.h"
