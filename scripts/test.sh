@@ -14,6 +14,14 @@
 # them, so a changed file recompiling the rest of its unity group costs nobody anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A suite runs with a slot per core for the tests that compute and no limit but -j for those that
+# mostly wait (tests/CMakeLists.txt, LOOM_TESTS_THAT_WAIT), which then overlap the others.
+cores=$(nproc)
+suite() {  # in a build directory: ctest with that resource spec, and this script's arguments
+  printf '{"version": {"major": 1, "minor": 0}, "local": [{"cpu": [{"id": "0", "slots": %d}]}]}\n' "$cores" \
+    > cores.json
+  ctest --output-on-failure -j $((2 * cores)) --resource-spec-file cores.json "$@"
+}
 bash scripts/install-deps.sh
 bash scripts/build.sh
 ninja -C build
@@ -30,7 +38,7 @@ if [ "${LOOM_TEST_SANITIZE:-1}" != 0 ]; then
   # mpirun tests (tests/CMakeLists.txt turns them off there). One run, so the long tests of both
   # kinds share the two cores.
   (cd build-asan && UBSAN_OPTIONS=print_stacktrace=1 ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 \
-    LSAN_OPTIONS="suppressions=$PWD/../tests/lsan.supp" ctest --output-on-failure -j 2 "$@")
+    LSAN_OPTIONS="suppressions=$PWD/../tests/lsan.supp" suite "$@")
 fi
 cd build
-ctest --output-on-failure -j 2 "$@"
+suite "$@"

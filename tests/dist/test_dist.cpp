@@ -82,6 +82,7 @@ RunResult loom_on(int np, const std::string& args) {
   return np == 0 ? loom::testing::run_loom(args) : shell(mpirun(np) + LOOM_BINARY + " " + args);
 }
 
+using loom::testing::file_bytes;
 using loom::testing::fixture;
 using loom::testing::scratch;
 
@@ -116,11 +117,6 @@ std::vector<loom::StTensor> tensors(const fs::path& ckpt) {
   for (const char* file : kCheckpointFiles)
     for (loom::StTensor& t : loom::read_safetensors((ckpt / file).string())) all.push_back(std::move(t));
   return all;
-}
-
-std::vector<char> file_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
 }
 
 // Both checkpoints' files hold the same bytes.
@@ -214,7 +210,7 @@ TEST(Dist, TheDeadlinesEndFlushesTheLog) {
   const RunResult r = shell(mpirun(2) + LOOM_DIST_WORKER + " deadline_log " + log.string());
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("waited 1 s in a barrier"), std::string::npos) << r.out;
-  const std::vector<char> text = file_bytes(log);
+  const std::vector<unsigned char> text = file_bytes(log);
   EXPECT_EQ(std::string(text.begin(), text.end()), "the last line before the deadline\n") << r.out;
 }
 
@@ -611,7 +607,7 @@ TEST(Dist, AUsersEntryInTheRunDirectoryStopsEveryRankBeforeAStep) {
     EXPECT_EQ(count(r.out, dir.string() + ": is a file, not a checkpoint loom wrote"), 1u) << "one message:\n" << r.out;
     EXPECT_EQ(r.out.find("stopping every rank"), std::string::npos) << "not ended by MPI_Abort:\n" << r.out;
     EXPECT_EQ(r.out.find("program:"), std::string::npos) << "refused before the trainer is built:\n" << r.out;
-    EXPECT_TRUE(file_bytes(dir) == std::vector<char>({'U', 'S', 'E', 'R', 'D', 'A', 'T', 'A', '\n'})) << dir;
+    EXPECT_TRUE(file_bytes(dir) == std::vector<unsigned char>({'U', 'S', 'E', 'R', 'D', 'A', 'T', 'A', '\n'})) << dir;
   }
   EXPECT_TRUE(file_bytes(out / "metrics.jsonl") == metrics);
   EXPECT_FALSE(fs::exists(fresh / "loom-run.json"));
@@ -843,7 +839,7 @@ class BackgroundJob {
     return elapsed(since);
   }
   std::string printed() const {
-    const std::vector<char> text = file_bytes(log_);
+    const std::vector<unsigned char> text = file_bytes(log_);
     return {text.begin(), text.end()};
   }
   pid_t find_rank(int r) const { return find_process({tag_, "OMPI_COMM_WORLD_RANK=" + std::to_string(r)}); }
@@ -969,9 +965,11 @@ TEST(Dist, TwoHostsWhoseLinkGoesDownEndTheJobNamingTheUnreachableRank) {
   const fs::path out = scratch("cut_link");
   constexpr double kTimeout = 5;  // rank 0 may be measuring its matmul ceiling for a second or two at start
   // mpirun itself gives up on the lost host's daemon once its keepalive probes go unanswered
-  // (README, "More than one process or machine"); by default that takes over 8 minutes.
+  // (README, "More than one process or machine"); by default that takes over 8 minutes. Here 10 s
+  // of silence and 3 probes 2 s apart: at least 16 s after the last traffic, so loom's 2 × 5 s come
+  // first (with 5 s of silence mpirun once ended the job 9.4 s after the cut, before loom spoke).
   const RunResult r =
-      shell(fmt::format("env LOOM_CUT_LINK_WHEN={} OMPI_MCA_oob_tcp_keepalive_time=5 "
+      shell(fmt::format("env LOOM_CUT_LINK_WHEN={} OMPI_MCA_oob_tcp_keepalive_time=10 "
                         "OMPI_MCA_oob_tcp_keepalive_intvl=2 OMPI_MCA_oob_tcp_keepalive_probes=3 "
                         "{}/tests/dist/two_hosts.sh {} {}",
                         (out / "ckpt_000010").string(), LOOM_SOURCE_DIR, LOOM_BINARY,
@@ -1142,7 +1140,7 @@ TEST(Dist, AFullDiskDuringATwoRankSaveEndsEveryRankAndTheRunResumes) {
     const fs::path straight = scratch("full_straight_" + mode), out = scratch("full_disk_" + mode);
     ASSERT_EQ(loom_on(2, train_args(straight, shard + "--steps 10")).status, 0);
     ASSERT_EQ(loom_on(2, train_args(out, shard + "--steps 5")).status, 0);
-    const std::vector<char> moments = file_bytes(out / "ckpt_000005" / "optimizer.safetensors");
+    const std::vector<unsigned char> moments = file_bytes(out / "ckpt_000005" / "optimizer.safetensors");
     ASSERT_GT(moments.size(), 150u * 1024) << mode;
     RunResult r =
         shell(mpirun(2) + "prlimit --fsize=153600 " + LOOM_BINARY + " train --resume " + out.string() + " --steps 10");

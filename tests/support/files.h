@@ -6,7 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
-#include <iterator>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -37,7 +37,9 @@ class TempDir {
 inline std::string read_file(const std::string& p) {
   std::ifstream f(p, std::ios::binary);
   if (!f) throw std::runtime_error("cannot read " + p);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  std::ostringstream s;  // in blocks: test code is unoptimised (tests/CMakeLists.txt)
+  s << f.rdbuf();
+  return s.str();
 }
 
 inline void write_file(const std::string& p, const std::string& s) {

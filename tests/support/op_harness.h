@@ -11,10 +11,12 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -123,26 +125,36 @@ class OpCase {
     }
     std::vector<unsigned char> arena(arena_base ? static_cast<size_t>(plan.arena_bytes) : 0);
     if (arena_base) be.copy_to_host(arena.data(), arena_base, arena.size());
-    std::vector<bool> owned(arena.size(), false);
-    for (const BufferInfo& b : plan.buffers)  // the kernel's workspace: it may write anywhere in it
-      if (b.value == kNoValue)
-        for (int64_t k = 0; k < plan.workspace_bytes[b.first]; ++k) owned[static_cast<size_t>(b.offset + k)] = true;
+    // The byte ranges the kernel may write: its workspace (anywhere in it) and its outputs.
+    std::vector<std::pair<int64_t, int64_t>> owned;  // [begin, end) in the arena
+    for (const BufferInfo& b : plan.buffers)
+      if (b.value == kNoValue) owned.emplace_back(b.offset, b.offset + plan.workspace_bytes[b.first]);
     for (ValueId o : g_.node(node_).out) {
       const Value& v = g_.value(o);
       HostTensor t(v.shape, v.dtype);
       if (plan.value_root[o] == o) {
         std::memcpy(t.bytes.data(), arena.data() + plan.value_offset[o], t.bytes.size());
-        for (size_t k = 0; k < t.bytes.size(); ++k) owned[static_cast<size_t>(plan.value_offset[o]) + k] = true;
+        owned.emplace_back(plan.value_offset[o], plan.value_offset[o] + static_cast<int64_t>(t.bytes.size()));
       } else {
         ex->download(o, t.bytes.data());  // a view of an input
       }
       outs.push_back(std::move(t));
     }
-    for (size_t k = 0; k < arena.size(); ++k)
-      if (!owned[k] && arena[k] != kSentinel) {
-        ADD_FAILURE() << "out-of-bounds write by " << op_name(op_) << " on " << be.name() << " at arena byte " << k;
+    // Every byte outside them still holds the sentinel: compared a gap at a time (memcmp against
+    // the pattern), byte by byte only to name the first one that does not.
+    const int64_t size = static_cast<int64_t>(arena.size());
+    std::sort(owned.begin(), owned.end());
+    owned.emplace_back(size, size);
+    int64_t gap = 0;
+    for (auto [begin, end] : owned) {
+      begin = std::min(begin, size);
+      if (begin > gap && std::memcmp(arena.data() + gap, pattern.data() + gap, static_cast<size_t>(begin - gap)) != 0) {
+        while (arena[static_cast<size_t>(gap)] == kSentinel) ++gap;
+        ADD_FAILURE() << "out-of-bounds write by " << op_name(op_) << " on " << be.name() << " at arena byte " << gap;
         break;
       }
+      gap = std::max(gap, end);
+    }
     return outs;
   }
 

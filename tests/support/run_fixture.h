@@ -5,8 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -96,7 +96,10 @@ inline std::vector<double> logged_losses(const fs::path& metrics) {
 
 inline std::vector<unsigned char> file_bytes(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
+  std::ostringstream s;  // in blocks: test code is unoptimised (tests/CMakeLists.txt)
+  s << f.rdbuf();
+  const std::string bytes = s.str();
+  return {bytes.begin(), bytes.end()};
 }
 
 }  // namespace loom::testing
