@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -46,6 +47,7 @@ CommandBody add_export_command(CLI::App& sub) {
                       "drop --merge, or use loom export hf RUN DIR --merge for the merged model");
     if (a->format == "gguf") {
       const GgufExport r = export_gguf(a->checkpoint, a->out, gguf_type_named(a->type));
+      for (const std::string& s : r.skipped) fmt::print(stderr, "skipping a damaged checkpoint: {}\n", s);
       fmt::print("exported {} as llama.cpp's {} to {}: {} tensors ({}), {:.1f} MiB\n", r.checkpoint, r.architecture,
                  a->out, r.tensors, a->type, static_cast<double>(r.bytes) / (1 << 20));
       return 0;
@@ -53,6 +55,7 @@ CommandBody add_export_command(CLI::App& sub) {
     const HfExport r = a->format == "peft"
                            ? export_peft(a->checkpoint, a->out)
                            : export_hf(a->checkpoint, a->out, a->merge ? LoraMerge::merge : LoraMerge::refuse);
+    for (const std::string& s : r.skipped) fmt::print(stderr, "skipping a damaged checkpoint: {}\n", s);
     fmt::print("exported {} as {} to {}: {}\n", r.checkpoint, r.architecture, a->out, fmt::join(r.files, ", "));
     if (!r.tokenizer_note.empty()) fmt::print("no tokenizer.json: {}\n", r.tokenizer_note);
     if (!r.end_of_turn_note.empty())

@@ -332,6 +332,8 @@ int run_sample(const SampleOptions& o) {
   set_num_threads(static_cast<int>(o.threads >= 0 ? o.threads : c.threads));
   Sampler s(c, *be, o.prefill, o.context);
   src.load_params(s.executor());
+  for (const std::string& skipped : src.skipped())
+    std::fprintf(stderr, "loom sample: skipping a damaged checkpoint: %s\n", skipped.c_str());
   if (!o.chat.empty()) return run_chat(o, src.dir(), *tok, s);
 
   double total_s = 0;  // prefill passes and decoding, every sample

@@ -353,7 +353,8 @@ GgufExport export_gguf(const std::string& run_or_checkpoint, const std::string& 
   return {.checkpoint = hc.checkpoint,
           .architecture = a,
           .tensors = static_cast<int64_t>(f.tensors.size()),
-          .bytes = static_cast<int64_t>(fs::file_size(file))};
+          .bytes = static_cast<int64_t>(fs::file_size(file)),
+          .skipped = hc.skipped};
 }
 
 }  // namespace loom

@@ -21,6 +21,7 @@ struct GgufExport {
   std::string architecture;  // llama.cpp's: "llama"
   int64_t tensors = 0;
   int64_t bytes = 0;  // of the file
+  std::vector<std::string> skipped;  // newer checkpoints passed over as damaged ("ckpt_<step>: <why>")
 };
 
 // "f16", "bf16", "q8_0" (the --type values); anything else is a UserError naming --type.

@@ -191,7 +191,8 @@ HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint, LoraMerge 
   if (!lora && merge == LoraMerge::merge)
     throw UserError("--merge", "asks to merge adapters, but " + run_or_checkpoint + " is no LoRA run (no lora.rank)",
                     "drop --merge: a full run's checkpoints hold the whole model");
-  const Checkpoint ck = load_checkpoint(run_or_checkpoint, nullptr, /*with_optimizer=*/false);
+  std::vector<std::string> skipped;
+  const Checkpoint ck = load_checkpoint(run_or_checkpoint, &skipped, /*with_optimizer=*/false);
   Config stored = config_from_toml_text(ck.state.config_toml, (fs::path(ck.path) / "state.json").string());
   std::vector<StTensor> tensors;
   if (lora) {
@@ -213,7 +214,8 @@ HfCheckpoint read_hf_checkpoint(const std::string& run_or_checkpoint, LoraMerge 
           .config = std::move(stored),
           .map = std::move(map),
           .tensors = std::move(tensors),
-          .tokenizer = src.tokenizer()};
+          .tokenizer = src.tokenizer(),
+          .skipped = std::move(skipped)};
 }
 
 HfExport export_peft(const std::string& run_or_checkpoint, const std::string& out_dir) {
@@ -226,7 +228,8 @@ HfExport export_peft(const std::string& run_or_checkpoint, const std::string& ou
     throw UserError(run_or_checkpoint, "trained every parameter: it has no LoRA adapters",
                     "train with lora.rank > 0 (PEFT adapters), or use loom export hf (the whole model)");
   const nn::HfModelMap map = nn::hf_model_map(m);  // refuses what transformers cannot hold
-  const Checkpoint ck = load_checkpoint(run_or_checkpoint, nullptr, /*with_optimizer=*/false);
+  std::vector<std::string> skipped;
+  const Checkpoint ck = load_checkpoint(run_or_checkpoint, &skipped, /*with_optimizer=*/false);
   const std::vector<StTensor> stored_params = read_checkpoint_params(ck);
   std::map<std::string, const StTensor*> by_name;
   for (const StTensor& t : stored_params) by_name[t.name] = &t;
@@ -240,7 +243,8 @@ HfExport export_peft(const std::string& run_or_checkpoint, const std::string& ou
              .architecture = map.architecture,
              .files = {},
              .tokenizer_note = {},
-             .end_of_turn_note = {}};
+             .end_of_turn_note = {},
+             .skipped = std::move(skipped)};
   write_dir(out_dir, [&](const fs::path& dir) {
     write_safetensors((dir / "adapter_model.safetensors").string(), loom_to_peft(m, by_path), {{"format", "pt"}});
     write_json(dir / "adapter_config.json", peft_adapter_config(m));
@@ -256,7 +260,8 @@ HfExport export_hf(const std::string& run_or_checkpoint, const std::string& out_
              .architecture = hc.map.architecture,
              .files = {},
              .tokenizer_note = {},
-             .end_of_turn_note = {}};
+             .end_of_turn_note = {},
+             .skipped = hc.skipped};
   const Tokenizer* tok = hc.tokenizer.get();
   const int32_t start = tok ? tok->start_id() : -1;
   const auto* hf = dynamic_cast<const HfTokenizer*>(tok);

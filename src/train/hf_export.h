@@ -36,6 +36,7 @@ struct HfCheckpoint {
   nn::HfModelMap map;                    // the architecture's tensor map
   std::vector<StTensor> tensors;         // float32, in map order, transformers' names and shapes
   std::unique_ptr<Tokenizer> tokenizer;  // the run's, or nullptr
+  std::vector<std::string> skipped;      // newer checkpoints passed over as damaged ("ckpt_<step>: <why>")
 };
 // What a reader does with a LoRA run's adapters: `refuse` the run (its checkpoints hold the
 // adapters, not the model), `merge` them (W += scale · B·A, PEFT's merge_and_unload) and refuse a
@@ -61,6 +62,7 @@ struct HfExport {
   std::vector<std::string> files;  // written, in OUTDIR
   std::string tokenizer_note;      // why no tokenizer.json was written ("" when one was)
   std::string end_of_turn_note;    // why a chat template's end of turn is not in generation_config.json ("" if it is)
+  std::vector<std::string> skipped;  // newer checkpoints passed over as damaged ("ckpt_<step>: <why>")
 };
 
 // UserErrors: read_hf_checkpoint's, an OUTDIR that exists and is not empty (nothing is

@@ -31,19 +31,47 @@ ModelSource::ModelSource(const std::string& path) : path_(path), dir_(path) {
     description_ = "the Hugging Face " + hf.architecture + " in " + path;
     return;
   }
-  if (!fs::exists(fs::path(path) / "state.json", ec)) dir_ = latest_checkpoint(path);
-  if (dir_.empty())
-    throw UserError(path,
-                    fs::exists(path, ec) ? "is neither a Hugging Face model directory (config.json) nor a loom run or "
-                                           "checkpoint (state.json, ckpt_<step>/)"
-                                         : "does not exist",
-                    "give a directory with config.json and model.safetensors, a run directory of `loom train --out`, "
-                    "or one of its ckpt_<step> directories");
+  std::string config_toml;
+  if (fs::exists(fs::path(path) / "state.json", ec)) {
+    config_toml = read_checkpoint_state(path).config_toml;
+  } else {
+    // A run directory: the configuration of its newest checkpoint whose state.json reads, as
+    // load_params skips a damaged one too.
+    const auto all = list_checkpoints(path);
+    if (all.empty() && fs::exists(fs::path(path) / "config.toml", ec))
+      load_checkpoint(path);  // throws: a run that stopped before its first checkpoint, and the fix
+    if (all.empty())
+      throw UserError(path,
+                      fs::exists(path, ec) ? "is neither a Hugging Face model directory (config.json) nor a loom "
+                                             "run or checkpoint (state.json, ckpt_<step>/)"
+                                           : "does not exist",
+                      "give a directory with config.json and model.safetensors, a run directory of `loom train "
+                      "--out`, or one of its ckpt_<step> directories");
+    for (auto it = all.rbegin(); it != all.rend() && config_toml.empty(); ++it) {
+      try {
+        config_toml = read_checkpoint_state(it->second).config_toml;
+        dir_ = it->second;
+      } catch (const UserError& e) {
+        skipped_.push_back(fs::path(it->second).filename().string() + ": " + e.what());
+      }
+    }
+    if (config_toml.empty()) {
+      std::string reasons;
+      for (const std::string& s : skipped_) reasons += "\n  " + s;
+      throw UserError(path, "no checkpoint in it has a readable state.json:" + reasons,
+                      "every checkpoint is damaged; start a new run (or restore the directory from a backup)");
+    }
+  }
   const std::string state = (fs::path(dir_) / "state.json").string();
-  config_ = config_from_toml_text(read_checkpoint_state(dir_).config_toml, state);
+  config_ = config_from_toml_text(config_toml, state);
   for (const KeySpec<ModelConfig>& k : model_keys())
     if (k.architecture) keys_.push_back({.key = k.key, .origin = state, .fixed = true});
+  describe();
+}
+
+void ModelSource::describe() const {
   description_ = "the loom checkpoint " + dir_;
+  for (const std::string& s : skipped_) description_ += " (skipping a damaged checkpoint: " + s + ")";
 }
 
 void ModelSource::load_params(Executor& ex, const std::function<void()>& progress) const {
@@ -73,8 +101,8 @@ Checkpoint ModelSource::verified(const std::function<void()>& progress) const {
   std::vector<std::string> skipped;
   Checkpoint c = load_checkpoint(path_, &skipped, /*with_optimizer=*/false, progress);
   dir_ = c.path;
-  description_ = "the loom checkpoint " + dir_;
-  for (const std::string& s : skipped) description_ += " (skipping a damaged checkpoint: " + s + ")";
+  skipped_ = std::move(skipped);
+  describe();
   return c;
 }
 

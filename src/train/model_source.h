@@ -49,10 +49,13 @@ class ModelSource {
   // rank tells the others, which may wait for it in a collective meanwhile, that it is busy
   // (Comm::keep_alive) before every read, so a slow disk is not taken for a hung rank.
   void load_params(Trainer& t) const;
-  // The directory holding its files (a run directory's newest checkpoint; once load_params has
-  // read it, the checkpoint it loaded), where
-  // tokenizer_config.json and generation_config.json are when it has them.
+  // The directory holding its files (a run directory's newest checkpoint whose state.json reads;
+  // once load_params has read it, the checkpoint it loaded), where tokenizer_config.json and
+  // generation_config.json are when it has them.
   const std::string& dir() const { return dir_; }
+  // The newer checkpoints of a run directory passed over as damaged ("ckpt_<step>: <why>"): those
+  // whose state.json does not read, and once load_params has verified the tensors, every one it skipped.
+  const std::vector<std::string>& skipped() const { return skipped_; }
   // The tokenizer saved with it (tokenizer.json), or nullptr when it has none.
   std::unique_ptr<Tokenizer> tokenizer() const;
 
@@ -60,6 +63,8 @@ class ModelSource {
   // A loom checkpoint's parameters, verified: the newest of a run directory's that verifies, which
   // dir_ and description_ then name (with those skipped).
   Checkpoint verified(const std::function<void()>& progress) const;
+  // Sets description_ from dir_ and skipped_.
+  void describe() const;
 
   std::string path_;
   mutable std::string dir_;  // the directory holding the files (a checkpoint's): the loaded one once known
@@ -67,6 +72,7 @@ class ModelSource {
   Config config_;
   std::vector<ArchKey> keys_;
   mutable std::string description_;
+  mutable std::vector<std::string> skipped_;
 };
 
 }  // namespace loom

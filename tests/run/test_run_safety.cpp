@@ -372,6 +372,35 @@ TEST(RunSafety, InitFromARunSkipsADamagedCheckpointAndNamesTheOneLoaded) {
   EXPECT_EQ(logged_losses(from_run / "metrics.jsonl"), logged_losses(from_two / "metrics.jsonl"));
 }
 
+// loom sample and loom export of a run take its newest checkpoint that verifies, as --resume does,
+// and name each one they skip; so do they and model.init_from when the newest checkpoint's
+// state.json does not read (they take the configuration from it first).
+TEST(RunSafety, SampleAndExportOfARunSkipADamagedCheckpointByName) {
+  const fs::path out = scratch("sample_damaged");
+  ASSERT_EQ(run(train(out, "train.steps=4 train.checkpoint_interval=2 train.eval_interval=0")).status, 0);
+  const std::string two = (out / "ckpt_000002").string(), sample = " --tokens 4 --temperature 0 --prompt T";
+  const Result older = run("sample " + two + sample);
+  ASSERT_EQ(older.status, 0) << older.out;
+  damage_last_tensor(out / "ckpt_000004" / "model.safetensors");
+  Result r = run("sample " + out.string() + sample);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string skipped = "skipping a damaged checkpoint: ckpt_000004: ";
+  EXPECT_EQ(r.out.rfind("loom sample: " + skipped, 0), 0u) << r.out;
+  EXPECT_EQ(r.out.substr(r.out.find('\n') + 1), older.out) << "the older checkpoint's sample";
+  r = run("export hf " + out.string() + " " + (scratch("export_damaged") / "hf").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.rfind(skipped, 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("exported " + two + " as "), std::string::npos) << r.out;
+
+  std::ofstream(out / "ckpt_000004" / "state.json", std::ios::trunc) << "{";
+  r = run("sample " + out.string() + sample);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("loom sample: " + skipped + (out / "ckpt_000004" / "state.json").string(), 0), 0u) << r.out;
+  r = run(train(scratch("init_from_bad_state"), " train.steps=1 train.eval_interval=0 model.init_from=" + out.string()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("parameters from the loom checkpoint " + two + " (" + skipped), std::string::npos) << r.out;
+}
+
 TEST(RunSafety, OverwriteValidatesFirstAndDeletesOnlyLoomsFiles) {
   const fs::path out = scratch("overwrite");
   ASSERT_EQ(run(train(out, "train.steps=5")).status, 0);
