@@ -9,7 +9,8 @@
 #   two_hosts.sh --agent HOST CMD  (Open MPI's rsh agent) CMD in HOST's namespace
 # With LOOM_CUT_LINK_WHEN=PATH, the link goes down once PATH exists (as a cut cable or a lost
 # switch would: nothing is refused, packets just stop arriving), and the script prints
-# "two_hosts.sh: link cut at T" (T in seconds since the epoch). Whatever is left running in the
+# "two_hosts.sh: link cut at T" (T in seconds since the epoch); with LOOM_CUT_LINK_FOR=S as well,
+# it comes back S seconds later ("two_hosts.sh: link back at T"). Whatever is left running in the
 # namespaces when the job ends (a daemon that lost its peer) is killed.
 set -u
 if [ "${1:-}" = "--agent" ]; then
@@ -59,6 +60,11 @@ if [ -n "${LOOM_CUT_LINK_WHEN:-}" ]; then
     while [ ! -e "$LOOM_CUT_LINK_WHEN" ]; do sleep 0.1; done
     ip -n "$b" link set "v$b" down
     echo "two_hosts.sh: link cut at $(date +%s.%N)"
+    if [ -n "${LOOM_CUT_LINK_FOR:-}" ]; then
+      sleep "$LOOM_CUT_LINK_FOR"
+      ip -n "$b" link set "v$b" up
+      echo "two_hosts.sh: link back at $(date +%s.%N)"
+    fi
   ) &
   cutter=$!
 fi
