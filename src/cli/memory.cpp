@@ -96,9 +96,10 @@ void print_fit(const Frontier& r, bool json, int ranks) {
       fr.ceiling_flops / 1e9);
   fmt::print("{}", format_fit_frontier(fr.points, fr.ceiling_flops));
   if (fr.chosen)
-    fmt::print("\nbudget {}: {}, planned {}, recompute +{:.1f}% FLOPs\n", format_bytes(fr.chosen->budget),
+    fmt::print("\nbudget {}: {}, planned {}, recompute +{:.1f}% FLOPs{}\n", format_bytes(fr.chosen->budget),
                describe_choice(fr.chosen->choice), format_bytes(fr.chosen->choice.total_bytes),
-               100 * fr.chosen->choice.recompute_flops / fr.chosen->choice.step_flops);
+               100 * fr.chosen->choice.recompute_flops / fr.chosen->choice.step_flops,
+               fr.chosen->choice.proven_least ? "" : " (not proven least)");
 }
 
 void print_one(const Config& config, bool json, int64_t budget, PlanOptions popts, int ranks) {
@@ -111,8 +112,8 @@ void print_one(const Config& config, bool json, int64_t budget, PlanOptions popt
     fmt::print("{}\n", j.dump(2));
   } else {
     if (choice)
-      fmt::print("model.remat = auto: {}, recompute +{:.1f}% FLOPs\n\n", describe_choice(*choice),
-                 100 * choice->recompute_flops / choice->step_flops);
+      fmt::print("model.remat = auto: {}, recompute +{:.1f}% FLOPs{}\n\n", describe_choice(*choice),
+                 100 * choice->recompute_flops / choice->step_flops, choice->proven_least ? "" : " (not proven least)");
     fmt::print("{}", format_memory_report(r));
     if (budget)
       fmt::print("\nbudget {}: {}\n", format_bytes(budget), r.total_bytes <= budget ? "fits" : "does NOT fit");

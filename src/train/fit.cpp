@@ -475,10 +475,16 @@ FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head, bool& pro
   auto least_completion = [&](size_t k, int64_t r, int64_t left) {
     return left < 0 || room < 0 ? kNever : at(k, static_cast<size_t>(r), static_cast<size_t>(left / unit));
   };
-  Counts top(K, 0);
-  top[K - 1] = static_cast<int64_t>(L);
+  // The first incumbent: the least-FLOPs level that fits on every layer (the chain is in FLOPs
+  // order; the last saves the most), a plan no answer may recompute more than.
   std::optional<FitChoice> incumbent;  // the least-FLOPs plan known to fit
-  plan_counts(top, incumbent);
+  Counts incumbent_counts;
+  for (size_t k = 0; k < K && !incumbent; ++k) {
+    Counts uniform(K, 0);
+    uniform[k] = static_cast<int64_t>(L);
+    plan_counts(uniform, incumbent);
+    if (incumbent) incumbent_counts = uniform;
+  }
   // Branch and bound: the multiset of least FLOPs (then least bound) that no bound rules out and
   // no plan has, below the incumbent's FLOPs; planned, it is the answer if it fits, else excluded
   // and the search runs again. When none is left, no multiset of fewer FLOPs fits in either
@@ -486,14 +492,18 @@ FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head, bool& pro
   // Past kMaxPlans multisets planned (a bound far below the plans, as where sharded gradients
   // hold much of the peak), the search trusts the bound plus the least gap between a plan and its
   // bound seen so far (`shift`) for kMaxPlans more: its answer still fits but is not proven least.
+  // A search cut short after kMaxNodes (many layers and options) plans the least multiset it had
+  // found; one that fits becomes the incumbent and the search runs again below it, up to
+  // kMaxCutSearches times: not proven least either, but never the incumbent it could beat.
   std::set<Counts> failed;
-  constexpr size_t kMaxPlans = 64, kMaxNodes = 4000000;
+  constexpr size_t kMaxPlans = 64, kMaxNodes = 4000000, kMaxCutSearches = 8;
+  size_t cut_searches = 0;
   while (true) {
     Counts best, n(K, 0);
     // Below the incumbent's FLOPs; of equal FLOPs the first found (the next search finds the others
     // if it does not fit). A subtree whose least FLOPs reach the best is left (FLOPs are sums of
     // whole numbers: exact in double).
-    double best_flops = incumbent ? flops(top) : kNever;
+    double best_flops = incumbent ? flops(incumbent_counts) : kNever;
     auto beaten = [&](double least) { return least == kNever || least >= best_flops - 0.5; };
     size_t nodes = 0;
     std::function<void(size_t, int64_t, double, int64_t)> visit = [&](size_t k, int64_t left, double fl, int64_t sv) {
@@ -516,9 +526,22 @@ FitChoice Fitter::fit_layers(int64_t budget, int64_t mb, int64_t head, bool& pro
       n[k] = 0;
     };
     visit(0, static_cast<int64_t>(L), 0.0, 0);
-    if (nodes > kMaxNodes || failed.size() >= (shift > 0 ? 2 : 1) * kMaxPlans) {
+    if (nodes > kMaxNodes) {
       proven = false;
-      if (nodes > kMaxNodes || shift > 0 || least_gap <= 0) break;
+      if (best.empty() || ++cut_searches > kMaxCutSearches) break;
+      std::optional<FitChoice> fits;
+      plan_counts(best, fits);
+      if (fits) {
+        incumbent = std::move(fits);
+        incumbent_counts = best;
+      } else {
+        failed.insert(best);
+      }
+      continue;
+    }
+    if (failed.size() >= (shift > 0 ? 2 : 1) * kMaxPlans) {
+      proven = false;
+      if (shift > 0 || least_gap <= 0) break;
       shift = least_gap;
       continue;
     }

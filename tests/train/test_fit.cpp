@@ -227,6 +227,27 @@ TEST(Fit, DeepFrontierIsProvenLeast) {
   }
 }
 
+// Very deep: at 200 layers the search is cut short (too many multisets to rule out), and the
+// answer is still no worse than any single option on every layer that fits the budget, never the
+// heaviest remat merely because it was the first plan known to fit.
+TEST(Fit, ACutSearchStillBeatsEveryUniformChoiceThatFits) {
+  constexpr int kLayers = 200;
+  Fitter f(load_config(std::string(LOOM_SOURCE_DIR) + "/configs/shakespeare_char.toml",
+                       {fmt::format("model.num_layers={}", kLayers), "data.batch_size=2", "data.seq_len=16",
+                        "model.remat=auto", "threads=1"}));
+  std::vector<FitChoice> uniform;
+  for (const LayerRemat& o : f.options()) uniform.push_back(f.plan(std::vector<LayerRemat>(kLayers, o), 1, 0));
+  std::sort(uniform.begin(), uniform.end(),
+            [](const FitChoice& a, const FitChoice& b) { return a.recompute_flops < b.recompute_flops; });
+  for (const FitChoice& u : uniform) {
+    if (u.recompute_flops == 0 || u.total_bytes >= uniform.front().total_bytes) continue;  // no remat fits it too
+    const FitChoice chosen = f.fit(u.total_bytes);
+    EXPECT_LE(chosen.total_bytes, u.total_bytes);
+    EXPECT_LE(chosen.recompute_flops, u.recompute_flops)
+        << describe_choice(chosen) << " against " << describe_choice(u);
+  }
+}
+
 // A real shape at `layers` layers, `batch` sequences in `minibatches` minibatches.
 Config real_shape(const char* file, int layers, int batch, int minibatches) {
   return load_config(std::string(LOOM_SOURCE_DIR) + "/" + file,
