@@ -43,8 +43,8 @@ const std::vector<KeySpec<TrainConfig>>& train_keys() {
           "soon as the backward has written it (no effect on the result)",
           REF(bucket_kib)),
       size<TrainConfig>("train.memory_budget",
-                        "model.remat = auto: bytes the run may plan, e.g. 20GiB (empty: the memory available to each "
-                        "rank on this machine)",
+                        "bytes a rank may plan, e.g. 20GiB: model.remat = auto chooses a plan within it, any other "
+                        "run is refused above it (empty: the memory available to each rank on this machine)",
                         REF(memory_budget)),
       number<TrainConfig>(
           "train.collective_timeout",

@@ -146,12 +146,21 @@ void refuse_unless_it_fits(const Config& c, Backend& be, const TrainProgram& pro
                            dist::Comm& comm, bool evaluates) {
   if (comm.size() > 1) comm.barrier();
   std::optional<UserError> refusal;
-  if (const int64_t available = be.memory_available(); available >= 0) {
-    const RankMemory rank = rank_memory(c, prog, comm.size());
-    const int64_t evaluation = evaluates ? Evaluator::planned_bytes(c, comm.size(), plan.arena_bytes) : 0;
-    const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes +
-                           plan.library_bytes + rank.shard_bytes(optimizer_moments(c.optimizer)) +
-                           rank.comm_buffer_bytes + rank.checkpoint_stream_bytes + evaluation;
+  const RankMemory rank = rank_memory(c, prog, comm.size());
+  const int64_t evaluation = evaluates ? Evaluator::planned_bytes(c, comm.size(), plan.arena_bytes) : 0;
+  const int64_t needed = plan.arena_bytes + plan.param_bytes + plan.grad_bytes + plan.input_bytes + plan.library_bytes +
+                         rank.shard_bytes(optimizer_moments(c.optimizer)) + rank.comm_buffer_bytes +
+                         rank.checkpoint_stream_bytes + evaluation;
+  // train.memory_budget is a limit for every run: model.remat = auto chose a plan within it,
+  // any other is refused above it.
+  if (!c.model.remat.has(RematRegion::auto_) && !c.train.memory_budget.empty()) {
+    if (const int64_t budget = parse_bytes(c.train.memory_budget, "train.memory_budget"); needed > budget)
+      refusal.emplace("train.memory_budget",
+                      fmt::format("is {} ({} B) but the run plans {} ({} B){}", c.train.memory_budget, budget,
+                                  format_bytes(needed), needed, comm.size() > 1 ? " a rank" : ""),
+                      "set model.remat=auto to choose a plan within it (`loom memory --fit` shows them), or raise it");
+  }
+  if (const int64_t available = be.memory_available(); available >= 0 && !refusal) {
     const int on_host = comm.ranks_on_this_host();
     if (needed * on_host > available) {
       constexpr double kGiB = 1073741824.0;

@@ -315,6 +315,7 @@ TEST(Fit, ChoiceIsWhatLoomMemoryPlans) {
   // No remat: nothing recomputed, the same total as model.remat = none.
   Config plain = c;
   plain.model.remat = {};
+  plain.train.memory_budget.clear();  // a limit, above which the plain run is refused
   EXPECT_EQ(memory_report(plain, 0).total_bytes, none.total_bytes);
   EXPECT_EQ(none.recompute_flops, 0);
 }
@@ -399,6 +400,7 @@ TEST(Fit, TrainerRunsTheChoiceWithTheGradientsOfNoRemat) {
     EXPECT_NE(line.find(field), std::string::npos) << field << " in " << line;
   Config plain = c;
   plain.model.remat = {};
+  plain.train.memory_budget.clear();  // a limit, above which the plain run is refused
   Trainer u(plain, *be);
   const Batch b = make_batch(c.data, data_context(c));
   EXPECT_EQ(t.step(b).metrics.loss.mean(), u.step(b).metrics.loss.mean());
@@ -425,6 +427,7 @@ TEST(Fit, TrainerRunsAChosenHeadChunk) {
   EXPECT_LE(memory_report(t.config(), 0).total_bytes, budget);
   Config plain = c;
   plain.model.remat = {};
+  plain.train.memory_budget.clear();  // a limit, above which the plain run is refused
   plain.model.transformer.head_chunk = 0;
   Trainer u(plain, *be);
   const Batch b = make_batch(c.data, data_context(c));

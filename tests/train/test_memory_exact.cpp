@@ -346,6 +346,26 @@ TEST(MemoryExact, ABudgetAboveTheMachineIsTheFix) {
   }
 }
 
+// train.memory_budget without model.remat = auto is a limit: a plan one byte above it is refused
+// naming the key and model.remat = auto; at it, the run starts.
+TEST(MemoryExact, ABudgetIsALimitWithoutRematAuto) {
+  Config c = on_prepared_tokens("bfloat16", "MLP,Attn", 0);
+  const int64_t total = memory_report(c, 0).total_bytes;
+  set_num_threads(static_cast<int>(c.threads));
+  auto be = make_backend("cpu");
+  c.train.memory_budget = std::to_string(total - 1);
+  try {
+    Trainer t(c, *be);
+    ADD_FAILURE() << "a plan above train.memory_budget started";
+  } catch (const UserError& e) {
+    EXPECT_EQ(e.subject(), "train.memory_budget");
+    EXPECT_NE(std::string(e.what()).find("the run plans"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("model.remat=auto"), std::string::npos) << e.hint();
+  }
+  c.train.memory_budget = std::to_string(total);
+  EXPECT_NO_THROW(Trainer(c, *be));
+}
+
 // One process standing for one of two ranks of a job on this machine: the single-process
 // communicator's collectives, but two ranks sharing the machine's memory.
 class OneOfTwoOnThisHost final : public dist::Comm {
