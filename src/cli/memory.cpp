@@ -156,16 +156,30 @@ void print_sweep(const MemoryArgs& a, int64_t budget, PlanOptions popts) {
       cols += fmt::format("{:<26} ", v);
       row[axes[i].first] = v;
     }
-    const MemoryReport r = memory_report(resolve_auto(a.config.load(ov), budget, a.ranks).first, 15, popts, a.ranks);
+    const Config row_config = a.config.load(ov);
+    std::optional<MemoryReport> r;
+    std::string refused;  // model.remat = auto with no choice that fits: this row's answer, not the sweep's end
+    try {
+      r = memory_report(resolve_auto(row_config, budget, a.ranks).first, 15, popts, a.ranks);
+    } catch (const UserError& e) {
+      if (!row_config.model.remat.has(RematRegion::auto_)) throw;
+      refused = e.what();
+    }
     if (a.json) {
-      row["report"] = memory_report_json(r);
-      if (budget) row["fits_budget"] = r.total_bytes <= budget;
+      if (r) {
+        row["report"] = memory_report_json(*r);
+      } else {
+        row["error"] = refused;
+      }
+      if (budget) row["fits_budget"] = r && r->total_bytes <= budget;
       rows.push_back(row);
+    } else if (r) {
+      fmt::print("{}{:>11} {:>11} {:>11} {:>11} {:>9.1f}{}\n", cols, format_bytes(r->total_bytes),
+                 format_bytes(r->activations_bytes), format_bytes(r->params_bytes + r->grads_bytes),
+                 format_bytes(r->optimizer_bytes), r->plan_ms,
+                 budget ? (r->total_bytes <= budget ? "  yes" : "  NO") : "");
     } else {
-      fmt::print("{}{:>11} {:>11} {:>11} {:>11} {:>9.1f}{}\n", cols, format_bytes(r.total_bytes),
-                 format_bytes(r.activations_bytes), format_bytes(r.params_bytes + r.grads_bytes),
-                 format_bytes(r.optimizer_bytes), r.plan_ms,
-                 budget ? (r.total_bytes <= budget ? "  yes" : "  NO") : "");
+      fmt::print("{}{:>11} (no remat choice fits: {}){}\n", cols, "-", refused, budget ? "  NO" : "");
     }
     size_t i = 0;
     while (i < axes.size() && ++idx[i] == axes[i].second.size()) idx[i++] = 0;

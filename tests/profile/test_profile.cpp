@@ -668,6 +668,25 @@ TEST(ProfileCli, FitRefusesFlagsItCannotHonour) {
   }
 }
 
+// A --sweep row of model.remat = auto that no choice fits is a row saying so (with --json, its
+// error), and the sweep goes on to the next.
+TEST(ProfileCli, SweepRowThatNoRematChoiceFitsSaysSo) {
+  const std::string sweep = "memory" + joined(tiny("none", 1)) + " --sweep model.remat=none,auto,Block --budget 1KiB";
+  const testing::RunResult text = run(sweep);
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find("(no remat choice fits: --budget: no choice fits 1.0 KiB"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("\nBlock "), std::string::npos) << "the row after it:\n" << text.out;
+  const testing::RunResult j = run(sweep + " --json");
+  ASSERT_EQ(j.status, 0) << j.out;
+  const json rows = json::parse(j.out.substr(j.out.find("[\n")));
+  ASSERT_EQ(rows.size(), 3u) << j.out;
+  EXPECT_TRUE(rows[0].contains("report"));
+  EXPECT_FALSE(rows[1].contains("report"));
+  EXPECT_NE(rows[1]["error"].get<std::string>().find("no choice fits"), std::string::npos) << rows[1];
+  EXPECT_FALSE(rows[1]["fits_budget"].get<bool>());
+  EXPECT_TRUE(rows[2].contains("report"));
+}
+
 // model.remat = auto without --fit: the page draws the frontier with the choice for --budget, the
 // one printed beside it.
 TEST(ProfileCli, MemoryHtmlWithRematAutoDrawsTheFrontier) {
