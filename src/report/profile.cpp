@@ -219,7 +219,8 @@ ProfileOutput run_profile(const Config& c, Backend& be, const DataSource& data, 
   if (log) {
     const MemoryPlan& p = t.plan();
     fmt::print(log, "loom profile: {}\nprogram: {} nodes, arena {:.2f} MiB; {} warm-up step{}, then {} profiled\n",
-               run_title(c), p.schedule.size(), p.arena_bytes / 1048576.0, o.warmup, o.warmup == 1 ? "" : "s", o.steps);
+               run_title(t.config()), p.schedule.size(), p.arena_bytes / 1048576.0, o.warmup, o.warmup == 1 ? "" : "s",
+               o.steps);
     std::fflush(log);
   }
   for (int64_t i = 0; i < o.warmup; ++i) {

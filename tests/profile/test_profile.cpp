@@ -668,6 +668,25 @@ TEST(ProfileCli, FitRefusesFlagsItCannotHonour) {
   }
 }
 
+// loom profile with model.remat = auto: its header names the minibatches of the choice it runs.
+TEST(ProfileCli, ProfileHeaderNamesTheMinibatchesRematAutoChose) {
+  const std::vector<std::string> ov = tiny("auto", 1);
+  const json rows = fit_rows(ov);
+  ASSERT_FALSE(rows.empty());
+  const int64_t minibatches = rows.back()["num_minibatches"];
+  ASSERT_GT(minibatches, 1) << rows.back();
+  const fs::path d = temp_dir("cli_profile_auto");
+  const testing::RunResult r = run(
+      "profile" + joined(ov) + " train.memory_budget=" + std::to_string(rows.back()["budget_bytes"].get<int64_t>()) +
+      " --steps 1 --warmup 0 --no-ceiling --out " + d.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(fmt::format("loom profile: transformer float32, hidden 32, 2 layers, head_dim 8, vocab 31, "
+                                   "seq 16, batch 4 in {} minibatches",
+                                   minibatches)),
+            std::string::npos)
+      << r.out;
+}
+
 // A --sweep row of model.remat = auto that no choice fits is a row saying so (with --json, its
 // error), and the sweep goes on to the next.
 TEST(ProfileCli, SweepRowThatNoRematChoiceFitsSaysSo) {
