@@ -220,7 +220,9 @@ CommandBody add_memory_command(CLI::App& sub) {
     if (a->fit && a->no_inplace)
       throw UserError("--fit", "plans with in-place reuse, as training does, so it does not combine with --no-inplace",
                       "drop --no-inplace");
-    Config c = a->config.load();
+    // --fit plans model.remat = auto's choices whatever the configuration's remat, so it is
+    // checked as auto (model.head_chunk = auto needs it).
+    Config c = a->fit ? a->config.load({"model.remat=auto"}) : a->config.load();
     // Under mpirun each rank runs on its share of the cores (Open MPI binds each to its own when
     // there are enough), so a rank of N plans the threads it will have.
     if (a->ranks > 1 && c.threads == 0) c.threads = std::max(1, resolve_threads(0) / a->ranks);

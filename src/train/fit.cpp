@@ -593,22 +593,30 @@ FitChoice Fitter::fit(int64_t budget, const std::string& budget_key) {
   // least of all, a total that fits.
   for (const auto& [key, f] : plans_by_choice_)
     if (f.total_bytes < least.total_bytes) least = f;
+  // The levers that apply to this run, the likeliest first.
   const bool fixed = least.fixed_bytes >= least.arena_bytes;
-  std::string fix = "the activations dominate: a smaller data.batch_size or data.seq_len, or model.dtype=bfloat16";
+  const bool lora = c_.model.lora.enabled();
+  std::vector<std::string> levers;
+  if (nn::model_kind(c_.model.kind).language_model && head_chunks_.size() == 1 && head_chunks_.front() == 0)
+    levers.push_back("model.head_chunk=auto (the head's logits in chunks)");
+  std::string dominate = "the activations dominate";
   if (fixed) {
-    const bool lora = c_.model.lora.enabled();
+    dominate = lora ? "the model dominates" : "parameters, gradients and optimizer state dominate";
     if (lora && c_.model.lora.base_dtype != LoraBaseDType::nf4)
-      fix = "the frozen base dominates: a smaller lora.base_dtype (nf4 stores it in about 1/7 of float32)";
-    else if (!lora && c_.optimizer.shard == OptimizerShard::none)
-      fix =
-          "parameters, gradients and optimizer state dominate: more ranks (mpirun) with "
-          "optimizer.shard=state+grads or params, or a smaller model";
-    else if (!lora && c_.optimizer.shard != OptimizerShard::params)
-      fix =
-          "parameters, gradients and optimizer state dominate: optimizer.shard=params, more ranks, or a smaller model";
-    else
-      fix = "the model dominates: more ranks (mpirun), or a smaller model";
+      levers.push_back("a smaller lora.base_dtype (nf4 stores the frozen base in about 1/7 of float32)");
+    if (!lora && c_.optimizer.shard != OptimizerShard::params)
+      levers.push_back(
+          "optimizer.shard=params over more ranks (mpirun; `loom memory --ranks N` shows whether a "
+          "rank's plan is smaller, as small models gain less than their communication buffers cost)");
+    levers.push_back("a smaller model");
+  } else {
+    if (c_.data.batch_size / ranks_ > 1) levers.push_back("a smaller data.batch_size");
+    levers.push_back("a shorter data.seq_len");
+    if (c_.model.dtype == DType::f32) levers.push_back("model.dtype=bfloat16");
   }
+  std::string fix = fmt::format("a budget of at least {} ({} B), or ({}) ", format_bytes(least.total_bytes),
+                                least.total_bytes, dominate);
+  for (size_t i = 0; i < levers.size(); ++i) fix += (i == 0 ? "" : i + 1 == levers.size() ? ", or " : ", ") + levers[i];
   throw UserError(budget_key,
                   fmt::format("no choice fits {} ({} B): the smallest plan found is {} ({} B; {}), of which "
                               "parameters, gradients, optimizer state, inputs and buffers are {} and activations "

@@ -687,6 +687,16 @@ TEST(ProfileCli, ProfileHeaderNamesTheMinibatchesRematAutoChose) {
       << r.out;
 }
 
+// --fit plans model.remat = auto's choices whatever remat the configuration names, and with
+// model.head_chunk = auto the head's too.
+TEST(ProfileCli, FitTakesHeadChunkAutoFromAConfigWithoutRematAuto) {
+  std::vector<std::string> ov = tiny("none", 1);
+  ov.push_back("model.head_chunk=auto");
+  const testing::RunResult r = run("memory" + joined(ov) + " --fit --budget 1GiB");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("\nbudget 1.00 GiB: 2×none in 1 minibatch, head plain"), std::string::npos) << r.out;
+}
+
 // A --sweep row of model.remat = auto that no choice fits is a row saying so (with --json, its
 // error), and the sweep goes on to the next.
 TEST(ProfileCli, SweepRowThatNoRematChoiceFitsSaysSo) {

@@ -29,6 +29,7 @@
 #include "core/format.h"
 #include "nn/models/transformer/transformer.h"
 #include "report/memory_report.h"
+#include "support/files.h"
 #include "train/config.h"
 #include "train/fit.h"
 #include "train/trainer.h"
@@ -354,11 +355,22 @@ TEST(Fit, ImpossibleBudgetNamesTheSmallestTotal) {
     named = std::stoll(m.substr(open + 1));
     EXPECT_NE(m.find(fmt::format("found is {} ({} B;", format_bytes(named), named)), std::string::npos) << m;
     EXPECT_NE(e.hint().find("dominate"), std::string::npos) << e.hint();
+    EXPECT_EQ(e.hint().rfind(fmt::format("a budget of at least {} ({} B), or (", format_bytes(named), named), 0), 0u)
+        << e.hint();
+    EXPECT_NE(e.hint().find("model.head_chunk=auto"), std::string::npos) << e.hint();
   }
   // The total named is a plan's that fits: no larger than the smallest uniform choice, and a
   // budget of it is met.
   EXPECT_LE(named, smallest);
   EXPECT_LE(f.fit(named).total_bytes, named);
+  // Only levers that apply: a bfloat16 run is not told to use bfloat16, nor one with the head in
+  // chunks to chunk it.
+  Config bf16 = tiny(2, 1, "auto");
+  bf16.model.dtype = DType::bf16;
+  Fitter g(bf16);
+  const std::string hint = testing::user_error_hint([&] { g.fit(1, "--budget"); });
+  EXPECT_EQ(hint.find("model.dtype=bfloat16"), std::string::npos) << hint;
+  EXPECT_EQ(hint.find("model.head_chunk=auto"), std::string::npos) << hint;
 }
 
 // Sizes are whole bytes of a decimal number with a unit; what no plan can be compared with is
