@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 
 #include "backend/registry.h"
 #include "cli/command.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "report/ceiling.h"
 #include "report/memory_html.h"
@@ -68,8 +70,11 @@ Frontier fit_frontier(const Config& c, int64_t budget, int ranks) {
   const char* key = budget > 0 ? "--budget" : "train.memory_budget";
   if (budget == 0 && c.model.remat.has(RematRegion::auto_)) budget = fit_budget(c, be->memory_available(), ranks);
   if (budget > 0) {
-    Fitter::FitPoint chosen{.budget = budget, .choice = {}, .seconds = 0, .plans = 0};
+    Fitter::FitPoint chosen{.budget = budget, .choice = {}, .seconds = 0, .plans = f.plans_made()};
+    const auto t0 = std::chrono::steady_clock::now();
     chosen.choice = f.fit(chosen.budget, key);
+    chosen.seconds = seconds_since(t0);
+    chosen.plans = f.plans_made() - chosen.plans;  // after the frontier's: the plans it could not reuse
     r.planned = f.apply(chosen.choice);
     r.fit.chosen = std::move(chosen);
   }
@@ -197,7 +202,8 @@ CommandBody add_memory_command(CLI::App& sub) {
   sub.add_option("--sweep", a->sweeps,
                  "key=v1,v2,... : one row per combination (repeatable); write commas inside a value as '+', "
                  "e.g. model.remat=none,MLP+Attn,Block");
-  sub.add_option("--budget", a->budget, "device memory to fit in, e.g. 24GiB: marks which rows fit");
+  sub.add_option("--budget", a->budget, "device memory to fit in, e.g. 24GiB: marks which rows fit")
+      ->check([](const std::string& s) { return s.empty() ? std::string("is empty: give a size, e.g. 24GiB") : ""; });
   sub.add_flag("--no-inplace", a->no_inplace, "plan without in-place buffer reuse (to see what it saves)");
   sub.add_option("--html", a->html, "also write the memory viewer (one self-contained HTML page) to FILE")
       ->transform(home_path());

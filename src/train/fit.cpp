@@ -59,7 +59,8 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   // Whole bytes that an int64 holds: 1e30 or inf is no budget loom can compare with a plan, and
   // 0.5 B none a plan can fit.
   const double bytes = v * mult;
-  if (!(bytes < 0x1p63)) throw UserError(what, "'" + text + "' is too large (at most 8 EiB)", "write e.g. 24GiB");
+  if (!(bytes < 0x1p63))
+    throw UserError(what, "'" + text + "' is too large (a size is below 8 EiB)", "write e.g. 24GiB");
   if (bytes < 1) throw UserError(what, "'" + text + "' is less than one byte", "write e.g. 24GiB");
   return static_cast<int64_t>(bytes);
 }

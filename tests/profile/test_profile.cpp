@@ -650,6 +650,7 @@ TEST(ProfileCli, FitPrintsTheFrontier) {
   EXPECT_TRUE(with.back()["chosen"].get<bool>());
   EXPECT_EQ(with.back()["budget_bytes"], budget);
   EXPECT_EQ(with.back()["choice"], chosen["choice"]);
+  EXPECT_GT(with.back()["fit_seconds"].get<double>(), 0) << "the time it took to choose";
 }
 
 // What --fit cannot honour is refused, not ignored, and a bad --ranks says what it takes.
@@ -661,6 +662,9 @@ TEST(ProfileCli, FitRefusesFlagsItCannotHonour) {
   const testing::RunResult inplace = run("memory" + joined(ov) + " --fit --no-inplace");
   EXPECT_EQ(inplace.status, 2) << inplace.out;
   EXPECT_NE(inplace.out.find("--no-inplace"), std::string::npos) << inplace.out;
+  const testing::RunResult empty = run("memory" + joined(ov) + " --budget ''");
+  EXPECT_EQ(empty.status, 2) << empty.out;
+  EXPECT_NE(empty.out.find("--budget: is empty"), std::string::npos) << empty.out;
   for (const char* ranks : {"0", "-2", "abc"}) {
     const testing::RunResult r = run("memory" + joined(ov) + " --ranks " + ranks);
     EXPECT_NE(r.status, 0) << r.out;
