@@ -1,5 +1,5 @@
 // Test support: a temporary directory removed at the end of its scope, whole-file reads and
-// writes, and the message or the fix of an expected UserError.
+// writes, and the message of an expected UserError.
 #pragma once
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -55,18 +55,6 @@ std::string user_error(F&& f) {
     f();
   } catch (const UserError& e) {
     return e.what();
-  }
-  ADD_FAILURE() << "expected a UserError";
-  return {};
-}
-
-// The fix (hint) of the UserError `f()` must throw ("" and a test failure when it does not).
-template <class F>
-std::string user_error_hint(F&& f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.hint();
   }
   ADD_FAILURE() << "expected a UserError";
   return {};
